@@ -1,0 +1,138 @@
+//! Protobuf ↔ domain conversions. Field validation errors name the proto field.
+
+use crate::domain::decision::LimitState;
+use crate::domain::plan::{ReserveRequest, check_tokens};
+use crate::domain::{Dimension, IdempotencyKey, InvalidInput, Level, Reason, TenantId, UserId};
+use crate::engine::{LevelLeases, Outcome, ReserveOutcome, StatusOutcome};
+use crate::pb;
+
+/// Longest model name accepted, in bytes.
+const MAX_MODEL_BYTES: usize = 256;
+
+/// A CheckAndReserve request, validated.
+pub fn reserve_request(r: pb::CheckAndReserveRequest) -> Result<ReserveRequest, InvalidInput> {
+    let tenant = TenantId::parse(&r.tenant_id)?;
+    let user = optional_user(&r.user_id)?;
+    if r.tier.is_empty() {
+        return Err(InvalidInput::new(
+            "tier",
+            "is required (e.g. \"free\", \"pro\")",
+        ));
+    }
+    if r.model.len() > MAX_MODEL_BYTES || r.model.chars().any(char::is_control) {
+        return Err(InvalidInput::new(
+            "model",
+            format!("must be at most {MAX_MODEL_BYTES} bytes without control characters"),
+        ));
+    }
+    let prompt_tokens = r.prompt_tokens.ok_or_else(|| {
+        InvalidInput::new("prompt_tokens", "is required: the prompt's token count")
+    })?;
+    let idempotency_key = match r.idempotency_key.as_str() {
+        "" => None,
+        k => Some(IdempotencyKey::parse(k)?),
+    };
+    Ok(ReserveRequest {
+        tenant,
+        user,
+        tier: r.tier,
+        model: r.model,
+        prompt_tokens: check_tokens("prompt_tokens", prompt_tokens)?,
+        max_output_tokens: check_tokens("max_output_tokens", r.max_output_tokens)?,
+        idempotency_key,
+        lease_ttl_ms: r.lease_ttl_ms,
+    })
+}
+
+/// An optional user id: empty means none.
+pub fn optional_user(user_id: &str) -> Result<Option<UserId>, InvalidInput> {
+    match user_id {
+        "" => Ok(None),
+        u => UserId::parse(u).map(Some),
+    }
+}
+
+/// The response to CheckAndReserve.
+pub fn reserve_response(out: ReserveOutcome) -> pb::CheckAndReserveResponse {
+    let mut resp = pb::CheckAndReserveResponse {
+        allowed: out.denial.is_none(),
+        reservation_id: out.reservation_id.unwrap_or_default(),
+        reserved_tokens: out.reserved_tokens,
+        max_output_tokens: out.max_output_tokens,
+        limits: out.limits.iter().map(limit_status).collect(),
+        lease_expires_in_ms: out.lease_expires_in_ms,
+        replayed: out.replayed,
+        ..Default::default()
+    };
+    if let Some(d) = out.denial {
+        resp.set_reason(reason(d.reason));
+        resp.set_limiting_level(d.level.map_or(pb::Level::Unspecified, level));
+        resp.set_limiting_dimension(d.dimension.map_or(pb::Dimension::Unspecified, dimension));
+        resp.limiting_period_seconds = d.period_secs;
+        resp.retry_after_ms = d.retry_after_ms;
+        resp.detail = d.detail;
+    }
+    resp
+}
+
+/// The response to GetStatus.
+pub fn status_response(out: StatusOutcome) -> pb::GetStatusResponse {
+    pb::GetStatusResponse {
+        limits: out.limits.iter().map(limit_status).collect(),
+        leases: out.leases.iter().map(level_leases).collect(),
+    }
+}
+
+fn level_leases(l: &LevelLeases) -> pb::LevelLeases {
+    pb::LevelLeases {
+        level: level(l.level) as i32,
+        active: l.active,
+        limit: l.limit,
+    }
+}
+
+fn limit_status(s: &LimitState) -> pb::LimitStatus {
+    pb::LimitStatus {
+        level: level(s.level) as i32,
+        dimension: dimension(s.dimension) as i32,
+        period_seconds: s.period_secs,
+        limit: s.limit,
+        remaining: s.remaining,
+        reset_after_ms: s.reset_after_ms,
+    }
+}
+
+/// The proto outcome.
+pub fn outcome(o: Outcome) -> pb::Outcome {
+    match o {
+        Outcome::Applied => pb::Outcome::Applied,
+        Outcome::AlreadySettled => pb::Outcome::AlreadySettled,
+        Outcome::Expired => pb::Outcome::Expired,
+    }
+}
+
+fn reason(r: Reason) -> pb::Reason {
+    match r {
+        Reason::RequestsExceeded => pb::Reason::RpmExceeded,
+        Reason::TokensExceeded => pb::Reason::TpmExceeded,
+        Reason::ConcurrencyExceeded => pb::Reason::ConcurrencyExceeded,
+        Reason::ContextTooLarge => pb::Reason::ContextTooLarge,
+        Reason::RequestTooLarge => pb::Reason::RequestTooLarge,
+    }
+}
+
+fn level(l: Level) -> pb::Level {
+    match l {
+        Level::Global => pb::Level::Global,
+        Level::Tenant => pb::Level::Tenant,
+        Level::User => pb::Level::User,
+    }
+}
+
+fn dimension(d: Dimension) -> pb::Dimension {
+    match d {
+        Dimension::Requests => pb::Dimension::Requests,
+        Dimension::Tokens => pb::Dimension::Tokens,
+        Dimension::Concurrency => pb::Dimension::Concurrency,
+    }
+}

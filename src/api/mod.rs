@@ -1,0 +1,9 @@
+//! The gRPC adapter: tonic service, protobuf ↔ domain conversion, and the one
+//! place errors become `tonic::Status`. No budget arithmetic lives here.
+
+mod convert;
+mod errors;
+mod service;
+
+pub use errors::to_status;
+pub use service::BudgetApi;

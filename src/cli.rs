@@ -1,0 +1,100 @@
+//! The command line: `ctxbudget serve` and the operator commands.
+
+use crate::config::{self, Overrides};
+use crate::server;
+use crate::telemetry::{self, LogFormat};
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// ctxbudget: request, token and concurrency budgets for LLM gateways.
+#[derive(Debug, Parser)]
+#[command(name = "ctxbudget", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gRPC service.
+    Serve(ServeArgs),
+}
+
+/// `ctxbudget serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on [default from config: 127.0.0.1:50051].
+    #[arg(long, env = "CTXBUDGET_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Redis URL (redis://, rediss://); without one the in-memory store is used.
+    #[arg(long, env = "CTXBUDGET_REDIS_URL")]
+    pub redis_url: Option<String>,
+    /// TOML configuration; sections it defines replace the built-in defaults.
+    #[arg(long, env = "CTXBUDGET_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Prefix of every Redis key [default: ctxb:].
+    #[arg(long, env = "CTXBUDGET_KEY_PREFIX")]
+    pub key_prefix: Option<String>,
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    #[arg(long, env = "CTXBUDGET_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Log format.
+    #[arg(long, env = "CTXBUDGET_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+/// Runs the parsed command line.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => serve(args).await,
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    telemetry::init_logging(args.log_format);
+    let overrides = Overrides {
+        listen: args.listen,
+        redis_url: args.redis_url,
+        key_prefix: args.key_prefix,
+    };
+    let settings = config::load(args.config.as_deref(), overrides)?;
+    if let Some(addr) = args.metrics_listen {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .with_context(|| format!("cannot serve metrics on {addr}"))?;
+        tracing::info!("metrics at http://{addr}/metrics");
+    }
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", settings.listen))?;
+    server::run(settings, listener, shutdown_signal()).await?;
+    Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+    tracing::info!("shutting down: finishing calls in flight");
+}

@@ -1,0 +1,451 @@
+//! Configuration: the built-in defaults (`config/ctxbudget.example.toml`), a TOML
+//! file, environment variables and flags, in rising precedence, turned into
+//! validated domain values. Unknown fields are errors, and every error names the
+//! field at fault.
+
+use crate::domain::limits::Rate;
+use crate::domain::plan::LeasePolicy;
+use crate::domain::{LevelLimits, Limits, LimitsError, Tier};
+use crate::store::Retention;
+use crate::store::keys::DEFAULT_PREFIX;
+use crate::store::redis::PoolKind;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The defaults, built into the binary: exactly the example file.
+pub const BUILT_IN: &str = include_str!("../config/ctxbudget.example.toml");
+
+/// A configuration file as written. Every section is optional: a missing
+/// section keeps the built-in default.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Listener settings.
+    pub server: Option<ServerSection>,
+    /// Where state lives.
+    pub store: Option<StoreSection>,
+    /// Lease and retention settings.
+    pub reservations: Option<ReservationsSection>,
+    /// Limits on all traffic.
+    pub global: Option<LevelSection>,
+    /// Tiers by name.
+    pub tiers: Option<BTreeMap<String, TierSection>>,
+}
+
+/// `[server]`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    /// gRPC listen address.
+    pub listen: SocketAddr,
+}
+
+/// `[store]`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreSection {
+    /// Redis URL; absent or empty selects the in-memory store.
+    #[serde(default)]
+    pub redis_url: Option<String>,
+    /// Prefix of every key.
+    #[serde(default = "default_prefix")]
+    pub key_prefix: String,
+    /// Connection strategy.
+    #[serde(default)]
+    pub pool: PoolKind,
+    /// Connections (multiplexed) or pool size (deadpool).
+    #[serde(default = "default_connections")]
+    pub connections: usize,
+    /// Deadline of one store call.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+fn default_prefix() -> String {
+    DEFAULT_PREFIX.into()
+}
+fn default_connections() -> usize {
+    4
+}
+fn default_timeout_ms() -> u64 {
+    500
+}
+
+/// `[reservations]`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReservationsSection {
+    /// Lease length when a request names none.
+    pub default_lease_ttl_ms: u64,
+    /// Longest lease a request may ask for.
+    pub max_lease_ttl_ms: u64,
+    /// How long records outlive their lease or settlement.
+    pub retention_ms: u64,
+    /// How long an idempotency key is remembered.
+    pub idempotency_ttl_ms: u64,
+    /// Random jitter added to retry_after_ms.
+    pub retry_jitter_ms: u64,
+    /// Longest retry_after suggested for a full concurrency limit.
+    pub concurrency_retry_ms: u64,
+}
+
+/// One rate as written: `{ limit = 60, period = "1m" }`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateSection {
+    /// Units per period.
+    pub limit: u64,
+    /// `"30s"`, `"1m"`, `"1h"`, `"1d"` or seconds.
+    pub period: Period,
+}
+
+/// A period as written: a number of seconds or a string with a unit.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum Period {
+    /// Seconds.
+    Secs(u64),
+    /// `"<n><s|m|h|d>"`.
+    Text(String),
+}
+
+impl Period {
+    /// The period in seconds, or what is wrong with it.
+    pub fn seconds(&self) -> Result<u64, String> {
+        match self {
+            Period::Secs(s) => Ok(*s),
+            Period::Text(t) => parse_period(t),
+        }
+    }
+}
+
+/// Parses `"90s"`, `"1m"`, `"2h"`, `"1d"` or a bare number of seconds.
+pub fn parse_period(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a period like \"30s\", \"1m\", \"1h\" or \"1d\""))?;
+    let scale = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("{text:?} has an unknown unit; use s, m, h or d")),
+    };
+    n.checked_mul(scale)
+        .ok_or_else(|| format!("{text:?} is too long"))
+}
+
+/// The limits of one level as written.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LevelSection {
+    /// Request rates.
+    #[serde(default)]
+    pub requests: Vec<RateSection>,
+    /// Token rates.
+    #[serde(default)]
+    pub tokens: Vec<RateSection>,
+    /// Requests in flight.
+    #[serde(default)]
+    pub concurrency: Option<u64>,
+}
+
+impl LevelSection {
+    fn to_domain(&self, path: &str) -> Result<LevelLimits, LimitsError> {
+        let rates = |name: &str, rates: &[RateSection]| {
+            rates
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let period_secs = r.period.seconds().map_err(|problem| {
+                        LimitsError::new(format!("{path}.{name}[{i}].period"), problem)
+                    })?;
+                    Ok(Rate {
+                        limit: r.limit,
+                        period_secs,
+                    })
+                })
+                .collect::<Result<Vec<_>, LimitsError>>()
+        };
+        Ok(LevelLimits {
+            requests: rates("requests", &self.requests)?,
+            tokens: rates("tokens", &self.tokens)?,
+            concurrency: self.concurrency,
+        })
+    }
+}
+
+/// A tier as written.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierSection {
+    /// Prompt + output tokens above this are refused.
+    pub max_context_tokens: u64,
+    /// Output tokens reserved when a request names none.
+    pub default_max_output_tokens: u64,
+    /// Tenant-level limits.
+    #[serde(default)]
+    pub tenant: LevelSection,
+    /// User-level limits.
+    #[serde(default)]
+    pub user: LevelSection,
+}
+
+/// Validated settings the server runs with.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// gRPC listen address.
+    pub listen: SocketAddr,
+    /// Redis URL; `None` selects the in-memory store.
+    pub redis_url: Option<String>,
+    /// Prefix of every key.
+    pub key_prefix: String,
+    /// Redis connection strategy.
+    pub pool: PoolKind,
+    /// Redis connections.
+    pub connections: usize,
+    /// Deadline of one store call.
+    pub store_timeout: Duration,
+    /// Lease lengths.
+    pub leases: LeasePolicy,
+    /// Record and idempotency retention.
+    pub retention: Retention,
+    /// Random jitter added to retry_after_ms.
+    pub retry_jitter_ms: u64,
+    /// Longest retry_after suggested for a full concurrency limit.
+    pub concurrency_retry_ms: u64,
+    /// Every limit.
+    pub limits: Arc<Limits>,
+}
+
+/// Configuration could not be read or is invalid.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// The parser's message, with line and column.
+        message: String,
+    },
+    /// A value breaks a rule.
+    #[error("invalid configuration: {0}")]
+    Invalid(#[from] LimitsError),
+}
+
+/// Overrides from the command line or environment.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    /// `--listen`.
+    pub listen: Option<SocketAddr>,
+    /// `--redis-url`.
+    pub redis_url: Option<String>,
+    /// `--key-prefix`.
+    pub key_prefix: Option<String>,
+}
+
+impl FileConfig {
+    /// Parses TOML text; `path` names it in errors.
+    pub fn parse(text: &str, path: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.into(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Reads and parses a file.
+    pub fn read(path: &Path) -> Result<Self, ConfigError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        Self::parse(&text, &shown)
+    }
+
+    /// The built-in defaults.
+    pub fn built_in() -> Self {
+        Self::parse(BUILT_IN, "built-in defaults").expect("the built-in configuration parses")
+    }
+
+    /// `self` with every section `other` defines replaced by `other`'s.
+    pub fn overlay(mut self, other: FileConfig) -> Self {
+        self.server = other.server.or(self.server);
+        self.store = other.store.or(self.store);
+        self.reservations = other.reservations.or(self.reservations);
+        self.global = other.global.or(self.global);
+        self.tiers = other.tiers.or(self.tiers);
+        self
+    }
+
+    /// The limits this file defines, validated.
+    pub fn limits(&self) -> Result<Limits, ConfigError> {
+        let global = self
+            .global
+            .clone()
+            .unwrap_or_default()
+            .to_domain("global")?;
+        let mut tiers = BTreeMap::new();
+        for (name, t) in self.tiers.iter().flatten() {
+            let path = format!("tiers.{name}");
+            let tier = Tier {
+                name: name.clone(),
+                tenant: t.tenant.to_domain(&format!("{path}.tenant"))?,
+                user: t.user.to_domain(&format!("{path}.user"))?,
+                max_context_tokens: t.max_context_tokens,
+                default_max_output_tokens: t.default_max_output_tokens,
+            };
+            tiers.insert(name.clone(), Arc::new(tier));
+        }
+        let limits = Limits { global, tiers };
+        limits.validate()?;
+        Ok(limits)
+    }
+
+    /// Validated settings, with `overrides` applied last.
+    pub fn settings(self, overrides: Overrides) -> Result<Settings, ConfigError> {
+        let limits = self.limits()?;
+        let defaults = Self::built_in();
+        let server = self.server.or(defaults.server).expect("built-in [server]");
+        let store = self.store.or(defaults.store).expect("built-in [store]");
+        let res = self
+            .reservations
+            .or(defaults.reservations)
+            .expect("built-in [reservations]");
+        let redis_url = overrides
+            .redis_url
+            .or(store.redis_url)
+            .filter(|u| !u.trim().is_empty());
+        let key_prefix = overrides.key_prefix.unwrap_or(store.key_prefix);
+        crate::store::keys::Keys::new(&key_prefix)
+            .map_err(|problem| LimitsError::new("store.key_prefix", problem))?;
+        if store.timeout_ms == 0 {
+            return Err(LimitsError::new("store.timeout_ms", "must be at least 1").into());
+        }
+        if res.default_lease_ttl_ms == 0 || res.default_lease_ttl_ms > res.max_lease_ttl_ms {
+            return Err(LimitsError::new(
+                "reservations.default_lease_ttl_ms",
+                "must be between 1 and max_lease_ttl_ms",
+            )
+            .into());
+        }
+        Ok(Settings {
+            listen: overrides.listen.unwrap_or(server.listen),
+            redis_url,
+            key_prefix,
+            pool: store.pool,
+            connections: store.connections.max(1),
+            store_timeout: Duration::from_millis(store.timeout_ms),
+            leases: LeasePolicy {
+                default_ttl_ms: res.default_lease_ttl_ms,
+                max_ttl_ms: res.max_lease_ttl_ms,
+            },
+            retention: Retention {
+                record_ms: res.retention_ms,
+                idempotency_ms: res.idempotency_ttl_ms,
+            },
+            retry_jitter_ms: res.retry_jitter_ms,
+            concurrency_retry_ms: res.concurrency_retry_ms.max(1),
+            limits: Arc::new(limits),
+        })
+    }
+}
+
+/// Loads the built-in defaults overlaid with `path` (if any) and `overrides`.
+pub fn load(path: Option<&Path>, overrides: Overrides) -> Result<Settings, ConfigError> {
+    let mut file = FileConfig::built_in();
+    if let Some(path) = path {
+        file = file.overlay(FileConfig::read(path)?);
+    }
+    file.settings(overrides)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn built_in_tiers_are_the_documented_ones() {
+        let s = FileConfig::built_in()
+            .settings(Overrides::default())
+            .unwrap();
+        let free = s.limits.tier("free").unwrap();
+        assert_eq!(
+            free.user.requests,
+            vec![Rate {
+                limit: 10,
+                period_secs: 60
+            }]
+        );
+        assert_eq!(
+            free.user.tokens,
+            vec![Rate {
+                limit: 50_000,
+                period_secs: 60
+            }]
+        );
+        assert_eq!(free.user.concurrency, Some(1));
+        assert_eq!(free.max_context_tokens, 32_000);
+        let pro = s.limits.tier("pro").unwrap();
+        assert_eq!(
+            (pro.user.requests[0].limit, pro.user.tokens[0].limit),
+            (60, 500_000)
+        );
+        assert_eq!(
+            (pro.user.concurrency, pro.max_context_tokens),
+            (Some(5), 128_000)
+        );
+        let ent = s.limits.tier("enterprise").unwrap();
+        assert_eq!(
+            (ent.user.requests[0].limit, ent.user.tokens[0].limit),
+            (300, 2_000_000)
+        );
+        assert_eq!(
+            (ent.user.concurrency, ent.max_context_tokens),
+            (Some(20), 256_000)
+        );
+        assert!(s.redis_url.is_none(), "in-memory by default");
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let bad = "[tiers.x]\nmax_context_tokens = 10\ndefault_max_output_tokens = 1\nuser = { tokens = [{ limit = 5, period = \"2w\" }] }\n";
+        let err = FileConfig::parse(bad, "f").unwrap().limits().unwrap_err();
+        assert!(
+            err.to_string().contains("tiers.x.user.tokens[0].period"),
+            "{err}"
+        );
+        let unknown = "[store]\nredis_urll = \"x\"\n";
+        let err = FileConfig::parse(unknown, "f").unwrap_err();
+        assert!(err.to_string().contains("redis_urll"), "{err}");
+        let negative = "[global]\nconcurrency = -1\n";
+        assert!(FileConfig::parse(negative, "f").is_err());
+    }
+
+    #[test]
+    fn periods_parse() {
+        assert_eq!(parse_period("90s"), Ok(90));
+        assert_eq!(parse_period("1d"), Ok(86_400));
+        assert_eq!(parse_period("45"), Ok(45));
+        assert!(parse_period("1w").is_err());
+        assert!(parse_period("m").is_err());
+    }
+}

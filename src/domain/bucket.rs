@@ -1,0 +1,118 @@
+//! Token-bucket arithmetic with continuous refill: capacity = limit, refill =
+//! limit / period.
+//!
+//! A bucket is a level (a float, so fractions of a unit refill exactly) and the
+//! time it was last brought up to date. Levels may go negative: a Commit that used
+//! more than it reserved leaves debt, which later requests wait out. `lua/*.lua`
+//! repeats these formulas operation for operation, so both stores compute the same
+//! doubles; stores report levels as whole thousandths ("milli" units).
+
+use super::limits::{Dimension, Level};
+
+/// One bucket as the store sees it: which level and dimension, and its rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BucketSpec {
+    /// The level the bucket belongs to.
+    pub level: Level,
+    /// `Requests` or `Tokens`.
+    pub dimension: Dimension,
+    /// Capacity, and what refills per period.
+    pub limit: u64,
+    /// Period in seconds.
+    pub period_secs: u64,
+}
+
+impl BucketSpec {
+    /// The period in microseconds: the unit of time of the stores.
+    pub fn period_us(&self) -> u64 {
+        self.period_secs * 1_000_000
+    }
+
+    /// What one reservation of `tokens` takes from this bucket.
+    pub fn cost(&self, tokens: u64) -> u64 {
+        match self.dimension {
+            Dimension::Tokens => tokens,
+            _ => 1,
+        }
+    }
+
+    /// The level after `elapsed_us` of refill, never above capacity.
+    /// Lua: `l = l + el * lim / per; if l > lim then l = lim end`.
+    pub fn refill(&self, level: f64, elapsed_us: i64) -> f64 {
+        let elapsed = elapsed_us.max(0) as f64;
+        let refilled = level + elapsed * self.limit as f64 / self.period_us() as f64;
+        refilled.min(self.limit as f64)
+    }
+
+    /// The level after settling `delta` more units than were reserved: an
+    /// overage (delta > 0) may go into debt; a surplus never overfills.
+    pub fn settle(&self, level: f64, delta: i64) -> f64 {
+        let settled = level - delta as f64;
+        if delta < 0 {
+            settled.min(self.limit as f64)
+        } else {
+            settled
+        }
+    }
+
+    /// Microseconds until a level of `level` refills to full, rounded up.
+    pub fn until_full_us(&self, level: f64) -> u64 {
+        self.until_level_us(level, self.limit as f64)
+    }
+
+    /// Microseconds until `level` has refilled to `target`, rounded up.
+    pub fn until_level_us(&self, level: f64, target: f64) -> u64 {
+        if level >= target {
+            return 0;
+        }
+        ((target - level) * self.period_us() as f64 / self.limit as f64).ceil() as u64
+    }
+}
+
+/// A level in whole thousandths, as stores report it. Lua: `math.floor(l * 1000)`.
+pub fn to_milli(level: f64) -> i64 {
+    (level * 1000.0).floor() as i64
+}
+
+/// Back from thousandths to a level.
+pub fn from_milli(milli: i64) -> f64 {
+    milli as f64 / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tpm(limit: u64) -> BucketSpec {
+        BucketSpec {
+            level: Level::User,
+            dimension: Dimension::Tokens,
+            limit,
+            period_secs: 60,
+        }
+    }
+
+    #[test]
+    fn refill_is_continuous_and_capped() {
+        let b = tpm(600);
+        assert_eq!(b.refill(0.0, 1_000_000), 10.0);
+        assert_eq!(b.refill(0.0, 100_000), 1.0);
+        assert_eq!(b.refill(595.0, 60_000_000), 600.0);
+        assert_eq!(b.refill(5.0, -3), 5.0, "a clock step back refills nothing");
+    }
+
+    #[test]
+    fn debt_is_kept_and_surplus_capped() {
+        let b = tpm(600);
+        assert_eq!(b.settle(100.0, 300), -200.0);
+        assert_eq!(b.settle(500.0, -300), 600.0);
+        assert_eq!(b.until_full_us(-600.0), 120_000_000);
+    }
+
+    #[test]
+    fn milli_floors_toward_minus_infinity() {
+        assert_eq!(to_milli(-0.0005), -1);
+        assert_eq!(to_milli(1.9999), 1999);
+        assert_eq!(from_milli(-1500), -1.5);
+    }
+}

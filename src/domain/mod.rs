@@ -1,0 +1,20 @@
+//! The budget domain: limits, bucket arithmetic, reservation plans and decisions.
+//!
+//! Pure code: nothing here knows about gRPC or Redis. The stores supply atomicity
+//! and persistence around these rules; the Lua scripts in `lua/` mirror the
+//! arithmetic in [`bucket`] line for line, and the conformance suite proves the two
+//! stores agree.
+
+pub mod bucket;
+pub mod clock;
+pub mod decision;
+pub mod ids;
+pub mod limits;
+pub mod plan;
+
+pub use bucket::BucketSpec;
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use decision::{Denial, LimitState, Reading, Readings, Reason};
+pub use ids::{IdempotencyKey, InvalidInput, ReservationId, TenantId, UserId};
+pub use limits::{Dimension, Level, LevelLimits, Limits, LimitsError, Rate, Tier};
+pub use plan::{LevelPlan, ReservePlan};

@@ -1,0 +1,326 @@
+//! Turning a validated request and the configured limits into a reservation plan:
+//! which buckets and concurrency limits apply at which level, and what it costs.
+//! Requests that can never fit (context too large, more tokens than a bucket can
+//! hold) are refused here, before any store is asked.
+
+use super::bucket::BucketSpec;
+use super::decision::Denial;
+use super::ids::{Fnv, IdempotencyKey, InvalidInput, ReservationId, TenantId, UserId};
+use super::limits::{Dimension, Level, LevelLimits, Limits, MAX_COUNT, Tier};
+
+/// What one level checks: its buckets and its concurrency limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LevelPlan {
+    /// The level.
+    pub level: Level,
+    /// Request buckets, then token buckets, in configuration order.
+    pub buckets: Vec<BucketSpec>,
+    /// The level's concurrency limit; `None` means unlimited (no lease is kept).
+    pub concurrency: Option<u64>,
+}
+
+impl LevelPlan {
+    /// The plan of one level's limits.
+    pub fn new(level: Level, limits: &LevelLimits) -> Self {
+        let rates = |dimension, rates: &[super::limits::Rate]| {
+            rates
+                .iter()
+                .map(move |r| BucketSpec {
+                    level,
+                    dimension,
+                    limit: r.limit,
+                    period_secs: r.period_secs,
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut buckets = rates(Dimension::Requests, &limits.requests);
+        buckets.extend(rates(Dimension::Tokens, &limits.tokens));
+        LevelPlan {
+            level,
+            buckets,
+            concurrency: limits.concurrency,
+        }
+    }
+
+    /// True when the level checks nothing.
+    pub fn is_unlimited(&self) -> bool {
+        self.buckets.is_empty() && self.concurrency.is_none()
+    }
+
+    /// How many readings a store reports for this level: one per bucket, plus one
+    /// for concurrency.
+    pub fn reading_count(&self) -> usize {
+        self.buckets.len() + usize::from(self.concurrency.is_some())
+    }
+}
+
+/// The levels a request passes through, outermost first: global, tenant, and
+/// user when the request names one. With `keep_unlimited` false, levels without
+/// any limit are dropped (they cost no store work).
+pub fn levels(
+    limits: &Limits,
+    tier: Option<&Tier>,
+    has_user: bool,
+    keep_unlimited: bool,
+) -> Vec<LevelPlan> {
+    let empty = LevelLimits::default();
+    let mut out = vec![
+        LevelPlan::new(Level::Global, &limits.global),
+        LevelPlan::new(Level::Tenant, tier.map_or(&empty, |t| &t.tenant)),
+    ];
+    if has_user {
+        out.push(LevelPlan::new(
+            Level::User,
+            tier.map_or(&empty, |t| &t.user),
+        ));
+    }
+    if !keep_unlimited {
+        out.retain(|l| !l.is_unlimited());
+    }
+    out
+}
+
+/// How long concurrency leases last.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeasePolicy {
+    /// Used when a request gives no lease length.
+    pub default_ttl_ms: u64,
+    /// The longest lease a request may ask for.
+    pub max_ttl_ms: u64,
+}
+
+impl LeasePolicy {
+    /// The lease length for a request's `lease_ttl_ms` (absent or 0: the default).
+    pub fn ttl_ms(&self, field: &'static str, requested: Option<u64>) -> Result<u64, InvalidInput> {
+        match requested {
+            None | Some(0) => Ok(self.default_ttl_ms),
+            Some(ms) if ms > self.max_ttl_ms => Err(InvalidInput::new(
+                field,
+                format!(
+                    "{ms} ms is above the maximum lease of {} ms; renew the lease with RenewLease instead",
+                    self.max_ttl_ms
+                ),
+            )),
+            Some(ms) => Ok(ms),
+        }
+    }
+}
+
+/// A CheckAndReserve request after field validation.
+#[derive(Clone, Debug)]
+pub struct ReserveRequest {
+    /// The customer.
+    pub tenant: TenantId,
+    /// The user, if user-level limits apply.
+    pub user: Option<UserId>,
+    /// The tier name.
+    pub tier: String,
+    /// The model, recorded for fingerprinting.
+    pub model: String,
+    /// Prompt tokens.
+    pub prompt_tokens: u64,
+    /// Output tokens; 0 means the tier's default.
+    pub max_output_tokens: u64,
+    /// Makes a retried call return the first reservation.
+    pub idempotency_key: Option<IdempotencyKey>,
+    /// Requested lease length.
+    pub lease_ttl_ms: Option<u64>,
+}
+
+/// Everything a store needs to make one reservation.
+#[derive(Clone, Debug)]
+pub struct ReservePlan {
+    /// The id the reservation will have.
+    pub id: ReservationId,
+    /// The limited levels, outermost first.
+    pub levels: Vec<LevelPlan>,
+    /// Tokens taken from every token bucket: prompt + output.
+    pub tokens: u64,
+    /// Output tokens included in `tokens`.
+    pub max_output_tokens: u64,
+    /// Lease length.
+    pub lease_ttl_ms: u64,
+    /// The caller's idempotency key, if any.
+    pub idempotency_key: Option<IdempotencyKey>,
+    /// Digest of the request; a replayed idempotency key must match it.
+    pub fingerprint: u64,
+}
+
+impl ReservePlan {
+    /// Bit set of the levels that hold a lease for this reservation.
+    pub fn lease_mask(&self) -> u8 {
+        self.levels
+            .iter()
+            .filter(|l| l.concurrency.is_some())
+            .fold(0, |m, l| m | l.level.bit())
+    }
+}
+
+/// The result of planning: a plan for the store, or a refusal no store can change.
+#[derive(Clone, Debug)]
+pub enum Prepared {
+    /// Ask the store.
+    Plan(ReservePlan),
+    /// Refused before the store: context or request too large.
+    Refused(Denial),
+}
+
+/// Plans a reservation of `req` under `limits`.
+pub fn prepare(
+    req: ReserveRequest,
+    limits: &Limits,
+    leases: &LeasePolicy,
+) -> Result<Prepared, InvalidInput> {
+    let tier = limits.tier(&req.tier).ok_or_else(|| {
+        InvalidInput::new(
+            "tier",
+            format!(
+                "unknown tier {:?}; known tiers: {}",
+                req.tier,
+                limits.tier_names()
+            ),
+        )
+    })?;
+    let lease_ttl_ms = leases.ttl_ms("lease_ttl_ms", req.lease_ttl_ms)?;
+    let max_output = match req.max_output_tokens {
+        0 => tier.default_max_output_tokens,
+        n => n,
+    };
+    let tokens = req.prompt_tokens + max_output;
+    if tokens > tier.max_context_tokens {
+        return Ok(Prepared::Refused(Denial::context_too_large(
+            req.prompt_tokens,
+            max_output,
+            tier,
+        )));
+    }
+    let levels = levels(limits, Some(tier), req.user.is_some(), false);
+    let too_large = levels
+        .iter()
+        .flat_map(|l| &l.buckets)
+        .find(|b| b.cost(tokens) > b.limit);
+    if let Some(bucket) = too_large {
+        return Ok(Prepared::Refused(Denial::request_too_large(bucket, tokens)));
+    }
+    let fingerprint = fingerprint(&req, max_output);
+    let id = ReservationId::generate(req.tenant, req.user, req.tier);
+    Ok(Prepared::Plan(ReservePlan {
+        id,
+        levels,
+        tokens,
+        max_output_tokens: max_output,
+        lease_ttl_ms,
+        idempotency_key: req.idempotency_key,
+        fingerprint,
+    }))
+}
+
+/// Digest of what makes two requests "the same" for idempotency.
+fn fingerprint(req: &ReserveRequest, max_output: u64) -> u64 {
+    let mut h = Fnv::new();
+    h.write(req.user.as_ref().map_or("", |u| u.as_str()).as_bytes());
+    h.write(&[0xff]);
+    h.write(req.tier.as_bytes());
+    h.write(&[0xff]);
+    h.write(req.model.as_bytes());
+    h.write_u64(req.prompt_tokens);
+    h.write_u64(max_output);
+    h.finish()
+}
+
+/// Checks a token count from a request: at most 2^40.
+pub fn check_tokens(field: &'static str, n: u64) -> Result<u64, InvalidInput> {
+    if n > MAX_COUNT {
+        return Err(InvalidInput::new(
+            field,
+            format!("{n} is above the maximum of {MAX_COUNT} tokens"),
+        ));
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Reason;
+    use crate::domain::limits::Rate;
+    use std::sync::Arc;
+
+    fn limits() -> Limits {
+        let tier = Tier {
+            name: "free".into(),
+            tenant: LevelLimits::default(),
+            user: LevelLimits {
+                requests: vec![Rate {
+                    limit: 10,
+                    period_secs: 60,
+                }],
+                tokens: vec![Rate {
+                    limit: 5000,
+                    period_secs: 60,
+                }],
+                concurrency: Some(1),
+            },
+            max_context_tokens: 8000,
+            default_max_output_tokens: 100,
+        };
+        Limits {
+            global: LevelLimits::default(),
+            tiers: [("free".to_string(), Arc::new(tier))].into(),
+        }
+    }
+
+    fn request(prompt: u64, output: u64) -> ReserveRequest {
+        ReserveRequest {
+            tenant: TenantId::parse("t").unwrap(),
+            user: Some(UserId::parse("u").unwrap()),
+            tier: "free".into(),
+            model: "m".into(),
+            prompt_tokens: prompt,
+            max_output_tokens: output,
+            idempotency_key: None,
+            lease_ttl_ms: None,
+        }
+    }
+
+    const LEASES: LeasePolicy = LeasePolicy {
+        default_ttl_ms: 1000,
+        max_ttl_ms: 5000,
+    };
+
+    #[test]
+    fn unlimited_levels_are_skipped_and_default_output_applies() {
+        let Prepared::Plan(plan) = prepare(request(50, 0), &limits(), &LEASES).unwrap() else {
+            panic!("expected a plan");
+        };
+        assert_eq!(plan.levels.len(), 1, "only the user level has limits");
+        assert_eq!(plan.tokens, 150);
+        assert_eq!(plan.lease_mask(), Level::User.bit());
+    }
+
+    #[test]
+    fn hopeless_requests_are_refused_before_the_store() {
+        let Prepared::Refused(d) = prepare(request(7000, 1001), &limits(), &LEASES).unwrap() else {
+            panic!("expected a refusal");
+        };
+        assert_eq!(d.reason, Reason::ContextTooLarge);
+        let Prepared::Refused(d) = prepare(request(5000, 1), &limits(), &LEASES).unwrap() else {
+            panic!("expected a refusal");
+        };
+        assert_eq!(d.reason, Reason::RequestTooLarge);
+        assert_eq!(d.retry_after_ms, 0);
+    }
+
+    #[test]
+    fn unknown_tier_and_long_lease_are_invalid() {
+        let mut r = request(1, 1);
+        r.tier = "gold".into();
+        assert_eq!(prepare(r, &limits(), &LEASES).unwrap_err().field, "tier");
+        let mut r = request(1, 1);
+        r.lease_ttl_ms = Some(5001);
+        assert_eq!(
+            prepare(r, &limits(), &LEASES).unwrap_err().field,
+            "lease_ttl_ms"
+        );
+    }
+}

@@ -1,0 +1,107 @@
+//! Bootstrap: builds the store and engine from settings and serves gRPC on a
+//! listener until `shutdown` resolves. Tests call [`run`] with a port-0 listener.
+
+use crate::api::BudgetApi;
+use crate::config::Settings;
+use crate::engine::{Engine, EngineSettings};
+use crate::pb;
+use crate::pb::budget_service_server::BudgetServiceServer;
+use crate::store::keys::Keys;
+use crate::store::memory::MemoryStore;
+use crate::store::redis::{RedisSettings, RedisStore};
+use crate::store::{Store, StoreError};
+use std::future::Future;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+
+/// The server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The store could not be reached at startup.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The gRPC transport failed.
+    #[error("gRPC server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// Reflection could not be built from the embedded descriptors.
+    #[error("gRPC reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    /// Invalid settings.
+    #[error("{0}")]
+    Settings(String),
+}
+
+/// Serves on `listener` with the store `settings` name until `shutdown`.
+pub async fn run(
+    settings: Settings,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let keys = Keys::new(&settings.key_prefix).map_err(ServeError::Settings)?;
+    match &settings.redis_url {
+        Some(url) => {
+            let redis = RedisSettings {
+                url: url.clone(),
+                pool: settings.pool,
+                connections: settings.connections,
+                timeout: settings.store_timeout,
+            };
+            let store = RedisStore::connect(&redis, keys, settings.retention).await?;
+            serve(store, &settings, listener, shutdown).await
+        }
+        None => {
+            let store = MemoryStore::new(keys, settings.retention);
+            serve(store, &settings, listener, shutdown).await
+        }
+    }
+}
+
+/// The engine settings part of [`Settings`].
+pub fn engine_settings(settings: &Settings) -> EngineSettings {
+    EngineSettings {
+        leases: settings.leases,
+        retry_jitter_ms: settings.retry_jitter_ms,
+        concurrency_retry_ms: settings.concurrency_retry_ms,
+    }
+}
+
+/// Serves an engine over `store`.
+pub async fn serve<S: Store>(
+    store: S,
+    settings: &Settings,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let addr = listener
+        .local_addr()
+        .map_err(|e| ServeError::Settings(e.to_string()))?;
+    tracing::info!(
+        listen = %addr,
+        store = %store.describe(),
+        tiers = %settings.limits.tier_names(),
+        "ctxbudget serving gRPC on {addr}"
+    );
+    let engine = Arc::new(Engine::new(
+        store,
+        settings.limits.clone(),
+        engine_settings(settings),
+    ));
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<BudgetServiceServer<BudgetApi<S>>>()
+        .await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    Server::builder()
+        .add_service(BudgetServiceServer::new(BudgetApi::new(engine)))
+        .add_service(health_service)
+        .add_service(reflection)
+        .serve_with_incoming_shutdown(TcpIncoming::from(listener), shutdown)
+        .await?;
+    tracing::info!("ctxbudget stopped");
+    Ok(())
+}

@@ -1,0 +1,155 @@
+//! Every store key and hash field name is built here, and only here.
+//!
+//! # Layout (prefix `ctxb:` by default)
+//! ```text
+//! ctxb:g                       hash   global level: buckets and leases
+//! ctxb:{T}:t                   hash   tenant level
+//! ctxb:{T}:u:<U>               hash   one user of the tenant
+//! ctxb:{T}:r:<nonce>           string one reservation's record
+//! ctxb:{T}:i:<K>               string idempotency key → reservation nonce
+//! ```
+//! `T`, `U` and `K` are the tenant id, user id and idempotency key in unpadded
+//! base64url. Its alphabet (`A-Z a-z 0-9 - _`) has no `:`, `{` or `}`, and the
+//! encoding is injective, so no two (tenant, user) pairs share a key and no id
+//! can end the hash tag early or forge a separator. `{T}` is the Redis Cluster
+//! hash tag: all of a tenant's keys, its users' included, live in one slot, so
+//! one script can touch them atomically; the global key stands apart.
+//!
+//! # Level hash fields
+//! ```text
+//! @t          time (µs) the bucket levels were last brought up to date
+//! r<secs>     level of the request bucket with that period (a float)
+//! t<secs>     level of the token bucket with that period
+//! @n          live concurrency leases
+//! @e          lower bound of the earliest lease expiry (µs)
+//! #<nonce>    one lease: its expiry (µs)
+//! ```
+
+use crate::domain::{
+    BucketSpec, Dimension, IdempotencyKey, Level, ReservationId, TenantId, UserId,
+};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "ctxb:";
+
+/// Builds keys under one prefix.
+#[derive(Clone, Debug)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    /// Keys under `prefix`, which must not contain `{` or `}` (they would move
+    /// the Redis Cluster hash tag).
+    pub fn new(prefix: &str) -> Result<Self, String> {
+        if prefix.contains(['{', '}']) {
+            return Err(format!(
+                "key prefix {prefix:?} must not contain '{{' or '}}'"
+            ));
+        }
+        Ok(Keys {
+            prefix: prefix.to_owned(),
+        })
+    }
+
+    /// The prefix every key starts with.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn tenant_tag(&self, tenant: &TenantId) -> String {
+        format!("{}{{{}}}", self.prefix, encode(tenant.as_str()))
+    }
+
+    /// The hash of one level for a tenant (and user, at the user level).
+    pub fn level(&self, level: Level, tenant: &TenantId, user: Option<&UserId>) -> String {
+        match (level, user) {
+            (Level::Global, _) => format!("{}g", self.prefix),
+            (Level::Tenant, _) | (Level::User, None) => format!("{}:t", self.tenant_tag(tenant)),
+            (Level::User, Some(u)) => {
+                format!("{}:u:{}", self.tenant_tag(tenant), encode(u.as_str()))
+            }
+        }
+    }
+
+    /// The record of one reservation.
+    pub fn record(&self, id: &ReservationId) -> String {
+        format!("{}:r:{}", self.tenant_tag(&id.tenant), id.nonce_b64())
+    }
+
+    /// The idempotency entry of one key within a tenant.
+    pub fn idempotency(&self, tenant: &TenantId, key: &IdempotencyKey) -> String {
+        format!("{}:i:{}", self.tenant_tag(tenant), encode(key.as_str()))
+    }
+}
+
+/// The hash field of a bucket: `r60`, `t86400`.
+pub fn bucket_field(bucket: &BucketSpec) -> String {
+    let d = match bucket.dimension {
+        Dimension::Requests => 'r',
+        _ => 't',
+    };
+    format!("{d}{}", bucket.period_secs)
+}
+
+/// The hash field of a reservation's lease.
+pub fn lease_field(id: &ReservationId) -> String {
+    format!("#{}", id.nonce_b64())
+}
+
+fn encode(id: &str) -> String {
+    URL_SAFE_NO_PAD.encode(id.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    fn slot_tag(key: &str) -> &str {
+        let open = key.find('{').expect("tenant keys carry a hash tag");
+        let close = open + key[open..].find('}').expect("closed tag");
+        &key[open + 1..close]
+    }
+
+    #[test]
+    fn hostile_ids_cannot_collide_or_move_slots() {
+        let keys = Keys::new(DEFAULT_PREFIX).unwrap();
+        let pairs = [
+            ("a", Some("b")),
+            ("a:u:b", None),
+            ("a", Some("b:t")),
+            ("a}", Some("b")),
+            ("{a", Some("b")),
+            ("a:user:b", Some("c")),
+            ("a", Some("user:b:c")),
+        ];
+        let mut seen = HashSet::new();
+        for (t, u) in pairs {
+            let tenant = TenantId::parse(t).unwrap();
+            let user = u.map(|u| UserId::parse(u).unwrap());
+            let user_key = keys.level(Level::User, &tenant, user.as_ref());
+            let tenant_key = keys.level(Level::Tenant, &tenant, None);
+            assert_eq!(
+                slot_tag(&user_key),
+                slot_tag(&tenant_key),
+                "one slot per tenant"
+            );
+            assert_eq!(
+                user_key.matches(['{', '}']).count(),
+                2,
+                "ids never add braces"
+            );
+            if user.is_some() {
+                assert!(seen.insert(user_key), "user key reused for {t:?}/{u:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn prefix_with_braces_is_refused() {
+        assert!(Keys::new("a{b}:").is_err());
+    }
+}

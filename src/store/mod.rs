@@ -1,0 +1,166 @@
+//! Budget state: one [`Store`] trait, two implementations with the same
+//! semantics — [`memory::MemoryStore`] (the default: nothing to install) and
+//! [`redis::RedisStore`] (shared by every replica, changed only by the atomic Lua
+//! scripts in `lua/`). The conformance suite in `tests/` runs one set of
+//! behaviours against both.
+
+pub mod keys;
+pub mod memory;
+pub mod redis;
+pub mod scripts;
+
+use crate::domain::{LevelPlan, Readings, ReservationId, ReservePlan, TenantId, UserId};
+use std::future::Future;
+
+/// How long settled and idempotent state is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// A reservation's record outlives its lease (or its settlement) by this
+    /// long: a late Commit still charges, a repeat answers ALREADY_SETTLED.
+    pub record_ms: u64,
+    /// How long an idempotency key remembers its reservation.
+    pub idempotency_ms: u64,
+}
+
+/// The answer to a reservation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReserveReply {
+    /// Taken; readings after the cost was taken.
+    Allowed {
+        /// One per check, in plan order.
+        readings: Readings,
+    },
+    /// Refused; nothing changed.
+    Denied {
+        /// One per check, in plan order, before anything was taken.
+        readings: Readings,
+        /// Bit i set: check i denied.
+        denied_mask: u64,
+    },
+    /// The idempotency key matched an earlier reservation, returned instead.
+    Replayed {
+        /// The earlier reservation's nonce.
+        nonce: String,
+        /// Its reserved tokens.
+        tokens: u64,
+        /// Milliseconds its lease has left (0 once lapsed).
+        lease_expires_in_ms: u64,
+        /// Current readings; nothing was taken.
+        readings: Readings,
+    },
+    /// The idempotency key belongs to a different request.
+    IdempotencyConflict,
+}
+
+/// How a reservation was settled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// Committed with this token delta (actual - reserved).
+    Committed(i64),
+    /// Refunded these tokens.
+    Refunded(u64),
+}
+
+/// The answer to Commit or Refund.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SettleReply {
+    /// Settled now.
+    Applied(Settled),
+    /// Settled before; nothing changed.
+    AlreadySettled(Settled),
+    /// No such reservation.
+    NotFound,
+}
+
+/// The answer to RenewLease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RenewReply {
+    /// The lease now lapses in this many milliseconds.
+    Renewed {
+        /// Milliseconds until the renewed lease lapses.
+        expires_in_ms: u64,
+    },
+    /// The reservation was settled.
+    AlreadySettled,
+    /// The lease had lapsed; its slot stays released.
+    Expired,
+    /// No such reservation.
+    NotFound,
+}
+
+/// Which reservation to settle, and the levels it touched (every level of the
+/// reservation, limited or not, so a lease is released wherever it is held).
+#[derive(Clone, Copy, Debug)]
+pub struct Settlement<'a> {
+    /// The reservation.
+    pub id: &'a ReservationId,
+    /// Global, tenant and (with a user) user levels, with their current limits.
+    pub levels: &'a [LevelPlan],
+}
+
+/// The levels of one tenant (and user) to read.
+#[derive(Clone, Copy, Debug)]
+pub struct Scope<'a> {
+    /// The tenant.
+    pub tenant: &'a TenantId,
+    /// The user, if any.
+    pub user: Option<&'a UserId>,
+}
+
+/// The store could not answer. Every variant says whether a retry may help.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// Unreachable, timed out, loading, out of memory: retry or fail over.
+    #[error("budget store unavailable: {0}")]
+    Unavailable(String),
+    /// The store answered something the service does not understand: a bug or
+    /// foreign data under the key prefix. Retrying will not help.
+    #[error("budget store answered unexpectedly: {0}")]
+    Protocol(String),
+}
+
+impl StoreError {
+    /// True when a retry may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
+
+/// Budget state with atomic reserve and settle operations.
+pub trait Store: Send + Sync + 'static {
+    /// Takes the plan's cost at every level, or nothing.
+    fn reserve(
+        &self,
+        plan: &ReservePlan,
+    ) -> impl Future<Output = Result<ReserveReply, StoreError>> + Send;
+
+    /// Settles a reservation with `actual_tokens` used.
+    fn commit(
+        &self,
+        settlement: Settlement<'_>,
+        actual_tokens: u64,
+    ) -> impl Future<Output = Result<SettleReply, StoreError>> + Send;
+
+    /// Returns a reservation's request and tokens.
+    fn refund(
+        &self,
+        settlement: Settlement<'_>,
+    ) -> impl Future<Output = Result<SettleReply, StoreError>> + Send;
+
+    /// Extends a live reservation's lease to `ttl_ms` from now.
+    fn renew(
+        &self,
+        settlement: Settlement<'_>,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<RenewReply, StoreError>> + Send;
+
+    /// Reads the levels of `scope` without changing anything.
+    fn status(
+        &self,
+        scope: Scope<'_>,
+        levels: &[LevelPlan],
+    ) -> impl Future<Output = Result<Readings, StoreError>> + Send;
+
+    /// One line for the startup log: which store, where.
+    fn describe(&self) -> String;
+}

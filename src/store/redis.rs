@@ -1,0 +1,457 @@
+//! The Redis store: state shared by every replica, changed only by the Lua
+//! scripts in `lua/`, one EVALSHA per call.
+//!
+//! Connections: by default a few multiplexed [`ConnectionManager`]s, used round
+//! robin. Each pipelines every concurrent call onto one socket and reconnects by
+//! itself after Redis restarts. The alternative, a deadpool-redis pool
+//! (`pool = "deadpool"`), checks every connection out with a PING, one extra round
+//! trip per call; `ctxbudget bench` measures both. Scripts are loaded at connect
+//! time and re-loaded transparently on NOSCRIPT (Redis restarted or flushed) by
+//! [`redis::Script::invoke_async`].
+
+use super::keys::{Keys, bucket_field, lease_field};
+use super::{
+    RenewReply, ReserveReply, Retention, Scope, SettleReply, Settled, Settlement, Store,
+    StoreError, scripts,
+};
+use crate::domain::{LevelPlan, Reading, Readings, ReservePlan};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{RedisError, Script, ScriptInvocation, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// How the service holds its Redis connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolKind {
+    /// Multiplexed connections that pipeline concurrent calls (the default).
+    #[default]
+    Multiplexed,
+    /// A deadpool-redis pool: one call per connection at a time.
+    Deadpool,
+}
+
+/// How to reach Redis.
+#[derive(Clone, Debug)]
+pub struct RedisSettings {
+    /// `redis://[user:password@]host:port[/db]` or `rediss://` for TLS.
+    pub url: String,
+    /// Connection strategy.
+    pub pool: PoolKind,
+    /// Multiplexed connections, or the deadpool pool's maximum size.
+    pub connections: usize,
+    /// Deadline of one store call.
+    pub timeout: Duration,
+}
+
+enum Connections {
+    Multiplexed {
+        conns: Vec<ConnectionManager>,
+        next: AtomicUsize,
+    },
+    Deadpool(deadpool_redis::Pool),
+}
+
+/// Budget state in Redis.
+pub struct RedisStore {
+    connections: Connections,
+    keys: Keys,
+    retention: Retention,
+    timeout: Duration,
+    reserve: Script,
+    settle: Script,
+    renew: Script,
+    status: Script,
+    url: String,
+}
+
+impl RedisStore {
+    /// Connects, checks Redis answers, and loads the scripts.
+    pub async fn connect(
+        settings: &RedisSettings,
+        keys: Keys,
+        retention: Retention,
+    ) -> Result<Self, StoreError> {
+        let url = redact_url(&settings.url);
+        let client = redis::Client::open(settings.url.as_str())
+            .map_err(|e| StoreError::Unavailable(format!("invalid Redis URL {url}: {e}")))?;
+        let count = settings.connections.max(1);
+        let connections = match settings.pool {
+            PoolKind::Multiplexed => {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(settings.timeout.max(Duration::from_secs(1))))
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_secs(2));
+                let mut conns = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let conn = tokio::time::timeout(
+                        Duration::from_secs(5),
+                        client.get_connection_manager_with_config(config.clone()),
+                    )
+                    .await
+                    .map_err(|_| StoreError::Unavailable(format!("connecting to {url} timed out")))?
+                    .map_err(|e| unavailable(&url, e))?;
+                    conns.push(conn);
+                }
+                Connections::Multiplexed {
+                    conns,
+                    next: AtomicUsize::new(0),
+                }
+            }
+            PoolKind::Deadpool => {
+                let mut cfg = deadpool_redis::Config::from_url(settings.url.clone());
+                cfg.pool = Some(deadpool_redis::PoolConfig::new(count));
+                let pool = cfg
+                    .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+                    .map_err(|e| StoreError::Unavailable(format!("{url}: {e}")))?;
+                Connections::Deadpool(pool)
+            }
+        };
+        let store = RedisStore {
+            connections,
+            keys,
+            retention,
+            timeout: settings.timeout,
+            reserve: Script::new(scripts::RESERVE),
+            settle: Script::new(scripts::SETTLE),
+            renew: Script::new(scripts::RENEW),
+            status: Script::new(scripts::STATUS),
+            url,
+        };
+        store.load_scripts().await?;
+        Ok(store)
+    }
+
+    /// Loads every script (startup, and a cheap readiness probe).
+    pub async fn load_scripts(&self) -> Result<(), StoreError> {
+        for script in [&self.reserve, &self.settle, &self.renew, &self.status] {
+            let load = async {
+                match &self.connections {
+                    Connections::Multiplexed { conns, .. } => {
+                        script
+                            .prepare_invoke()
+                            .load_async(&mut conns[0].clone())
+                            .await
+                    }
+                    Connections::Deadpool(pool) => {
+                        let mut conn = pool.get().await.map_err(pool_error)?;
+                        script.prepare_invoke().load_async(&mut conn).await
+                    }
+                }
+            };
+            tokio::time::timeout(self.timeout.max(Duration::from_secs(1)), load)
+                .await
+                .map_err(|_| {
+                    StoreError::Unavailable(format!("{}: loading scripts timed out", self.url))
+                })?
+                .map_err(|e| unavailable(&self.url, e))?;
+        }
+        Ok(())
+    }
+
+    /// Runs one script invocation under the store deadline.
+    async fn run(&self, invocation: &ScriptInvocation<'_>) -> Result<Vec<Value>, StoreError> {
+        let call = async {
+            match &self.connections {
+                Connections::Multiplexed { conns, next } => {
+                    let i = next.fetch_add(1, Ordering::Relaxed) % conns.len();
+                    invocation
+                        .invoke_async::<Vec<Value>>(&mut conns[i].clone())
+                        .await
+                }
+                Connections::Deadpool(pool) => {
+                    let mut conn = pool.get().await.map_err(pool_error)?;
+                    invocation.invoke_async::<Vec<Value>>(&mut conn).await
+                }
+            }
+        };
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(result) => result.map_err(|e| classify(&self.url, e)),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "{} did not answer within {} ms",
+                self.url,
+                self.timeout.as_millis()
+            ))),
+        }
+    }
+
+    /// The levels of a settlement as KEYS, with their level bits or bucket specs.
+    fn settlement_keys(&self, s: &Settlement<'_>, inv: &mut ScriptInvocation<'_>) {
+        for lp in s.levels {
+            inv.key(self.keys.level(lp.level, &s.id.tenant, s.id.user.as_ref()));
+        }
+        inv.key(self.keys.record(s.id));
+    }
+}
+
+/// Appends one level's checks as ARGV: bucket count, then each bucket's field,
+/// limit and period in µs.
+fn bucket_args(inv: &mut ScriptInvocation<'_>, lp: &LevelPlan) {
+    for b in &lp.buckets {
+        inv.arg(bucket_field(b)).arg(b.limit).arg(b.period_us());
+    }
+}
+
+fn level_args(inv: &mut ScriptInvocation<'_>, lp: &LevelPlan) {
+    inv.arg(lp.buckets.len())
+        .arg(lp.concurrency.map_or(-1, |c| c as i64));
+    bucket_args(inv, lp);
+}
+
+impl Store for RedisStore {
+    async fn reserve(&self, plan: &ReservePlan) -> Result<ReserveReply, StoreError> {
+        let id = &plan.id;
+        let mut inv = self.reserve.prepare_invoke();
+        for lp in &plan.levels {
+            inv.key(self.keys.level(lp.level, &id.tenant, id.user.as_ref()));
+        }
+        inv.key(self.keys.record(id));
+        let idem_ttl = match &plan.idempotency_key {
+            Some(k) => {
+                inv.key(self.keys.idempotency(&id.tenant, k));
+                self.retention.idempotency_ms
+            }
+            None => 0,
+        };
+        inv.arg(plan.levels.len())
+            .arg(lease_field(id))
+            .arg(plan.tokens)
+            .arg(plan.lease_ttl_ms * 1000)
+            .arg(plan.lease_ttl_ms + self.retention.record_ms)
+            .arg(idem_ttl)
+            .arg(format!("{:016x}", id.owner_tag()))
+            .arg(format!("{:016x}", plan.fingerprint))
+            .arg(id.nonce_b64())
+            .arg(plan.lease_mask());
+        for lp in &plan.levels {
+            level_args(&mut inv, lp);
+        }
+        let reply = self.run(&inv).await?;
+        let tag = int_at(&reply, 0)?;
+        Ok(match tag {
+            1 => ReserveReply::Allowed {
+                readings: parse_readings(&plan.levels, &reply[2..])?,
+            },
+            0 => ReserveReply::Denied {
+                denied_mask: int_at(&reply, 1)? as u64,
+                readings: parse_readings(&plan.levels, &reply[2..])?,
+            },
+            2 => ReserveReply::Replayed {
+                nonce: string_at(&reply, 1)?,
+                tokens: int_at(&reply, 2)? as u64,
+                lease_expires_in_ms: int_at(&reply, 3)? as u64,
+                readings: parse_readings(&plan.levels, &reply[4..])?,
+            },
+            3 => ReserveReply::IdempotencyConflict,
+            other => return Err(unexpected("reserve", other)),
+        })
+    }
+
+    async fn commit(
+        &self,
+        s: Settlement<'_>,
+        actual_tokens: u64,
+    ) -> Result<SettleReply, StoreError> {
+        self.settle_call(s, "C", actual_tokens).await
+    }
+
+    async fn refund(&self, s: Settlement<'_>) -> Result<SettleReply, StoreError> {
+        self.settle_call(s, "F", 0).await
+    }
+
+    async fn renew(&self, s: Settlement<'_>, ttl_ms: u64) -> Result<RenewReply, StoreError> {
+        let mut inv = self.renew.prepare_invoke();
+        self.settlement_keys(&s, &mut inv);
+        inv.arg(s.levels.len())
+            .arg(ttl_ms * 1000)
+            .arg(self.retention.record_ms)
+            .arg(format!("{:016x}", s.id.owner_tag()))
+            .arg(lease_field(s.id));
+        for lp in s.levels {
+            inv.arg(lp.level.bit());
+        }
+        let reply = self.run(&inv).await?;
+        Ok(match int_at(&reply, 0)? {
+            1 => RenewReply::Renewed {
+                expires_in_ms: int_at(&reply, 1)? as u64,
+            },
+            0 => RenewReply::AlreadySettled,
+            2 => RenewReply::Expired,
+            -1 => RenewReply::NotFound,
+            other => return Err(unexpected("renew", other)),
+        })
+    }
+
+    async fn status(&self, scope: Scope<'_>, levels: &[LevelPlan]) -> Result<Readings, StoreError> {
+        let mut inv = self.status.prepare_invoke();
+        for lp in levels {
+            inv.key(self.keys.level(lp.level, scope.tenant, scope.user));
+        }
+        inv.arg(levels.len());
+        for lp in levels {
+            level_args(&mut inv, lp);
+        }
+        let reply = self.run(&inv).await?;
+        parse_readings(levels, &reply)
+    }
+
+    fn describe(&self) -> String {
+        let pool = match &self.connections {
+            Connections::Multiplexed { conns, .. } => {
+                format!("{} multiplexed connections", conns.len())
+            }
+            Connections::Deadpool(pool) => format!("deadpool of {}", pool.status().max_size),
+        };
+        format!(
+            "redis store at {} ({pool}, key prefix {:?})",
+            self.url,
+            self.keys.prefix()
+        )
+    }
+}
+
+impl RedisStore {
+    async fn settle_call(
+        &self,
+        s: Settlement<'_>,
+        mode: &str,
+        actual: u64,
+    ) -> Result<SettleReply, StoreError> {
+        let mut inv = self.settle.prepare_invoke();
+        self.settlement_keys(&s, &mut inv);
+        inv.arg(s.levels.len())
+            .arg(mode)
+            .arg(actual)
+            .arg(self.retention.record_ms)
+            .arg(format!("{:016x}", s.id.owner_tag()))
+            .arg(lease_field(s.id));
+        for lp in s.levels {
+            inv.arg(lp.level.bit()).arg(lp.buckets.len());
+            bucket_args(&mut inv, lp);
+        }
+        let reply = self.run(&inv).await?;
+        let settled = |state: &str, amount: i64| match state {
+            "F" => Settled::Refunded(amount.max(0) as u64),
+            _ => Settled::Committed(amount),
+        };
+        Ok(match int_at(&reply, 0)? {
+            1 => SettleReply::Applied(settled(mode, int_at(&reply, 1)?)),
+            0 => SettleReply::AlreadySettled(settled(&string_at(&reply, 1)?, int_at(&reply, 2)?)),
+            -1 => SettleReply::NotFound,
+            other => return Err(unexpected("settle", other)),
+        })
+    }
+}
+
+fn parse_readings(levels: &[LevelPlan], values: &[Value]) -> Result<Readings, StoreError> {
+    let mut out = Vec::with_capacity(levels.iter().map(LevelPlan::reading_count).sum());
+    let mut i = 0;
+    for lp in levels {
+        for _ in &lp.buckets {
+            out.push(Reading::Bucket {
+                milli: int_at(values, i)?,
+            });
+            i += 1;
+        }
+        if lp.concurrency.is_some() {
+            out.push(Reading::Concurrency {
+                active: int_at(values, i)?.max(0) as u64,
+                earliest_expiry_ms: int_at(values, i + 1)?.max(0) as u64,
+            });
+            i += 2;
+        }
+    }
+    Ok(out)
+}
+
+fn int_at(values: &[Value], i: usize) -> Result<i64, StoreError> {
+    match values.get(i) {
+        Some(Value::Int(n)) => Ok(*n),
+        other => Err(StoreError::Protocol(format!(
+            "expected an integer at position {i} of the script reply, got {other:?}"
+        ))),
+    }
+}
+
+fn string_at(values: &[Value], i: usize) -> Result<String, StoreError> {
+    match values.get(i) {
+        Some(Value::BulkString(b)) => Ok(String::from_utf8_lossy(b).into_owned()),
+        Some(Value::SimpleString(s)) => Ok(s.clone()),
+        other => Err(StoreError::Protocol(format!(
+            "expected a string at position {i} of the script reply, got {other:?}"
+        ))),
+    }
+}
+
+fn unexpected(script: &str, tag: i64) -> StoreError {
+    StoreError::Protocol(format!("{script}.lua returned the unknown tag {tag}"))
+}
+
+fn pool_error(e: deadpool_redis::PoolError) -> RedisError {
+    match e {
+        deadpool_redis::PoolError::Backend(e) => e,
+        other => RedisError::from(std::io::Error::other(other.to_string())),
+    }
+}
+
+fn unavailable(url: &str, e: RedisError) -> StoreError {
+    StoreError::Unavailable(format!("{url}: {e}"))
+}
+
+/// Transient failures (network, timeouts, Redis loading or out of memory) are
+/// `Unavailable`; anything else means foreign data or a bug.
+fn classify(url: &str, e: RedisError) -> StoreError {
+    let transient = e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || matches!(
+            e.code(),
+            Some(
+                "LOADING"
+                    | "BUSY"
+                    | "OOM"
+                    | "MASTERDOWN"
+                    | "TRYAGAIN"
+                    | "CLUSTERDOWN"
+                    | "READONLY"
+                    | "NOAUTH"
+                    | "WRONGPASS"
+                    | "MISCONF"
+            )
+        );
+    if transient {
+        unavailable(url, e)
+    } else {
+        StoreError::Protocol(format!("{url}: {e}"))
+    }
+}
+
+/// The URL with any password replaced by `***`, for logs and errors.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "<unparsable redis url>".into();
+    };
+    match rest.rsplit_once('@') {
+        Some((auth, host)) => {
+            let user = auth.split_once(':').map_or("", |(u, _)| u);
+            format!("{scheme}://{user}:***@{host}")
+        }
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_never_reach_logs() {
+        assert_eq!(
+            redact_url("redis://:s3cret@h:6379/0"),
+            "redis://:***@h:6379/0"
+        );
+        assert_eq!(redact_url("rediss://app:p@ss@h:1"), "rediss://app:***@h:1");
+        assert_eq!(redact_url("redis://h:1"), "redis://h:1");
+    }
+}

@@ -1,0 +1,19 @@
+//! The Lua scripts in `lua/`, embedded at build time. Each file opens with its
+//! contract (KEYS, ARGV, return value, invariants).
+
+/// Takes a reservation at every level, all or nothing.
+pub const RESERVE: &str = include_str!("../../lua/reserve.lua");
+/// Commits or refunds a reservation.
+pub const SETTLE: &str = include_str!("../../lua/settle.lua");
+/// Extends a live reservation's lease.
+pub const RENEW: &str = include_str!("../../lua/renew.lua");
+/// Reads budgets without writing.
+pub const STATUS: &str = include_str!("../../lua/status.lua");
+
+/// Every script with its name, for loading and for reports.
+pub const ALL: [(&str, &str); 4] = [
+    ("reserve", RESERVE),
+    ("settle", SETTLE),
+    ("renew", RENEW),
+    ("status", STATUS),
+];

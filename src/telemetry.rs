@@ -1,0 +1,70 @@
+//! Logs and metrics: the tracing subscriber, and every metric name in one place.
+
+use crate::domain::Denial;
+use metrics::{counter, histogram};
+
+/// Decisions, labelled `result` (allowed|denied), `reason`, `level` and `tier`.
+pub const DECISIONS: &str = "ctxbudget_decisions_total";
+/// Tokens reserved by allowed reservations.
+pub const RESERVED_TOKENS: &str = "ctxbudget_reserved_tokens_total";
+/// Tokens reported used by Commit.
+pub const COMMITTED_TOKENS: &str = "ctxbudget_committed_tokens_total";
+/// Tokens returned by Refund.
+pub const REFUNDED_TOKENS: &str = "ctxbudget_refunded_tokens_total";
+/// Actual minus reserved tokens per Commit.
+pub const COMMIT_DELTA: &str = "ctxbudget_commit_token_delta";
+/// gRPC handling time in seconds, labelled `rpc` and `code`.
+pub const RPC_SECONDS: &str = "ctxbudget_rpc_duration_seconds";
+
+/// Counts one CheckAndReserve decision and, when allowed, its reserved tokens.
+pub fn decision(tier: &str, denial: Option<&Denial>, reserved_tokens: u64) {
+    if denial.is_none() && reserved_tokens > 0 {
+        counter!(RESERVED_TOKENS, "tier" => tier.to_owned()).increment(reserved_tokens);
+    }
+    let (result, reason, level) = match denial {
+        None => ("allowed", "none", "none"),
+        Some(d) => (
+            "denied",
+            d.reason.as_str(),
+            d.level.map_or("none", |l| l.as_str()),
+        ),
+    };
+    counter!(DECISIONS, "result" => result, "reason" => reason, "level" => level, "tier" => tier.to_owned())
+        .increment(1);
+}
+
+/// Counts one applied Commit.
+pub fn committed(tier: &str, actual: u64, delta: i64) {
+    counter!(COMMITTED_TOKENS, "tier" => tier.to_owned()).increment(actual);
+    histogram!(COMMIT_DELTA, "tier" => tier.to_owned()).record(delta as f64);
+}
+
+/// Counts one applied Refund.
+pub fn refunded(tier: &str, tokens: u64) {
+    counter!(REFUNDED_TOKENS, "tier" => tier.to_owned()).increment(tokens);
+}
+
+/// Records one RPC's handling time.
+pub fn rpc(rpc: &'static str, code: tonic::Code, seconds: f64) {
+    histogram!(RPC_SECONDS, "rpc" => rpc, "code" => format!("{code:?}")).record(seconds);
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Installs the global tracing subscriber; `RUST_LOG` filters (default `info`).
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
