@@ -1,0 +1,778 @@
+//! One behavioural suite, run end to end (gRPC server + tonic client) against
+//! both stores: the in-memory store and a real redis-server. Whatever one store
+//! does, the other must do too.
+
+mod support;
+
+use ctxbudget::pb::{self, Dimension, Level, Outcome, Reason};
+use std::time::Duration;
+use support::{Backend, Harness, limit, reserve};
+use tonic::Code;
+
+/// Generates `memory::<test>` and `redis::<test>` for every behaviour.
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Memory).await
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Redis).await
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    allowed_reservation_reports_every_limit,
+    user_request_limit_denies_with_reason_level_and_retry,
+    tenant_token_limit_denies_at_tenant_level,
+    global_concurrency_denies_at_global_level,
+    oversized_requests_are_refused_without_retry,
+    a_denial_changes_nothing_anywhere,
+    buckets_refill_continuously,
+    commit_returns_surplus_and_charges_overage_into_debt,
+    refund_returns_tokens_request_and_slot,
+    commit_and_refund_are_idempotent,
+    idempotency_key_returns_the_original_reservation,
+    expired_leases_release_their_slots,
+    renewed_lease_keeps_its_slot,
+    bad_input_is_refused_and_changes_nothing,
+    hostile_ids_get_separate_budgets,
+    exactly_the_limit_under_2000_concurrent_requests,
+    status_reads_without_reserving,
+);
+
+type Client = pb::budget_service_client::BudgetServiceClient<tonic::transport::Channel>;
+
+async fn reserve_ok(c: &mut Client, r: pb::CheckAndReserveRequest) -> pb::CheckAndReserveResponse {
+    let resp = c
+        .check_and_reserve(r)
+        .await
+        .expect("rpc succeeds")
+        .into_inner();
+    assert!(
+        resp.allowed,
+        "expected an allowed reservation, got {resp:#?}"
+    );
+    assert!(resp.reservation_id.starts_with("rsv_"));
+    resp
+}
+
+async fn reserve_denied(
+    c: &mut Client,
+    r: pb::CheckAndReserveRequest,
+) -> pb::CheckAndReserveResponse {
+    let resp = c
+        .check_and_reserve(r)
+        .await
+        .expect("rpc succeeds")
+        .into_inner();
+    assert!(!resp.allowed, "expected a denial, got {resp:#?}");
+    assert!(
+        resp.reservation_id.is_empty(),
+        "a denial carries no reservation"
+    );
+    assert!(!resp.detail.is_empty(), "a denial says what to do");
+    resp
+}
+
+async fn status(c: &mut Client, tenant: &str, user: &str, tier: &str) -> pb::GetStatusResponse {
+    c.get_status(pb::GetStatusRequest {
+        tenant_id: tenant.into(),
+        user_id: user.into(),
+        tier: tier.into(),
+    })
+    .await
+    .expect("status")
+    .into_inner()
+}
+
+/// What must not change when nothing is reserved: every remaining value and
+/// live lease count (reset times move with the clock).
+type Snapshot = (Vec<(i32, i32, u64, i64)>, Vec<(i32, u64)>);
+
+async fn snapshot(c: &mut Client, tenant: &str, user: &str, tier: &str) -> Snapshot {
+    let s = status(c, tenant, user, tier).await;
+    (
+        s.limits
+            .iter()
+            .map(|l| (l.level, l.dimension, l.period_seconds, l.remaining))
+            .collect(),
+        s.leases.iter().map(|l| (l.level, l.active)).collect(),
+    )
+}
+
+async fn commit(c: &mut Client, id: &str, prompt: u64, completion: u64) -> pb::CommitResponse {
+    c.commit(pb::CommitRequest {
+        reservation_id: id.into(),
+        prompt_tokens: prompt,
+        completion_tokens: completion,
+    })
+    .await
+    .expect("commit")
+    .into_inner()
+}
+
+async fn refund(c: &mut Client, id: &str) -> pb::RefundResponse {
+    c.refund(pb::RefundRequest {
+        reservation_id: id.into(),
+    })
+    .await
+    .expect("refund")
+    .into_inner()
+}
+
+async fn renew(c: &mut Client, id: &str, ttl: u64) -> pb::RenewLeaseResponse {
+    c.renew_lease(pb::RenewLeaseRequest {
+        reservation_id: id.into(),
+        lease_ttl_ms: Some(ttl),
+    })
+    .await
+    .expect("renew")
+    .into_inner()
+}
+
+const BASIC: &str = r#"
+[tiers.t]
+max_context_tokens = 10000
+default_max_output_tokens = 100
+tenant = { requests = [{ limit = 100, period = "1m" }], tokens = [{ limit = 100000, period = "1m" }], concurrency = 50 }
+user = { requests = [{ limit = 2, period = "1m" }], tokens = [{ limit = 5000, period = "1d" }], concurrency = 5 }
+"#;
+
+async fn allowed_reservation_reports_every_limit(backend: Backend) {
+    let mut h = Harness::start(backend, BASIC).await;
+    let r = reserve_ok(&mut h.client, reserve("acme", "alice", "t", 400, 0)).await;
+    assert_eq!(r.reserved_tokens, 500, "prompt + the tier's default output");
+    assert_eq!(r.max_output_tokens, 100);
+    assert_eq!(r.reason(), Reason::Unspecified);
+    assert_eq!(r.retry_after_ms, 0);
+    assert_eq!(r.lease_expires_in_ms, 30_000);
+    assert_eq!(
+        r.limits.len(),
+        6,
+        "requests, tokens, concurrency at two levels"
+    );
+    let user_req = limit(&r.limits, Level::User, Dimension::Requests, 60);
+    assert_eq!((user_req.limit, user_req.remaining), (2, 1));
+    assert!(
+        (29_000..=30_000).contains(&user_req.reset_after_ms),
+        "{user_req:?}"
+    );
+    let user_tok = limit(&r.limits, Level::User, Dimension::Tokens, 86_400);
+    assert_eq!((user_tok.limit, user_tok.remaining), (5000, 4500));
+    let tenant_tok = limit(&r.limits, Level::Tenant, Dimension::Tokens, 60);
+    assert_eq!(tenant_tok.remaining, 99_500);
+    let conc = limit(&r.limits, Level::User, Dimension::Concurrency, 0);
+    assert_eq!((conc.limit, conc.remaining), (5, 4));
+    let conc = limit(&r.limits, Level::Tenant, Dimension::Concurrency, 0);
+    assert_eq!((conc.limit, conc.remaining), (50, 49));
+}
+
+async fn user_request_limit_denies_with_reason_level_and_retry(backend: Backend) {
+    let mut h = Harness::start(backend, BASIC).await;
+    for _ in 0..2 {
+        reserve_ok(&mut h.client, reserve("acme", "alice", "t", 10, 10)).await;
+    }
+    let d = reserve_denied(&mut h.client, reserve("acme", "alice", "t", 10, 10)).await;
+    assert_eq!(d.reason(), Reason::RpmExceeded);
+    assert_eq!(d.limiting_level(), Level::User);
+    assert_eq!(d.limiting_dimension(), Dimension::Requests);
+    assert_eq!(d.limiting_period_seconds, 60);
+    assert!(
+        (28_000..=30_000).contains(&d.retry_after_ms),
+        "one request refills every 30 s: {}",
+        d.retry_after_ms
+    );
+    assert_eq!(
+        limit(&d.limits, Level::User, Dimension::Requests, 60).remaining,
+        0
+    );
+    // Another user of the same tenant is unaffected.
+    reserve_ok(&mut h.client, reserve("acme", "bob", "t", 10, 10)).await;
+}
+
+async fn tenant_token_limit_denies_at_tenant_level(backend: Backend) {
+    let tier = r#"
+[tiers.t]
+max_context_tokens = 10000
+default_max_output_tokens = 100
+tenant = { tokens = [{ limit = 1000, period = "1m" }] }
+user = { requests = [{ limit = 100, period = "1m" }] }
+"#;
+    let mut h = Harness::start(backend, tier).await;
+    reserve_ok(&mut h.client, reserve("acme", "alice", "t", 500, 100)).await;
+    let d = reserve_denied(&mut h.client, reserve("acme", "bob", "t", 500, 100)).await;
+    assert_eq!(d.reason(), Reason::TpmExceeded);
+    assert_eq!(d.limiting_level(), Level::Tenant);
+    assert_eq!(d.limiting_dimension(), Dimension::Tokens);
+    assert!(
+        (11_000..=12_000).contains(&d.retry_after_ms),
+        "200 more tokens at 1000/min take 12 s: {}",
+        d.retry_after_ms
+    );
+    assert_eq!(
+        limit(&d.limits, Level::Tenant, Dimension::Tokens, 60).remaining,
+        400
+    );
+    // A request that fits the 400 left is allowed.
+    reserve_ok(&mut h.client, reserve("acme", "bob", "t", 300, 100)).await;
+}
+
+async fn global_concurrency_denies_at_global_level(backend: Backend) {
+    let tier = r#"
+[global]
+concurrency = 1
+
+[tiers.t]
+max_context_tokens = 10000
+default_max_output_tokens = 100
+user = { requests = [{ limit = 100, period = "1m" }] }
+"#;
+    let mut h = Harness::start(backend, tier).await;
+    let first = reserve_ok(&mut h.client, reserve("acme", "alice", "t", 1, 1)).await;
+    let d = reserve_denied(&mut h.client, reserve("other", "bob", "t", 1, 1)).await;
+    assert_eq!(d.reason(), Reason::ConcurrencyExceeded);
+    assert_eq!(d.limiting_level(), Level::Global);
+    assert!(
+        (1..=1000).contains(&d.retry_after_ms),
+        "capped by concurrency_retry_ms: {}",
+        d.retry_after_ms
+    );
+    let conc = limit(&d.limits, Level::Global, Dimension::Concurrency, 0);
+    assert_eq!((conc.limit, conc.remaining), (1, 0));
+    assert!(
+        conc.reset_after_ms > 29_000,
+        "the only lease lapses in ~30 s"
+    );
+    refund(&mut h.client, &first.reservation_id).await;
+    reserve_ok(&mut h.client, reserve("other", "bob", "t", 1, 1)).await;
+}
+
+async fn oversized_requests_are_refused_without_retry(backend: Backend) {
+    let mut h = Harness::start(backend, BASIC).await;
+    let d = reserve_denied(&mut h.client, reserve("acme", "alice", "t", 9_950, 100)).await;
+    assert_eq!(d.reason(), Reason::ContextTooLarge);
+    assert_eq!(d.retry_after_ms, 0);
+    assert!(d.detail.contains("max context"), "{}", d.detail);
+    let d = reserve_denied(&mut h.client, reserve("acme", "alice", "t", 5_000, 100)).await;
+    assert_eq!(d.reason(), Reason::RequestTooLarge);
+    assert_eq!(d.limiting_level(), Level::User);
+    assert_eq!(d.limiting_dimension(), Dimension::Tokens);
+    assert_eq!(d.retry_after_ms, 0, "retrying cannot help");
+    let s = status(&mut h.client, "acme", "alice", "t").await;
+    assert_eq!(
+        limit(&s.limits, Level::User, Dimension::Requests, 60).remaining,
+        2
+    );
+    assert_eq!(
+        limit(&s.limits, Level::User, Dimension::Tokens, 86_400).remaining,
+        5000
+    );
+}
+
+async fn a_denial_changes_nothing_anywhere(backend: Backend) {
+    let tier = r#"
+[global]
+requests = [{ limit = 1000, period = "1d" }]
+tokens = [{ limit = 1000000, period = "1d" }]
+
+[tiers.t]
+max_context_tokens = 10000
+default_max_output_tokens = 100
+tenant = { tokens = [{ limit = 1000, period = "1d" }], concurrency = 10 }
+user = { requests = [{ limit = 10, period = "1d" }], tokens = [{ limit = 100000, period = "12h" }], concurrency = 1 }
+"#;
+    let mut h = Harness::start(backend, tier).await;
+    let held = reserve_ok(&mut h.client, reserve("acme", "alice", "t", 800, 100)).await;
+    let before = snapshot(&mut h.client, "acme", "alice", "t").await;
+    // Denied by the tenant's tokens while the user level would allow.
+    let d = reserve_denied(&mut h.client, reserve("acme", "bob", "t", 100, 100)).await;
+    assert_eq!(
+        (d.reason(), d.limiting_level()),
+        (Reason::TpmExceeded, Level::Tenant)
+    );
+    // Denied by the user's concurrency: must not use up the user's requests.
+    let d = reserve_denied(&mut h.client, reserve("acme", "alice", "t", 1, 1)).await;
+    assert_eq!(
+        (d.reason(), d.limiting_level()),
+        (Reason::ConcurrencyExceeded, Level::User)
+    );
+    let after = snapshot(&mut h.client, "acme", "alice", "t").await;
+    assert_eq!(before, after, "denials changed state");
+    let bob = status(&mut h.client, "acme", "bob", "t").await;
+    assert_eq!(
+        limit(&bob.limits, Level::User, Dimension::Requests, 86_400).remaining,
+        10
+    );
+    assert_eq!(
+        limit(&bob.limits, Level::Global, Dimension::Requests, 86_400).remaining,
+        999
+    );
+    commit(&mut h.client, &held.reservation_id, 800, 100).await;
+}
+
+async fn buckets_refill_continuously(backend: Backend) {
+    let tier = r#"
+[tiers.t]
+max_context_tokens = 10000
+default_max_output_tokens = 100
+user = { requests = [{ limit = 2, period = "1s" }], tokens = [{ limit = 1000, period = "2s" }] }
+"#;
+    let mut h = Harness::start(backend, tier).await;
+    reserve_ok(&mut h.client, reserve("acme", "alice", "t", 400, 100)).await;
+    reserve_ok(&mut h.client, reserve("acme", "alice", "t", 400, 100)).await;
+    let d = reserve_denied(&mut h.client, reserve("acme", "alice", "t", 400, 100)).await;
+    assert!(d.retry_after_ms <= 1000, "{d:?}");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // 1.1 s refilled 2 requests and 550 tokens: one more fits, a second does not.
+    reserve_ok(&mut h.client, reserve("acme", "alice", "t", 400, 100)).await;
+    let d = reserve_denied(&mut h.client, reserve("acme", "alice", "t", 400, 100)).await;
+    assert_eq!(d.reason(), Reason::TpmExceeded);
+    assert!(
+        (800..=1000).contains(&d.retry_after_ms),
+        "{}",
+        d.retry_after_ms
+    );
+}
+
+const DAILY: &str = r#"
+[tiers.t]
+max_context_tokens = 10000
+default_max_output_tokens = 100
+user = { requests = [{ limit = 2, period = "1d" }], tokens = [{ limit = 1000, period = "1d" }], concurrency = 1 }
+"#;
+
+async fn commit_returns_surplus_and_charges_overage_into_debt(backend: Backend) {
+    let mut h = Harness::start(backend, DAILY).await;
+    let r = reserve_ok(&mut h.client, reserve("acme", "alice", "t", 100, 100)).await;
+    let c = commit(&mut h.client, &r.reservation_id, 50, 50).await;
+    assert_eq!((c.outcome(), c.token_delta), (Outcome::Applied, -100));
+    let s = status(&mut h.client, "acme", "alice", "t").await;
+    assert_eq!(
+        limit(&s.limits, Level::User, Dimension::Tokens, 86_400).remaining,
+        900
+    );
+    assert_eq!(s.leases[0].active, 0, "commit frees the slot");
+
+    let r = reserve_ok(&mut h.client, reserve("acme", "alice", "t", 100, 100)).await;
+    let c = commit(&mut h.client, &r.reservation_id, 700, 800).await;
+    assert_eq!(c.token_delta, 1300);
+    let s = status(&mut h.client, "acme", "alice", "t").await;
+    let tokens = limit(&s.limits, Level::User, Dimension::Tokens, 86_400);
+    assert_eq!(tokens.remaining, -600, "the overage is debt");
+    assert!(
+        tokens.reset_after_ms > 86_400_000,
+        "debt extends the time to full"
+    );
+    // Requests are left, but the debt must be waited out first.
+    let d = reserve_denied(&mut h.client, reserve("acme", "alice", "t", 5, 5)).await;
+    assert_eq!(
+        (d.reason(), d.limiting_level()),
+        (Reason::TpmExceeded, Level::User)
+    );
+    let expected_ms = 610 * 86_400;
+    assert!(
+        d.retry_after_ms <= expected_ms && d.retry_after_ms > expected_ms - 5_000,
+        "610 tokens at 1000/day: {}",
+        d.retry_after_ms
+    );
+}
+
+async fn refund_returns_tokens_request_and_slot(backend: Backend) {
+    let mut h = Harness::start(backend, DAILY).await;
+    let r = reserve_ok(&mut h.client, reserve("acme", "alice", "t", 400, 100)).await;
+    let d = reserve_denied(&mut h.client, reserve("acme", "alice", "t", 1, 1)).await;
+    assert_eq!(d.reason(), Reason::ConcurrencyExceeded);
+    let f = refund(&mut h.client, &r.reservation_id).await;
+    assert_eq!((f.outcome(), f.refunded_tokens), (Outcome::Applied, 500));
+    let s = status(&mut h.client, "acme", "alice", "t").await;
+    assert_eq!(
+        limit(&s.limits, Level::User, Dimension::Requests, 86_400).remaining,
+        2
+    );
+    assert_eq!(
+        limit(&s.limits, Level::User, Dimension::Tokens, 86_400).remaining,
+        1000
+    );
+    assert_eq!(s.leases[0].active, 0);
+    reserve_ok(&mut h.client, reserve("acme", "alice", "t", 1, 1)).await;
+}
+
+async fn commit_and_refund_are_idempotent(backend: Backend) {
+    let mut h = Harness::start(backend, DAILY).await;
+    let r = reserve_ok(&mut h.client, reserve("acme", "alice", "t", 100, 100)).await;
+    let first = commit(&mut h.client, &r.reservation_id, 300, 0).await;
+    assert_eq!(
+        (first.outcome(), first.token_delta),
+        (Outcome::Applied, 100)
+    );
+    let before = snapshot(&mut h.client, "acme", "alice", "t").await;
+    let again = commit(&mut h.client, &r.reservation_id, 900, 0).await;
+    assert_eq!(
+        (again.outcome(), again.token_delta),
+        (Outcome::AlreadySettled, 100)
+    );
+    let f = refund(&mut h.client, &r.reservation_id).await;
+    assert_eq!(
+        (f.outcome(), f.refunded_tokens),
+        (Outcome::AlreadySettled, 0)
+    );
+    assert_eq!(snapshot(&mut h.client, "acme", "alice", "t").await, before);
+
+    let r = reserve_ok(&mut h.client, reserve("acme", "alice", "t", 100, 100)).await;
+    assert_eq!(
+        refund(&mut h.client, &r.reservation_id).await.outcome(),
+        Outcome::Applied
+    );
+    let before = snapshot(&mut h.client, "acme", "alice", "t").await;
+    let f = refund(&mut h.client, &r.reservation_id).await;
+    assert_eq!(
+        (f.outcome(), f.refunded_tokens),
+        (Outcome::AlreadySettled, 200)
+    );
+    let c = commit(&mut h.client, &r.reservation_id, 10, 10).await;
+    assert_eq!((c.outcome(), c.token_delta), (Outcome::AlreadySettled, 0));
+    assert_eq!(snapshot(&mut h.client, "acme", "alice", "t").await, before);
+}
+
+async fn idempotency_key_returns_the_original_reservation(backend: Backend) {
+    let tier = r#"
+[tiers.t]
+max_context_tokens = 10000
+default_max_output_tokens = 100
+user = { requests = [{ limit = 5, period = "1d" }], concurrency = 2 }
+"#;
+    let mut h = Harness::start(backend, tier).await;
+    let keyed = |tenant: &str, key: &str, prompt: u64| pb::CheckAndReserveRequest {
+        idempotency_key: key.into(),
+        ..reserve(tenant, "alice", "t", prompt, 10)
+    };
+    let a = reserve_ok(&mut h.client, keyed("acme", "k1", 100)).await;
+    assert!(!a.replayed);
+    let again = reserve_ok(&mut h.client, keyed("acme", "k1", 100)).await;
+    assert!(again.replayed);
+    assert_eq!(again.reservation_id, a.reservation_id);
+    assert_eq!(again.reserved_tokens, 110);
+    let s = status(&mut h.client, "acme", "alice", "t").await;
+    assert_eq!(
+        limit(&s.limits, Level::User, Dimension::Requests, 86_400).remaining,
+        4
+    );
+    assert_eq!(s.leases[0].active, 1, "one reservation, one slot");
+
+    let err = h
+        .client
+        .check_and_reserve(keyed("acme", "k1", 999))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(
+        err.message().contains("idempotency_key"),
+        "{}",
+        err.message()
+    );
+
+    // Keys are scoped per tenant.
+    let other = reserve_ok(&mut h.client, keyed("globex", "k1", 100)).await;
+    assert_ne!(other.reservation_id, a.reservation_id);
+
+    // Denials are not remembered: once a slot frees, the same key succeeds.
+    let b = reserve_ok(&mut h.client, keyed("acme", "k2", 1)).await;
+    let d = reserve_denied(&mut h.client, keyed("acme", "k3", 1)).await;
+    assert_eq!(d.reason(), Reason::ConcurrencyExceeded);
+    refund(&mut h.client, &b.reservation_id).await;
+    let c = reserve_ok(&mut h.client, keyed("acme", "k3", 1)).await;
+    assert!(!c.replayed);
+}
+
+async fn expired_leases_release_their_slots(backend: Backend) {
+    let tier = r#"
+[tiers.t]
+max_context_tokens = 10000
+default_max_output_tokens = 100
+user = { tokens = [{ limit = 10000, period = "1d" }], concurrency = 1 }
+"#;
+    let mut h = Harness::start(backend, tier).await;
+    let short = pb::CheckAndReserveRequest {
+        lease_ttl_ms: Some(300),
+        ..reserve("acme", "alice", "t", 900, 100)
+    };
+    let first = reserve_ok(&mut h.client, short.clone()).await;
+    assert_eq!(first.lease_expires_in_ms, 300);
+    let d = reserve_denied(&mut h.client, short.clone()).await;
+    assert_eq!(d.reason(), Reason::ConcurrencyExceeded);
+    assert!(
+        d.retry_after_ms <= 300,
+        "the lease lapses within 300 ms: {}",
+        d.retry_after_ms
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let s = status(&mut h.client, "acme", "alice", "t").await;
+    assert_eq!(s.leases[0].active, 0, "the crashed gateway's slot is free");
+    let second = reserve_ok(&mut h.client, short.clone()).await;
+    let r = renew(&mut h.client, &first.reservation_id, 1000).await;
+    assert_eq!(
+        r.outcome(),
+        Outcome::Expired,
+        "a lapsed lease is not re-taken"
+    );
+    // A late Commit still charges what was used.
+    let c = commit(&mut h.client, &first.reservation_id, 2500, 500).await;
+    assert_eq!((c.outcome(), c.token_delta), (Outcome::Applied, 2000));
+    let s = status(&mut h.client, "acme", "alice", "t").await;
+    assert_eq!(
+        limit(&s.limits, Level::User, Dimension::Tokens, 86_400).remaining,
+        6000
+    );
+    assert_eq!(
+        s.leases[0].active, 1,
+        "the late commit must not free the second reservation's slot"
+    );
+    commit(&mut h.client, &second.reservation_id, 900, 100).await;
+}
+
+async fn renewed_lease_keeps_its_slot(backend: Backend) {
+    let tier = r#"
+[tiers.t]
+max_context_tokens = 10000
+default_max_output_tokens = 100
+user = { concurrency = 1 }
+"#;
+    let mut h = Harness::start(backend, tier).await;
+    let short = pb::CheckAndReserveRequest {
+        lease_ttl_ms: Some(400),
+        ..reserve("acme", "alice", "t", 1, 1)
+    };
+    let r = reserve_ok(&mut h.client, short.clone()).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let renewed = renew(&mut h.client, &r.reservation_id, 3000).await;
+    assert_eq!(
+        (renewed.outcome(), renewed.expires_in_ms),
+        (Outcome::Applied, 3000)
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let d = reserve_denied(&mut h.client, short.clone()).await;
+    assert_eq!(
+        d.reason(),
+        Reason::ConcurrencyExceeded,
+        "the renewed lease still holds"
+    );
+    assert_eq!(
+        commit(&mut h.client, &r.reservation_id, 1, 1)
+            .await
+            .outcome(),
+        Outcome::Applied
+    );
+    assert_eq!(
+        renew(&mut h.client, &r.reservation_id, 1000)
+            .await
+            .outcome(),
+        Outcome::AlreadySettled
+    );
+    reserve_ok(&mut h.client, short).await;
+}
+
+async fn bad_input_is_refused_and_changes_nothing(backend: Backend) {
+    let mut h = Harness::start(backend, DAILY).await;
+    let held = reserve_ok(&mut h.client, reserve("acme", "alice", "t", 100, 100)).await;
+    let before = snapshot(&mut h.client, "acme", "alice", "t").await;
+    let c = &mut h.client;
+    let invalid: Vec<(pb::CheckAndReserveRequest, &str)> = vec![
+        (reserve("", "alice", "t", 1, 1), "tenant_id"),
+        (reserve(&"x".repeat(257), "alice", "t", 1, 1), "tenant_id"),
+        (reserve("acme", "al\u{7}ice", "t", 1, 1), "user_id"),
+        (reserve("acme", "alice", "gold", 1, 1), "known tiers: t"),
+        (reserve("acme", "alice", "", 1, 1), "tier"),
+        (
+            reserve("acme", "alice", "t", (1 << 40) + 1, 1),
+            "prompt_tokens",
+        ),
+        (
+            reserve("acme", "alice", "t", 1, u64::MAX),
+            "max_output_tokens",
+        ),
+        (
+            pb::CheckAndReserveRequest {
+                prompt_tokens: None,
+                ..reserve("acme", "alice", "t", 1, 1)
+            },
+            "prompt_tokens",
+        ),
+        (
+            pb::CheckAndReserveRequest {
+                lease_ttl_ms: Some(60_001),
+                ..reserve("acme", "alice", "t", 1, 1)
+            },
+            "lease_ttl_ms",
+        ),
+    ];
+    for (req, field) in invalid {
+        let err = c.check_and_reserve(req).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{field}: {err:?}");
+        assert!(err.message().contains(field), "{field}: {}", err.message());
+    }
+    let garbage = c
+        .commit(pb::CommitRequest {
+            reservation_id: "not-an-id".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(garbage.code(), Code::InvalidArgument);
+    let huge = c
+        .commit(pb::CommitRequest {
+            reservation_id: held.reservation_id.clone(),
+            prompt_tokens: u64::MAX,
+            completion_tokens: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(huge.code(), Code::InvalidArgument);
+
+    // Well-formed ids that were never issued, or whose tier was edited.
+    let real = ctxbudget::domain::ReservationId::parse(&held.reservation_id).unwrap();
+    let mut unknown = real.clone();
+    unknown.nonce[0] ^= 1;
+    let mut edited = real.clone();
+    edited.tier = "enterprise".into();
+    for id in [unknown.to_string(), edited.to_string()] {
+        let err = c
+            .refund(pb::RefundRequest {
+                reservation_id: id.clone(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::NotFound, "{id}");
+        let err = c
+            .renew_lease(pb::RenewLeaseRequest {
+                reservation_id: id,
+                lease_ttl_ms: None,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::NotFound);
+    }
+    assert_eq!(
+        snapshot(c, "acme", "alice", "t").await,
+        before,
+        "bad input changed state"
+    );
+    assert_eq!(
+        commit(c, &held.reservation_id, 100, 100).await.outcome(),
+        Outcome::Applied
+    );
+}
+
+async fn hostile_ids_get_separate_budgets(backend: Backend) {
+    let tier = r#"
+[tiers.t]
+max_context_tokens = 10000
+default_max_output_tokens = 100
+user = { requests = [{ limit = 1, period = "1d" }] }
+"#;
+    let mut h = Harness::start(backend, tier).await;
+    let pairs = [
+        ("a", "user:b"),
+        ("a:user", "b"),
+        ("a", "b"),
+        ("a}", "b"),
+        ("{a", "b"),
+        ("a", "b:t"),
+        ("a:u:b", "c"),
+        ("ünïcødé 租户", "用户 🙂"),
+    ];
+    for (t, u) in pairs {
+        reserve_ok(&mut h.client, reserve(t, u, "t", 1, 1)).await;
+    }
+    for (t, u) in pairs {
+        let d = reserve_denied(&mut h.client, reserve(t, u, "t", 1, 1)).await;
+        assert_eq!(d.reason(), Reason::RpmExceeded, "{t:?}/{u:?}");
+    }
+}
+
+async fn exactly_the_limit_under_2000_concurrent_requests(backend: Backend) {
+    let tier = r#"
+[tiers.rate]
+max_context_tokens = 10000
+default_max_output_tokens = 100
+user = { requests = [{ limit = 100, period = "1d" }] }
+
+[tiers.slots]
+max_context_tokens = 10000
+default_max_output_tokens = 100
+user = { concurrency = 100 }
+"#;
+    let h = Harness::start(backend, tier).await;
+    for (tier, reason) in [
+        ("rate", Reason::RpmExceeded),
+        ("slots", Reason::ConcurrencyExceeded),
+    ] {
+        let tasks: Vec<_> = (0..2000)
+            .map(|_| {
+                let mut c = h.client.clone();
+                tokio::spawn(async move {
+                    c.check_and_reserve(reserve("acme", "alice", tier, 10, 10))
+                        .await
+                        .map(|r| r.into_inner())
+                })
+            })
+            .collect();
+        let (mut allowed, mut denied) = (0, 0);
+        for t in tasks {
+            let r = t.await.unwrap().expect("every call answers");
+            if r.allowed {
+                allowed += 1;
+            } else {
+                assert_eq!(r.reason(), reason);
+                denied += 1;
+            }
+        }
+        assert_eq!((allowed, denied), (100, 1900), "tier {tier}");
+    }
+}
+
+async fn status_reads_without_reserving(backend: Backend) {
+    let mut h = Harness::start(backend, BASIC).await;
+    let fresh = status(&mut h.client, "acme", "alice", "t").await;
+    assert_eq!(
+        limit(&fresh.limits, Level::User, Dimension::Requests, 60).remaining,
+        2
+    );
+    let before = snapshot(&mut h.client, "acme", "alice", "t").await;
+    assert_eq!(snapshot(&mut h.client, "acme", "alice", "t").await, before);
+    reserve_ok(&mut h.client, reserve("acme", "alice", "t", 10, 10)).await;
+    let s = status(&mut h.client, "acme", "alice", "t").await;
+    let leases: Vec<_> = s
+        .leases
+        .iter()
+        .map(|l| (l.level(), l.active, l.limit))
+        .collect();
+    assert_eq!(leases, vec![(Level::Tenant, 1, 50), (Level::User, 1, 5)]);
+    let tenant_only = status(&mut h.client, "acme", "", "t").await;
+    assert!(
+        tenant_only
+            .limits
+            .iter()
+            .all(|l| l.level() == Level::Tenant)
+    );
+    let err = h
+        .client
+        .get_status(pb::GetStatusRequest {
+            tenant_id: "acme".into(),
+            user_id: String::new(),
+            tier: "nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+}

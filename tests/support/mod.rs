@@ -1,0 +1,249 @@
+//! Test fixtures: a real `redis-server` on a free port, a real gRPC server on
+//! port 0 (memory or Redis store), and a tonic client.
+#![allow(dead_code)]
+
+use ctxbudget::config::{FileConfig, Overrides, Settings};
+use ctxbudget::pb;
+use pb::budget_service_client::BudgetServiceClient;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+use tonic::transport::Channel;
+
+/// A `redis-server` child process on 127.0.0.1, killed on drop.
+pub struct RedisServer {
+    child: Child,
+    pub port: u16,
+    dir: PathBuf,
+}
+
+fn redis_server_binary() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/bin"), PathBuf::from("/usr/local/bin")])
+        .map(|d| d.join("redis-server"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "redis-server was not found on PATH. Install it (Debian/Ubuntu: \
+                 `sudo apt-get install -y redis-server`) or run `scripts/test.sh`, \
+                 which installs it when missing."
+            )
+        })
+}
+
+fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free local port")
+}
+
+impl RedisServer {
+    /// Starts a throwaway Redis (no persistence) and waits until it answers PING.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts Redis with extra `--name value` arguments.
+    pub fn start_with(extra: &[&str]) -> Self {
+        let binary = redis_server_binary();
+        for _attempt in 0..5 {
+            let port = free_port();
+            let dir =
+                std::env::temp_dir().join(format!("ctxbudget-redis-{port}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("temp dir for redis");
+            let child = Command::new(&binary)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                .arg("--dir")
+                .arg(&dir)
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn redis-server");
+            let mut server = RedisServer { child, port, dir };
+            if server.wait_ready(Duration::from_secs(5)) {
+                return server;
+            }
+            let _ = server.child.kill();
+        }
+        panic!("redis-server did not start on any free port");
+    }
+
+    fn wait_ready(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false;
+            }
+            if let Ok(mut c) = redis::Client::open(self.url()).and_then(|c| c.get_connection())
+                && redis::cmd("PING").query::<String>(&mut c).is_ok()
+            {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// `redis://127.0.0.1:<port>/0`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// A synchronous connection for assertions.
+    pub fn conn(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .and_then(|c| c.get_connection())
+            .expect("connect to test redis")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Which store a test runs against.
+pub enum Backend {
+    Memory,
+    Redis,
+}
+
+/// A running service and a client to it.
+pub struct Harness {
+    pub addr: SocketAddr,
+    pub client: BudgetServiceClient<Channel>,
+    pub redis: Option<RedisServer>,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Test defaults: no jitter so retry_after is exact; no global limits.
+pub const TEST_RESERVATIONS: &str = r#"
+[reservations]
+default_lease_ttl_ms = 30000
+max_lease_ttl_ms = 60000
+retention_ms = 60000
+idempotency_ttl_ms = 60000
+retry_jitter_ms = 0
+concurrency_retry_ms = 1000
+
+[global]
+"#;
+
+/// Settings from the test defaults plus `toml` (which may replace sections).
+pub fn settings(toml: &str, redis_url: Option<String>) -> Settings {
+    let file = FileConfig::built_in()
+        .overlay(FileConfig::parse(TEST_RESERVATIONS, "test defaults").unwrap())
+        .overlay(FileConfig::parse(toml, "test config").expect("test config parses"));
+    file.settings(Overrides {
+        redis_url,
+        ..Overrides::default()
+    })
+    .expect("test config is valid")
+}
+
+impl Harness {
+    /// Starts a service over `backend` configured by `toml`.
+    pub async fn start(backend: Backend, toml: &str) -> Self {
+        let redis = match backend {
+            Backend::Memory => None,
+            Backend::Redis => Some(RedisServer::start()),
+        };
+        let settings = settings(toml, redis.as_ref().map(RedisServer::url));
+        Self::start_with(settings, redis).await
+    }
+
+    /// Starts a service with explicit settings, keeping `redis` alive with it.
+    pub async fn start_with(settings: Settings, redis: Option<RedisServer>) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            ctxbudget::server::run(settings, listener, async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("server runs");
+        });
+        let client = connect(addr).await;
+        Harness {
+            addr,
+            client,
+            redis,
+            shutdown: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// Stops the server and waits for it to finish.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A client to `addr`, retrying until the server accepts connections.
+pub async fn connect(addr: SocketAddr) -> BudgetServiceClient<Channel> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match BudgetServiceClient::connect(format!("http://{addr}")).await {
+            Ok(c) => return c,
+            Err(e) if Instant::now() > deadline => panic!("cannot reach test server: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+/// A reservation request with the usual test ids.
+pub fn reserve(
+    tenant: &str,
+    user: &str,
+    tier: &str,
+    prompt: u64,
+    output: u64,
+) -> pb::CheckAndReserveRequest {
+    pb::CheckAndReserveRequest {
+        tenant_id: tenant.into(),
+        user_id: user.into(),
+        tier: tier.into(),
+        model: "gpt-4o".into(),
+        prompt_tokens: Some(prompt),
+        max_output_tokens: output,
+        ..Default::default()
+    }
+}
+
+/// The `LimitStatus` of (level, dimension, period) in a list.
+pub fn limit(
+    limits: &[pb::LimitStatus],
+    level: pb::Level,
+    dimension: pb::Dimension,
+    period: u64,
+) -> pb::LimitStatus {
+    limits
+        .iter()
+        .find(|l| l.level() == level && l.dimension() == dimension && l.period_seconds == period)
+        .unwrap_or_else(|| panic!("no {level:?} {dimension:?} {period}s limit in {limits:#?}"))
+        .clone()
+}
