@@ -1,177 +1,190 @@
 #!lua
 -- reserve.lua: take one request, `cost` tokens and a concurrency lease at every
--- level, all or nothing. Mirrors src/store/memory.rs; arithmetic as in
--- src/domain/bucket.rs.
+-- level, all or nothing. Mirrors MemoryStore::reserve_now (src/store/memory.rs);
+-- arithmetic as in src/domain/bucket.rs; state layout in src/store/state.rs.
 --
 -- KEYS[1..n]  level hashes, outermost first (only levels with a limit)
 -- KEYS[n+1]   reservation record
--- KEYS[n+2]   idempotency entry (only when ARGV[6] ~= '0')
--- ARGV[1]  n          ARGV[2]  lease field '#<nonce>'   ARGV[3] cost (tokens)
--- ARGV[4]  lease ttl (us)   ARGV[5] record ttl (ms)   ARGV[6] idempotency ttl (ms, '0': none)
--- ARGV[7]  owner tag  ARGV[8] fingerprint   ARGV[9] nonce   ARGV[10] lease mask
--- ARGV[11..] per level: bucket count b, concurrency limit (-1: none),
---            then b times: field ('r<secs>' | 't<secs>'), limit, period (us)
+-- KEYS[n+2]   idempotency entry (only when ARGV[4] ~= '0')
+-- ARGV[1]  spec: little-endian doubles
+--          n, cost, lease ttl (us), then per level:
+--          bucket count b, concurrency limit (-1: none), then b times: id, limit
+--          (bucket id = dimension * 1e7 + period in seconds; dimension 1 requests, 2 tokens)
+-- ARGV[2]  lease field '#<nonce>'
+-- ARGV[3]  record ttl (ms)   ARGV[4] idempotency ttl (ms, '0': none)
+-- ARGV[5]  record tail: lease mask (1 byte), owner tag (8), fingerprint (8), amount 0.0 (8)
+-- ARGV[6]  '<' followed by at least as many 'd' as the longest state or spec (struct formats)
+-- ARGV[7]  the struct format of ARGV[1]
+-- ARGV[8..7+n]  the struct format of each level's state as this call's buckets make it
+--          (ARGV[6] serves any other length, e.g. with buckets passing through)
+--
+-- Level hash: field 's' = state, little-endian doubles: n (live leases), e (lower
+-- bound of the earliest lease expiry, 0: none), x (the key's expiry, us), then per
+-- bucket: id, level, time of level (us). Fields '#<nonce>' = lease expiry (double).
+-- Buckets this call does not know (another replica's configuration) pass through.
+-- Record: 'R' | cost, lease expiry (doubles) | tail.
 --
 -- Returns
---   {1, 0, readings...}          allowed; readings after taking the cost
---   {0, denied_mask, readings...} denied; nothing changed (bit i: check i denied)
---   {2, nonce, cost, lease_left_ms, readings...}  idempotent replay of a live reservation
---   {3}                          idempotency key already used for a different request
--- readings, per level: floor(level * 1000) per bucket; then, with a concurrency
--- limit, live leases and ms until the earliest lease lapses (0: none).
+--   {1, now, state...}          allowed; each level's state after taking the cost
+--   {0, now, state..., mask}    denied; nothing changed; states as they were
+--                               (bit i of mask: check i denied)
+--   {2, now, state..., nonce, cost, lease_left_ms}  idempotent replay; nothing taken
+--   {3}                         idempotency key used before for another request
+-- A state is '' for a level never written (every bucket full). The caller
+-- computes readings from the states with the same arithmetic.
 --
 -- Invariants: everything is read and checked before anything is written (only
--- expired leases are reclaimed early, which changes no outcome); every key gets
--- a TTL that outlives its state; time is Redis TIME, in microseconds.
+-- expired leases are reclaimed early, which changes no outcome); a key's TTL
+-- only grows and always outlives its state; time is Redis TIME, in microseconds.
+-- Numbers travel as binary doubles: Lua never formats or parses decimals.
 
 local clock = redis.call('TIME')
 local now = clock[1] * 1000000 + clock[2]
-local nlev = tonumber(ARGV[1])
-local cost = tonumber(ARGV[3])
-
--- Reclaims the expired leases of one level hash; returns live count and earliest expiry.
-local function reclaim(key)
-  local all = redis.call('HGETALL', key)
-  local dead, n, e = {}, 0, nil
-  for j = 1, #all, 2 do
-    if string.byte(all[j]) == 35 then -- '#'
-      local x = tonumber(all[j + 1])
-      if x <= now then
-        dead[#dead + 1] = all[j]
-      else
-        n = n + 1
-        if not e or x < e then e = x end
-      end
-    end
-  end
-  for j = 1, #dead, 1000 do
-    redis.call('HDEL', key, unpack(dead, j, math.min(j + 999, #dead)))
-  end
-  if e then
-    redis.call('HSET', key, '@n', n, '@e', e)
-  else
-    redis.call('HSET', key, '@n', n)
-    redis.call('HDEL', key, '@e')
-  end
-  return n, e
-end
+local D = ARGV[6]
+local spec = {struct.unpack(ARGV[7], ARGV[1])}
+local nlev, cost, lease_ttl = spec[1], spec[2], spec[3]
 
 -- An earlier reservation under the same idempotency key?
 local replay
-if ARGV[6] ~= '0' then
+if ARGV[4] ~= '0' then
   local nonce = redis.call('GET', KEYS[nlev + 2])
   if nonce then
-    local rkey = string.sub(KEYS[nlev + 1], 1, -23) .. nonce
-    local rec = redis.call('GET', rkey)
+    local rec = redis.call('GET', string.sub(KEYS[nlev + 1], 1, -23) .. nonce)
     if rec then
-      local _, c, ex, _, _, fp = string.match(rec, '^(%a) (%d+) (%d+) (%d+) (%S+) (%S+) ')
-      if fp ~= ARGV[8] then return {3} end
-      local left = math.ceil((tonumber(ex) - now) / 1000)
+      if string.sub(rec, 27, 34) ~= string.sub(ARGV[5], 10, 17) then return {3} end
+      local c, ex = struct.unpack('<dd', rec, 2)
+      local left = (ex - now) / 1000
+      left = left + (-left) % 1
       if left < 0 then left = 0 end
-      replay = {2, nonce, tonumber(c), left}
+      replay = {nonce, c, left}
     end
   end
 end
 
--- Read and check every level.
-local levels, denied, bit, pos = {}, 0, 1, 11
+-- Read and check every level, computing the state it would have after taking
+-- the cost (written only if every check passes).
+local raws, states, ttls = {}, {}, {}
+local denied, bit, p = 0, 1, 4
 for i = 1, nlev do
-  local nb, clim = tonumber(ARGV[pos]), tonumber(ARGV[pos + 1])
-  local lv = {nb = nb, clim = clim, first = pos + 2, lims = {}, pers = {}, costs = {}, ls = {}}
-  local fields = {'@t'}
-  for b = 1, nb do fields[b + 1] = ARGV[pos + 2 + (b - 1) * 3] end
-  if clim >= 0 then
-    fields[nb + 2] = '@n'
-    fields[nb + 3] = '@e'
+  local nb, clim = spec[p], spec[p + 1]
+  local raw = redis.call('HGET', KEYS[i], 's')
+  local s
+  local fmt = ARGV[7 + i]
+  if raw then
+    if #raw ~= (#fmt - 1) * 8 then fmt = string.sub(D, 1, #raw / 8 + 1) end
+    s = {struct.unpack(fmt, raw)}
+    s[#s] = nil -- struct.unpack's last value is the next read position
+  else
+    raw, s = '', {0, 0, 0}
   end
-  local v = redis.call('HMGET', KEYS[i], unpack(fields))
-  local t = tonumber(v[1])
-  lv.fresh = t == nil
-  local el = 0
-  if t then
-    el = now - t
-    if el < 0 then el = 0 end
-  end
+  local ns, ttl = #s, 0
   for b = 1, nb do
-    local p = pos + 2 + (b - 1) * 3
-    local lim, per = tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2])
-    local l = tonumber(v[b + 1])
-    if l then
-      l = l + el * lim / per
+    local q = p + 2 + (b - 1) * 2
+    local id, lim = spec[q], spec[q + 1]
+    local per = (id % 1e7) * 1e6
+    local k = 4 + (b - 1) * 3
+    if s[k] ~= id then
+      k = nil
+      for j = 4, ns - 2, 3 do
+        if s[j] == id then k = j break end
+      end
+    end
+    local l = lim
+    if k then
+      local el = now - s[k + 2]
+      if el < 0 then el = 0 end
+      l = s[k + 1] + el * lim / per
       if l > lim then l = lim end
     else
-      l = lim
+      k = #s + 1
+      s[k] = id
     end
     local c = 1
-    if string.byte(ARGV[p]) == 116 then c = cost end -- 't'
+    if id >= 2e7 then c = cost end
     if l < c then denied = denied + bit end
     bit = bit * 2
-    lv.lims[b], lv.pers[b], lv.costs[b], lv.ls[b] = lim, per, c, l
+    l = l - c
+    s[k + 1], s[k + 2] = l, now
+    local full = (lim - l) * per / lim
+    if full > ttl then ttl = full end
   end
   if clim >= 0 then
-    local n, e = tonumber(v[nb + 2]) or 0, tonumber(v[nb + 3])
-    if e and now >= e then n, e = reclaim(KEYS[i]) end
+    local n, e = s[1], s[2]
+    if e > 0 and now >= e then
+      -- Reclaim expired leases: recount, find the earliest live expiry.
+      local all = redis.call('HGETALL', KEYS[i])
+      local dead
+      n, e, dead = 0, 0, {}
+      for j = 1, #all, 2 do
+        if string.byte(all[j]) == 35 then -- '#'
+          local x = struct.unpack('<d', all[j + 1])
+          if x <= now then
+            dead[#dead + 1] = all[j]
+          else
+            n = n + 1
+            if e == 0 or x < e then e = x end
+          end
+        end
+      end
+      for j = 1, #dead, 1000 do
+        redis.call('HDEL', KEYS[i], unpack(dead, j, math.min(j + 999, #dead)))
+      end
+      local old = {struct.unpack(string.sub(D, 1, #raw / 8 + 1), raw)}
+      old[#old] = nil
+      old[1], old[2] = n, e
+      raw = struct.pack(string.sub(D, 1, #old + 1), unpack(old))
+      redis.call('HSET', KEYS[i], 's', raw)
+      s[1], s[2] = n, e
+    end
     if n >= clim then denied = denied + bit end
     bit = bit * 2
-    lv.n, lv.e = n, e
   end
-  levels[i] = lv
-  pos = pos + 2 + nb * 3
+  raws[i], states[i], ttls[i] = raw, s, ttl
+  p = p + 2 + nb * 2
 end
 
-local function readings(out)
-  for i = 1, nlev do
-    local lv = levels[i]
-    for b = 1, lv.nb do out[#out + 1] = math.floor(lv.ls[b] * 1000) end
-    if lv.clim >= 0 then
-      out[#out + 1] = lv.n
-      if lv.e then out[#out + 1] = math.ceil((lv.e - now) / 1000) else out[#out + 1] = 0 end
-    end
+if replay or denied ~= 0 then
+  local out = {0, now, unpack(raws)}
+  if replay then
+    out[1] = 2
+    out[#out + 1], out[#out + 2], out[#out + 3] = replay[1], replay[2], replay[3]
+  else
+    out[#out + 1] = denied
   end
   return out
 end
 
-if replay then return readings(replay) end
-if denied ~= 0 then return readings({0, denied}) end
-
--- Everything fits: take it.
-local lease_ttl = tonumber(ARGV[4])
+-- Everything fits: write it.
 local exp = now + lease_ttl
+local expbin = struct.pack('<d', exp)
+p = 4
 for i = 1, nlev do
-  local lv = levels[i]
-  local args, ttl = {'@t', now}, 0
-  for b = 1, lv.nb do
-    local l, lim = lv.ls[b] - lv.costs[b], lv.lims[b]
-    lv.ls[b] = l
-    args[#args + 1] = ARGV[lv.first + (b - 1) * 3]
-    args[#args + 1] = l
-    local full = (lim - l) * lv.pers[b] / lim
-    if full > ttl then ttl = full end
-  end
-  if lv.clim >= 0 then
-    lv.n = lv.n + 1
-    if not lv.e or exp < lv.e then lv.e = exp end
-    args[#args + 1] = '@n'
-    args[#args + 1] = lv.n
-    args[#args + 1] = '@e'
-    args[#args + 1] = lv.e
-    args[#args + 1] = ARGV[2]
-    args[#args + 1] = exp
+  local nb, clim, s, ttl = spec[p], spec[p + 1], states[i], ttls[i]
+  if clim >= 0 then
+    s[1] = s[1] + 1
+    if s[2] == 0 or exp < s[2] then s[2] = exp end
     if lease_ttl > ttl then ttl = lease_ttl end
   end
-  redis.call('HSET', KEYS[i], unpack(args))
-  local ms = math.ceil(ttl / 1000) + 1000
-  if lv.fresh then
-    redis.call('PEXPIRE', KEYS[i], ms)
+  local grow = now + ttl > s[3]
+  if grow then s[3] = now + 2 * ttl + 1000000 end
+  local fmt = ARGV[7 + i]
+  if #s ~= #fmt - 1 then fmt = string.sub(D, 1, #s + 1) end
+  local raw = struct.pack(fmt, unpack(s))
+  raws[i] = raw
+  if clim >= 0 then
+    redis.call('HSET', KEYS[i], 's', raw, ARGV[2], expbin)
   else
-    redis.call('PEXPIRE', KEYS[i], ms, 'GT')
+    redis.call('HSET', KEYS[i], 's', raw)
   end
+  if grow then
+    local ms = (s[3] - now) / 1000
+    redis.call('PEXPIRE', KEYS[i], ms + (-ms) % 1)
+  end
+  p = p + 2 + nb * 2
 end
 
-redis.call('SET', KEYS[nlev + 1],
-  string.format('R %d %d %s %s %s 0', cost, exp, ARGV[10], ARGV[7], ARGV[8]),
-  'PX', ARGV[5])
-if ARGV[6] ~= '0' then
-  redis.call('SET', KEYS[nlev + 2], ARGV[9], 'PX', ARGV[6])
+redis.call('SET', KEYS[nlev + 1], 'R' .. struct.pack('<dd', cost, exp) .. ARGV[5], 'PX', ARGV[3])
+if ARGV[4] ~= '0' then
+  redis.call('SET', KEYS[nlev + 2], string.sub(ARGV[2], 2), 'PX', ARGV[4])
 end
-return readings({1, 0})
+return {1, now, unpack(raws)}

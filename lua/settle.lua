@@ -1,100 +1,105 @@
 #!lua
 -- settle.lua: Commit (the real usage) or Refund (nothing used) one reservation.
--- Mirrors src/store/memory.rs; arithmetic as in src/domain/bucket.rs.
+-- Mirrors MemoryStore::settle_now (src/store/memory.rs); arithmetic as in
+-- src/domain/bucket.rs; state layout as in reserve.lua.
 --
 -- KEYS[1..n]  level hashes of the reservation, outermost first (every level, limited or not)
 -- KEYS[n+1]   reservation record
--- ARGV[1] n   ARGV[2] mode: 'C' commit | 'F' refund   ARGV[3] actual tokens (commit)
--- ARGV[4] record retention (ms)   ARGV[5] owner tag   ARGV[6] lease field '#<nonce>'
--- ARGV[7..] per level: level bit, bucket count b, then b times: field, limit, period (us)
+-- ARGV[1]  spec: little-endian doubles
+--          n, mode (1 commit, 2 refund), actual tokens (commit), then per level:
+--          level bit, bucket count b, then b times: id, limit (id as in reserve.lua)
+-- ARGV[2]  lease field '#<nonce>'   ARGV[3] record retention (ms)   ARGV[4] owner tag (8 bytes)
+-- ARGV[5]  '<' followed by at least as many 'd' as the longest state or spec
 --
 -- Returns
 --   {1, amount}          applied: commit → actual - reserved; refund → tokens returned
---   {0, state, amount}   already settled ('C' committed | 'F' refunded) with its amount
---   {-1}                 no such reservation (never made, long gone, or id tampered with)
+--   {0, state, amount}   already settled ('C' committed | 'F' refunded), its amount
+--   {-1}                 no such reservation (never made, long gone, or id edited)
 --
 -- Commit charges an overage even into debt and returns a surplus without
 -- overfilling; it touches token buckets only. Refund returns the tokens and the
 -- request. Both free the lease, expired or not. A settled record is kept for
--- ARGV[4] ms so repeats answer ALREADY_SETTLED and change nothing.
+-- ARGV[3] ms, so repeats answer ALREADY_SETTLED and change nothing.
 
-local nlev = tonumber(ARGV[1])
+local D = ARGV[5]
+local spec = {struct.unpack(string.sub(D, 1, #ARGV[1] / 8 + 1), ARGV[1])}
+local nlev = spec[1]
 local rkey = KEYS[nlev + 1]
 local rec = redis.call('GET', rkey)
 if not rec then return {-1} end
-local st, cost, ex, mask, owner, fp, amt =
-  string.match(rec, '^(%a) (%d+) (%d+) (%d+) (%S+) (%S+) (%-?%d+)$')
-if owner ~= ARGV[5] then return {-1} end
-if st ~= 'R' then return {0, st, tonumber(amt)} end
+if string.sub(rec, 19, 26) ~= ARGV[4] then return {-1} end
+local state = string.sub(rec, 1, 1)
+if state ~= 'R' then return {0, state, struct.unpack('<d', rec, 35)} end
 
 local clock = redis.call('TIME')
 local now = clock[1] * 1000000 + clock[2]
-local refund = ARGV[2] == 'F'
-cost = tonumber(cost)
-mask = tonumber(mask)
+local cost = struct.unpack('<d', rec, 2)
+local mask = string.byte(rec, 18)
 local dtok, dreq, amount
-if refund then
-  dtok, dreq, amount = -cost, -1, cost
+if spec[2] == 2 then
+  dtok, dreq, amount, state = -cost, -1, cost, 'F'
 else
-  dtok, dreq = tonumber(ARGV[3]) - cost, 0
-  amount = dtok
+  dtok, dreq = spec[3] - cost, 0
+  amount, state = dtok, 'C'
 end
 
-local pos = 7
+local p = 4
 for i = 1, nlev do
-  local lbit, nb = tonumber(ARGV[pos]), tonumber(ARGV[pos + 1])
-  local fields, specs = {'@t'}, {}
+  local lbit, nb = spec[p], spec[p + 1]
+  local touched = false
   for b = 1, nb do
-    local p = pos + 2 + (b - 1) * 3
-    local d = dreq
-    if string.byte(ARGV[p]) == 116 then d = dtok end -- 't'
-    if d ~= 0 then
-      fields[#fields + 1] = ARGV[p]
-      specs[#specs + 1] = {ARGV[p], tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2]), d}
-    end
+    local id = spec[p + 2 + (b - 1) * 2]
+    if (id >= 2e7 and dtok ~= 0) or (id < 2e7 and dreq ~= 0) then touched = true end
   end
-  if #specs > 0 then
-    local v = redis.call('HMGET', KEYS[i], unpack(fields))
-    local t = tonumber(v[1])
-    local el = 0
-    if t then
-      el = now - t
-      if el < 0 then el = 0 end
+  local released = bit.band(mask, lbit) ~= 0 and redis.call('HDEL', KEYS[i], ARGV[2]) == 1
+  if touched or released then
+    local raw = redis.call('HGET', KEYS[i], 's')
+    local s = {0, 0, 0}
+    if raw then
+      s = {struct.unpack(string.sub(D, 1, #raw / 8 + 1), raw)}
+      s[#s] = nil
     end
-    local args, ttl = {'@t', now}, 0
-    for s = 1, #specs do
-      local f, lim, per, d = specs[s][1], specs[s][2], specs[s][3], specs[s][4]
-      local l = tonumber(v[s + 1])
-      if l then
-        l = l + el * lim / per
-        if l > lim then l = lim end
-      else
-        l = lim
+    if released then s[1] = s[1] - 1 end
+    local ttl = 0
+    for b = 1, nb do
+      local q = p + 2 + (b - 1) * 2
+      local id, lim = spec[q], spec[q + 1]
+      local per = (id % 1e7) * 1e6
+      local d = dreq
+      if id >= 2e7 then d = dtok end
+      if d ~= 0 then
+        local k
+        for j = 4, #s - 2, 3 do
+          if s[j] == id then k = j break end
+        end
+        local l = lim
+        if k then
+          local el = now - s[k + 2]
+          if el < 0 then el = 0 end
+          l = s[k + 1] + el * lim / per
+          if l > lim then l = lim end
+        else
+          k = #s + 1
+          s[k] = id
+        end
+        l = l - d
+        if d < 0 and l > lim then l = lim end
+        s[k + 1], s[k + 2] = l, now
+        local full = (lim - l) * per / lim
+        if full > ttl then ttl = full end
       end
-      l = l - d
-      if d < 0 and l > lim then l = lim end
-      args[#args + 1] = f
-      args[#args + 1] = l
-      local full = (lim - l) * per / lim
-      if full > ttl then ttl = full end
     end
-    redis.call('HSET', KEYS[i], unpack(args))
-    local ms = math.ceil(ttl / 1000) + 1000
-    if t then
-      redis.call('PEXPIRE', KEYS[i], ms, 'GT')
-    else
-      redis.call('PEXPIRE', KEYS[i], ms)
+    local grow = now + ttl > s[3]
+    if grow then s[3] = now + 2 * ttl + 1000000 end
+    redis.call('HSET', KEYS[i], 's', struct.pack(string.sub(D, 1, #s + 1), unpack(s)))
+    if grow then
+      local ms = (s[3] - now) / 1000
+      redis.call('PEXPIRE', KEYS[i], ms + (-ms) % 1)
     end
   end
-  if bit.band(mask, lbit) ~= 0 and redis.call('HDEL', KEYS[i], ARGV[6]) == 1 then
-    redis.call('HINCRBY', KEYS[i], '@n', -1)
-  end
-  pos = pos + 2 + nb * 3
+  p = p + 2 + nb * 2
 end
 
-local state = 'C'
-if refund then state = 'F' end
-redis.call('SET', rkey,
-  string.format('%s %d %s %s %s %s %d', state, cost, ex, mask, owner, fp, amount),
-  'PX', ARGV[4])
+redis.call('SET', rkey, state .. string.sub(rec, 2, 34) .. struct.pack('<d', amount),
+  'PX', ARGV[3])
 return {1, amount}

@@ -284,13 +284,13 @@ async fn a_denial_changes_nothing_anywhere(backend: Backend) {
     let tier = r#"
 [global]
 requests = [{ limit = 1000, period = "1d" }]
-tokens = [{ limit = 1000000, period = "1d" }]
+tokens = [{ limit = 1000000, period = "30d" }]
 
 [tiers.t]
 max_context_tokens = 10000
 default_max_output_tokens = 100
 tenant = { tokens = [{ limit = 1000, period = "1d" }], concurrency = 10 }
-user = { requests = [{ limit = 10, period = "1d" }], tokens = [{ limit = 100000, period = "12h" }], concurrency = 1 }
+user = { requests = [{ limit = 10, period = "1d" }], tokens = [{ limit = 100000, period = "30d" }], concurrency = 1 }
 "#;
     let mut h = Harness::start(backend, tier).await;
     let held = reserve_ok(&mut h.client, reserve("acme", "alice", "t", 800, 100)).await;

@@ -17,17 +17,11 @@
 //!
 //! # Level hash fields
 //! ```text
-//! @t          time (µs) the bucket levels were last brought up to date
-//! r<secs>     level of the request bucket with that period (a float)
-//! t<secs>     level of the token bucket with that period
-//! @n          live concurrency leases
-//! @e          lower bound of the earliest lease expiry (µs)
-//! #<nonce>    one lease: its expiry (µs)
+//! s           the level's state: buckets and lease count (see `store::state`)
+//! #<nonce>    one live lease: its expiry in µs, a little-endian double
 //! ```
 
-use crate::domain::{
-    BucketSpec, Dimension, IdempotencyKey, Level, ReservationId, TenantId, UserId,
-};
+use crate::domain::{IdempotencyKey, Level, ReservationId, TenantId, UserId};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
@@ -83,15 +77,6 @@ impl Keys {
     pub fn idempotency(&self, tenant: &TenantId, key: &IdempotencyKey) -> String {
         format!("{}:i:{}", self.tenant_tag(tenant), encode(key.as_str()))
     }
-}
-
-/// The hash field of a bucket: `r60`, `t86400`.
-pub fn bucket_field(bucket: &BucketSpec) -> String {
-    let d = match bucket.dimension {
-        Dimension::Requests => 'r',
-        _ => 't',
-    };
-    format!("{d}{}", bucket.period_secs)
 }
 
 /// The hash field of a reservation's lease.

@@ -1,46 +1,42 @@
 //! The in-memory store: the default when no Redis is configured, so the service
-//! starts anywhere. One process, one mutex, the same keys, fields, TTLs and
-//! arithmetic as the Lua scripts (each function names the script it mirrors), so
-//! the conformance suite can hold both to one behaviour.
+//! starts anywhere. One process, one mutex, and the same keys, level states,
+//! key lifetimes and arithmetic as the Lua scripts — each function names the
+//! script it mirrors, step for step — so the conformance suite can hold both
+//! stores to one behaviour.
 //!
-//! Idle state expires exactly as Redis keys would; a sweep once per second of
-//! store time drops it, keeping memory bounded however many ids arrive.
+//! Idle state expires as Redis keys would, and a sweep once per second of store
+//! time drops it, keeping memory bounded however many ids arrive.
 
-use super::keys::{Keys, bucket_field, lease_field};
+use super::keys::{Keys, lease_field};
+use super::state::{self, BucketState, LevelState, bucket_id, ceil_ms};
 use super::{
     RenewReply, ReserveReply, Retention, Scope, SettleReply, Settled, Settlement, Store, StoreError,
 };
-use crate::domain::bucket::to_milli;
-use crate::domain::{
-    BucketSpec, Clock, Dimension, LevelPlan, Reading, Readings, ReservePlan, SystemClock,
-};
+use crate::domain::{Clock, Dimension, LevelPlan, Readings, ReservePlan, SystemClock};
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 /// Budget state held in this process.
 pub struct MemoryStore<C: Clock = SystemClock> {
-    state: Mutex<State>,
+    state: Mutex<Data>,
     clock: C,
     keys: Keys,
     retention: Retention,
 }
 
 #[derive(Default)]
-struct State {
-    levels: HashMap<String, LevelState>,
+struct Data {
+    levels: HashMap<String, LevelEntry>,
     records: HashMap<String, Record>,
     idempotency: HashMap<String, (String, i64)>,
     next_sweep_us: i64,
 }
 
-/// One level hash (see `store::keys` for its fields).
+/// One level hash: its `s` field and its lease fields.
 #[derive(Default)]
-struct LevelState {
-    t: Option<i64>,
-    buckets: HashMap<String, f64>,
-    leases: HashMap<String, i64>,
-    n: i64,
-    e: Option<i64>,
+struct LevelEntry {
+    state: LevelState,
+    leases: HashMap<String, f64>,
     expires_at: i64,
 }
 
@@ -51,26 +47,17 @@ enum RecordState {
     Refunded,
 }
 
-/// One reservation record, as the `R <cost> <exp> <mask> <owner> <fp> <amount>` string in Redis.
+/// One reservation record (in Redis: `'R' | cost, expiry | mask, owner, fp | amount`).
 #[derive(Clone)]
 struct Record {
     state: RecordState,
-    cost: u64,
-    lease_expires_us: i64,
+    cost: f64,
+    lease_expires_us: f64,
     mask: u8,
     owner: u64,
     fingerprint: u64,
-    amount: i64,
+    amount: f64,
     expires_at: i64,
-}
-
-/// What the read phase of a reservation learned about one level.
-struct LevelRead {
-    key: String,
-    fresh: bool,
-    levels: Vec<f64>,
-    n: i64,
-    e: Option<i64>,
 }
 
 impl MemoryStore<SystemClock> {
@@ -84,91 +71,116 @@ impl<C: Clock> MemoryStore<C> {
     /// A store on `clock` (tests move a [`crate::domain::ManualClock`] by hand).
     pub fn with_clock(keys: Keys, retention: Retention, clock: C) -> Self {
         MemoryStore {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(Data::default()),
             clock,
             keys,
             retention,
         }
     }
 
-    /// Locks the state, first dropping everything expired if a second has passed.
-    fn lock(&self, now: i64) -> MutexGuard<'_, State> {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if now >= st.next_sweep_us {
-            st.levels.retain(|_, l| l.expires_at > now);
-            st.records.retain(|_, r| r.expires_at > now);
-            st.idempotency.retain(|_, (_, exp)| *exp > now);
-            st.next_sweep_us = now + 1_000_000;
+    /// Locks the data, first dropping everything expired if a second has passed.
+    fn lock(&self, now: i64) -> MutexGuard<'_, Data> {
+        let mut d = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if now >= d.next_sweep_us {
+            d.levels.retain(|_, l| l.expires_at > now);
+            d.records.retain(|_, r| r.expires_at > now);
+            d.idempotency.retain(|_, (_, exp)| *exp > now);
+            d.next_sweep_us = now + 1_000_000;
         }
-        st
+        d
     }
 
-    /// Number of keys held (levels, records, idempotency entries), for tests
-    /// that check idle state disappears.
+    /// Keys held (levels, records, idempotency entries): tests check that idle
+    /// state disappears.
     pub fn key_count(&self) -> usize {
-        let st = self.lock(self.clock.now_us());
-        st.levels.len() + st.records.len() + st.idempotency.len()
+        let d = self.lock(self.clock.now_us());
+        d.levels.len() + d.records.len() + d.idempotency.len()
     }
 
+    /// reserve.lua.
     fn reserve_now(&self, plan: &ReservePlan) -> ReserveReply {
-        let now = self.clock.now_us();
-        let mut st = self.lock(now);
+        let now_us = self.clock.now_us();
+        let now = now_us as f64;
+        let mut d = self.lock(now_us);
         let id = &plan.id;
+        let cost = plan.tokens as f64;
         let idem_key = plan
             .idempotency_key
             .as_ref()
             .map(|k| self.keys.idempotency(&id.tenant, k));
 
-        // reserve.lua: an earlier reservation under the same idempotency key?
+        // An earlier reservation under the same idempotency key?
         let mut replay = None;
-        if let Some(nonce) = idem_key.as_ref().and_then(|k| st.idempotency_get(k, now)) {
-            let earlier = id.with_nonce_b64(&nonce);
-            let rec = earlier.and_then(|e| st.record_get(&self.keys.record(&e), now));
+        if let Some(nonce) = idem_key.as_ref().and_then(|k| d.idempotency_get(k, now_us)) {
+            let rec = id
+                .with_nonce_b64(&nonce)
+                .and_then(|earlier| d.record_get(&self.keys.record(&earlier), now_us));
             if let Some(rec) = rec {
                 if rec.fingerprint != plan.fingerprint {
                     return ReserveReply::IdempotencyConflict;
                 }
-                let left = ceil_ms(rec.lease_expires_us - now).max(0) as u64;
-                replay = Some((nonce, rec.cost, left));
+                let left = ((rec.lease_expires_us - now) / 1000.0).ceil().max(0.0) as u64;
+                replay = Some((nonce, rec.cost as u64, left));
             }
         }
 
-        // Read and check every level.
-        let mut reads = Vec::with_capacity(plan.levels.len());
+        // Read and check every level, computing the state after taking the cost.
+        let mut raws = Vec::with_capacity(plan.levels.len());
+        let mut states = Vec::with_capacity(plan.levels.len());
+        let mut ttls = Vec::with_capacity(plan.levels.len());
         let (mut denied, mut bit) = (0u64, 1u64);
         for lp in &plan.levels {
             let key = self.keys.level(lp.level, &id.tenant, id.user.as_ref());
-            let level = st.level_get(&key, now);
-            let fresh = level.as_ref().is_none_or(|l| l.t.is_none());
-            let mut levels = Vec::with_capacity(lp.buckets.len());
-            for b in &lp.buckets {
-                let l = current_level(level.as_deref(), b, now);
-                if l < b.cost(plan.tokens) as f64 {
-                    denied |= bit;
-                }
-                bit <<= 1;
-                levels.push(l);
-            }
-            let (mut n, mut e) = (0, None);
-            if let Some(limit) = lp.concurrency {
-                if let Some(level) = level {
-                    (n, e) = (level.n, level.e);
-                    if e.is_some_and(|e| now >= e) {
-                        (n, e) = level.reclaim(now);
+            let mut entry = d.level_get(&key, now_us);
+            let mut raw = entry.as_ref().map(|e| e.state.clone());
+            let mut s = raw.clone().unwrap_or_default();
+            let mut ttl = 0.0f64;
+            for (hint, b) in lp.buckets.iter().enumerate() {
+                let bid = bucket_id(b);
+                let (k, mut l) = match s.position(bid, hint) {
+                    Some(k) => (k, s.level_at(b, k, now)),
+                    None => {
+                        s.buckets.push(BucketState {
+                            id: bid,
+                            level: 0.0,
+                            t: 0.0,
+                        });
+                        (s.buckets.len() - 1, b.limit as f64)
                     }
+                };
+                let c = b.cost(plan.tokens) as f64;
+                if l < c {
+                    denied |= bit;
                 }
-                if n >= limit as i64 {
+                bit <<= 1;
+                l -= c;
+                s.buckets[k] = BucketState {
+                    id: bid,
+                    level: l,
+                    t: now,
+                };
+                ttl = ttl.max(until_full_us(b.limit, b.period_us(), l));
+            }
+            if let Some(limit) = lp.concurrency {
+                let (mut n, mut e) = (s.n, s.e);
+                if e > 0.0
+                    && now >= e
+                    && let Some(entry) = entry.as_deref_mut()
+                {
+                    (n, e) = entry.reclaim(now);
+                    if let Some(raw) = raw.as_mut() {
+                        (raw.n, raw.e) = (n, e);
+                    }
+                    (s.n, s.e) = (n, e);
+                }
+                if n >= limit as f64 {
                     denied |= bit;
                 }
                 bit <<= 1;
             }
-            reads.push(LevelRead {
-                key,
-                fresh,
-                levels,
-                n,
-                e,
-            });
+            raws.push(raw);
+            states.push((key, s));
+            ttls.push(ttl);
         }
 
         if let Some((nonce, tokens, lease_expires_in_ms)) = replay {
@@ -176,75 +188,74 @@ impl<C: Clock> MemoryStore<C> {
                 nonce,
                 tokens,
                 lease_expires_in_ms,
-                readings: readings(&plan.levels, &reads, now),
+                readings: state::readings(&plan.levels, &raws, &[], now),
             };
         }
         if denied != 0 {
             return ReserveReply::Denied {
-                readings: readings(&plan.levels, &reads, now),
+                readings: state::readings(&plan.levels, &raws, &[], now),
                 denied_mask: denied,
             };
         }
 
-        // Everything fits: take it.
-        let lease_ttl = plan.lease_ttl_ms as i64 * 1000;
+        // Everything fits: write it.
+        let lease_ttl = plan.lease_ttl_ms as f64 * 1000.0;
         let exp = now + lease_ttl;
         let lease = lease_field(id);
-        for (lp, read) in plan.levels.iter().zip(&mut reads) {
-            let level = st.levels.entry(read.key.clone()).or_default();
-            level.t = Some(now);
-            let mut ttl = 0.0f64;
-            for (b, l) in lp.buckets.iter().zip(&mut read.levels) {
-                *l -= b.cost(plan.tokens) as f64;
-                level.buckets.insert(bucket_field(b), *l);
-                ttl = ttl.max(until_full_us(b, *l));
-            }
+        let mut written = Vec::with_capacity(states.len());
+        for ((lp, (key, mut s)), mut ttl) in plan.levels.iter().zip(states).zip(ttls) {
             if lp.concurrency.is_some() {
-                read.n += 1;
-                read.e = Some(read.e.map_or(exp, |e| e.min(exp)));
-                level.n = read.n;
-                level.e = read.e;
-                level.leases.insert(lease.clone(), exp);
-                ttl = ttl.max(lease_ttl as f64);
+                s.n += 1.0;
+                if s.e == 0.0 || exp < s.e {
+                    s.e = exp;
+                }
+                ttl = ttl.max(lease_ttl);
             }
-            level.expire(now, ttl_ms(ttl), !read.fresh);
+            let entry = d.levels.entry(key).or_default();
+            entry.grow(&mut s, now_us, ttl);
+            if lp.concurrency.is_some() {
+                entry.leases.insert(lease.clone(), exp);
+            }
+            entry.state = s.clone();
+            written.push(Some(s));
         }
-        st.records.insert(
+        d.records.insert(
             self.keys.record(id),
             Record {
                 state: RecordState::Reserved,
-                cost: plan.tokens,
+                cost,
                 lease_expires_us: exp,
                 mask: plan.lease_mask(),
                 owner: id.owner_tag(),
                 fingerprint: plan.fingerprint,
-                amount: 0,
-                expires_at: now + (plan.lease_ttl_ms + self.retention.record_ms) as i64 * 1000,
+                amount: 0.0,
+                expires_at: now_us + (plan.lease_ttl_ms + self.retention.record_ms) as i64 * 1000,
             },
         );
         if let Some(k) = idem_key {
-            let exp = now + self.retention.idempotency_ms as i64 * 1000;
-            st.idempotency.insert(k, (id.nonce_b64(), exp));
+            let exp = now_us + self.retention.idempotency_ms as i64 * 1000;
+            d.idempotency.insert(k, (id.nonce_b64(), exp));
         }
         ReserveReply::Allowed {
-            readings: readings(&plan.levels, &reads, now),
+            readings: state::readings(&plan.levels, &written, &[], now),
         }
     }
 
     /// settle.lua.
     fn settle_now(&self, s: Settlement<'_>, refund: bool, actual: u64) -> SettleReply {
-        let now = self.clock.now_us();
-        let mut st = self.lock(now);
+        let now_us = self.clock.now_us();
+        let now = now_us as f64;
+        let mut d = self.lock(now_us);
         let rkey = self.keys.record(s.id);
-        let Some(rec) = st
-            .record_get(&rkey, now)
+        let Some(rec) = d
+            .record_get(&rkey, now_us)
             .filter(|r| r.owner == s.id.owner_tag())
         else {
             return SettleReply::NotFound;
         };
         match rec.state {
             RecordState::Committed => {
-                return SettleReply::AlreadySettled(Settled::Committed(rec.amount));
+                return SettleReply::AlreadySettled(Settled::Committed(rec.amount as i64));
             }
             RecordState::Refunded => {
                 return SettleReply::AlreadySettled(Settled::Refunded(rec.amount as u64));
@@ -252,64 +263,86 @@ impl<C: Clock> MemoryStore<C> {
             RecordState::Reserved => {}
         }
         let (dtok, dreq) = if refund {
-            (-(rec.cost as i64), -1)
+            (-rec.cost, -1.0)
         } else {
-            (actual as i64 - rec.cost as i64, 0)
+            (actual as f64 - rec.cost, 0.0)
         };
         let lease = lease_field(s.id);
         for lp in s.levels {
             let key = self.keys.level(lp.level, &s.id.tenant, s.id.user.as_ref());
-            let touched: Vec<(&BucketSpec, i64)> = lp
-                .buckets
-                .iter()
-                .map(|b| {
-                    (
-                        b,
-                        if b.dimension == Dimension::Tokens {
-                            dtok
-                        } else {
-                            dreq
-                        },
-                    )
-                })
-                .filter(|(_, d)| *d != 0)
-                .collect();
-            if !touched.is_empty() {
-                let existed = st.level_get(&key, now).is_some_and(|l| l.t.is_some());
-                let level = st.levels.entry(key.clone()).or_default();
-                let mut ttl = 0.0f64;
-                let mut settled = Vec::with_capacity(touched.len());
-                for (b, d) in &touched {
-                    let l = b.settle(current_level(Some(level), b, now), *d);
-                    settled.push((bucket_field(b), l));
-                    ttl = ttl.max(until_full_us(b, l));
+            let delta = |dimension| {
+                if dimension == Dimension::Tokens {
+                    dtok
+                } else {
+                    dreq
                 }
-                level.t = Some(now);
-                level.buckets.extend(settled);
-                level.expire(now, ttl_ms(ttl), existed);
+            };
+            let touched = lp.buckets.iter().any(|b| delta(b.dimension) != 0.0);
+            let released = rec.mask & lp.level.bit() != 0
+                && d.level_get(&key, now_us)
+                    .is_some_and(|e| e.leases.remove(&lease).is_some());
+            if !(touched || released) {
+                continue;
             }
-            if rec.mask & lp.level.bit() != 0
-                && let Some(level) = st.level_get(&key, now)
-                && level.leases.remove(&lease).is_some()
-            {
-                level.n -= 1;
+            let mut st = d
+                .level_get(&key, now_us)
+                .map(|e| e.state.clone())
+                .unwrap_or_default();
+            if released {
+                st.n -= 1.0;
             }
+            let mut ttl = 0.0f64;
+            for b in &lp.buckets {
+                let dlt = delta(b.dimension);
+                if dlt == 0.0 {
+                    continue;
+                }
+                let bid = bucket_id(b);
+                let (k, l) = match st.buckets.iter().position(|x| x.id == bid) {
+                    Some(k) => (k, st.level_at(b, k, now)),
+                    None => {
+                        st.buckets.push(BucketState {
+                            id: bid,
+                            level: 0.0,
+                            t: 0.0,
+                        });
+                        (st.buckets.len() - 1, b.limit as f64)
+                    }
+                };
+                let mut l = l - dlt;
+                if dlt < 0.0 && l > b.limit as f64 {
+                    l = b.limit as f64;
+                }
+                st.buckets[k] = BucketState {
+                    id: bid,
+                    level: l,
+                    t: now,
+                };
+                ttl = ttl.max(until_full_us(b.limit, b.period_us(), l));
+            }
+            let entry = d.levels.entry(key).or_default();
+            entry.grow(&mut st, now_us, ttl);
+            entry.state = st;
         }
         let (state, amount, settled) = if refund {
             (
                 RecordState::Refunded,
-                rec.cost as i64,
-                Settled::Refunded(rec.cost),
+                rec.cost,
+                Settled::Refunded(rec.cost as u64),
             )
         } else {
-            (RecordState::Committed, dtok, Settled::Committed(dtok))
+            (
+                RecordState::Committed,
+                dtok,
+                Settled::Committed(dtok as i64),
+            )
         };
-        st.records.insert(
+        d.records.insert(
             rkey,
             Record {
                 state,
                 amount,
-                expires_at: now + self.retention.record_ms as i64 * 1000,
+                expires_at: now_us + self.retention.record_ms as i64 * 1000,
                 ..rec
             },
         );
@@ -318,11 +351,12 @@ impl<C: Clock> MemoryStore<C> {
 
     /// renew.lua.
     fn renew_now(&self, s: Settlement<'_>, ttl_ms: u64) -> RenewReply {
-        let now = self.clock.now_us();
-        let mut st = self.lock(now);
+        let now_us = self.clock.now_us();
+        let now = now_us as f64;
+        let mut d = self.lock(now_us);
         let rkey = self.keys.record(s.id);
-        let Some(rec) = st
-            .record_get(&rkey, now)
+        let Some(rec) = d
+            .record_get(&rkey, now_us)
             .filter(|r| r.owner == s.id.owner_tag())
         else {
             return RenewReply::NotFound;
@@ -333,23 +367,28 @@ impl<C: Clock> MemoryStore<C> {
         if rec.lease_expires_us <= now {
             return RenewReply::Expired;
         }
-        let exp = now + ttl_ms as i64 * 1000;
+        let ttl = ttl_ms as f64 * 1000.0;
+        let exp = now + ttl;
         let lease = lease_field(s.id);
         for lp in s.levels {
             let key = self.keys.level(lp.level, &s.id.tenant, s.id.user.as_ref());
             if rec.mask & lp.level.bit() != 0
-                && let Some(level) = st.level_get(&key, now)
-                && let Some(held) = level.leases.get_mut(&lease)
+                && let Some(entry) = d.level_get(&key, now_us)
+                && let Some(held) = entry.leases.get_mut(&lease)
             {
                 *held = exp;
-                level.expire(now, ttl_ms as i64 + 1000, true);
+                if exp > entry.state.x {
+                    let mut st = entry.state.clone();
+                    entry.grow(&mut st, now_us, ttl);
+                    entry.state = st;
+                }
             }
         }
-        st.records.insert(
+        d.records.insert(
             rkey,
             Record {
                 lease_expires_us: exp,
-                expires_at: now + (ttl_ms + self.retention.record_ms) as i64 * 1000,
+                expires_at: now_us + (ttl_ms + self.retention.record_ms) as i64 * 1000,
                 ..rec
             },
         );
@@ -360,39 +399,27 @@ impl<C: Clock> MemoryStore<C> {
 
     /// status.lua.
     fn status_now(&self, scope: Scope<'_>, levels: &[LevelPlan]) -> Readings {
-        let now = self.clock.now_us();
-        let mut st = self.lock(now);
-        let mut reads = Vec::with_capacity(levels.len());
+        let now_us = self.clock.now_us();
+        let now = now_us as f64;
+        let mut d = self.lock(now_us);
+        let mut states = Vec::with_capacity(levels.len());
+        let mut leases = Vec::with_capacity(levels.len());
         for lp in levels {
             let key = self.keys.level(lp.level, scope.tenant, scope.user);
-            let level = st.level_get(&key, now);
-            let level = level.as_deref();
-            let values = lp
-                .buckets
-                .iter()
-                .map(|b| current_level(level, b, now))
-                .collect();
-            let (mut n, mut e) = level.map_or((0, None), |l| (l.n, l.e));
-            if lp.concurrency.is_some()
-                && let Some(l) = level
-                && e.is_some_and(|e| now >= e)
-            {
-                (n, e) = l.live_leases(now);
-            }
-            reads.push(LevelRead {
-                key,
-                fresh: false,
-                levels: values,
-                n,
-                e,
-            });
+            let entry = d.level_get(&key, now_us);
+            let live = entry
+                .as_ref()
+                .filter(|e| lp.concurrency.is_some() && e.state.e > 0.0 && now >= e.state.e)
+                .map(|e| e.live_leases(now));
+            states.push(entry.map(|e| e.state.clone()));
+            leases.push(live);
         }
-        readings(levels, &reads, now)
+        state::readings(levels, &states, &leases, now)
     }
 }
 
-impl State {
-    fn level_get(&mut self, key: &str, now: i64) -> Option<&mut LevelState> {
+impl Data {
+    fn level_get(&mut self, key: &str, now: i64) -> Option<&mut LevelEntry> {
         if self.levels.get(key).is_some_and(|l| l.expires_at <= now) {
             self.levels.remove(key);
         }
@@ -414,75 +441,40 @@ impl State {
     }
 }
 
-impl LevelState {
-    /// reserve.lua `reclaim`: drops expired leases, recounts, finds the earliest.
-    fn reclaim(&mut self, now: i64) -> (i64, Option<i64>) {
+impl LevelEntry {
+    /// reserve.lua's reclaim: drops expired leases, recounts, finds the earliest,
+    /// and stores the new count in the state.
+    fn reclaim(&mut self, now: f64) -> (f64, f64) {
         self.leases.retain(|_, exp| *exp > now);
-        (self.n, self.e) = self.live_leases(now);
-        (self.n, self.e)
+        let (n, e) = self.live_leases(now);
+        (self.state.n, self.state.e) = (n, e);
+        (n, e)
     }
 
-    /// Live leases and the earliest expiry among them.
-    fn live_leases(&self, now: i64) -> (i64, Option<i64>) {
-        let live = self.leases.values().filter(|&&exp| exp > now);
-        live.fold((0, None), |(n, e), &exp| {
-            (n + 1, Some(e.map_or(exp, |e: i64| e.min(exp))))
-        })
+    /// Live leases and the earliest expiry among them (0 with none).
+    fn live_leases(&self, now: f64) -> (f64, f64) {
+        self.leases
+            .values()
+            .filter(|&&exp| exp > now)
+            .fold((0.0, 0.0), |(n, e), &exp| {
+                (n + 1.0, if e == 0.0 || exp < e { exp } else { e })
+            })
     }
 
-    /// `PEXPIRE key ms [GT]`: only ever lengthens the life of an existing key.
-    fn expire(&mut self, now: i64, ms: i64, only_longer: bool) {
-        let at = now + ms * 1000;
-        self.expires_at = if only_longer {
-            self.expires_at.max(at)
-        } else {
-            at
-        };
-    }
-}
-
-/// A bucket's level now: a missing bucket is full; otherwise refilled since `@t`.
-fn current_level(level: Option<&LevelState>, b: &BucketSpec, now: i64) -> f64 {
-    let Some(level) = level else {
-        return b.limit as f64;
-    };
-    match level.buckets.get(&bucket_field(b)) {
-        Some(&l) => b.refill(l, now - level.t.unwrap_or(now)),
-        None => b.limit as f64,
+    /// The scripts' TTL rule: when the state must live past `x`, extend the key
+    /// to twice what it needs plus a second, so hot keys rarely need PEXPIRE.
+    fn grow(&mut self, s: &mut LevelState, now: i64, ttl: f64) {
+        let now_f = now as f64;
+        if now_f + ttl > s.x {
+            s.x = now_f + 2.0 * ttl + 1_000_000.0;
+            self.expires_at = now + ceil_ms(s.x - now_f) as i64 * 1000;
+        }
     }
 }
 
 /// Lua: `(lim - l) * per / lim`, in µs, unrounded.
-fn until_full_us(b: &BucketSpec, l: f64) -> f64 {
-    (b.limit as f64 - l) * b.period_us() as f64 / b.limit as f64
-}
-
-/// Lua: `math.ceil(ttl / 1000) + 1000`.
-fn ttl_ms(ttl_us: f64) -> i64 {
-    (ttl_us / 1000.0).ceil() as i64 + 1000
-}
-
-/// Lua: `math.ceil(us / 1000)`.
-fn ceil_ms(us: i64) -> i64 {
-    (us as f64 / 1000.0).ceil() as i64
-}
-
-fn readings(levels: &[LevelPlan], reads: &[LevelRead], now: i64) -> Readings {
-    let mut out = Vec::with_capacity(levels.iter().map(LevelPlan::reading_count).sum());
-    for (lp, read) in levels.iter().zip(reads) {
-        out.extend(
-            read.levels
-                .iter()
-                .map(|&l| Reading::Bucket { milli: to_milli(l) }),
-        );
-        if lp.concurrency.is_some() {
-            out.push(Reading::Concurrency {
-                active: read.n.max(0) as u64,
-                earliest_expiry_ms: read.e.map_or(0, |e| ceil_ms(e - now).max(0) as u64),
-            });
-        }
-    }
-    out
+fn until_full_us(limit: u64, period_us: u64, level: f64) -> f64 {
+    (limit as f64 - level) * period_us as f64 / limit as f64
 }
 
 impl<C: Clock> Store for MemoryStore<C> {

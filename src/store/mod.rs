@@ -8,6 +8,7 @@ pub mod keys;
 pub mod memory;
 pub mod redis;
 pub mod scripts;
+pub mod state;
 
 use crate::domain::{LevelPlan, Readings, ReservationId, ReservePlan, TenantId, UserId};
 use std::future::Future;

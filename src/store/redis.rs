@@ -9,12 +9,13 @@
 //! time and re-loaded transparently on NOSCRIPT (Redis restarted or flushed) by
 //! [`redis::Script::invoke_async`].
 
-use super::keys::{Keys, bucket_field, lease_field};
+use super::keys::{Keys, lease_field};
+use super::state::{self, LevelState, bucket_id};
 use super::{
     RenewReply, ReserveReply, Retention, Scope, SettleReply, Settled, Settlement, Store,
     StoreError, scripts,
 };
-use crate::domain::{LevelPlan, Reading, Readings, ReservePlan};
+use crate::domain::{LevelPlan, Readings, ReservePlan};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script, ScriptInvocation, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -184,18 +185,50 @@ impl RedisStore {
     }
 }
 
-/// Appends one level's checks as ARGV: bucket count, then each bucket's field,
-/// limit and period in µs.
-fn bucket_args(inv: &mut ScriptInvocation<'_>, lp: &LevelPlan) {
-    for b in &lp.buckets {
-        inv.arg(bucket_field(b)).arg(b.limit).arg(b.period_us());
+/// `'<'` and enough `'d'`s for any spec or state: scripts slice struct formats from it.
+const DOUBLES: &str = concat!(
+    "<dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd",
+    "dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd",
+    "dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd",
+    "dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd"
+);
+
+/// The struct format of `n` doubles.
+fn doubles(n: usize) -> &'static str {
+    &DOUBLES[..(n + 1).min(DOUBLES.len())]
+}
+
+/// Little-endian doubles, the way every script takes its numbers.
+#[derive(Default)]
+struct Spec(Vec<u8>);
+
+impl Spec {
+    fn push(&mut self, v: f64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+
+    fn count(&self) -> usize {
+        self.0.len() / 8
+    }
+
+    /// Appends `id, limit` per bucket.
+    fn buckets(&mut self, lp: &LevelPlan) -> &mut Self {
+        for b in &lp.buckets {
+            self.push(bucket_id(b)).push(b.limit as f64);
+        }
+        self
     }
 }
 
-fn level_args(inv: &mut ScriptInvocation<'_>, lp: &LevelPlan) {
-    inv.arg(lp.buckets.len())
-        .arg(lp.concurrency.map_or(-1, |c| c as i64));
-    bucket_args(inv, lp);
+/// The 25-byte record tail: lease mask, owner tag, fingerprint, settled amount 0.0.
+fn record_tail(plan: &ReservePlan) -> Vec<u8> {
+    let mut tail = Vec::with_capacity(25);
+    tail.push(plan.lease_mask());
+    tail.extend_from_slice(&plan.id.owner_tag().to_le_bytes());
+    tail.extend_from_slice(&plan.fingerprint.to_le_bytes());
+    tail.extend_from_slice(&0f64.to_le_bytes());
+    tail
 }
 
 impl Store for RedisStore {
@@ -213,36 +246,48 @@ impl Store for RedisStore {
             }
             None => 0,
         };
-        inv.arg(plan.levels.len())
+        let mut spec = Spec::default();
+        spec.push(plan.levels.len() as f64)
+            .push(plan.tokens as f64)
+            .push(plan.lease_ttl_ms as f64 * 1000.0);
+        for lp in &plan.levels {
+            spec.push(lp.buckets.len() as f64)
+                .push(lp.concurrency.map_or(-1.0, |c| c as f64))
+                .buckets(lp);
+        }
+        inv.arg(&spec.0)
             .arg(lease_field(id))
-            .arg(plan.tokens)
-            .arg(plan.lease_ttl_ms * 1000)
             .arg(plan.lease_ttl_ms + self.retention.record_ms)
             .arg(idem_ttl)
-            .arg(format!("{:016x}", id.owner_tag()))
-            .arg(format!("{:016x}", plan.fingerprint))
-            .arg(id.nonce_b64())
-            .arg(plan.lease_mask());
+            .arg(record_tail(plan))
+            .arg(DOUBLES)
+            .arg(doubles(spec.count()));
         for lp in &plan.levels {
-            level_args(&mut inv, lp);
+            inv.arg(doubles(3 + 3 * lp.buckets.len()));
         }
         let reply = self.run(&inv).await?;
+        let nlev = plan.levels.len();
         let tag = int_at(&reply, 0)?;
+        if tag == 3 {
+            return Ok(ReserveReply::IdempotencyConflict);
+        }
+        let now = int_at(&reply, 1)? as f64;
+        let states = (0..nlev)
+            .map(|i| state_at(&reply, 2 + i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let readings = state::readings(&plan.levels, &states, &[], now);
         Ok(match tag {
-            1 => ReserveReply::Allowed {
-                readings: parse_readings(&plan.levels, &reply[2..])?,
-            },
+            1 => ReserveReply::Allowed { readings },
             0 => ReserveReply::Denied {
-                denied_mask: int_at(&reply, 1)? as u64,
-                readings: parse_readings(&plan.levels, &reply[2..])?,
+                readings,
+                denied_mask: int_at(&reply, 2 + nlev)? as u64,
             },
             2 => ReserveReply::Replayed {
-                nonce: string_at(&reply, 1)?,
-                tokens: int_at(&reply, 2)? as u64,
-                lease_expires_in_ms: int_at(&reply, 3)? as u64,
-                readings: parse_readings(&plan.levels, &reply[4..])?,
+                nonce: string_at(&reply, 2 + nlev)?,
+                tokens: int_at(&reply, 3 + nlev)? as u64,
+                lease_expires_in_ms: int_at(&reply, 4 + nlev)?.max(0) as u64,
+                readings,
             },
-            3 => ReserveReply::IdempotencyConflict,
             other => return Err(unexpected("reserve", other)),
         })
     }
@@ -252,24 +297,27 @@ impl Store for RedisStore {
         s: Settlement<'_>,
         actual_tokens: u64,
     ) -> Result<SettleReply, StoreError> {
-        self.settle_call(s, "C", actual_tokens).await
+        self.settle_call(s, 1.0, actual_tokens).await
     }
 
     async fn refund(&self, s: Settlement<'_>) -> Result<SettleReply, StoreError> {
-        self.settle_call(s, "F", 0).await
+        self.settle_call(s, 2.0, 0).await
     }
 
     async fn renew(&self, s: Settlement<'_>, ttl_ms: u64) -> Result<RenewReply, StoreError> {
         let mut inv = self.renew.prepare_invoke();
         self.settlement_keys(&s, &mut inv);
-        inv.arg(s.levels.len())
-            .arg(ttl_ms * 1000)
-            .arg(self.retention.record_ms)
-            .arg(format!("{:016x}", s.id.owner_tag()))
-            .arg(lease_field(s.id));
+        let mut spec = Spec::default();
+        spec.push(s.levels.len() as f64)
+            .push(ttl_ms as f64 * 1000.0);
         for lp in s.levels {
-            inv.arg(lp.level.bit());
+            spec.push(f64::from(lp.level.bit()));
         }
+        inv.arg(&spec.0)
+            .arg(lease_field(s.id))
+            .arg(self.retention.record_ms)
+            .arg(s.id.owner_tag().to_le_bytes().as_slice())
+            .arg(DOUBLES);
         let reply = self.run(&inv).await?;
         Ok(match int_at(&reply, 0)? {
             1 => RenewReply::Renewed {
@@ -287,12 +335,23 @@ impl Store for RedisStore {
         for lp in levels {
             inv.key(self.keys.level(lp.level, scope.tenant, scope.user));
         }
-        inv.arg(levels.len());
+        let mut spec = Spec::default();
+        spec.push(levels.len() as f64);
         for lp in levels {
-            level_args(&mut inv, lp);
+            spec.push(lp.concurrency.map_or(-1.0, |c| c as f64));
         }
+        inv.arg(&spec.0).arg(DOUBLES);
         let reply = self.run(&inv).await?;
-        parse_readings(levels, &reply)
+        let now = int_at(&reply, 0)? as f64;
+        let mut states = Vec::with_capacity(levels.len());
+        let mut leases = Vec::with_capacity(levels.len());
+        for i in 0..levels.len() {
+            states.push(state_at(&reply, 1 + 3 * i)?);
+            let n = int_at(&reply, 2 + 3 * i)? as f64;
+            let e = int_at(&reply, 3 + 3 * i)? as f64;
+            leases.push(Some((n, e)));
+        }
+        Ok(state::readings(levels, &states, &leases, now))
     }
 
     fn describe(&self) -> String {
@@ -314,26 +373,31 @@ impl RedisStore {
     async fn settle_call(
         &self,
         s: Settlement<'_>,
-        mode: &str,
+        mode: f64,
         actual: u64,
     ) -> Result<SettleReply, StoreError> {
         let mut inv = self.settle.prepare_invoke();
         self.settlement_keys(&s, &mut inv);
-        inv.arg(s.levels.len())
-            .arg(mode)
-            .arg(actual)
-            .arg(self.retention.record_ms)
-            .arg(format!("{:016x}", s.id.owner_tag()))
-            .arg(lease_field(s.id));
+        let mut spec = Spec::default();
+        spec.push(s.levels.len() as f64)
+            .push(mode)
+            .push(actual as f64);
         for lp in s.levels {
-            inv.arg(lp.level.bit()).arg(lp.buckets.len());
-            bucket_args(&mut inv, lp);
+            spec.push(f64::from(lp.level.bit()))
+                .push(lp.buckets.len() as f64)
+                .buckets(lp);
         }
+        inv.arg(&spec.0)
+            .arg(lease_field(s.id))
+            .arg(self.retention.record_ms)
+            .arg(s.id.owner_tag().to_le_bytes().as_slice())
+            .arg(DOUBLES);
         let reply = self.run(&inv).await?;
         let settled = |state: &str, amount: i64| match state {
             "F" => Settled::Refunded(amount.max(0) as u64),
             _ => Settled::Committed(amount),
         };
+        let mode = if mode == 2.0 { "F" } else { "C" };
         Ok(match int_at(&reply, 0)? {
             1 => SettleReply::Applied(settled(mode, int_at(&reply, 1)?)),
             0 => SettleReply::AlreadySettled(settled(&string_at(&reply, 1)?, int_at(&reply, 2)?)),
@@ -343,25 +407,13 @@ impl RedisStore {
     }
 }
 
-fn parse_readings(levels: &[LevelPlan], values: &[Value]) -> Result<Readings, StoreError> {
-    let mut out = Vec::with_capacity(levels.iter().map(LevelPlan::reading_count).sum());
-    let mut i = 0;
-    for lp in levels {
-        for _ in &lp.buckets {
-            out.push(Reading::Bucket {
-                milli: int_at(values, i)?,
-            });
-            i += 1;
-        }
-        if lp.concurrency.is_some() {
-            out.push(Reading::Concurrency {
-                active: int_at(values, i)?.max(0) as u64,
-                earliest_expiry_ms: int_at(values, i + 1)?.max(0) as u64,
-            });
-            i += 2;
-        }
+fn state_at(values: &[Value], i: usize) -> Result<Option<LevelState>, StoreError> {
+    match values.get(i) {
+        Some(Value::BulkString(b)) => LevelState::decode(b).map_err(StoreError::Protocol),
+        other => Err(StoreError::Protocol(format!(
+            "expected a level state at position {i} of the script reply, got {other:?}"
+        ))),
     }
-    Ok(out)
 }
 
 fn int_at(values: &[Value], i: usize) -> Result<i64, StoreError> {

@@ -203,15 +203,32 @@ impl Drop for Harness {
     }
 }
 
-/// A client to `addr`, retrying until the server accepts connections.
+/// A client to `addr`, once the server reports SERVING on the gRPC health service.
 pub async fn connect(addr: SocketAddr) -> BudgetServiceClient<Channel> {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        match BudgetServiceClient::connect(format!("http://{addr}")).await {
-            Ok(c) => return c,
-            Err(e) if Instant::now() > deadline => panic!("cannot reach test server: {e}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        let last = match Channel::from_shared(format!("http://{addr}")).unwrap().connect().await {
+            Ok(channel) => {
+                let check = HealthClient::new(channel.clone())
+                    .check(HealthCheckRequest {
+                        service: String::new(),
+                    })
+                    .await;
+                match check {
+                    Ok(r) if r.get_ref().status() == ServingStatus::Serving => {
+                        return BudgetServiceClient::new(channel);
+                    }
+                    other => format!("{other:?}"),
+                }
+            }
+            Err(e) => e.to_string(),
+        };
+        if Instant::now() > deadline {
+            panic!("test server at {addr} never became ready: {last}");
         }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -1,0 +1,201 @@
+//! The state of one level, exactly as the Lua scripts pack it into the `s` field
+//! of a level hash: little-endian doubles
+//! `n, e, x, then per bucket: id, level, time`. The memory store keeps the same
+//! structure, so both stores turn state into readings with one function here.
+//!
+//! - `n`: live concurrency leases; `e`: lower bound of the earliest lease expiry
+//!   (µs, 0 = none); `x`: the expiry the key was last given (µs).
+//! - bucket `id` = dimension × 10⁷ + period in seconds (dimension 1 = requests,
+//!   2 = tokens), so a script knows a bucket's period from its id alone.
+//! - `level` may be negative (debt) and is a float: refill is continuous.
+//! - Buckets the current configuration does not name stay in the state untouched
+//!   (another replica may still use them during a configuration rollout).
+
+use crate::domain::bucket::to_milli;
+use crate::domain::{BucketSpec, Dimension, LevelPlan, Reading, Readings};
+
+/// One bucket of a level state.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BucketState {
+    /// See [`bucket_id`].
+    pub id: f64,
+    /// The level at `t`.
+    pub level: f64,
+    /// When `level` was computed (µs).
+    pub t: f64,
+}
+
+/// One level hash's `s` field.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LevelState {
+    /// Live leases.
+    pub n: f64,
+    /// Lower bound of the earliest lease expiry (µs); 0 = none.
+    pub e: f64,
+    /// The key's expiry (µs) as last set; a script extends it only past this.
+    pub x: f64,
+    /// Buckets in stored order.
+    pub buckets: Vec<BucketState>,
+}
+
+/// The id of a bucket in state and scripts: dimension × 10⁷ + period seconds.
+pub fn bucket_id(b: &BucketSpec) -> f64 {
+    let dim = match b.dimension {
+        Dimension::Requests => 1.0,
+        _ => 2.0,
+    };
+    dim * 1e7 + b.period_secs as f64
+}
+
+impl LevelState {
+    /// Unpacks a stored state; `None` for an empty value (never written).
+    pub fn decode(bytes: &[u8]) -> Result<Option<Self>, String> {
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        if bytes.len() % 8 != 0 || bytes.len() < 24 || (bytes.len() / 8 - 3) % 3 != 0 {
+            return Err(format!(
+                "level state of {} bytes is not n, e, x and buckets",
+                bytes.len()
+            ));
+        }
+        let d: Vec<f64> = bytes
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().expect("chunks of 8")))
+            .collect();
+        Ok(Some(LevelState {
+            n: d[0],
+            e: d[1],
+            x: d[2],
+            buckets: d[3..]
+                .chunks_exact(3)
+                .map(|b| BucketState {
+                    id: b[0],
+                    level: b[1],
+                    t: b[2],
+                })
+                .collect(),
+        }))
+    }
+
+    /// Packs the state as the scripts store it.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(24 + 24 * self.buckets.len());
+        for v in [self.n, self.e, self.x] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        for b in &self.buckets {
+            for v in [b.id, b.level, b.t] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// The index of bucket `id`, trying `hint` (its position in the plan) first.
+    pub fn position(&self, id: f64, hint: usize) -> Option<usize> {
+        match self.buckets.get(hint) {
+            Some(b) if b.id == id => Some(hint),
+            _ => self.buckets.iter().position(|b| b.id == id),
+        }
+    }
+
+    /// The level of `bucket` at `now`: refilled since it was stored, or full if
+    /// the state does not have it. Lua: `l + el * lim / per`, capped.
+    pub fn level_at(&self, bucket: &BucketSpec, hint: usize, now: f64) -> f64 {
+        match self.position(bucket_id(bucket), hint) {
+            Some(i) => {
+                let b = &self.buckets[i];
+                bucket.refill(b.level, (now - b.t) as i64)
+            }
+            None => bucket.limit as f64,
+        }
+    }
+}
+
+/// Readings of `levels` from their states at `now` (µs): one per bucket, plus
+/// one per concurrency limit. `leases` overrides a level's (n, e) when given.
+pub fn readings(
+    levels: &[LevelPlan],
+    states: &[Option<LevelState>],
+    leases: &[Option<(f64, f64)>],
+    now: f64,
+) -> Readings {
+    let mut out = Vec::with_capacity(levels.iter().map(LevelPlan::reading_count).sum());
+    for (i, lp) in levels.iter().enumerate() {
+        let state = states.get(i).and_then(Option::as_ref);
+        for (hint, b) in lp.buckets.iter().enumerate() {
+            let level = state.map_or(b.limit as f64, |s| s.level_at(b, hint, now));
+            out.push(Reading::Bucket {
+                milli: to_milli(level),
+            });
+        }
+        if lp.concurrency.is_some() {
+            let (n, e) = leases
+                .get(i)
+                .copied()
+                .flatten()
+                .or(state.map(|s| (s.n, s.e)))
+                .unwrap_or((0.0, 0.0));
+            out.push(Reading::Concurrency {
+                active: n.max(0.0) as u64,
+                earliest_expiry_ms: if e > 0.0 { ceil_ms(e - now) } else { 0 },
+            });
+        }
+    }
+    out
+}
+
+/// Microseconds to whole milliseconds, rounded up, never negative.
+pub fn ceil_ms(us: f64) -> u64 {
+    (us / 1000.0).ceil().max(0.0) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Level;
+
+    #[test]
+    fn state_round_trips_and_rejects_garbage() {
+        let s = LevelState {
+            n: 2.0,
+            e: 1.5e15,
+            x: 1.6e15,
+            buckets: vec![BucketState {
+                id: 2e7 + 60.0,
+                level: -0.1,
+                t: 1.4e15,
+            }],
+        };
+        assert_eq!(LevelState::decode(&s.encode()).unwrap(), Some(s));
+        assert_eq!(LevelState::decode(b"").unwrap(), None);
+        assert!(LevelState::decode(&[0u8; 30]).is_err());
+        assert!(LevelState::decode(&[0u8; 32]).is_err());
+    }
+
+    #[test]
+    fn missing_buckets_read_full_and_stored_ones_refill() {
+        let tpm = BucketSpec {
+            level: Level::User,
+            dimension: Dimension::Tokens,
+            limit: 600,
+            period_secs: 60,
+        };
+        let s = LevelState {
+            buckets: vec![BucketState {
+                id: bucket_id(&tpm),
+                level: 0.0,
+                t: 0.0,
+            }],
+            ..LevelState::default()
+        };
+        assert_eq!(s.level_at(&tpm, 5, 1e6), 10.0);
+        let rpm = BucketSpec {
+            dimension: Dimension::Requests,
+            ..tpm
+        };
+        assert_eq!(s.level_at(&rpm, 0, 1e6), 600.0);
+        assert_eq!(bucket_id(&rpm), 1e7 + 60.0);
+    }
+}

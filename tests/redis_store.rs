@@ -1,0 +1,287 @@
+//! Behaviour only the Redis store has: key TTLs and layout in a real Redis,
+//! script reloading, atomicity against a broken key, replicas sharing one
+//! truth, and an unreachable Redis.
+
+mod support;
+
+use ctxbudget::domain::{Level, TenantId, UserId};
+use ctxbudget::pb::{self, Dimension, Outcome, Reason};
+use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
+use redis::Commands;
+use std::time::Duration;
+use support::{Harness, RedisServer, limit, reserve, settings};
+use tonic::Code;
+
+const SHORT: &str = r#"
+[reservations]
+default_lease_ttl_ms = 400
+max_lease_ttl_ms = 1000
+retention_ms = 300
+idempotency_ttl_ms = 300
+retry_jitter_ms = 0
+concurrency_retry_ms = 1000
+
+[global]
+requests = [{ limit = 1000, period = "1s" }]
+concurrency = 100
+
+[tiers.t]
+max_context_tokens = 10000
+default_max_output_tokens = 10
+tenant = { tokens = [{ limit = 5000, period = "1s" }], concurrency = 10 }
+user = { requests = [{ limit = 10, period = "1s" }], tokens = [{ limit = 1000, period = "1s" }], concurrency = 5 }
+"#;
+
+fn keys_with_ttl(redis: &RedisServer) -> Vec<(String, i64)> {
+    let mut conn = redis.conn();
+    let keys: Vec<String> = conn.keys("*").unwrap();
+    keys.into_iter()
+        .map(|k| {
+            let ttl: i64 = redis::cmd("PTTL").arg(&k).query(&mut conn).unwrap();
+            (k, ttl)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_key_has_a_ttl_and_idle_state_disappears() {
+    let mut h = Harness::start(support::Backend::Redis, SHORT).await;
+    let c = &mut h.client;
+    let keyed = pb::CheckAndReserveRequest {
+        idempotency_key: "k".into(),
+        ..reserve("acme", "alice", "t", 100, 10)
+    };
+    let a = c.check_and_reserve(keyed).await.unwrap().into_inner();
+    let b = c
+        .check_and_reserve(reserve("acme", "bob", "t", 100, 10))
+        .await
+        .unwrap()
+        .into_inner();
+    let _abandoned = c
+        .check_and_reserve(reserve("acme", "carol", "t", 100, 10))
+        .await
+        .unwrap();
+    c.commit(pb::CommitRequest {
+        reservation_id: a.reservation_id,
+        prompt_tokens: 900,
+        completion_tokens: 500,
+    })
+    .await
+    .unwrap();
+    c.refund(pb::RefundRequest {
+        reservation_id: b.reservation_id,
+    })
+    .await
+    .unwrap();
+
+    let redis = h.redis.as_ref().unwrap();
+    let keys = keys_with_ttl(redis);
+    assert!(
+        keys.len() >= 8,
+        "levels, records and the idempotency entry: {keys:?}"
+    );
+    for (key, ttl) in &keys {
+        assert!(*ttl > 0, "{key} has no TTL ({ttl})");
+        assert!(
+            *ttl <= 5_000,
+            "{key} lives longer than its state needs: {ttl} ms"
+        );
+    }
+    let longest = keys.iter().map(|(_, t)| *t).max().unwrap() as u64;
+    tokio::time::sleep(Duration::from_millis(longest + 200)).await;
+    let left: Vec<String> = redis.conn().keys("*").unwrap();
+    assert!(left.is_empty(), "idle state must expire: {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_keep_each_tenant_in_one_hash_slot() {
+    let mut h = Harness::start(support::Backend::Redis, SHORT).await;
+    for (t, u) in [("a}b", "{c}"), ("a:u:x", "y"), ("t", "u")] {
+        let r = h
+            .client
+            .check_and_reserve(reserve(t, u, "t", 1, 1))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(r.allowed);
+    }
+    let redis = h.redis.as_ref().unwrap();
+    let keys: Vec<String> = redis.conn().keys("*").unwrap();
+    for key in &keys {
+        if key == "ctxb:g" {
+            continue;
+        }
+        assert_eq!(key.matches('{').count(), 1, "{key}");
+        assert_eq!(key.matches('}').count(), 1, "{key}");
+    }
+    // Redis Cluster hashes only what is between the first '{' and the next '}'.
+    let tag = |key: &str| key[key.find('{').unwrap()..=key.find('}').unwrap()].to_string();
+    let k = Keys::new(DEFAULT_PREFIX).unwrap();
+    let tenant = TenantId::parse("a}b").unwrap();
+    let user = UserId::parse("{c}").unwrap();
+    let tk = k.level(Level::Tenant, &tenant, None);
+    let uk = k.level(Level::User, &tenant, Some(&user));
+    assert!(keys.contains(&tk) && keys.contains(&uk), "{keys:?}");
+    assert_eq!(tag(&tk), tag(&uk), "a tenant and its users share one slot");
+    let records: Vec<&String> = keys
+        .iter()
+        .filter(|k| k.contains(&tag(&tk)) && k.contains(":r:"))
+        .collect();
+    assert_eq!(
+        records.len(),
+        1,
+        "the reservation record shares the tenant's slot"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_reload_after_script_flush_and_flushall() {
+    let mut h = Harness::start(support::Backend::Redis, SHORT).await;
+    let ok = h
+        .client
+        .check_and_reserve(reserve("acme", "alice", "t", 1, 1))
+        .await
+        .unwrap();
+    assert!(ok.into_inner().allowed);
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut h.redis.as_ref().unwrap().conn())
+        .unwrap();
+    let after = h
+        .client
+        .check_and_reserve(reserve("acme", "alice", "t", 1, 1))
+        .await;
+    assert!(
+        after
+            .expect("NOSCRIPT is handled, not returned")
+            .into_inner()
+            .allowed
+    );
+    let _: () = redis::cmd("FLUSHALL")
+        .query(&mut h.redis.as_ref().unwrap().conn())
+        .unwrap();
+    let s = h
+        .client
+        .get_status(pb::GetStatusRequest {
+            tenant_id: "acme".into(),
+            user_id: "alice".into(),
+            tier: "t".into(),
+        })
+        .await
+        .expect("status after FLUSHALL")
+        .into_inner();
+    assert_eq!(
+        limit(&s.limits, pb::Level::User, Dimension::Requests, 1).remaining,
+        10
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_key_aborts_before_anything_is_written() {
+    let mut h = Harness::start(support::Backend::Redis, SHORT).await;
+    let keys = Keys::new(DEFAULT_PREFIX).unwrap();
+    let tenant = TenantId::parse("acme").unwrap();
+    let user = UserId::parse("mallory").unwrap();
+    let user_key = keys.level(Level::User, &tenant, Some(&user));
+    let mut conn = h.redis.as_ref().unwrap().conn();
+    let _: () = conn.set(&user_key, "not a hash").unwrap();
+    let err = h
+        .client
+        .check_and_reserve(reserve("acme", "mallory", "t", 100, 10))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Internal, "{err:?}");
+    let global: Option<String> = conn.hget("ctxb:g", "r1").unwrap();
+    let tenant_hash: Option<String> = conn
+        .hget(keys.level(Level::Tenant, &tenant, None), "t1")
+        .unwrap();
+    assert_eq!(
+        (global, tenant_hash),
+        (None, None),
+        "outer levels were written"
+    );
+    let records: Vec<String> = conn.keys("ctxb:*:r:*").unwrap();
+    assert!(records.is_empty(), "{records:?}");
+    let _: () = conn.del(&user_key).unwrap();
+    let r = h
+        .client
+        .check_and_reserve(reserve("acme", "mallory", "t", 100, 10))
+        .await
+        .unwrap();
+    assert!(r.into_inner().allowed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_share_one_truth() {
+    let tier = r#"
+[tiers.t]
+max_context_tokens = 10000
+default_max_output_tokens = 10
+user = { requests = [{ limit = 3, period = "1d" }], concurrency = 3 }
+"#;
+    let redis = RedisServer::start();
+    let mut a = Harness::start_with(settings(tier, Some(redis.url())), None).await;
+    let mut b = Harness::start_with(settings(tier, Some(redis.url())), None).await;
+    let mut allowed = Vec::new();
+    for i in 0..6 {
+        let c = if i % 2 == 0 {
+            &mut a.client
+        } else {
+            &mut b.client
+        };
+        let r = c
+            .check_and_reserve(reserve("acme", "alice", "t", 1, 1))
+            .await
+            .unwrap()
+            .into_inner();
+        if r.allowed {
+            allowed.push(r.reservation_id);
+        } else {
+            assert_eq!(r.reason(), Reason::RpmExceeded);
+        }
+    }
+    assert_eq!(allowed.len(), 3);
+    let commit = |id: &str| pb::CommitRequest {
+        reservation_id: id.into(),
+        prompt_tokens: 1,
+        completion_tokens: 1,
+    };
+    let on_b = b
+        .client
+        .commit(commit(&allowed[0]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        on_b.outcome(),
+        Outcome::Applied,
+        "replica B settles A's reservation"
+    );
+    let on_a = a
+        .client
+        .commit(commit(&allowed[0]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(on_a.outcome(), Outcome::AlreadySettled);
+    drop(redis);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_redis_is_unavailable() {
+    let mut h = Harness::start(support::Backend::Redis, SHORT).await;
+    drop(h.redis.take());
+    let err = h
+        .client
+        .check_and_reserve(reserve("acme", "alice", "t", 1, 1))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(err.message().contains("retry"), "{}", err.message());
+
+    let closed = support::settings(SHORT, Some("redis://127.0.0.1:1/0".into()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let start = ctxbudget::server::run(closed, listener, std::future::pending()).await;
+    let message = start.expect_err("startup fails without Redis").to_string();
+    assert!(message.contains("127.0.0.1:1"), "{message}");
+}
