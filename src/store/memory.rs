@@ -131,7 +131,7 @@ impl<C: Clock> MemoryStore<C> {
         let (mut denied, mut bit) = (0u64, 1u64);
         for lp in &plan.levels {
             let key = self.keys.level(lp.level, &id.tenant, id.user.as_ref());
-            let mut entry = d.level_get(&key, now_us);
+            let entry = d.level_get(&key, now_us);
             let mut raw = entry.as_ref().map(|e| e.state.clone());
             let mut s = raw.clone().unwrap_or_default();
             let mut ttl = 0.0f64;
@@ -165,7 +165,7 @@ impl<C: Clock> MemoryStore<C> {
                 let (mut n, mut e) = (s.n, s.e);
                 if e > 0.0
                     && now >= e
-                    && let Some(entry) = entry.as_deref_mut()
+                    && let Some(entry) = entry
                 {
                     (n, e) = entry.reclaim(now);
                     if let Some(raw) = raw.as_mut() {

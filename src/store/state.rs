@@ -53,7 +53,8 @@ impl LevelState {
         if bytes.is_empty() {
             return Ok(None);
         }
-        if bytes.len() % 8 != 0 || bytes.len() < 24 || (bytes.len() / 8 - 3) % 3 != 0 {
+        let doubles = bytes.len() / 8;
+        if !bytes.len().is_multiple_of(8) || doubles < 3 || !(doubles - 3).is_multiple_of(3) {
             return Err(format!(
                 "level state of {} bytes is not n, e, x and buckets",
                 bytes.len()

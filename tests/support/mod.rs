@@ -209,7 +209,11 @@ pub async fn connect(addr: SocketAddr) -> BudgetServiceClient<Channel> {
     use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let last = match Channel::from_shared(format!("http://{addr}")).unwrap().connect().await {
+        let last = match Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+        {
             Ok(channel) => {
                 let check = HealthClient::new(channel.clone())
                     .check(HealthCheckRequest {
@@ -258,9 +262,8 @@ pub fn limit(
     dimension: pb::Dimension,
     period: u64,
 ) -> pb::LimitStatus {
-    limits
+    *limits
         .iter()
         .find(|l| l.level() == level && l.dimension() == dimension && l.period_seconds == period)
         .unwrap_or_else(|| panic!("no {level:?} {dimension:?} {period}s limit in {limits:#?}"))
-        .clone()
 }

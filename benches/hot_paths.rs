@@ -1,0 +1,125 @@
+//! Criterion benches of the hot paths: decision arithmetic, key building, state
+//! encoding and the memory store's reserve + commit.
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use ctxbudget::config::FileConfig;
+use ctxbudget::domain::plan::{self, LeasePolicy, Prepared, ReserveRequest};
+use ctxbudget::domain::{Level, Reading, TenantId, UserId, decision};
+use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
+use ctxbudget::store::memory::MemoryStore;
+use ctxbudget::store::state::LevelState;
+use ctxbudget::store::{Retention, Settlement, Store};
+use std::hint::black_box;
+
+fn request(i: u64) -> ReserveRequest {
+    ReserveRequest {
+        tenant: TenantId::parse(&format!("tenant-{}", i % 1000)).unwrap(),
+        user: Some(UserId::parse(&format!("user-{}", i % 10_000)).unwrap()),
+        tier: "enterprise".into(),
+        model: "gpt-4o".into(),
+        prompt_tokens: 1000,
+        max_output_tokens: 500,
+        idempotency_key: None,
+        lease_ttl_ms: None,
+    }
+}
+
+fn benches(c: &mut Criterion) {
+    let settings = FileConfig::built_in().settings(Default::default()).unwrap();
+    let limits = settings.limits.clone();
+    let leases = LeasePolicy {
+        default_ttl_ms: 120_000,
+        max_ttl_ms: 900_000,
+    };
+    let Prepared::Plan(sample) = plan::prepare(request(1), &limits, &leases).unwrap() else {
+        panic!("the sample request plans");
+    };
+    let readings: Vec<Reading> = sample
+        .levels
+        .iter()
+        .flat_map(|l| {
+            let buckets = l
+                .buckets
+                .iter()
+                .map(|_| Reading::Bucket { milli: 1_000_000 });
+            let conc = l.concurrency.map(|_| Reading::Concurrency {
+                active: 3,
+                earliest_expiry_ms: 500,
+            });
+            buckets.chain(conc).collect::<Vec<_>>()
+        })
+        .collect();
+
+    c.bench_function("plan/prepare (3 levels)", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i += 1;
+            black_box(plan::prepare(request(i), &limits, &leases).unwrap())
+        })
+    });
+    c.bench_function("decision/limit_states", |b| {
+        b.iter(|| black_box(decision::limit_states(&sample.levels, &readings)))
+    });
+    c.bench_function("decision/denial", |b| {
+        b.iter(|| {
+            black_box(decision::denial(
+                &sample.levels,
+                &readings,
+                0b110,
+                1500,
+                1000,
+            ))
+        })
+    });
+    let keys = Keys::new(DEFAULT_PREFIX).unwrap();
+    c.bench_function("keys/user level", |b| {
+        b.iter(|| black_box(keys.level(Level::User, &sample.id.tenant, sample.id.user.as_ref())))
+    });
+    let state = LevelState {
+        n: 3.0,
+        e: 1.8e15,
+        x: 1.9e15,
+        ..LevelState::default()
+    };
+    let bytes = state.encode();
+    c.bench_function("state/decode", |b| {
+        b.iter(|| black_box(LevelState::decode(&bytes).unwrap()))
+    });
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let store = MemoryStore::new(
+        keys.clone(),
+        Retention {
+            record_ms: 1_000,
+            idempotency_ms: 1_000,
+        },
+    );
+    let all_levels = plan::levels(
+        &limits,
+        limits.tier("enterprise").map(|t| t.as_ref()),
+        true,
+        true,
+    );
+    c.bench_function("memory store/reserve + commit", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i += 1;
+            let Prepared::Plan(p) = plan::prepare(request(i), &limits, &leases).unwrap() else {
+                unreachable!()
+            };
+            rt.block_on(async {
+                black_box(store.reserve(&p).await.unwrap());
+                let s = Settlement {
+                    id: &p.id,
+                    levels: &all_levels,
+                };
+                black_box(store.commit(s, 1200).await.unwrap());
+            })
+        })
+    });
+}
+
+criterion_group!(hot_paths, benches);
+criterion_main!(hot_paths);

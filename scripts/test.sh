@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: formatting, unit tests, and the integration tests,
+# which start real redis-server processes on free ports. Installs redis-server
+# with apt-get when it is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "test.sh: redis-server not found; installing it with apt-get" >&2
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
+fi
+echo "test.sh: $(redis-server --version)"
+
+cargo fmt --all -- --check
+
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --all-targets --no-fail-fast
+  cargo test --doc
+else
+  cargo test --all-targets --no-fail-fast
+fi

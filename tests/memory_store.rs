@@ -1,0 +1,85 @@
+//! Behaviour only the memory store can show directly: with a hand-moved clock,
+//! idle state disappears exactly when Redis keys would expire.
+
+use ctxbudget::domain::plan::{LeasePolicy, Prepared, ReserveRequest, prepare};
+use ctxbudget::domain::{ManualClock, TenantId, UserId};
+use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
+use ctxbudget::store::memory::MemoryStore;
+use ctxbudget::store::{ReserveReply, Retention, SettleReply, Settlement, Store};
+
+mod support;
+
+#[tokio::test]
+async fn idle_state_expires_and_memory_stays_bounded() {
+    let settings = support::settings(
+        r#"
+[tiers.t]
+max_context_tokens = 10000
+default_max_output_tokens = 10
+tenant = { tokens = [{ limit = 1000, period = "1m" }], concurrency = 5 }
+user = { requests = [{ limit = 10, period = "1m" }], concurrency = 1 }
+"#,
+        None,
+    );
+    let clock = ManualClock::new(1_800_000_000_000_000);
+    let retention = Retention {
+        record_ms: 1_000,
+        idempotency_ms: 1_000,
+    };
+    let store =
+        MemoryStore::with_clock(Keys::new(DEFAULT_PREFIX).unwrap(), retention, clock.clone());
+    let leases = LeasePolicy {
+        default_ttl_ms: 5_000,
+        max_ttl_ms: 5_000,
+    };
+    for i in 0..1000 {
+        let req = ReserveRequest {
+            tenant: TenantId::parse(&format!("tenant-{i}")).unwrap(),
+            user: Some(UserId::parse("u").unwrap()),
+            tier: "t".into(),
+            model: "m".into(),
+            prompt_tokens: 90,
+            max_output_tokens: 10,
+            idempotency_key: None,
+            lease_ttl_ms: None,
+        };
+        let Prepared::Plan(plan) = prepare(req, &settings.limits, &leases).unwrap() else {
+            panic!("planned");
+        };
+        assert!(matches!(
+            store.reserve(&plan).await.unwrap(),
+            ReserveReply::Allowed { .. }
+        ));
+        if i % 2 == 0 {
+            let levels = ctxbudget::domain::plan::levels(
+                &settings.limits,
+                settings.limits.tier("t").map(|t| t.as_ref()),
+                true,
+                true,
+            );
+            let s = Settlement {
+                id: &plan.id,
+                levels: &levels,
+            };
+            assert!(matches!(
+                store.commit(s, 120).await.unwrap(),
+                SettleReply::Applied(_)
+            ));
+        }
+    }
+    assert_eq!(
+        store.key_count(),
+        3000,
+        "tenant level, user level and record per reservation"
+    );
+    // Buckets refill within 7 s, leases lapse after 5 s and their records 1 s
+    // later; keys live twice what they need plus a second.
+    clock.advance_us(3_000_000);
+    let left = store.key_count();
+    assert!(
+        left >= 2000,
+        "3 s in, buckets and leases still need state: {left}"
+    );
+    clock.advance_us(57_000_000);
+    assert_eq!(store.key_count(), 0, "idle state must expire");
+}

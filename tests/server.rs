@@ -1,0 +1,51 @@
+//! The server around the API: health, reflection (grpcurl needs no proto file),
+//! and a clean shutdown.
+
+mod support;
+
+use support::{Backend, Harness};
+use tonic_reflection::pb::v1::ServerReflectionRequest;
+use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflection_lists_the_budget_service_and_health() {
+    let h = Harness::start(Backend::Memory, "").await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", h.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = ServerReflectionClient::new(channel);
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut stream = client
+        .server_reflection_info(tokio_stream_once(request))
+        .await
+        .unwrap()
+        .into_inner();
+    let reply = stream.message().await.unwrap().expect("one reply");
+    let Some(MessageResponse::ListServicesResponse(list)) = reply.message_response else {
+        panic!("unexpected reflection reply {reply:?}");
+    };
+    let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
+    assert!(names.contains(&"ctxbudget.v1.BudgetService"), "{names:?}");
+    assert!(names.contains(&"grpc.health.v1.Health"), "{names:?}");
+    h.stop().await;
+}
+
+fn tokio_stream_once<T: Send + 'static>(item: T) -> impl futures_util::Stream<Item = T> + Send {
+    futures_util::stream::iter([item])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_finishes_and_frees_the_port() {
+    let h = Harness::start(Backend::Memory, "").await;
+    let addr = h.addr;
+    h.stop().await;
+    let rebound = tokio::net::TcpListener::bind(addr).await;
+    assert!(rebound.is_ok(), "the listener was released on shutdown");
+}
