@@ -22,6 +22,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the gRPC service.
     Serve(ServeArgs),
+    /// Load-test a service (or the stores directly) and check nothing was overspent.
+    Bench(Box<crate::bench::BenchArgs>),
 }
 
 /// `ctxbudget serve`.
@@ -51,6 +53,7 @@ pub struct ServeArgs {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(args).await,
+        Command::Bench(args) => bench(*args).await,
     }
 }
 
@@ -73,6 +76,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", settings.listen))?;
     server::run(settings, listener, shutdown_signal()).await?;
+    Ok(())
+}
+
+async fn bench(args: crate::bench::BenchArgs) -> anyhow::Result<()> {
+    telemetry::init_logging(LogFormat::Text);
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let report = crate::bench::run(args, command).await?;
+    if report.overspent() {
+        anyhow::bail!(
+            "the service granted more than its limits allow (see the overspend lines above)"
+        );
+    }
     Ok(())
 }
 

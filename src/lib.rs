@@ -11,11 +11,13 @@
 //! - [`config`]: defaults, TOML file, env and flags → validated settings.
 //! - [`server`]: bootstrap; `run(settings, listener, shutdown)`.
 //! - [`cli`]: the `ctxbudget` command line.
+//! - [`bench`]: `ctxbudget bench`, the load generator and overspend check.
 //! - [`telemetry`]: logging setup and every metric name.
 //! - [`pb`]: the generated `ctxbudget.v1` protobuf types, client and server.
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod domain;

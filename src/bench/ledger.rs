@@ -1,0 +1,165 @@
+//! The overspend check of every benchmark run. The bench keeps its own account of
+//! what the service granted per bucket — reservations allowed, minus refunds and
+//! returned surpluses — and of the reservations it held at once per scope. At the
+//! end, each bucket's grants must fit its burst plus refill over the run, and no
+//! scope may ever have held more slots than its concurrency limit. A fast wrong
+//! answer is not a result.
+
+use super::workload::Item;
+use crate::domain::plan::{self, LevelPlan};
+use crate::domain::{Dimension, Level, Limits};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Scope {
+    Global,
+    Tenant(u32),
+    User(u32, u32),
+}
+
+impl Scope {
+    fn of(level: Level, item: &Item) -> Scope {
+        match level {
+            Level::Global => Scope::Global,
+            Level::Tenant => Scope::Tenant(item.tenant),
+            Level::User => Scope::User(item.tenant, item.user),
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Scope::Global => "global".into(),
+            Scope::Tenant(t) => format!("tenant t{t}"),
+            Scope::User(t, u) => format!("user t{t}/u{u}"),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Bucket {
+    scope: Scope,
+    dimension: Dimension,
+    period_secs: u64,
+}
+
+#[derive(Default)]
+struct Book {
+    granted: HashMap<Bucket, (i64, u64)>,
+    held: HashMap<Scope, (i64, i64, u64)>,
+}
+
+/// A bucket or concurrency limit the service let through more than it allows.
+#[derive(Clone, Debug, Serialize)]
+pub struct Offender {
+    /// Which scope, dimension and period.
+    pub bucket: String,
+    /// The configured limit.
+    pub limit: u64,
+    /// What was granted (or the most slots held at once).
+    pub granted: f64,
+    /// What the limit allows over the run.
+    pub allowed: f64,
+}
+
+/// Grants per bucket over one run.
+pub struct Ledger {
+    book: Mutex<Book>,
+    tiers: Vec<Vec<LevelPlan>>,
+}
+
+impl Ledger {
+    /// A ledger for `tiers` (the workload's tier names, in order) under `limits`.
+    pub fn new(limits: &Limits, tiers: &[String]) -> Self {
+        let tiers = tiers
+            .iter()
+            .map(|t| plan::levels(limits, limits.tier(t).map(|t| t.as_ref()), true, false))
+            .collect();
+        Ledger {
+            book: Mutex::new(Book::default()),
+            tiers,
+        }
+    }
+
+    fn apply(&self, item: &Item, requests: i64, tokens: i64, slots: i64) {
+        let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        for lp in &self.tiers[item.tier] {
+            let scope = Scope::of(lp.level, item);
+            for b in &lp.buckets {
+                let delta = match b.dimension {
+                    Dimension::Requests => requests,
+                    _ => tokens,
+                };
+                if delta != 0 {
+                    let key = Bucket {
+                        scope,
+                        dimension: b.dimension,
+                        period_secs: b.period_secs,
+                    };
+                    let entry = book.granted.entry(key).or_insert((0, b.limit));
+                    entry.0 += delta;
+                }
+            }
+            if let (Some(limit), true) = (lp.concurrency, slots != 0) {
+                let entry = book.held.entry(scope).or_insert((0, 0, limit));
+                entry.0 += slots;
+                entry.1 = entry.1.max(entry.0);
+            }
+        }
+    }
+
+    /// An allowed reservation of `item`.
+    pub fn granted(&self, item: &Item) {
+        self.apply(item, 1, (item.prompt + item.max_output) as i64, 1);
+    }
+
+    /// A commit: the surplus went back and the slot is free.
+    pub fn committed(&self, item: &Item) {
+        let reserved = (item.prompt + item.max_output) as i64;
+        let used = (item.prompt + item.completion) as i64;
+        self.apply(item, 0, (used - reserved).min(0), -1);
+    }
+
+    /// A refund: request and tokens went back and the slot is free.
+    pub fn refunded(&self, item: &Item) {
+        self.apply(item, -1, -((item.prompt + item.max_output) as i64), -1);
+    }
+
+    /// Buckets that granted more than `limit + limit × elapsed / period`, and
+    /// scopes that held more slots than their limit. Empty means no overspend.
+    pub fn check(&self, elapsed: Duration) -> (usize, Vec<Offender>) {
+        let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        let mut offenders = Vec::new();
+        for (b, &(granted, limit)) in &book.granted {
+            let allowed =
+                limit as f64 + limit as f64 * elapsed.as_secs_f64() / b.period_secs as f64;
+            if granted as f64 > allowed + 1e-6 {
+                offenders.push(Offender {
+                    bucket: format!(
+                        "{} {} per {}s",
+                        b.scope.describe(),
+                        b.dimension.as_str(),
+                        b.period_secs
+                    ),
+                    limit,
+                    granted: granted as f64,
+                    allowed,
+                });
+            }
+        }
+        for (scope, &(_, max, limit)) in &book.held {
+            if max > limit as i64 {
+                offenders.push(Offender {
+                    bucket: format!("{} concurrency", scope.describe()),
+                    limit,
+                    granted: max as f64,
+                    allowed: limit as f64,
+                });
+            }
+        }
+        offenders.sort_by(|a, b| a.bucket.cmp(&b.bucket));
+        (book.granted.len() + book.held.len(), offenders)
+    }
+}

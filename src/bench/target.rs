@@ -1,0 +1,188 @@
+//! What a benchmark drives: the service over gRPC, or an engine over a store
+//! called directly (the Redis ceiling, and the memory store's own speed).
+
+use super::workload::Item;
+use crate::domain::plan::ReserveRequest;
+use crate::domain::{Reason, TenantId, UserId};
+use crate::engine::{Engine, EngineError};
+use crate::pb;
+use crate::pb::budget_service_client::BudgetServiceClient;
+use crate::store::Store;
+use crate::store::memory::MemoryStore;
+use crate::store::redis::RedisStore;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tonic::transport::Channel;
+
+/// The answer to one reservation, whichever way it travelled.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    /// Allowed or not.
+    pub allowed: bool,
+    /// `allowed` or the denial reason, as in metrics.
+    pub reason: &'static str,
+    /// The reservation to settle.
+    pub reservation_id: String,
+}
+
+/// Something to reserve against.
+pub enum Target {
+    /// A ctxbudget service over gRPC, spreading calls over a few HTTP/2 connections.
+    Grpc {
+        /// One client per connection.
+        clients: Vec<BudgetServiceClient<Channel>>,
+        /// Round-robin cursor.
+        next: AtomicUsize,
+    },
+    /// An engine over the memory store, called in-process.
+    Memory(Arc<Engine<MemoryStore>>),
+    /// An engine over Redis, called in-process: one EVALSHA per call, no gRPC.
+    Redis(Arc<Engine<RedisStore>>),
+}
+
+fn reason_name(r: Reason) -> &'static str {
+    r.as_str()
+}
+
+fn pb_reason_name(r: pb::Reason) -> &'static str {
+    match r {
+        pb::Reason::Unspecified => "allowed",
+        pb::Reason::RpmExceeded => Reason::RequestsExceeded.as_str(),
+        pb::Reason::TpmExceeded => Reason::TokensExceeded.as_str(),
+        pb::Reason::ConcurrencyExceeded => Reason::ConcurrencyExceeded.as_str(),
+        pb::Reason::ContextTooLarge => Reason::ContextTooLarge.as_str(),
+        pb::Reason::RequestTooLarge => Reason::RequestTooLarge.as_str(),
+    }
+}
+
+fn engine_error(e: EngineError) -> String {
+    match e {
+        EngineError::Invalid(_) => "invalid_argument".into(),
+        EngineError::NotFound(_) => "not_found".into(),
+        EngineError::Store(s) if s.is_transient() => "unavailable".into(),
+        EngineError::Store(_) => "internal".into(),
+    }
+}
+
+fn status_error(s: tonic::Status) -> String {
+    format!("{:?}", s.code()).to_lowercase()
+}
+
+impl Target {
+    /// Connects `connections` clients to a gRPC endpoint.
+    pub async fn grpc(endpoint: &str, connections: usize) -> Result<Self, String> {
+        let mut clients = Vec::new();
+        for _ in 0..connections.max(1) {
+            let channel = Channel::from_shared(endpoint.to_string())
+                .map_err(|e| format!("--target {endpoint}: {e}"))?
+                .tcp_nodelay(true)
+                .connect()
+                .await
+                .map_err(|e| format!("cannot reach {endpoint}: {e}"))?;
+            clients.push(BudgetServiceClient::new(channel));
+        }
+        Ok(Target::Grpc {
+            clients,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    fn client(
+        clients: &[BudgetServiceClient<Channel>],
+        next: &AtomicUsize,
+    ) -> BudgetServiceClient<Channel> {
+        clients[next.fetch_add(1, Ordering::Relaxed) % clients.len()].clone()
+    }
+
+    /// CheckAndReserve for one workload item.
+    pub async fn reserve(&self, item: &Item, tier: &str) -> Result<Reply, String> {
+        match self {
+            Target::Grpc { clients, next } => {
+                let req = pb::CheckAndReserveRequest {
+                    tenant_id: item.tenant_id(),
+                    user_id: item.user_id(),
+                    tier: tier.to_string(),
+                    model: "bench".into(),
+                    prompt_tokens: Some(item.prompt),
+                    max_output_tokens: item.max_output,
+                    ..Default::default()
+                };
+                let r = Self::client(clients, next)
+                    .check_and_reserve(req)
+                    .await
+                    .map_err(status_error)?
+                    .into_inner();
+                Ok(Reply {
+                    allowed: r.allowed,
+                    reason: pb_reason_name(r.reason()),
+                    reservation_id: r.reservation_id,
+                })
+            }
+            Target::Memory(e) => engine_reserve(e, item, tier).await,
+            Target::Redis(e) => engine_reserve(e, item, tier).await,
+        }
+    }
+
+    /// Commit with the simulated usage.
+    pub async fn commit(&self, id: &str, prompt: u64, completion: u64) -> Result<(), String> {
+        match self {
+            Target::Grpc { clients, next } => Self::client(clients, next)
+                .commit(pb::CommitRequest {
+                    reservation_id: id.to_string(),
+                    prompt_tokens: prompt,
+                    completion_tokens: completion,
+                })
+                .await
+                .map(drop)
+                .map_err(status_error),
+            Target::Memory(e) => e
+                .commit(id, prompt, completion)
+                .await
+                .map(drop)
+                .map_err(engine_error),
+            Target::Redis(e) => e
+                .commit(id, prompt, completion)
+                .await
+                .map(drop)
+                .map_err(engine_error),
+        }
+    }
+
+    /// Refund.
+    pub async fn refund(&self, id: &str) -> Result<(), String> {
+        match self {
+            Target::Grpc { clients, next } => Self::client(clients, next)
+                .refund(pb::RefundRequest {
+                    reservation_id: id.to_string(),
+                })
+                .await
+                .map(drop)
+                .map_err(status_error),
+            Target::Memory(e) => e.refund(id).await.map(drop).map_err(engine_error),
+            Target::Redis(e) => e.refund(id).await.map(drop).map_err(engine_error),
+        }
+    }
+}
+
+async fn engine_reserve<S: Store>(
+    engine: &Engine<S>,
+    item: &Item,
+    tier: &str,
+) -> Result<Reply, String> {
+    let req = ReserveRequest {
+        tenant: TenantId::parse(&item.tenant_id()).map_err(|e| e.to_string())?,
+        user: Some(UserId::parse(&item.user_id()).map_err(|e| e.to_string())?),
+        tier: tier.to_string(),
+        model: "bench".into(),
+        prompt_tokens: item.prompt,
+        max_output_tokens: item.max_output,
+        idempotency_key: None,
+        lease_ttl_ms: None,
+    };
+    let out = engine.reserve(req).await.map_err(engine_error)?;
+    Ok(Reply {
+        allowed: out.denial.is_none(),
+        reason: out.denial.map_or("allowed", |d| reason_name(d.reason)),
+        reservation_id: out.reservation_id.unwrap_or_default(),
+    })
+}
