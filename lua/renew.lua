@@ -1,5 +1,5 @@
 #!lua
--- renew.lua: extend a live reservation's concurrency lease. Mirrors
+-- renew.lua: extend (or shorten) a live reservation's concurrency lease. Mirrors
 -- MemoryStore::renew_now (src/store/memory.rs); state layout as in reserve.lua.
 --
 -- KEYS[1..n]  level hashes of the reservation, outermost first
@@ -10,7 +10,9 @@
 --
 -- Returns {1, expires_in_ms} renewed; {0} already settled; {2} the lease had
 -- already lapsed (its slot is not re-taken); {-1} no such reservation.
+-- Every level is read before anything is written.
 
+local MAX_TTL = 7776000000000 -- 90 days in us
 local D = ARGV[5]
 local spec = {struct.unpack(string.sub(D, 1, #ARGV[1] / 8 + 1), ARGV[1])}
 local nlev, ttl = spec[1], spec[2]
@@ -26,24 +28,40 @@ local _, ex = struct.unpack('<dd', rec, 2)
 if ex <= now then return {2} end
 
 local exp = now + ttl
+local keep = ttl
+if keep > MAX_TTL then keep = MAX_TTL end
 local mask = string.byte(rec, 18)
+local writes = {}
 for i = 1, nlev do
   if bit.band(mask, spec[2 + i]) ~= 0 and redis.call('HEXISTS', KEYS[i], ARGV[2]) == 1 then
-    redis.call('HSET', KEYS[i], ARGV[2], struct.pack('<d', exp))
     local raw = redis.call('HGET', KEYS[i], 's')
+    local s = {0, 0, 0}
     if raw then
-      local s = {struct.unpack(string.sub(D, 1, #raw / 8 + 1), raw)}
+      s = {struct.unpack(string.sub(D, 1, #raw / 8 + 1), raw)}
       s[#s] = nil
-      if exp > s[3] then
-        s[3] = now + 2 * ttl + 1000000
-        redis.call('HSET', KEYS[i], 's', struct.pack(string.sub(D, 1, #s + 1), unpack(s)))
-        local ms = (s[3] - now) / 1000
-        redis.call('PEXPIRE', KEYS[i], ms + (-ms) % 1)
-      end
     end
+    -- A shorter lease may now be the earliest to lapse.
+    local lower, grow = s[2] == 0 or exp < s[2], now + keep > s[3]
+    if lower then s[2] = exp end
+    if grow then s[3] = now + 2 * keep + 1000000 end
+    writes[#writes + 1] = {KEYS[i], lower or grow, struct.pack(string.sub(D, 1, #s + 1), unpack(s)), grow, s[3]}
+  end
+end
+
+local expbin = struct.pack('<d', exp)
+for w = 1, #writes do
+  local key, changed, raw, grow, x = unpack(writes[w])
+  if changed then
+    redis.call('HSET', key, ARGV[2], expbin, 's', raw)
+  else
+    redis.call('HSET', key, ARGV[2], expbin)
+  end
+  if grow then
+    local ms = (x - now) / 1000
+    redis.call('PEXPIRE', key, ms + (-ms) % 1)
   end
 end
 local ms = ttl / 1000 + (-ttl / 1000) % 1
-redis.call('SET', rkey, 'R' .. string.sub(rec, 2, 9) .. struct.pack('<d', exp) .. string.sub(rec, 18),
+redis.call('SET', rkey, 'R' .. string.sub(rec, 2, 9) .. expbin .. string.sub(rec, 18),
   'PX', ms + tonumber(ARGV[3]))
 return {1, ms}

@@ -30,6 +30,8 @@
 --                               (bit i of mask: check i denied)
 --   {2, now, state..., nonce, cost, lease_left_ms}  idempotent replay; nothing taken
 --   {3}                         idempotency key used before for another request
+--   {4, state}                  idempotency key of a reservation already settled ('C' or
+--                               'F') or whose lease lapsed ('R'): nothing to replay
 -- A state is '' for a level never written (every bucket full). The caller
 -- computes readings from the states with the same arithmetic.
 --
@@ -37,7 +39,11 @@
 -- expired leases are reclaimed early, which changes no outcome); a key's TTL
 -- only grows and always outlives its state; time is Redis TIME, in microseconds.
 -- Numbers travel as binary doubles: Lua never formats or parses decimals.
+-- A key's life is capped at 90 days however deep its debt; a state keeps at
+-- most 16 buckets this call does not know (the most recently used).
 
+local MAX_TTL = 7776000000000 -- 90 days in us
+local MAX_FOREIGN = 16
 local clock = redis.call('TIME')
 local now = clock[1] * 1000000 + clock[2]
 local D = ARGV[6]
@@ -53,6 +59,8 @@ if ARGV[4] ~= '0' then
     if rec then
       if string.sub(rec, 27, 34) ~= string.sub(ARGV[5], 10, 17) then return {3} end
       local c, ex = struct.unpack('<dd', rec, 2)
+      local st = string.sub(rec, 1, 1)
+      if st ~= 'R' or ex <= now then return {4, st} end
       local left = (ex - now) / 1000
       left = left + (-left) % 1
       if left < 0 then left = 0 end
@@ -165,6 +173,22 @@ for i = 1, nlev do
     if s[2] == 0 or exp < s[2] then s[2] = exp end
     if lease_ttl > ttl then ttl = lease_ttl end
   end
+  if (#s - 3) / 3 - nb > MAX_FOREIGN then
+    -- Keep this call's buckets (time = now) and the most recently used others.
+    local ts = {}
+    for j = 4, #s - 2, 3 do
+      if s[j + 2] ~= now then ts[#ts + 1] = s[j + 2] end
+    end
+    table.sort(ts, function(a, b) return a > b end)
+    local cutoff, kept = ts[MAX_FOREIGN], {s[1], s[2], s[3]}
+    for j = 4, #s - 2, 3 do
+      if s[j + 2] == now or s[j + 2] >= cutoff then
+        kept[#kept + 1], kept[#kept + 2], kept[#kept + 3] = s[j], s[j + 1], s[j + 2]
+      end
+    end
+    s = kept
+  end
+  if ttl > MAX_TTL then ttl = MAX_TTL end
   local grow = now + ttl > s[3]
   if grow then s[3] = now + 2 * ttl + 1000000 end
   local fmt = ARGV[7 + i]

@@ -18,9 +18,13 @@
 --
 -- Commit charges an overage even into debt and returns a surplus without
 -- overfilling; it touches token buckets only. Refund returns the tokens and the
--- request. Both free the lease, expired or not. A settled record is kept for
--- ARGV[3] ms, so repeats answer ALREADY_SETTLED and change nothing.
+-- request. Both free the lease, expired or not. Every level is read before
+-- anything is written, so an error part-way changes nothing and a retry applies
+-- once. A settled record is kept for ARGV[3] ms, so repeats answer
+-- ALREADY_SETTLED and change nothing. A key's life is capped at 90 days however
+-- deep its debt.
 
+local MAX_TTL = 7776000000000 -- 90 days in us
 local D = ARGV[5]
 local spec = {struct.unpack(string.sub(D, 1, #ARGV[1] / 8 + 1), ARGV[1])}
 local nlev = spec[1]
@@ -33,7 +37,7 @@ if state ~= 'R' then return {0, state, struct.unpack('<d', rec, 35)} end
 
 local clock = redis.call('TIME')
 local now = clock[1] * 1000000 + clock[2]
-local cost = struct.unpack('<d', rec, 2)
+local cost, exp = struct.unpack('<dd', rec, 2)
 local mask = string.byte(rec, 18)
 local dtok, dreq, amount
 if spec[2] == 2 then
@@ -43,7 +47,8 @@ else
   amount, state = dtok, 'C'
 end
 
-local p = 4
+-- Read every level and compute its new state.
+local writes, p = {}, 4
 for i = 1, nlev do
   local lbit, nb = spec[p], spec[p + 1]
   local touched = false
@@ -51,15 +56,17 @@ for i = 1, nlev do
     local id = spec[p + 2 + (b - 1) * 2]
     if (id >= 2e7 and dtok ~= 0) or (id < 2e7 and dreq ~= 0) then touched = true end
   end
-  local released = bit.band(mask, lbit) ~= 0 and redis.call('HDEL', KEYS[i], ARGV[2]) == 1
-  if touched or released then
+  -- A live lease is certainly still there; a lapsed one may have been reclaimed.
+  local holds = bit.band(mask, lbit) ~= 0
+    and (exp > now or redis.call('HEXISTS', KEYS[i], ARGV[2]) == 1)
+  if touched or holds then
     local raw = redis.call('HGET', KEYS[i], 's')
     local s = {0, 0, 0}
     if raw then
       s = {struct.unpack(string.sub(D, 1, #raw / 8 + 1), raw)}
       s[#s] = nil
     end
-    if released then s[1] = s[1] - 1 end
+    if holds and s[1] > 0 then s[1] = s[1] - 1 end
     local ttl = 0
     for b = 1, nb do
       local q = p + 2 + (b - 1) * 2
@@ -89,17 +96,24 @@ for i = 1, nlev do
         if full > ttl then ttl = full end
       end
     end
+    if ttl > MAX_TTL then ttl = MAX_TTL end
     local grow = now + ttl > s[3]
     if grow then s[3] = now + 2 * ttl + 1000000 end
-    redis.call('HSET', KEYS[i], 's', struct.pack(string.sub(D, 1, #s + 1), unpack(s)))
-    if grow then
-      local ms = (s[3] - now) / 1000
-      redis.call('PEXPIRE', KEYS[i], ms + (-ms) % 1)
-    end
+    writes[#writes + 1] = {KEYS[i], holds, struct.pack(string.sub(D, 1, #s + 1), unpack(s)), grow, s[3]}
   end
   p = p + 2 + nb * 2
 end
 
+-- Write.
+for w = 1, #writes do
+  local key, holds, raw, grow, x = unpack(writes[w])
+  if holds then redis.call('HDEL', key, ARGV[2]) end
+  redis.call('HSET', key, 's', raw)
+  if grow then
+    local ms = (x - now) / 1000
+    redis.call('PEXPIRE', key, ms + (-ms) % 1)
+  end
+end
 redis.call('SET', rkey, state .. string.sub(rec, 2, 34) .. struct.pack('<d', amount),
   'PX', ARGV[3])
 return {1, amount}

@@ -12,6 +12,11 @@ if ! command -v redis-server >/dev/null 2>&1; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
 fi
+version=$(redis-server --version | sed -n 's/.*v=\([0-9]*\)\..*/\1/p')
+if [ "${version:-0}" -lt 7 ]; then
+  echo "test.sh: $(redis-server --version) is too old; ctxbudget needs Redis 7.0 or newer" >&2
+  exit 1
+fi
 echo "test.sh: $(redis-server --version)"
 
 cargo fmt --all -- --check

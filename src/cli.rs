@@ -33,7 +33,7 @@ pub struct ServeArgs {
     #[arg(long, env = "CTXBUDGET_LISTEN")]
     pub listen: Option<SocketAddr>,
     /// Redis URL (redis://, rediss://); without one the in-memory store is used.
-    #[arg(long, env = "CTXBUDGET_REDIS_URL")]
+    #[arg(long, env = "CTXBUDGET_REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
     /// TOML configuration; sections it defines replace the built-in defaults.
     #[arg(long, env = "CTXBUDGET_CONFIG")]

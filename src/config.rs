@@ -200,8 +200,8 @@ pub struct TierSection {
     pub user: LevelSection,
 }
 
-/// Validated settings the server runs with.
-#[derive(Clone, Debug)]
+/// Validated settings the server runs with. `Debug` hides the Redis password.
+#[derive(Clone)]
 pub struct Settings {
     /// gRPC listen address.
     pub listen: SocketAddr,
@@ -225,6 +225,28 @@ pub struct Settings {
     pub concurrency_retry_ms: u64,
     /// Every limit.
     pub limits: Arc<Limits>,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("listen", &self.listen)
+            .field(
+                "redis_url",
+                &self
+                    .redis_url
+                    .as_deref()
+                    .map(crate::store::redis::redact_url),
+            )
+            .field("key_prefix", &self.key_prefix)
+            .field("pool", &self.pool)
+            .field("connections", &self.connections)
+            .field("store_timeout", &self.store_timeout)
+            .field("leases", &self.leases)
+            .field("retention", &self.retention)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Configuration could not be read or is invalid.
@@ -337,22 +359,56 @@ impl FileConfig {
         let key_prefix = overrides.key_prefix.unwrap_or(store.key_prefix);
         crate::store::keys::Keys::new(&key_prefix)
             .map_err(|problem| LimitsError::new("store.key_prefix", problem))?;
-        if store.timeout_ms == 0 {
-            return Err(LimitsError::new("store.timeout_ms", "must be at least 1").into());
-        }
-        if res.default_lease_ttl_ms == 0 || res.default_lease_ttl_ms > res.max_lease_ttl_ms {
-            return Err(LimitsError::new(
-                "reservations.default_lease_ttl_ms",
-                "must be between 1 and max_lease_ttl_ms",
-            )
-            .into());
-        }
+        let within = |field: &str, value: u64, min: u64, max: u64| {
+            if (min..=max).contains(&value) {
+                Ok(())
+            } else {
+                Err(LimitsError::new(
+                    field,
+                    format!("must be between {min} and {max}, got {value}"),
+                ))
+            }
+        };
+        const DAY_MS: u64 = 86_400_000;
+        within("store.timeout_ms", store.timeout_ms, 1, 60_000)?;
+        within("store.connections", store.connections as u64, 1, 256)?;
+        within(
+            "reservations.max_lease_ttl_ms",
+            res.max_lease_ttl_ms,
+            1,
+            DAY_MS,
+        )?;
+        within(
+            "reservations.default_lease_ttl_ms",
+            res.default_lease_ttl_ms,
+            1,
+            res.max_lease_ttl_ms,
+        )?;
+        within("reservations.retention_ms", res.retention_ms, 1, 7 * DAY_MS)?;
+        within(
+            "reservations.idempotency_ttl_ms",
+            res.idempotency_ttl_ms,
+            1,
+            7 * DAY_MS,
+        )?;
+        within(
+            "reservations.retry_jitter_ms",
+            res.retry_jitter_ms,
+            0,
+            60_000,
+        )?;
+        within(
+            "reservations.concurrency_retry_ms",
+            res.concurrency_retry_ms,
+            1,
+            3_600_000,
+        )?;
         Ok(Settings {
             listen: overrides.listen.unwrap_or(server.listen),
             redis_url,
             key_prefix,
             pool: store.pool,
-            connections: store.connections.max(1),
+            connections: store.connections,
             store_timeout: Duration::from_millis(store.timeout_ms),
             leases: LeasePolicy {
                 default_ttl_ms: res.default_lease_ttl_ms,
@@ -363,7 +419,7 @@ impl FileConfig {
                 idempotency_ms: res.idempotency_ttl_ms,
             },
             retry_jitter_ms: res.retry_jitter_ms,
-            concurrency_retry_ms: res.concurrency_retry_ms.max(1),
+            concurrency_retry_ms: res.concurrency_retry_ms,
             limits: Arc::new(limits),
         })
     }

@@ -33,6 +33,9 @@ pub enum EngineError {
     /// The reservation does not exist (any more).
     #[error("{0}")]
     NotFound(String),
+    /// The request is well-formed but the state it refers to does not allow it.
+    #[error("{0}")]
+    FailedPrecondition(String),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -127,16 +130,37 @@ impl<S: Store> Engine<S> {
     pub async fn reserve(&self, req: ReserveRequest) -> Result<ReserveOutcome, EngineError> {
         let limits = self.limits();
         let tier = req.tier.clone();
+        let scope = (req.tenant.clone(), req.user.clone());
         let plan = match plan::prepare(req, &limits, &self.settings.leases)? {
             Prepared::Plan(plan) => plan,
-            Prepared::Refused(denial) => {
+            Prepared::Refused {
+                denial,
+                tokens,
+                max_output_tokens,
+            } => {
                 telemetry::decision(&tier, Some(&denial), 0);
+                // Retrying cannot help, but the caller still gets the limits to
+                // build its headers from; without the store, it gets none.
+                let levels = plan::levels(
+                    &limits,
+                    limits.tier(&tier).map(Arc::as_ref),
+                    scope.1.is_some(),
+                    false,
+                );
+                let status = Scope {
+                    tenant: &scope.0,
+                    user: scope.1.as_ref(),
+                };
+                let limits = match self.store.status(status, &levels).await {
+                    Ok(readings) => decision::limit_states(&levels, &readings),
+                    Err(_) => Vec::new(),
+                };
                 return Ok(ReserveOutcome {
                     denial: Some(denial),
                     reservation_id: None,
-                    reserved_tokens: 0,
-                    max_output_tokens: 0,
-                    limits: Vec::new(),
+                    reserved_tokens: tokens,
+                    max_output_tokens,
+                    limits,
                     lease_expires_in_ms: 0,
                     replayed: false,
                 });
@@ -187,6 +211,16 @@ impl<S: Store> Engine<S> {
                 out.reserved_tokens = tokens;
                 out.lease_expires_in_ms = lease_expires_in_ms;
                 out.replayed = true;
+            }
+            ReserveReply::IdempotencySpent { settled } => {
+                let what = if settled {
+                    "was already committed or refunded"
+                } else {
+                    "has a lease that already lapsed (commit or refund it)"
+                };
+                return Err(EngineError::FailedPrecondition(format!(
+                    "idempotency_key belongs to a reservation that {what}; a new request needs a new key"
+                )));
             }
             ReserveReply::IdempotencyConflict => {
                 return Err(InvalidInput::new(

@@ -49,6 +49,9 @@ conformance!(
     hostile_ids_get_separate_budgets,
     exactly_the_limit_under_2000_concurrent_requests,
     status_reads_without_reserving,
+    enormous_overage_is_debt_not_a_crash,
+    a_shorter_renewal_frees_the_slot_when_it_lapses,
+    a_spent_idempotency_key_is_refused,
 );
 
 type Client = pb::budget_service_client::BudgetServiceClient<tonic::transport::Channel>;
@@ -263,6 +266,12 @@ async fn oversized_requests_are_refused_without_retry(backend: Backend) {
     let d = reserve_denied(&mut h.client, reserve("acme", "alice", "t", 9_950, 100)).await;
     assert_eq!(d.reason(), Reason::ContextTooLarge);
     assert_eq!(d.retry_after_ms, 0);
+    assert_eq!((d.reserved_tokens, d.max_output_tokens), (10_050, 100));
+    assert_eq!(
+        d.limits.len(),
+        6,
+        "limits for the gateway's headers, even on a refusal"
+    );
     assert!(d.detail.contains("max context"), "{}", d.detail);
     let d = reserve_denied(&mut h.client, reserve("acme", "alice", "t", 5_000, 100)).await;
     assert_eq!(d.reason(), Reason::RequestTooLarge);
@@ -593,6 +602,8 @@ async fn bad_input_is_refused_and_changes_nothing(backend: Backend) {
         (reserve("acme", "al\u{7}ice", "t", 1, 1), "user_id"),
         (reserve("acme", "alice", "gold", 1, 1), "known tiers: t"),
         (reserve("acme", "alice", "", 1, 1), "tier"),
+        (reserve("acme", "alice", &"t".repeat(65), 1, 1), "tier"),
+        (reserve("acme", "alice", "t\n", 1, 1), "tier"),
         (
             reserve("acme", "alice", "t", (1 << 40) + 1, 1),
             "prompt_tokens",
@@ -775,4 +786,75 @@ async fn status_reads_without_reserving(backend: Backend) {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
+}
+
+async fn enormous_overage_is_debt_not_a_crash(backend: Backend) {
+    let tier = r#"
+[tiers.t]
+max_context_tokens = 10000
+default_max_output_tokens = 10
+user = { tokens = [{ limit = 1000000, period = "30d" }], concurrency = 100 }
+"#;
+    let mut h = Harness::start(backend, tier).await;
+    let max = 1u64 << 40;
+    // Many reservations in flight, each committed with the largest usage accepted:
+    // the key's life is capped, nothing overflows, each is charged once.
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        held.push(reserve_ok(&mut h.client, reserve("acme", "alice", "t", 1, 1)).await);
+    }
+    for r in &held {
+        let c = commit(&mut h.client, &r.reservation_id, max, max).await;
+        assert_eq!(
+            (c.outcome(), c.token_delta),
+            (Outcome::Applied, (2 * max - 2) as i64)
+        );
+        let again = commit(&mut h.client, &r.reservation_id, max, max).await;
+        assert_eq!(again.outcome(), Outcome::AlreadySettled, "charged once");
+    }
+    let d = reserve_denied(&mut h.client, reserve("acme", "alice", "t", 1, 1)).await;
+    assert_eq!(d.reason(), Reason::TpmExceeded);
+    let s = status(&mut h.client, "acme", "alice", "t").await;
+    let tokens = limit(&s.limits, Level::User, Dimension::Tokens, 30 * 86_400);
+    assert!(tokens.remaining < -(1i64 << 40), "{tokens:?}");
+}
+
+async fn a_shorter_renewal_frees_the_slot_when_it_lapses(backend: Backend) {
+    let tier = r#"
+[tiers.t]
+max_context_tokens = 10000
+default_max_output_tokens = 10
+user = { concurrency = 1 }
+"#;
+    let mut h = Harness::start(backend, tier).await;
+    let r = reserve_ok(&mut h.client, reserve("acme", "alice", "t", 1, 1)).await;
+    assert_eq!(r.lease_expires_in_ms, 30_000);
+    let renewed = renew(&mut h.client, &r.reservation_id, 300).await;
+    assert_eq!(renewed.outcome(), Outcome::Applied);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let s = status(&mut h.client, "acme", "alice", "t").await;
+    assert_eq!(s.leases[0].active, 0, "the shortened lease lapsed");
+    reserve_ok(&mut h.client, reserve("acme", "alice", "t", 1, 1)).await;
+    assert_eq!(
+        renew(&mut h.client, &r.reservation_id, 300).await.outcome(),
+        Outcome::Expired
+    );
+}
+
+async fn a_spent_idempotency_key_is_refused(backend: Backend) {
+    let mut h = Harness::start(backend, DAILY).await;
+    let keyed = pb::CheckAndReserveRequest {
+        idempotency_key: "once".into(),
+        ..reserve("acme", "alice", "t", 10, 10)
+    };
+    let r = reserve_ok(&mut h.client, keyed.clone()).await;
+    commit(&mut h.client, &r.reservation_id, 10, 10).await;
+    let err = h.client.check_and_reserve(keyed).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert!(err.message().contains("new key"), "{}", err.message());
+    let s = status(&mut h.client, "acme", "alice", "t").await;
+    assert_eq!(
+        limit(&s.limits, Level::User, Dimension::Requests, 86_400).remaining,
+        1
+    );
 }

@@ -285,3 +285,86 @@ async fn an_unreachable_redis_is_unavailable() {
     let message = start.expect_err("startup fails without Redis").to_string();
     assert!(message.contains("127.0.0.1:1"), "{message}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_that_fails_part_way_changes_nothing_and_applies_once_on_retry() {
+    let tier = r#"
+[tiers.t]
+max_context_tokens = 100000
+default_max_output_tokens = 10
+tenant = { tokens = [{ limit = 1000000, period = "30d" }] }
+user = { tokens = [{ limit = 1000000, period = "30d" }], concurrency = 5 }
+"#;
+    let mut h = Harness::start(support::Backend::Redis, tier).await;
+    let r = h
+        .client
+        .check_and_reserve(reserve("acme", "bob", "t", 990, 10))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.allowed);
+    let tenant_remaining = |s: &pb::GetStatusResponse| {
+        limit(&s.limits, pb::Level::Tenant, Dimension::Tokens, 2_592_000).remaining
+    };
+    let status = pb::GetStatusRequest {
+        tenant_id: "acme".into(),
+        user_id: String::new(),
+        tier: "t".into(),
+    };
+    let before = h
+        .client
+        .get_status(status.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(tenant_remaining(&before), 999_000);
+
+    // Break the user level (the last one the commit touches), then commit.
+    let keys = Keys::new(DEFAULT_PREFIX).unwrap();
+    let user_key = keys.level(
+        Level::User,
+        &TenantId::parse("acme").unwrap(),
+        Some(&UserId::parse("bob").unwrap()),
+    );
+    let mut conn = h.redis.as_ref().unwrap().conn();
+    let saved: Vec<u8> = redis::cmd("DUMP").arg(&user_key).query(&mut conn).unwrap();
+    let _: () = conn.del(&user_key).unwrap();
+    let _: () = conn.set(&user_key, "not a hash").unwrap();
+    let commit = pb::CommitRequest {
+        reservation_id: r.reservation_id.clone(),
+        prompt_tokens: 5000,
+        completion_tokens: 0,
+    };
+    let err = h.client.commit(commit.clone()).await.unwrap_err();
+    assert_eq!(err.code(), Code::Internal);
+    let after = h
+        .client
+        .get_status(status.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        tenant_remaining(&after),
+        999_000,
+        "the tenant level was charged by a failed commit"
+    );
+
+    // Repair the user level; the retry applies exactly once.
+    let _: () = conn.del(&user_key).unwrap();
+    let _: () = redis::cmd("RESTORE")
+        .arg(&user_key)
+        .arg(0)
+        .arg(saved)
+        .query(&mut conn)
+        .unwrap();
+    let c = h.client.commit(commit.clone()).await.unwrap().into_inner();
+    assert_eq!((c.outcome(), c.token_delta), (Outcome::Applied, 4000));
+    let c = h.client.commit(commit).await.unwrap().into_inner();
+    assert_eq!(c.outcome(), Outcome::AlreadySettled);
+    let settled = h.client.get_status(status).await.unwrap().into_inner();
+    assert_eq!(
+        tenant_remaining(&settled),
+        995_000,
+        "charged once: 1000 reserved + 4000 overage"
+    );
+}

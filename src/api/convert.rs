@@ -44,6 +44,30 @@ pub fn reserve_request(r: pb::CheckAndReserveRequest) -> Result<ReserveRequest, 
     })
 }
 
+/// A tier name as a request names it: 1-64 characters of a-z, A-Z, 0-9, `-_.`.
+pub fn check_tier(tier: &str) -> Result<(), InvalidInput> {
+    if tier.is_empty() {
+        return Err(InvalidInput::new(
+            "tier",
+            "is required (e.g. \"free\", \"pro\")",
+        ));
+    }
+    if tier.len() > 64
+        || !tier
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        let shown: String = tier.chars().take(64).filter(|c| !c.is_control()).collect();
+        return Err(InvalidInput::new(
+            "tier",
+            format!(
+                "{shown:?} is not a tier name (1-64 characters of a-z, A-Z, 0-9, '-', '_', '.')"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// An optional user id: empty means none.
 pub fn optional_user(user_id: &str) -> Result<Option<UserId>, InvalidInput> {
     match user_id {

@@ -11,6 +11,8 @@ pub fn to_status(err: EngineError) -> Status {
         EngineError::Invalid(e) => Status::invalid_argument(e.to_string()),
         // The reservation is unknown or long gone: nothing to settle.
         EngineError::NotFound(message) => Status::not_found(message),
+        // Well-formed, but the state it names forbids it (a spent idempotency key).
+        EngineError::FailedPrecondition(message) => Status::failed_precondition(message),
         // The decision could not be made right now. UNAVAILABLE is what drives
         // the gateway's own fail-open / fail-closed choice, and is safe to retry.
         EngineError::Store(e @ StoreError::Unavailable(_)) => Status::unavailable(format!(

@@ -24,6 +24,13 @@ impl<S> BudgetApi<S> {
     }
 }
 
+/// The last 8 characters of a reservation id: enough to match log lines, not
+/// enough to settle someone else's reservation (the id works as a bearer token).
+fn short_id(id: &str) -> &str {
+    let start = id.len().saturating_sub(8);
+    id.get(start..).unwrap_or("")
+}
+
 /// Runs one RPC body, records its duration and code, and maps errors.
 async fn timed<T>(
     rpc: &'static str,
@@ -65,7 +72,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
                 .engine
                 .commit(&r.reservation_id, r.prompt_tokens, r.completion_tokens)
                 .await?;
-            tracing::debug!(reservation_id = %r.reservation_id, ?outcome, token_delta, "commit");
+            tracing::debug!(reservation = %short_id(&r.reservation_id), ?outcome, token_delta, "commit");
             Ok(pb::CommitResponse {
                 outcome: convert::outcome(outcome) as i32,
                 token_delta,
@@ -81,7 +88,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         timed("Refund", async {
             let r = request.into_inner();
             let (outcome, refunded_tokens) = self.engine.refund(&r.reservation_id).await?;
-            tracing::debug!(reservation_id = %r.reservation_id, ?outcome, refunded_tokens, "refund");
+            tracing::debug!(reservation = %short_id(&r.reservation_id), ?outcome, refunded_tokens, "refund");
             Ok(pb::RefundResponse {
                 outcome: convert::outcome(outcome) as i32,
                 refunded_tokens,
@@ -114,6 +121,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
             let r = request.into_inner();
             let tenant = TenantId::parse(&r.tenant_id)?;
             let user = convert::optional_user(&r.user_id)?;
+            convert::check_tier(&r.tier)?;
             let out = self.engine.status(&tenant, user.as_ref(), &r.tier).await?;
             Ok(convert::status_response(out))
         })

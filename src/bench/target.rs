@@ -59,6 +59,7 @@ fn engine_error(e: EngineError) -> String {
     match e {
         EngineError::Invalid(_) => "invalid_argument".into(),
         EngineError::NotFound(_) => "not_found".into(),
+        EngineError::FailedPrecondition(_) => "failed_precondition".into(),
         EngineError::Store(s) if s.is_transient() => "unavailable".into(),
         EngineError::Store(_) => "internal".into(),
     }

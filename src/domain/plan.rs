@@ -162,7 +162,14 @@ pub enum Prepared {
     /// Ask the store.
     Plan(ReservePlan),
     /// Refused before the store: context or request too large.
-    Refused(Denial),
+    Refused {
+        /// Why.
+        denial: Denial,
+        /// Prompt + output tokens the request asked for.
+        tokens: u64,
+        /// The output part of `tokens`.
+        max_output_tokens: u64,
+    },
 }
 
 /// Plans a reservation of `req` under `limits`.
@@ -188,11 +195,11 @@ pub fn prepare(
     };
     let tokens = req.prompt_tokens + max_output;
     if tokens > tier.max_context_tokens {
-        return Ok(Prepared::Refused(Denial::context_too_large(
-            req.prompt_tokens,
-            max_output,
-            tier,
-        )));
+        return Ok(Prepared::Refused {
+            denial: Denial::context_too_large(req.prompt_tokens, max_output, tier),
+            tokens,
+            max_output_tokens: max_output,
+        });
     }
     let levels = levels(limits, Some(tier), req.user.is_some(), false);
     let too_large = levels
@@ -200,7 +207,11 @@ pub fn prepare(
         .flat_map(|l| &l.buckets)
         .find(|b| b.cost(tokens) > b.limit);
     if let Some(bucket) = too_large {
-        return Ok(Prepared::Refused(Denial::request_too_large(bucket, tokens)));
+        return Ok(Prepared::Refused {
+            denial: Denial::request_too_large(bucket, tokens),
+            tokens,
+            max_output_tokens: max_output,
+        });
     }
     let fingerprint = fingerprint(&req, max_output);
     let id = ReservationId::generate(req.tenant, req.user, req.tier);
@@ -300,13 +311,13 @@ mod tests {
 
     #[test]
     fn hopeless_requests_are_refused_before_the_store() {
-        let Prepared::Refused(d) = prepare(request(7000, 1001), &limits(), &LEASES).unwrap() else {
-            panic!("expected a refusal");
+        let refused = |prompt, output| match prepare(request(prompt, output), &limits(), &LEASES) {
+            Ok(Prepared::Refused { denial, tokens, .. }) => (denial, tokens),
+            other => panic!("expected a refusal, got {other:?}"),
         };
-        assert_eq!(d.reason, Reason::ContextTooLarge);
-        let Prepared::Refused(d) = prepare(request(5000, 1), &limits(), &LEASES).unwrap() else {
-            panic!("expected a refusal");
-        };
+        let (d, tokens) = refused(7000, 1001);
+        assert_eq!((d.reason, tokens), (Reason::ContextTooLarge, 8001));
+        let (d, _) = refused(5000, 1);
         assert_eq!(d.reason, Reason::RequestTooLarge);
         assert_eq!(d.retry_after_ms, 0);
     }

@@ -16,6 +16,11 @@ use crate::domain::{Clock, Dimension, LevelPlan, Readings, ReservePlan, SystemCl
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
+/// A key's longest life (µs), however deep its debt: the scripts' `MAX_TTL`.
+const MAX_TTL_US: f64 = 7_776_000_000_000.0;
+/// Buckets of other configurations a state keeps: the scripts' `MAX_FOREIGN`.
+const MAX_FOREIGN: usize = 16;
+
 /// Budget state held in this process.
 pub struct MemoryStore<C: Clock = SystemClock> {
     state: Mutex<Data>,
@@ -119,6 +124,11 @@ impl<C: Clock> MemoryStore<C> {
                 if rec.fingerprint != plan.fingerprint {
                     return ReserveReply::IdempotencyConflict;
                 }
+                if rec.state != RecordState::Reserved || rec.lease_expires_us <= now {
+                    return ReserveReply::IdempotencySpent {
+                        settled: rec.state != RecordState::Reserved,
+                    };
+                }
                 let left = ((rec.lease_expires_us - now) / 1000.0).ceil().max(0.0) as u64;
                 replay = Some((nonce, rec.cost as u64, left));
             }
@@ -211,8 +221,9 @@ impl<C: Clock> MemoryStore<C> {
                 }
                 ttl = ttl.max(lease_ttl);
             }
+            drop_foreign(&mut s, lp.buckets.len(), now);
             let entry = d.levels.entry(key).or_default();
-            entry.grow(&mut s, now_us, ttl);
+            entry.grow(&mut s, now_us, ttl.min(MAX_TTL_US));
             if lp.concurrency.is_some() {
                 entry.leases.insert(lease.clone(), exp);
             }
@@ -268,6 +279,8 @@ impl<C: Clock> MemoryStore<C> {
             (actual as f64 - rec.cost, 0.0)
         };
         let lease = lease_field(s.id);
+        // Read every level and compute its new state, then write.
+        let mut writes = Vec::with_capacity(s.levels.len());
         for lp in s.levels {
             let key = self.keys.level(lp.level, &s.id.tenant, s.id.user.as_ref());
             let delta = |dimension| {
@@ -278,17 +291,18 @@ impl<C: Clock> MemoryStore<C> {
                 }
             };
             let touched = lp.buckets.iter().any(|b| delta(b.dimension) != 0.0);
-            let released = rec.mask & lp.level.bit() != 0
-                && d.level_get(&key, now_us)
-                    .is_some_and(|e| e.leases.remove(&lease).is_some());
-            if !(touched || released) {
+            let entry = d.level_get(&key, now_us);
+            // A live lease is certainly still there; a lapsed one may have been reclaimed.
+            let holds = rec.mask & lp.level.bit() != 0
+                && (rec.lease_expires_us > now
+                    || entry
+                        .as_ref()
+                        .is_some_and(|e| e.leases.contains_key(&lease)));
+            if !(touched || holds) {
                 continue;
             }
-            let mut st = d
-                .level_get(&key, now_us)
-                .map(|e| e.state.clone())
-                .unwrap_or_default();
-            if released {
+            let mut st = entry.map(|e| e.state.clone()).unwrap_or_default();
+            if holds && st.n > 0.0 {
                 st.n -= 1.0;
             }
             let mut ttl = 0.0f64;
@@ -320,7 +334,13 @@ impl<C: Clock> MemoryStore<C> {
                 };
                 ttl = ttl.max(until_full_us(b.limit, b.period_us(), l));
             }
+            writes.push((key, holds, st, ttl.min(MAX_TTL_US)));
+        }
+        for (key, holds, mut st, ttl) in writes {
             let entry = d.levels.entry(key).or_default();
+            if holds {
+                entry.leases.remove(&lease);
+            }
             entry.grow(&mut st, now_us, ttl);
             entry.state = st;
         }
@@ -370,6 +390,7 @@ impl<C: Clock> MemoryStore<C> {
         let ttl = ttl_ms as f64 * 1000.0;
         let exp = now + ttl;
         let lease = lease_field(s.id);
+        let keep = ttl.min(MAX_TTL_US);
         for lp in s.levels {
             let key = self.keys.level(lp.level, &s.id.tenant, s.id.user.as_ref());
             if rec.mask & lp.level.bit() != 0
@@ -377,11 +398,13 @@ impl<C: Clock> MemoryStore<C> {
                 && let Some(held) = entry.leases.get_mut(&lease)
             {
                 *held = exp;
-                if exp > entry.state.x {
-                    let mut st = entry.state.clone();
-                    entry.grow(&mut st, now_us, ttl);
-                    entry.state = st;
+                // A shorter lease may now be the earliest to lapse.
+                let mut st = entry.state.clone();
+                if st.e == 0.0 || exp < st.e {
+                    st.e = exp;
                 }
+                entry.grow(&mut st, now_us, keep);
+                entry.state = st;
             }
         }
         d.records.insert(
@@ -470,6 +493,23 @@ impl LevelEntry {
             self.expires_at = now + ceil_ms(s.x - now_f) as i64 * 1000;
         }
     }
+}
+
+/// reserve.lua: keep this call's buckets (time = now) and at most
+/// [`MAX_FOREIGN`] others, the most recently used.
+fn drop_foreign(s: &mut LevelState, known: usize, now: f64) {
+    if s.buckets.len() <= known + MAX_FOREIGN {
+        return;
+    }
+    let mut times: Vec<f64> = s
+        .buckets
+        .iter()
+        .filter(|b| b.t != now)
+        .map(|b| b.t)
+        .collect();
+    times.sort_by(|a, b| b.total_cmp(a));
+    let cutoff = times[MAX_FOREIGN - 1];
+    s.buckets.retain(|b| b.t == now || b.t >= cutoff);
 }
 
 /// Lua: `(lim - l) * per / lim`, in µs, unrounded.

@@ -51,6 +51,12 @@ pub enum ReserveReply {
     },
     /// The idempotency key belongs to a different request.
     IdempotencyConflict,
+    /// The idempotency key's reservation was settled (`settled`) or its lease
+    /// lapsed: there is nothing live to return.
+    IdempotencySpent {
+        /// Committed or refunded, rather than lapsed.
+        settled: bool,
+    },
 }
 
 /// How a reservation was settled.

@@ -119,8 +119,51 @@ impl RedisStore {
             status: Script::new(scripts::STATUS),
             url,
         };
+        store.check_version().await?;
         store.load_scripts().await?;
         Ok(store)
+    }
+
+    /// The scripts declare flags with a `#!lua` line, which Redis understands
+    /// from 7.0 on; an older server is refused with a clear message.
+    async fn check_version(&self) -> Result<(), StoreError> {
+        let info: String = match &self.connections {
+            Connections::Multiplexed { conns, .. } => {
+                redis::cmd("INFO")
+                    .arg("server")
+                    .query_async(&mut conns[0].clone())
+                    .await
+            }
+            Connections::Deadpool(pool) => {
+                let mut conn = pool
+                    .get()
+                    .await
+                    .map_err(pool_error)
+                    .map_err(|e| unavailable(&self.url, e))?;
+                redis::cmd("INFO")
+                    .arg("server")
+                    .query_async(&mut conn)
+                    .await
+            }
+        }
+        .map_err(|e| unavailable(&self.url, e))?;
+        let version = info
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .map(str::trim)
+            .unwrap_or("unknown");
+        let major: u32 = version
+            .split('.')
+            .next()
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0);
+        if major < 7 {
+            return Err(StoreError::Protocol(format!(
+                "{} runs Redis {version}; ctxbudget needs Redis 7.0 or newer",
+                self.url
+            )));
+        }
+        Ok(())
     }
 
     /// Loads every script (startup, and a cheap readiness probe).
@@ -268,8 +311,14 @@ impl Store for RedisStore {
         let reply = self.run(&inv).await?;
         let nlev = plan.levels.len();
         let tag = int_at(&reply, 0)?;
-        if tag == 3 {
-            return Ok(ReserveReply::IdempotencyConflict);
+        match tag {
+            3 => return Ok(ReserveReply::IdempotencyConflict),
+            4 => {
+                return Ok(ReserveReply::IdempotencySpent {
+                    settled: string_at(&reply, 1)? != "R",
+                });
+            }
+            _ => {}
         }
         let now = int_at(&reply, 1)? as f64;
         let states = (0..nlev)
