@@ -100,7 +100,10 @@ pub async fn serve<S: Store>(
         .add_service(BudgetServiceServer::new(BudgetApi::new(engine)))
         .add_service(health_service)
         .add_service(reflection)
-        .serve_with_incoming_shutdown(TcpIncoming::from(listener), shutdown)
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            shutdown,
+        )
         .await?;
     tracing::info!("ctxbudget stopped");
     Ok(())

@@ -163,3 +163,63 @@ impl Ledger {
         (book.granted.len() + book.held.len(), offenders)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::FileConfig;
+
+    fn item(tenant: u32, user: u32) -> Item {
+        Item {
+            tenant,
+            user,
+            tier: 0,
+            prompt: 90,
+            max_output: 10,
+            completion: 5,
+            upstream: Duration::ZERO,
+            refund: false,
+        }
+    }
+
+    fn ledger() -> Ledger {
+        let toml = r#"
+[global]
+[tiers.t]
+max_context_tokens = 1000
+default_max_output_tokens = 10
+user = { requests = [{ limit = 3, period = "1h" }], concurrency = 2 }
+"#;
+        let limits = FileConfig::parse(toml, "t").unwrap().limits().unwrap();
+        Ledger::new(&limits, &["t".to_string()])
+    }
+
+    #[test]
+    fn grants_within_the_limit_pass() {
+        let l = ledger();
+        for _ in 0..3 {
+            l.granted(&item(1, 1));
+            l.committed(&item(1, 1));
+        }
+        l.granted(&item(1, 2));
+        l.refunded(&item(1, 2));
+        let (checked, offenders) = l.check(Duration::from_secs(1));
+        assert_eq!(checked, 4, "two request buckets and two concurrency scopes");
+        assert!(offenders.is_empty(), "{offenders:?}");
+    }
+
+    #[test]
+    fn overspend_and_excess_concurrency_are_caught() {
+        let l = ledger();
+        for _ in 0..4 {
+            l.granted(&item(7, 7));
+        }
+        let (_, offenders) = l.check(Duration::from_secs(1));
+        let names: Vec<_> = offenders.iter().map(|o| o.bucket.as_str()).collect();
+        assert_eq!(
+            names,
+            ["user t7/u7 concurrency", "user t7/u7 requests per 3600s"]
+        );
+        assert_eq!(offenders[1].granted, 4.0);
+    }
+}

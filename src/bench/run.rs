@@ -287,6 +287,9 @@ async fn closed_loop(shared: &Arc<Shared>, concurrency: usize, end: Instant) {
 
 async fn open_loop(shared: &Arc<Shared>, rate: f64, end: Instant) {
     const MAX_OUTSTANDING: usize = 50_000;
+    // Sends due within this window go out together: one cross-thread wake-up per
+    // batch instead of per request.
+    const BATCH: Duration = Duration::from_micros(200);
     let shared = shared.clone();
     let runtime = tokio::runtime::Handle::current();
     // A plain thread paces the sends: its sleeps are finer than the runtime's
@@ -298,26 +301,45 @@ async fn open_loop(shared: &Arc<Shared>, rate: f64, end: Instant) {
         let start = Instant::now();
         let mut sent: u32 = 0;
         loop {
-            let intended = start + interval * sent;
-            if intended >= end {
+            let now = Instant::now();
+            let mut due = Vec::new();
+            loop {
+                let intended = start + interval * sent;
+                if intended >= end || intended > now + BATCH {
+                    break;
+                }
+                sent += 1;
+                let item = shared.workload.next(&mut rng);
+                if shared.outstanding.load(Ordering::Relaxed) + due.len() >= MAX_OUTSTANDING {
+                    shared.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                due.push((item, intended));
+            }
+            if !due.is_empty() {
+                shared.outstanding.fetch_add(due.len(), Ordering::AcqRel);
+                let batch = shared.clone();
+                runtime.spawn(async move {
+                    for (item, intended) in due {
+                        let task = batch.clone();
+                        tokio::spawn(async move {
+                            // Sent up to one batch early: time it from the send
+                            // then; sent late: from when it should have gone.
+                            let from = intended.max(Instant::now());
+                            reserve_one(&task, item, from).await;
+                            task.outstanding.fetch_sub(1, Ordering::AcqRel);
+                        });
+                    }
+                });
+            }
+            let next = start + interval * sent;
+            if next >= end {
                 break;
             }
             let now = Instant::now();
-            if intended > now {
-                std::thread::sleep(intended - now);
+            if next > now {
+                std::thread::sleep((next - now).max(BATCH));
             }
-            sent += 1;
-            let item = shared.workload.next(&mut rng);
-            if shared.outstanding.load(Ordering::Relaxed) >= MAX_OUTSTANDING {
-                shared.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            let task = shared.clone();
-            shared.outstanding.fetch_add(1, Ordering::AcqRel);
-            runtime.spawn(async move {
-                reserve_one(&task, item, intended).await;
-                task.outstanding.fetch_sub(1, Ordering::AcqRel);
-            });
         }
     });
     let _ = tokio::task::spawn_blocking(move || pacer.join()).await;
