@@ -18,7 +18,11 @@ fn request(i: u64) -> ReserveRequest {
         tier: "enterprise".into(),
         model: "gpt-4o".into(),
         prompt_tokens: 1000,
+        prompt_reserve: 1000,
+        estimated_prompt_tokens: 0,
+        estimator: String::new(),
         max_output_tokens: 500,
+        min_output_tokens: None,
         idempotency_key: None,
         lease_ttl_ms: None,
     }
@@ -94,6 +98,7 @@ fn benches(c: &mut Criterion) {
         Retention {
             record_ms: 1_000,
             idempotency_ms: 1_000,
+            samples: 100,
         },
     );
     let all_levels = plan::levels(
@@ -115,7 +120,7 @@ fn benches(c: &mut Criterion) {
                     id: &p.id,
                     levels: &all_levels,
                 };
-                black_box(store.commit(s, 1200).await.unwrap());
+                black_box(store.commit(s, 1200, 1000).await.unwrap());
             })
         })
     });

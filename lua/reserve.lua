@@ -1,15 +1,18 @@
 #!lua
--- reserve.lua: take one request, `cost` tokens and a concurrency lease at every
--- level, all or nothing. Mirrors MemoryStore::reserve_now (src/store/memory.rs);
+-- reserve.lua: take one request, the prompt and output tokens and a concurrency
+-- lease at every level, all or nothing. Mirrors MemoryStore::reserve_now (src/store/memory.rs);
 -- arithmetic as in src/domain/bucket.rs; state layout in src/store/state.rs.
 --
 -- KEYS[1..n]  level hashes, outermost first (only levels with a limit)
 -- KEYS[n+1]   reservation record
 -- KEYS[n+2]   idempotency entry (only when ARGV[4] ~= '0')
 -- ARGV[1]  spec: little-endian doubles
---          n, cost, lease ttl (us), then per level:
+--          n, prompt tokens, max output tokens, min output tokens, lease ttl (us),
+--          estimated prompt tokens (0: the caller counted), then per level:
 --          bucket count b, concurrency limit (-1: none), then b times: id, limit
 --          (bucket id = dimension * 1e7 + period in seconds; dimension 1 requests, 2 tokens)
+--          Output tokens are granted as many as every token bucket can hold, up
+--          to the max; fewer than the min is a denial (min = max: all or nothing).
 -- ARGV[2]  lease field '#<nonce>'
 -- ARGV[3]  record ttl (ms)   ARGV[4] idempotency ttl (ms, '0': none)
 -- ARGV[5]  record tail: lease mask (1 byte), owner tag (8), fingerprint (8), amount 0.0 (8)
@@ -22,13 +25,13 @@
 -- bound of the earliest lease expiry, 0: none), x (the key's expiry, us), then per
 -- bucket: id, level, time of level (us). Fields '#<nonce>' = lease expiry (double).
 -- Buckets this call does not know (another replica's configuration) pass through.
--- Record: 'R' | cost, lease expiry (doubles) | tail.
+-- Record: 'R' | cost, lease expiry (doubles) | tail | estimated prompt tokens (double).
 --
 -- Returns
---   {1, now, state...}          allowed; each level's state after taking the cost
---   {0, now, state..., mask}    denied; nothing changed; states as they were
---                               (bit i of mask: check i denied)
---   {2, now, state..., nonce, cost, lease_left_ms}  idempotent replay; nothing taken
+--   {1, now, granted output, state...}        allowed; each level's state after taking the cost
+--   {0, now, granted output, state..., mask}  denied; nothing changed; states as they were
+--                                             (bit i of mask: check i denied)
+--   {2, now, 0, state..., nonce, cost, lease_left_ms}  idempotent replay; nothing taken
 --   {3}                         idempotency key used before for another request
 --   {4, state}                  idempotency key of a reservation already settled ('C' or
 --                               'F') or whose lease lapsed ('R'): nothing to replay
@@ -48,7 +51,9 @@ local clock = redis.call('TIME')
 local now = clock[1] * 1000000 + clock[2]
 local D = ARGV[6]
 local spec = {struct.unpack(ARGV[7], ARGV[1])}
-local nlev, cost, lease_ttl = spec[1], spec[2], spec[3]
+local nlev, prompt, max_out, min_out, lease_ttl = spec[1], spec[2], spec[3], spec[4], spec[5]
+local estimated = spec[6]
+local FIRST = 7
 
 -- An earlier reservation under the same idempotency key?
 local replay
@@ -69,10 +74,10 @@ if ARGV[4] ~= '0' then
   end
 end
 
--- Read and check every level, computing the state it would have after taking
--- the cost (written only if every check passes).
-local raws, states, ttls = {}, {}, {}
-local denied, bit, p = 0, 1, 4
+-- Read every level: each bucket's level now, and the leases.
+local raws, states, ls, ks = {}, {}, {}, {}
+local room = max_out -- output tokens every token bucket can hold
+local p, bi = FIRST, 0
 for i = 1, nlev do
   local nb, clim = spec[p], spec[p + 1]
   local raw = redis.call('HGET', KEYS[i], 's')
@@ -85,11 +90,10 @@ for i = 1, nlev do
   else
     raw, s = '', {0, 0, 0}
   end
-  local ns, ttl = #s, 0
+  local ns = #s
   for b = 1, nb do
     local q = p + 2 + (b - 1) * 2
     local id, lim = spec[q], spec[q + 1]
-    local per = (id % 1e7) * 1e6
     local k = 4 + (b - 1) * 3
     if s[k] ~= id then
       k = nil
@@ -101,20 +105,14 @@ for i = 1, nlev do
     if k then
       local el = now - s[k + 2]
       if el < 0 then el = 0 end
-      l = s[k + 1] + el * lim / per
+      l = s[k + 1] + el * lim / ((id % 1e7) * 1e6)
       if l > lim then l = lim end
     else
       k = #s + 1
-      s[k] = id
+      s[k], s[k + 1], s[k + 2] = id, lim, now
     end
-    local c = 1
-    if id >= 2e7 then c = cost end
-    if l < c then denied = denied + bit end
-    bit = bit * 2
-    l = l - c
-    s[k + 1], s[k + 2] = l, now
-    local full = (lim - l) * per / lim
-    if full > ttl then ttl = full end
+    if id >= 2e7 and l - prompt < room then room = l - prompt end
+    ls[bi + b], ks[bi + b] = l, k
   end
   if clim >= 0 then
     local n, e = s[1], s[2]
@@ -144,17 +142,49 @@ for i = 1, nlev do
       redis.call('HSET', KEYS[i], 's', raw)
       s[1], s[2] = n, e
     end
-    if n >= clim then denied = denied + bit end
+  end
+  raws[i], states[i] = raw, s
+  p = p + 2 + nb * 2
+  bi = bi + nb
+end
+
+-- The output to grant: all of it, or as much as fits, but never below the min.
+local grant = room - room % 1
+if grant < min_out then grant = min_out end
+
+-- Check every bucket and limit in plan order, computing the states to write.
+local ttls = {}
+local denied, bit = 0, 1
+p, bi = FIRST, 0
+for i = 1, nlev do
+  local nb, clim, s, ttl = spec[p], spec[p + 1], states[i], 0
+  for b = 1, nb do
+    local q = p + 2 + (b - 1) * 2
+    local id, lim = spec[q], spec[q + 1]
+    local c = 1
+    if id >= 2e7 then c = prompt + grant end
+    local l = ls[bi + b]
+    if l < c then denied = denied + bit end
+    bit = bit * 2
+    l = l - c
+    local k = ks[bi + b]
+    s[k + 1], s[k + 2] = l, now
+    local full = (lim - l) * ((id % 1e7) * 1e6) / lim
+    if full > ttl then ttl = full end
+  end
+  if clim >= 0 then
+    if s[1] >= clim then denied = denied + bit end
     bit = bit * 2
   end
-  raws[i], states[i], ttls[i] = raw, s, ttl
+  ttls[i] = ttl
   p = p + 2 + nb * 2
+  bi = bi + nb
 end
 
 if replay or denied ~= 0 then
-  local out = {0, now, unpack(raws)}
+  local out = {0, now, grant, unpack(raws)}
   if replay then
-    out[1] = 2
+    out[1], out[3] = 2, 0
     out[#out + 1], out[#out + 2], out[#out + 3] = replay[1], replay[2], replay[3]
   else
     out[#out + 1] = denied
@@ -165,7 +195,7 @@ end
 -- Everything fits: write it.
 local exp = now + lease_ttl
 local expbin = struct.pack('<d', exp)
-p = 4
+p = FIRST
 for i = 1, nlev do
   local nb, clim, s, ttl = spec[p], spec[p + 1], states[i], ttls[i]
   if clim >= 0 then
@@ -207,8 +237,10 @@ for i = 1, nlev do
   p = p + 2 + nb * 2
 end
 
-redis.call('SET', KEYS[nlev + 1], 'R' .. struct.pack('<dd', cost, exp) .. ARGV[5], 'PX', ARGV[3])
+redis.call('SET', KEYS[nlev + 1],
+  'R' .. struct.pack('<dd', prompt + grant, exp) .. ARGV[5] .. struct.pack('<d', estimated),
+  'PX', ARGV[3])
 if ARGV[4] ~= '0' then
   redis.call('SET', KEYS[nlev + 2], string.sub(ARGV[2], 2), 'PX', ARGV[4])
 end
-return {1, now, unpack(raws)}
+return {1, now, grant, unpack(raws)}

@@ -5,20 +5,26 @@
 --
 -- KEYS[1..n]  level hashes of the reservation, outermost first (every level, limited or not)
 -- KEYS[n+1]   reservation record
+-- KEYS[n+2]   the estimator's samples (a list of doubles, newest first)
 -- ARGV[1]  spec: little-endian doubles
---          n, mode (1 commit, 2 refund), actual tokens (commit), then per level:
+--          n, mode (1 commit, 2 refund), actual tokens, actual prompt tokens (commit),
+--          samples kept, then per level:
 --          level bit, bucket count b, then b times: id, limit (id as in reserve.lua)
 -- ARGV[2]  lease field '#<nonce>'   ARGV[3] record retention (ms)   ARGV[4] owner tag (8 bytes)
 -- ARGV[5]  '<' followed by at least as many 'd' as the longest state or spec
 --
 -- Returns
---   {1, amount}          applied: commit → actual - reserved; refund → tokens returned
+--   {1, amount, estimated}  applied: commit → actual - reserved; refund → tokens
+--                           returned; and the prompt tokens the service had
+--                           estimated (0 when the caller counted)
 --   {0, state, amount}   already settled ('C' committed | 'F' refunded), its amount
 --   {-1}                 no such reservation (never made, long gone, or id edited)
 --
 -- Commit charges an overage even into debt and returns a surplus without
 -- overfilling; it touches token buckets only. Refund returns the tokens and the
--- request. Both free the lease, expired or not. Every level is read before
+-- request. Both free the lease, expired or not. A commit of a prompt the service
+-- counted adds actual ÷ estimated prompt tokens to the estimator's samples
+-- (capped, kept 30 days). Every level is read before
 -- anything is written, so an error part-way changes nothing and a retry applies
 -- once. A settled record is kept for ARGV[3] ms, so repeats answer
 -- ALREADY_SETTLED and change nothing. A key's life is capped at 90 days however
@@ -39,6 +45,7 @@ local clock = redis.call('TIME')
 local now = clock[1] * 1000000 + clock[2]
 local cost, exp = struct.unpack('<dd', rec, 2)
 local mask = string.byte(rec, 18)
+local estimated = struct.unpack('<d', rec, 43)
 local dtok, dreq, amount
 if spec[2] == 2 then
   dtok, dreq, amount, state = -cost, -1, cost, 'F'
@@ -48,7 +55,7 @@ else
 end
 
 -- Read every level and compute its new state.
-local writes, p = {}, 4
+local writes, p = {}, 6
 for i = 1, nlev do
   local lbit, nb = spec[p], spec[p + 1]
   local touched = false
@@ -114,6 +121,12 @@ for w = 1, #writes do
     redis.call('PEXPIRE', key, ms + (-ms) % 1)
   end
 end
-redis.call('SET', rkey, state .. string.sub(rec, 2, 34) .. struct.pack('<d', amount),
-  'PX', ARGV[3])
-return {1, amount}
+redis.call('SET', rkey, state .. string.sub(rec, 2, 34) .. struct.pack('<d', amount)
+  .. string.sub(rec, 43), 'PX', ARGV[3])
+if state == 'C' and estimated > 0 and spec[4] > 0 then
+  local samples = KEYS[nlev + 2]
+  redis.call('LPUSH', samples, struct.pack('<d', spec[4] / estimated))
+  redis.call('LTRIM', samples, 0, spec[5] - 1)
+  redis.call('PEXPIRE', samples, 2592000000)
+end
+return {1, amount, estimated}

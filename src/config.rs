@@ -34,6 +34,60 @@ pub struct FileConfig {
     pub global: Option<LevelSection>,
     /// Tiers by name.
     pub tiers: Option<BTreeMap<String, TierSection>>,
+    /// Token counting and the adaptive estimator.
+    pub estimator: Option<EstimatorSection>,
+}
+
+/// `[estimator]`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct EstimatorSection {
+    /// Encoding for models that are not OpenAI's.
+    #[serde(default = "default_encoding")]
+    pub default_encoding: crate::estimator::Encoding,
+    /// Model patterns (`name` or `prefix*`) counted with the fast heuristic.
+    #[serde(default)]
+    pub fast_path: Vec<String>,
+    /// Model pattern → estimator key: models whose samples are pooled.
+    #[serde(default)]
+    pub groups: BTreeMap<String, String>,
+    /// Samples kept per key.
+    #[serde(default = "default_window")]
+    pub window: usize,
+    /// Samples needed before the P95 replaces the initial multiplier.
+    #[serde(default = "default_min_samples")]
+    pub min_samples: usize,
+    /// The multiplier until then.
+    #[serde(default = "default_initial")]
+    pub initial_multiplier: f64,
+    /// Lowest multiplier.
+    #[serde(default = "default_min_multiplier")]
+    pub min_multiplier: f64,
+    /// Highest multiplier.
+    #[serde(default = "default_max_multiplier")]
+    pub max_multiplier: f64,
+    /// Long prompts counted at once (0: one per CPU).
+    #[serde(default)]
+    pub workers: usize,
+}
+
+fn default_encoding() -> crate::estimator::Encoding {
+    crate::estimator::Encoding::O200kBase
+}
+fn default_window() -> usize {
+    100
+}
+fn default_min_samples() -> usize {
+    20
+}
+fn default_initial() -> f64 {
+    1.15
+}
+fn default_min_multiplier() -> f64 {
+    1.0
+}
+fn default_max_multiplier() -> f64 {
+    3.0
 }
 
 /// `[server]`.
@@ -42,6 +96,13 @@ pub struct FileConfig {
 pub struct ServerSection {
     /// gRPC listen address.
     pub listen: SocketAddr,
+    /// Largest request accepted, in bytes; larger ones are refused.
+    #[serde(default = "default_max_message_bytes")]
+    pub max_message_bytes: usize,
+}
+
+fn default_max_message_bytes() -> usize {
+    16 * 1024 * 1024
 }
 
 /// `[store]`.
@@ -225,6 +286,14 @@ pub struct Settings {
     pub concurrency_retry_ms: u64,
     /// Every limit.
     pub limits: Arc<Limits>,
+    /// Largest request accepted, in bytes.
+    pub max_message_bytes: usize,
+    /// Model rules for counting.
+    pub models: crate::estimator::ModelRules,
+    /// The adaptive multiplier.
+    pub adaptive: crate::estimator::AdaptiveSettings,
+    /// Long prompts counted at once.
+    pub count_workers: usize,
 }
 
 impl std::fmt::Debug for Settings {
@@ -315,6 +384,7 @@ impl FileConfig {
         self.reservations = other.reservations.or(self.reservations);
         self.global = other.global.or(self.global);
         self.tiers = other.tiers.or(self.tiers);
+        self.estimator = other.estimator.or(self.estimator);
         self
     }
 
@@ -403,6 +473,63 @@ impl FileConfig {
             1,
             3_600_000,
         )?;
+        within(
+            "server.max_message_bytes",
+            server.max_message_bytes as u64,
+            1024,
+            1 << 30,
+        )?;
+        let est = self
+            .estimator
+            .or(defaults.estimator)
+            .expect("built-in [estimator]");
+        within("estimator.window", est.window as u64, 1, 10_000)?;
+        within(
+            "estimator.min_samples",
+            est.min_samples as u64,
+            1,
+            est.window as u64,
+        )?;
+        within("estimator.workers", est.workers as u64, 0, 1024)?;
+        let ok = |v: f64| v.is_finite() && (0.1..=100.0).contains(&v);
+        if !(ok(est.min_multiplier)
+            && ok(est.max_multiplier)
+            && est.min_multiplier <= est.max_multiplier)
+        {
+            return Err(LimitsError::new(
+                "estimator.min_multiplier",
+                "min_multiplier and max_multiplier must be between 0.1 and 100, min ≤ max",
+            )
+            .into());
+        }
+        if !(est.min_multiplier..=est.max_multiplier).contains(&est.initial_multiplier) {
+            return Err(LimitsError::new(
+                "estimator.initial_multiplier",
+                "must be between min_multiplier and max_multiplier",
+            )
+            .into());
+        }
+        use crate::estimator::encoding::Pattern;
+        let models = crate::estimator::ModelRules {
+            default_encoding: est.default_encoding,
+            fast: est.fast_path.iter().map(|p| Pattern::new(p)).collect(),
+            groups: est
+                .groups
+                .iter()
+                .map(|(p, k)| (Pattern::new(p), k.clone()))
+                .collect(),
+        };
+        let adaptive = crate::estimator::AdaptiveSettings {
+            window: est.window,
+            min_samples: est.min_samples,
+            initial: est.initial_multiplier,
+            min: est.min_multiplier,
+            max: est.max_multiplier,
+        };
+        let count_workers = match est.workers {
+            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            n => n,
+        };
         Ok(Settings {
             listen: overrides.listen.unwrap_or(server.listen),
             redis_url,
@@ -417,10 +544,15 @@ impl FileConfig {
             retention: Retention {
                 record_ms: res.retention_ms,
                 idempotency_ms: res.idempotency_ttl_ms,
+                samples: est.window,
             },
             retry_jitter_ms: res.retry_jitter_ms,
             concurrency_retry_ms: res.concurrency_retry_ms,
             limits: Arc::new(limits),
+            max_message_bytes: server.max_message_bytes,
+            models,
+            adaptive,
+            count_workers,
         })
     }
 }

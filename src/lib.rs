@@ -7,6 +7,7 @@
 //! - [`domain`]: limits, bucket arithmetic, plans and decisions; pure, no I/O.
 //! - [`store`]: the [`store::Store`] trait, its memory and Redis (Lua) stores, key layout.
 //! - [`engine`]: request → plan → store → decision, over any store.
+//! - [`estimator`]: token counting and the adaptive multiplier.
 //! - [`api`]: the tonic service; protobuf conversion and error mapping only.
 //! - [`config`]: defaults, TOML file, env and flags → validated settings.
 //! - [`server`]: bootstrap; `run(settings, listener, shutdown)`.
@@ -22,6 +23,7 @@ pub mod cli;
 pub mod config;
 pub mod domain;
 pub mod engine;
+pub mod estimator;
 pub mod server;
 pub mod store;
 pub mod telemetry;

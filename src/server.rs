@@ -4,6 +4,7 @@
 use crate::api::BudgetApi;
 use crate::config::Settings;
 use crate::engine::{Engine, EngineSettings};
+use crate::estimator::{Counter, Multipliers};
 use crate::pb;
 use crate::pb::budget_service_server::BudgetServiceServer;
 use crate::store::keys::Keys;
@@ -58,6 +59,17 @@ pub async fn run(
     }
 }
 
+/// An engine over `store` as `settings` configure it.
+pub fn engine<S: Store>(store: S, settings: &Settings) -> Engine<S> {
+    Engine::new(
+        store,
+        settings.limits.clone(),
+        engine_settings(settings),
+        Counter::new(settings.models.clone(), settings.count_workers),
+        Multipliers::new(settings.adaptive),
+    )
+}
+
 /// The engine settings part of [`Settings`].
 pub fn engine_settings(settings: &Settings) -> EngineSettings {
     EngineSettings {
@@ -83,11 +95,10 @@ pub async fn serve<S: Store>(
         tiers = %settings.limits.tier_names(),
         "ctxbudget serving gRPC on {addr}"
     );
-    let engine = Arc::new(Engine::new(
-        store,
-        settings.limits.clone(),
-        engine_settings(settings),
-    ));
+    let engine = Arc::new(engine(store, settings));
+    // Load the tokenizers in the background: the first long prompt should not pay.
+    tokio::task::spawn_blocking(crate::estimator::count::warm_up);
+    let refresher = tokio::spawn(refresh_estimators(engine.clone()));
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<BudgetServiceServer<BudgetApi<S>>>()
@@ -96,15 +107,32 @@ pub async fn serve<S: Store>(
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
-    Server::builder()
-        .add_service(BudgetServiceServer::new(BudgetApi::new(engine)))
+    let budget = BudgetServiceServer::new(BudgetApi::new(engine))
+        .max_decoding_message_size(settings.max_message_bytes);
+    let served = Server::builder()
+        .add_service(budget)
         .add_service(health_service)
         .add_service(reflection)
         .serve_with_incoming_shutdown(
             TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown,
         )
-        .await?;
+        .await;
+    refresher.abort();
+    served?;
     tracing::info!("ctxbudget stopped");
     Ok(())
+}
+
+/// Keeps this replica's estimator multipliers in step with the samples every
+/// replica's Commits add to the store: twice a second, so never older than 1 s.
+async fn refresh_estimators<S: Store>(engine: Arc<Engine<S>>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = engine.refresh_estimators().await {
+            tracing::warn!(error = %e, "could not refresh the estimator multipliers; keeping the last ones");
+        }
+    }
 }

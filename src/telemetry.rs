@@ -15,6 +15,12 @@ pub const REFUNDED_TOKENS: &str = "ctxbudget_refunded_tokens_total";
 pub const COMMIT_DELTA: &str = "ctxbudget_commit_token_delta";
 /// gRPC handling time in seconds, labelled `rpc` and `code`.
 pub const RPC_SECONDS: &str = "ctxbudget_rpc_duration_seconds";
+/// Prompt tokens the service counted, labelled `method` (exact|fast).
+pub const COUNTED_TOKENS: &str = "ctxbudget_counted_prompt_tokens_total";
+/// Actual ÷ estimated prompt tokens per Commit, labelled `key`.
+pub const ESTIMATION_RATIO: &str = "ctxbudget_estimation_ratio";
+/// The adaptive multiplier in use, labelled `key`.
+pub const ESTIMATOR_MULTIPLIER: &str = "ctxbudget_estimator_multiplier";
 
 /// Counts one CheckAndReserve decision and, when allowed, its reserved tokens.
 pub fn decision(tier: &str, denial: Option<&Denial>, reserved_tokens: u64) {
@@ -44,9 +50,42 @@ pub fn refunded(tier: &str, tokens: u64) {
     counter!(REFUNDED_TOKENS, "tier" => tier.to_owned()).increment(tokens);
 }
 
+/// Counts prompt tokens the service counted.
+pub fn counted(method: &'static str, tokens: u64) {
+    counter!(COUNTED_TOKENS, "method" => method).increment(tokens);
+}
+
+/// Records one estimation sample.
+pub fn estimation(key: &str, ratio: f64) {
+    histogram!(ESTIMATION_RATIO, "key" => key.to_owned()).record(ratio);
+}
+
+/// Publishes a key's multiplier.
+pub fn multiplier(key: &str, value: f64) {
+    metrics::gauge!(ESTIMATOR_MULTIPLIER, "key" => key.to_owned()).set(value);
+}
+
 /// Records one RPC's handling time.
 pub fn rpc(rpc: &'static str, code: tonic::Code, seconds: f64) {
-    histogram!(RPC_SECONDS, "rpc" => rpc, "code" => format!("{code:?}")).record(seconds);
+    histogram!(RPC_SECONDS, "rpc" => rpc, "code" => code_name(code)).record(seconds);
+}
+
+fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        InvalidArgument => "INVALID_ARGUMENT",
+        NotFound => "NOT_FOUND",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Unavailable => "UNAVAILABLE",
+        Unauthenticated => "UNAUTHENTICATED",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Internal => "INTERNAL",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Cancelled => "CANCELLED",
+        _ => "OTHER",
+    }
 }
 
 /// Log output format.

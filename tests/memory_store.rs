@@ -25,6 +25,7 @@ user = { requests = [{ limit = 10, period = "1m" }], concurrency = 1 }
     let retention = Retention {
         record_ms: 1_000,
         idempotency_ms: 1_000,
+        samples: 100,
     };
     let store =
         MemoryStore::with_clock(Keys::new(DEFAULT_PREFIX).unwrap(), retention, clock.clone());
@@ -39,7 +40,11 @@ user = { requests = [{ limit = 10, period = "1m" }], concurrency = 1 }
             tier: "t".into(),
             model: "m".into(),
             prompt_tokens: 90,
+            prompt_reserve: 90,
+            estimated_prompt_tokens: 0,
+            estimator: String::new(),
             max_output_tokens: 10,
+            min_output_tokens: None,
             idempotency_key: None,
             lease_ttl_ms: None,
         };
@@ -62,8 +67,8 @@ user = { requests = [{ limit = 10, period = "1m" }], concurrency = 1 }
                 levels: &levels,
             };
             assert!(matches!(
-                store.commit(s, 120).await.unwrap(),
-                SettleReply::Applied(_)
+                store.commit(s, 120, 90).await.unwrap(),
+                SettleReply::Applied { .. }
             ));
         }
     }

@@ -1,47 +1,106 @@
 //! Protobuf ↔ domain conversions. Field validation errors name the proto field.
 
 use crate::domain::decision::LimitState;
-use crate::domain::plan::{ReserveRequest, check_tokens};
+use crate::domain::plan::check_tokens;
 use crate::domain::{Dimension, IdempotencyKey, InvalidInput, Level, Reason, TenantId, UserId};
-use crate::engine::{LevelLeases, Outcome, ReserveOutcome, StatusOutcome};
+use crate::engine::{
+    EstimatorView, LevelLeases, Outcome, PromptInput, ReserveInput, ReserveOutcome, StatusOutcome,
+};
+use crate::estimator::{ChatMessage, Prompt};
 use crate::pb;
 
 /// Longest model name accepted, in bytes.
 const MAX_MODEL_BYTES: usize = 256;
 
+/// Most chat messages one request may carry.
+pub const MAX_MESSAGES: usize = 100_000;
+
 /// A CheckAndReserve request, validated.
-pub fn reserve_request(r: pb::CheckAndReserveRequest) -> Result<ReserveRequest, InvalidInput> {
+pub fn reserve_request(r: pb::CheckAndReserveRequest) -> Result<ReserveInput, InvalidInput> {
     let tenant = TenantId::parse(&r.tenant_id)?;
     let user = optional_user(&r.user_id)?;
-    if r.tier.is_empty() {
-        return Err(InvalidInput::new(
-            "tier",
-            "is required (e.g. \"free\", \"pro\")",
-        ));
-    }
-    if r.model.len() > MAX_MODEL_BYTES || r.model.chars().any(char::is_control) {
-        return Err(InvalidInput::new(
-            "model",
-            format!("must be at most {MAX_MODEL_BYTES} bytes without control characters"),
-        ));
-    }
-    let prompt_tokens = r.prompt_tokens.ok_or_else(|| {
-        InvalidInput::new("prompt_tokens", "is required: the prompt's token count")
-    })?;
+    check_tier(&r.tier)?;
+    check_label("model", &r.model)?;
+    let given = [
+        r.prompt_tokens.is_some(),
+        !r.messages.is_empty(),
+        !r.prompt.is_empty(),
+    ];
+    let prompt = match given {
+        [true, false, false] => PromptInput::Tokens(check_tokens(
+            "prompt_tokens",
+            r.prompt_tokens.unwrap_or_default(),
+        )?),
+        [false, true, false] => PromptInput::Text(Prompt::Messages(messages(r.messages)?)),
+        [false, false, true] => PromptInput::Text(Prompt::Text(r.prompt)),
+        [false, false, false] => {
+            return Err(InvalidInput::new(
+                "prompt_tokens",
+                "the prompt is missing: set exactly one of prompt_tokens (your own count), \
+                 messages (chat) or prompt (plain text)",
+            ));
+        }
+        _ => {
+            return Err(InvalidInput::new(
+                "prompt_tokens",
+                "set exactly one of prompt_tokens, messages and prompt, not several",
+            ));
+        }
+    };
     let idempotency_key = match r.idempotency_key.as_str() {
         "" => None,
         k => Some(IdempotencyKey::parse(k)?),
     };
-    Ok(ReserveRequest {
+    let min_output_tokens = match r.allow_reduced_output {
+        true => Some(check_tokens("min_output_tokens", r.min_output_tokens)?),
+        false => None,
+    };
+    Ok(ReserveInput {
         tenant,
         user,
         tier: r.tier,
         model: r.model,
-        prompt_tokens: check_tokens("prompt_tokens", prompt_tokens)?,
+        prompt,
         max_output_tokens: check_tokens("max_output_tokens", r.max_output_tokens)?,
+        min_output_tokens,
         idempotency_key,
         lease_ttl_ms: r.lease_ttl_ms,
     })
+}
+
+/// Chat messages: roles and names are short labels; contents are any text.
+fn messages(list: Vec<pb::Message>) -> Result<Vec<ChatMessage>, InvalidInput> {
+    if list.len() > MAX_MESSAGES {
+        return Err(InvalidInput::new(
+            "messages",
+            format!(
+                "{} messages; at most {MAX_MESSAGES} are accepted",
+                list.len()
+            ),
+        ));
+    }
+    list.into_iter()
+        .map(|m| {
+            check_label("messages.role", &m.role)?;
+            check_label("messages.name", &m.name)?;
+            Ok(ChatMessage {
+                role: m.role,
+                content: m.content,
+                name: (!m.name.is_empty()).then_some(m.name),
+            })
+        })
+        .collect()
+}
+
+/// A short label (model, role, name): at most 256 bytes, no control characters.
+fn check_label(field: &'static str, value: &str) -> Result<(), InvalidInput> {
+    if value.len() > MAX_MODEL_BYTES || value.chars().any(char::is_control) {
+        return Err(InvalidInput::new(
+            field,
+            format!("must be at most {MAX_MODEL_BYTES} bytes without control characters"),
+        ));
+    }
+    Ok(())
 }
 
 /// A tier name as a request names it: 1-64 characters of a-z, A-Z, 0-9, `-_.`.
@@ -86,6 +145,9 @@ pub fn reserve_response(out: ReserveOutcome) -> pb::CheckAndReserveResponse {
         limits: out.limits.iter().map(limit_status).collect(),
         lease_expires_in_ms: out.lease_expires_in_ms,
         replayed: out.replayed,
+        estimated_prompt_tokens: out.estimated_prompt_tokens,
+        estimator_multiplier: out.estimator_multiplier,
+        granted_max_output_tokens: out.granted_max_output_tokens,
         ..Default::default()
     };
     if let Some(d) = out.denial {
@@ -97,6 +159,22 @@ pub fn reserve_response(out: ReserveOutcome) -> pb::CheckAndReserveResponse {
         resp.detail = d.detail;
     }
     resp
+}
+
+/// The response to GetEstimator.
+pub fn estimator_response(views: Vec<EstimatorView>) -> pb::GetEstimatorResponse {
+    pb::GetEstimatorResponse {
+        keys: views
+            .into_iter()
+            .map(|v| pb::EstimatorState {
+                key: v.key,
+                multiplier: v.multiplier,
+                samples: v.samples,
+                p95_ratio: v.p95_ratio,
+                refreshed_ms_ago: v.refreshed_ms_ago.unwrap_or(0),
+            })
+            .collect(),
+    }
 }
 
 /// The response to GetStatus.

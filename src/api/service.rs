@@ -68,14 +68,21 @@ impl<S: Store> BudgetService for BudgetApi<S> {
     ) -> Result<Response<pb::CommitResponse>, Status> {
         timed("Commit", async {
             let r = request.into_inner();
-            let (outcome, token_delta) = self
+            let c = self
                 .engine
                 .commit(&r.reservation_id, r.prompt_tokens, r.completion_tokens)
                 .await?;
-            tracing::debug!(reservation = %short_id(&r.reservation_id), ?outcome, token_delta, "commit");
+            tracing::debug!(
+                reservation = %short_id(&r.reservation_id),
+                outcome = ?c.outcome,
+                token_delta = c.token_delta,
+                "commit"
+            );
             Ok(pb::CommitResponse {
-                outcome: convert::outcome(outcome) as i32,
-                token_delta,
+                outcome: convert::outcome(c.outcome) as i32,
+                token_delta: c.token_delta,
+                estimation_ratio: c.estimation_ratio,
+                estimation_error_tokens: c.estimation_error_tokens,
             })
         })
         .await
@@ -109,6 +116,19 @@ impl<S: Store> BudgetService for BudgetApi<S> {
                 outcome: convert::outcome(outcome) as i32,
                 expires_in_ms,
             })
+        })
+        .await
+    }
+
+    async fn get_estimator(
+        &self,
+        request: Request<pb::GetEstimatorRequest>,
+    ) -> Result<Response<pb::GetEstimatorResponse>, Status> {
+        timed("GetEstimator", async {
+            let r = request.into_inner();
+            let model = (!r.model.is_empty()).then_some(r.model.as_str());
+            let views = self.engine.estimators(model).await?;
+            Ok(convert::estimator_response(views))
         })
         .await
     }

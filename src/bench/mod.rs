@@ -305,18 +305,10 @@ async fn measure(
     ))
 }
 
-fn engine_settings_for(settings: &Settings) -> crate::engine::EngineSettings {
-    server::engine_settings(settings)
-}
-
 fn memory_engine(settings: &Settings) -> Arc<Engine<MemoryStore>> {
     let keys = Keys::new(&settings.key_prefix).expect("validated prefix");
     let store = MemoryStore::new(keys, settings.retention);
-    Arc::new(Engine::new(
-        store,
-        settings.limits.clone(),
-        engine_settings_for(settings),
-    ))
+    Arc::new(server::engine(store, settings))
 }
 
 async fn redis_engine(
@@ -335,11 +327,7 @@ async fn redis_engine(
     let store = RedisStore::connect(&redis, keys, settings.retention)
         .await
         .map_err(err)?;
-    Ok(Arc::new(Engine::new(
-        store,
-        settings.limits.clone(),
-        engine_settings_for(settings),
-    )))
+    Ok(Arc::new(server::engine(store, settings)))
 }
 
 async fn embedded_server(
@@ -423,8 +411,8 @@ fn parse_evalsha(info: &str) -> (u64, u64) {
 /// reservations spread over 100 users of 10 tenants on the most limited tier,
 /// then 1,000 commits.
 async fn calibrate(settings: &Settings, url: &str, stamp: u128) -> Result<Calibration, BenchError> {
-    use crate::domain::plan::ReserveRequest;
     use crate::domain::{TenantId, UserId};
+    use crate::engine::{PromptInput, ReserveInput};
     let tier = ["enterprise", "pro", "free"]
         .into_iter()
         .find(|t| settings.limits.tier(t).is_some())
@@ -444,14 +432,15 @@ async fn calibrate(settings: &Settings, url: &str, stamp: u128) -> Result<Calibr
     const CALLS: u64 = 1000;
     // 64 calls at a time: Redis sees them back to back, as under load (one call
     // at a time would also measure a cold Redis waking up for each).
-    let request = |i: u64| -> Result<ReserveRequest, BenchError> {
-        Ok(ReserveRequest {
+    let request = |i: u64| -> Result<ReserveInput, BenchError> {
+        Ok(ReserveInput {
             tenant: TenantId::parse(&format!("c{}", i % 10)).map_err(err)?,
             user: Some(UserId::parse(&format!("u{}", i % 100)).map_err(err)?),
             tier: tier.clone(),
             model: "calibration".into(),
-            prompt_tokens: 1000,
+            prompt: PromptInput::Tokens(1000),
             max_output_tokens: 500,
+            min_output_tokens: None,
             idempotency_key: None,
             lease_ttl_ms: None,
         })

@@ -2,9 +2,8 @@
 //! called directly (the Redis ceiling, and the memory store's own speed).
 
 use super::workload::Item;
-use crate::domain::plan::ReserveRequest;
 use crate::domain::{Reason, TenantId, UserId};
-use crate::engine::{Engine, EngineError};
+use crate::engine::{Engine, EngineError, PromptInput, ReserveInput};
 use crate::pb;
 use crate::pb::budget_service_client::BudgetServiceClient;
 use crate::store::Store;
@@ -170,13 +169,14 @@ async fn engine_reserve<S: Store>(
     item: &Item,
     tier: &str,
 ) -> Result<Reply, String> {
-    let req = ReserveRequest {
+    let req = ReserveInput {
         tenant: TenantId::parse(&item.tenant_id()).map_err(|e| e.to_string())?,
         user: Some(UserId::parse(&item.user_id()).map_err(|e| e.to_string())?),
         tier: tier.to_string(),
         model: "bench".into(),
-        prompt_tokens: item.prompt,
+        prompt: PromptInput::Tokens(item.prompt),
         max_output_tokens: item.max_output,
+        min_output_tokens: None,
         idempotency_key: None,
         lease_ttl_ms: None,
     };

@@ -116,18 +116,27 @@ pub struct ReservationId {
     pub user: Option<UserId>,
     /// The tier whose limits applied.
     pub tier: String,
+    /// The adaptive estimator key the prompt was counted under; empty when the
+    /// caller sent its own count (nothing to learn from).
+    pub estimator: String,
     /// 128 random bits.
     pub nonce: [u8; NONCE_BYTES],
 }
 
 impl ReservationId {
     /// A fresh reservation id with a random nonce from a CSPRNG.
-    pub fn generate(tenant: TenantId, user: Option<UserId>, tier: String) -> Self {
+    pub fn generate(
+        tenant: TenantId,
+        user: Option<UserId>,
+        tier: String,
+        estimator: String,
+    ) -> Self {
         let nonce = rand::random::<[u8; NONCE_BYTES]>();
         ReservationId {
             tenant,
             user,
             tier,
+            estimator,
             nonce,
         }
     }
@@ -146,13 +155,16 @@ impl ReservationId {
         })
     }
 
-    /// A 64-bit digest of (user, tier): stored with the reservation and checked on
-    /// settlement, so an id whose user or tier was edited finds nothing.
+    /// A 64-bit digest of (user, tier, estimator key): stored with the
+    /// reservation and checked on settlement, so an id whose user, tier or
+    /// estimator key was edited finds nothing.
     pub fn owner_tag(&self) -> u64 {
         let mut h = Fnv::new();
         h.write(self.user.as_ref().map_or("", |u| u.as_str()).as_bytes());
         h.write(&[0xff]);
         h.write(self.tier.as_bytes());
+        h.write(&[0xff]);
+        h.write(self.estimator.as_bytes());
         h.finish()
     }
 
@@ -180,19 +192,21 @@ impl ReservationId {
         let tenant = r.string().ok_or_else(bad)?;
         let user = r.string().ok_or_else(bad)?;
         let tier = r.string().ok_or_else(bad)?;
+        let estimator = r.string().ok_or_else(bad)?;
         let nonce: [u8; NONCE_BYTES] = r.rest().try_into().map_err(|_| bad())?;
         let tenant = TenantId::parse(tenant).map_err(|_| bad())?;
         let user = match user {
             "" => None,
             u => Some(UserId::parse(u).map_err(|_| bad())?),
         };
-        if tier.is_empty() || tier.len() > 64 {
+        if tier.is_empty() || tier.len() > 64 || estimator.len() > MAX_ID_BYTES {
             return Err(bad());
         }
         Ok(ReservationId {
             tenant,
             user,
             tier: tier.to_owned(),
+            estimator: estimator.to_owned(),
             nonce,
         })
     }
@@ -201,9 +215,16 @@ impl ReservationId {
 impl fmt::Display for ReservationId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let user = self.user.as_ref().map_or("", |u| u.as_str());
-        let mut blob = Vec::with_capacity(8 + self.tenant.0.len() + user.len() + self.tier.len());
+        let mut blob = Vec::with_capacity(
+            26 + self.tenant.0.len() + user.len() + self.tier.len() + self.estimator.len(),
+        );
         blob.push(RESERVATION_VERSION);
-        for s in [self.tenant.as_str(), user, self.tier.as_str()] {
+        for s in [
+            self.tenant.as_str(),
+            user,
+            self.tier.as_str(),
+            self.estimator.as_str(),
+        ] {
             blob.extend_from_slice(&(s.len() as u16).to_be_bytes());
             blob.extend_from_slice(s.as_bytes());
         }
@@ -289,13 +310,14 @@ mod tests {
             TenantId::parse("t:{1}").unwrap(),
             Some(UserId::parse("ü").unwrap()),
             "pro".into(),
+            "gpt-4o".into(),
         );
         let text = id.to_string();
         assert_eq!(ReservationId::parse(&text).unwrap(), id);
         assert!(ReservationId::parse("rsv_AAAA").is_err());
         assert!(ReservationId::parse("hello").is_err());
         assert!(ReservationId::parse(&format!("{text}x")).is_err());
-        let other = ReservationId::generate(id.tenant.clone(), None, "pro".into());
+        let other = ReservationId::generate(id.tenant.clone(), None, "pro".into(), String::new());
         assert_ne!(id.owner_tag(), other.owner_tag());
         assert_ne!(id.nonce, other.nonce);
     }

@@ -106,7 +106,7 @@ impl LeasePolicy {
     }
 }
 
-/// A CheckAndReserve request after field validation.
+/// A CheckAndReserve request after field validation and prompt counting.
 #[derive(Clone, Debug)]
 pub struct ReserveRequest {
     /// The customer.
@@ -117,10 +117,21 @@ pub struct ReserveRequest {
     pub tier: String,
     /// The model, recorded for fingerprinting.
     pub model: String,
-    /// Prompt tokens.
+    /// The prompt's tokens as counted (the caller's count, or the service's raw
+    /// count): what the max-context check uses.
     pub prompt_tokens: u64,
+    /// Prompt tokens to reserve: the caller's count, or the service's count
+    /// corrected by the adaptive multiplier.
+    pub prompt_reserve: u64,
+    /// The service's raw count, kept for the estimator's samples; 0 when the
+    /// caller counted.
+    pub estimated_prompt_tokens: u64,
+    /// The estimator key the count belongs to; empty when the caller counted.
+    pub estimator: String,
     /// Output tokens; 0 means the tier's default.
     pub max_output_tokens: u64,
+    /// With reduced output allowed: the fewest output tokens worth granting.
+    pub min_output_tokens: Option<u64>,
     /// Makes a retried call return the first reservation.
     pub idempotency_key: Option<IdempotencyKey>,
     /// Requested lease length.
@@ -134,10 +145,14 @@ pub struct ReservePlan {
     pub id: ReservationId,
     /// The limited levels, outermost first.
     pub levels: Vec<LevelPlan>,
-    /// Tokens taken from every token bucket: prompt + output.
-    pub tokens: u64,
-    /// Output tokens included in `tokens`.
+    /// Prompt tokens taken from every token bucket.
+    pub prompt_tokens: u64,
+    /// Output tokens wanted on top.
     pub max_output_tokens: u64,
+    /// The fewest output tokens the caller accepts (= max without reduced output).
+    pub min_output_tokens: u64,
+    /// The service's raw prompt count (0 when the caller counted).
+    pub estimated_prompt_tokens: u64,
     /// Lease length.
     pub lease_ttl_ms: u64,
     /// The caller's idempotency key, if any.
@@ -153,6 +168,11 @@ impl ReservePlan {
             .iter()
             .filter(|l| l.concurrency.is_some())
             .fold(0, |m, l| m | l.level.bit())
+    }
+
+    /// Tokens taken with the full output granted.
+    pub fn tokens(&self) -> u64 {
+        self.prompt_tokens + self.max_output_tokens
     }
 }
 
@@ -189,37 +209,54 @@ pub fn prepare(
         )
     })?;
     let lease_ttl_ms = leases.ttl_ms("lease_ttl_ms", req.lease_ttl_ms)?;
-    let max_output = match req.max_output_tokens {
+    let mut max_output = match req.max_output_tokens {
         0 => tier.default_max_output_tokens,
         n => n,
     };
-    let tokens = req.prompt_tokens + max_output;
-    if tokens > tier.max_context_tokens {
-        return Ok(Prepared::Refused {
-            denial: Denial::context_too_large(req.prompt_tokens, max_output, tier),
-            tokens,
-            max_output_tokens: max_output,
-        });
+    let min_output = match req.min_output_tokens {
+        None => max_output,
+        Some(min) if min > max_output => {
+            return Err(InvalidInput::new(
+                "min_output_tokens",
+                format!("{min} is above max_output_tokens {max_output}"),
+            ));
+        }
+        Some(min) => min.max(1),
+    };
+    let refused = |denial, max_output: u64| Prepared::Refused {
+        denial,
+        tokens: req.prompt_reserve + max_output,
+        max_output_tokens: max_output,
+    };
+    if req.prompt_tokens + min_output > tier.max_context_tokens {
+        return Ok(refused(
+            Denial::context_too_large(req.prompt_tokens, max_output, tier),
+            max_output,
+        ));
     }
+    // With reduced output allowed, the context caps what may be granted.
+    max_output = max_output.min(tier.max_context_tokens - req.prompt_tokens);
     let levels = levels(limits, Some(tier), req.user.is_some(), false);
+    let smallest = req.prompt_reserve + min_output;
     let too_large = levels
         .iter()
         .flat_map(|l| &l.buckets)
-        .find(|b| b.cost(tokens) > b.limit);
+        .find(|b| b.cost(smallest) > b.limit);
     if let Some(bucket) = too_large {
-        return Ok(Prepared::Refused {
-            denial: Denial::request_too_large(bucket, tokens),
-            tokens,
-            max_output_tokens: max_output,
-        });
+        return Ok(refused(
+            Denial::request_too_large(bucket, smallest),
+            max_output,
+        ));
     }
     let fingerprint = fingerprint(&req, max_output);
-    let id = ReservationId::generate(req.tenant, req.user, req.tier);
+    let id = ReservationId::generate(req.tenant, req.user, req.tier, req.estimator);
     Ok(Prepared::Plan(ReservePlan {
         id,
         levels,
-        tokens,
+        prompt_tokens: req.prompt_reserve,
         max_output_tokens: max_output,
+        min_output_tokens: min_output.min(max_output),
+        estimated_prompt_tokens: req.estimated_prompt_tokens,
         lease_ttl_ms,
         idempotency_key: req.idempotency_key,
         fingerprint,
@@ -236,6 +273,7 @@ fn fingerprint(req: &ReserveRequest, max_output: u64) -> u64 {
     h.write(req.model.as_bytes());
     h.write_u64(req.prompt_tokens);
     h.write_u64(max_output);
+    h.write_u64(req.min_output_tokens.unwrap_or(0));
     h.finish()
 }
 
@@ -251,13 +289,18 @@ pub fn check_tokens(field: &'static str, n: u64) -> Result<u64, InvalidInput> {
 }
 
 #[cfg(test)]
+mod tests_support {
+    pub use super::tests::{LEASES, limits, request};
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::domain::Reason;
     use crate::domain::limits::Rate;
     use std::sync::Arc;
 
-    fn limits() -> Limits {
+    pub fn limits() -> Limits {
         let tier = Tier {
             name: "free".into(),
             tenant: LevelLimits::default(),
@@ -281,20 +324,24 @@ mod tests {
         }
     }
 
-    fn request(prompt: u64, output: u64) -> ReserveRequest {
+    pub fn request(prompt: u64, output: u64) -> ReserveRequest {
         ReserveRequest {
             tenant: TenantId::parse("t").unwrap(),
             user: Some(UserId::parse("u").unwrap()),
             tier: "free".into(),
             model: "m".into(),
             prompt_tokens: prompt,
+            prompt_reserve: prompt,
+            estimated_prompt_tokens: 0,
+            estimator: String::new(),
             max_output_tokens: output,
+            min_output_tokens: None,
             idempotency_key: None,
             lease_ttl_ms: None,
         }
     }
 
-    const LEASES: LeasePolicy = LeasePolicy {
+    pub const LEASES: LeasePolicy = LeasePolicy {
         default_ttl_ms: 1000,
         max_ttl_ms: 5000,
     };
@@ -305,7 +352,7 @@ mod tests {
             panic!("expected a plan");
         };
         assert_eq!(plan.levels.len(), 1, "only the user level has limits");
-        assert_eq!(plan.tokens, 150);
+        assert_eq!(plan.tokens(), 150);
         assert_eq!(plan.lease_mask(), Level::User.bit());
     }
 
@@ -332,6 +379,32 @@ mod tests {
         assert_eq!(
             prepare(r, &limits(), &LEASES).unwrap_err().field,
             "lease_ttl_ms"
+        );
+    }
+}
+
+#[cfg(test)]
+mod reduced_output {
+    use super::tests_support::*;
+    use super::*;
+
+    #[test]
+    fn reduced_output_is_capped_by_the_context_and_checked() {
+        let mut big = limits();
+        let mut tier = (**big.tier("free").unwrap()).clone();
+        tier.user.tokens.clear();
+        big.tiers.insert("free".into(), std::sync::Arc::new(tier));
+        let mut r = request(7900, 1000);
+        r.min_output_tokens = Some(50);
+        let Prepared::Plan(plan) = prepare(r, &big, &LEASES).unwrap() else {
+            panic!("fits with reduced output");
+        };
+        assert_eq!((plan.max_output_tokens, plan.min_output_tokens), (100, 50));
+        let mut r = request(10, 100);
+        r.min_output_tokens = Some(101);
+        assert_eq!(
+            prepare(r, &limits(), &LEASES).unwrap_err().field,
+            "min_output_tokens"
         );
     }
 }

@@ -7,6 +7,7 @@
 //! ctxb:{T}:u:<U>               hash   one user of the tenant
 //! ctxb:{T}:r:<nonce>           string one reservation's record
 //! ctxb:{T}:i:<K>               string idempotency key → reservation nonce
+//! ctxb:e:<M>                   list   adaptive estimator samples of key M
 //! ```
 //! `T`, `U` and `K` are the tenant id, user id and idempotency key in unpadded
 //! base64url. Its alphabet (`A-Z a-z 0-9 - _`) has no `:`, `{` or `}`, and the
@@ -76,6 +77,13 @@ impl Keys {
     /// The idempotency entry of one key within a tenant.
     pub fn idempotency(&self, tenant: &TenantId, key: &IdempotencyKey) -> String {
         format!("{}:i:{}", self.tenant_tag(tenant), encode(key.as_str()))
+    }
+}
+
+impl Keys {
+    /// The list of estimator samples of one estimator key.
+    pub fn estimator(&self, key: &str) -> String {
+        format!("{}e:{}", self.prefix, encode(key))
     }
 }
 

@@ -13,11 +13,13 @@ use super::{
     RenewReply, ReserveReply, Retention, Scope, SettleReply, Settled, Settlement, Store, StoreError,
 };
 use crate::domain::{Clock, Dimension, LevelPlan, Readings, ReservePlan, SystemClock};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
 /// A key's longest life (µs), however deep its debt: the scripts' `MAX_TTL`.
 const MAX_TTL_US: f64 = 7_776_000_000_000.0;
+/// Estimator samples live this long past the last one (µs): settle.lua's PEXPIRE.
+const SAMPLES_TTL_US: i64 = 2_592_000_000_000;
 /// Buckets of other configurations a state keeps: the scripts' `MAX_FOREIGN`.
 const MAX_FOREIGN: usize = 16;
 
@@ -34,6 +36,9 @@ struct Data {
     levels: HashMap<String, LevelEntry>,
     records: HashMap<String, Record>,
     idempotency: HashMap<String, (String, i64)>,
+    /// Estimator samples by key, newest first, and when they expire (Redis: a
+    /// capped list kept 30 days past its last sample).
+    samples: HashMap<String, (VecDeque<f64>, i64)>,
     next_sweep_us: i64,
 }
 
@@ -62,6 +67,7 @@ struct Record {
     owner: u64,
     fingerprint: u64,
     amount: f64,
+    estimated: f64,
     expires_at: i64,
 }
 
@@ -90,6 +96,7 @@ impl<C: Clock> MemoryStore<C> {
             d.levels.retain(|_, l| l.expires_at > now);
             d.records.retain(|_, r| r.expires_at > now);
             d.idempotency.retain(|_, (_, exp)| *exp > now);
+            d.samples.retain(|_, (_, exp)| *exp > now);
             d.next_sweep_us = now + 1_000_000;
         }
         d
@@ -108,7 +115,6 @@ impl<C: Clock> MemoryStore<C> {
         let now = now_us as f64;
         let mut d = self.lock(now_us);
         let id = &plan.id;
-        let cost = plan.tokens as f64;
         let idem_key = plan
             .idempotency_key
             .as_ref()
@@ -134,62 +140,83 @@ impl<C: Clock> MemoryStore<C> {
             }
         }
 
-        // Read and check every level, computing the state after taking the cost.
+        // Read every level: each bucket's level now, and the leases.
+        let prompt = plan.prompt_tokens as f64;
+        let mut room = plan.max_output_tokens as f64;
         let mut raws = Vec::with_capacity(plan.levels.len());
         let mut states = Vec::with_capacity(plan.levels.len());
-        let mut ttls = Vec::with_capacity(plan.levels.len());
-        let (mut denied, mut bit) = (0u64, 1u64);
+        let mut levels_now = Vec::with_capacity(plan.levels.len());
         for lp in &plan.levels {
             let key = self.keys.level(lp.level, &id.tenant, id.user.as_ref());
             let entry = d.level_get(&key, now_us);
             let mut raw = entry.as_ref().map(|e| e.state.clone());
             let mut s = raw.clone().unwrap_or_default();
-            let mut ttl = 0.0f64;
+            let mut found = Vec::with_capacity(lp.buckets.len());
             for (hint, b) in lp.buckets.iter().enumerate() {
                 let bid = bucket_id(b);
-                let (k, mut l) = match s.position(bid, hint) {
+                let (k, l) = match s.position(bid, hint) {
                     Some(k) => (k, s.level_at(b, k, now)),
                     None => {
                         s.buckets.push(BucketState {
                             id: bid,
-                            level: 0.0,
-                            t: 0.0,
+                            level: b.limit as f64,
+                            t: now,
                         });
                         (s.buckets.len() - 1, b.limit as f64)
                     }
                 };
-                let c = b.cost(plan.tokens) as f64;
+                if b.dimension == Dimension::Tokens && l - prompt < room {
+                    room = l - prompt;
+                }
+                found.push((k, l));
+            }
+            if lp.concurrency.is_some()
+                && s.e > 0.0
+                && now >= s.e
+                && let Some(entry) = entry
+            {
+                let (n, e) = entry.reclaim(now);
+                if let Some(raw) = raw.as_mut() {
+                    (raw.n, raw.e) = (n, e);
+                }
+                (s.n, s.e) = (n, e);
+            }
+            raws.push(raw);
+            states.push((key, s));
+            levels_now.push(found);
+        }
+
+        // The output to grant: all of it, or as much as fits, never below the min.
+        let grant = room.floor().max(plan.min_output_tokens as f64);
+
+        // Check every bucket and limit in plan order.
+        let (mut denied, mut bit) = (0u64, 1u64);
+        let mut ttls = Vec::with_capacity(plan.levels.len());
+        for ((lp, (_, s)), found) in plan.levels.iter().zip(&mut states).zip(&levels_now) {
+            let mut ttl = 0.0f64;
+            for (b, &(k, l)) in lp.buckets.iter().zip(found) {
+                let c = match b.dimension {
+                    Dimension::Tokens => prompt + grant,
+                    _ => 1.0,
+                };
                 if l < c {
                     denied |= bit;
                 }
                 bit <<= 1;
-                l -= c;
+                let l = l - c;
                 s.buckets[k] = BucketState {
-                    id: bid,
+                    id: bucket_id(b),
                     level: l,
                     t: now,
                 };
                 ttl = ttl.max(until_full_us(b.limit, b.period_us(), l));
             }
             if let Some(limit) = lp.concurrency {
-                let (mut n, mut e) = (s.n, s.e);
-                if e > 0.0
-                    && now >= e
-                    && let Some(entry) = entry
-                {
-                    (n, e) = entry.reclaim(now);
-                    if let Some(raw) = raw.as_mut() {
-                        (raw.n, raw.e) = (n, e);
-                    }
-                    (s.n, s.e) = (n, e);
-                }
-                if n >= limit as f64 {
+                if s.n >= limit as f64 {
                     denied |= bit;
                 }
                 bit <<= 1;
             }
-            raws.push(raw);
-            states.push((key, s));
             ttls.push(ttl);
         }
 
@@ -234,7 +261,8 @@ impl<C: Clock> MemoryStore<C> {
             self.keys.record(id),
             Record {
                 state: RecordState::Reserved,
-                cost,
+                cost: prompt + grant,
+                estimated: plan.estimated_prompt_tokens as f64,
                 lease_expires_us: exp,
                 mask: plan.lease_mask(),
                 owner: id.owner_tag(),
@@ -249,11 +277,18 @@ impl<C: Clock> MemoryStore<C> {
         }
         ReserveReply::Allowed {
             readings: state::readings(&plan.levels, &written, &[], now),
+            granted_output: grant as u64,
         }
     }
 
     /// settle.lua.
-    fn settle_now(&self, s: Settlement<'_>, refund: bool, actual: u64) -> SettleReply {
+    fn settle_now(
+        &self,
+        s: Settlement<'_>,
+        refund: bool,
+        actual: u64,
+        actual_prompt: u64,
+    ) -> SettleReply {
         let now_us = self.clock.now_us();
         let now = now_us as f64;
         let mut d = self.lock(now_us);
@@ -357,6 +392,14 @@ impl<C: Clock> MemoryStore<C> {
                 Settled::Committed(dtok as i64),
             )
         };
+        if !refund && rec.estimated > 0.0 && actual_prompt > 0 {
+            let window = self.retention.samples.max(1);
+            let key = self.keys.estimator(&s.id.estimator);
+            let (samples, expires_at) = d.samples.entry(key).or_default();
+            samples.push_front(actual_prompt as f64 / rec.estimated);
+            samples.truncate(window);
+            *expires_at = now_us + SAMPLES_TTL_US;
+        }
         d.records.insert(
             rkey,
             Record {
@@ -366,7 +409,10 @@ impl<C: Clock> MemoryStore<C> {
                 ..rec
             },
         );
-        SettleReply::Applied(settled)
+        SettleReply::Applied {
+            settled,
+            estimated_prompt_tokens: rec.estimated as u64,
+        }
     }
 
     /// renew.lua.
@@ -526,12 +572,25 @@ impl<C: Clock> Store for MemoryStore<C> {
         &self,
         s: Settlement<'_>,
         actual_tokens: u64,
+        actual_prompt_tokens: u64,
     ) -> Result<SettleReply, StoreError> {
-        Ok(self.settle_now(s, false, actual_tokens))
+        Ok(self.settle_now(s, false, actual_tokens, actual_prompt_tokens))
     }
 
     async fn refund(&self, s: Settlement<'_>) -> Result<SettleReply, StoreError> {
-        Ok(self.settle_now(s, true, 0))
+        Ok(self.settle_now(s, true, 0, 0))
+    }
+
+    async fn estimator_samples(&self, keys: &[String]) -> Result<Vec<Vec<f64>>, StoreError> {
+        let d = self.lock(self.clock.now_us());
+        Ok(keys
+            .iter()
+            .map(|k| {
+                d.samples
+                    .get(&self.keys.estimator(k))
+                    .map_or_else(Vec::new, |(s, _)| s.iter().copied().collect())
+            })
+            .collect())
     }
 
     async fn renew(&self, s: Settlement<'_>, ttl_ms: u64) -> Result<RenewReply, StoreError> {

@@ -21,6 +21,8 @@ pub struct Retention {
     pub record_ms: u64,
     /// How long an idempotency key remembers its reservation.
     pub idempotency_ms: u64,
+    /// Estimator samples kept per key (the adaptive window).
+    pub samples: usize,
 }
 
 /// The answer to a reservation.
@@ -30,6 +32,8 @@ pub enum ReserveReply {
     Allowed {
         /// One per check, in plan order.
         readings: Readings,
+        /// Output tokens granted (the max, or less with reduced output).
+        granted_output: u64,
     },
     /// Refused; nothing changed.
     Denied {
@@ -72,7 +76,13 @@ pub enum Settled {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SettleReply {
     /// Settled now.
-    Applied(Settled),
+    Applied {
+        /// How.
+        settled: Settled,
+        /// The service's raw prompt count the reservation was made with (0 when
+        /// the caller counted).
+        estimated_prompt_tokens: u64,
+    },
     /// Settled before; nothing changed.
     AlreadySettled(Settled),
     /// No such reservation.
@@ -141,11 +151,14 @@ pub trait Store: Send + Sync + 'static {
         plan: &ReservePlan,
     ) -> impl Future<Output = Result<ReserveReply, StoreError>> + Send;
 
-    /// Settles a reservation with `actual_tokens` used.
+    /// Settles a reservation with `actual_tokens` used, of which
+    /// `actual_prompt_tokens` were prompt (an estimator sample when the service
+    /// counted the prompt).
     fn commit(
         &self,
         settlement: Settlement<'_>,
         actual_tokens: u64,
+        actual_prompt_tokens: u64,
     ) -> impl Future<Output = Result<SettleReply, StoreError>> + Send;
 
     /// Returns a reservation's request and tokens.
@@ -167,6 +180,13 @@ pub trait Store: Send + Sync + 'static {
         scope: Scope<'_>,
         levels: &[LevelPlan],
     ) -> impl Future<Output = Result<Readings, StoreError>> + Send;
+
+    /// The estimator samples (actual ÷ estimated prompt tokens, newest first)
+    /// of each key.
+    fn estimator_samples(
+        &self,
+        keys: &[String],
+    ) -> impl Future<Output = Result<Vec<Vec<f64>>, StoreError>> + Send;
 
     /// One line for the startup log: which store, where.
     fn describe(&self) -> String;

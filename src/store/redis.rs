@@ -228,6 +228,33 @@ impl RedisStore {
         }
     }
 
+    /// Runs a plain pipeline (no scripts) under the store deadline.
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> Result<T, StoreError> {
+        let call = async {
+            match &self.connections {
+                Connections::Multiplexed { conns, next } => {
+                    let i = next.fetch_add(1, Ordering::Relaxed) % conns.len();
+                    pipe.query_async::<T>(&mut conns[i].clone()).await
+                }
+                Connections::Deadpool(pool) => {
+                    let mut conn = pool.get().await.map_err(pool_error)?;
+                    pipe.query_async::<T>(&mut conn).await
+                }
+            }
+        };
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(result) => result.map_err(|e| classify(&self.url, e)),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "{} did not answer within {} ms",
+                self.url,
+                self.timeout.as_millis()
+            ))),
+        }
+    }
+
     /// The levels of a settlement as KEYS, with their level bits or bucket specs.
     fn settlement_keys(&self, s: &Settlement<'_>, inv: &mut ScriptInvocation<'_>) {
         for lp in s.levels {
@@ -300,8 +327,11 @@ impl Store for RedisStore {
         };
         let mut spec = Spec::default();
         spec.push(plan.levels.len() as f64)
-            .push(plan.tokens as f64)
-            .push(plan.lease_ttl_ms as f64 * 1000.0);
+            .push(plan.prompt_tokens as f64)
+            .push(plan.max_output_tokens as f64)
+            .push(plan.min_output_tokens as f64)
+            .push(plan.lease_ttl_ms as f64 * 1000.0)
+            .push(plan.estimated_prompt_tokens as f64);
         for lp in &plan.levels {
             spec.push(lp.buckets.len() as f64)
                 .push(lp.concurrency.map_or(-1.0, |c| c as f64))
@@ -330,20 +360,24 @@ impl Store for RedisStore {
             _ => {}
         }
         let now = int_at(&reply, 1)? as f64;
+        let granted_output = int_at(&reply, 2)?.max(0) as u64;
         let states = (0..nlev)
-            .map(|i| state_at(&reply, 2 + i))
+            .map(|i| state_at(&reply, 3 + i))
             .collect::<Result<Vec<_>, _>>()?;
         let readings = state::readings(&plan.levels, &states, &[], now);
         Ok(match tag {
-            1 => ReserveReply::Allowed { readings },
+            1 => ReserveReply::Allowed {
+                readings,
+                granted_output,
+            },
             0 => ReserveReply::Denied {
                 readings,
-                denied_mask: int_at(&reply, 2 + nlev)? as u64,
+                denied_mask: int_at(&reply, 3 + nlev)? as u64,
             },
             2 => ReserveReply::Replayed {
-                nonce: string_at(&reply, 2 + nlev)?,
-                tokens: int_at(&reply, 3 + nlev)? as u64,
-                lease_expires_in_ms: int_at(&reply, 4 + nlev)?.max(0) as u64,
+                nonce: string_at(&reply, 3 + nlev)?,
+                tokens: int_at(&reply, 4 + nlev)? as u64,
+                lease_expires_in_ms: int_at(&reply, 5 + nlev)?.max(0) as u64,
                 readings,
             },
             other => return Err(unexpected("reserve", other)),
@@ -354,12 +388,36 @@ impl Store for RedisStore {
         &self,
         s: Settlement<'_>,
         actual_tokens: u64,
+        actual_prompt_tokens: u64,
     ) -> Result<SettleReply, StoreError> {
-        self.settle_call(s, 1.0, actual_tokens).await
+        self.settle_call(s, 1.0, actual_tokens, actual_prompt_tokens)
+            .await
     }
 
     async fn refund(&self, s: Settlement<'_>) -> Result<SettleReply, StoreError> {
-        self.settle_call(s, 2.0, 0).await
+        self.settle_call(s, 2.0, 0, 0).await
+    }
+
+    async fn estimator_samples(&self, keys: &[String]) -> Result<Vec<Vec<f64>>, StoreError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for k in keys {
+            pipe.cmd("LRANGE")
+                .arg(self.keys.estimator(k))
+                .arg(0)
+                .arg(-1);
+        }
+        let lists: Vec<Vec<Vec<u8>>> = self.query(&pipe).await?;
+        Ok(lists
+            .into_iter()
+            .map(|list| {
+                list.iter()
+                    .filter_map(|b| b.as_slice().try_into().ok().map(f64::from_le_bytes))
+                    .collect()
+            })
+            .collect())
     }
 
     async fn renew(&self, s: Settlement<'_>, ttl_ms: u64) -> Result<RenewReply, StoreError> {
@@ -433,13 +491,17 @@ impl RedisStore {
         s: Settlement<'_>,
         mode: f64,
         actual: u64,
+        actual_prompt: u64,
     ) -> Result<SettleReply, StoreError> {
         let mut inv = self.settle.prepare_invoke();
         self.settlement_keys(&s, &mut inv);
+        inv.key(self.keys.estimator(&s.id.estimator));
         let mut spec = Spec::default();
         spec.push(s.levels.len() as f64)
             .push(mode)
-            .push(actual as f64);
+            .push(actual as f64)
+            .push(actual_prompt as f64)
+            .push(self.retention.samples as f64);
         for lp in s.levels {
             spec.push(f64::from(lp.level.bit()))
                 .push(lp.buckets.len() as f64)
@@ -457,7 +519,10 @@ impl RedisStore {
         };
         let mode = if mode == 2.0 { "F" } else { "C" };
         Ok(match int_at(&reply, 0)? {
-            1 => SettleReply::Applied(settled(mode, int_at(&reply, 1)?)),
+            1 => SettleReply::Applied {
+                settled: settled(mode, int_at(&reply, 1)?),
+                estimated_prompt_tokens: int_at(&reply, 2)?.max(0) as u64,
+            },
             0 => SettleReply::AlreadySettled(settled(&string_at(&reply, 1)?, int_at(&reply, 2)?)),
             -1 => SettleReply::NotFound,
             other => return Err(unexpected("settle", other)),

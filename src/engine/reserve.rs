@@ -1,0 +1,257 @@
+//! CheckAndReserve: count the prompt (when the caller did not), correct the
+//! count with the adaptive multiplier, plan, reserve, and explain the result.
+
+use super::{Engine, EngineError};
+use crate::domain::decision::{self, LimitState};
+use crate::domain::plan::{self, Prepared, ReserveRequest};
+use crate::domain::{Denial, IdempotencyKey, InvalidInput, TenantId, UserId};
+use crate::estimator::Prompt;
+use crate::store::{ReserveReply, Scope, Store, StoreError};
+use crate::telemetry;
+use std::sync::Arc;
+
+/// The prompt as the caller gave it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PromptInput {
+    /// The caller's own count, used as is.
+    Tokens(u64),
+    /// Text or chat messages the service counts.
+    Text(Prompt),
+}
+
+/// A CheckAndReserve request, fields validated.
+#[derive(Clone, Debug)]
+pub struct ReserveInput {
+    /// The customer.
+    pub tenant: TenantId,
+    /// The user, if user-level limits apply.
+    pub user: Option<UserId>,
+    /// The tier name.
+    pub tier: String,
+    /// The upstream model: picks the tokenizer and the estimator key.
+    pub model: String,
+    /// The prompt.
+    pub prompt: PromptInput,
+    /// Output tokens; 0 means the tier's default.
+    pub max_output_tokens: u64,
+    /// With reduced output allowed: the fewest output tokens worth granting.
+    pub min_output_tokens: Option<u64>,
+    /// Makes a retried call return the first reservation.
+    pub idempotency_key: Option<IdempotencyKey>,
+    /// Requested lease length.
+    pub lease_ttl_ms: Option<u64>,
+}
+
+/// The answer to CheckAndReserve.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReserveOutcome {
+    /// `None` when allowed; the refusal otherwise.
+    pub denial: Option<Denial>,
+    /// The reservation id when allowed.
+    pub reservation_id: Option<String>,
+    /// Prompt + output tokens reserved (or that would have been).
+    pub reserved_tokens: u64,
+    /// Output tokens asked for (the request's, or the tier's default).
+    pub max_output_tokens: u64,
+    /// Output tokens granted: `max_output_tokens`, or less with reduced output.
+    pub granted_max_output_tokens: u64,
+    /// The service's raw prompt count (0 when the caller counted).
+    pub estimated_prompt_tokens: u64,
+    /// The correction applied to the count (1 for caller counts).
+    pub estimator_multiplier: f64,
+    /// Every limit that applied.
+    pub limits: Vec<LimitState>,
+    /// When allowed: milliseconds until the lease lapses.
+    pub lease_expires_in_ms: u64,
+    /// An idempotency key returned an earlier reservation.
+    pub replayed: bool,
+}
+
+/// The prompt after counting.
+struct Counted {
+    raw: u64,
+    reserve: u64,
+    estimated: u64,
+    estimator: String,
+    multiplier: f64,
+}
+
+impl<S: Store> Engine<S> {
+    /// CheckAndReserve.
+    pub async fn reserve(&self, input: ReserveInput) -> Result<ReserveOutcome, EngineError> {
+        let limits = self.limits();
+        let tier = limits.tier(&input.tier).cloned().ok_or_else(|| {
+            InvalidInput::new(
+                "tier",
+                format!(
+                    "unknown tier {:?}; known tiers: {}",
+                    input.tier,
+                    limits.tier_names()
+                ),
+            )
+        })?;
+        let counted = match input.prompt {
+            PromptInput::Tokens(n) => Counted {
+                raw: n,
+                reserve: n,
+                estimated: 0,
+                estimator: String::new(),
+                multiplier: 1.0,
+            },
+            PromptInput::Text(prompt) => {
+                let (count, method) = self
+                    .counter
+                    .count(&input.model, prompt, tier.max_context_tokens)
+                    .await;
+                telemetry::counted(method.kind(), count.tokens);
+                let estimator = self.counter.rules().estimator_key(&input.model).to_string();
+                let multiplier = self.multipliers.get(&estimator);
+                let reserve = (count.tokens as f64 * multiplier).ceil() as u64;
+                Counted {
+                    raw: count.tokens,
+                    reserve,
+                    estimated: count.tokens,
+                    estimator,
+                    multiplier,
+                }
+            }
+        };
+        let req = ReserveRequest {
+            tenant: input.tenant,
+            user: input.user,
+            tier: input.tier,
+            model: input.model,
+            prompt_tokens: counted.raw,
+            prompt_reserve: counted.reserve,
+            estimated_prompt_tokens: counted.estimated,
+            estimator: counted.estimator,
+            max_output_tokens: input.max_output_tokens,
+            min_output_tokens: input.min_output_tokens,
+            idempotency_key: input.idempotency_key,
+            lease_ttl_ms: input.lease_ttl_ms,
+        };
+        let mut out = ReserveOutcome {
+            denial: None,
+            reservation_id: None,
+            reserved_tokens: 0,
+            max_output_tokens: 0,
+            granted_max_output_tokens: 0,
+            estimated_prompt_tokens: counted.estimated,
+            estimator_multiplier: counted.multiplier,
+            limits: Vec::new(),
+            lease_expires_in_ms: 0,
+            replayed: false,
+        };
+        let scope = (req.tenant.clone(), req.user.clone());
+        let plan = match plan::prepare(req, &limits, &self.settings.leases)? {
+            Prepared::Plan(plan) => plan,
+            Prepared::Refused {
+                denial,
+                tokens,
+                max_output_tokens,
+            } => {
+                telemetry::decision(&tier.name, Some(&denial), 0);
+                // Retrying cannot help, but the caller still gets the limits to
+                // build its headers from; without the store, it gets none.
+                let levels = plan::levels(&limits, Some(&tier), scope.1.is_some(), false);
+                let status = Scope {
+                    tenant: &scope.0,
+                    user: scope.1.as_ref(),
+                };
+                out.limits = match self.store.status(status, &levels).await {
+                    Ok(readings) => decision::limit_states(&levels, &readings),
+                    Err(_) => Vec::new(),
+                };
+                out.denial = Some(denial);
+                out.reserved_tokens = tokens;
+                out.max_output_tokens = max_output_tokens;
+                return Ok(out);
+            }
+        };
+        out.max_output_tokens = plan.max_output_tokens;
+        out.reserved_tokens = plan.tokens();
+        out.granted_max_output_tokens = plan.max_output_tokens;
+        match self.store.reserve(&plan).await? {
+            ReserveReply::Allowed {
+                readings,
+                granted_output,
+            } => {
+                out.limits = decision::limit_states(&plan.levels, &readings);
+                out.reservation_id = Some(plan.id.to_string());
+                out.granted_max_output_tokens = granted_output;
+                out.reserved_tokens = plan.prompt_tokens + granted_output;
+                out.lease_expires_in_ms = plan.lease_ttl_ms;
+            }
+            ReserveReply::Denied {
+                readings,
+                denied_mask,
+            } => {
+                let cost = plan.prompt_tokens + plan.min_output_tokens;
+                let mut denial = decision::denial(
+                    &plan.levels,
+                    &readings,
+                    denied_mask,
+                    cost,
+                    self.settings.concurrency_retry_ms,
+                );
+                denial.retry_after_ms += self.jitter();
+                out.limits = decision::limit_states(&plan.levels, &readings);
+                out.denial = Some(denial);
+                out.granted_max_output_tokens = 0;
+            }
+            ReserveReply::Replayed {
+                nonce,
+                tokens,
+                lease_expires_in_ms,
+                readings,
+            } => {
+                let id = plan.id.with_nonce_b64(&nonce).ok_or_else(|| {
+                    StoreError::Protocol(format!("stored idempotency nonce {nonce:?} is malformed"))
+                })?;
+                out.limits = decision::limit_states(&plan.levels, &readings);
+                out.reservation_id = Some(id.to_string());
+                out.reserved_tokens = tokens;
+                out.granted_max_output_tokens = tokens.saturating_sub(plan.prompt_tokens);
+                out.lease_expires_in_ms = lease_expires_in_ms;
+                out.replayed = true;
+            }
+            ReserveReply::IdempotencySpent { settled } => {
+                let what = if settled {
+                    "was already committed or refunded"
+                } else {
+                    "has a lease that already lapsed (commit or refund it)"
+                };
+                return Err(EngineError::FailedPrecondition(format!(
+                    "idempotency_key belongs to a reservation that {what}; a new request needs a new key"
+                )));
+            }
+            ReserveReply::IdempotencyConflict => {
+                return Err(InvalidInput::new(
+                    "idempotency_key",
+                    "was already used for a different request of this tenant; use a new key per \
+                     logical request",
+                )
+                .into());
+            }
+        }
+        let fresh_tokens = if out.replayed || out.denial.is_some() {
+            0
+        } else {
+            out.reserved_tokens
+        };
+        telemetry::decision(&tier.name, out.denial.as_ref(), fresh_tokens);
+        Ok(out)
+    }
+
+    fn jitter(&self) -> u64 {
+        match self.settings.retry_jitter_ms {
+            0 => 0,
+            j => rand::random_range(0..=j),
+        }
+    }
+
+    /// The tier of a reservation, if it still exists.
+    pub(super) fn tier_of(&self, name: &str) -> Option<Arc<crate::domain::Tier>> {
+        self.limits().tier(name).cloned()
+    }
+}

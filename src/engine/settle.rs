@@ -1,0 +1,141 @@
+//! Commit, Refund and RenewLease: settling a reservation by its id alone.
+
+use super::{Engine, EngineError};
+use crate::domain::ReservationId;
+use crate::domain::plan::{self, LevelPlan};
+use crate::store::{RenewReply, SettleReply, Settled, Settlement, Store};
+use crate::telemetry;
+
+/// What a settling call did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Changed the reservation.
+    Applied,
+    /// Settled before; nothing changed.
+    AlreadySettled,
+    /// RenewLease on a lapsed lease.
+    Expired,
+}
+
+/// The answer to Commit.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CommitOutcome {
+    /// Applied or already settled.
+    pub outcome: Outcome,
+    /// Actual minus reserved tokens.
+    pub token_delta: i64,
+    /// Actual ÷ estimated prompt tokens when the service counted the prompt.
+    pub estimation_ratio: f64,
+    /// Actual minus estimated prompt tokens when the service counted it.
+    pub estimation_error_tokens: i64,
+}
+
+impl<S: Store> Engine<S> {
+    /// Every level a reservation touched, with the current limits of its tier
+    /// (none, if the tier was removed since).
+    fn settlement_levels(&self, id: &ReservationId) -> Vec<LevelPlan> {
+        let limits = self.limits();
+        let tier = self.tier_of(&id.tier);
+        plan::levels(&limits, tier.as_deref(), id.user.is_some(), true)
+    }
+
+    /// Commit.
+    pub async fn commit(
+        &self,
+        reservation_id: &str,
+        prompt_tokens: u64,
+        completion_tokens: u64,
+    ) -> Result<CommitOutcome, EngineError> {
+        let id = ReservationId::parse(reservation_id)?;
+        let prompt = plan::check_tokens("prompt_tokens", prompt_tokens)?;
+        let completion = plan::check_tokens("completion_tokens", completion_tokens)?;
+        let levels = self.settlement_levels(&id);
+        let s = Settlement {
+            id: &id,
+            levels: &levels,
+        };
+        let reply = self.store.commit(s, prompt + completion, prompt).await?;
+        let mut out = CommitOutcome {
+            outcome: Outcome::Applied,
+            token_delta: 0,
+            estimation_ratio: 0.0,
+            estimation_error_tokens: 0,
+        };
+        match reply {
+            SettleReply::Applied {
+                settled,
+                estimated_prompt_tokens,
+            } => {
+                if let Settled::Committed(delta) = settled {
+                    out.token_delta = delta;
+                }
+                if estimated_prompt_tokens > 0 {
+                    out.estimation_ratio = prompt as f64 / estimated_prompt_tokens as f64;
+                    out.estimation_error_tokens = prompt as i64 - estimated_prompt_tokens as i64;
+                    telemetry::estimation(&id.estimator, out.estimation_ratio);
+                }
+                telemetry::committed(&id.tier, prompt + completion, out.token_delta);
+            }
+            SettleReply::AlreadySettled(settled) => {
+                out.outcome = Outcome::AlreadySettled;
+                if let Settled::Committed(delta) = settled {
+                    out.token_delta = delta;
+                }
+            }
+            SettleReply::NotFound => return Err(not_found(reservation_id)),
+        }
+        Ok(out)
+    }
+
+    /// Refund.
+    pub async fn refund(&self, reservation_id: &str) -> Result<(Outcome, u64), EngineError> {
+        let id = ReservationId::parse(reservation_id)?;
+        let levels = self.settlement_levels(&id);
+        let s = Settlement {
+            id: &id,
+            levels: &levels,
+        };
+        let (outcome, settled) = match self.store.refund(s).await? {
+            SettleReply::Applied { settled, .. } => (Outcome::Applied, settled),
+            SettleReply::AlreadySettled(settled) => (Outcome::AlreadySettled, settled),
+            SettleReply::NotFound => return Err(not_found(reservation_id)),
+        };
+        let refunded = match settled {
+            Settled::Refunded(n) => n,
+            Settled::Committed(_) => 0,
+        };
+        if outcome == Outcome::Applied {
+            telemetry::refunded(&id.tier, refunded);
+        }
+        Ok((outcome, refunded))
+    }
+
+    /// RenewLease.
+    pub async fn renew(
+        &self,
+        reservation_id: &str,
+        lease_ttl_ms: Option<u64>,
+    ) -> Result<(Outcome, u64), EngineError> {
+        let id = ReservationId::parse(reservation_id)?;
+        let ttl = self.settings.leases.ttl_ms("lease_ttl_ms", lease_ttl_ms)?;
+        let levels = self.settlement_levels(&id);
+        let s = Settlement {
+            id: &id,
+            levels: &levels,
+        };
+        match self.store.renew(s, ttl).await? {
+            RenewReply::Renewed { expires_in_ms } => Ok((Outcome::Applied, expires_in_ms)),
+            RenewReply::AlreadySettled => Ok((Outcome::AlreadySettled, 0)),
+            RenewReply::Expired => Ok((Outcome::Expired, 0)),
+            RenewReply::NotFound => Err(not_found(reservation_id)),
+        }
+    }
+}
+
+fn not_found(id: &str) -> EngineError {
+    let shown: String = id.chars().take(80).collect();
+    EngineError::NotFound(format!(
+        "reservation {shown} not found: it was never made, or its record expired (records are \
+         kept for the lease plus the retention period); nothing to settle"
+    ))
+}

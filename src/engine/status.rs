@@ -1,0 +1,129 @@
+//! GetStatus and GetEstimator, and the refresh that keeps each replica's
+//! estimator multipliers in step with the samples in the store.
+
+use super::{Engine, EngineError};
+use crate::domain::decision::{self, LimitState};
+use crate::domain::plan;
+use crate::domain::{InvalidInput, Level, Reading, TenantId, UserId};
+use crate::store::{Scope, Store, StoreError};
+
+/// Live leases at one level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LevelLeases {
+    /// The level.
+    pub level: Level,
+    /// Live leases.
+    pub active: u64,
+    /// The concurrency limit.
+    pub limit: u64,
+}
+
+/// The answer to GetStatus.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatusOutcome {
+    /// Every limit of the scope.
+    pub limits: Vec<LimitState>,
+    /// Live leases per level with a concurrency limit.
+    pub leases: Vec<LevelLeases>,
+}
+
+/// One estimator key as this replica sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EstimatorView {
+    /// The key (a model, or a group of models).
+    pub key: String,
+    /// The multiplier applied to new estimates.
+    pub multiplier: f64,
+    /// Samples in the window.
+    pub samples: u64,
+    /// P95 of the samples before clamping.
+    pub p95_ratio: f64,
+    /// Milliseconds since the last refresh from the store (`None`: not yet).
+    pub refreshed_ms_ago: Option<u64>,
+}
+
+impl<S: Store> Engine<S> {
+    /// GetStatus.
+    pub async fn status(
+        &self,
+        tenant: &TenantId,
+        user: Option<&UserId>,
+        tier: &str,
+    ) -> Result<StatusOutcome, EngineError> {
+        let limits = self.limits();
+        let tier = limits.tier(tier).ok_or_else(|| {
+            InvalidInput::new(
+                "tier",
+                format!(
+                    "unknown tier {tier:?}; known tiers: {}",
+                    limits.tier_names()
+                ),
+            )
+        })?;
+        let levels = plan::levels(&limits, Some(tier), user.is_some(), false);
+        let readings = self.store.status(Scope { tenant, user }, &levels).await?;
+        let mut leases = Vec::new();
+        let mut end = 0;
+        for lp in &levels {
+            end += lp.reading_count();
+            if let Some(limit) = lp.concurrency
+                && let Some(Reading::Concurrency { active, .. }) = readings.get(end - 1)
+            {
+                leases.push(LevelLeases {
+                    level: lp.level,
+                    active: *active,
+                    limit,
+                });
+            }
+        }
+        Ok(StatusOutcome {
+            limits: decision::limit_states(&levels, &readings),
+            leases,
+        })
+    }
+
+    /// GetEstimator: every key this replica knows, or only `model`'s.
+    pub async fn estimators(&self, model: Option<&str>) -> Result<Vec<EstimatorView>, EngineError> {
+        if let Some(m) = model {
+            // Make sure the key is known and fresh before answering.
+            let key = self.counter.rules().estimator_key(m).to_string();
+            self.multipliers.get(&key);
+            let samples = self
+                .store
+                .estimator_samples(std::slice::from_ref(&key))
+                .await?;
+            if let Some(s) = samples.first() {
+                self.multipliers.update(&key, s);
+            }
+        }
+        let wanted = model.map(|m| self.counter.rules().estimator_key(m).to_string());
+        Ok(self
+            .multipliers
+            .snapshot()
+            .into_iter()
+            .filter(|(k, _)| wanted.as_ref().is_none_or(|w| w == k))
+            .map(|(key, s)| EstimatorView {
+                key,
+                multiplier: s.multiplier,
+                samples: s.samples as u64,
+                p95_ratio: s.p95,
+                refreshed_ms_ago: s.refreshed.map(|t| t.elapsed().as_millis() as u64),
+            })
+            .collect())
+    }
+
+    /// Reads the samples of every key in use from the store and recomputes
+    /// their multipliers. The server runs this every half second.
+    pub async fn refresh_estimators(&self) -> Result<usize, StoreError> {
+        let keys = self.multipliers.active_keys();
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let samples = self.store.estimator_samples(&keys).await?;
+        for (key, s) in keys.iter().zip(&samples) {
+            self.multipliers.update(key, s);
+            crate::telemetry::multiplier(key, self.multipliers.get(key));
+        }
+        Ok(keys.len())
+    }
+}
