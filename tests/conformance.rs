@@ -52,6 +52,11 @@ conformance!(
     enormous_overage_is_debt_not_a_crash,
     a_shorter_renewal_frees_the_slot_when_it_lapses,
     a_spent_idempotency_key_is_refused,
+    text_prompts_are_counted_and_corrected,
+    exactly_one_form_of_prompt_is_accepted,
+    the_multiplier_converges_on_the_p95_of_committed_ratios,
+    reduced_output_grants_what_fits,
+    a_long_prompt_is_counted_off_the_executor,
 );
 
 type Client = pb::budget_service_client::BudgetServiceClient<tonic::transport::Channel>;
@@ -856,5 +861,232 @@ async fn a_spent_idempotency_key_is_refused(backend: Backend) {
     assert_eq!(
         limit(&s.limits, Level::User, Dimension::Requests, 86_400).remaining,
         1
+    );
+}
+
+const ESTIMATING: &str = r#"
+[estimator]
+window = 100
+min_samples = 20
+initial_multiplier = 1.15
+min_multiplier = 1.0
+max_multiplier = 3.0
+
+[tiers.t]
+max_context_tokens = 1000000
+default_max_output_tokens = 100
+user = { requests = [{ limit = 1000, period = "1d" }], tokens = [{ limit = 10000000, period = "1d" }] }
+
+[tiers.small]
+max_context_tokens = 50
+default_max_output_tokens = 10
+"#;
+
+fn text_request(model: &str, prompt: &str) -> pb::CheckAndReserveRequest {
+    pb::CheckAndReserveRequest {
+        prompt_tokens: None,
+        prompt: prompt.into(),
+        model: model.into(),
+        ..reserve("acme", "alice", "t", 0, 100)
+    }
+}
+
+const PROMPT: &str = "Please summarize the following customer support conversation in three \
+    bullet points, then suggest a reply that apologizes for the delay.";
+
+async fn text_prompts_are_counted_and_corrected(backend: Backend) {
+    use ctxbudget::estimator::Encoding;
+    use ctxbudget::estimator::count::tiktoken_count;
+    let mut h = Harness::start(backend, ESTIMATING).await;
+    let expected = tiktoken_count(Encoding::O200kBase, PROMPT) as u64;
+    let r = reserve_ok(&mut h.client, text_request("gpt-4o", PROMPT)).await;
+    assert_eq!(r.estimated_prompt_tokens, expected);
+    assert_eq!(r.estimator_multiplier, 1.15, "the initial multiplier");
+    let corrected = (expected as f64 * 1.15).ceil() as u64;
+    assert_eq!(r.reserved_tokens, corrected + 100);
+    assert_eq!(r.granted_max_output_tokens, 100);
+
+    // gpt-4 counts with cl100k_base; chat messages add OpenAI's format overhead.
+    let chat = pb::CheckAndReserveRequest {
+        prompt: String::new(),
+        messages: vec![pb::Message {
+            role: "user".into(),
+            content: PROMPT.into(),
+            name: String::new(),
+        }],
+        ..text_request("gpt-4", "")
+    };
+    let r = reserve_ok(&mut h.client, chat).await;
+    let cl100k = tiktoken_count(Encoding::Cl100kBase, PROMPT) as u64;
+    assert_eq!(
+        r.estimated_prompt_tokens,
+        cl100k + 1 + 3 + 3,
+        "role, per-message and priming tokens"
+    );
+
+    // The caller's own count is used as is.
+    let r = reserve_ok(&mut h.client, reserve("acme", "alice", "t", 500, 100)).await;
+    assert_eq!(
+        (r.estimated_prompt_tokens, r.estimator_multiplier),
+        (0, 1.0)
+    );
+    assert_eq!(r.reserved_tokens, 600);
+
+    // Counting stops once the prompt is known to exceed the max context.
+    let over = pb::CheckAndReserveRequest {
+        tier: "small".into(),
+        ..text_request("gpt-4o", &"word ".repeat(10_000))
+    };
+    let d = reserve_denied(&mut h.client, over).await;
+    assert_eq!(d.reason(), Reason::ContextTooLarge);
+    assert_eq!(
+        d.estimated_prompt_tokens, 51,
+        "stopped just past the 50-token context"
+    );
+
+    // Commit reports what the estimate missed by.
+    let r = reserve_ok(&mut h.client, text_request("gpt-4o", PROMPT)).await;
+    let c = commit(&mut h.client, &r.reservation_id, expected * 2, 10).await;
+    assert_eq!(c.estimation_ratio, 2.0);
+    assert_eq!(c.estimation_error_tokens, expected as i64);
+}
+
+async fn exactly_one_form_of_prompt_is_accepted(backend: Backend) {
+    let mut h = Harness::start(backend, ESTIMATING).await;
+    let several = pb::CheckAndReserveRequest {
+        prompt_tokens: Some(10),
+        ..text_request("gpt-4o", "hello")
+    };
+    let none = text_request("gpt-4o", "");
+    let bad_role = pb::CheckAndReserveRequest {
+        prompt: String::new(),
+        messages: vec![pb::Message {
+            role: "us\u{0}er".into(),
+            content: "hi".into(),
+            name: String::new(),
+        }],
+        ..text_request("gpt-4o", "")
+    };
+    let reduced_above_max = pb::CheckAndReserveRequest {
+        allow_reduced_output: true,
+        min_output_tokens: 500,
+        ..text_request("gpt-4o", "hello")
+    };
+    for (req, field) in [
+        (several, "prompt_tokens"),
+        (none, "prompt_tokens"),
+        (bad_role, "messages.role"),
+        (reduced_above_max, "min_output_tokens"),
+    ] {
+        let err = h.client.check_and_reserve(req).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{field}");
+        assert!(err.message().contains(field), "{field}: {}", err.message());
+    }
+    let s = status(&mut h.client, "acme", "alice", "t").await;
+    assert_eq!(
+        limit(&s.limits, Level::User, Dimension::Requests, 86_400).remaining,
+        1000
+    );
+}
+
+async fn the_multiplier_converges_on_the_p95_of_committed_ratios(backend: Backend) {
+    let mut h = Harness::start(backend, ESTIMATING).await;
+    let model = "deepseek-chat";
+    let mut ratios = Vec::new();
+    for i in 0..120u64 {
+        let r = reserve_ok(&mut h.client, text_request(model, PROMPT)).await;
+        let estimated = r.estimated_prompt_tokens;
+        // Actual usage is the estimate × 1.3 with ±5% noise.
+        let noise = 0.95 + (i * 37 % 101) as f64 / 1000.0;
+        let actual = (estimated as f64 * 1.3 * noise).round() as u64;
+        commit(&mut h.client, &r.reservation_id, actual, 20).await;
+        ratios.push(actual as f64 / estimated as f64);
+    }
+    // The window keeps the last 100; the multiplier is their P95.
+    let window = &ratios[ratios.len() - 100..];
+    let expected = ctxbudget::estimator::adaptive::p95(window);
+    assert!((1.3..1.4).contains(&expected), "{expected}");
+    let e = h
+        .client
+        .get_estimator(pb::GetEstimatorRequest {
+            model: model.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(e.keys.len(), 1);
+    assert_eq!(e.keys[0].key, model);
+    assert_eq!(e.keys[0].samples, 100);
+    assert_eq!(e.keys[0].multiplier, expected);
+    let r = reserve_ok(&mut h.client, text_request(model, PROMPT)).await;
+    assert_eq!(r.estimator_multiplier, expected);
+    let corrected = (r.estimated_prompt_tokens as f64 * expected).ceil() as u64;
+    assert_eq!(r.reserved_tokens, corrected + 100);
+}
+
+async fn reduced_output_grants_what_fits(backend: Backend) {
+    let tier = r#"
+[tiers.t]
+max_context_tokens = 100000
+default_max_output_tokens = 100
+user = { tokens = [{ limit = 1000, period = "1d" }] }
+"#;
+    let mut h = Harness::start(backend, tier).await;
+    let reduced = |prompt, max, min| pb::CheckAndReserveRequest {
+        allow_reduced_output: true,
+        min_output_tokens: min,
+        ..reserve("acme", "alice", "t", prompt, max)
+    };
+    let r = reserve_ok(&mut h.client, reduced(700, 500, 100)).await;
+    assert_eq!(
+        (r.granted_max_output_tokens, r.reserved_tokens),
+        (300, 1000)
+    );
+    assert_eq!(r.max_output_tokens, 500);
+    let d = reserve_denied(&mut h.client, reduced(50, 100, 60)).await;
+    assert_eq!(d.reason(), Reason::TpmExceeded);
+    assert_eq!(d.granted_max_output_tokens, 0);
+    refund(&mut h.client, &r.reservation_id).await;
+    let full = reserve_ok(&mut h.client, reduced(100, 200, 10)).await;
+    assert_eq!(
+        full.granted_max_output_tokens, 200,
+        "everything fits: the full output"
+    );
+    let plain = reserve_denied(&mut h.client, reserve("acme", "alice", "t", 600, 300)).await;
+    assert_eq!(
+        plain.reason(),
+        Reason::TpmExceeded,
+        "without reduced output it is all or nothing"
+    );
+}
+
+async fn a_long_prompt_is_counted_off_the_executor(backend: Backend) {
+    let mut h = Harness::start(backend, ESTIMATING).await;
+    // Warm the tokenizer so the race below is about counting, not loading.
+    reserve_ok(&mut h.client, text_request("gpt-4o", "warm up")).await;
+    let long = "The quick brown fox jumps over the lazy dog. ".repeat(20_000);
+    let mut big_client = h.client.clone();
+    let big = tokio::spawn(async move {
+        let r = big_client
+            .check_and_reserve(text_request("gpt-4o", &long))
+            .await;
+        (r, std::time::Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut small_done = Vec::new();
+    for _ in 0..10 {
+        reserve_ok(&mut h.client, reserve("acme", "bob", "t", 10, 10)).await;
+        small_done.push(std::time::Instant::now());
+    }
+    let (big, big_done) = big.await.unwrap();
+    let big = big.expect("the long prompt is answered").into_inner();
+    assert!(
+        big.allowed && big.estimated_prompt_tokens > 150_000,
+        "{}",
+        big.estimated_prompt_tokens
+    );
+    assert!(
+        small_done[0] < big_done,
+        "small requests were served while the long prompt was being counted"
     );
 }

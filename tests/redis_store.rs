@@ -368,3 +368,80 @@ user = { tokens = [{ limit = 1000000, period = "30d" }], concurrency = 5 }
         "charged once: 1000 reserved + 4000 overage"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_learn_the_same_multiplier() {
+    let tier = r#"
+[estimator]
+window = 50
+min_samples = 10
+
+[tiers.t]
+max_context_tokens = 100000
+default_max_output_tokens = 10
+user = { tokens = [{ limit = 100000000, period = "1d" }] }
+"#;
+    let redis = RedisServer::start();
+    let mut a = Harness::start_with(settings(tier, Some(redis.url())), None).await;
+    let mut b = Harness::start_with(settings(tier, Some(redis.url())), None).await;
+    let request = pb::CheckAndReserveRequest {
+        prompt_tokens: None,
+        prompt: "Count me, then learn how far off the count was.".into(),
+        model: "claude-3-5-sonnet".into(),
+        ..reserve("acme", "alice", "t", 0, 10)
+    };
+    for i in 0..40 {
+        let c = if i % 2 == 0 {
+            &mut a.client
+        } else {
+            &mut b.client
+        };
+        let r = c
+            .check_and_reserve(request.clone())
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(r.allowed);
+        // This "model" uses 25% more prompt tokens than o200k_base counts.
+        let actual = r.estimated_prompt_tokens * 5 / 4;
+        let other = if i % 2 == 0 {
+            &mut b.client
+        } else {
+            &mut a.client
+        };
+        other
+            .commit(pb::CommitRequest {
+                reservation_id: r.reservation_id,
+                prompt_tokens: actual,
+                completion_tokens: 5,
+            })
+            .await
+            .unwrap();
+    }
+    let ask = || pb::GetEstimatorRequest {
+        model: "claude-3-5-sonnet".into(),
+    };
+    let ea = a.client.get_estimator(ask()).await.unwrap().into_inner();
+    let eb = b.client.get_estimator(ask()).await.unwrap().into_inner();
+    assert_eq!(ea.keys[0].samples, 40);
+    assert_eq!(ea.keys[0].multiplier, 1.25);
+    assert_eq!(
+        ea.keys,
+        eb.keys
+            .iter()
+            .map(|k| pb::EstimatorState {
+                refreshed_ms_ago: ea.keys[0].refreshed_ms_ago,
+                ..k.clone()
+            })
+            .collect::<Vec<_>>()
+    );
+    // Both replicas now reserve with the learned correction.
+    let r = b
+        .client
+        .check_and_reserve(request)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.estimator_multiplier, 1.25);
+    drop(redis);
+}

@@ -49,3 +49,20 @@ async fn shutdown_finishes_and_frees_the_port() {
     let rebound = tokio::net::TcpListener::bind(addr).await;
     assert!(rebound.is_ok(), "the listener was released on shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_above_the_message_limit_are_refused_clearly() {
+    let mut settings = support::settings("", None);
+    settings.max_message_bytes = 64 * 1024;
+    let mut h = Harness::start_with(settings, None).await;
+    let request = ctxbudget::pb::CheckAndReserveRequest {
+        tenant_id: "acme".into(),
+        tier: "free".into(),
+        model: "gpt-4o".into(),
+        prompt: "x".repeat(100 * 1024),
+        ..Default::default()
+    };
+    let err = h.client.check_and_reserve(request).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::OutOfRange, "{err:?}");
+    assert!(err.message().contains("too large"), "{}", err.message());
+}

@@ -88,7 +88,10 @@ impl RedisStore {
         let count = settings.connections.max(1);
         let connections = match settings.pool {
             PoolKind::Multiplexed => {
+                // The store deadline (`timeout`) governs every call; redis-rs's own
+                // 500 ms response timeout would cut calls short under it.
                 let config = ConnectionManagerConfig::new()
+                    .set_response_timeout(None)
                     .set_connection_timeout(Some(settings.timeout.max(Duration::from_secs(1))))
                     .set_number_of_retries(2)
                     .set_max_delay(Duration::from_secs(2));

@@ -126,8 +126,12 @@ pub struct Harness {
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
-/// Test defaults: no jitter so retry_after is exact; no global limits.
+/// Test defaults: no jitter so retry_after is exact; no global limits; a
+/// generous store deadline (debug builds, many tests at once on 2 cores).
 pub const TEST_RESERVATIONS: &str = r#"
+[store]
+timeout_ms = 5000
+
 [reservations]
 default_lease_ttl_ms = 30000
 max_lease_ttl_ms = 60000
