@@ -6,8 +6,8 @@
 
 use ctxbudget::pb::budget_service_client::BudgetServiceClient;
 use ctxbudget::pb::{
-    CheckAndReserveRequest, CheckAndReserveResponse, CommitRequest, GetStatusRequest, Reason,
-    RefundRequest,
+    CheckAndReserveRequest, CheckAndReserveResponse, CommitRequest, GetStatusRequest, Message,
+    Reason, RefundRequest,
 };
 
 fn request(prompt_tokens: u64, max_output_tokens: u64) -> CheckAndReserveRequest {
@@ -90,12 +90,31 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         commit.token_delta
     );
 
-    // 4. A call that failed upstream is refunded: tokens, request and slot return.
-    let third = client
-        .check_and_reserve(request(800, 200))
-        .await?
-        .into_inner();
+    // 4. Send the chat messages instead of a count: the service counts them with
+    //    the model's tokenizer and corrects the count with what it has learned.
+    //    This call then fails upstream and is refunded: tokens, request and slot return.
+    let chat = CheckAndReserveRequest {
+        prompt_tokens: None,
+        messages: vec![
+            Message {
+                role: "system".into(),
+                content: "You are a concise assistant.".into(),
+                name: String::new(),
+            },
+            Message {
+                role: "user".into(),
+                content: "Summarize the plot of Hamlet in two sentences.".into(),
+                name: String::new(),
+            },
+        ],
+        ..request(0, 200)
+    };
+    let third = client.check_and_reserve(chat).await?.into_inner();
     show("reserve #3", &third);
+    println!(
+        "    counted {} prompt tokens, corrected x{} (granted {} output tokens)",
+        third.estimated_prompt_tokens, third.estimator_multiplier, third.granted_max_output_tokens
+    );
     let refund = client
         .refund(RefundRequest {
             reservation_id: third.reservation_id.clone(),
