@@ -1,6 +1,6 @@
 //! The command line: `ctxbudget serve` and the operator commands.
 
-use crate::config::{self, Overrides};
+use crate::config::{self, Flags};
 use crate::server;
 use crate::telemetry::{self, LogFormat};
 use anyhow::Context;
@@ -59,7 +59,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     telemetry::init_logging(args.log_format);
-    let overrides = Overrides {
+    let overrides = Flags {
         listen: args.listen,
         redis_url: args.redis_url,
         key_prefix: args.key_prefix,

@@ -11,6 +11,7 @@
 //! - [`api`]: the tonic service; protobuf conversion and error mapping only.
 //! - [`config`]: defaults, TOML file, env and flags → validated settings.
 //! - [`server`]: bootstrap; `run(settings, listener, shutdown)`.
+//! - [`reload`]: configuration changes without a restart (Redis watch, SIGHUP).
 //! - [`cli`]: the `ctxbudget` command line.
 //! - [`bench`]: `ctxbudget bench`, the load generator and overspend check.
 //! - [`telemetry`]: logging setup and every metric name.
@@ -24,6 +25,7 @@ pub mod config;
 pub mod domain;
 pub mod engine;
 pub mod estimator;
+pub mod reload;
 pub mod server;
 pub mod store;
 pub mod telemetry;

@@ -3,10 +3,13 @@
 
 use crate::api::BudgetApi;
 use crate::config::Settings;
+use crate::domain::Limits;
 use crate::engine::{Engine, EngineSettings};
 use crate::estimator::{Counter, Multipliers};
 use crate::pb;
 use crate::pb::budget_service_server::BudgetServiceServer;
+use crate::reload;
+use crate::store::config::ConfigStore;
 use crate::store::keys::Keys;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisSettings, RedisStore};
@@ -50,13 +53,44 @@ pub async fn run(
                 timeout: settings.store_timeout,
             };
             let store = RedisStore::connect(&redis, keys, settings.retention).await?;
-            serve(store, &settings, listener, shutdown).await
+            let cfg = ConfigStore::connect(url, &settings.key_prefix).await?;
+            let mut settings = settings;
+            settings.limits = Arc::new(startup_limits(&cfg, &settings).await?);
+            serve(store, &settings, listener, shutdown, Some(cfg)).await
         }
         None => {
             let store = MemoryStore::new(keys, settings.retention);
-            serve(store, &settings, listener, shutdown).await
+            serve(store, &settings, listener, shutdown, None).await
         }
     }
+}
+
+/// The limits a Redis-backed replica starts with: Redis's configuration, seeded
+/// first from the file (or the built-in defaults) if Redis holds no tier yet.
+async fn startup_limits(cfg: &ConfigStore, settings: &Settings) -> Result<Limits, ServeError> {
+    let source = settings
+        .config_path
+        .as_ref()
+        .map_or("the built-in defaults".to_string(), |p| {
+            p.display().to_string()
+        });
+    let actor = format!("ctxbudget serve (seed from {source})");
+    match cfg.seed(&settings.seed, &actor).await? {
+        Some(version) => tracing::info!(
+            "Redis held no tiers: seeded it from {source} (configuration version {version})"
+        ),
+        None => tracing::info!(
+            "using the tiers, global limits and overrides stored in Redis; those of {source} are ignored \
+             (change them with `ctxbudget tiers|global|overrides`)"
+        ),
+    }
+    let doc = cfg.load().await?;
+    doc.limits().map_err(|e| {
+        ServeError::Settings(format!(
+            "the configuration in Redis (version {}) is invalid: {e}; fix it with `ctxbudget tiers set`",
+            doc.version
+        ))
+    })
 }
 
 /// An engine over `store` as `settings` configure it.
@@ -85,6 +119,7 @@ pub async fn serve<S: Store>(
     settings: &Settings,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    config: Option<ConfigStore>,
 ) -> Result<(), ServeError> {
     let addr = listener
         .local_addr()
@@ -98,7 +133,17 @@ pub async fn serve<S: Store>(
     let engine = Arc::new(engine(store, settings));
     // Load the tokenizers in the background: the first long prompt should not pay.
     tokio::task::spawn_blocking(crate::estimator::count::warm_up);
-    let refresher = tokio::spawn(refresh_estimators(engine.clone()));
+    let mut tasks = vec![
+        tokio::spawn(refresh_estimators(engine.clone())),
+        tokio::spawn(reload::on_sighup(
+            engine.clone(),
+            settings.config_path.clone(),
+            config.clone(),
+        )),
+    ];
+    if let Some(cfg) = config {
+        tasks.push(tokio::spawn(reload::watch_redis(engine.clone(), cfg)));
+    }
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<BudgetServiceServer<BudgetApi<S>>>()
@@ -118,7 +163,9 @@ pub async fn serve<S: Store>(
             shutdown,
         )
         .await;
-    refresher.abort();
+    for task in tasks {
+        task.abort();
+    }
     served?;
     tracing::info!("ctxbudget stopped");
     Ok(())

@@ -15,6 +15,8 @@ pub const REFUNDED_TOKENS: &str = "ctxbudget_refunded_tokens_total";
 pub const COMMIT_DELTA: &str = "ctxbudget_commit_token_delta";
 /// gRPC handling time in seconds, labelled `rpc` and `code`.
 pub const RPC_SECONDS: &str = "ctxbudget_rpc_duration_seconds";
+/// Requests a quota in shadow would have denied, labelled `tier`, `reason`, `level`.
+pub const SHADOW_DENIALS: &str = "ctxbudget_shadow_denials_total";
 /// Prompt tokens the service counted, labelled `method` (exact|fast).
 pub const COUNTED_TOKENS: &str = "ctxbudget_counted_prompt_tokens_total";
 /// Actual ÷ estimated prompt tokens per Commit, labelled `key`.
@@ -37,6 +39,17 @@ pub fn decision(tier: &str, denial: Option<&Denial>, reserved_tokens: u64) {
     };
     counter!(DECISIONS, "result" => result, "reason" => reason, "level" => level, "tier" => tier.to_owned())
         .increment(1);
+}
+
+/// Counts one would-be denial of a quota in shadow.
+pub fn shadow_denial(tier: &str, d: &Denial) {
+    counter!(
+        SHADOW_DENIALS,
+        "tier" => tier.to_owned(),
+        "reason" => d.reason.as_str(),
+        "level" => d.level.map_or("none", |l| l.as_str())
+    )
+    .increment(1);
 }
 
 /// Counts one applied Commit.

@@ -150,6 +150,12 @@ pub fn reserve_response(out: ReserveOutcome) -> pb::CheckAndReserveResponse {
         granted_max_output_tokens: out.granted_max_output_tokens,
         ..Default::default()
     };
+    if let Some(d) = out.shadow_denial {
+        resp.shadow_denied = true;
+        resp.set_shadow_reason(reason(d.reason));
+        resp.set_shadow_limiting_level(d.level.map_or(pb::Level::Unspecified, level));
+        resp.shadow_detail = d.detail;
+    }
     if let Some(d) = out.denial {
         resp.set_reason(reason(d.reason));
         resp.set_limiting_level(d.level.map_or(pb::Level::Unspecified, level));

@@ -14,7 +14,7 @@ pub mod run;
 pub mod target;
 pub mod workload;
 
-use crate::config::{self, Overrides, Settings};
+use crate::config::{self, Flags, Settings};
 use crate::engine::Engine;
 use crate::server;
 use crate::store::keys::Keys;
@@ -119,7 +119,7 @@ fn store_url(spec: &str) -> Option<String> {
 
 /// Runs the bench and returns its report (already printed).
 pub async fn run(args: BenchArgs, command: String) -> Result<BenchReport, BenchError> {
-    let settings = config::load(args.config.as_deref(), Overrides::default()).map_err(err)?;
+    let settings = config::load(args.config.as_deref(), Flags::default()).map_err(err)?;
     let workload = Workload::new(args.workload.clone()).map_err(err)?;
     for t in &workload.tiers {
         if settings.limits.tier(t).is_none() {

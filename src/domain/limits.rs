@@ -155,6 +155,52 @@ pub struct Tier {
     pub max_context_tokens: u64,
     /// Output tokens reserved when a request leaves `max_output_tokens` at 0.
     pub default_max_output_tokens: u64,
+    /// A stricter quota being rolled out: evaluated and reported on every
+    /// request, never enforced.
+    pub shadow: Option<ShadowLimits>,
+}
+
+/// The tenant- and user-level limits of a quota in shadow.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShadowLimits {
+    /// Tenant-level limits.
+    pub tenant: LevelLimits,
+    /// User-level limits.
+    pub user: LevelLimits,
+}
+
+impl ShadowLimits {
+    fn validate(&self, path: &str) -> Result<(), LimitsError> {
+        self.tenant.validate(&format!("{path}.tenant"))?;
+        self.user.validate(&format!("{path}.user"))?;
+        user_within_tenant(path, &self.user, &self.tenant)
+    }
+}
+
+/// A tenant's own limits (a custom deal), replacing its tier's tenant- and
+/// user-level limits whatever tier a request names; context size and default
+/// output still come from the tier.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Override {
+    /// Tenant-level limits.
+    pub tenant: LevelLimits,
+    /// User-level limits.
+    pub user: LevelLimits,
+    /// A stricter quota in shadow for this tenant.
+    pub shadow: Option<ShadowLimits>,
+}
+
+impl Override {
+    /// Checks the override's rules; `path` prefixes field names in errors.
+    pub fn validate(&self, path: &str) -> Result<(), LimitsError> {
+        self.tenant.validate(&format!("{path}.tenant"))?;
+        self.user.validate(&format!("{path}.user"))?;
+        user_within_tenant(path, &self.user, &self.tenant)?;
+        if let Some(shadow) = &self.shadow {
+            shadow.validate(&format!("{path}.shadow"))?;
+        }
+        Ok(())
+    }
 }
 
 impl Tier {
@@ -186,7 +232,11 @@ impl Tier {
                 ),
             ));
         }
-        user_within_tenant(path, &self.user, &self.tenant)
+        user_within_tenant(path, &self.user, &self.tenant)?;
+        if let Some(shadow) = &self.shadow {
+            shadow.validate(&format!("{path}.shadow"))?;
+        }
+        Ok(())
     }
 }
 
@@ -230,13 +280,18 @@ fn user_within_tenant(
     Ok(())
 }
 
-/// Every limit the service enforces: global limits and the tiers by name.
+/// Every limit the service enforces: global limits, the tiers by name, and
+/// tenants' overrides.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Limits {
     /// Limits on all traffic together.
     pub global: LevelLimits,
     /// Tiers by name.
     pub tiers: BTreeMap<String, Arc<Tier>>,
+    /// Overrides by tenant id.
+    pub overrides: BTreeMap<String, Arc<Override>>,
+    /// The configuration version these limits came from (0: a file).
+    pub version: u64,
 }
 
 impl Limits {
@@ -249,12 +304,32 @@ impl Limits {
         for (name, tier) in &self.tiers {
             tier.validate(&format!("tiers.{name}"))?;
         }
+        for (tenant, o) in &self.overrides {
+            o.validate(&format!("overrides.{tenant}"))?;
+        }
         Ok(())
     }
 
-    /// Looks a tier up by name.
+    /// Looks a tier up by name, as configured.
     pub fn tier(&self, name: &str) -> Option<&Arc<Tier>> {
         self.tiers.get(name)
+    }
+
+    /// The limits that apply to `tenant` on tier `name`: the tier, with the
+    /// tenant's override (if any) in place of its tenant and user limits.
+    pub fn resolve(&self, name: &str, tenant: &str) -> Option<Arc<Tier>> {
+        let tier = self.tiers.get(name)?;
+        match self.overrides.get(tenant) {
+            None => Some(tier.clone()),
+            Some(o) => Some(Arc::new(Tier {
+                name: tier.name.clone(),
+                tenant: o.tenant.clone(),
+                user: o.user.clone(),
+                max_context_tokens: tier.max_context_tokens,
+                default_max_output_tokens: tier.default_max_output_tokens,
+                shadow: o.shadow.clone(),
+            })),
+        }
     }
 
     /// The tier names, for error messages that list the valid choices.
@@ -311,6 +386,7 @@ mod tests {
             },
             max_context_tokens: 1000,
             default_max_output_tokens: 100,
+            shadow: None,
         }
     }
 

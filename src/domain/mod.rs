@@ -16,5 +16,7 @@ pub use bucket::BucketSpec;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Denial, LimitState, Reading, Readings, Reason};
 pub use ids::{IdempotencyKey, InvalidInput, ReservationId, TenantId, UserId};
-pub use limits::{Dimension, Level, LevelLimits, Limits, LimitsError, Rate, Tier};
+pub use limits::{
+    Dimension, Level, LevelLimits, Limits, LimitsError, Override, Rate, ShadowLimits, Tier,
+};
 pub use plan::{LevelPlan, ReservePlan};

@@ -6,7 +6,7 @@
 use super::bucket::BucketSpec;
 use super::decision::Denial;
 use super::ids::{Fnv, IdempotencyKey, InvalidInput, ReservationId, TenantId, UserId};
-use super::limits::{Dimension, Level, LevelLimits, Limits, MAX_COUNT, Tier};
+use super::limits::{Dimension, Level, LevelLimits, Limits, MAX_COUNT, ShadowLimits, Tier};
 
 /// What one level checks: its buckets and its concurrency limit.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,6 +73,23 @@ pub fn levels(
             Level::User,
             tier.map_or(&empty, |t| &t.user),
         ));
+    }
+    if !keep_unlimited {
+        out.retain(|l| !l.is_unlimited());
+    }
+    out
+}
+
+/// The levels of a quota in shadow: tenant and (with a user) user; the global
+/// level is never in shadow.
+pub fn shadow_levels(
+    shadow: &ShadowLimits,
+    has_user: bool,
+    keep_unlimited: bool,
+) -> Vec<LevelPlan> {
+    let mut out = vec![LevelPlan::new(Level::Tenant, &shadow.tenant)];
+    if has_user {
+        out.push(LevelPlan::new(Level::User, &shadow.user));
     }
     if !keep_unlimited {
         out.retain(|l| !l.is_unlimited());
@@ -173,6 +190,16 @@ impl ReservePlan {
     /// Tokens taken with the full output granted.
     pub fn tokens(&self) -> u64 {
         self.prompt_tokens + self.max_output_tokens
+    }
+
+    /// The same request against a quota in shadow: other levels, same id, no
+    /// idempotency key (the enforced reservation already dedupes retries).
+    pub fn for_shadow(&self, levels: Vec<LevelPlan>) -> ReservePlan {
+        ReservePlan {
+            levels,
+            idempotency_key: None,
+            ..self.clone()
+        }
     }
 }
 
@@ -317,10 +344,12 @@ mod tests {
             },
             max_context_tokens: 8000,
             default_max_output_tokens: 100,
+            shadow: None,
         };
         Limits {
             global: LevelLimits::default(),
             tiers: [("free".to_string(), Arc::new(tier))].into(),
+            ..Limits::default()
         }
     }
 

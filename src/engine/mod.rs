@@ -4,10 +4,12 @@
 //!
 //! - [`reserve`]: CheckAndReserve, from the prompt to the decision.
 //! - [`settle`]: Commit, Refund, RenewLease.
+//! - [`shadow`]: quotas in shadow, evaluated and reported but never enforced.
 //! - [`status`]: GetStatus and the estimator's state, and its refresh.
 
 mod reserve;
 mod settle;
+mod shadow;
 mod status;
 
 pub use reserve::{PromptInput, ReserveInput, ReserveOutcome};
@@ -51,6 +53,8 @@ pub enum EngineError {
 /// Decides reservations over a store.
 pub struct Engine<S> {
     store: S,
+    /// Where quotas in shadow keep their state: the same backend, other keys.
+    shadow: S,
     limits: RwLock<Arc<Limits>>,
     settings: EngineSettings,
     counter: Counter,
@@ -68,6 +72,7 @@ impl<S: Store> Engine<S> {
         multipliers: Multipliers,
     ) -> Self {
         Engine {
+            shadow: store.shadow(),
             store,
             limits: RwLock::new(limits),
             settings,

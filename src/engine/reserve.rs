@@ -1,6 +1,7 @@
 //! CheckAndReserve: count the prompt (when the caller did not), correct the
 //! count with the adaptive multiplier, plan, reserve, and explain the result.
 
+use super::shadow::ShadowSettle;
 use super::{Engine, EngineError};
 use crate::domain::decision::{self, LimitState};
 use crate::domain::plan::{self, Prepared, ReserveRequest};
@@ -65,6 +66,8 @@ pub struct ReserveOutcome {
     pub lease_expires_in_ms: u64,
     /// An idempotency key returned an earlier reservation.
     pub replayed: bool,
+    /// What the quota in shadow would have denied, if anything.
+    pub shadow_denial: Option<Denial>,
 }
 
 /// The prompt after counting.
@@ -141,6 +144,7 @@ impl<S: Store> Engine<S> {
             limits: Vec::new(),
             lease_expires_in_ms: 0,
             replayed: false,
+            shadow_denial: None,
         };
         let scope = (req.tenant.clone(), req.user.clone());
         let plan = match plan::prepare(req, &limits, &self.settings.leases)? {
@@ -171,7 +175,19 @@ impl<S: Store> Engine<S> {
         out.max_output_tokens = plan.max_output_tokens;
         out.reserved_tokens = plan.tokens();
         out.granted_max_output_tokens = plan.max_output_tokens;
-        match self.store.reserve(&plan).await? {
+        let shadow = match &tier.shadow {
+            Some(limits) => Some(self.shadow_check(&plan, limits, &tier.name).await),
+            None => None,
+        };
+        let reply = self.store.reserve(&plan).await;
+        if let Some(shadow) = shadow {
+            let served = matches!(reply, Ok(ReserveReply::Allowed { .. }));
+            if shadow.taken && !served {
+                self.shadow_settle(&plan.id, ShadowSettle::Refund).await;
+            }
+            out.shadow_denial = shadow.denial;
+        }
+        match reply? {
             ReserveReply::Allowed {
                 readings,
                 granted_output,
@@ -250,8 +266,11 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    /// The tier of a reservation, if it still exists.
-    pub(super) fn tier_of(&self, name: &str) -> Option<Arc<crate::domain::Tier>> {
-        self.limits().tier(name).cloned()
+    /// The limits of a reservation's tenant and tier, if the tier still exists.
+    pub(super) fn tier_of(
+        &self,
+        id: &crate::domain::ReservationId,
+    ) -> Option<Arc<crate::domain::Tier>> {
+        self.limits().resolve(&id.tier, id.tenant.as_str())
     }
 }

@@ -1,5 +1,6 @@
 //! Commit, Refund and RenewLease: settling a reservation by its id alone.
 
+use super::shadow::ShadowSettle;
 use super::{Engine, EngineError};
 use crate::domain::ReservationId;
 use crate::domain::plan::{self, LevelPlan};
@@ -35,7 +36,7 @@ impl<S: Store> Engine<S> {
     /// (none, if the tier was removed since).
     fn settlement_levels(&self, id: &ReservationId) -> Vec<LevelPlan> {
         let limits = self.limits();
-        let tier = self.tier_of(&id.tier);
+        let tier = self.tier_of(id);
         plan::levels(&limits, tier.as_deref(), id.user.is_some(), true)
     }
 
@@ -75,6 +76,11 @@ impl<S: Store> Engine<S> {
                     telemetry::estimation(&id.estimator, out.estimation_ratio);
                 }
                 telemetry::committed(&id.tier, prompt + completion, out.token_delta);
+                let how = ShadowSettle::Commit {
+                    actual: prompt + completion,
+                    prompt,
+                };
+                self.shadow_settle(&id, how).await;
             }
             SettleReply::AlreadySettled(settled) => {
                 out.outcome = Outcome::AlreadySettled;
@@ -106,6 +112,7 @@ impl<S: Store> Engine<S> {
         };
         if outcome == Outcome::Applied {
             telemetry::refunded(&id.tier, refunded);
+            self.shadow_settle(&id, ShadowSettle::Refund).await;
         }
         Ok((outcome, refunded))
     }
@@ -124,7 +131,11 @@ impl<S: Store> Engine<S> {
             levels: &levels,
         };
         match self.store.renew(s, ttl).await? {
-            RenewReply::Renewed { expires_in_ms } => Ok((Outcome::Applied, expires_in_ms)),
+            RenewReply::Renewed { expires_in_ms } => {
+                self.shadow_settle(&id, ShadowSettle::Renew { ttl_ms: ttl })
+                    .await;
+                Ok((Outcome::Applied, expires_in_ms))
+            }
             RenewReply::AlreadySettled => Ok((Outcome::AlreadySettled, 0)),
             RenewReply::Expired => Ok((Outcome::Expired, 0)),
             RenewReply::NotFound => Err(not_found(reservation_id)),

@@ -81,6 +81,13 @@ impl Keys {
 }
 
 impl Keys {
+    /// The keys of quotas in shadow: the same layout under `<prefix>shadow:`.
+    pub fn shadow(&self) -> Keys {
+        Keys {
+            prefix: format!("{}shadow:", self.prefix),
+        }
+    }
+
     /// The list of estimator samples of one estimator key.
     pub fn estimator(&self, key: &str) -> String {
         format!("{}e:{}", self.prefix, encode(key))

@@ -563,7 +563,7 @@ fn until_full_us(limit: u64, period_us: u64, level: f64) -> f64 {
     (limit as f64 - level) * period_us as f64 / limit as f64
 }
 
-impl<C: Clock> Store for MemoryStore<C> {
+impl<C: Clock + Clone> Store for MemoryStore<C> {
     async fn reserve(&self, plan: &ReservePlan) -> Result<ReserveReply, StoreError> {
         Ok(self.reserve_now(plan))
     }
@@ -599,6 +599,10 @@ impl<C: Clock> Store for MemoryStore<C> {
 
     async fn status(&self, scope: Scope<'_>, levels: &[LevelPlan]) -> Result<Readings, StoreError> {
         Ok(self.status_now(scope, levels))
+    }
+
+    fn shadow(&self) -> Self {
+        MemoryStore::with_clock(self.keys.shadow(), self.retention, self.clock.clone())
     }
 
     fn describe(&self) -> String {

@@ -4,6 +4,7 @@
 //! scripts in `lua/`). The conformance suite in `tests/` runs one set of
 //! behaviours against both.
 
+pub mod config;
 pub mod keys;
 pub mod memory;
 pub mod redis;
@@ -187,6 +188,12 @@ pub trait Store: Send + Sync + 'static {
         &self,
         keys: &[String],
     ) -> impl Future<Output = Result<Vec<Vec<f64>>, StoreError>> + Send;
+
+    /// The same backend with every key under `<prefix>shadow:`: where quotas in
+    /// shadow keep their own buckets and leases, apart from the enforced ones.
+    fn shadow(&self) -> Self
+    where
+        Self: Sized;
 
     /// One line for the startup log: which store, where.
     fn describe(&self) -> String;

@@ -18,6 +18,7 @@ use super::{
 use crate::domain::{LevelPlan, Readings, ReservePlan};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, RedisError, Script, ScriptInvocation, Value};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -55,7 +56,7 @@ enum Connections {
 
 /// Budget state in Redis.
 pub struct RedisStore {
-    connections: Connections,
+    connections: Arc<Connections>,
     keys: Keys,
     retention: Retention,
     timeout: Duration,
@@ -121,7 +122,7 @@ impl RedisStore {
             }
         };
         let store = RedisStore {
-            connections,
+            connections: Arc::new(connections),
             keys,
             retention,
             timeout: settings.timeout,
@@ -139,7 +140,7 @@ impl RedisStore {
     /// The scripts declare flags with a `#!lua` line, which Redis understands
     /// from 7.0 on; an older server is refused with a clear message.
     async fn check_version(&self) -> Result<(), StoreError> {
-        let info: String = match &self.connections {
+        let info: String = match self.connections.as_ref() {
             Connections::Multiplexed { conns, .. } => {
                 redis::cmd("INFO")
                     .arg("server")
@@ -182,7 +183,7 @@ impl RedisStore {
     pub async fn load_scripts(&self) -> Result<(), StoreError> {
         for script in [&self.reserve, &self.settle, &self.renew, &self.status] {
             let load = async {
-                match &self.connections {
+                match self.connections.as_ref() {
                     Connections::Multiplexed { conns, .. } => {
                         script
                             .prepare_invoke()
@@ -208,7 +209,7 @@ impl RedisStore {
     /// Runs one script invocation under the store deadline.
     async fn run(&self, invocation: &ScriptInvocation<'_>) -> Result<Vec<Value>, StoreError> {
         let call = async {
-            match &self.connections {
+            match self.connections.as_ref() {
                 Connections::Multiplexed { conns, next } => {
                     let i = next.fetch_add(1, Ordering::Relaxed) % conns.len();
                     invocation
@@ -237,7 +238,7 @@ impl RedisStore {
         pipe: &redis::Pipeline,
     ) -> Result<T, StoreError> {
         let call = async {
-            match &self.connections {
+            match self.connections.as_ref() {
                 Connections::Multiplexed { conns, next } => {
                     let i = next.fetch_add(1, Ordering::Relaxed) % conns.len();
                     pipe.query_async::<T>(&mut conns[i].clone()).await
@@ -473,8 +474,22 @@ impl Store for RedisStore {
         Ok(state::readings(levels, &states, &leases, now))
     }
 
+    fn shadow(&self) -> Self {
+        RedisStore {
+            connections: self.connections.clone(),
+            keys: self.keys.shadow(),
+            retention: self.retention,
+            timeout: self.timeout,
+            reserve: self.reserve.clone(),
+            settle: self.settle.clone(),
+            renew: self.renew.clone(),
+            status: self.status.clone(),
+            url: self.url.clone(),
+        }
+    }
+
     fn describe(&self) -> String {
-        let pool = match &self.connections {
+        let pool = match self.connections.as_ref() {
             Connections::Multiplexed { conns, .. } => {
                 format!("{} multiplexed connections", conns.len())
             }

@@ -10,10 +10,7 @@ pub const RENEW: &str = include_str!("../../lua/renew.lua");
 /// Reads budgets without writing.
 pub const STATUS: &str = include_str!("../../lua/status.lua");
 
-/// Every script with its name, for loading and for reports.
-pub const ALL: [(&str, &str); 4] = [
-    ("reserve", RESERVE),
-    ("settle", SETTLE),
-    ("renew", RENEW),
-    ("status", STATUS),
-];
+/// Changes one configuration document (versioned, audited, announced).
+pub const CONFIG_SET: &str = include_str!("../../lua/config_set.lua");
+/// Seeds the configuration when Redis holds no tier.
+pub const CONFIG_SEED: &str = include_str!("../../lua/config_seed.lua");

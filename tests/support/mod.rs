@@ -2,7 +2,7 @@
 //! port 0 (memory or Redis store), and a tonic client.
 #![allow(dead_code)]
 
-use ctxbudget::config::{FileConfig, Overrides, Settings};
+use ctxbudget::config::{FileConfig, Flags, Settings};
 use ctxbudget::pb;
 use pb::budget_service_client::BudgetServiceClient;
 use std::net::{SocketAddr, TcpListener as StdListener};
@@ -148,9 +148,9 @@ pub fn settings(toml: &str, redis_url: Option<String>) -> Settings {
     let file = FileConfig::built_in()
         .overlay(FileConfig::parse(TEST_RESERVATIONS, "test defaults").unwrap())
         .overlay(FileConfig::parse(toml, "test config").expect("test config parses"));
-    file.settings(Overrides {
+    file.settings(Flags {
         redis_url,
-        ..Overrides::default()
+        ..Flags::default()
     })
     .expect("test config is valid")
 }

@@ -3,263 +3,24 @@
 //! validated domain values. Unknown fields are errors, and every error names the
 //! field at fault.
 
-use crate::domain::limits::Rate;
+mod input;
+mod sections;
+
+pub use input::{Document, parse_document};
+pub use sections::*;
+
 use crate::domain::plan::LeasePolicy;
-use crate::domain::{LevelLimits, Limits, LimitsError, Tier};
+use crate::domain::{Limits, LimitsError};
 use crate::store::Retention;
-use crate::store::keys::DEFAULT_PREFIX;
 use crate::store::redis::PoolKind;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// The defaults, built into the binary: exactly the example file.
-pub const BUILT_IN: &str = include_str!("../config/ctxbudget.example.toml");
-
-/// A configuration file as written. Every section is optional: a missing
-/// section keeps the built-in default.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    /// Listener settings.
-    pub server: Option<ServerSection>,
-    /// Where state lives.
-    pub store: Option<StoreSection>,
-    /// Lease and retention settings.
-    pub reservations: Option<ReservationsSection>,
-    /// Limits on all traffic.
-    pub global: Option<LevelSection>,
-    /// Tiers by name.
-    pub tiers: Option<BTreeMap<String, TierSection>>,
-    /// Token counting and the adaptive estimator.
-    pub estimator: Option<EstimatorSection>,
-}
-
-/// `[estimator]`.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct EstimatorSection {
-    /// Encoding for models that are not OpenAI's.
-    #[serde(default = "default_encoding")]
-    pub default_encoding: crate::estimator::Encoding,
-    /// Model patterns (`name` or `prefix*`) counted with the fast heuristic.
-    #[serde(default)]
-    pub fast_path: Vec<String>,
-    /// Model pattern → estimator key: models whose samples are pooled.
-    #[serde(default)]
-    pub groups: BTreeMap<String, String>,
-    /// Samples kept per key.
-    #[serde(default = "default_window")]
-    pub window: usize,
-    /// Samples needed before the P95 replaces the initial multiplier.
-    #[serde(default = "default_min_samples")]
-    pub min_samples: usize,
-    /// The multiplier until then.
-    #[serde(default = "default_initial")]
-    pub initial_multiplier: f64,
-    /// Lowest multiplier.
-    #[serde(default = "default_min_multiplier")]
-    pub min_multiplier: f64,
-    /// Highest multiplier.
-    #[serde(default = "default_max_multiplier")]
-    pub max_multiplier: f64,
-    /// Long prompts counted at once (0: one per CPU).
-    #[serde(default)]
-    pub workers: usize,
-}
-
-fn default_encoding() -> crate::estimator::Encoding {
-    crate::estimator::Encoding::O200kBase
-}
-fn default_window() -> usize {
-    100
-}
-fn default_min_samples() -> usize {
-    20
-}
-fn default_initial() -> f64 {
-    1.15
-}
-fn default_min_multiplier() -> f64 {
-    1.0
-}
-fn default_max_multiplier() -> f64 {
-    3.0
-}
-
-/// `[server]`.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServerSection {
-    /// gRPC listen address.
-    pub listen: SocketAddr,
-    /// Largest request accepted, in bytes; larger ones are refused.
-    #[serde(default = "default_max_message_bytes")]
-    pub max_message_bytes: usize,
-}
-
-fn default_max_message_bytes() -> usize {
-    16 * 1024 * 1024
-}
-
-/// `[store]`.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct StoreSection {
-    /// Redis URL; absent or empty selects the in-memory store.
-    #[serde(default)]
-    pub redis_url: Option<String>,
-    /// Prefix of every key.
-    #[serde(default = "default_prefix")]
-    pub key_prefix: String,
-    /// Connection strategy.
-    #[serde(default)]
-    pub pool: PoolKind,
-    /// Connections (multiplexed) or pool size (deadpool).
-    #[serde(default = "default_connections")]
-    pub connections: usize,
-    /// Deadline of one store call.
-    #[serde(default = "default_timeout_ms")]
-    pub timeout_ms: u64,
-}
-
-fn default_prefix() -> String {
-    DEFAULT_PREFIX.into()
-}
-fn default_connections() -> usize {
-    4
-}
-fn default_timeout_ms() -> u64 {
-    500
-}
-
-/// `[reservations]`.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ReservationsSection {
-    /// Lease length when a request names none.
-    pub default_lease_ttl_ms: u64,
-    /// Longest lease a request may ask for.
-    pub max_lease_ttl_ms: u64,
-    /// How long records outlive their lease or settlement.
-    pub retention_ms: u64,
-    /// How long an idempotency key is remembered.
-    pub idempotency_ttl_ms: u64,
-    /// Random jitter added to retry_after_ms.
-    pub retry_jitter_ms: u64,
-    /// Longest retry_after suggested for a full concurrency limit.
-    pub concurrency_retry_ms: u64,
-}
-
-/// One rate as written: `{ limit = 60, period = "1m" }`.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct RateSection {
-    /// Units per period.
-    pub limit: u64,
-    /// `"30s"`, `"1m"`, `"1h"`, `"1d"` or seconds.
-    pub period: Period,
-}
-
-/// A period as written: a number of seconds or a string with a unit.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(untagged)]
-pub enum Period {
-    /// Seconds.
-    Secs(u64),
-    /// `"<n><s|m|h|d>"`.
-    Text(String),
-}
-
-impl Period {
-    /// The period in seconds, or what is wrong with it.
-    pub fn seconds(&self) -> Result<u64, String> {
-        match self {
-            Period::Secs(s) => Ok(*s),
-            Period::Text(t) => parse_period(t),
-        }
-    }
-}
-
-/// Parses `"90s"`, `"1m"`, `"2h"`, `"1d"` or a bare number of seconds.
-pub fn parse_period(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a period like \"30s\", \"1m\", \"1h\" or \"1d\""))?;
-    let scale = match unit {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => return Err(format!("{text:?} has an unknown unit; use s, m, h or d")),
-    };
-    n.checked_mul(scale)
-        .ok_or_else(|| format!("{text:?} is too long"))
-}
-
-/// The limits of one level as written.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct LevelSection {
-    /// Request rates.
-    #[serde(default)]
-    pub requests: Vec<RateSection>,
-    /// Token rates.
-    #[serde(default)]
-    pub tokens: Vec<RateSection>,
-    /// Requests in flight.
-    #[serde(default)]
-    pub concurrency: Option<u64>,
-}
-
-impl LevelSection {
-    fn to_domain(&self, path: &str) -> Result<LevelLimits, LimitsError> {
-        let rates = |name: &str, rates: &[RateSection]| {
-            rates
-                .iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    let period_secs = r.period.seconds().map_err(|problem| {
-                        LimitsError::new(format!("{path}.{name}[{i}].period"), problem)
-                    })?;
-                    Ok(Rate {
-                        limit: r.limit,
-                        period_secs,
-                    })
-                })
-                .collect::<Result<Vec<_>, LimitsError>>()
-        };
-        Ok(LevelLimits {
-            requests: rates("requests", &self.requests)?,
-            tokens: rates("tokens", &self.tokens)?,
-            concurrency: self.concurrency,
-        })
-    }
-}
-
-/// A tier as written.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct TierSection {
-    /// Prompt + output tokens above this are refused.
-    pub max_context_tokens: u64,
-    /// Output tokens reserved when a request names none.
-    pub default_max_output_tokens: u64,
-    /// Tenant-level limits.
-    #[serde(default)]
-    pub tenant: LevelSection,
-    /// User-level limits.
-    #[serde(default)]
-    pub user: LevelSection,
-}
+pub const BUILT_IN: &str = include_str!("../../config/ctxbudget.example.toml");
 
 /// Validated settings the server runs with. `Debug` hides the Redis password.
 #[derive(Clone)]
@@ -286,6 +47,11 @@ pub struct Settings {
     pub concurrency_retry_ms: u64,
     /// Every limit.
     pub limits: Arc<Limits>,
+    /// The configuration file read, if any (SIGHUP re-reads it).
+    pub config_path: Option<PathBuf>,
+    /// The tiers, global limits and overrides as written: what seeds Redis
+    /// when it holds no configuration yet.
+    pub seed: crate::store::config::ConfigDoc,
     /// Largest request accepted, in bytes.
     pub max_message_bytes: usize,
     /// Model rules for counting.
@@ -342,9 +108,9 @@ pub enum ConfigError {
     Invalid(#[from] LimitsError),
 }
 
-/// Overrides from the command line or environment.
+/// Flags from the command line or environment.
 #[derive(Clone, Debug, Default)]
-pub struct Overrides {
+pub struct Flags {
     /// `--listen`.
     pub listen: Option<SocketAddr>,
     /// `--redis-url`.
@@ -385,36 +151,30 @@ impl FileConfig {
         self.global = other.global.or(self.global);
         self.tiers = other.tiers.or(self.tiers);
         self.estimator = other.estimator.or(self.estimator);
+        self.overrides = other.overrides.or(self.overrides);
         self
     }
 
     /// The limits this file defines, validated.
     pub fn limits(&self) -> Result<Limits, ConfigError> {
-        let global = self
-            .global
-            .clone()
-            .unwrap_or_default()
-            .to_domain("global")?;
-        let mut tiers = BTreeMap::new();
-        for (name, t) in self.tiers.iter().flatten() {
-            let path = format!("tiers.{name}");
-            let tier = Tier {
-                name: name.clone(),
-                tenant: t.tenant.to_domain(&format!("{path}.tenant"))?,
-                user: t.user.to_domain(&format!("{path}.user"))?,
-                max_context_tokens: t.max_context_tokens,
-                default_max_output_tokens: t.default_max_output_tokens,
-            };
-            tiers.insert(name.clone(), Arc::new(tier));
-        }
-        let limits = Limits { global, tiers };
-        limits.validate()?;
-        Ok(limits)
+        let empty = BTreeMap::new();
+        Ok(build_limits(
+            self.global.as_ref(),
+            self.tiers.as_ref().unwrap_or(&empty),
+            self.overrides.as_ref().unwrap_or(&BTreeMap::new()),
+            0,
+        )?)
     }
 
     /// Validated settings, with `overrides` applied last.
-    pub fn settings(self, overrides: Overrides) -> Result<Settings, ConfigError> {
+    pub fn settings(self, overrides: Flags) -> Result<Settings, ConfigError> {
         let limits = self.limits()?;
+        let seed = crate::store::config::ConfigDoc {
+            version: 0,
+            global: self.global.clone(),
+            tiers: self.tiers.clone().unwrap_or_default(),
+            overrides: self.overrides.clone().unwrap_or_default(),
+        };
         let defaults = Self::built_in();
         let server = self.server.or(defaults.server).expect("built-in [server]");
         let store = self.store.or(defaults.store).expect("built-in [store]");
@@ -550,6 +310,8 @@ impl FileConfig {
             concurrency_retry_ms: res.concurrency_retry_ms,
             limits: Arc::new(limits),
             max_message_bytes: server.max_message_bytes,
+            config_path: None,
+            seed,
             models,
             adaptive,
             count_workers,
@@ -558,23 +320,24 @@ impl FileConfig {
 }
 
 /// Loads the built-in defaults overlaid with `path` (if any) and `overrides`.
-pub fn load(path: Option<&Path>, overrides: Overrides) -> Result<Settings, ConfigError> {
+pub fn load(path: Option<&Path>, overrides: Flags) -> Result<Settings, ConfigError> {
     let mut file = FileConfig::built_in();
     if let Some(path) = path {
         file = file.overlay(FileConfig::read(path)?);
     }
-    file.settings(overrides)
+    let mut settings = file.settings(overrides)?;
+    settings.config_path = path.map(Path::to_path_buf);
+    Ok(settings)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::Rate;
 
     #[test]
     fn built_in_tiers_are_the_documented_ones() {
-        let s = FileConfig::built_in()
-            .settings(Overrides::default())
-            .unwrap();
+        let s = FileConfig::built_in().settings(Flags::default()).unwrap();
         let free = s.limits.tier("free").unwrap();
         assert_eq!(
             free.user.requests,

@@ -1,0 +1,69 @@
+//! Parsing what operators write — a tier, an override, the global limits or a
+//! whole configuration — as TOML or JSON, with errors that name the field at
+//! fault (`tenant.requests[0].limit: invalid value: integer `-5`, expected u64`).
+
+use serde::de::DeserializeOwned;
+
+/// A document's format, guessed from its first character.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Document {
+    /// `{ ... }`.
+    Json,
+    /// Anything else.
+    Toml,
+}
+
+impl Document {
+    /// JSON when the text starts with `{`, TOML otherwise.
+    pub fn of(text: &str) -> Self {
+        if text.trim_start().starts_with('{') {
+            Document::Json
+        } else {
+            Document::Toml
+        }
+    }
+}
+
+/// Parses `text` as a `T`; the error names the offending field's path.
+pub fn parse_document<T: DeserializeOwned>(text: &str) -> Result<T, String> {
+    match Document::of(text) {
+        Document::Json => {
+            let mut de = serde_json::Deserializer::from_str(text);
+            serde_path_to_error::deserialize(&mut de).map_err(|e| describe(e.path(), e.inner()))
+        }
+        Document::Toml => {
+            let de = toml::Deserializer::parse(text).map_err(|e| e.to_string())?;
+            serde_path_to_error::deserialize(de).map_err(|e| describe(e.path(), e.inner()))
+        }
+    }
+}
+
+fn describe(path: &serde_path_to_error::Path, error: &impl std::fmt::Display) -> String {
+    let path = path.to_string();
+    let error = error.to_string();
+    let error = error.lines().next().unwrap_or_default().trim().to_string();
+    if path == "." {
+        error
+    } else {
+        format!("{path}: {error}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::TierSection;
+
+    #[test]
+    fn errors_name_the_field_in_toml_and_json() {
+        let toml = "max_context_tokens = 1000\ndefault_max_output_tokens = 10\n[user]\nrequests = [{ limit = -5, period = \"1m\" }]\n";
+        let err = parse_document::<TierSection>(toml).unwrap_err();
+        assert!(err.starts_with("user.requests[0].limit"), "{err}");
+        let json = r#"{"max_context_tokens": 1000, "default_max_output_tokens": 10, "user": {"tokens": [{"limit": "many", "period": "1m"}]}}"#;
+        let err = parse_document::<TierSection>(json).unwrap_err();
+        assert!(err.starts_with("user.tokens[0].limit"), "{err}");
+        let unknown = "max_context_tokens = 1\ndefault_max_output_tokens = 1\nmax_contxt = 3\n";
+        let err = parse_document::<TierSection>(unknown).unwrap_err();
+        assert!(err.contains("max_contxt"), "{err}");
+    }
+}

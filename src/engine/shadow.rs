@@ -1,0 +1,113 @@
+//! Quotas in shadow: a stricter quota an operator is rolling out is evaluated on
+//! every request against its own buckets and leases (the shadow store), and a
+//! would-be denial is reported — in the response, a metric and a log line — but
+//! the request is decided and charged by the enforced quota alone. The shadow
+//! buckets are charged only when the shadow quota would have allowed the request
+//! and the request was actually served, so its counts match what enforcing it
+//! would have done.
+
+use super::Engine;
+use crate::domain::decision;
+use crate::domain::plan::{self, ReservePlan};
+use crate::domain::{Denial, ReservationId, ShadowLimits};
+use crate::store::{ReserveReply, Settlement, Store};
+use crate::telemetry;
+
+/// What the shadow quota made of a request.
+pub(super) struct ShadowCheck {
+    /// The denial the shadow quota would have given.
+    pub denial: Option<Denial>,
+    /// The shadow reservation was taken (to refund if the request is not served).
+    pub taken: bool,
+}
+
+/// How a reservation is settled in shadow.
+pub(super) enum ShadowSettle {
+    Commit { actual: u64, prompt: u64 },
+    Refund,
+    Renew { ttl_ms: u64 },
+}
+
+impl<S: Store> Engine<S> {
+    /// Evaluates `plan` against the quota in shadow. Store trouble here never
+    /// touches the enforced decision: it is logged and the check skipped.
+    pub(super) async fn shadow_check(
+        &self,
+        plan: &ReservePlan,
+        shadow: &ShadowLimits,
+        tier: &str,
+    ) -> ShadowCheck {
+        let levels = plan::shadow_levels(shadow, plan.id.user.is_some(), false);
+        let nothing = ShadowCheck {
+            denial: None,
+            taken: false,
+        };
+        if levels.is_empty() {
+            return nothing;
+        }
+        let shadow_plan = plan.for_shadow(levels);
+        match self.shadow.reserve(&shadow_plan).await {
+            Ok(ReserveReply::Allowed { .. }) => ShadowCheck {
+                denial: None,
+                taken: true,
+            },
+            Ok(ReserveReply::Denied {
+                readings,
+                denied_mask,
+            }) => {
+                let denial = decision::denial(
+                    &shadow_plan.levels,
+                    &readings,
+                    denied_mask,
+                    shadow_plan.prompt_tokens + shadow_plan.min_output_tokens,
+                    self.settings.concurrency_retry_ms,
+                );
+                telemetry::shadow_denial(tier, &denial);
+                tracing::info!(
+                    tenant = %plan.id.tenant,
+                    tier,
+                    reason = denial.reason.as_str(),
+                    level = denial.level.map_or("none", |l| l.as_str()),
+                    "the quota in shadow would deny this request: {}",
+                    denial.detail
+                );
+                ShadowCheck {
+                    denial: Some(denial),
+                    taken: false,
+                }
+            }
+            Ok(_) => nothing,
+            Err(e) => {
+                tracing::warn!(error = %e, "shadow quota check skipped");
+                nothing
+            }
+        }
+    }
+
+    /// Mirrors a settlement on the shadow reservation, if one was taken. Best
+    /// effort: a shadow reservation that was never taken is simply not found.
+    pub(super) async fn shadow_settle(&self, id: &ReservationId, how: ShadowSettle) {
+        let limits = self.limits();
+        let Some(shadow) = limits
+            .resolve(&id.tier, id.tenant.as_str())
+            .and_then(|t| t.shadow.clone())
+        else {
+            return;
+        };
+        let levels = plan::shadow_levels(&shadow, id.user.is_some(), true);
+        let s = Settlement {
+            id,
+            levels: &levels,
+        };
+        let result = match how {
+            ShadowSettle::Commit { actual, prompt } => {
+                self.shadow.commit(s, actual, prompt).await.map(drop)
+            }
+            ShadowSettle::Refund => self.shadow.refund(s).await.map(drop),
+            ShadowSettle::Renew { ttl_ms } => self.shadow.renew(s, ttl_ms).await.map(drop),
+        };
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "shadow settlement skipped");
+        }
+    }
+}

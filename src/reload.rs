@@ -1,0 +1,177 @@
+//! Configuration changes without a restart.
+//!
+//! - With Redis, every replica listens on the configuration channel and, as a
+//!   safety net for a lost message, compares the stored version with its own
+//!   every second; either way it loads, validates and swaps in the new limits.
+//!   Requests in flight finish under the limits they started with; none fails.
+//! - In memory mode, SIGHUP re-reads the configuration file.
+//!
+//! A configuration that does not validate is logged and ignored: the replica
+//! keeps the last good one.
+
+use crate::config::{FileConfig, Flags};
+use crate::engine::Engine;
+use crate::store::Store;
+use crate::store::config::ConfigStore;
+use futures_util::StreamExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often the stored version is compared with the applied one.
+pub const VERSION_CHECK: Duration = Duration::from_secs(1);
+
+/// Loads the configuration from Redis and applies it if it validates.
+/// Returns the version now applied.
+pub async fn apply_from_redis<S: Store>(engine: &Engine<S>, cfg: &ConfigStore) -> Option<u64> {
+    let doc = match cfg.load().await {
+        Ok(doc) => doc,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the configuration; keeping the current one");
+            return None;
+        }
+    };
+    match doc.limits() {
+        Ok(limits) => {
+            let version = limits.version;
+            if version != engine.limits().version {
+                tracing::info!(
+                    version,
+                    tiers = limits.tiers.len(),
+                    overrides = limits.overrides.len(),
+                    "applied configuration version {version}"
+                );
+            }
+            engine.set_limits(Arc::new(limits));
+            Some(version)
+        }
+        Err(e) => {
+            tracing::error!(
+                version = doc.version,
+                error = %e,
+                "configuration version {} is invalid; keeping version {}",
+                doc.version,
+                engine.limits().version
+            );
+            None
+        }
+    }
+}
+
+/// Follows configuration changes in Redis until the task is aborted.
+pub async fn watch_redis<S: Store>(engine: Arc<Engine<S>>, cfg: ConfigStore) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let subscription = match cfg.client().get_async_pubsub().await {
+            Ok(mut pubsub) => match pubsub.subscribe(cfg.channel()).await {
+                Ok(()) => Some(pubsub.into_on_message()),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot subscribe to configuration changes; checking the version every second");
+                    None
+                }
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot subscribe to configuration changes; checking the version every second");
+                None
+            }
+        };
+        // A change may have been missed while (re)subscribing.
+        apply_if_newer(&engine, &cfg).await;
+        let mut tick = tokio::time::interval(VERSION_CHECK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        match subscription {
+            Some(mut messages) => loop {
+                tokio::select! {
+                    message = messages.next() => match message {
+                        Some(_) => {
+                            apply_from_redis(&engine, &cfg).await;
+                            backoff = Duration::from_millis(100);
+                        }
+                        None => {
+                            tracing::warn!("configuration subscription lost; resubscribing");
+                            break;
+                        }
+                    },
+                    _ = tick.tick() => apply_if_newer(&engine, &cfg).await,
+                }
+            },
+            None => {
+                // Without a subscription, poll until the backoff says to retry it.
+                let until = tokio::time::Instant::now() + backoff.max(VERSION_CHECK);
+                while tokio::time::Instant::now() < until {
+                    tick.tick().await;
+                    apply_if_newer(&engine, &cfg).await;
+                }
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(10));
+    }
+}
+
+async fn apply_if_newer<S: Store>(engine: &Engine<S>, cfg: &ConfigStore) {
+    match cfg.version().await {
+        Ok(v) if v != engine.limits().version => {
+            apply_from_redis(engine, cfg).await;
+        }
+        Ok(_) => {}
+        Err(e) => tracing::debug!(error = %e, "configuration version check failed"),
+    }
+}
+
+/// Re-reads the configuration file on every SIGHUP (memory mode), or reloads
+/// from Redis (Redis mode), until the task is aborted.
+pub async fn on_sighup<S: Store>(
+    engine: Arc<Engine<S>>,
+    file: Option<PathBuf>,
+    redis: Option<ConfigStore>,
+) {
+    #[cfg(unix)]
+    {
+        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        else {
+            return;
+        };
+        while hup.recv().await.is_some() {
+            match &redis {
+                Some(cfg) => {
+                    apply_from_redis(&engine, cfg).await;
+                }
+                None => reload_file(&engine, file.as_deref()),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (engine, file, redis);
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Reloads tiers, global limits and overrides from the file (or the built-in
+/// defaults). Other settings (listen address, store) need a restart.
+pub fn reload_file<S: Store>(engine: &Engine<S>, file: Option<&std::path::Path>) {
+    let mut config = FileConfig::built_in();
+    if let Some(path) = file {
+        match FileConfig::read(path) {
+            Ok(f) => config = config.overlay(f),
+            Err(e) => {
+                tracing::error!(error = %e, "reload failed; keeping the current configuration");
+                return;
+            }
+        }
+    }
+    match config.settings(Flags::default()) {
+        Ok(settings) => {
+            let limits = settings.limits.as_ref().clone();
+            tracing::info!(
+                file = ?file,
+                tiers = limits.tiers.len(),
+                overrides = limits.overrides.len(),
+                "reloaded tiers, global limits and overrides (other settings apply at restart)"
+            );
+            engine.set_limits(Arc::new(limits));
+        }
+        Err(e) => tracing::error!(error = %e, "reload failed; keeping the current configuration"),
+    }
+}

@@ -1,0 +1,263 @@
+//! The live configuration in Redis: tiers, global limits and tenants' overrides
+//! as JSON documents in one hash, with a version that every change bumps, an
+//! audit stream, and a channel on which changes are announced.
+//!
+//! ```text
+//! ctxb:cfg            hash    version; global; tier:<name>; override:<tenant>
+//! ctxb:cfg:audit      stream  actor, field, old, new, version, at_ms (capped)
+//! ctxb:cfg:changed    channel the new version, on every change
+//! ```
+//!
+//! Changes go through `lua/config_set.lua`: write, version, audit and notify at
+//! once. Callers validate documents before writing; replicas validate again on
+//! load and keep their last good configuration if a document is bad.
+
+use super::StoreError;
+use super::redis::redact_url;
+use super::scripts;
+use crate::config::{LevelSection, OverrideSection, TierSection, build_limits};
+use crate::domain::{Limits, LimitsError};
+use redis::aio::ConnectionManager;
+use redis::{AsyncCommands, Script};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Audit entries kept (approximately).
+const AUDIT_KEEP: u64 = 10_000;
+
+/// The configuration documents as stored.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ConfigDoc {
+    /// The version (0: never written).
+    pub version: u64,
+    /// Global limits.
+    pub global: Option<LevelSection>,
+    /// Tiers by name.
+    pub tiers: BTreeMap<String, TierSection>,
+    /// Overrides by tenant id.
+    pub overrides: BTreeMap<String, OverrideSection>,
+}
+
+impl ConfigDoc {
+    /// The validated limits these documents describe.
+    pub fn limits(&self) -> Result<Limits, LimitsError> {
+        build_limits(
+            self.global.as_ref(),
+            &self.tiers,
+            &self.overrides,
+            self.version,
+        )
+    }
+}
+
+/// One audited change.
+#[derive(Clone, Debug, Serialize)]
+pub struct AuditEntry {
+    /// Stream id (time-ordered).
+    pub id: String,
+    /// Who: `--actor` or the OS user.
+    pub actor: String,
+    /// What: `tier:<name>`, `global`, `override:<tenant>`, or `*` for a seed.
+    pub field: String,
+    /// The document before ('' if none).
+    pub old: String,
+    /// The document after ('' if deleted).
+    pub new: String,
+    /// The configuration version the change produced.
+    pub version: u64,
+    /// When, ms since the Unix epoch (Redis time).
+    pub at_ms: u64,
+}
+
+/// Which document a change is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Field {
+    /// The global limits.
+    Global,
+    /// A tier.
+    Tier(String),
+    /// A tenant's override.
+    Override(String),
+}
+
+impl Field {
+    fn name(&self) -> String {
+        match self {
+            Field::Global => "global".into(),
+            Field::Tier(t) => format!("tier:{t}"),
+            Field::Override(t) => format!("override:{t}"),
+        }
+    }
+}
+
+/// The live configuration of one key prefix.
+#[derive(Clone)]
+pub struct ConfigStore {
+    client: redis::Client,
+    conn: ConnectionManager,
+    hash: String,
+    audit: String,
+    channel: String,
+    url: String,
+}
+
+impl ConfigStore {
+    /// Connects to the configuration under `prefix`.
+    pub async fn connect(url: &str, prefix: &str) -> Result<Self, StoreError> {
+        let shown = redact_url(url);
+        let client = redis::Client::open(url)
+            .map_err(|e| StoreError::Unavailable(format!("invalid Redis URL {shown}: {e}")))?;
+        let conn = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            client.get_connection_manager(),
+        )
+        .await
+        .map_err(|_| StoreError::Unavailable(format!("connecting to {shown} timed out")))?
+        .map_err(|e| StoreError::Unavailable(format!("{shown}: {e}")))?;
+        Ok(ConfigStore {
+            client,
+            conn,
+            hash: format!("{prefix}cfg"),
+            audit: format!("{prefix}cfg:audit"),
+            channel: format!("{prefix}cfg:changed"),
+            url: shown,
+        })
+    }
+
+    /// The channel changes are announced on.
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// A client for a subscription of its own.
+    pub fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
+    fn err(&self, e: redis::RedisError) -> StoreError {
+        StoreError::Unavailable(format!("{}: {e}", self.url))
+    }
+
+    /// The current version (0: never written).
+    pub async fn version(&self) -> Result<u64, StoreError> {
+        let v: Option<u64> = self
+            .conn
+            .clone()
+            .hget(&self.hash, "version")
+            .await
+            .map_err(|e| self.err(e))?;
+        Ok(v.unwrap_or(0))
+    }
+
+    /// Every document, as stored. A document that does not parse is an error
+    /// naming its field.
+    pub async fn load(&self) -> Result<ConfigDoc, StoreError> {
+        let all: BTreeMap<String, String> = self
+            .conn
+            .clone()
+            .hgetall(&self.hash)
+            .await
+            .map_err(|e| self.err(e))?;
+        let mut doc = ConfigDoc::default();
+        let bad =
+            |field: &str, e: String| StoreError::Protocol(format!("{field} in {}: {e}", self.hash));
+        for (field, value) in &all {
+            if field == "version" {
+                doc.version = value
+                    .parse()
+                    .map_err(|_| bad(field, "not a number".into()))?;
+            } else if field == "global" {
+                doc.global =
+                    Some(serde_json::from_str(value).map_err(|e| bad(field, e.to_string()))?);
+            } else if let Some(name) = field.strip_prefix("tier:") {
+                let tier = serde_json::from_str(value).map_err(|e| bad(field, e.to_string()))?;
+                doc.tiers.insert(name.to_string(), tier);
+            } else if let Some(tenant) = field.strip_prefix("override:") {
+                let o = serde_json::from_str(value).map_err(|e| bad(field, e.to_string()))?;
+                doc.overrides.insert(tenant.to_string(), o);
+            }
+        }
+        Ok(doc)
+    }
+
+    /// Writes `doc`'s global limits, tiers and overrides if Redis holds no tier
+    /// yet. Returns the new version, or `None` when Redis was already configured.
+    pub async fn seed(&self, doc: &ConfigDoc, actor: &str) -> Result<Option<u64>, StoreError> {
+        let script = Script::new(scripts::CONFIG_SEED);
+        let mut inv = script.prepare_invoke();
+        inv.key(&self.hash)
+            .key(&self.audit)
+            .arg(actor)
+            .arg(&self.channel)
+            .arg(AUDIT_KEEP);
+        if let Some(g) = &doc.global {
+            inv.arg("global").arg(document(g));
+        }
+        for (name, t) in &doc.tiers {
+            inv.arg(format!("tier:{name}")).arg(document(t));
+        }
+        for (tenant, o) in &doc.overrides {
+            inv.arg(format!("override:{tenant}")).arg(document(o));
+        }
+        let v: u64 = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| self.err(e))?;
+        Ok((v > 0).then_some(v))
+    }
+
+    /// Sets (`Some`) or deletes (`None`) one document. Returns the previous
+    /// document ('' if none) and the new version.
+    pub async fn set(
+        &self,
+        field: &Field,
+        document: Option<&str>,
+        actor: &str,
+    ) -> Result<(String, u64), StoreError> {
+        let script = Script::new(scripts::CONFIG_SET);
+        let mut inv = script.prepare_invoke();
+        inv.key(&self.hash)
+            .key(&self.audit)
+            .arg(field.name())
+            .arg(document.unwrap_or(""))
+            .arg(actor)
+            .arg(&self.channel)
+            .arg(AUDIT_KEEP);
+        let (old, version): (String, u64) = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| self.err(e))?;
+        Ok((old, version))
+    }
+
+    /// The newest `count` audit entries, newest first.
+    pub async fn history(&self, count: usize) -> Result<Vec<AuditEntry>, StoreError> {
+        let reply: redis::streams::StreamRangeReply = self
+            .conn
+            .clone()
+            .xrevrange_count(&self.audit, "+", "-", count)
+            .await
+            .map_err(|e| self.err(e))?;
+        Ok(reply
+            .ids
+            .into_iter()
+            .map(|e| {
+                let get = |k: &str| e.get::<String>(k).unwrap_or_default();
+                AuditEntry {
+                    actor: get("actor"),
+                    field: get("field"),
+                    old: get("old"),
+                    new: get("new"),
+                    version: get("version").parse().unwrap_or(0),
+                    at_ms: get("at_ms").parse().unwrap_or(0),
+                    id: e.id,
+                }
+            })
+            .collect())
+    }
+}
+
+/// A section as the JSON document stored for it.
+pub fn document<T: Serialize>(section: &T) -> String {
+    serde_json::to_string(section).expect("sections serialize")
+}
