@@ -9,9 +9,15 @@ use clap::Parser;
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    rustls::crypto::ring::default_provider()
-        .install_default()
-        .map_err(|_| anyhow::anyhow!("a TLS crypto provider was already installed"))?;
-    ctxbudget::cli::run(ctxbudget::cli::Cli::parse()).await
+async fn main() -> std::process::ExitCode {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    match ctxbudget::cli::run(ctxbudget::cli::Cli::parse()).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // The whole chain of causes, without a backtrace: errors here are for
+            // operators, and each says what to do.
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

@@ -57,6 +57,8 @@ conformance!(
     the_multiplier_converges_on_the_p95_of_committed_ratios,
     reduced_output_grants_what_fits,
     a_long_prompt_is_counted_off_the_executor,
+    a_quota_in_shadow_reports_but_never_denies,
+    an_override_replaces_its_tenants_tier_limits,
 );
 
 type Client = pb::budget_service_client::BudgetServiceClient<tonic::transport::Channel>;
@@ -1089,4 +1091,90 @@ async fn a_long_prompt_is_counted_off_the_executor(backend: Backend) {
         small_done[0] < big_done,
         "small requests were served while the long prompt was being counted"
     );
+}
+
+async fn a_quota_in_shadow_reports_but_never_denies(backend: Backend) {
+    let tiers = r#"
+[tiers.t]
+max_context_tokens = 10000
+default_max_output_tokens = 10
+user = { requests = [{ limit = 100, period = "1d" }], tokens = [{ limit = 100000, period = "1d" }] }
+shadow = { user = { requests = [{ limit = 3, period = "1d" }], concurrency = 5 } }
+
+[tiers.strict]
+max_context_tokens = 10000
+default_max_output_tokens = 10
+user = { requests = [{ limit = 3, period = "1d" }], tokens = [{ limit = 100000, period = "1d" }] }
+"#;
+    let mut h = Harness::start(backend, tiers).await;
+    let mut shadow_denied = 0;
+    for i in 0..10 {
+        let r = reserve_ok(&mut h.client, reserve("acme", "alice", "t", 10, 10)).await;
+        if r.shadow_denied {
+            shadow_denied += 1;
+            assert_eq!(r.shadow_reason(), Reason::RpmExceeded);
+            assert_eq!(r.shadow_limiting_level(), Level::User);
+            assert!(!r.shadow_detail.is_empty());
+        }
+        // Settling works as usual; the shadow reservation is settled alongside.
+        if i % 2 == 0 {
+            commit(&mut h.client, &r.reservation_id, 5, 5).await;
+        } else {
+            refund(&mut h.client, &r.reservation_id).await;
+        }
+    }
+    // Refunds give requests back, in shadow as when enforced: compare with the
+    // same sequence under the strict quota enforced.
+    let mut denied = 0;
+    for i in 0..10 {
+        let r = h
+            .client
+            .check_and_reserve(reserve("globex", "bob", "strict", 10, 10))
+            .await
+            .unwrap()
+            .into_inner();
+        if r.allowed {
+            if i % 2 == 0 {
+                commit(&mut h.client, &r.reservation_id, 5, 5).await;
+            } else {
+                refund(&mut h.client, &r.reservation_id).await;
+            }
+        } else {
+            denied += 1;
+        }
+    }
+    assert!(shadow_denied > 0, "the shadow quota saw denials");
+    assert_eq!(
+        shadow_denied, denied,
+        "shadow reports exactly what enforcement denies"
+    );
+    // The enforced quota was charged as usual.
+    let s = status(&mut h.client, "acme", "alice", "t").await;
+    let used = 100 - limit(&s.limits, Level::User, Dimension::Requests, 86_400).remaining;
+    assert_eq!(used, 5, "five committed, five refunded");
+}
+
+async fn an_override_replaces_its_tenants_tier_limits(backend: Backend) {
+    let config = r#"
+[tiers.t]
+max_context_tokens = 10000
+default_max_output_tokens = 10
+user = { requests = [{ limit = 2, period = "1d" }] }
+
+[overrides.bigco]
+user = { requests = [{ limit = 500, period = "1d" }] }
+"#;
+    let mut h = Harness::start(backend, config).await;
+    let s = status(&mut h.client, "bigco", "u", "t").await;
+    assert_eq!(
+        limit(&s.limits, Level::User, Dimension::Requests, 86_400).limit,
+        500
+    );
+    for _ in 0..3 {
+        reserve_ok(&mut h.client, reserve("bigco", "u", "t", 1, 1)).await;
+    }
+    reserve_ok(&mut h.client, reserve("smallco", "u", "t", 1, 1)).await;
+    reserve_ok(&mut h.client, reserve("smallco", "u", "t", 1, 1)).await;
+    let d = reserve_denied(&mut h.client, reserve("smallco", "u", "t", 1, 1)).await;
+    assert_eq!(d.reason(), Reason::RpmExceeded);
 }

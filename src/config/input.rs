@@ -40,8 +40,18 @@ pub fn parse_document<T: DeserializeOwned>(text: &str) -> Result<T, String> {
 
 fn describe(path: &serde_path_to_error::Path, error: &impl std::fmt::Display) -> String {
     let path = path.to_string();
-    let error = error.to_string();
-    let error = error.lines().next().unwrap_or_default().trim().to_string();
+    let text = error.to_string();
+    // TOML errors span lines: a position, a source excerpt, then the message.
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let error = match lines.as_slice() {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [first, .., last] => format!("{last} ({})", first.to_lowercase()),
+    };
     if path == "." {
         error
     } else {

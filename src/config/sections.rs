@@ -204,13 +204,13 @@ pub fn parse_period(text: &str) -> Result<u64, String> {
 #[serde(deny_unknown_fields)]
 pub struct LevelSection {
     /// Request rates.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requests: Vec<RateSection>,
     /// Token rates.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tokens: Vec<RateSection>,
     /// Requests in flight.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u64>,
 }
 

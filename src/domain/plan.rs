@@ -225,7 +225,8 @@ pub fn prepare(
     limits: &Limits,
     leases: &LeasePolicy,
 ) -> Result<Prepared, InvalidInput> {
-    let tier = limits.tier(&req.tier).ok_or_else(|| {
+    let tier = limits.resolve(&req.tier, req.tenant.as_str());
+    let tier = tier.as_deref().ok_or_else(|| {
         InvalidInput::new(
             "tier",
             format!(

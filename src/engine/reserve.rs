@@ -83,16 +83,18 @@ impl<S: Store> Engine<S> {
     /// CheckAndReserve.
     pub async fn reserve(&self, input: ReserveInput) -> Result<ReserveOutcome, EngineError> {
         let limits = self.limits();
-        let tier = limits.tier(&input.tier).cloned().ok_or_else(|| {
-            InvalidInput::new(
-                "tier",
-                format!(
-                    "unknown tier {:?}; known tiers: {}",
-                    input.tier,
-                    limits.tier_names()
-                ),
-            )
-        })?;
+        let tier = limits
+            .resolve(&input.tier, input.tenant.as_str())
+            .ok_or_else(|| {
+                InvalidInput::new(
+                    "tier",
+                    format!(
+                        "unknown tier {:?}; known tiers: {}",
+                        input.tier,
+                        limits.tier_names()
+                    ),
+                )
+            })?;
         let counted = match input.prompt {
             PromptInput::Tokens(n) => Counted {
                 raw: n,

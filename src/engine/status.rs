@@ -51,7 +51,7 @@ impl<S: Store> Engine<S> {
         tier: &str,
     ) -> Result<StatusOutcome, EngineError> {
         let limits = self.limits();
-        let tier = limits.tier(tier).ok_or_else(|| {
+        let tier = limits.resolve(tier, tenant.as_str()).ok_or_else(|| {
             InvalidInput::new(
                 "tier",
                 format!(
@@ -60,7 +60,7 @@ impl<S: Store> Engine<S> {
                 ),
             )
         })?;
-        let levels = plan::levels(&limits, Some(tier), user.is_some(), false);
+        let levels = plan::levels(&limits, Some(&tier), user.is_some(), false);
         let readings = self.store.status(Scope { tenant, user }, &levels).await?;
         let mut leases = Vec::new();
         let mut end = 0;

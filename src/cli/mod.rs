@@ -1,4 +1,12 @@
-//! The command line: `ctxbudget serve` and the operator commands.
+//! The command line: `ctxbudget serve`, `bench`, and the operator commands
+//! (`tiers`, `global`, `overrides`, `inspect`).
+
+mod admin;
+mod inspect;
+mod output;
+
+pub use admin::{AdminArgs, GlobalCmd, OverridesCmd, TiersCmd};
+pub use inspect::InspectArgs;
 
 use crate::config::{self, Flags};
 use crate::server;
@@ -24,6 +32,36 @@ pub enum Command {
     Serve(ServeArgs),
     /// Load-test a service (or the stores directly) and check nothing was overspent.
     Bench(Box<crate::bench::BenchArgs>),
+    /// Tiers in the live configuration (Redis): list, get, set, delete, import,
+    /// export, history.
+    Tiers {
+        /// What to do.
+        #[command(subcommand)]
+        cmd: TiersCmd,
+        /// Where.
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// The global limits in the live configuration (Redis).
+    Global {
+        /// What to do.
+        #[command(subcommand)]
+        cmd: GlobalCmd,
+        /// Where.
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Tenants' overrides (custom deals) in the live configuration (Redis).
+    Overrides {
+        /// What to do.
+        #[command(subcommand)]
+        cmd: OverridesCmd,
+        /// Where.
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// A tenant's live bucket levels, debt and leases.
+    Inspect(InspectArgs),
 }
 
 /// `ctxbudget serve`.
@@ -54,6 +92,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Bench(args) => bench(*args).await,
+        Command::Tiers { cmd, admin } => admin::tiers(cmd, admin).await,
+        Command::Global { cmd, admin } => admin::global(cmd, admin).await,
+        Command::Overrides { cmd, admin } => admin::overrides(cmd, admin).await,
+        Command::Inspect(args) => inspect::inspect(args).await,
     }
 }
 

@@ -1,0 +1,223 @@
+//! `ctxbudget inspect`: a tenant's (and user's) live state in Redis — every
+//! bucket's level now, debt, when it is full again, and the live leases with
+//! their expiry.
+
+use super::admin::AdminArgs;
+use super::output::{print_json, table};
+use crate::domain::decision::period_label;
+use crate::domain::plan::{self, LevelPlan};
+use crate::domain::{BucketSpec, Dimension, Level, TenantId, UserId};
+use crate::store::keys::Keys;
+use crate::store::state::{LevelState, bucket_id};
+use anyhow::Context;
+use clap::Args;
+use redis::AsyncCommands;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// `ctxbudget inspect` flags.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// Where and how.
+    #[command(flatten)]
+    pub admin: AdminArgs,
+    /// The tenant.
+    #[arg(long)]
+    pub tenant: String,
+    /// One of its users.
+    #[arg(long)]
+    pub user: Option<String>,
+    /// The tier, to show each bucket against its limit (and refilled to now).
+    #[arg(long)]
+    pub tier: Option<String>,
+}
+
+#[derive(Serialize)]
+struct BucketRow {
+    level: &'static str,
+    dimension: &'static str,
+    period: String,
+    limit: Option<u64>,
+    /// Level now (refilled) when the limit is known; as stored otherwise.
+    level_now: f64,
+    debt: bool,
+    full_in_ms: Option<u64>,
+    stored_ms_ago: u64,
+}
+
+#[derive(Serialize)]
+struct LeaseRow {
+    level: &'static str,
+    reservation: String,
+    expires_in_ms: i64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    tenant: String,
+    user: Option<String>,
+    tier: Option<String>,
+    configuration_version: u64,
+    override_applies: bool,
+    buckets: Vec<BucketRow>,
+    leases: Vec<LeaseRow>,
+}
+
+/// `ctxbudget inspect`.
+pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
+    let cfg = args.admin.connect().await?;
+    let doc = cfg.load().await?;
+    let limits = doc
+        .limits()
+        .map_err(|e| anyhow::anyhow!("the stored configuration is invalid: {e}"))?;
+    let tenant =
+        TenantId::parse(&args.tenant).map_err(|e| anyhow::anyhow!("--tenant: {}", e.message))?;
+    let user = match &args.user {
+        Some(u) => Some(UserId::parse(u).map_err(|e| anyhow::anyhow!("--user: {}", e.message))?),
+        None => None,
+    };
+    let planned: Vec<LevelPlan> = match &args.tier {
+        Some(t) => {
+            let tier = limits.resolve(t, tenant.as_str()).with_context(|| {
+                format!("no tier {t:?}; the tiers are: {}", limits.tier_names())
+            })?;
+            plan::levels(&limits, Some(&tier), user.is_some(), true)
+        }
+        None => Vec::new(),
+    };
+    let keys = Keys::new(&args.admin.key_prefix).map_err(anyhow::Error::msg)?;
+    let mut conn = cfg.client().get_multiplexed_async_connection().await?;
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
+    let now = (secs * 1_000_000 + micros) as f64;
+
+    let mut levels = vec![Level::Global, Level::Tenant];
+    if user.is_some() {
+        levels.push(Level::User);
+    }
+    let mut report = Report {
+        tenant: tenant.to_string(),
+        user: user.as_ref().map(|u| u.to_string()),
+        tier: args.tier.clone(),
+        configuration_version: doc.version,
+        override_applies: limits.overrides.contains_key(tenant.as_str()),
+        buckets: Vec::new(),
+        leases: Vec::new(),
+    };
+    for level in levels {
+        let key = keys.level(level, &tenant, user.as_ref());
+        let fields: BTreeMap<String, Vec<u8>> = conn.hgetall(&key).await?;
+        let state = fields
+            .get("s")
+            .map(|raw| LevelState::decode(raw))
+            .transpose()
+            .map_err(anyhow::Error::msg)?
+            .flatten()
+            .unwrap_or_default();
+        let specs: Vec<&BucketSpec> = planned
+            .iter()
+            .filter(|p| p.level == level)
+            .flat_map(|p| &p.buckets)
+            .collect();
+        for b in &state.buckets {
+            let spec = specs.iter().find(|s| bucket_id(s) == b.id);
+            let period = (b.id % 1e7) as u64;
+            let dimension = if (b.id / 1e7) as u64 == 1 {
+                Dimension::Requests
+            } else {
+                Dimension::Tokens
+            };
+            let (level_now, full_in_ms) = match spec {
+                Some(s) => {
+                    let l = s.refill(b.level, (now - b.t) as i64);
+                    (l, Some(s.until_full_us(l).div_ceil(1000)))
+                }
+                None => (b.level, None),
+            };
+            report.buckets.push(BucketRow {
+                level: level.as_str(),
+                dimension: dimension.as_str(),
+                period: period_label(period),
+                limit: spec.map(|s| s.limit),
+                level_now,
+                debt: level_now < 0.0,
+                full_in_ms,
+                stored_ms_ago: ((now - b.t).max(0.0) / 1000.0) as u64,
+            });
+        }
+        for (field, value) in &fields {
+            if let Some(nonce) = field.strip_prefix('#')
+                && let Ok(bytes) = <[u8; 8]>::try_from(value.as_slice())
+            {
+                let expires = f64::from_le_bytes(bytes);
+                report.leases.push(LeaseRow {
+                    level: level.as_str(),
+                    reservation: format!("…{}", &nonce[nonce.len().saturating_sub(8)..]),
+                    expires_in_ms: ((expires - now) / 1000.0).round() as i64,
+                });
+            }
+        }
+    }
+    if args.admin.json {
+        return print_json(&report);
+    }
+    println!(
+        "tenant {:?}{}{} — configuration version {}{}",
+        report.tenant,
+        report
+            .user
+            .as_ref()
+            .map_or(String::new(), |u| format!(", user {u:?}")),
+        report
+            .tier
+            .as_ref()
+            .map_or(String::new(), |t| format!(", tier {t}")),
+        report.configuration_version,
+        if report.override_applies {
+            " (this tenant has an override)"
+        } else {
+            ""
+        }
+    );
+    let rows: Vec<Vec<String>> = report
+        .buckets
+        .iter()
+        .map(|b| {
+            vec![
+                b.level.into(),
+                format!("{} per {}", b.dimension, b.period),
+                b.limit.map_or("?".into(), |l| l.to_string()),
+                format!("{:.1}", b.level_now),
+                if b.debt {
+                    format!("{:.0}", -b.level_now)
+                } else {
+                    "-".into()
+                },
+                b.full_in_ms
+                    .map_or(format!("(stored {} ms ago)", b.stored_ms_ago), |ms| {
+                        format!("{ms} ms")
+                    }),
+            ]
+        })
+        .collect();
+    table(
+        &["LEVEL", "BUCKET", "LIMIT", "NOW", "DEBT", "FULL IN"],
+        &rows,
+    );
+    println!();
+    let rows: Vec<Vec<String>> = report
+        .leases
+        .iter()
+        .map(|l| {
+            vec![
+                l.level.into(),
+                l.reservation.clone(),
+                format!("{} ms", l.expires_in_ms),
+            ]
+        })
+        .collect();
+    table(&["LEVEL", "LEASE", "EXPIRES IN"], &rows);
+    if args.tier.is_none() {
+        println!("\n(pass --tier to see limits and levels refilled to now)");
+    }
+    Ok(())
+}

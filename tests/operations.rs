@@ -1,0 +1,408 @@
+//! Operating a multi-replica setup: quota changes through `ctxbudget tiers|
+//! overrides` reach every replica within a second without a restart or a failed
+//! request, a lost notification is caught by the version check, bad changes are
+//! refused whole, overrides and shadow quotas behave, the audit log records who
+//! changed what, and SIGHUP reloads a file in memory mode.
+
+mod support;
+
+use clap::Parser;
+use ctxbudget::cli::Cli;
+use ctxbudget::pb::{self, Dimension, Level, Reason};
+use ctxbudget::store::config::ConfigStore;
+use redis::Commands;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+use support::{Harness, RedisServer, limit, reserve, settings};
+
+type Client = pb::budget_service_client::BudgetServiceClient<tonic::transport::Channel>;
+
+const TIER: &str = r#"
+[tiers.t]
+max_context_tokens = 100000
+default_max_output_tokens = 10
+tenant = { requests = [{ limit = 100000, period = "1d" }] }
+user = { requests = [{ limit = 100, period = "1d" }] }
+"#;
+
+/// Runs `ctxbudget <args>` as an operator would, against `redis`.
+async fn ctl(redis: &RedisServer, args: &[&str]) -> anyhow::Result<()> {
+    let url = redis.url();
+    let mut argv = vec!["ctxbudget"];
+    argv.extend_from_slice(args);
+    argv.extend_from_slice(&["--redis-url", &url, "--actor", "test-operator"]);
+    ctxbudget::cli::run(Cli::try_parse_from(argv)?).await
+}
+
+fn document(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("ctxbudget-ops-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn user_request_limit(c: &mut Client, tenant: &str, user: &str, tier: &str) -> u64 {
+    let s = c
+        .get_status(pb::GetStatusRequest {
+            tenant_id: tenant.into(),
+            user_id: user.into(),
+            tier: tier.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    limit(&s.limits, Level::User, Dimension::Requests, 86_400).limit
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lowering_a_limit_reaches_every_replica_within_a_second_without_errors() {
+    let redis = RedisServer::start();
+    let a = Harness::start_with(settings(TIER, Some(redis.url())), None).await;
+    let b = Harness::start_with(settings(TIER, Some(redis.url())), None).await;
+    let (stop, errors, calls) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    // A steady stream of requests on both replicas while the change happens.
+    let streams: Vec<_> = [a.client.clone(), b.client.clone()]
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut c)| {
+            let (stop, errors, calls) = (stop.clone(), errors.clone(), calls.clone());
+            tokio::spawn(async move {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let user = format!("stream-{i}-{}", n % 50);
+                    match c
+                        .check_and_reserve(reserve("acme", &user, "t", 10, 10))
+                        .await
+                    {
+                        Ok(r) => {
+                            let r = r.into_inner();
+                            if r.allowed {
+                                let refund = pb::RefundRequest {
+                                    reservation_id: r.reservation_id,
+                                };
+                                if c.refund(refund).await.is_err() {
+                                    errors.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                        }
+                        Err(_) => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    calls.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let dir = temp_dir("lower");
+    let lower = document(
+        &dir,
+        "t.toml",
+        "max_context_tokens = 100000\ndefault_max_output_tokens = 10\n\
+         tenant = { requests = [{ limit = 100000, period = \"1d\" }] }\n\
+         user = { requests = [{ limit = 2, period = \"1d\" }] }\n",
+    );
+    ctl(&redis, &["tiers", "set", "t", &lower])
+        .await
+        .expect("the change is accepted");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    for mut c in [a.client.clone(), b.client.clone()] {
+        assert_eq!(user_request_limit(&mut c, "acme", "fresh", "t").await, 2);
+    }
+    let (mut ca, mut cb) = (a.client.clone(), b.client.clone());
+    let first = ca
+        .check_and_reserve(reserve("acme", "new-user", "t", 1, 1))
+        .await
+        .unwrap();
+    let second = cb
+        .check_and_reserve(reserve("acme", "new-user", "t", 1, 1))
+        .await
+        .unwrap();
+    let third = ca
+        .check_and_reserve(reserve("acme", "new-user", "t", 1, 1))
+        .await
+        .unwrap();
+    assert!(first.into_inner().allowed && second.into_inner().allowed);
+    assert_eq!(third.into_inner().reason(), Reason::RpmExceeded);
+
+    stop.store(true, Ordering::Relaxed);
+    for s in streams {
+        s.await.unwrap();
+    }
+    assert!(calls.load(Ordering::Relaxed) > 20, "the stream ran");
+    assert_eq!(
+        errors.load(Ordering::Relaxed),
+        0,
+        "no request failed during the switch"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_notification_is_caught_by_the_version_check() {
+    let redis = RedisServer::start();
+    let mut h = Harness::start_with(settings(TIER, Some(redis.url())), None).await;
+    assert_eq!(
+        user_request_limit(&mut h.client, "acme", "u", "t").await,
+        100
+    );
+    // Change the configuration the way a replica that missed the message sees
+    // it: new document and version, no notification.
+    let mut conn = redis.conn();
+    let doc = r#"{"max_context_tokens":100000,"default_max_output_tokens":10,"tenant":{"requests":[{"limit":100000,"period":"1d"}]},"user":{"requests":[{"limit":7,"period":"1d"}]}}"#;
+    let _: () = conn.hset("ctxb:cfg", "tier:t", doc).unwrap();
+    let _: u64 = conn.hincr("ctxb:cfg", "version", 1).unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(user_request_limit(&mut h.client, "acme", "u", "t").await, 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_changes_are_refused_and_nothing_is_written() {
+    let redis = RedisServer::start();
+    let _h = Harness::start_with(settings(TIER, Some(redis.url())), None).await;
+    let mut conn = redis.conn();
+    let before: std::collections::BTreeMap<String, String> = conn.hgetall("ctxb:cfg").unwrap();
+    let dir = temp_dir("invalid");
+    let head = "max_context_tokens = 1000\ndefault_max_output_tokens = 10\n";
+    let cases = [
+        (
+            "negative",
+            format!("{head}user = {{ requests = [{{ limit = -5, period = \"1m\" }}] }}\n"),
+            "user.requests[0].limit",
+        ),
+        (
+            "text",
+            format!("{head}user = {{ requests = [{{ limit = \"many\", period = \"1m\" }}] }}\n"),
+            "user.requests[0].limit",
+        ),
+        (
+            "short period",
+            format!("{head}user = {{ tokens = [{{ limit = 5, period = \"0s\" }}] }}\n"),
+            "user.tokens[0].period",
+        ),
+        (
+            "long period",
+            format!("{head}user = {{ tokens = [{{ limit = 5, period = \"31d\" }}] }}\n"),
+            "user.tokens[0].period",
+        ),
+        (
+            "user above tenant",
+            format!(
+                "{head}tenant = {{ requests = [{{ limit = 5, period = \"1m\" }}] }}\n\
+                 user = {{ requests = [{{ limit = 6, period = \"1m\" }}] }}\n"
+            ),
+            "user.requests[0].limit",
+        ),
+        ("unknown field", format!("{head}burst = 3\n"), "burst"),
+    ];
+    for (name, text, field) in cases {
+        let file = document(&dir, "bad.toml", &text);
+        let err = ctl(&redis, &["tiers", "set", "t", &file])
+            .await
+            .unwrap_err();
+        let message = format!("{err:#}");
+        assert!(message.contains(field), "{name}: {message}");
+        assert!(message.contains("nothing was written"), "{name}: {message}");
+    }
+    let err = ctl(
+        &redis,
+        &[
+            "overrides",
+            "set",
+            "--tenant",
+            "acme",
+            &document(&dir, "o.toml", "tenant = { concurrency = 0 }\n"),
+        ],
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("overrides.acme.tenant.concurrency"),
+        "{err:#}"
+    );
+    let err = ctl(&redis, &["tiers", "delete", "t"]).await.unwrap_err();
+    assert!(format!("{err:#}").contains("at least one tier"), "{err:#}");
+    let after: std::collections::BTreeMap<String, String> = conn.hgetall("ctxb:cfg").unwrap();
+    assert_eq!(before, after, "a refused change wrote something");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overrides_win_over_tiers_and_deleting_one_restores_the_tier() {
+    let redis = RedisServer::start();
+    let mut h = Harness::start_with(settings(TIER, Some(redis.url())), None).await;
+    let dir = temp_dir("override");
+    let deal = document(
+        &dir,
+        "bigco.toml",
+        "tenant = { requests = [{ limit = 100000, period = \"1d\" }] }\nuser = { requests = [{ limit = 500, period = \"1d\" }] }\n",
+    );
+    ctl(&redis, &["overrides", "set", "--tenant", "bigco", &deal])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(
+        user_request_limit(&mut h.client, "bigco", "u", "t").await,
+        500
+    );
+    assert_eq!(
+        user_request_limit(&mut h.client, "smallco", "u", "t").await,
+        100
+    );
+    ctl(&redis, &["overrides", "delete", "--tenant", "bigco"])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(
+        user_request_limit(&mut h.client, "bigco", "u", "t").await,
+        100
+    );
+
+    let cfg = ConfigStore::connect(&redis.url(), "ctxb:").await.unwrap();
+    let history = cfg.history(10).await.unwrap();
+    assert_eq!(history[0].field, "override:bigco");
+    assert_eq!(
+        (history[0].actor.as_str(), history[0].new.as_str()),
+        ("test-operator", "")
+    );
+    assert!(history[1].new.contains("500") && history[1].old.is_empty());
+    assert!(history[0].version > history[1].version);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_a_limit_keeps_levels_and_debt() {
+    let redis = RedisServer::start();
+    let tier = r#"
+[tiers.t]
+max_context_tokens = 100000
+default_max_output_tokens = 10
+user = { requests = [{ limit = 10, period = "30d" }], tokens = [{ limit = 1000, period = "30d" }] }
+"#;
+    let mut h = Harness::start_with(settings(tier, Some(redis.url())), None).await;
+    for i in 0..5 {
+        let r = h
+            .client
+            .check_and_reserve(reserve("acme", "u", "t", 10, 10))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(r.allowed);
+        // The last commit overspends: 4 × 20 + 1,420 = 1,500 tokens against 1,000.
+        let used = if i == 4 { 1420 } else { 20 };
+        h.client
+            .commit(pb::CommitRequest {
+                reservation_id: r.reservation_id,
+                prompt_tokens: used,
+                completion_tokens: 0,
+            })
+            .await
+            .unwrap();
+    }
+    let dir = temp_dir("keep");
+    let set = |requests: u64| {
+        document(
+            &dir,
+            &format!("t{requests}.toml"),
+            &format!(
+                "max_context_tokens = 100000\ndefault_max_output_tokens = 10\n\
+                 user = {{ requests = [{{ limit = {requests}, period = \"30d\" }}], tokens = [{{ limit = 2000, period = \"30d\" }}] }}\n"
+            ),
+        )
+    };
+    ctl(&redis, &["tiers", "set", "t", &set(8)]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let s = h
+        .client
+        .get_status(pb::GetStatusRequest {
+            tenant_id: "acme".into(),
+            user_id: "u".into(),
+            tier: "t".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let requests = limit(&s.limits, Level::User, Dimension::Requests, 30 * 86_400);
+    assert_eq!(
+        (requests.limit, requests.remaining),
+        (8, 5),
+        "the level is kept, not reset"
+    );
+    let tokens = limit(&s.limits, Level::User, Dimension::Tokens, 30 * 86_400);
+    assert_eq!(
+        (tokens.limit, tokens.remaining),
+        (2000, -500),
+        "debt stays debt"
+    );
+    ctl(&redis, &["tiers", "set", "t", &set(3)]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let s = h
+        .client
+        .get_status(pb::GetStatusRequest {
+            tenant_id: "acme".into(),
+            user_id: "u".into(),
+            tier: "t".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let requests = limit(&s.limits, Level::User, Dimension::Requests, 30 * 86_400);
+    assert_eq!(
+        (requests.limit, requests.remaining),
+        (3, 3),
+        "clamped to the new capacity"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_file_in_memory_mode() {
+    let dir = temp_dir("sighup");
+    let config = |limit: u64| {
+        format!(
+            "[tiers.t]\nmax_context_tokens = 1000\ndefault_max_output_tokens = 10\n\
+             user = {{ requests = [{{ limit = {limit}, period = \"1d\" }}] }}\n"
+        )
+    };
+    let file = document(&dir, "ctxbudget.toml", &config(5));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ctxbudget"))
+        .args(["serve", "--listen", &listen, "--config", &file])
+        .env_remove("CTXBUDGET_REDIS_URL")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    let mut client = support::connect(listen.parse().unwrap()).await;
+    assert_eq!(user_request_limit(&mut client, "acme", "u", "t").await, 5);
+    std::fs::write(&file, config(9)).unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(user_request_limit(&mut client, "acme", "u", "t").await, 9);
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(dir);
+}
