@@ -18,6 +18,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The last configuration version found invalid (logged once).
+static REJECTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
+
 /// How often the stored version is compared with the applied one.
 pub const VERSION_CHECK: Duration = Duration::from_secs(1);
 
@@ -46,13 +49,17 @@ pub async fn apply_from_redis<S: Store>(engine: &Engine<S>, cfg: &ConfigStore) -
             Some(version)
         }
         Err(e) => {
-            tracing::error!(
-                version = doc.version,
-                error = %e,
-                "configuration version {} is invalid; keeping version {}",
-                doc.version,
-                engine.limits().version
-            );
+            // Once per bad version: the version check would repeat it every second.
+            if REJECTED.swap(doc.version, std::sync::atomic::Ordering::Relaxed) != doc.version {
+                tracing::error!(
+                    version = doc.version,
+                    error = %e,
+                    "configuration version {} is invalid; keeping version {} (fix it with \
+                     `ctxbudget tiers set`, or re-seed an emptied Redis with `ctxbudget tiers import`)",
+                    doc.version,
+                    engine.limits().version
+                );
+            }
             None
         }
     }

@@ -80,6 +80,16 @@ pub enum Field {
     Override(String),
 }
 
+impl std::fmt::Display for Field {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Field::Global => f.write_str("the global limits"),
+            Field::Tier(t) => write!(f, "tier {t}"),
+            Field::Override(t) => write!(f, "the override of tenant {t:?}"),
+        }
+    }
+}
+
 impl Field {
     fn name(&self) -> String {
         match self {
