@@ -110,6 +110,10 @@ pub fn engine_settings(settings: &Settings) -> EngineSettings {
         leases: settings.leases,
         retry_jitter_ms: settings.retry_jitter_ms,
         concurrency_retry_ms: settings.concurrency_retry_ms,
+        policy: settings.policy,
+        replicas: settings.replicas,
+        breaker: settings.breaker,
+        retention: settings.retention,
     }
 }
 
@@ -148,6 +152,7 @@ pub async fn serve<S: Store>(
     health
         .set_serving::<BudgetServiceServer<BudgetApi<S>>>()
         .await;
+    tasks.push(tokio::spawn(report_health(engine.clone(), health)));
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -176,10 +181,49 @@ pub async fn serve<S: Store>(
 async fn refresh_estimators<S: Store>(engine: Arc<Engine<S>>) {
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
     loop {
         tick.tick().await;
-        if let Err(e) = engine.refresh_estimators().await {
-            tracing::warn!(error = %e, "could not refresh the estimator multipliers; keeping the last ones");
+        match engine.refresh_estimators().await {
+            Ok(_) => failing = false,
+            Err(e) if !failing => {
+                failing = true;
+                tracing::warn!(error = %e, "could not refresh the estimator multipliers; keeping the last ones");
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// The gRPC health service says NOT_SERVING while the store's breaker is open
+/// and the policy is `fail_closed` (every reservation would be refused); under
+/// the degraded policies the service keeps answering, so it stays SERVING.
+async fn report_health<S: Store>(
+    engine: Arc<Engine<S>>,
+    health: tonic_health::server::HealthReporter,
+) {
+    use crate::config::FailurePolicy;
+    use crate::engine::BreakerState;
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
+    let mut serving = true;
+    loop {
+        tick.tick().await;
+        let state = engine.breaker_state();
+        crate::telemetry::breaker(state);
+        let now_serving =
+            !(state == BreakerState::Open && engine.policy() == FailurePolicy::FailClosed);
+        if now_serving != serving {
+            serving = now_serving;
+            let status = if serving {
+                tonic_health::ServingStatus::Serving
+            } else {
+                tonic_health::ServingStatus::NotServing
+            };
+            tracing::warn!(?status, breaker = state.as_str(), "health changed");
+            health.set_service_status("", status).await;
+            health
+                .set_service_status("ctxbudget.v1.BudgetService", status)
+                .await;
         }
     }
 }

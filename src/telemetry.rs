@@ -15,6 +15,14 @@ pub const REFUNDED_TOKENS: &str = "ctxbudget_refunded_tokens_total";
 pub const COMMIT_DELTA: &str = "ctxbudget_commit_token_delta";
 /// gRPC handling time in seconds, labelled `rpc` and `code`.
 pub const RPC_SECONDS: &str = "ctxbudget_rpc_duration_seconds";
+/// Store call time in seconds, labelled `op`.
+pub const STORE_SECONDS: &str = "ctxbudget_store_duration_seconds";
+/// Failed store calls, labelled `op` and `kind` (unavailable|protocol|breaker_open).
+pub const STORE_ERRORS: &str = "ctxbudget_store_errors_total";
+/// The store circuit breaker: 0 closed, 1 half-open, 2 open.
+pub const BREAKER_STATE: &str = "ctxbudget_breaker_state";
+/// Decisions made without the store, labelled `policy` (local|fail_open).
+pub const DEGRADED: &str = "ctxbudget_degraded_decisions_total";
 /// Requests a quota in shadow would have denied, labelled `tier`, `reason`, `level`.
 pub const SHADOW_DENIALS: &str = "ctxbudget_shadow_denials_total";
 /// Prompt tokens the service counted, labelled `method` (exact|fast).
@@ -39,6 +47,24 @@ pub fn decision(tier: &str, denial: Option<&Denial>, reserved_tokens: u64) {
     };
     counter!(DECISIONS, "result" => result, "reason" => reason, "level" => level, "tier" => tier.to_owned())
         .increment(1);
+}
+
+/// Records one store call.
+pub fn store_call(op: &'static str, seconds: f64, error: Option<&'static str>) {
+    histogram!(STORE_SECONDS, "op" => op).record(seconds);
+    if let Some(kind) = error {
+        counter!(STORE_ERRORS, "op" => op, "kind" => kind).increment(1);
+    }
+}
+
+/// Publishes the breaker's state.
+pub fn breaker(state: crate::engine::BreakerState) {
+    metrics::gauge!(BREAKER_STATE).set(state.gauge());
+}
+
+/// Counts one decision made without the store.
+pub fn degraded(policy: &'static str) {
+    counter!(DEGRADED, "policy" => policy).increment(1);
 }
 
 /// Counts one would-be denial of a quota in shadow.

@@ -273,7 +273,8 @@ user = { requests = [{ limit = 3, period = "1d" }], concurrency = 3 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_redis_is_unavailable() {
-    let mut h = Harness::start(support::Backend::Redis, SHORT).await;
+    let fail_closed = format!("{SHORT}\n[resilience]\npolicy = \"fail_closed\"\n");
+    let mut h = Harness::start(support::Backend::Redis, &fail_closed).await;
     drop(h.redis.take());
     let err = h
         .client

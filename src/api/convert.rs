@@ -148,6 +148,7 @@ pub fn reserve_response(out: ReserveOutcome) -> pb::CheckAndReserveResponse {
         estimated_prompt_tokens: out.estimated_prompt_tokens,
         estimator_multiplier: out.estimator_multiplier,
         granted_max_output_tokens: out.granted_max_output_tokens,
+        degraded: out.degraded,
         ..Default::default()
     };
     if let Some(d) = out.shadow_denial {
@@ -188,6 +189,7 @@ pub fn status_response(out: StatusOutcome) -> pb::GetStatusResponse {
     pb::GetStatusResponse {
         limits: out.limits.iter().map(limit_status).collect(),
         leases: out.leases.iter().map(level_leases).collect(),
+        degraded: out.degraded,
     }
 }
 

@@ -52,6 +52,12 @@ pub struct Settings {
     /// The tiers, global limits and overrides as written: what seeds Redis
     /// when it holds no configuration yet.
     pub seed: crate::store::config::ConfigDoc,
+    /// What happens when the store fails.
+    pub policy: FailurePolicy,
+    /// Replicas sharing the store (`local` divides limits by it).
+    pub replicas: u64,
+    /// The store's circuit breaker.
+    pub breaker: crate::engine::BreakerSettings,
     /// Largest request accepted, in bytes.
     pub max_message_bytes: usize,
     /// Model rules for counting.
@@ -152,6 +158,7 @@ impl FileConfig {
         self.tiers = other.tiers.or(self.tiers);
         self.estimator = other.estimator.or(self.estimator);
         self.overrides = other.overrides.or(self.overrides);
+        self.resilience = other.resilience.or(self.resilience);
         self
     }
 
@@ -286,6 +293,56 @@ impl FileConfig {
             min: est.min_multiplier,
             max: est.max_multiplier,
         };
+        let resilience = self
+            .resilience
+            .or(defaults.resilience)
+            .expect("built-in [resilience]");
+        within("resilience.replicas", resilience.replicas, 1, 10_000)?;
+        within(
+            "resilience.breaker_min_calls",
+            u64::from(resilience.breaker_min_calls),
+            1,
+            1_000_000,
+        )?;
+        within(
+            "resilience.breaker_probes",
+            u64::from(resilience.breaker_probes),
+            1,
+            1000,
+        )?;
+        within(
+            "resilience.breaker_close_after",
+            u64::from(resilience.breaker_close_after),
+            1,
+            1000,
+        )?;
+        within(
+            "resilience.breaker_window_ms",
+            resilience.breaker_window_ms,
+            100,
+            3_600_000,
+        )?;
+        within(
+            "resilience.breaker_cool_down_ms",
+            resilience.breaker_cool_down_ms,
+            10,
+            3_600_000,
+        )?;
+        if !(resilience.breaker_failure_rate > 0.0 && resilience.breaker_failure_rate <= 1.0) {
+            return Err(LimitsError::new(
+                "resilience.breaker_failure_rate",
+                "must be above 0 and at most 1",
+            )
+            .into());
+        }
+        let breaker = crate::engine::BreakerSettings {
+            window: Duration::from_millis(resilience.breaker_window_ms),
+            min_calls: resilience.breaker_min_calls,
+            failure_rate: resilience.breaker_failure_rate,
+            cool_down: Duration::from_millis(resilience.breaker_cool_down_ms),
+            probes: resilience.breaker_probes,
+            close_after: resilience.breaker_close_after,
+        };
         let count_workers = match est.workers {
             0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
             n => n,
@@ -312,6 +369,9 @@ impl FileConfig {
             max_message_bytes: server.max_message_bytes,
             config_path: None,
             seed,
+            policy: resilience.policy,
+            replicas: resilience.replicas,
+            breaker,
             models,
             adaptive,
             count_workers,

@@ -30,6 +30,82 @@ pub struct FileConfig {
     pub estimator: Option<EstimatorSection>,
     /// Tenants' own limits, by tenant id.
     pub overrides: Option<BTreeMap<String, OverrideSection>>,
+    /// What happens when the store fails.
+    pub resilience: Option<ResilienceSection>,
+}
+
+/// What the service does when the store cannot answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailurePolicy {
+    /// Answer UNAVAILABLE: the gateway decides.
+    FailClosed,
+    /// Allow every request, flagged degraded.
+    FailOpen,
+    /// Decide from this replica's memory with every limit divided by the number
+    /// of replicas, flagged degraded.
+    #[default]
+    Local,
+}
+
+impl FailurePolicy {
+    /// The name as configured.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailurePolicy::FailClosed => "fail_closed",
+            FailurePolicy::FailOpen => "fail_open",
+            FailurePolicy::Local => "local",
+        }
+    }
+}
+
+/// `[resilience]`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResilienceSection {
+    /// What happens when the store cannot answer.
+    #[serde(default)]
+    pub policy: FailurePolicy,
+    /// Replicas sharing the store: `local` divides every limit by this.
+    #[serde(default = "one")]
+    pub replicas: u64,
+    /// The breaker's sliding window.
+    #[serde(default = "default_breaker_window_ms")]
+    pub breaker_window_ms: u64,
+    /// Calls in the window before it may open.
+    #[serde(default = "default_breaker_min_calls")]
+    pub breaker_min_calls: u32,
+    /// Failure share that opens it.
+    #[serde(default = "default_breaker_failure_rate")]
+    pub breaker_failure_rate: f64,
+    /// How long it stays open before probing.
+    #[serde(default = "default_breaker_cool_down_ms")]
+    pub breaker_cool_down_ms: u64,
+    /// Probe calls at once while half-open.
+    #[serde(default = "default_breaker_probes")]
+    pub breaker_probes: u32,
+    /// Consecutive probe successes that close it.
+    #[serde(default = "default_breaker_probes")]
+    pub breaker_close_after: u32,
+}
+
+fn one() -> u64 {
+    1
+}
+fn default_breaker_window_ms() -> u64 {
+    10_000
+}
+fn default_breaker_min_calls() -> u32 {
+    20
+}
+fn default_breaker_failure_rate() -> f64 {
+    0.5
+}
+fn default_breaker_cool_down_ms() -> u64 {
+    5_000
+}
+fn default_breaker_probes() -> u32 {
+    3
 }
 
 /// `[estimator]`.
@@ -127,7 +203,7 @@ fn default_connections() -> usize {
     4
 }
 fn default_timeout_ms() -> u64 {
-    500
+    50
 }
 
 /// `[reservations]`.

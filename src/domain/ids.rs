@@ -119,6 +119,9 @@ pub struct ReservationId {
     /// The adaptive estimator key the prompt was counted under; empty when the
     /// caller sent its own count (nothing to learn from).
     pub estimator: String,
+    /// Made by this replica's local store while the shared store was
+    /// unavailable (degraded mode): settled there too.
+    pub local: bool,
     /// 128 random bits.
     pub nonce: [u8; NONCE_BYTES],
 }
@@ -137,6 +140,7 @@ impl ReservationId {
             user,
             tier,
             estimator,
+            local: false,
             nonce,
         }
     }
@@ -189,6 +193,11 @@ impl ReservationId {
         if r.u8().ok_or_else(bad)? != RESERVATION_VERSION {
             return Err(bad());
         }
+        let local = match r.u8().ok_or_else(bad)? {
+            0 => false,
+            1 => true,
+            _ => return Err(bad()),
+        };
         let tenant = r.string().ok_or_else(bad)?;
         let user = r.string().ok_or_else(bad)?;
         let tier = r.string().ok_or_else(bad)?;
@@ -207,6 +216,7 @@ impl ReservationId {
             user,
             tier: tier.to_owned(),
             estimator: estimator.to_owned(),
+            local,
             nonce,
         })
     }
@@ -219,6 +229,7 @@ impl fmt::Display for ReservationId {
             26 + self.tenant.0.len() + user.len() + self.tier.len() + self.estimator.len(),
         );
         blob.push(RESERVATION_VERSION);
+        blob.push(u8::from(self.local));
         for s in [
             self.tenant.as_str(),
             user,

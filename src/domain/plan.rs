@@ -42,6 +42,24 @@ impl LevelPlan {
         }
     }
 
+    /// The level with every limit divided by `parts` (at least 1 each): one
+    /// replica's share while replicas decide apart.
+    pub fn scaled(&self, parts: u64) -> LevelPlan {
+        let parts = parts.max(1);
+        LevelPlan {
+            level: self.level,
+            buckets: self
+                .buckets
+                .iter()
+                .map(|b| BucketSpec {
+                    limit: (b.limit / parts).max(1),
+                    ..*b
+                })
+                .collect(),
+            concurrency: self.concurrency.map(|c| (c / parts).max(1)),
+        }
+    }
+
     /// True when the level checks nothing.
     pub fn is_unlimited(&self) -> bool {
         self.buckets.is_empty() && self.concurrency.is_none()

@@ -7,19 +7,25 @@
 //! - [`shadow`]: quotas in shadow, evaluated and reported but never enforced.
 //! - [`status`]: GetStatus and the estimator's state, and its refresh.
 
+mod breaker;
 mod reserve;
 mod settle;
 mod shadow;
 mod status;
 
+pub use breaker::{Breaker, BreakerSettings, BreakerState};
 pub use reserve::{PromptInput, ReserveInput, ReserveOutcome};
 pub use settle::{CommitOutcome, Outcome};
 pub use status::{EstimatorView, LevelLeases, StatusOutcome};
 
-use crate::domain::plan::LeasePolicy;
+use crate::config::FailurePolicy;
+use crate::domain::plan::{LeasePolicy, ReservePlan};
 use crate::domain::{InvalidInput, Limits};
 use crate::estimator::{Counter, Multipliers};
-use crate::store::{Store, StoreError};
+use crate::store::keys::{DEFAULT_PREFIX, Keys};
+use crate::store::memory::MemoryStore;
+use crate::store::{Retention, Store, StoreError};
+use crate::telemetry;
 use std::sync::{Arc, RwLock};
 
 /// What the engine needs besides the store and limits.
@@ -31,6 +37,14 @@ pub struct EngineSettings {
     pub retry_jitter_ms: u64,
     /// Longest retry_after suggested for a full concurrency limit.
     pub concurrency_retry_ms: u64,
+    /// What happens when the store cannot answer.
+    pub policy: FailurePolicy,
+    /// Replicas sharing the store: the `local` policy divides limits by it.
+    pub replicas: u64,
+    /// The store's circuit breaker.
+    pub breaker: BreakerSettings,
+    /// Retention of the local (degraded-mode) store.
+    pub retention: Retention,
 }
 
 /// A request the engine could not answer with a decision.
@@ -59,6 +73,11 @@ pub struct Engine<S> {
     settings: EngineSettings,
     counter: Counter,
     multipliers: Multipliers,
+    /// Guards every call to `store`.
+    breaker: Breaker,
+    /// Decides (and keeps) reservations while `store` is unavailable, under the
+    /// `local` and `fail_open` policies.
+    local: MemoryStore,
 }
 
 impl<S: Store> Engine<S> {
@@ -75,6 +94,11 @@ impl<S: Store> Engine<S> {
             shadow: store.shadow(),
             store,
             limits: RwLock::new(limits),
+            breaker: Breaker::new(settings.breaker),
+            local: MemoryStore::new(
+                Keys::new(DEFAULT_PREFIX).expect("the default prefix is valid"),
+                settings.retention,
+            ),
             settings,
             counter,
             multipliers,
@@ -97,5 +121,61 @@ impl<S: Store> Engine<S> {
     /// Replaces the limits in force; calls in flight finish under the old ones.
     pub fn set_limits(&self, limits: Arc<Limits>) {
         *self.limits.write().unwrap_or_else(|p| p.into_inner()) = limits;
+    }
+
+    /// The store's circuit breaker state.
+    pub fn breaker_state(&self) -> BreakerState {
+        self.breaker.state()
+    }
+
+    /// The failure policy.
+    pub fn policy(&self) -> FailurePolicy {
+        self.settings.policy
+    }
+
+    /// Runs one store call through the breaker, timing it. An open breaker fails
+    /// the call at once.
+    async fn guarded<T>(
+        &self,
+        op: &'static str,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let Some(permit) = self.breaker.acquire() else {
+            telemetry::store_call(op, 0.0, Some("breaker_open"));
+            return Err(StoreError::Unavailable(
+                "the store's circuit breaker is open after repeated failures; it probes the store \
+                 again shortly"
+                    .into(),
+            ));
+        };
+        let started = std::time::Instant::now();
+        let result = call.await;
+        let failed = matches!(result, Err(StoreError::Unavailable(_)));
+        self.breaker.record(permit, !failed);
+        let kind = match &result {
+            Ok(_) => None,
+            Err(StoreError::Unavailable(_)) => Some("unavailable"),
+            Err(StoreError::Protocol(_)) => Some("protocol"),
+        };
+        telemetry::store_call(op, started.elapsed().as_secs_f64(), kind);
+        telemetry::breaker(self.breaker.state());
+        result
+    }
+
+    /// A plan for the local store: limits divided by the replica count (`local`)
+    /// or none at all (`fail_open`); the id marks the reservation local.
+    fn local_plan(&self, plan: &ReservePlan) -> ReservePlan {
+        let mut local = plan.clone();
+        local.id.local = true;
+        local.idempotency_key = None;
+        local.levels = match self.settings.policy {
+            FailurePolicy::FailOpen => Vec::new(),
+            _ => plan
+                .levels
+                .iter()
+                .map(|l| l.scaled(self.settings.replicas))
+                .collect(),
+        };
+        local
     }
 }

@@ -1,8 +1,10 @@
 //! CheckAndReserve: count the prompt (when the caller did not), correct the
 //! count with the adaptive multiplier, plan, reserve, and explain the result.
 
+use super::BreakerState;
 use super::shadow::ShadowSettle;
 use super::{Engine, EngineError};
+use crate::config::FailurePolicy;
 use crate::domain::decision::{self, LimitState};
 use crate::domain::plan::{self, Prepared, ReserveRequest};
 use crate::domain::{Denial, IdempotencyKey, InvalidInput, TenantId, UserId};
@@ -68,6 +70,8 @@ pub struct ReserveOutcome {
     pub replayed: bool,
     /// What the quota in shadow would have denied, if anything.
     pub shadow_denial: Option<Denial>,
+    /// Decided without the store (its failure policy applied).
+    pub degraded: bool,
 }
 
 /// The prompt after counting.
@@ -147,6 +151,7 @@ impl<S: Store> Engine<S> {
             lease_expires_in_ms: 0,
             replayed: false,
             shadow_denial: None,
+            degraded: false,
         };
         let scope = (req.tenant.clone(), req.user.clone());
         let plan = match plan::prepare(req, &limits, &self.settings.leases)? {
@@ -177,11 +182,26 @@ impl<S: Store> Engine<S> {
         out.max_output_tokens = plan.max_output_tokens;
         out.reserved_tokens = plan.tokens();
         out.granted_max_output_tokens = plan.max_output_tokens;
+        // A quota in shadow is checked while the store is healthy; in an outage
+        // it would only add its deadline to every call.
         let shadow = match &tier.shadow {
-            Some(limits) => Some(self.shadow_check(&plan, limits, &tier.name).await),
-            None => None,
+            Some(limits) if self.breaker_state() == BreakerState::Closed => {
+                Some(self.shadow_check(&plan, limits, &tier.name).await)
+            }
+            _ => None,
         };
-        let reply = self.store.reserve(&plan).await;
+        let mut plan = plan;
+        let reply = match self.guarded("reserve", self.store.reserve(&plan)).await {
+            Err(StoreError::Unavailable(why)) if self.policy() != FailurePolicy::FailClosed => {
+                // Degraded: decide from this replica's memory and say so.
+                tracing::warn!(policy = self.policy().as_str(), error = %why, "deciding without the store");
+                telemetry::degraded(self.policy().as_str());
+                plan = self.local_plan(&plan);
+                out.degraded = true;
+                self.local.reserve(&plan).await
+            }
+            other => other,
+        };
         if let Some(shadow) = shadow {
             let served = matches!(reply, Ok(ReserveReply::Allowed { .. }));
             if shadow.taken && !served {

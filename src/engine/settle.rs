@@ -2,6 +2,7 @@
 
 use super::shadow::ShadowSettle;
 use super::{Engine, EngineError};
+use crate::config::FailurePolicy;
 use crate::domain::ReservationId;
 use crate::domain::plan::{self, LevelPlan};
 use crate::store::{RenewReply, SettleReply, Settled, Settlement, Store};
@@ -37,7 +38,19 @@ impl<S: Store> Engine<S> {
     fn settlement_levels(&self, id: &ReservationId) -> Vec<LevelPlan> {
         let limits = self.limits();
         let tier = self.tier_of(id);
-        plan::levels(&limits, tier.as_deref(), id.user.is_some(), true)
+        let levels = plan::levels(&limits, tier.as_deref(), id.user.is_some(), true);
+        if !id.local {
+            return levels;
+        }
+        // A reservation made in degraded mode lives in the local store, under
+        // the limits it was made with.
+        match self.settings.policy {
+            FailurePolicy::FailOpen => Vec::new(),
+            _ => levels
+                .iter()
+                .map(|l| l.scaled(self.settings.replicas))
+                .collect(),
+        }
     }
 
     /// Commit.
@@ -55,7 +68,13 @@ impl<S: Store> Engine<S> {
             id: &id,
             levels: &levels,
         };
-        let reply = self.store.commit(s, prompt + completion, prompt).await?;
+        let reply = match id.local {
+            true => self.local.commit(s, prompt + completion, prompt).await?,
+            false => {
+                self.guarded("commit", self.store.commit(s, prompt + completion, prompt))
+                    .await?
+            }
+        };
         let mut out = CommitOutcome {
             outcome: Outcome::Applied,
             token_delta: 0,
@@ -101,7 +120,11 @@ impl<S: Store> Engine<S> {
             id: &id,
             levels: &levels,
         };
-        let (outcome, settled) = match self.store.refund(s).await? {
+        let reply = match id.local {
+            true => self.local.refund(s).await?,
+            false => self.guarded("refund", self.store.refund(s)).await?,
+        };
+        let (outcome, settled) = match reply {
             SettleReply::Applied { settled, .. } => (Outcome::Applied, settled),
             SettleReply::AlreadySettled(settled) => (Outcome::AlreadySettled, settled),
             SettleReply::NotFound => return Err(not_found(reservation_id)),
@@ -130,7 +153,11 @@ impl<S: Store> Engine<S> {
             id: &id,
             levels: &levels,
         };
-        match self.store.renew(s, ttl).await? {
+        let reply = match id.local {
+            true => self.local.renew(s, ttl).await?,
+            false => self.guarded("renew", self.store.renew(s, ttl)).await?,
+        };
+        match reply {
             RenewReply::Renewed { expires_in_ms } => {
                 self.shadow_settle(&id, ShadowSettle::Renew { ttl_ms: ttl })
                     .await;

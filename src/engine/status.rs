@@ -2,6 +2,7 @@
 //! estimator multipliers in step with the samples in the store.
 
 use super::{Engine, EngineError};
+use crate::config::FailurePolicy;
 use crate::domain::decision::{self, LimitState};
 use crate::domain::plan;
 use crate::domain::{InvalidInput, Level, Reading, TenantId, UserId};
@@ -25,6 +26,8 @@ pub struct StatusOutcome {
     pub limits: Vec<LimitState>,
     /// Live leases per level with a concurrency limit.
     pub leases: Vec<LevelLeases>,
+    /// Read from this replica's memory while the store is unavailable.
+    pub degraded: bool,
 }
 
 /// One estimator key as this replica sees it.
@@ -61,7 +64,28 @@ impl<S: Store> Engine<S> {
             )
         })?;
         let levels = plan::levels(&limits, Some(&tier), user.is_some(), false);
-        let readings = self.store.status(Scope { tenant, user }, &levels).await?;
+        let scope = Scope { tenant, user };
+        let mut degraded = false;
+        let (levels, readings) = match self
+            .guarded("status", self.store.status(scope, &levels))
+            .await
+        {
+            Ok(readings) => (levels, readings),
+            Err(StoreError::Unavailable(_)) if self.policy() != FailurePolicy::FailClosed => {
+                // What this replica decides by while degraded.
+                degraded = true;
+                let local: Vec<_> = match self.policy() {
+                    FailurePolicy::FailOpen => Vec::new(),
+                    _ => levels
+                        .iter()
+                        .map(|l| l.scaled(self.settings.replicas))
+                        .collect(),
+                };
+                let readings = self.local.status(scope, &local).await?;
+                (local, readings)
+            }
+            Err(e) => return Err(e.into()),
+        };
         let mut leases = Vec::new();
         let mut end = 0;
         for lp in &levels {
@@ -79,6 +103,7 @@ impl<S: Store> Engine<S> {
         Ok(StatusOutcome {
             limits: decision::limit_states(&levels, &readings),
             leases,
+            degraded,
         })
     }
 
@@ -117,6 +142,9 @@ impl<S: Store> Engine<S> {
     pub async fn refresh_estimators(&self) -> Result<usize, StoreError> {
         let keys = self.multipliers.active_keys();
         if keys.is_empty() {
+            return Ok(0);
+        }
+        if self.breaker_state() == super::BreakerState::Open {
             return Ok(0);
         }
         let samples = self.store.estimator_samples(&keys).await?;

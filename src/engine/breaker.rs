@@ -1,0 +1,317 @@
+//! The circuit breaker in front of the store. Closed, it lets every call through
+//! and counts outcomes over a sliding window; when enough calls failed (a rate
+//! over a threshold, with a minimum number of calls — one blip never trips it)
+//! it opens: calls fail at once, without waiting on a store that is down. After
+//! a cool-down it half-opens: a bounded number of probe calls go through;
+//! consecutive successes close it, a failed probe opens it again.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How the breaker trips and recovers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BreakerSettings {
+    /// The sliding window failures are counted over.
+    pub window: Duration,
+    /// Calls the window must hold before the breaker may open.
+    pub min_calls: u32,
+    /// Failure share of the window that opens the breaker (0-1).
+    pub failure_rate: f64,
+    /// How long it stays open before probing.
+    pub cool_down: Duration,
+    /// Probe calls allowed at once while half-open.
+    pub probes: u32,
+    /// Consecutive probe successes that close it.
+    pub close_after: u32,
+}
+
+impl Default for BreakerSettings {
+    fn default() -> Self {
+        BreakerSettings {
+            window: Duration::from_secs(10),
+            min_calls: 20,
+            failure_rate: 0.5,
+            cool_down: Duration::from_secs(5),
+            probes: 3,
+            close_after: 3,
+        }
+    }
+}
+
+/// The breaker's state, as reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BreakerState {
+    /// Calls flow.
+    Closed,
+    /// A few probe calls flow.
+    HalfOpen,
+    /// Calls fail at once.
+    Open,
+}
+
+impl BreakerState {
+    /// 0 closed, 1 half-open, 2 open: the metric's value.
+    pub fn gauge(self) -> f64 {
+        match self {
+            BreakerState::Closed => 0.0,
+            BreakerState::HalfOpen => 1.0,
+            BreakerState::Open => 2.0,
+        }
+    }
+
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::HalfOpen => "half_open",
+            BreakerState::Open => "open",
+        }
+    }
+}
+
+/// Per-second outcome counts in the window.
+const SLOTS: usize = 10;
+
+#[derive(Debug)]
+enum Inner {
+    Closed {
+        /// (slot start, successes, failures), a ring of SLOTS.
+        slots: [(Option<Instant>, u32, u32); SLOTS],
+    },
+    Open {
+        until: Instant,
+    },
+    HalfOpen {
+        in_flight: u32,
+        successes: u32,
+    },
+}
+
+/// The circuit breaker.
+#[derive(Debug)]
+pub struct Breaker {
+    settings: BreakerSettings,
+    inner: Mutex<Inner>,
+}
+
+/// Permission for one call; report its outcome with [`Breaker::record`].
+#[derive(Debug)]
+#[must_use = "report the call's outcome with Breaker::record"]
+pub struct Permit {
+    probe: bool,
+}
+
+fn closed() -> Inner {
+    Inner::Closed {
+        slots: [(None, 0, 0); SLOTS],
+    }
+}
+
+impl Breaker {
+    /// A closed breaker.
+    pub fn new(settings: BreakerSettings) -> Self {
+        Breaker {
+            settings,
+            inner: Mutex::new(closed()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The current state.
+    pub fn state(&self) -> BreakerState {
+        let mut inner = self.lock();
+        self.advance(&mut inner, Instant::now());
+        match *inner {
+            Inner::Closed { .. } => BreakerState::Closed,
+            Inner::HalfOpen { .. } => BreakerState::HalfOpen,
+            Inner::Open { .. } => BreakerState::Open,
+        }
+    }
+
+    /// Open → half-open once the cool-down has passed.
+    fn advance(&self, inner: &mut Inner, now: Instant) {
+        if let Inner::Open { until } = *inner
+            && now >= until
+        {
+            *inner = Inner::HalfOpen {
+                in_flight: 0,
+                successes: 0,
+            };
+        }
+    }
+
+    /// Permission to call the store, or `None` while open (or while every
+    /// half-open probe slot is taken).
+    pub fn acquire(&self) -> Option<Permit> {
+        let mut inner = self.lock();
+        self.advance(&mut inner, Instant::now());
+        match &mut *inner {
+            Inner::Closed { .. } => Some(Permit { probe: false }),
+            Inner::Open { .. } => None,
+            Inner::HalfOpen { in_flight, .. } => {
+                if *in_flight < self.settings.probes {
+                    *in_flight += 1;
+                    Some(Permit { probe: true })
+                } else {
+                    None
+                }
+            }
+        }
+    }
+
+    /// Reports a call's outcome (`ok`: the store answered).
+    pub fn record(&self, permit: Permit, ok: bool) {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        match &mut *inner {
+            Inner::Closed { slots } => {
+                let slot_len = self.settings.window / SLOTS as u32;
+                // The newest slot while it is younger than a tenth of the
+                // window, else the next one, restarted (the oldest falls out).
+                let index = {
+                    let newest = slots.iter().filter_map(|s| s.0).max();
+                    match newest {
+                        Some(start) if now.duration_since(start) < slot_len => {
+                            slots.iter().position(|s| s.0 == Some(start)).unwrap_or(0)
+                        }
+                        Some(start) => {
+                            let i = slots.iter().position(|s| s.0 == Some(start)).unwrap_or(0);
+                            let next = (i + 1) % SLOTS;
+                            slots[next] = (Some(now), 0, 0);
+                            next
+                        }
+                        None => {
+                            slots[0] = (Some(now), 0, 0);
+                            0
+                        }
+                    }
+                };
+                if ok {
+                    slots[index].1 += 1;
+                } else {
+                    slots[index].2 += 1;
+                }
+                let (mut calls, mut failures) = (0u32, 0u32);
+                for (start, s, f) in slots.iter() {
+                    if start.is_some_and(|t| now.duration_since(t) < self.settings.window) {
+                        calls += s + f;
+                        failures += f;
+                    }
+                }
+                if calls >= self.settings.min_calls
+                    && f64::from(failures) >= self.settings.failure_rate * f64::from(calls)
+                {
+                    tracing::warn!(
+                        failures,
+                        calls,
+                        "store circuit breaker opened: {failures} of the last {calls} calls failed"
+                    );
+                    *inner = Inner::Open {
+                        until: now + self.settings.cool_down,
+                    };
+                }
+            }
+            Inner::HalfOpen {
+                in_flight,
+                successes,
+            } => {
+                if permit.probe {
+                    *in_flight = in_flight.saturating_sub(1);
+                }
+                if !ok {
+                    tracing::warn!("store circuit breaker: a probe failed; open again");
+                    *inner = Inner::Open {
+                        until: now + self.settings.cool_down,
+                    };
+                } else {
+                    *successes += 1;
+                    if *successes >= self.settings.close_after {
+                        tracing::info!("store circuit breaker closed: the store answers again");
+                        *inner = closed();
+                    }
+                }
+            }
+            Inner::Open { .. } => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quick() -> BreakerSettings {
+        BreakerSettings {
+            window: Duration::from_secs(10),
+            min_calls: 4,
+            failure_rate: 0.5,
+            cool_down: Duration::from_millis(50),
+            probes: 1,
+            close_after: 2,
+        }
+    }
+
+    fn call(b: &Breaker, ok: bool) -> bool {
+        match b.acquire() {
+            Some(p) => {
+                b.record(p, ok);
+                true
+            }
+            None => false,
+        }
+    }
+
+    #[test]
+    fn one_blip_does_not_open_but_a_failure_rate_does() {
+        let b = Breaker::new(quick());
+        assert!(call(&b, false));
+        assert_eq!(
+            b.state(),
+            BreakerState::Closed,
+            "below the minimum number of calls"
+        );
+        assert!(call(&b, true));
+        assert!(call(&b, true));
+        assert!(call(&b, true));
+        assert_eq!(
+            b.state(),
+            BreakerState::Closed,
+            "1 failure in 4 is below 50%"
+        );
+        assert!(call(&b, false));
+        assert!(call(&b, false));
+        assert_eq!(b.state(), BreakerState::Open, "3 of 6 failed");
+        assert!(b.acquire().is_none(), "open: calls fail at once");
+    }
+
+    #[test]
+    fn it_half_opens_probes_and_closes_or_reopens() {
+        let b = Breaker::new(quick());
+        for _ in 0..4 {
+            call(&b, false);
+        }
+        assert_eq!(b.state(), BreakerState::Open);
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(b.state(), BreakerState::HalfOpen);
+        let probe = b.acquire().expect("one probe");
+        assert!(b.acquire().is_none(), "probes are bounded");
+        b.record(probe, false);
+        assert_eq!(
+            b.state(),
+            BreakerState::Open,
+            "a failed probe opens it again"
+        );
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(call(&b, true));
+        assert_eq!(
+            b.state(),
+            BreakerState::HalfOpen,
+            "one success is not enough"
+        );
+        assert!(call(&b, true));
+        assert_eq!(b.state(), BreakerState::Closed);
+    }
+}
