@@ -76,7 +76,7 @@ const SLOTS: usize = 10;
 enum Inner {
     Closed {
         /// (slot start, successes, failures), a ring of SLOTS.
-        slots: [(Option<Instant>, u32, u32); SLOTS],
+        slots: Box<[(Option<Instant>, u32, u32); SLOTS]>,
     },
     Open {
         until: Instant,
@@ -103,7 +103,7 @@ pub struct Permit {
 
 fn closed() -> Inner {
     Inner::Closed {
-        slots: [(None, 0, 0); SLOTS],
+        slots: Box::new([(None, 0, 0); SLOTS]),
     }
 }
 
