@@ -5,10 +5,12 @@
 //!   every second; either way it loads, validates and swaps in the new limits.
 //!   Requests in flight finish under the limits they started with; none fails.
 //! - In memory mode, SIGHUP re-reads the configuration file.
+//! - In both modes, SIGHUP re-reads the file's caller tokens (`[auth]`).
 //!
 //! A configuration that does not validate is logged and ignored: the replica
 //! keeps the last good one.
 
+use crate::api::auth::Auth;
 use crate::config::{FileConfig, Flags};
 use crate::engine::Engine;
 use crate::store::Store;
@@ -126,12 +128,14 @@ async fn apply_if_newer<S: Store>(engine: &Engine<S>, cfg: &ConfigStore) {
     }
 }
 
-/// Re-reads the configuration file on every SIGHUP (memory mode), or reloads
-/// from Redis (Redis mode), until the task is aborted.
+/// On every SIGHUP, until the task is aborted: re-reads the configuration
+/// file's caller tokens, and reloads the limits — from Redis in Redis mode,
+/// from the file in memory mode.
 pub async fn on_sighup<S: Store>(
     engine: Arc<Engine<S>>,
     file: Option<PathBuf>,
     redis: Option<ConfigStore>,
+    auth: Arc<Auth>,
 ) {
     #[cfg(unix)]
     {
@@ -140,24 +144,29 @@ pub async fn on_sighup<S: Store>(
             return;
         };
         while hup.recv().await.is_some() {
-            match &redis {
-                Some(cfg) => {
-                    apply_from_redis(&engine, cfg).await;
-                }
-                None => reload_file(&engine, file.as_deref()),
+            reload_file(&engine, file.as_deref(), redis.is_none(), &auth);
+            if let Some(cfg) = &redis {
+                apply_from_redis(&engine, cfg).await;
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = (engine, file, redis);
+        let _ = (engine, file, redis, auth);
         std::future::pending::<()>().await;
     }
 }
 
-/// Reloads tiers, global limits and overrides from the file (or the built-in
-/// defaults). Other settings (listen address, store) need a restart.
-pub fn reload_file<S: Store>(engine: &Engine<S>, file: Option<&std::path::Path>) {
+/// Re-reads the file (or the built-in defaults): its caller tokens always, its
+/// tiers, global limits and overrides when `limits` (memory mode; with Redis
+/// they live there). Other settings (listen address, store, TLS) need a
+/// restart. A file that does not validate changes nothing.
+pub fn reload_file<S: Store>(
+    engine: &Engine<S>,
+    file: Option<&std::path::Path>,
+    limits: bool,
+    auth: &Auth,
+) {
     let mut config = FileConfig::built_in();
     if let Some(path) = file {
         match FileConfig::read(path) {
@@ -170,14 +179,17 @@ pub fn reload_file<S: Store>(engine: &Engine<S>, file: Option<&std::path::Path>)
     }
     match config.settings(Flags::default()) {
         Ok(settings) => {
-            let limits = settings.limits.as_ref().clone();
-            tracing::info!(
-                file = ?file,
-                tiers = limits.tiers.len(),
-                overrides = limits.overrides.len(),
-                "reloaded tiers, global limits and overrides (other settings apply at restart)"
-            );
-            engine.set_limits(Arc::new(limits));
+            auth.replace(settings.tokens);
+            if limits {
+                let limits = settings.limits.as_ref().clone();
+                tracing::info!(
+                    file = ?file,
+                    tiers = limits.tiers.len(),
+                    overrides = limits.overrides.len(),
+                    "reloaded tiers, global limits and overrides (other settings apply at restart)"
+                );
+                engine.set_limits(Arc::new(limits));
+            }
         }
         Err(e) => tracing::error!(error = %e, "reload failed; keeping the current configuration"),
     }

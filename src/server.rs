@@ -2,7 +2,8 @@
 //! listener until `shutdown` resolves. Tests call [`run`] with a port-0 listener.
 
 use crate::api::BudgetApi;
-use crate::config::Settings;
+use crate::api::auth::Auth;
+use crate::config::{Settings, TlsFiles};
 use crate::domain::Limits;
 use crate::engine::{Engine, EngineSettings};
 use crate::estimator::{Counter, Multipliers};
@@ -17,7 +18,7 @@ use crate::store::{Store, StoreError};
 use std::future::Future;
 use std::sync::Arc;
 use tokio::net::TcpListener;
-use tonic::transport::Server;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic::transport::server::TcpIncoming;
 
 /// The server could not start or stopped with an error.
@@ -135,6 +136,12 @@ pub async fn serve<S: Store>(
         "ctxbudget serving gRPC on {addr}"
     );
     let engine = Arc::new(engine(store, settings));
+    let auth = Arc::new(Auth::new(settings.tokens.clone()));
+    if !auth.enabled() {
+        tracing::warn!(
+            "no [auth] tokens configured: any client that reaches {addr} may reserve and settle"
+        );
+    }
     // Load the tokenizers in the background: the first long prompt should not pay.
     tokio::task::spawn_blocking(crate::estimator::count::warm_up);
     let mut tasks = vec![
@@ -143,6 +150,7 @@ pub async fn serve<S: Store>(
             engine.clone(),
             settings.config_path.clone(),
             config.clone(),
+            auth.clone(),
         )),
     ];
     if let Some(cfg) = config {
@@ -157,9 +165,13 @@ pub async fn serve<S: Store>(
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
-    let budget = BudgetServiceServer::new(BudgetApi::new(engine))
+    let budget = BudgetServiceServer::new(BudgetApi::new(engine, auth))
         .max_decoding_message_size(settings.max_message_bytes);
-    let served = Server::builder()
+    let mut builder = Server::builder();
+    if let Some(tls) = &settings.tls {
+        builder = builder.tls_config(tls_config(tls)?)?;
+    }
+    let served = builder
         .add_service(budget)
         .add_service(health_service)
         .add_service(reflection)
@@ -174,6 +186,24 @@ pub async fn serve<S: Store>(
     served?;
     tracing::info!("ctxbudget stopped");
     Ok(())
+}
+
+/// The listener's TLS from its PEM files; with a client CA, clients must
+/// present a certificate it signed.
+fn tls_config(files: &TlsFiles) -> Result<ServerTlsConfig, ServeError> {
+    // rustls needs one process-wide crypto provider; ring is the one linked.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let read = |what: &str, path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| {
+            ServeError::Settings(format!("cannot read the TLS {what} {}: {e}", path.display()))
+        })
+    };
+    let identity = Identity::from_pem(read("certificate", &files.cert)?, read("key", &files.key)?);
+    let mut config = ServerTlsConfig::new().identity(identity);
+    if let Some(ca) = &files.client_ca {
+        config = config.client_ca_root(Certificate::from_pem(read("client CA", ca)?));
+    }
+    Ok(config)
 }
 
 /// Keeps this replica's estimator multipliers in step with the samples every

@@ -1,6 +1,7 @@
 //! The gRPC adapter: tonic service, protobuf ↔ domain conversion, and the one
 //! place errors become `tonic::Status`. No budget arithmetic lives here.
 
+pub mod auth;
 mod convert;
 mod errors;
 mod service;

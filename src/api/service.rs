@@ -2,7 +2,8 @@
 //! convert back, time the call.
 
 use super::{convert, to_status};
-use crate::domain::TenantId;
+use super::auth::Auth;
+use crate::domain::{ReservationId, TenantId};
 use crate::engine::{Engine, EngineError};
 use crate::pb;
 use crate::pb::budget_service_server::BudgetService;
@@ -15,13 +16,42 @@ use tonic::{Request, Response, Status};
 /// The gRPC face of an [`Engine`].
 pub struct BudgetApi<S> {
     engine: Arc<Engine<S>>,
+    auth: Arc<Auth>,
 }
 
 impl<S> BudgetApi<S> {
-    /// Serves `engine`.
-    pub fn new(engine: Arc<Engine<S>>) -> Self {
-        BudgetApi { engine }
+    /// Serves `engine` to the callers `auth` accepts.
+    pub fn new(engine: Arc<Engine<S>>, auth: Arc<Auth>) -> Self {
+        BudgetApi { engine, auth }
     }
+
+    /// Authenticates the caller and checks it may act for `tenant` (when the
+    /// request names one); a refusal is counted like any other RPC result.
+    fn admit<T>(
+        &self,
+        rpc: &'static str,
+        request: &Request<T>,
+        tenant: Option<&str>,
+    ) -> Result<(), Status> {
+        let checked = self.auth.authenticate(request).and_then(|caller| {
+            match (caller, tenant) {
+                (Some(c), Some(t)) => c.check_tenant(t),
+                _ => Ok(()),
+            }
+        });
+        if let Err(status) = &checked {
+            telemetry::rpc(rpc, status.code(), 0.0);
+        }
+        checked
+    }
+}
+
+/// The tenant a reservation id names, if it parses (a malformed id is the
+/// engine's INVALID_ARGUMENT to give, once the caller is authenticated).
+fn tenant_of(reservation_id: &str) -> Option<String> {
+    ReservationId::parse(reservation_id)
+        .ok()
+        .map(|id| id.tenant.to_string())
 }
 
 /// The last 8 characters of a reservation id: enough to match log lines, not
@@ -54,6 +84,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         &self,
         request: Request<pb::CheckAndReserveRequest>,
     ) -> Result<Response<pb::CheckAndReserveResponse>, Status> {
+        self.admit("CheckAndReserve", &request, Some(&request.get_ref().tenant_id))?;
         timed("CheckAndReserve", async {
             let req = convert::reserve_request(request.into_inner())?;
             let out = self.engine.reserve(req).await?;
@@ -66,6 +97,8 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         &self,
         request: Request<pb::CommitRequest>,
     ) -> Result<Response<pb::CommitResponse>, Status> {
+        let tenant = tenant_of(&request.get_ref().reservation_id);
+        self.admit("Commit", &request, tenant.as_deref())?;
         timed("Commit", async {
             let r = request.into_inner();
             let c = self
@@ -92,6 +125,8 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         &self,
         request: Request<pb::RefundRequest>,
     ) -> Result<Response<pb::RefundResponse>, Status> {
+        let tenant = tenant_of(&request.get_ref().reservation_id);
+        self.admit("Refund", &request, tenant.as_deref())?;
         timed("Refund", async {
             let r = request.into_inner();
             let (outcome, refunded_tokens) = self.engine.refund(&r.reservation_id).await?;
@@ -108,6 +143,8 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         &self,
         request: Request<pb::RenewLeaseRequest>,
     ) -> Result<Response<pb::RenewLeaseResponse>, Status> {
+        let tenant = tenant_of(&request.get_ref().reservation_id);
+        self.admit("RenewLease", &request, tenant.as_deref())?;
         timed("RenewLease", async {
             let r = request.into_inner();
             let (outcome, expires_in_ms) =
@@ -124,6 +161,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         &self,
         request: Request<pb::GetEstimatorRequest>,
     ) -> Result<Response<pb::GetEstimatorResponse>, Status> {
+        self.admit("GetEstimator", &request, None)?;
         timed("GetEstimator", async {
             let r = request.into_inner();
             let model = (!r.model.is_empty()).then_some(r.model.as_str());
@@ -137,6 +175,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         &self,
         request: Request<pb::GetStatusRequest>,
     ) -> Result<Response<pb::GetStatusResponse>, Status> {
+        self.admit("GetStatus", &request, Some(&request.get_ref().tenant_id))?;
         timed("GetStatus", async {
             let r = request.into_inner();
             let tenant = TenantId::parse(&r.tenant_id)?;

@@ -66,6 +66,21 @@ pub struct Settings {
     pub adaptive: crate::estimator::AdaptiveSettings,
     /// Long prompts counted at once.
     pub count_workers: usize,
+    /// Tokens callers must present (empty: no authentication).
+    pub tokens: Vec<crate::api::auth::TokenSection>,
+    /// TLS for the gRPC listener.
+    pub tls: Option<TlsFiles>,
+}
+
+/// The PEM files of the gRPC listener's TLS.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// Certificate chain.
+    pub cert: PathBuf,
+    /// Private key.
+    pub key: PathBuf,
+    /// CA that signs client certificates; set: mutual TLS.
+    pub client_ca: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -86,6 +101,8 @@ impl std::fmt::Debug for Settings {
             .field("leases", &self.leases)
             .field("retention", &self.retention)
             .field("limits", &self.limits)
+            .field("tokens", &self.tokens)
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }
@@ -159,6 +176,7 @@ impl FileConfig {
         self.estimator = other.estimator.or(self.estimator);
         self.overrides = other.overrides.or(self.overrides);
         self.resilience = other.resilience.or(self.resilience);
+        self.auth = other.auth.or(self.auth);
         self
     }
 
@@ -343,6 +361,25 @@ impl FileConfig {
             probes: resilience.breaker_probes,
             close_after: resilience.breaker_close_after,
         };
+        let tokens = self.auth.unwrap_or_default().tokens;
+        crate::api::auth::validate(&tokens).map_err(|(field, problem)| {
+            LimitsError::new(format!("auth.tokens{field}"), problem)
+        })?;
+        let tls = match (server.tls_cert, server.tls_key, server.tls_client_ca) {
+            (None, None, None) => None,
+            (Some(cert), Some(key), client_ca) => Some(TlsFiles {
+                cert,
+                key,
+                client_ca,
+            }),
+            _ => {
+                return Err(LimitsError::new(
+                    "server.tls_cert",
+                    "TLS needs both tls_cert and tls_key (tls_client_ca adds mutual TLS on top)",
+                )
+                .into());
+            }
+        };
         let count_workers = match est.workers {
             0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
             n => n,
@@ -375,6 +412,8 @@ impl FileConfig {
             models,
             adaptive,
             count_workers,
+            tokens,
+            tls,
         })
     }
 }

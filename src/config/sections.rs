@@ -32,6 +32,18 @@ pub struct FileConfig {
     pub overrides: Option<BTreeMap<String, OverrideSection>>,
     /// What happens when the store fails.
     pub resilience: Option<ResilienceSection>,
+    /// Who may call the service.
+    pub auth: Option<AuthSection>,
+}
+
+/// `[auth]`: the bearer tokens callers must present. No tokens: anyone who
+/// can reach the listener may call (fine on a private network, nowhere else).
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSection {
+    /// Accepted tokens; during a rotation, list the new one beside the old.
+    #[serde(default)]
+    pub tokens: Vec<crate::api::auth::TokenSection>,
 }
 
 /// What the service does when the store cannot answer.
@@ -169,6 +181,15 @@ pub struct ServerSection {
     /// Largest request accepted, in bytes; larger ones are refused.
     #[serde(default = "default_max_message_bytes")]
     pub max_message_bytes: usize,
+    /// PEM certificate chain: serve gRPC over TLS (with `tls_key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// PEM private key of `tls_cert`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// PEM CA bundle: require client certificates it signed (mutual TLS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_client_ca: Option<std::path::PathBuf>,
 }
 
 fn default_max_message_bytes() -> usize {
