@@ -52,9 +52,10 @@ pub async fn run(
                 pool: settings.pool,
                 connections: settings.connections,
                 timeout: settings.store_timeout,
+                tls: settings.redis_tls.clone(),
             };
             let store = RedisStore::connect(&redis, keys, settings.retention).await?;
-            let cfg = ConfigStore::connect(url, &settings.key_prefix).await?;
+            let cfg = ConfigStore::connect(url, &settings.redis_tls, &settings.key_prefix).await?;
             let mut settings = settings;
             settings.limits = Arc::new(startup_limits(&cfg, &settings).await?);
             serve(store, &settings, listener, shutdown, Some(cfg)).await

@@ -267,13 +267,18 @@ fn pki(name: &str) -> Pki {
     std::fs::create_dir_all(&dir).unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // Distinct subjects: OpenSSL takes a leaf named like its CA for self-signed.
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "ctxbudget test CA");
     let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
     let leaf = |names: Vec<String>| {
         let key = KeyPair::generate().unwrap();
-        let cert = CertificateParams::new(names)
-            .unwrap()
-            .signed_by(&key, &ca)
-            .unwrap();
+        let mut params = CertificateParams::new(names.clone()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, names[0].clone());
+        let cert = params.signed_by(&key, &ca).unwrap();
         (cert.pem(), key.serialize_pem())
     };
     let (server_cert, server_key) = leaf(vec!["localhost".into(), "127.0.0.1".into()]);
@@ -282,6 +287,8 @@ fn pki(name: &str) -> Pki {
         ("ca.pem", ca.pem()),
         ("server.pem", server_cert),
         ("server.key", server_key),
+        ("client.pem", client_cert.clone()),
+        ("client.key", client_key.clone()),
     ] {
         std::fs::write(dir.join(file), text).unwrap();
     }
@@ -432,6 +439,54 @@ async fn redis_with_an_acl_user_works_and_the_password_never_shows() {
     assert!(!err.contains(secret), "{err}");
     assert!(err.contains("127.0.0.1"), "names the server: {err}");
     assert!(err.to_lowercase().contains("authentication"), "says why: {err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_with_a_private_ca_and_client_certificate() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let pki = pki("rediss");
+    let path = |f: &str| pki.dir.join(f).display().to_string();
+    let tls_port = support::free_port();
+    let redis = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port.to_string(),
+        "--tls-cert-file",
+        &path("server.pem"),
+        "--tls-key-file",
+        &path("server.key"),
+        "--tls-ca-cert-file",
+        &path("ca.pem"),
+        "--tls-auth-clients",
+        "yes",
+    ]);
+    let url = format!("rediss://localhost:{tls_port}/0");
+    let store = |files: &str| {
+        format!("[store]\ntimeout_ms = 5000\ntls_ca = \"{}\"\n{files}", path("ca.pem"))
+    };
+    let with_cert = store(&format!(
+        "tls_cert = \"{}\"\ntls_key = \"{}\"\n",
+        path("client.pem"),
+        path("client.key")
+    ));
+    let h = Harness::start_with(support::settings(&with_cert, Some(url.clone())), None).await;
+    let mut c = h.client.clone();
+    let r = c
+        .check_and_reserve(reserve("acme", "u", "free", 10, 10))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.allowed, "served over TLS to Redis");
+    h.stop().await;
+    let keys: Vec<String> = redis::cmd("KEYS").arg("ctxb:*").query(&mut redis.conn()).unwrap();
+    assert!(!keys.is_empty(), "state went to that Redis: {keys:?}");
+
+    // Without the client certificate Redis refuses the handshake: a clear error.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let err = ctxbudget::server::run(support::settings(&store(""), Some(url)), listener, async {})
+        .await
+        .expect_err("no client certificate");
+    assert!(err.to_string().contains("localhost"), "{err}");
+    let _ = std::fs::remove_dir_all(&pki.dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -322,6 +322,7 @@ async fn redis_engine(
         pool: settings.pool,
         connections,
         timeout: settings.store_timeout.max(Duration::from_secs(2)),
+        tls: settings.redis_tls.clone(),
     };
     let keys = Keys::new(prefix).map_err(BenchError)?;
     let store = RedisStore::connect(&redis, keys, settings.retention)

@@ -24,6 +24,15 @@ pub struct AdminArgs {
         global = true
     )]
     pub redis_url: Option<String>,
+    /// PEM CA of a rediss:// server no public root signed.
+    #[arg(long, env = "CTXBUDGET_REDIS_TLS_CA", global = true)]
+    pub redis_tls_ca: Option<PathBuf>,
+    /// PEM client certificate, when Redis requires one.
+    #[arg(long, env = "CTXBUDGET_REDIS_TLS_CERT", global = true)]
+    pub redis_tls_cert: Option<PathBuf>,
+    /// PEM key of --redis-tls-cert.
+    #[arg(long, env = "CTXBUDGET_REDIS_TLS_KEY", global = true)]
+    pub redis_tls_key: Option<PathBuf>,
     /// Key prefix of the service's keys.
     #[arg(
         long,
@@ -47,7 +56,12 @@ impl AdminArgs {
             "the live configuration is in Redis: pass --redis-url or set CTXBUDGET_REDIS_URL \
              (in memory mode, edit the configuration file and send the service SIGHUP)",
         )?;
-        Ok(ConfigStore::connect(url, &self.key_prefix).await?)
+        let tls = crate::store::redis::RedisTls {
+            ca: self.redis_tls_ca.clone(),
+            cert: self.redis_tls_cert.clone(),
+            key: self.redis_tls_key.clone(),
+        };
+        Ok(ConfigStore::connect(url, &tls, &self.key_prefix).await?)
     }
 
     /// The actor recorded in the audit log.

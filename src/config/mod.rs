@@ -35,6 +35,8 @@ pub struct Settings {
     pub pool: PoolKind,
     /// Redis connections.
     pub connections: usize,
+    /// Certificates for `rediss://`.
+    pub redis_tls: crate::store::redis::RedisTls,
     /// Deadline of one store call.
     pub store_timeout: Duration,
     /// Lease lengths.
@@ -97,6 +99,7 @@ impl std::fmt::Debug for Settings {
             .field("key_prefix", &self.key_prefix)
             .field("pool", &self.pool)
             .field("connections", &self.connections)
+            .field("redis_tls", &self.redis_tls)
             .field("store_timeout", &self.store_timeout)
             .field("leases", &self.leases)
             .field("retention", &self.retention)
@@ -390,6 +393,11 @@ impl FileConfig {
             key_prefix,
             pool: store.pool,
             connections: store.connections,
+            redis_tls: crate::store::redis::RedisTls {
+                ca: store.tls_ca,
+                cert: store.tls_cert,
+                key: store.tls_key,
+            },
             store_timeout: Duration::from_millis(store.timeout_ms),
             leases: LeasePolicy {
                 default_ttl_ms: res.default_lease_ttl_ms,

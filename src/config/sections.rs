@@ -215,6 +215,15 @@ pub struct StoreSection {
     /// Deadline of one store call.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
+    /// PEM CA of a `rediss://` server whose certificate no public root signed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// PEM client certificate, when Redis requires one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// PEM key of `tls_cert`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<std::path::PathBuf>,
 }
 
 fn default_prefix() -> String {

@@ -13,7 +13,7 @@
 //! load and keep their last good configuration if a document is bad.
 
 use super::StoreError;
-use super::redis::redact_url;
+use super::redis::{RedisTls, open_client, redact_url};
 use super::scripts;
 use crate::config::{LevelSection, OverrideSection, TierSection, build_limits};
 use crate::domain::{Limits, LimitsError};
@@ -113,10 +113,9 @@ pub struct ConfigStore {
 
 impl ConfigStore {
     /// Connects to the configuration under `prefix`.
-    pub async fn connect(url: &str, prefix: &str) -> Result<Self, StoreError> {
+    pub async fn connect(url: &str, tls: &RedisTls, prefix: &str) -> Result<Self, StoreError> {
         let shown = redact_url(url);
-        let client = redis::Client::open(url)
-            .map_err(|e| StoreError::Unavailable(format!("invalid Redis URL {shown}: {e}")))?;
+        let client = open_client(url, tls)?;
         let conn = tokio::time::timeout(
             std::time::Duration::from_secs(5),
             client.get_connection_manager(),

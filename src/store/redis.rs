@@ -44,6 +44,75 @@ pub struct RedisSettings {
     pub connections: usize,
     /// Deadline of one store call.
     pub timeout: Duration,
+    /// Certificates for `rediss://` beyond the public roots.
+    pub tls: RedisTls,
+}
+
+/// PEM files for `rediss://`: a private CA, and a client certificate when
+/// Redis requires one (`tls-auth-clients yes`). Without them, `rediss://`
+/// trusts the public (webpki) roots.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+pub struct RedisTls {
+    /// CA that signed Redis's certificate.
+    pub ca: Option<std::path::PathBuf>,
+    /// Client certificate.
+    pub cert: Option<std::path::PathBuf>,
+    /// Its private key.
+    pub key: Option<std::path::PathBuf>,
+}
+
+impl RedisTls {
+    fn is_empty(&self) -> bool {
+        self.ca.is_none() && self.cert.is_none() && self.key.is_none()
+    }
+}
+
+/// A client for `url` with TCP_NODELAY and `tls`'s certificates. Errors name
+/// the URL with its password hidden.
+pub fn open_client(url: &str, tls: &RedisTls) -> Result<redis::Client, StoreError> {
+    let shown = redact_url(url);
+    let invalid = |e: &dyn std::fmt::Display| {
+        StoreError::Unavailable(format!("invalid Redis URL {shown}: {e}"))
+    };
+    // TCP_NODELAY: redis-rs leaves Nagle on, and pipelined calls then stall
+    // on delayed ACKs (tens of ms at p99 under light load).
+    let info = url.into_connection_info().map_err(|e| invalid(&e))?;
+    let nodelay = info.tcp_settings().clone().set_nodelay(true);
+    let info = info.set_tcp_settings(nodelay);
+    if tls.is_empty() {
+        return redis::Client::open(info).map_err(|e| invalid(&e));
+    }
+    if !url.starts_with("rediss://") {
+        return Err(StoreError::Unavailable(format!(
+            "TLS files are configured but {shown} is not a rediss:// URL"
+        )));
+    }
+    let read = |what: &str, path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| {
+            StoreError::Unavailable(format!("cannot read the Redis TLS {what} {}: {e}", path.display()))
+        })
+    };
+    let client_tls = match (&tls.cert, &tls.key) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: read("certificate", cert)?,
+            client_key: read("key", key)?,
+        }),
+        (None, None) => None,
+        _ => {
+            return Err(StoreError::Unavailable(
+                "a Redis client certificate needs both tls_cert and tls_key".into(),
+            ));
+        }
+    };
+    let root_cert = tls.ca.as_deref().map(|ca| read("CA", ca)).transpose()?;
+    redis::Client::build_with_tls(
+        info,
+        redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        },
+    )
+    .map_err(|e| StoreError::Unavailable(format!("{shown}: TLS set-up: {e}")))
 }
 
 enum Connections {
@@ -75,17 +144,8 @@ impl RedisStore {
         retention: Retention,
     ) -> Result<Self, StoreError> {
         let url = redact_url(&settings.url);
-        // TCP_NODELAY: redis-rs leaves Nagle on, and pipelined calls then stall
-        // on delayed ACKs (tens of ms at p99 under light load).
-        let info = settings
-            .url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| StoreError::Unavailable(format!("invalid Redis URL {url}: {e}")))?;
-        let nodelay = info.tcp_settings().clone().set_nodelay(true);
-        let info = info.set_tcp_settings(nodelay);
-        let client = redis::Client::open(info.clone())
-            .map_err(|e| StoreError::Unavailable(format!("invalid Redis URL {url}: {e}")))?;
+        let client = open_client(&settings.url, &settings.tls)?;
+        let info = client.get_connection_info().clone();
         let count = settings.connections.max(1);
         let connections = match settings.pool {
             PoolKind::Multiplexed => {

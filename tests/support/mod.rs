@@ -34,7 +34,8 @@ fn redis_server_binary() -> PathBuf {
         })
 }
 
-fn free_port() -> u16 {
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
     StdListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
