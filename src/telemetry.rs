@@ -32,6 +32,24 @@ pub const ESTIMATION_RATIO: &str = "ctxbudget_estimation_ratio";
 /// The adaptive multiplier in use, labelled `key`.
 pub const ESTIMATOR_MULTIPLIER: &str = "ctxbudget_estimator_multiplier";
 
+/// Leases held across every replica, from the global level's concurrency as of
+/// this replica's last reservation (needs a global concurrency limit).
+pub const GLOBAL_LEASES_ACTIVE: &str = "ctxbudget_global_leases_active";
+/// Leases that lapsed without Commit or Refund, counted when reclaimed.
+pub const LEASES_EXPIRED: &str = "ctxbudget_leases_expired_total";
+
+/// Counts leases reclaimed after lapsing unsettled.
+pub fn leases_expired(n: u64) {
+    if n > 0 {
+        counter!(LEASES_EXPIRED).increment(n);
+    }
+}
+
+/// Publishes the leases held at the global level.
+pub fn global_leases_active(n: i64) {
+    metrics::gauge!(GLOBAL_LEASES_ACTIVE).set(n as f64);
+}
+
 /// Counts one CheckAndReserve decision and, when allowed, its reserved tokens.
 pub fn decision(tier: &str, denial: Option<&Denial>, reserved_tokens: u64) {
     if denial.is_none() && reserved_tokens > 0 {

@@ -17,7 +17,8 @@ pub struct BreakerSettings {
     pub min_calls: u32,
     /// Failure share of the window that opens the breaker (0-1).
     pub failure_rate: f64,
-    /// How long it stays open before probing.
+    /// How long it stays open before probing, plus up to a fifth more at
+    /// random so replicas do not probe a recovering store in lockstep.
     pub cool_down: Duration,
     /// Probe calls allowed at once while half-open.
     pub probes: u32,
@@ -116,6 +117,13 @@ impl Breaker {
         }
     }
 
+    /// The cool-down with its jitter.
+    fn cool_down(&self) -> Duration {
+        self.settings
+            .cool_down
+            .mul_f64(1.0 + rand::random_range(0.0..=0.2))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -210,7 +218,7 @@ impl Breaker {
                         "store circuit breaker opened: {failures} of the last {calls} calls failed"
                     );
                     *inner = Inner::Open {
-                        until: now + self.settings.cool_down,
+                        until: now + self.cool_down(),
                     };
                 }
             }
@@ -224,7 +232,7 @@ impl Breaker {
                 if !ok {
                     tracing::warn!("store circuit breaker: a probe failed; open again");
                     *inner = Inner::Open {
-                        until: now + self.settings.cool_down,
+                        until: now + self.cool_down(),
                     };
                 } else {
                     *successes += 1;
@@ -294,7 +302,7 @@ mod tests {
             call(&b, false);
         }
         assert_eq!(b.state(), BreakerState::Open);
-        std::thread::sleep(Duration::from_millis(60));
+        std::thread::sleep(Duration::from_millis(70)); // cool-down 50 ms + ≤ 20 %
         assert_eq!(b.state(), BreakerState::HalfOpen);
         let probe = b.acquire().expect("one probe");
         assert!(b.acquire().is_none(), "probes are bounded");
@@ -304,7 +312,7 @@ mod tests {
             BreakerState::Open,
             "a failed probe opens it again"
         );
-        std::thread::sleep(Duration::from_millis(60));
+        std::thread::sleep(Duration::from_millis(70)); // cool-down 50 ms + ≤ 20 %
         assert!(call(&b, true));
         assert_eq!(
             b.state(),

@@ -7,7 +7,7 @@ use super::{Engine, EngineError};
 use crate::config::FailurePolicy;
 use crate::domain::decision::{self, LimitState};
 use crate::domain::plan::{self, Prepared, ReserveRequest};
-use crate::domain::{Denial, IdempotencyKey, InvalidInput, TenantId, UserId};
+use crate::domain::{Denial, Dimension, IdempotencyKey, InvalidInput, Level, TenantId, UserId};
 use crate::estimator::Prompt;
 use crate::store::{ReserveReply, Scope, Store, StoreError};
 use crate::telemetry;
@@ -209,10 +209,15 @@ impl<S: Store> Engine<S> {
             }
             out.shadow_denial = shadow.denial;
         }
-        match reply? {
+        let reply = reply?;
+        if !out.degraded {
+            telemetry::leases_expired(reply.reclaimed_leases());
+        }
+        match reply {
             ReserveReply::Allowed {
                 readings,
                 granted_output,
+                ..
             } => {
                 out.limits = decision::limit_states(&plan.levels, &readings);
                 out.reservation_id = Some(plan.id.to_string());
@@ -223,6 +228,7 @@ impl<S: Store> Engine<S> {
             ReserveReply::Denied {
                 readings,
                 denied_mask,
+                ..
             } => {
                 let cost = plan.prompt_tokens + plan.min_output_tokens;
                 let mut denial = decision::denial(
@@ -242,6 +248,7 @@ impl<S: Store> Engine<S> {
                 tokens,
                 lease_expires_in_ms,
                 readings,
+                ..
             } => {
                 let id = plan.id.with_nonce_b64(&nonce).ok_or_else(|| {
                     StoreError::Protocol(format!("stored idempotency nonce {nonce:?} is malformed"))
@@ -278,6 +285,14 @@ impl<S: Store> Engine<S> {
             out.reserved_tokens
         };
         telemetry::decision(&tier.name, out.denial.as_ref(), fresh_tokens);
+        if !out.degraded
+            && let Some(global) = out
+                .limits
+                .iter()
+                .find(|l| l.level == Level::Global && l.dimension == Dimension::Concurrency)
+        {
+            telemetry::global_leases_active(global.limit as i64 - global.remaining);
+        }
         Ok(out)
     }
 

@@ -54,6 +54,7 @@ impl<S: Store> Engine<S> {
             Ok(ReserveReply::Denied {
                 readings,
                 denied_mask,
+                ..
             }) => {
                 let denial = decision::denial(
                     &shadow_plan.levels,

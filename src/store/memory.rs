@@ -145,6 +145,7 @@ impl<C: Clock> MemoryStore<C> {
         let mut room = plan.max_output_tokens as f64;
         let mut raws = Vec::with_capacity(plan.levels.len());
         let mut states = Vec::with_capacity(plan.levels.len());
+        let mut reclaimed = 0u64;
         let mut levels_now = Vec::with_capacity(plan.levels.len());
         for lp in &plan.levels {
             let key = self.keys.level(lp.level, &id.tenant, id.user.as_ref());
@@ -175,7 +176,8 @@ impl<C: Clock> MemoryStore<C> {
                 && now >= s.e
                 && let Some(entry) = entry
             {
-                let (n, e) = entry.reclaim(now);
+                let (n, e, dropped) = entry.reclaim(now);
+                reclaimed += dropped;
                 if let Some(raw) = raw.as_mut() {
                     (raw.n, raw.e) = (n, e);
                 }
@@ -226,12 +228,14 @@ impl<C: Clock> MemoryStore<C> {
                 tokens,
                 lease_expires_in_ms,
                 readings: state::readings(&plan.levels, &raws, &[], now),
+                reclaimed_leases: reclaimed,
             };
         }
         if denied != 0 {
             return ReserveReply::Denied {
                 readings: state::readings(&plan.levels, &raws, &[], now),
                 denied_mask: denied,
+                reclaimed_leases: reclaimed,
             };
         }
 
@@ -278,6 +282,7 @@ impl<C: Clock> MemoryStore<C> {
         ReserveReply::Allowed {
             readings: state::readings(&plan.levels, &written, &[], now),
             granted_output: grant as u64,
+            reclaimed_leases: reclaimed,
         }
     }
 
@@ -513,11 +518,13 @@ impl Data {
 impl LevelEntry {
     /// reserve.lua's reclaim: drops expired leases, recounts, finds the earliest,
     /// and stores the new count in the state.
-    fn reclaim(&mut self, now: f64) -> (f64, f64) {
+    /// Returns (live leases, earliest expiry, leases dropped).
+    fn reclaim(&mut self, now: f64) -> (f64, f64, u64) {
+        let before = self.leases.len();
         self.leases.retain(|_, exp| *exp > now);
         let (n, e) = self.live_leases(now);
         (self.state.n, self.state.e) = (n, e);
-        (n, e)
+        (n, e, (before - self.leases.len()) as u64)
     }
 
     /// Live leases and the earliest expiry among them (0 with none).

@@ -35,6 +35,8 @@ pub enum ReserveReply {
         readings: Readings,
         /// Output tokens granted (the max, or less with reduced output).
         granted_output: u64,
+        /// Expired leases this call reclaimed (leases never settled).
+        reclaimed_leases: u64,
     },
     /// Refused; nothing changed.
     Denied {
@@ -42,6 +44,8 @@ pub enum ReserveReply {
         readings: Readings,
         /// Bit i set: check i denied.
         denied_mask: u64,
+        /// Expired leases this call reclaimed (leases never settled).
+        reclaimed_leases: u64,
     },
     /// The idempotency key matched an earlier reservation, returned instead.
     Replayed {
@@ -53,6 +57,8 @@ pub enum ReserveReply {
         lease_expires_in_ms: u64,
         /// Current readings; nothing was taken.
         readings: Readings,
+        /// Expired leases this call reclaimed (leases never settled).
+        reclaimed_leases: u64,
     },
     /// The idempotency key belongs to a different request.
     IdempotencyConflict,
@@ -62,6 +68,24 @@ pub enum ReserveReply {
         /// Committed or refunded, rather than lapsed.
         settled: bool,
     },
+}
+
+impl ReserveReply {
+    /// Expired leases the call reclaimed.
+    pub fn reclaimed_leases(&self) -> u64 {
+        match self {
+            ReserveReply::Allowed {
+                reclaimed_leases, ..
+            }
+            | ReserveReply::Denied {
+                reclaimed_leases, ..
+            }
+            | ReserveReply::Replayed {
+                reclaimed_leases, ..
+            } => *reclaimed_leases,
+            _ => 0,
+        }
+    }
 }
 
 /// How a reservation was settled.

@@ -429,20 +429,24 @@ impl Store for RedisStore {
             .map(|i| state_at(&reply, 3 + i))
             .collect::<Result<Vec<_>, _>>()?;
         let readings = state::readings(&plan.levels, &states, &[], now);
+        let reclaimed_leases = int_at(&reply, reply.len().saturating_sub(1))?.max(0) as u64;
         Ok(match tag {
             1 => ReserveReply::Allowed {
                 readings,
                 granted_output,
+                reclaimed_leases,
             },
             0 => ReserveReply::Denied {
                 readings,
                 denied_mask: int_at(&reply, 3 + nlev)? as u64,
+                reclaimed_leases,
             },
             2 => ReserveReply::Replayed {
                 nonce: string_at(&reply, 3 + nlev)?,
                 tokens: int_at(&reply, 4 + nlev)? as u64,
                 lease_expires_in_ms: int_at(&reply, 5 + nlev)?.max(0) as u64,
                 readings,
+                reclaimed_leases,
             },
             other => return Err(unexpected("reserve", other)),
         })

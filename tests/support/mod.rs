@@ -12,11 +12,15 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
-/// A `redis-server` child process on 127.0.0.1, killed on drop.
+pub mod process;
+
+/// A `redis-server` child process on 127.0.0.1, killed on drop. Fault tests
+/// kill, restart, freeze and thaw it.
 pub struct RedisServer {
     child: Child,
     pub port: u16,
     dir: PathBuf,
+    args: Vec<String>,
 }
 
 fn redis_server_binary() -> PathBuf {
@@ -50,29 +54,61 @@ impl RedisServer {
 
     /// Starts Redis with extra `--name value` arguments.
     pub fn start_with(extra: &[&str]) -> Self {
-        let binary = redis_server_binary();
+        let args: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
         for _attempt in 0..5 {
             let port = free_port();
             let dir =
                 std::env::temp_dir().join(format!("ctxbudget-redis-{port}-{}", std::process::id()));
             std::fs::create_dir_all(&dir).expect("temp dir for redis");
-            let child = Command::new(&binary)
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-                .arg("--dir")
-                .arg(&dir)
-                .args(extra)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn redis-server");
-            let mut server = RedisServer { child, port, dir };
+            let child = spawn_redis(port, &dir, &args);
+            let mut server = RedisServer {
+                child,
+                port,
+                dir,
+                args: args.clone(),
+            };
             if server.wait_ready(Duration::from_secs(5)) {
                 return server;
             }
             let _ = server.child.kill();
         }
         panic!("redis-server did not start on any free port");
+    }
+
+    /// Kills it (SIGKILL: no shutdown, no save) and waits until it is gone.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts it again on the same port, directory and arguments (with
+    /// `--appendonly yes` among them, its data survives).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.child = spawn_redis(self.port, &self.dir, &self.args);
+        assert!(
+            self.wait_ready(Duration::from_secs(10)),
+            "redis-server did not restart on port {}",
+            self.port
+        );
+    }
+
+    /// SIGSTOP: it holds its connections but answers nothing.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT: it answers again, queued commands first.
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal} redis-server");
     }
 
     fn wait_ready(&mut self, within: Duration) -> bool {
@@ -102,6 +138,19 @@ impl RedisServer {
             .and_then(|c| c.get_connection())
             .expect("connect to test redis")
     }
+}
+
+fn spawn_redis(port: u16, dir: &std::path::Path, extra: &[String]) -> Child {
+    Command::new(redis_server_binary())
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn redis-server")
 }
 
 impl Drop for RedisServer {

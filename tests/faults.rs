@@ -1,0 +1,612 @@
+//! Redis faults, with the real binary and a redis-server the test controls:
+//! frozen (SIGSTOP), killed and restarted, flushed (SCRIPT FLUSH, FLUSHALL),
+//! and out of memory under `noeviction`. For each: every call answers within
+//! the store deadline plus a margin, decisions follow the failure policy, the
+//! breaker opens and closes, leases from before the fault expire by their TTL,
+//! and nothing panics.
+//!
+//! The margin is generous (a debug build on a shared 2-core machine): it bounds
+//! a hang, not speed — a call waiting on a frozen Redis would take seconds.
+
+mod support;
+
+use ctxbudget::pb;
+use pb::budget_service_client::BudgetServiceClient;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use support::RedisServer;
+use support::process::Service;
+use tonic::Code;
+use tonic::transport::Channel;
+
+type Client = BudgetServiceClient<Channel>;
+
+/// The store deadline these tests configure.
+const DEADLINE: Duration = Duration::from_millis(100);
+/// Slack on top of the deadline for scheduling on a busy machine.
+const MARGIN: Duration = Duration::from_millis(1000);
+/// The lease of a reservation that names none.
+const LEASE: Duration = Duration::from_millis(2000);
+
+/// Limits and a quick breaker; `policy` picks the failure policy.
+fn config(policy: &str) -> String {
+    format!(
+        r#"
+[store]
+timeout_ms = {deadline}
+
+[resilience]
+policy = "{policy}"
+replicas = 2
+breaker_window_ms = 2000
+breaker_min_calls = 5
+breaker_failure_rate = 0.5
+breaker_cool_down_ms = 300
+breaker_probes = 2
+breaker_close_after = 2
+
+[reservations]
+default_lease_ttl_ms = {lease}
+max_lease_ttl_ms = 60000
+retention_ms = 60000
+idempotency_ttl_ms = 60000
+retry_jitter_ms = 0
+concurrency_retry_ms = 1000
+
+[global]
+concurrency = 1000
+
+[tiers.t]
+max_context_tokens = 100000
+default_max_output_tokens = 10
+tenant = {{ requests = [{{ limit = 100000, period = "1m" }}], concurrency = 500 }}
+user = {{ requests = [{{ limit = 100000, period = "1m" }}], concurrency = 4 }}
+
+[tiers.small]
+max_context_tokens = 100000
+default_max_output_tokens = 10
+tenant = {{ requests = [{{ limit = 10, period = "1h" }}] }}
+"#,
+        deadline = DEADLINE.as_millis(),
+        lease = LEASE.as_millis(),
+    )
+}
+
+fn reserve(tenant: &str, user: &str, tier: &str) -> pb::CheckAndReserveRequest {
+    support::reserve(tenant, user, tier, 10, 10)
+}
+
+/// One call the load made.
+#[derive(Debug)]
+struct Call {
+    rpc: &'static str,
+    started: Instant,
+    took: Duration,
+    /// Reserve: (allowed, degraded). Commit: (true, already settled).
+    result: Result<(bool, bool), Code>,
+}
+
+/// Gateways in a loop: reserve, then commit — retrying the commit while the
+/// store is unavailable, as a gateway should, so no usage is lost.
+struct Load {
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<Vec<Call>>>,
+}
+
+/// Runs `call` with a hard cap, so a hang is recorded instead of blocking.
+async fn timed<T>(
+    rpc: &'static str,
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    result: impl Fn(&T) -> (bool, bool),
+) -> (Call, Option<T>) {
+    let started = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(10), call).await;
+    let took = started.elapsed();
+    let (result, body) = match r {
+        Ok(Ok(response)) => {
+            let body = response.into_inner();
+            (Ok(result(&body)), Some(body))
+        }
+        Ok(Err(status)) => (Err(status.code()), None),
+        Err(_) => (Err(Code::DeadlineExceeded), None),
+    };
+    (
+        Call {
+            rpc,
+            started,
+            took,
+            result,
+        },
+        body,
+    )
+}
+
+impl Load {
+    fn start(client: &Client, tenant: &str, gateways: usize) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = (0..gateways)
+            .map(|g| {
+                let mut c = client.clone();
+                let stop = stop.clone();
+                let tenant = tenant.to_string();
+                tokio::spawn(async move {
+                    let mut calls = Vec::new();
+                    let mut commits = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        let (call, body) = timed(
+                            "CheckAndReserve",
+                            c.check_and_reserve(reserve(&tenant, &format!("u{g}"), "t")),
+                            |r: &pb::CheckAndReserveResponse| (r.allowed, r.degraded),
+                        )
+                        .await;
+                        calls.push(call);
+                        if let Some(r) = body.filter(|r| r.allowed) {
+                            commits.push(tokio::spawn(commit_until_done(
+                                c.clone(),
+                                r.reservation_id,
+                            )));
+                        }
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    for commit in commits {
+                        calls.extend(commit.await.expect("a commit task panicked"));
+                    }
+                    calls
+                })
+            })
+            .collect();
+        Load { stop, tasks }
+    }
+
+    async fn stop(self) -> Vec<Call> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut all = Vec::new();
+        for t in self.tasks {
+            all.extend(t.await.expect("a load task panicked"));
+        }
+        all
+    }
+}
+
+/// Commits a reservation, retrying while the store is unavailable (as a
+/// gateway should: usage is never dropped), for up to 15 seconds.
+async fn commit_until_done(mut c: Client, reservation_id: String) -> Vec<Call> {
+    let mut calls = Vec::new();
+    for _ in 0..300 {
+        let (call, _) = timed(
+            "Commit",
+            c.commit(pb::CommitRequest {
+                reservation_id: reservation_id.clone(),
+                prompt_tokens: 10,
+                completion_tokens: 5,
+            }),
+            |r: &pb::CommitResponse| (true, r.outcome() == pb::Outcome::AlreadySettled),
+        )
+        .await;
+        let retry = call.result == Err(Code::Unavailable);
+        calls.push(call);
+        if !retry {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    calls
+}
+
+/// Every call answered within the deadline plus the margin.
+fn assert_bounded(calls: &[Call]) {
+    assert!(!calls.is_empty(), "the load made calls");
+    let slowest = calls.iter().max_by_key(|c| c.took).unwrap();
+    assert!(
+        slowest.took <= DEADLINE + MARGIN,
+        "a call took {:?} (deadline {DEADLINE:?} + margin {MARGIN:?}): {slowest:?}",
+        slowest.took
+    );
+}
+
+/// The log holds no panic and the process is still up.
+fn assert_healthy(svc: &mut Service) {
+    let log = svc.log();
+    assert!(!log.contains("panicked"), "a panic:\n{log}");
+    assert!(svc.alive(), "the service died:\n{log}");
+}
+
+async fn health(addr: std::net::SocketAddr) -> Option<i32> {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .ok()?;
+    HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: "ctxbudget.v1.BudgetService".into(),
+        })
+        .await
+        .ok()
+        .map(|r| r.into_inner().status)
+}
+
+async fn wait_health(addr: std::net::SocketAddr, want: i32, within: Duration, what: &str) {
+    let deadline = Instant::now() + within;
+    loop {
+        let got = health(addr).await;
+        if got == Some(want) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: health is {got:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+const SERVING: i32 = 1;
+const NOT_SERVING: i32 = 2;
+
+async fn tenant_leases(c: &mut Client, tenant: &str, user: &str) -> u64 {
+    let s = c
+        .get_status(pb::GetStatusRequest {
+            tenant_id: tenant.into(),
+            user_id: user.into(),
+            tier: "t".into(),
+        })
+        .await
+        .expect("status")
+        .into_inner();
+    let level = if user.is_empty() {
+        pb::Level::Tenant
+    } else {
+        pb::Level::User
+    };
+    s.leases
+        .iter()
+        .find(|l| l.level() == level)
+        .map_or(0, |l| l.active)
+}
+
+/// Waits (blocking the test thread is fine: the service is another process).
+fn breaker(svc: &Service, state: f64, what: &str) {
+    svc.wait_metric(
+        "ctxbudget_breaker_state",
+        &[],
+        Duration::from_secs(10),
+        what,
+        |v| v == state,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_is_bridged_by_local_decisions_and_recovers() {
+    let redis = RedisServer::start();
+    let mut svc = Service::start("frozen", &config("local"), Some(&redis.url()));
+    let mut c = support::connect(svc.addr).await;
+    let load = Load::start(&c, "load", 3);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    redis.freeze();
+    let frozen_at = Instant::now();
+    breaker(&svc, 2.0, "the breaker opens while Redis is frozen");
+    // Local decisions: the tenant's 10 requests an hour, split between 2
+    // replicas, allow 5 here — flagged degraded.
+    let mut local_ids = Vec::new();
+    let mut denied = 0;
+    for _ in 0..10 {
+        let r = c
+            .check_and_reserve(reserve("small-co", "", "small"))
+            .await
+            .expect("the local policy answers without Redis")
+            .into_inner();
+        assert!(r.degraded, "{r:?}");
+        if r.allowed {
+            local_ids.push(r.reservation_id);
+        } else {
+            assert_eq!(r.reason(), pb::Reason::RpmExceeded);
+            assert!(r.retry_after_ms > 0, "tells when to retry: {r:?}");
+            denied += 1;
+        }
+    }
+    assert_eq!((local_ids.len(), denied), (5, 5), "limit 10 / 2 replicas");
+    let status = c
+        .get_status(pb::GetStatusRequest {
+            tenant_id: "small-co".into(),
+            user_id: String::new(),
+            tier: "small".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(status.degraded, "status says it is read from this replica");
+    tokio::time::sleep(Duration::from_millis(2000).saturating_sub(frozen_at.elapsed())).await;
+
+    redis.thaw();
+    let thawed_at = Instant::now();
+    breaker(&svc, 0.0, "the breaker closes once Redis answers");
+    let r = c
+        .check_and_reserve(reserve("after", "", "small"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.allowed && !r.degraded, "decided by Redis again: {r:?}");
+    // Reservations made locally settle locally.
+    for id in local_ids {
+        let done = c
+            .commit(pb::CommitRequest {
+                reservation_id: id,
+                prompt_tokens: 10,
+                completion_tokens: 5,
+            })
+            .await
+            .expect("a degraded reservation commits after recovery")
+            .into_inner();
+        assert_eq!(done.outcome(), pb::Outcome::Applied);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let calls = load.stop().await;
+
+    assert_bounded(&calls);
+    let reserves: Vec<_> = calls.iter().filter(|c| c.rpc == "CheckAndReserve").collect();
+    assert!(
+        reserves.iter().all(|c| c.result.is_ok()),
+        "no reservation failed under `local`: {:?}",
+        reserves.iter().find(|c| c.result.is_err())
+    );
+    assert!(reserves.iter().any(|c| c.result == Ok((true, true))), "some were degraded");
+    assert!(
+        reserves
+            .iter()
+            .any(|c| c.started > thawed_at && matches!(c.result, Ok((_, false)))),
+        "Redis decided again after the thaw"
+    );
+    let commits: Vec<_> = calls.iter().filter(|c| c.rpc == "Commit").collect();
+    let failed: Vec<_> = commits
+        .iter()
+        .filter(|c| c.result.is_err() && c.result != Err(Code::Unavailable))
+        .collect();
+    assert!(failed.is_empty(), "commits fail only as UNAVAILABLE: {failed:?}");
+
+    // Leases from before the freeze (reservations whose answer timed out ran
+    // once Redis thawed) expire by their TTL: none is left once it passes.
+    tokio::time::sleep(LEASE + Duration::from_millis(300)).await;
+    assert_eq!(tenant_leases(&mut c, "load", "").await, 0, "no leaked lease");
+    assert!(
+        svc.metric("ctxbudget_degraded_decisions_total", &[("policy", "local")])
+            .unwrap_or(0.0)
+            >= 10.0
+    );
+    assert_healthy(&mut svc);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_redis_fails_closed_then_recovers_and_old_leases_expire() {
+    // Append-only with fsync on every write: the restarted Redis has its data.
+    let mut redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut svc = Service::start("killed", &config("fail_closed"), Some(&redis.url()));
+    let mut c = support::connect(svc.addr).await;
+    // A gateway takes 3 of the user's 4 slots, then crashes: never settled.
+    for _ in 0..3 {
+        let r = c
+            .check_and_reserve(reserve("crash", "gw", "t"))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(r.allowed);
+    }
+    let leased_at = Instant::now();
+    assert_eq!(tenant_leases(&mut c, "crash", "gw").await, 3);
+    let load = Load::start(&c, "load", 3);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    redis.kill();
+    breaker(&svc, 2.0, "the breaker opens when Redis is gone");
+    wait_health(svc.addr, NOT_SERVING, Duration::from_secs(5), "fail_closed reports").await;
+    let err = c
+        .check_and_reserve(reserve("crash", "other", "t"))
+        .await
+        .expect_err("fail_closed refuses without Redis");
+    assert_eq!(err.code(), Code::Unavailable);
+    assert!(err.message().contains("retry"), "says what to do: {err:?}");
+
+    redis.restart();
+    let restarted_at = Instant::now();
+    wait_health(svc.addr, SERVING, Duration::from_secs(15), "recovers").await;
+    breaker(&svc, 0.0, "the breaker closes");
+    let recovered_at = Instant::now();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let calls = load.stop().await;
+
+    assert_bounded(&calls);
+    let unexpected: Vec<_> = calls
+        .iter()
+        .filter(|c| c.result.is_err() && c.result != Err(Code::Unavailable))
+        .collect();
+    assert!(unexpected.is_empty(), "only UNAVAILABLE: {unexpected:?}");
+    let late: Vec<_> = calls
+        .iter()
+        .filter(|c| c.started >= recovered_at && c.result.is_err())
+        .collect();
+    assert!(late.is_empty(), "no error once recovered (scripts reloaded): {late:?}");
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.started > restarted_at && c.result == Ok((true, false))),
+        "served by the restarted Redis"
+    );
+
+    // The crashed gateway's leases survived the restart and lapse by TTL.
+    tokio::time::sleep((LEASE + Duration::from_millis(200)).saturating_sub(leased_at.elapsed()))
+        .await;
+    for i in 0..4 {
+        let r = c
+            .check_and_reserve(reserve("crash", "gw", "t"))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(r.allowed && !r.degraded, "slot {i} is free again: {r:?}");
+    }
+    let expired = svc.metric("ctxbudget_leases_expired_total", &[]).unwrap_or(0.0);
+    assert!(expired >= 3.0, "3 lapsed leases reclaimed, counted {expired}");
+    assert!(
+        svc.metric("ctxbudget_store_errors_total", &[("kind", "breaker_open")])
+            .unwrap_or(0.0)
+            > 0.0,
+        "calls failed fast while open"
+    );
+    assert_healthy(&mut svc);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_open_allows_everything_flagged_degraded() {
+    let mut redis = RedisServer::start();
+    let mut svc = Service::start("open", &config("fail_open"), Some(&redis.url()));
+    let mut c = support::connect(svc.addr).await;
+    redis.kill();
+    for i in 0..15 {
+        let started = Instant::now();
+        let r = c
+            .check_and_reserve(reserve("small-co", "", "small"))
+            .await
+            .expect("fail_open answers")
+            .into_inner();
+        assert!(started.elapsed() <= DEADLINE + MARGIN);
+        assert!(r.allowed && r.degraded, "call {i}: over the limit of 10, still allowed: {r:?}");
+        let done = c
+            .refund(pb::RefundRequest {
+                reservation_id: r.reservation_id,
+            })
+            .await
+            .expect("a degraded reservation refunds")
+            .into_inner();
+        assert_eq!(done.outcome(), pb::Outcome::Applied);
+    }
+    breaker(&svc, 2.0, "the breaker opens");
+    assert_healthy(&mut svc);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_and_flushall_mid_run_reach_no_client() {
+    let redis = RedisServer::start();
+    let mut svc = Service::start("flush", &config("fail_closed"), Some(&redis.url()));
+    let c = support::connect(svc.addr).await;
+    let load = Load::start(&c, "load", 3);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut redis.conn())
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let flushed_at = Instant::now();
+    let _: () = redis::cmd("FLUSHALL").query(&mut redis.conn()).unwrap();
+    // Longer than the configuration version check: the emptied configuration
+    // is noticed, refused, and the last good one kept.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let calls = load.stop().await;
+
+    assert_bounded(&calls);
+    for call in &calls {
+        match (call.rpc, call.result) {
+            ("CheckAndReserve", Ok((true, false))) | ("Commit", Ok(_)) => {}
+            // Reservations taken before FLUSHALL are gone with it.
+            ("Commit", Err(Code::NotFound)) if call.started >= flushed_at => {}
+            _ => panic!("unexpected: {call:?}"),
+        }
+    }
+    let lost = calls
+        .iter()
+        .filter(|c| c.result == Err(Code::NotFound))
+        .count();
+    assert!(lost <= 3, "at most one reservation per gateway was in flight: {lost}");
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.started > flushed_at + Duration::from_millis(1200) && c.result.is_ok()),
+        "still deciding with the last good configuration"
+    );
+    assert_eq!(svc.metric("ctxbudget_breaker_state", &[]), Some(0.0));
+    assert!(svc.log().contains("invalid"), "the emptied configuration is reported");
+    assert_healthy(&mut svc);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_memory_fails_by_policy_and_never_resets_a_counter() {
+    let redis = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
+    let mut svc = Service::start("oom", &config("fail_closed"), Some(&redis.url()));
+    let mut c = support::connect(svc.addr).await;
+    let remaining = |s: &[pb::LimitStatus]| {
+        support::limit(s, pb::Level::Tenant, pb::Dimension::Requests, 3600).remaining
+    };
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let r = c
+            .check_and_reserve(reserve("mem", "", "small"))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(r.allowed);
+        held.push(r.reservation_id);
+    }
+    let set_maxmemory = |bytes: &str| {
+        let _: () = redis::cmd("CONFIG")
+            .arg(&["SET", "maxmemory", bytes])
+            .query(&mut redis.conn())
+            .unwrap();
+    };
+    set_maxmemory("1");
+    // Two failures in five calls: below the breaker's rate, so it stays closed.
+    for _ in 0..1 {
+        let started = Instant::now();
+        let err = c
+            .check_and_reserve(reserve("mem", "", "small"))
+            .await
+            .expect_err("no memory to record a reservation: fail_closed refuses");
+        assert!(started.elapsed() <= DEADLINE + MARGIN);
+        assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+        assert!(err.message().contains("OOM"), "says why: {err:?}");
+    }
+    let err = c
+        .commit(pb::CommitRequest {
+            reservation_id: held[0].clone(),
+            prompt_tokens: 10,
+            completion_tokens: 5,
+        })
+        .await
+        .expect_err("a commit cannot be written either");
+    assert_eq!(err.code(), Code::Unavailable);
+    // Reading still works, and the counter is what it was: 3 of 10 taken.
+    let s = c
+        .get_status(pb::GetStatusRequest {
+            tenant_id: "mem".into(),
+            user_id: String::new(),
+            tier: "small".into(),
+        })
+        .await
+        .expect("status reads under OOM")
+        .into_inner();
+    assert_eq!(remaining(&s.limits), 7, "not reset");
+
+    set_maxmemory("0");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let r = loop {
+        match c.check_and_reserve(reserve("mem", "", "small")).await {
+            Ok(r) => break r.into_inner(),
+            Err(e) if e.code() == Code::Unavailable && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("Redis has memory again: {e:?}"),
+        }
+    };
+    assert!(r.allowed);
+    assert_eq!(remaining(&r.limits), 6, "the count went on from 3, plus this one");
+    for id in held {
+        let done = c
+            .commit(pb::CommitRequest {
+                reservation_id: id,
+                prompt_tokens: 10,
+                completion_tokens: 5,
+            })
+            .await
+            .expect("the held reservations settle")
+            .into_inner();
+        assert_eq!(done.outcome(), pb::Outcome::Applied, "the failed commit changed nothing");
+    }
+    assert_healthy(&mut svc);
+}
