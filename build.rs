@@ -15,6 +15,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(env::var("OUT_DIR")?);
     fs::write(out.join("ctxbudget_descriptor.bin"), fds.encode_to_vec())?;
     tonic_prost_build::configure()
+        // Undecodable requests are INVALID_ARGUMENT (see src/api/codec.rs).
+        .codec_path("crate::api::codec::Codec")
         .build_client(true)
         .build_server(true)
         .compile_fds(fds)?;

@@ -18,8 +18,8 @@ use crate::store::{Store, StoreError};
 use std::future::Future;
 use std::sync::Arc;
 use tokio::net::TcpListener;
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 /// The server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -196,7 +196,10 @@ fn tls_config(files: &TlsFiles) -> Result<ServerTlsConfig, ServeError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let read = |what: &str, path: &std::path::Path| {
         std::fs::read(path).map_err(|e| {
-            ServeError::Settings(format!("cannot read the TLS {what} {}: {e}", path.display()))
+            ServeError::Settings(format!(
+                "cannot read the TLS {what} {}: {e}",
+                path.display()
+            ))
         })
     };
     let identity = Identity::from_pem(read("certificate", &files.cert)?, read("key", &files.key)?);

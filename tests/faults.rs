@@ -142,10 +142,8 @@ impl Load {
                         .await;
                         calls.push(call);
                         if let Some(r) = body.filter(|r| r.allowed) {
-                            commits.push(tokio::spawn(commit_until_done(
-                                c.clone(),
-                                r.reservation_id,
-                            )));
+                            commits
+                                .push(tokio::spawn(commit_until_done(c.clone(), r.reservation_id)));
                         }
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     }
@@ -344,13 +342,19 @@ async fn a_frozen_redis_is_bridged_by_local_decisions_and_recovers() {
     let calls = load.stop().await;
 
     assert_bounded(&calls);
-    let reserves: Vec<_> = calls.iter().filter(|c| c.rpc == "CheckAndReserve").collect();
+    let reserves: Vec<_> = calls
+        .iter()
+        .filter(|c| c.rpc == "CheckAndReserve")
+        .collect();
     assert!(
         reserves.iter().all(|c| c.result.is_ok()),
         "no reservation failed under `local`: {:?}",
         reserves.iter().find(|c| c.result.is_err())
     );
-    assert!(reserves.iter().any(|c| c.result == Ok((true, true))), "some were degraded");
+    assert!(
+        reserves.iter().any(|c| c.result == Ok((true, true))),
+        "some were degraded"
+    );
     assert!(
         reserves
             .iter()
@@ -362,12 +366,19 @@ async fn a_frozen_redis_is_bridged_by_local_decisions_and_recovers() {
         .iter()
         .filter(|c| c.result.is_err() && c.result != Err(Code::Unavailable))
         .collect();
-    assert!(failed.is_empty(), "commits fail only as UNAVAILABLE: {failed:?}");
+    assert!(
+        failed.is_empty(),
+        "commits fail only as UNAVAILABLE: {failed:?}"
+    );
 
     // Leases from before the freeze (reservations whose answer timed out ran
     // once Redis thawed) expire by their TTL: none is left once it passes.
     tokio::time::sleep(LEASE + Duration::from_millis(300)).await;
-    assert_eq!(tenant_leases(&mut c, "load", "").await, 0, "no leaked lease");
+    assert_eq!(
+        tenant_leases(&mut c, "load", "").await,
+        0,
+        "no leaked lease"
+    );
     assert!(
         svc.metric("ctxbudget_degraded_decisions_total", &[("policy", "local")])
             .unwrap_or(0.0)
@@ -398,7 +409,13 @@ async fn a_killed_redis_fails_closed_then_recovers_and_old_leases_expire() {
 
     redis.kill();
     breaker(&svc, 2.0, "the breaker opens when Redis is gone");
-    wait_health(svc.addr, NOT_SERVING, Duration::from_secs(5), "fail_closed reports").await;
+    wait_health(
+        svc.addr,
+        NOT_SERVING,
+        Duration::from_secs(5),
+        "fail_closed reports",
+    )
+    .await;
     let err = c
         .check_and_reserve(reserve("crash", "other", "t"))
         .await
@@ -424,7 +441,10 @@ async fn a_killed_redis_fails_closed_then_recovers_and_old_leases_expire() {
         .iter()
         .filter(|c| c.started >= recovered_at && c.result.is_err())
         .collect();
-    assert!(late.is_empty(), "no error once recovered (scripts reloaded): {late:?}");
+    assert!(
+        late.is_empty(),
+        "no error once recovered (scripts reloaded): {late:?}"
+    );
     assert!(
         calls
             .iter()
@@ -443,8 +463,13 @@ async fn a_killed_redis_fails_closed_then_recovers_and_old_leases_expire() {
             .into_inner();
         assert!(r.allowed && !r.degraded, "slot {i} is free again: {r:?}");
     }
-    let expired = svc.metric("ctxbudget_leases_expired_total", &[]).unwrap_or(0.0);
-    assert!(expired >= 3.0, "3 lapsed leases reclaimed, counted {expired}");
+    let expired = svc
+        .metric("ctxbudget_leases_expired_total", &[])
+        .unwrap_or(0.0);
+    assert!(
+        expired >= 3.0,
+        "3 lapsed leases reclaimed, counted {expired}"
+    );
     assert!(
         svc.metric("ctxbudget_store_errors_total", &[("kind", "breaker_open")])
             .unwrap_or(0.0)
@@ -468,7 +493,10 @@ async fn fail_open_allows_everything_flagged_degraded() {
             .expect("fail_open answers")
             .into_inner();
         assert!(started.elapsed() <= DEADLINE + MARGIN);
-        assert!(r.allowed && r.degraded, "call {i}: over the limit of 10, still allowed: {r:?}");
+        assert!(
+            r.allowed && r.degraded,
+            "call {i}: over the limit of 10, still allowed: {r:?}"
+        );
         let done = c
             .refund(pb::RefundRequest {
                 reservation_id: r.reservation_id,
@@ -514,7 +542,10 @@ async fn script_flush_and_flushall_mid_run_reach_no_client() {
         .iter()
         .filter(|c| c.result == Err(Code::NotFound))
         .count();
-    assert!(lost <= 3, "at most one reservation per gateway was in flight: {lost}");
+    assert!(
+        lost <= 3,
+        "at most one reservation per gateway was in flight: {lost}"
+    );
     assert!(
         calls
             .iter()
@@ -522,7 +553,10 @@ async fn script_flush_and_flushall_mid_run_reach_no_client() {
         "still deciding with the last good configuration"
     );
     assert_eq!(svc.metric("ctxbudget_breaker_state", &[]), Some(0.0));
-    assert!(svc.log().contains("invalid"), "the emptied configuration is reported");
+    assert!(
+        svc.log().contains("invalid"),
+        "the emptied configuration is reported"
+    );
     assert_healthy(&mut svc);
 }
 
@@ -595,7 +629,11 @@ async fn out_of_memory_fails_by_policy_and_never_resets_a_counter() {
         }
     };
     assert!(r.allowed);
-    assert_eq!(remaining(&r.limits), 6, "the count went on from 3, plus this one");
+    assert_eq!(
+        remaining(&r.limits),
+        6,
+        "the count went on from 3, plus this one"
+    );
     for id in held {
         let done = c
             .commit(pb::CommitRequest {
@@ -606,7 +644,11 @@ async fn out_of_memory_fails_by_policy_and_never_resets_a_counter() {
             .await
             .expect("the held reservations settle")
             .into_inner();
-        assert_eq!(done.outcome(), pb::Outcome::Applied, "the failed commit changed nothing");
+        assert_eq!(
+            done.outcome(),
+            pb::Outcome::Applied,
+            "the failed commit changed nothing"
+        );
     }
     assert_healthy(&mut svc);
 }

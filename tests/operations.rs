@@ -272,7 +272,9 @@ async fn overrides_win_over_tiers_and_deleting_one_restores_the_tier() {
         100
     );
 
-    let cfg = ConfigStore::connect(&redis.url(), &Default::default(), "ctxb:").await.unwrap();
+    let cfg = ConfigStore::connect(&redis.url(), &Default::default(), "ctxb:")
+        .await
+        .unwrap();
     let history = cfg.history(10).await.unwrap();
     assert_eq!(history[0].field, "override:bigco");
     assert_eq!(

@@ -51,13 +51,7 @@ async fn requests_left(client: &mut BudgetServiceClient<Channel>, tenant: &str) 
         .await
         .expect("status with a valid token")
         .into_inner();
-    support::limit(
-        &s.limits,
-        pb::Level::Tenant,
-        pb::Dimension::Requests,
-        60,
-    )
-    .remaining
+    support::limit(&s.limits, pb::Level::Tenant, pb::Dimension::Requests, 60).remaining
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,7 +66,10 @@ async fn calls_without_a_valid_token_are_unauthenticated_and_touch_nothing() {
             .await
             .unwrap_err();
         assert_eq!(err.code(), Code::Unauthenticated, "{token:?}: {err:?}");
-        assert!(err.message().contains("bearer"), "says what to send: {err:?}");
+        assert!(
+            err.message().contains("bearer"),
+            "says what to send: {err:?}"
+        );
         assert!(!err.message().contains(OLD) && !err.message().contains(NEW));
     }
     // A token without the Bearer scheme is not accepted either.
@@ -83,11 +80,18 @@ async fn calls_without_a_valid_token_are_unauthenticated_and_touch_nothing() {
         c.check_and_reserve(raw).await.unwrap_err().code(),
         Code::Unauthenticated
     );
-    assert_eq!(requests_left(&mut c, "globex").await, before, "nothing reserved");
+    assert_eq!(
+        requests_left(&mut c, "globex").await,
+        before,
+        "nothing reserved"
+    );
 
     // The old token and the new one both work during a rotation.
     let old = c
-        .check_and_reserve(with_token(reserve("globex", "u", "free", 10, 10), Some(OLD)))
+        .check_and_reserve(with_token(
+            reserve("globex", "u", "free", 10, 10),
+            Some(OLD),
+        ))
         .await
         .unwrap()
         .into_inner();
@@ -151,7 +155,10 @@ async fn a_token_bound_to_tenants_cannot_act_for_another() {
         assert!(err.message().contains("gateway-acme"), "{what}: {err:?}");
     };
     let globex = c
-        .check_and_reserve(with_token(reserve("globex", "u", "free", 10, 10), Some(OLD)))
+        .check_and_reserve(with_token(
+            reserve("globex", "u", "free", 10, 10),
+            Some(OLD),
+        ))
         .await
         .unwrap()
         .into_inner();
@@ -159,7 +166,10 @@ async fn a_token_bound_to_tenants_cannot_act_for_another() {
     let before = requests_left(&mut c, "globex").await;
 
     let e = c
-        .check_and_reserve(with_token(reserve("globex", "u", "free", 10, 10), Some(NEW)))
+        .check_and_reserve(with_token(
+            reserve("globex", "u", "free", 10, 10),
+            Some(NEW),
+        ))
         .await
         .unwrap_err();
     denied(e, "reserve for another tenant");
@@ -202,11 +212,18 @@ async fn a_token_bound_to_tenants_cannot_act_for_another() {
         .await
         .unwrap_err();
     denied(e, "renew another tenant's lease");
-    assert_eq!(requests_left(&mut c, "globex").await, before, "nothing changed");
+    assert_eq!(
+        requests_left(&mut c, "globex").await,
+        before,
+        "nothing changed"
+    );
 
     // The reservation is untouched: its own tenant's caller still refunds it.
     let refunded = c
-        .refund(with_token(pb::RefundRequest { reservation_id: id }, Some(OLD)))
+        .refund(with_token(
+            pb::RefundRequest { reservation_id: id },
+            Some(OLD),
+        ))
         .await
         .unwrap()
         .into_inner();
@@ -224,7 +241,10 @@ async fn a_token_bound_to_tenants_cannot_act_for_another() {
 #[test]
 fn bad_token_configurations_are_refused_without_quoting_secrets() {
     let cases = [
-        ("[[auth.tokens]]\nname = \"a\"\ntoken = \"short-secret\"\n", "auth.tokens[0].token"),
+        (
+            "[[auth.tokens]]\nname = \"a\"\ntoken = \"short-secret\"\n",
+            "auth.tokens[0].token",
+        ),
         (
             "[[auth.tokens]]\nname = \"a\"\ntoken = \"same-secret-0123456789\"\n\
              [[auth.tokens]]\nname = \"b\"\ntoken = \"same-secret-0123456789\"\n",
@@ -238,7 +258,10 @@ fn bad_token_configurations_are_refused_without_quoting_secrets() {
             "[[auth.tokens]]\nname = \"a\"\ntoken = \"tenantless-0123456789\"\ntenants = []\n",
             "auth.tokens[0].tenants",
         ),
-        ("[server]\nlisten = \"127.0.0.1:1\"\ntls_cert = \"/x.pem\"\n", "server.tls_cert"),
+        (
+            "[server]\nlisten = \"127.0.0.1:1\"\ntls_cert = \"/x.pem\"\n",
+            "server.tls_cert",
+        ),
     ];
     for (toml, field) in cases {
         let err = ctxbudget::config::FileConfig::built_in()
@@ -438,7 +461,10 @@ async fn redis_with_an_acl_user_works_and_the_password_never_shows() {
         .to_string();
     assert!(!err.contains(secret), "{err}");
     assert!(err.contains("127.0.0.1"), "names the server: {err}");
-    assert!(err.to_lowercase().contains("authentication"), "says why: {err}");
+    assert!(
+        err.to_lowercase().contains("authentication"),
+        "says why: {err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -461,7 +487,10 @@ async fn rediss_with_a_private_ca_and_client_certificate() {
     ]);
     let url = format!("rediss://localhost:{tls_port}/0");
     let store = |files: &str| {
-        format!("[store]\ntimeout_ms = 5000\ntls_ca = \"{}\"\n{files}", path("ca.pem"))
+        format!(
+            "[store]\ntimeout_ms = 5000\ntls_ca = \"{}\"\n{files}",
+            path("ca.pem")
+        )
     };
     let with_cert = store(&format!(
         "tls_cert = \"{}\"\ntls_key = \"{}\"\n",
@@ -477,7 +506,10 @@ async fn rediss_with_a_private_ca_and_client_certificate() {
         .into_inner();
     assert!(r.allowed, "served over TLS to Redis");
     h.stop().await;
-    let keys: Vec<String> = redis::cmd("KEYS").arg("ctxb:*").query(&mut redis.conn()).unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("ctxb:*")
+        .query(&mut redis.conn())
+        .unwrap();
     assert!(!keys.is_empty(), "state went to that Redis: {keys:?}");
 
     // Without the client certificate Redis refuses the handshake: a clear error.
@@ -497,7 +529,9 @@ async fn sighup_rotates_tokens_and_logs_no_secret() {
     let log = dir.join("stdout.log");
     let tokens = |list: &[(&str, &str)]| {
         list.iter()
-            .map(|(name, token)| format!("[[auth.tokens]]\nname = \"{name}\"\ntoken = \"{token}\"\n"))
+            .map(|(name, token)| {
+                format!("[[auth.tokens]]\nname = \"{name}\"\ntoken = \"{token}\"\n")
+            })
             .collect::<String>()
     };
     std::fs::write(&file, tokens(&[("old", OLD)])).unwrap();

@@ -60,10 +60,7 @@ pub fn validate(tokens: &[TokenSection]) -> Result<(), (String, String)> {
         if !t.token.bytes().all(|b| b.is_ascii_graphic()) {
             return Err((
                 at("token"),
-                format!(
-                    "token {:?} must be printable ASCII without spaces",
-                    t.name
-                ),
+                format!("token {:?} must be printable ASCII without spaces", t.name),
             ));
         }
         if matches!(&t.tenants, Some(set) if set.is_empty()) {
@@ -82,7 +79,10 @@ pub fn validate(tokens: &[TokenSection]) -> Result<(), (String, String)> {
             if earlier.token == t.token {
                 return Err((
                     at("token"),
-                    format!("tokens {:?} and {:?} are the same secret", earlier.name, t.name),
+                    format!(
+                        "tokens {:?} and {:?} are the same secret",
+                        earlier.name, t.name
+                    ),
                 ));
             }
         }
@@ -135,12 +135,20 @@ impl Auth {
 
     /// True when callers must authenticate.
     pub fn enabled(&self) -> bool {
-        !self.tokens.read().unwrap_or_else(|p| p.into_inner()).is_empty()
+        !self
+            .tokens
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
     }
 
     /// The caller behind `request`'s bearer token, or UNAUTHENTICATED.
     pub fn authenticate<T>(&self, request: &Request<T>) -> Result<Option<Caller>, Status> {
-        let tokens = self.tokens.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let tokens = self
+            .tokens
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         if tokens.is_empty() {
             return Ok(None);
         }
@@ -148,7 +156,10 @@ impl Auth {
             .metadata()
             .get("authorization")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
             .ok_or_else(|| {
                 Status::unauthenticated(
                     "missing bearer token: send the metadata `authorization: Bearer <token>`",
@@ -195,17 +206,38 @@ mod tests {
 
     #[test]
     fn old_and_new_tokens_work_others_do_not() {
-        let auth = Auth::new(vec![token("old", "s1", None), token("new", "s2", Some(&["acme"]))]);
-        assert_eq!(auth.authenticate(&request(Some("Bearer s1"))).unwrap().unwrap().name, "old");
-        let new = auth.authenticate(&request(Some("Bearer s2"))).unwrap().unwrap();
+        let auth = Auth::new(vec![
+            token("old", "s1", None),
+            token("new", "s2", Some(&["acme"])),
+        ]);
+        assert_eq!(
+            auth.authenticate(&request(Some("Bearer s1")))
+                .unwrap()
+                .unwrap()
+                .name,
+            "old"
+        );
+        let new = auth
+            .authenticate(&request(Some("Bearer s2")))
+            .unwrap()
+            .unwrap();
         assert!(new.check_tenant("acme").is_ok());
-        assert_eq!(new.check_tenant("globex").unwrap_err().code(), tonic::Code::PermissionDenied);
+        assert_eq!(
+            new.check_tenant("globex").unwrap_err().code(),
+            tonic::Code::PermissionDenied
+        );
         for bad in [None, Some("Bearer nope"), Some("s1"), Some("Basic s1")] {
             let err = auth.authenticate(&request(bad)).unwrap_err();
             assert_eq!(err.code(), tonic::Code::Unauthenticated, "{bad:?}");
             assert!(!err.message().contains("s1") && !err.message().contains("s2"));
         }
         assert!(format!("{:?}", token("x", "secret", None)).contains("redacted"));
-        assert!(Auth::default().authenticate(&request(None)).unwrap().is_none(), "off");
+        assert!(
+            Auth::default()
+                .authenticate(&request(None))
+                .unwrap()
+                .is_none(),
+            "off"
+        );
     }
 }

@@ -1,8 +1,8 @@
 //! The `ctxbudget.v1.BudgetService` implementation: validate, call the engine,
 //! convert back, time the call.
 
-use super::{convert, to_status};
 use super::auth::Auth;
+use super::{convert, to_status};
 use crate::domain::{ReservationId, TenantId};
 use crate::engine::{Engine, EngineError};
 use crate::pb;
@@ -33,12 +33,13 @@ impl<S> BudgetApi<S> {
         request: &Request<T>,
         tenant: Option<&str>,
     ) -> Result<(), Status> {
-        let checked = self.auth.authenticate(request).and_then(|caller| {
-            match (caller, tenant) {
+        let checked = self
+            .auth
+            .authenticate(request)
+            .and_then(|caller| match (caller, tenant) {
                 (Some(c), Some(t)) => c.check_tenant(t),
                 _ => Ok(()),
-            }
-        });
+            });
         if let Err(status) = &checked {
             telemetry::rpc(rpc, status.code(), 0.0);
         }
@@ -54,26 +55,41 @@ fn tenant_of(reservation_id: &str) -> Option<String> {
         .map(|id| id.tenant.to_string())
 }
 
-/// The last 8 characters of a reservation id: enough to match log lines, not
-/// enough to settle someone else's reservation (the id works as a bearer token).
-fn short_id(id: &str) -> &str {
-    let start = id.len().saturating_sub(8);
-    id.get(start..).unwrap_or("")
+/// The span every log line of one RPC carries: the RPC's name and, for calls
+/// about a reservation, its id (CheckAndReserve records it once it has one).
+/// A malformed id is cut short: logs stay bounded whatever a client sends.
+fn span(rpc: &'static str, reservation: Option<&str>) -> tracing::Span {
+    let span = tracing::info_span!("rpc", rpc, reservation = tracing::field::Empty);
+    if let Some(id) = reservation {
+        let shown = match id.char_indices().nth(MAX_LOGGED_ID) {
+            Some((end, _)) => &id[..end],
+            None => id,
+        };
+        span.record("reservation", shown);
+    }
+    span
 }
 
-/// Runs one RPC body, records its duration and code, and maps errors.
+/// Longest reservation id written to a log (valid ids are far shorter).
+const MAX_LOGGED_ID: usize = 160;
+
+/// Runs one RPC body in its span, records its duration and code, and maps errors.
 async fn timed<T>(
     rpc: &'static str,
+    span: tracing::Span,
     body: impl Future<Output = Result<T, EngineError>>,
 ) -> Result<Response<T>, Status> {
+    use tracing::Instrument;
     let started = Instant::now();
-    let result = body.await.map_err(to_status);
+    let result = body.instrument(span.clone()).await.map_err(to_status);
+    // No await below: the guard cannot cross one.
+    let _entered = span.enter();
     let code = result
         .as_ref()
         .map_or_else(Status::code, |_| tonic::Code::Ok);
     telemetry::rpc(rpc, code, started.elapsed().as_secs_f64());
     if let Err(status) = &result {
-        tracing::debug!(rpc, code = ?status.code(), message = status.message(), "rpc failed");
+        tracing::debug!(code = ?status.code(), message = status.message(), "rpc failed");
     }
     result.map(Response::new)
 }
@@ -84,8 +100,12 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         &self,
         request: Request<pb::CheckAndReserveRequest>,
     ) -> Result<Response<pb::CheckAndReserveResponse>, Status> {
-        self.admit("CheckAndReserve", &request, Some(&request.get_ref().tenant_id))?;
-        timed("CheckAndReserve", async {
+        self.admit(
+            "CheckAndReserve",
+            &request,
+            Some(&request.get_ref().tenant_id),
+        )?;
+        timed("CheckAndReserve", span("CheckAndReserve", None), async {
             let req = convert::reserve_request(request.into_inner())?;
             let out = self.engine.reserve(req).await?;
             Ok(convert::reserve_response(out))
@@ -99,18 +119,14 @@ impl<S: Store> BudgetService for BudgetApi<S> {
     ) -> Result<Response<pb::CommitResponse>, Status> {
         let tenant = tenant_of(&request.get_ref().reservation_id);
         self.admit("Commit", &request, tenant.as_deref())?;
-        timed("Commit", async {
+        let span = span("Commit", Some(&request.get_ref().reservation_id));
+        timed("Commit", span, async {
             let r = request.into_inner();
             let c = self
                 .engine
                 .commit(&r.reservation_id, r.prompt_tokens, r.completion_tokens)
                 .await?;
-            tracing::debug!(
-                reservation = %short_id(&r.reservation_id),
-                outcome = ?c.outcome,
-                token_delta = c.token_delta,
-                "commit"
-            );
+            tracing::debug!(outcome = ?c.outcome, token_delta = c.token_delta, "commit");
             Ok(pb::CommitResponse {
                 outcome: convert::outcome(c.outcome) as i32,
                 token_delta: c.token_delta,
@@ -127,10 +143,11 @@ impl<S: Store> BudgetService for BudgetApi<S> {
     ) -> Result<Response<pb::RefundResponse>, Status> {
         let tenant = tenant_of(&request.get_ref().reservation_id);
         self.admit("Refund", &request, tenant.as_deref())?;
-        timed("Refund", async {
+        let span = span("Refund", Some(&request.get_ref().reservation_id));
+        timed("Refund", span, async {
             let r = request.into_inner();
             let (outcome, refunded_tokens) = self.engine.refund(&r.reservation_id).await?;
-            tracing::debug!(reservation = %short_id(&r.reservation_id), ?outcome, refunded_tokens, "refund");
+            tracing::debug!(?outcome, refunded_tokens, "refund");
             Ok(pb::RefundResponse {
                 outcome: convert::outcome(outcome) as i32,
                 refunded_tokens,
@@ -145,10 +162,12 @@ impl<S: Store> BudgetService for BudgetApi<S> {
     ) -> Result<Response<pb::RenewLeaseResponse>, Status> {
         let tenant = tenant_of(&request.get_ref().reservation_id);
         self.admit("RenewLease", &request, tenant.as_deref())?;
-        timed("RenewLease", async {
+        let span = span("RenewLease", Some(&request.get_ref().reservation_id));
+        timed("RenewLease", span, async {
             let r = request.into_inner();
             let (outcome, expires_in_ms) =
                 self.engine.renew(&r.reservation_id, r.lease_ttl_ms).await?;
+            tracing::debug!(?outcome, expires_in_ms, "renew");
             Ok(pb::RenewLeaseResponse {
                 outcome: convert::outcome(outcome) as i32,
                 expires_in_ms,
@@ -162,7 +181,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         request: Request<pb::GetEstimatorRequest>,
     ) -> Result<Response<pb::GetEstimatorResponse>, Status> {
         self.admit("GetEstimator", &request, None)?;
-        timed("GetEstimator", async {
+        timed("GetEstimator", span("GetEstimator", None), async {
             let r = request.into_inner();
             let model = (!r.model.is_empty()).then_some(r.model.as_str());
             let views = self.engine.estimators(model).await?;
@@ -176,7 +195,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         request: Request<pb::GetStatusRequest>,
     ) -> Result<Response<pb::GetStatusResponse>, Status> {
         self.admit("GetStatus", &request, Some(&request.get_ref().tenant_id))?;
-        timed("GetStatus", async {
+        timed("GetStatus", span("GetStatus", None), async {
             let r = request.into_inner();
             let tenant = TenantId::parse(&r.tenant_id)?;
             let user = convert::optional_user(&r.user_id)?;

@@ -365,9 +365,8 @@ impl FileConfig {
             close_after: resilience.breaker_close_after,
         };
         let tokens = self.auth.unwrap_or_default().tokens;
-        crate::api::auth::validate(&tokens).map_err(|(field, problem)| {
-            LimitsError::new(format!("auth.tokens{field}"), problem)
-        })?;
+        crate::api::auth::validate(&tokens)
+            .map_err(|(field, problem)| LimitsError::new(format!("auth.tokens{field}"), problem))?;
         let tls = match (server.tls_cert, server.tls_key, server.tls_client_ca) {
             (None, None, None) => None,
             (Some(cert), Some(key), client_ca) => Some(TlsFiles {

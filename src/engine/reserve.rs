@@ -155,7 +155,11 @@ impl<S: Store> Engine<S> {
         };
         let scope = (req.tenant.clone(), req.user.clone());
         let plan = match plan::prepare(req, &limits, &self.settings.leases)? {
-            Prepared::Plan(plan) => plan,
+            Prepared::Plan(plan) => {
+                // Every later line of this call names the reservation.
+                tracing::Span::current().record("reservation", tracing::field::display(&plan.id));
+                plan
+            }
             Prepared::Refused {
                 denial,
                 tokens,
@@ -194,7 +198,7 @@ impl<S: Store> Engine<S> {
         let reply = match self.guarded("reserve", self.store.reserve(&plan)).await {
             Err(StoreError::Unavailable(why)) if self.policy() != FailurePolicy::FailClosed => {
                 // Degraded: decide from this replica's memory and say so.
-                tracing::warn!(policy = self.policy().as_str(), error = %why, "deciding without the store");
+                warn_degraded(self.policy().as_str(), &why);
                 telemetry::degraded(self.policy().as_str());
                 plan = self.local_plan(&plan);
                 out.degraded = true;
@@ -255,6 +259,7 @@ impl<S: Store> Engine<S> {
                 })?;
                 out.limits = decision::limit_states(&plan.levels, &readings);
                 out.reservation_id = Some(id.to_string());
+                tracing::Span::current().record("reservation", tracing::field::display(&id));
                 out.reserved_tokens = tokens;
                 out.granted_max_output_tokens = tokens.saturating_sub(plan.prompt_tokens);
                 out.lease_expires_in_ms = lease_expires_in_ms;
@@ -285,6 +290,16 @@ impl<S: Store> Engine<S> {
             out.reserved_tokens
         };
         telemetry::decision(&tier.name, out.denial.as_ref(), fresh_tokens);
+        // Sizes only: prompt contents never reach a log.
+        tracing::debug!(
+            allowed = out.denial.is_none(),
+            reason = out.denial.as_ref().map(|d| d.reason.as_str()),
+            prompt_tokens = plan.prompt_tokens,
+            reserved_tokens = out.reserved_tokens,
+            degraded = out.degraded,
+            replayed = out.replayed,
+            "decision"
+        );
         if !out.degraded
             && let Some(global) = out
                 .limits
@@ -309,5 +324,30 @@ impl<S: Store> Engine<S> {
         id: &crate::domain::ReservationId,
     ) -> Option<Arc<crate::domain::Tier>> {
         self.limits().resolve(&id.tier, id.tenant.as_str())
+    }
+}
+
+/// Logs a degraded decision at WARN at most every 10 seconds (an outage would
+/// otherwise log every call), at DEBUG in between.
+fn warn_degraded(policy: &'static str, why: &str) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_WARNED_S: AtomicU64 = AtomicU64::new(0);
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let last = LAST_WARNED_S.load(Ordering::Relaxed);
+    if now_s >= last + 10
+        && LAST_WARNED_S
+            .compare_exchange(last, now_s, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::warn!(
+            policy,
+            error = why,
+            "deciding without the store (logged every 10 s while it lasts; \
+             ctxbudget_degraded_decisions_total counts every one)"
+        );
+    } else {
+        tracing::debug!(policy, error = why, "deciding without the store");
     }
 }

@@ -107,7 +107,7 @@ impl<S: Store> Engine<S> {
                     out.token_delta = delta;
                 }
             }
-            SettleReply::NotFound => return Err(not_found(reservation_id)),
+            SettleReply::NotFound => return Err(not_found(reservation_id, id.local)),
         }
         Ok(out)
     }
@@ -127,7 +127,7 @@ impl<S: Store> Engine<S> {
         let (outcome, settled) = match reply {
             SettleReply::Applied { settled, .. } => (Outcome::Applied, settled),
             SettleReply::AlreadySettled(settled) => (Outcome::AlreadySettled, settled),
-            SettleReply::NotFound => return Err(not_found(reservation_id)),
+            SettleReply::NotFound => return Err(not_found(reservation_id, id.local)),
         };
         let refunded = match settled {
             Settled::Refunded(n) => n,
@@ -165,13 +165,21 @@ impl<S: Store> Engine<S> {
             }
             RenewReply::AlreadySettled => Ok((Outcome::AlreadySettled, 0)),
             RenewReply::Expired => Ok((Outcome::Expired, 0)),
-            RenewReply::NotFound => Err(not_found(reservation_id)),
+            RenewReply::NotFound => Err(not_found(reservation_id, id.local)),
         }
     }
 }
 
-fn not_found(id: &str) -> EngineError {
+fn not_found(id: &str, local: bool) -> EngineError {
     let shown: String = id.chars().take(80).collect();
+    if local {
+        return EngineError::NotFound(format!(
+            "reservation {shown} was made in degraded mode (the shared store was unavailable) \
+             and lives only in the memory of the replica that made it, which is not this one or \
+             has restarted: settle it on that replica, or let its lease lapse (its budget \
+             returns by itself); nothing to settle here"
+        ));
+    }
     EngineError::NotFound(format!(
         "reservation {shown} not found: it was never made, or its record expired (records are \
          kept for the lease plus the retention period); nothing to settle"

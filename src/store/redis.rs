@@ -89,7 +89,10 @@ pub fn open_client(url: &str, tls: &RedisTls) -> Result<redis::Client, StoreErro
     }
     let read = |what: &str, path: &std::path::Path| {
         std::fs::read(path).map_err(|e| {
-            StoreError::Unavailable(format!("cannot read the Redis TLS {what} {}: {e}", path.display()))
+            StoreError::Unavailable(format!(
+                "cannot read the Redis TLS {what} {}: {e}",
+                path.display()
+            ))
         })
     };
     let client_tls = match (&tls.cert, &tls.key) {

@@ -21,6 +21,11 @@ impl Service {
     /// Starts the binary with `config` as its configuration file and the store
     /// at `redis_url` (memory without one), and waits until /metrics answers.
     pub fn start(name: &str, config: &str, redis_url: Option<&str>) -> Self {
+        Self::start_with(name, config, redis_url, &[])
+    }
+
+    /// [`Service::start`] with extra `serve` arguments (e.g. `--log-format json`).
+    pub fn start_with(name: &str, config: &str, redis_url: Option<&str>, extra: &[&str]) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "ctxbudget-svc-{name}-{}-{}",
             std::process::id(),
@@ -38,7 +43,8 @@ impl Service {
             .arg("--config")
             .arg(&file)
             .env_remove("CTXBUDGET_REDIS_URL")
-            .env("RUST_LOG", "info")
+            .args(extra)
+            .env("RUST_LOG", "info,ctxbudget=debug")
             .stdout(std::fs::File::create(dir.join("stdout.log")).unwrap())
             .stderr(std::fs::File::create(dir.join("stderr.log")).unwrap());
         if let Some(url) = redis_url {
@@ -67,9 +73,7 @@ impl Service {
         use std::io::{Read, Write};
         let mut stream =
             std::net::TcpStream::connect_timeout(&self.metrics, Duration::from_secs(2)).ok()?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
         write!(
             stream,
             "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",

@@ -1,0 +1,286 @@
+//! Hostile input: random bytes and random messages through request
+//! validation (the fuzz target's function, here for a bounded number of
+//! cases), and over gRPC: huge strings, huge counts, non-UTF-8 bytes, long
+//! message lists and made-up ids all end in INVALID_ARGUMENT or a bounded
+//! decision — and the service keeps serving.
+
+mod support;
+
+use bytes::{Buf, BufMut};
+use ctxbudget::api::validate::check_bytes;
+use ctxbudget::pb;
+use proptest::prelude::*;
+use prost::Message;
+use support::{Backend, Harness};
+use tonic::Code;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..2048)) {
+        let _ = check_bytes(&data);
+    }
+
+    #[test]
+    fn random_messages_never_panic(
+        tenant in ".{0,300}",
+        user in "\\PC{0,80}",
+        tier in "[a-z]{0,5}|free|pro|.{0,70}",
+        model in ".{0,300}",
+        prompt_tokens in proptest::option::of(any::<u64>()),
+        max_output_tokens in any::<u64>(),
+        key in ".{0,300}",
+        lease in proptest::option::of(any::<u64>()),
+        min_output in any::<u64>(),
+        reduced in any::<bool>(),
+        id in "rsv_[A-Za-z0-9_-]{0,120}|.{0,200}",
+    ) {
+        let reserve = pb::CheckAndReserveRequest {
+            tenant_id: tenant.clone(),
+            user_id: user.clone(),
+            tier: tier.clone(),
+            model,
+            prompt_tokens,
+            max_output_tokens,
+            idempotency_key: key,
+            lease_ttl_ms: lease,
+            allow_reduced_output: reduced,
+            min_output_tokens: min_output,
+            ..Default::default()
+        };
+        let mut data = vec![0u8];
+        reserve.encode(&mut data).unwrap();
+        let _ = check_bytes(&data);
+        let mut data = vec![1u8];
+        pb::CommitRequest { reservation_id: id, prompt_tokens: max_output_tokens, completion_tokens: 1 }
+            .encode(&mut data)
+            .unwrap();
+        let _ = check_bytes(&data);
+        let mut data = vec![4u8];
+        pb::GetStatusRequest { tenant_id: tenant, user_id: user, tier }.encode(&mut data).unwrap();
+        let _ = check_bytes(&data);
+    }
+}
+
+#[test]
+fn valid_requests_pass_validation() {
+    let mut data = vec![0u8];
+    support::reserve("acme", "alice", "free", 100, 100)
+        .encode(&mut data)
+        .unwrap();
+    assert!(check_bytes(&data).is_ok(), "{:?}", check_bytes(&data));
+    let mut data = vec![0u8];
+    support::reserve("acme", "alice", "nope", 100, 100)
+        .encode(&mut data)
+        .unwrap();
+    assert!(check_bytes(&data).unwrap_err().contains("unknown tier"));
+}
+
+/// Sends raw bytes as a gRPC request body and returns the raw reply.
+#[derive(Clone, Default)]
+struct Raw;
+
+impl Codec for Raw {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = Raw;
+    type Decoder = Raw;
+    fn encoder(&mut self) -> Raw {
+        Raw
+    }
+    fn decoder(&mut self) -> Raw {
+        Raw
+    }
+}
+
+impl Encoder for Raw {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl Decoder for Raw {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
+        let bytes = src.copy_to_bytes(src.remaining());
+        Ok(Some(bytes.to_vec()))
+    }
+}
+
+async fn raw_call(
+    h: &Harness,
+    method: &'static str,
+    body: Vec<u8>,
+) -> Result<Vec<u8>, tonic::Status> {
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", h.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let path = http::uri::PathAndQuery::from_static(method);
+    grpc.unary(tonic::Request::new(body), path, Raw)
+        .await
+        .map(|r| r.into_inner())
+}
+
+fn invalid(r: Result<impl std::fmt::Debug, tonic::Status>, what: &str) {
+    let err = r.expect_err(what);
+    assert_eq!(err.code(), Code::InvalidArgument, "{what}: {err:?}");
+    assert!(
+        err.message().len() < 1000,
+        "{what}: the message stays short"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_requests_get_invalid_argument_or_a_bounded_decision() {
+    let h = Harness::start(Backend::Memory, "").await;
+    let mut c = h.client.clone();
+    const RESERVE: &str = "/ctxbudget.v1.BudgetService/CheckAndReserve";
+
+    // Not UTF-8 where a string belongs: field 1 (tenant_id), 2 bytes 0xff 0xfe.
+    invalid(
+        raw_call(&h, RESERVE, vec![0x0a, 0x02, 0xff, 0xfe]).await,
+        "non-UTF-8",
+    );
+    // Not protobuf at all: a truncated varint and a bogus wire type.
+    invalid(
+        raw_call(&h, RESERVE, vec![0x28, 0xff]).await,
+        "truncated varint",
+    );
+    invalid(
+        raw_call(&h, RESERVE, vec![0x0f, 0x00]).await,
+        "bad wire type",
+    );
+
+    // Huge strings.
+    let huge = "x".repeat(1 << 20);
+    for (field, request) in [
+        (
+            "tenant_id",
+            pb::CheckAndReserveRequest {
+                tenant_id: huge.clone(),
+                ..support::reserve("a", "u", "free", 1, 1)
+            },
+        ),
+        (
+            "user_id",
+            pb::CheckAndReserveRequest {
+                user_id: huge.clone(),
+                ..support::reserve("a", "u", "free", 1, 1)
+            },
+        ),
+        (
+            "tier",
+            pb::CheckAndReserveRequest {
+                tier: huge.clone(),
+                ..support::reserve("a", "u", "free", 1, 1)
+            },
+        ),
+        (
+            "model",
+            pb::CheckAndReserveRequest {
+                model: huge.clone(),
+                ..support::reserve("a", "u", "free", 1, 1)
+            },
+        ),
+        (
+            "idempotency_key",
+            pb::CheckAndReserveRequest {
+                idempotency_key: huge.clone(),
+                ..support::reserve("a", "u", "free", 1, 1)
+            },
+        ),
+    ] {
+        invalid(c.check_and_reserve(request).await, field);
+    }
+    // Control characters in an id.
+    invalid(
+        c.check_and_reserve(support::reserve("a\u{0}b", "u", "free", 1, 1))
+            .await,
+        "NUL",
+    );
+
+    // Huge counts: refused as input, or decided (too large), never a panic.
+    for (prompt, output) in [
+        (u64::MAX, 1),
+        (1, u64::MAX),
+        (u64::MAX, u64::MAX),
+        (1 << 53, 1 << 53),
+    ] {
+        match c
+            .check_and_reserve(support::reserve("a", "u", "free", prompt, output))
+            .await
+        {
+            Ok(r) => {
+                let r = r.into_inner();
+                assert!(!r.allowed, "{prompt}+{output} allowed: {r:?}");
+                assert!(matches!(
+                    r.reason(),
+                    pb::Reason::ContextTooLarge | pb::Reason::RequestTooLarge
+                ));
+            }
+            Err(e) => assert_eq!(e.code(), Code::InvalidArgument, "{e:?}"),
+        }
+    }
+    let lease = pb::CheckAndReserveRequest {
+        lease_ttl_ms: Some(u64::MAX),
+        ..support::reserve("a", "u", "free", 1, 1)
+    };
+    invalid(
+        c.check_and_reserve(lease).await,
+        "lease_ttl_ms beyond the maximum",
+    );
+
+    // A message list longer than any chat: refused before counting.
+    let messages = vec![
+        pb::Message {
+            role: "user".into(),
+            content: String::new(),
+            name: String::new(),
+        };
+        100_001
+    ];
+    let many = pb::CheckAndReserveRequest {
+        prompt_tokens: None,
+        messages,
+        ..support::reserve("a", "u", "free", 1, 1)
+    };
+    invalid(c.check_and_reserve(many).await, "100,001 messages");
+
+    // Made-up reservation ids.
+    for id in [
+        "",
+        "rsv_",
+        "rsv_AAAA",
+        "rsv_!!!!",
+        &"rsv_A".repeat(10_000),
+        "\u{202e}rsv",
+    ] {
+        let r = c
+            .commit(pb::CommitRequest {
+                reservation_id: id.to_string(),
+                prompt_tokens: 1,
+                completion_tokens: 1,
+            })
+            .await;
+        invalid(r, "made-up id");
+    }
+
+    // Still serving.
+    let ok = c
+        .check_and_reserve(support::reserve("a", "u", "free", 10, 10))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ok.allowed);
+    h.stop().await;
+}

@@ -1,0 +1,215 @@
+//! What operators see: every metric the service defines is exported on
+//! `/metrics` and documented in the README; JSON logs name the reservation on
+//! every line about one, and never hold a prompt's text.
+
+mod support;
+
+use ctxbudget::pb;
+use std::time::Duration;
+use support::RedisServer;
+use support::process::Service;
+
+const CONFIG: &str = r#"
+[store]
+timeout_ms = 100
+
+[resilience]
+policy = "local"
+breaker_min_calls = 2
+breaker_failure_rate = 0.5
+
+[reservations]
+default_lease_ttl_ms = 30000
+max_lease_ttl_ms = 60000
+retention_ms = 60000
+idempotency_ttl_ms = 60000
+retry_jitter_ms = 0
+concurrency_retry_ms = 1000
+
+[global]
+concurrency = 1000
+
+[tiers.t]
+max_context_tokens = 100000
+default_max_output_tokens = 10
+tenant = { requests = [{ limit = 2, period = "1h" }], concurrency = 10 }
+shadow = { tenant = { requests = [{ limit = 1, period = "1h" }] } }
+"#;
+
+/// Every metric name `src/telemetry.rs` defines.
+fn defined_metrics() -> Vec<String> {
+    let source = include_str!("../src/telemetry.rs");
+    let names: Vec<String> = source
+        .lines()
+        .filter(|l| l.trim_start().starts_with("pub const"))
+        .filter_map(|l| l.split('"').nth(1))
+        .filter(|n| n.starts_with("ctxbudget_"))
+        .map(String::from)
+        .collect();
+    assert!(names.len() >= 15, "found the metric names: {names:?}");
+    names
+}
+
+#[test]
+fn every_metric_is_documented_in_the_readme() {
+    let readme = include_str!("../README.md");
+    for name in defined_metrics() {
+        assert!(
+            readme.contains(&format!("`{name}`")),
+            "README lacks `{name}`"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_logs_show_what_happened() {
+    let mut redis = RedisServer::start();
+    let svc = Service::start_with(
+        "observe",
+        CONFIG,
+        Some(&redis.url()),
+        &["--log-format", "json"],
+    );
+    let mut c = support::connect(svc.addr).await;
+    const MARKER: &str = "PROMPT-TEXT-MUST-NOT-BE-LOGGED";
+
+    // A counted prompt, committed: counting, estimation, commit metrics.
+    let counted = c
+        .check_and_reserve(pb::CheckAndReserveRequest {
+            tenant_id: "acme".into(),
+            tier: "t".into(),
+            model: "gpt-4o".into(),
+            messages: vec![pb::Message {
+                role: "user".into(),
+                content: format!("{MARKER} please summarise this"),
+                name: String::new(),
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(counted.allowed);
+    let commit = c
+        .commit(pb::CommitRequest {
+            reservation_id: counted.reservation_id.clone(),
+            prompt_tokens: counted.estimated_prompt_tokens + 2,
+            completion_tokens: 7,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(commit.outcome(), pb::Outcome::Applied);
+
+    // A short lease, refunded after it lapsed: the lapse is counted when the
+    // next reservation reclaims it.
+    let short = c
+        .check_and_reserve(pb::CheckAndReserveRequest {
+            lease_ttl_ms: Some(100),
+            ..support::reserve("acme", "", "t", 5, 5)
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(short.allowed, "{short:?}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Over the tenant's 2 requests an hour: denied (and reclaims the lease).
+    let denied = c
+        .check_and_reserve(support::reserve("acme", "", "t", 5, 5))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!denied.allowed);
+    let refund = c
+        .refund(pb::RefundRequest {
+            reservation_id: short.reservation_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(refund.outcome(), pb::Outcome::Applied);
+
+    // The estimator multiplier gauge is refreshed twice a second.
+    svc.wait_metric(
+        "ctxbudget_estimator_multiplier",
+        &[("key", "gpt-4o")],
+        Duration::from_secs(5),
+        "the multiplier is published",
+        |v| v >= 1.0,
+    );
+    let value = |name: &str, labels: &[(&str, &str)]| svc.metric(name, labels).unwrap_or(0.0);
+    assert_eq!(
+        value(
+            "ctxbudget_decisions_total",
+            &[
+                ("result", "denied"),
+                ("reason", "rpm_exceeded"),
+                ("level", "tenant"),
+                ("tier", "t")
+            ]
+        ),
+        1.0
+    );
+
+    // Then Redis goes away: store errors, the breaker, degraded decisions.
+    redis.kill();
+    // Enough failures to outweigh the window's successes.
+    for _ in 0..30 {
+        let r = c
+            .check_and_reserve(support::reserve("globex", "", "t", 5, 5))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(r.degraded);
+    }
+    svc.wait_metric(
+        "ctxbudget_breaker_state",
+        &[],
+        Duration::from_secs(5),
+        "the breaker opens",
+        |v| v == 2.0,
+    );
+
+    let text = svc.scrape().expect("/metrics answers");
+    for name in defined_metrics() {
+        assert!(text.contains(&name), "/metrics lacks {name}:\n{text}");
+    }
+    assert!(value("ctxbudget_decisions_total", &[("result", "allowed")]) >= 2.0);
+    assert_eq!(value("ctxbudget_refunded_tokens_total", &[]), 10.0);
+    assert_eq!(
+        value("ctxbudget_committed_tokens_total", &[]),
+        (counted.estimated_prompt_tokens + 2 + 7) as f64
+    );
+    assert!(value("ctxbudget_leases_expired_total", &[]) >= 1.0);
+    assert!(value("ctxbudget_shadow_denials_total", &[("tier", "t")]) >= 1.0);
+    assert!(value("ctxbudget_degraded_decisions_total", &[("policy", "local")]) >= 3.0);
+    assert!(value("ctxbudget_store_errors_total", &[("op", "reserve")]) >= 1.0);
+    assert!(
+        text.contains("ctxbudget_rpc_duration_seconds_count{rpc=\"Commit\",code=\"OK\"}"),
+        "{text}"
+    );
+
+    // Logs: JSON lines; those about a reservation carry its id; no prompt text.
+    let log = svc.log();
+    assert!(!log.contains(MARKER), "prompt text reached the log");
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).expect("every log line is JSON"))
+        .collect();
+    let about = |id: &str| {
+        lines
+            .iter()
+            .filter(|l| l.to_string().contains(id))
+            .map(|l| l["fields"]["message"].as_str().unwrap_or("").to_string())
+            .collect::<Vec<_>>()
+    };
+    let counted_lines = about(&counted.reservation_id);
+    for message in ["decision", "commit"] {
+        assert!(
+            counted_lines.iter().any(|m| m == message),
+            "a {message:?} line names the reservation: {counted_lines:?}"
+        );
+    }
+    assert!(about(&short.reservation_id).iter().any(|m| m == "refund"));
+}
