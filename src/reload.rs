@@ -179,7 +179,8 @@ pub fn reload_file<S: Store>(
     }
     match config.settings(Flags::default()) {
         Ok(settings) => {
-            auth.replace(settings.tokens);
+            // Refused (and logged) when it would turn authentication off.
+            let _ = auth.replace(settings.tokens);
             if limits {
                 let limits = settings.limits.as_ref().clone();
                 tracing::info!(

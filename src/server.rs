@@ -18,6 +18,7 @@ use crate::store::{Store, StoreError};
 use std::future::Future;
 use std::sync::Arc;
 use tokio::net::TcpListener;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
@@ -166,8 +167,10 @@ pub async fn serve<S: Store>(
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
-    let budget = BudgetServiceServer::new(BudgetApi::new(engine, auth))
+    let budget = BudgetServiceServer::new(BudgetApi::new(engine))
         .max_decoding_message_size(settings.max_message_bytes);
+    // Authentication runs on the headers, before the body is even decoded.
+    let budget = InterceptedService::new(budget, crate::api::auth::interceptor(auth));
     let mut builder = Server::builder();
     if let Some(tls) = &settings.tls {
         builder = builder.tls_config(tls_config(tls)?)?;

@@ -35,13 +35,24 @@ pub const ESTIMATOR_MULTIPLIER: &str = "ctxbudget_estimator_multiplier";
 /// Leases held across every replica, from the global level's concurrency as of
 /// this replica's last reservation (needs a global concurrency limit).
 pub const GLOBAL_LEASES_ACTIVE: &str = "ctxbudget_global_leases_active";
-/// Leases that lapsed without Commit or Refund, counted when reclaimed.
+/// Leases that lapsed without Commit or Refund, counted when reclaimed,
+/// labelled `level`: a reservation holds one at each level with a concurrency
+/// limit, so one lapsed reservation counts once per such level.
 pub const LEASES_EXPIRED: &str = "ctxbudget_leases_expired_total";
 
-/// Counts leases reclaimed after lapsing unsettled.
-pub fn leases_expired(n: u64) {
+/// Calls refused by authentication, labelled `code` (UNAUTHENTICATED,
+/// PERMISSION_DENIED).
+pub const AUTH_REFUSED: &str = "ctxbudget_auth_refused_total";
+
+/// Counts one call refused by authentication or a tenant binding.
+pub fn auth_refused(code: tonic::Code) {
+    counter!(AUTH_REFUSED, "code" => code_name(code)).increment(1);
+}
+
+/// Counts leases reclaimed at `level` after lapsing unsettled.
+pub fn leases_expired(level: &'static str, n: u64) {
     if n > 0 {
-        counter!(LEASES_EXPIRED).increment(n);
+        counter!(LEASES_EXPIRED, "level" => level).increment(n);
     }
 }
 

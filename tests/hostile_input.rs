@@ -6,14 +6,12 @@
 
 mod support;
 
-use bytes::{Buf, BufMut};
 use ctxbudget::api::validate::check_bytes;
 use ctxbudget::pb;
 use proptest::prelude::*;
 use prost::Message;
 use support::{Backend, Harness};
 use tonic::Code;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
@@ -78,57 +76,12 @@ fn valid_requests_pass_validation() {
     assert!(check_bytes(&data).unwrap_err().contains("unknown tier"));
 }
 
-/// Sends raw bytes as a gRPC request body and returns the raw reply.
-#[derive(Clone, Default)]
-struct Raw;
-
-impl Codec for Raw {
-    type Encode = Vec<u8>;
-    type Decode = Vec<u8>;
-    type Encoder = Raw;
-    type Decoder = Raw;
-    fn encoder(&mut self) -> Raw {
-        Raw
-    }
-    fn decoder(&mut self) -> Raw {
-        Raw
-    }
-}
-
-impl Encoder for Raw {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl Decoder for Raw {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
-        let bytes = src.copy_to_bytes(src.remaining());
-        Ok(Some(bytes.to_vec()))
-    }
-}
-
 async fn raw_call(
     h: &Harness,
     method: &'static str,
     body: Vec<u8>,
 ) -> Result<Vec<u8>, tonic::Status> {
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", h.addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut grpc = tonic::client::Grpc::new(channel);
-    grpc.ready().await.unwrap();
-    let path = http::uri::PathAndQuery::from_static(method);
-    grpc.unary(tonic::Request::new(body), path, Raw)
-        .await
-        .map(|r| r.into_inner())
+    support::raw_call(h.addr, method, body, None).await
 }
 
 fn invalid(r: Result<impl std::fmt::Debug, tonic::Status>, what: &str) {

@@ -34,7 +34,13 @@ max_context_tokens = 100000
 default_max_output_tokens = 10
 tenant = { requests = [{ limit = 2, period = "1h" }], concurrency = 10 }
 shadow = { tenant = { requests = [{ limit = 1, period = "1h" }] } }
+
+[[auth.tokens]]
+name = "gateway"
+token = "observability-token-0123456789"
 "#;
+
+const TOKEN: &str = "observability-token-0123456789";
 
 /// Every metric name `src/telemetry.rs` defines.
 fn defined_metrics() -> Vec<String> {
@@ -70,7 +76,26 @@ async fn metrics_and_logs_show_what_happened() {
         Some(&redis.url()),
         &["--log-format", "json"],
     );
-    let mut c = support::connect(svc.addr).await;
+    support::connect(svc.addr).await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", svc.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut c = pb::budget_service_client::BudgetServiceClient::with_interceptor(
+        channel.clone(),
+        |mut r: tonic::Request<()>| {
+            r.metadata_mut()
+                .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+            Ok(r)
+        },
+    );
+    // One caller without a token: refused and counted.
+    let refused = pb::budget_service_client::BudgetServiceClient::new(channel)
+        .check_and_reserve(support::reserve("acme", "", "t", 1, 1))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated);
     const MARKER: &str = "PROMPT-TEXT-MUST-NOT-BE-LOGGED";
 
     // A counted prompt, committed: counting, estimation, commit metrics.
@@ -175,12 +200,27 @@ async fn metrics_and_logs_show_what_happened() {
         assert!(text.contains(&name), "/metrics lacks {name}:\n{text}");
     }
     assert!(value("ctxbudget_decisions_total", &[("result", "allowed")]) >= 2.0);
+    assert_eq!(
+        value(
+            "ctxbudget_auth_refused_total",
+            &[("code", "UNAUTHENTICATED")]
+        ),
+        1.0
+    );
+    assert!(!text.contains(TOKEN), "no secret in the metrics");
     assert_eq!(value("ctxbudget_refunded_tokens_total", &[]), 10.0);
     assert_eq!(
         value("ctxbudget_committed_tokens_total", &[]),
         (counted.estimated_prompt_tokens + 2 + 7) as f64
     );
-    assert!(value("ctxbudget_leases_expired_total", &[]) >= 1.0);
+    // The lapsed lease held a slot at the global and tenant levels: one each.
+    for level in ["global", "tenant"] {
+        assert_eq!(
+            value("ctxbudget_leases_expired_total", &[("level", level)]),
+            1.0,
+            "{level}"
+        );
+    }
     assert!(value("ctxbudget_shadow_denials_total", &[("tier", "t")]) >= 1.0);
     assert!(value("ctxbudget_degraded_decisions_total", &[("policy", "local")]) >= 3.0);
     assert!(value("ctxbudget_store_errors_total", &[("op", "reserve")]) >= 1.0);

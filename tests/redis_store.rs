@@ -450,3 +450,83 @@ user = { tokens = [{ limit = 100000000, period = "1d" }] }
     assert_eq!(r.estimator_multiplier, 1.25);
     drop(redis);
 }
+
+/// Both stores report the same leases reclaimed, per level, when a reserve
+/// finds leases that lapsed unsettled: the count behind
+/// `ctxbudget_leases_expired_total`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_stores_count_lapsed_leases_alike() {
+    use ctxbudget::domain::plan::{LeasePolicy, Prepared, ReserveRequest, prepare};
+    use ctxbudget::store::memory::MemoryStore;
+    use ctxbudget::store::redis::{RedisSettings, RedisStore};
+    use ctxbudget::store::{Reclaimed, ReserveReply, Store};
+
+    let s = settings(SHORT, None);
+    let plan = |user: &str, ttl: u64| {
+        let req = ReserveRequest {
+            tenant: TenantId::parse("acme").unwrap(),
+            user: Some(UserId::parse(user).unwrap()),
+            tier: "t".into(),
+            model: "m".into(),
+            prompt_tokens: 10,
+            prompt_reserve: 10,
+            estimated_prompt_tokens: 0,
+            estimator: String::new(),
+            max_output_tokens: 10,
+            min_output_tokens: None,
+            idempotency_key: None,
+            lease_ttl_ms: Some(ttl),
+        };
+        let leases = LeasePolicy {
+            default_ttl_ms: 400,
+            max_ttl_ms: 1000,
+        };
+        match prepare(req, &s.limits, &leases).unwrap() {
+            Prepared::Plan(p) => p,
+            Prepared::Refused { .. } => panic!("planned"),
+        }
+    };
+    async fn run<S: Store>(
+        store: &S,
+        plan: &dyn Fn(&str, u64) -> ctxbudget::domain::ReservePlan,
+    ) -> Reclaimed {
+        // Three unsettled leases of alice lapse; one of bob stays live.
+        for _ in 0..3 {
+            assert!(matches!(
+                store.reserve(&plan("alice", 100)).await.unwrap(),
+                ReserveReply::Allowed { .. }
+            ));
+        }
+        assert!(matches!(
+            store.reserve(&plan("bob", 1000)).await.unwrap(),
+            ReserveReply::Allowed { .. }
+        ));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        store
+            .reserve(&plan("alice", 1000))
+            .await
+            .unwrap()
+            .reclaimed()
+    }
+    let memory = MemoryStore::new(Keys::new(DEFAULT_PREFIX).unwrap(), s.retention);
+    let from_memory = run(&memory, &plan).await;
+    let redis = RedisServer::start();
+    let store = RedisStore::connect(
+        &RedisSettings {
+            url: redis.url(),
+            pool: Default::default(),
+            connections: 1,
+            timeout: Duration::from_secs(5),
+            tls: Default::default(),
+        },
+        Keys::new(DEFAULT_PREFIX).unwrap(),
+        s.retention,
+    )
+    .await
+    .unwrap();
+    let from_redis = run(&store, &plan).await;
+    for level in [Level::Global, Level::Tenant, Level::User] {
+        assert_eq!(from_memory.at(level), 3, "memory, {level}");
+    }
+    assert_eq!(from_redis, from_memory, "the stores agree");
+}

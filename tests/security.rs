@@ -573,20 +573,54 @@ async fn sighup_rotates_tokens_and_logs_no_secret() {
     assert_eq!(code(call(OLD).await), Code::Ok);
     assert_eq!(code(call(NEW).await), Code::Unauthenticated);
 
+    // Waits until `token` gets `want` (the reload is asynchronous to the signal).
+    let settles = |token: &'static str, want: Code, what: &'static str| {
+        let call = &call;
+        async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let got = code(call(token).await);
+                if got == want {
+                    return;
+                }
+                assert!(std::time::Instant::now() < deadline, "{what}: {got:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+
     // Step 1: add the new token beside the old one.
     std::fs::write(&file, tokens(&[("old", OLD), ("new", NEW)])).unwrap();
     hup();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    settles(NEW, Code::Ok, "new now valid").await;
     assert_eq!(code(call(OLD).await), Code::Ok, "old still valid");
-    assert_eq!(code(call(NEW).await), Code::Ok, "new now valid");
 
     // Step 2: retire the old token.
     std::fs::write(&file, tokens(&[("new", NEW)])).unwrap();
     hup();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(code(call(OLD).await), Code::Unauthenticated, "old retired");
+    settles(OLD, Code::Unauthenticated, "old retired").await;
     assert_eq!(code(call(NEW).await), Code::Ok);
-    let _ = c.get_status(status("acme")).await;
+
+    // A file without [auth] does not turn authentication off on reload.
+    std::fs::write(&file, "").unwrap();
+    hup();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("no [auth] tokens")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the refusal is logged"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(code(call(NEW).await), Code::Ok, "tokens kept");
+    let anonymous = c
+        .check_and_reserve(reserve("acme", "u", "free", 1, 1))
+        .await
+        .unwrap_err();
+    assert_eq!(anonymous.code(), Code::Unauthenticated, "still required");
 
     let _ = child.kill();
     let _ = child.wait();

@@ -126,11 +126,21 @@ impl Auth {
         }
     }
 
-    /// Replaces the accepted tokens (SIGHUP).
-    pub fn replace(&self, tokens: Vec<TokenSection>) {
+    /// Replaces the accepted tokens (SIGHUP). A reload never turns
+    /// authentication off: a file that lost its `[auth]` section (or all its
+    /// tokens) keeps the current tokens, with an error logged; turning it off
+    /// takes a restart.
+    pub fn replace(&self, tokens: Vec<TokenSection>) -> Result<(), String> {
+        if tokens.is_empty() && self.enabled() {
+            let problem = "the reloaded configuration has no [auth] tokens; keeping the current \
+                           ones (authentication is turned off only by a restart)";
+            tracing::error!("{problem}");
+            return Err(problem.into());
+        }
         let names: Vec<&str> = tokens.iter().map(|t| t.name.as_str()).collect();
         tracing::info!(tokens = ?names, "reloaded caller tokens");
         *self.tokens.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(tokens);
+        Ok(())
     }
 
     /// True when callers must authenticate.
@@ -168,7 +178,7 @@ impl Auth {
         // Compare with every token, in constant time, before deciding.
         let mut found = None;
         for t in tokens.iter() {
-            if bool::from(t.token.as_bytes().ct_eq(presented.as_bytes())) {
+            if constant_time_eq(t.token.as_bytes(), presented.as_bytes()) {
                 found = Some(t);
             }
         }
@@ -181,6 +191,51 @@ impl Auth {
                 "invalid bearer token: it is not among the service's configured tokens",
             )),
         }
+    }
+}
+
+/// Equality in time that depends only on the longer input's length: unlike a
+/// slice `ct_eq`, no early return when the lengths differ, so a caller cannot
+/// time its way to a token's length.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len().max(b.len());
+    let mut equal = (a.len() as u64).ct_eq(&(b.len() as u64));
+    for i in 0..n {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        equal &= x.ct_eq(&y);
+    }
+    equal.into()
+}
+
+/// The gRPC interceptor in front of BudgetService: it runs on the headers,
+/// before the body is decoded, so an unauthenticated call is refused
+/// UNAUTHENTICATED whatever its body, and touches nothing. The caller it finds
+/// goes into the request's extensions for the tenant checks.
+pub fn interceptor(
+    auth: Arc<Auth>,
+) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone + Send + Sync + 'static {
+    move |mut request: Request<()>| match auth.authenticate(&request) {
+        Ok(Some(caller)) => {
+            request.extensions_mut().insert(caller);
+            Ok(request)
+        }
+        Ok(None) => Ok(request),
+        Err(status) => {
+            crate::telemetry::auth_refused(status.code());
+            Err(status)
+        }
+    }
+}
+
+/// May the caller of `request` (put there by [`interceptor`]) act for
+/// `tenant`? Without authentication, anyone may.
+pub fn check_tenant<T>(request: &Request<T>, tenant: &str) -> Result<(), Status> {
+    match request.extensions().get::<Caller>() {
+        Some(caller) => caller.check_tenant(tenant).inspect_err(|status| {
+            crate::telemetry::auth_refused(status.code());
+        }),
+        None => Ok(()),
     }
 }
 
@@ -202,6 +257,18 @@ mod tests {
             r.metadata_mut().insert("authorization", a.parse().unwrap());
         }
         r
+    }
+
+    #[test]
+    fn comparison_covers_every_byte_and_the_length() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(
+            !constant_time_eq(b"abc", b"abc\0"),
+            "zero padding is not equality"
+        );
+        assert!(!constant_time_eq(b"", b"a"));
+        assert!(constant_time_eq(b"", b""));
     }
 
     #[test]

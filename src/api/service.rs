@@ -1,8 +1,7 @@
 //! The `ctxbudget.v1.BudgetService` implementation: validate, call the engine,
 //! convert back, time the call.
 
-use super::auth::Auth;
-use super::{convert, to_status};
+use super::{auth, convert, to_status};
 use crate::domain::{ReservationId, TenantId};
 use crate::engine::{Engine, EngineError};
 use crate::pb;
@@ -16,34 +15,22 @@ use tonic::{Request, Response, Status};
 /// The gRPC face of an [`Engine`].
 pub struct BudgetApi<S> {
     engine: Arc<Engine<S>>,
-    auth: Arc<Auth>,
 }
 
 impl<S> BudgetApi<S> {
-    /// Serves `engine` to the callers `auth` accepts.
-    pub fn new(engine: Arc<Engine<S>>, auth: Arc<Auth>) -> Self {
-        BudgetApi { engine, auth }
+    /// Serves `engine`. Callers are authenticated in front of it
+    /// ([`auth::interceptor`]); the handlers check tenants.
+    pub fn new(engine: Arc<Engine<S>>) -> Self {
+        BudgetApi { engine }
     }
+}
 
-    /// Authenticates the caller and checks it may act for `tenant` (when the
-    /// request names one); a refusal is counted like any other RPC result.
-    fn admit<T>(
-        &self,
-        rpc: &'static str,
-        request: &Request<T>,
-        tenant: Option<&str>,
-    ) -> Result<(), Status> {
-        let checked = self
-            .auth
-            .authenticate(request)
-            .and_then(|caller| match (caller, tenant) {
-                (Some(c), Some(t)) => c.check_tenant(t),
-                _ => Ok(()),
-            });
-        if let Err(status) = &checked {
-            telemetry::rpc(rpc, status.code(), 0.0);
-        }
-        checked
+/// PERMISSION_DENIED unless the authenticated caller may act for the tenant
+/// the request names (when it names one).
+fn admit<T>(request: &Request<T>, tenant: Option<&str>) -> Result<(), Status> {
+    match tenant {
+        Some(t) => auth::check_tenant(request, t),
+        None => Ok(()),
     }
 }
 
@@ -100,11 +87,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         &self,
         request: Request<pb::CheckAndReserveRequest>,
     ) -> Result<Response<pb::CheckAndReserveResponse>, Status> {
-        self.admit(
-            "CheckAndReserve",
-            &request,
-            Some(&request.get_ref().tenant_id),
-        )?;
+        admit(&request, Some(&request.get_ref().tenant_id))?;
         timed("CheckAndReserve", span("CheckAndReserve", None), async {
             let req = convert::reserve_request(request.into_inner())?;
             let out = self.engine.reserve(req).await?;
@@ -118,7 +101,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         request: Request<pb::CommitRequest>,
     ) -> Result<Response<pb::CommitResponse>, Status> {
         let tenant = tenant_of(&request.get_ref().reservation_id);
-        self.admit("Commit", &request, tenant.as_deref())?;
+        admit(&request, tenant.as_deref())?;
         let span = span("Commit", Some(&request.get_ref().reservation_id));
         timed("Commit", span, async {
             let r = request.into_inner();
@@ -142,7 +125,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         request: Request<pb::RefundRequest>,
     ) -> Result<Response<pb::RefundResponse>, Status> {
         let tenant = tenant_of(&request.get_ref().reservation_id);
-        self.admit("Refund", &request, tenant.as_deref())?;
+        admit(&request, tenant.as_deref())?;
         let span = span("Refund", Some(&request.get_ref().reservation_id));
         timed("Refund", span, async {
             let r = request.into_inner();
@@ -161,7 +144,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         request: Request<pb::RenewLeaseRequest>,
     ) -> Result<Response<pb::RenewLeaseResponse>, Status> {
         let tenant = tenant_of(&request.get_ref().reservation_id);
-        self.admit("RenewLease", &request, tenant.as_deref())?;
+        admit(&request, tenant.as_deref())?;
         let span = span("RenewLease", Some(&request.get_ref().reservation_id));
         timed("RenewLease", span, async {
             let r = request.into_inner();
@@ -180,7 +163,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         &self,
         request: Request<pb::GetEstimatorRequest>,
     ) -> Result<Response<pb::GetEstimatorResponse>, Status> {
-        self.admit("GetEstimator", &request, None)?;
+        admit(&request, None)?;
         timed("GetEstimator", span("GetEstimator", None), async {
             let r = request.into_inner();
             let model = (!r.model.is_empty()).then_some(r.model.as_str());
@@ -194,7 +177,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         &self,
         request: Request<pb::GetStatusRequest>,
     ) -> Result<Response<pb::GetStatusResponse>, Status> {
-        self.admit("GetStatus", &request, Some(&request.get_ref().tenant_id))?;
+        admit(&request, Some(&request.get_ref().tenant_id))?;
         timed("GetStatus", span("GetStatus", None), async {
             let r = request.into_inner();
             let tenant = TenantId::parse(&r.tenant_id)?;

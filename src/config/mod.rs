@@ -150,7 +150,7 @@ impl FileConfig {
     pub fn parse(text: &str, path: &str) -> Result<Self, ConfigError> {
         toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.into(),
-            message: e.to_string(),
+            message: without_source_lines(&e.to_string()),
         })
     }
 
@@ -425,6 +425,23 @@ impl FileConfig {
     }
 }
 
+/// A TOML error without the excerpt of the file it quotes (`3 | token = …`):
+/// the file may hold secrets, and the error reaches logs. The line and column
+/// and the message stay.
+fn without_source_lines(message: &str) -> String {
+    message
+        .lines()
+        .filter(|line| {
+            let rest = line
+                .trim_start()
+                .trim_start_matches(|c: char| c.is_ascii_digit());
+            !rest.trim_start().starts_with('|')
+        })
+        .filter(|line| !line.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
 /// Loads the built-in defaults overlaid with `path` (if any) and `overrides`.
 pub fn load(path: Option<&Path>, overrides: Flags) -> Result<Settings, ConfigError> {
     let mut file = FileConfig::built_in();
@@ -440,6 +457,19 @@ pub fn load(path: Option<&Path>, overrides: Flags) -> Result<Settings, ConfigErr
 mod tests {
     use super::*;
     use crate::domain::Rate;
+
+    #[test]
+    fn parse_errors_do_not_quote_the_file() {
+        let secret = "s3cret-token-0123456789";
+        for text in [
+            format!("[[auth.tokens]]\nname = \"a\"\ntokn = \"{secret}\"\n"),
+            format!("[[auth.tokens]]\nname = \"a\"\ntoken = {secret}\n"),
+        ] {
+            let err = FileConfig::parse(&text, "f.toml").unwrap_err().to_string();
+            assert!(!err.contains(secret), "{err}");
+            assert!(err.contains("line 3"), "keeps the position: {err}");
+        }
+    }
 
     #[test]
     fn built_in_tiers_are_the_documented_ones() {

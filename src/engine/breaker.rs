@@ -256,7 +256,7 @@ mod tests {
             window: Duration::from_secs(10),
             min_calls: 4,
             failure_rate: 0.5,
-            cool_down: Duration::from_millis(50),
+            cool_down: Duration::from_millis(200),
             probes: 1,
             close_after: 2,
         }
@@ -296,13 +296,29 @@ mod tests {
     }
 
     #[test]
+    fn the_cool_down_jitter_stays_within_a_fifth() {
+        let b = Breaker::new(quick());
+        let base = quick().cool_down;
+        let samples: Vec<Duration> = (0..200).map(|_| b.cool_down()).collect();
+        assert!(
+            samples
+                .iter()
+                .all(|d| *d >= base && *d <= base.mul_f64(1.2))
+        );
+        assert!(
+            samples.iter().any(|d| *d != samples[0]),
+            "jittered, not constant"
+        );
+    }
+
+    #[test]
     fn it_half_opens_probes_and_closes_or_reopens() {
         let b = Breaker::new(quick());
         for _ in 0..4 {
             call(&b, false);
         }
         assert_eq!(b.state(), BreakerState::Open);
-        std::thread::sleep(Duration::from_millis(70)); // cool-down 50 ms + ≤ 20 %
+        std::thread::sleep(Duration::from_millis(260)); // cool-down 200 ms + ≤ 20 %
         assert_eq!(b.state(), BreakerState::HalfOpen);
         let probe = b.acquire().expect("one probe");
         assert!(b.acquire().is_none(), "probes are bounded");
@@ -312,7 +328,7 @@ mod tests {
             BreakerState::Open,
             "a failed probe opens it again"
         );
-        std::thread::sleep(Duration::from_millis(70)); // cool-down 50 ms + ≤ 20 %
+        std::thread::sleep(Duration::from_millis(260)); // cool-down 200 ms + ≤ 20 %
         assert!(call(&b, true));
         assert_eq!(
             b.state(),

@@ -215,7 +215,10 @@ impl<S: Store> Engine<S> {
         }
         let reply = reply?;
         if !out.degraded {
-            telemetry::leases_expired(reply.reclaimed_leases());
+            let reclaimed = reply.reclaimed();
+            for level in [Level::Global, Level::Tenant, Level::User] {
+                telemetry::leases_expired(level.as_str(), reclaimed.at(level));
+            }
         }
         match reply {
             ReserveReply::Allowed {

@@ -10,7 +10,8 @@
 use super::keys::{Keys, lease_field};
 use super::state::{self, BucketState, LevelState, bucket_id, ceil_ms};
 use super::{
-    RenewReply, ReserveReply, Retention, Scope, SettleReply, Settled, Settlement, Store, StoreError,
+    Reclaimed, RenewReply, ReserveReply, Retention, Scope, SettleReply, Settled, Settlement, Store,
+    StoreError,
 };
 use crate::domain::{Clock, Dimension, LevelPlan, Readings, ReservePlan, SystemClock};
 use std::collections::{HashMap, VecDeque};
@@ -145,7 +146,7 @@ impl<C: Clock> MemoryStore<C> {
         let mut room = plan.max_output_tokens as f64;
         let mut raws = Vec::with_capacity(plan.levels.len());
         let mut states = Vec::with_capacity(plan.levels.len());
-        let mut reclaimed = 0u64;
+        let mut reclaimed = Reclaimed::default();
         let mut levels_now = Vec::with_capacity(plan.levels.len());
         for lp in &plan.levels {
             let key = self.keys.level(lp.level, &id.tenant, id.user.as_ref());
@@ -177,7 +178,7 @@ impl<C: Clock> MemoryStore<C> {
                 && let Some(entry) = entry
             {
                 let (n, e, dropped) = entry.reclaim(now);
-                reclaimed += dropped;
+                reclaimed.add(lp.level, dropped);
                 if let Some(raw) = raw.as_mut() {
                     (raw.n, raw.e) = (n, e);
                 }
@@ -228,14 +229,14 @@ impl<C: Clock> MemoryStore<C> {
                 tokens,
                 lease_expires_in_ms,
                 readings: state::readings(&plan.levels, &raws, &[], now),
-                reclaimed_leases: reclaimed,
+                reclaimed,
             };
         }
         if denied != 0 {
             return ReserveReply::Denied {
                 readings: state::readings(&plan.levels, &raws, &[], now),
                 denied_mask: denied,
-                reclaimed_leases: reclaimed,
+                reclaimed,
             };
         }
 
@@ -282,7 +283,7 @@ impl<C: Clock> MemoryStore<C> {
         ReserveReply::Allowed {
             readings: state::readings(&plan.levels, &written, &[], now),
             granted_output: grant as u64,
-            reclaimed_leases: reclaimed,
+            reclaimed,
         }
     }
 

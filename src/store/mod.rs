@@ -11,7 +11,7 @@ pub mod redis;
 pub mod scripts;
 pub mod state;
 
-use crate::domain::{LevelPlan, Readings, ReservationId, ReservePlan, TenantId, UserId};
+use crate::domain::{Level, LevelPlan, Readings, ReservationId, ReservePlan, TenantId, UserId};
 use std::future::Future;
 
 /// How long settled and idempotent state is kept.
@@ -36,7 +36,7 @@ pub enum ReserveReply {
         /// Output tokens granted (the max, or less with reduced output).
         granted_output: u64,
         /// Expired leases this call reclaimed (leases never settled).
-        reclaimed_leases: u64,
+        reclaimed: Reclaimed,
     },
     /// Refused; nothing changed.
     Denied {
@@ -45,7 +45,7 @@ pub enum ReserveReply {
         /// Bit i set: check i denied.
         denied_mask: u64,
         /// Expired leases this call reclaimed (leases never settled).
-        reclaimed_leases: u64,
+        reclaimed: Reclaimed,
     },
     /// The idempotency key matched an earlier reservation, returned instead.
     Replayed {
@@ -58,7 +58,7 @@ pub enum ReserveReply {
         /// Current readings; nothing was taken.
         readings: Readings,
         /// Expired leases this call reclaimed (leases never settled).
-        reclaimed_leases: u64,
+        reclaimed: Reclaimed,
     },
     /// The idempotency key belongs to a different request.
     IdempotencyConflict,
@@ -72,19 +72,39 @@ pub enum ReserveReply {
 
 impl ReserveReply {
     /// Expired leases the call reclaimed.
-    pub fn reclaimed_leases(&self) -> u64 {
+    pub fn reclaimed(&self) -> Reclaimed {
         match self {
-            ReserveReply::Allowed {
-                reclaimed_leases, ..
-            }
-            | ReserveReply::Denied {
-                reclaimed_leases, ..
-            }
-            | ReserveReply::Replayed {
-                reclaimed_leases, ..
-            } => *reclaimed_leases,
-            _ => 0,
+            ReserveReply::Allowed { reclaimed, .. }
+            | ReserveReply::Denied { reclaimed, .. }
+            | ReserveReply::Replayed { reclaimed, .. } => *reclaimed,
+            _ => Reclaimed::default(),
         }
+    }
+}
+
+/// Expired leases a reserve call reclaimed, per level: a lease lapsed without
+/// Commit or Refund. One reservation holds a lease at every level with a
+/// concurrency limit, so it counts once at each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reclaimed([u64; 3]);
+
+impl Reclaimed {
+    fn index(level: Level) -> usize {
+        match level {
+            Level::Global => 0,
+            Level::Tenant => 1,
+            Level::User => 2,
+        }
+    }
+
+    /// Adds `n` leases reclaimed at `level`.
+    pub fn add(&mut self, level: Level, n: u64) {
+        self.0[Self::index(level)] += n;
+    }
+
+    /// Leases reclaimed at `level`.
+    pub fn at(&self, level: Level) -> u64 {
+        self.0[Self::index(level)]
     }
 }
 

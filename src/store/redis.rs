@@ -12,7 +12,7 @@
 use super::keys::{Keys, lease_field};
 use super::state::{self, LevelState, bucket_id};
 use super::{
-    RenewReply, ReserveReply, Retention, Scope, SettleReply, Settled, Settlement, Store,
+    Reclaimed, RenewReply, ReserveReply, Retention, Scope, SettleReply, Settled, Settlement, Store,
     StoreError, scripts,
 };
 use crate::domain::{LevelPlan, Readings, ReservePlan};
@@ -147,6 +147,15 @@ impl RedisStore {
         retention: Retention,
     ) -> Result<Self, StoreError> {
         let url = redact_url(&settings.url);
+        if settings.pool == PoolKind::Deadpool && !settings.tls.is_empty() {
+            // deadpool-redis rebuilds its clients from the URL and would drop
+            // the certificates: refuse rather than connect without them.
+            return Err(StoreError::Unavailable(
+                "[store] tls_ca/tls_cert/tls_key need pool = \"multiplexed\" (deadpool-redis \
+                 cannot carry the certificates)"
+                    .into(),
+            ));
+        }
         let client = open_client(&settings.url, &settings.tls)?;
         let info = client.get_connection_info().clone();
         let count = settings.connections.max(1);
@@ -432,24 +441,44 @@ impl Store for RedisStore {
             .map(|i| state_at(&reply, 3 + i))
             .collect::<Result<Vec<_>, _>>()?;
         let readings = state::readings(&plan.levels, &states, &[], now);
-        let reclaimed_leases = int_at(&reply, reply.len().saturating_sub(1))?.max(0) as u64;
+        // Every reply ends with one reclaimed-lease count per level.
+        let extras = match tag {
+            1 => 0,
+            0 => 1,
+            _ => 3,
+        };
+        if reply.len() != 3 + nlev + extras + nlev {
+            return Err(StoreError::Protocol(format!(
+                "reserve script replied with {} values, expected {} (is lua/reserve.lua out of \
+                 step with this binary?)",
+                reply.len(),
+                3 + nlev + extras + nlev
+            )));
+        }
+        let mut reclaimed = Reclaimed::default();
+        for (i, lp) in plan.levels.iter().enumerate() {
+            reclaimed.add(
+                lp.level,
+                int_at(&reply, 3 + nlev + extras + i)?.max(0) as u64,
+            );
+        }
         Ok(match tag {
             1 => ReserveReply::Allowed {
                 readings,
                 granted_output,
-                reclaimed_leases,
+                reclaimed,
             },
             0 => ReserveReply::Denied {
                 readings,
                 denied_mask: int_at(&reply, 3 + nlev)? as u64,
-                reclaimed_leases,
+                reclaimed,
             },
             2 => ReserveReply::Replayed {
                 nonce: string_at(&reply, 3 + nlev)?,
                 tokens: int_at(&reply, 4 + nlev)? as u64,
                 lease_expires_in_ms: int_at(&reply, 5 + nlev)?.max(0) as u64,
                 readings,
-                reclaimed_leases,
+                reclaimed,
             },
             other => return Err(unexpected("reserve", other)),
         })

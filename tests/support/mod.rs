@@ -321,3 +321,72 @@ pub fn limit(
         .find(|l| l.level() == level && l.dimension() == dimension && l.period_seconds == period)
         .unwrap_or_else(|| panic!("no {level:?} {dimension:?} {period}s limit in {limits:#?}"))
 }
+
+/// Sends `body` as the raw bytes of a gRPC request to `method` (e.g.
+/// `/ctxbudget.v1.BudgetService/CheckAndReserve`), with a bearer `token` if
+/// given, and returns the raw reply: for bytes no generated client would send.
+pub async fn raw_call(
+    addr: SocketAddr,
+    method: &'static str,
+    body: Vec<u8>,
+    token: Option<&str>,
+) -> Result<Vec<u8>, tonic::Status> {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let mut request = tonic::Request::new(body);
+    if let Some(t) = token {
+        request
+            .metadata_mut()
+            .insert("authorization", format!("Bearer {t}").parse().unwrap());
+    }
+    let path = http::uri::PathAndQuery::from_static(method);
+    grpc.unary(request, path, Raw).await.map(|r| r.into_inner())
+}
+
+/// A codec that passes bytes through untouched.
+#[derive(Clone, Default)]
+struct Raw;
+
+impl tonic::codec::Codec for Raw {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = Raw;
+    type Decoder = Raw;
+    fn encoder(&mut self) -> Raw {
+        Raw
+    }
+    fn decoder(&mut self) -> Raw {
+        Raw
+    }
+}
+
+impl tonic::codec::Encoder for Raw {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use bytes::BufMut;
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for Raw {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Vec<u8>>, tonic::Status> {
+        use bytes::Buf;
+        Ok(Some(src.copy_to_bytes(src.remaining()).to_vec()))
+    }
+}
