@@ -28,12 +28,14 @@
 -- Record: 'R' | cost, lease expiry (doubles) | tail | estimated prompt tokens (double).
 --
 -- Returns
---   {1, now, granted output, state..., reclaimed...}        allowed; each level's state after
---                                                           taking the cost
---   {0, now, granted output, state..., mask, reclaimed...}  denied; nothing changed; states as
---                                                           they were (bit i of mask: check i denied)
---   {2, now, 0, state..., nonce, cost, lease_left_ms, reclaimed...}  idempotent replay; nothing taken
---   (reclaimed...: per level, the expired leases this call dropped — leases never settled)
+--   {1, now, granted output, state..., [reclaimed]}        allowed; each level's state after
+--                                                          taking the cost
+--   {0, now, granted output, state..., mask, [reclaimed]}  denied; nothing changed; states as
+--                                                          they were (bit i of mask: check i denied)
+--   {2, now, 0, state..., nonce, cost, lease_left_ms, [reclaimed]}  idempotent replay; nothing taken
+--   ([reclaimed], only when non-zero: the expired leases this call dropped — leases never
+--   settled — per level, packed as the sum of count_i * 2^(17(i-1)), each count capped at
+--   2^17 - 1; one optional integer: every reply value costs Redis CPU)
 --   {3}                         idempotency key used before for another request
 --   {4, state}                  idempotency key of a reservation already settled ('C' or
 --                               'F') or whose lease lapsed ('R'): nothing to replay
@@ -78,7 +80,7 @@ end
 
 -- Read every level: each bucket's level now, and the leases.
 local raws, states, ls, ks = {}, {}, {}, {}
-local reclaimed = {}
+local reclaimed = 0
 local room = max_out -- output tokens every token bucket can hold
 local p, bi = FIRST, 0
 for i = 1, nlev do
@@ -94,7 +96,6 @@ for i = 1, nlev do
     raw, s = '', {0, 0, 0}
   end
   local ns = #s
-  reclaimed[i] = 0
   for b = 1, nb do
     local q = p + 2 + (b - 1) * 2
     local id, lim = spec[q], spec[q + 1]
@@ -136,7 +137,7 @@ for i = 1, nlev do
           end
         end
       end
-      reclaimed[i] = #dead
+      reclaimed = reclaimed + math.min(#dead, 131071) * 2 ^ (17 * (i - 1))
       for j = 1, #dead, 1000 do
         redis.call('HDEL', KEYS[i], unpack(dead, j, math.min(j + 999, #dead)))
       end
@@ -194,7 +195,7 @@ if replay or denied ~= 0 then
   else
     out[#out + 1] = denied
   end
-  for i = 1, nlev do out[#out + 1] = reclaimed[i] end
+  if reclaimed > 0 then out[#out + 1] = reclaimed end
   return out
 end
 
@@ -250,5 +251,5 @@ if ARGV[4] ~= '0' then
   redis.call('SET', KEYS[nlev + 2], string.sub(ARGV[2], 2), 'PX', ARGV[4])
 end
 local out = {1, now, grant, unpack(raws)}
-for i = 1, nlev do out[#out + 1] = reclaimed[i] end
+if reclaimed > 0 then out[#out + 1] = reclaimed end
 return out

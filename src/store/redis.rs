@@ -441,26 +441,27 @@ impl Store for RedisStore {
             .map(|i| state_at(&reply, 3 + i))
             .collect::<Result<Vec<_>, _>>()?;
         let readings = state::readings(&plan.levels, &states, &[], now);
-        // Every reply ends with one reclaimed-lease count per level.
+        // A reply may end with the reclaimed leases, packed 17 bits per level.
         let extras = match tag {
             1 => 0,
             0 => 1,
             _ => 3,
         };
-        if reply.len() != 3 + nlev + extras + nlev {
-            return Err(StoreError::Protocol(format!(
-                "reserve script replied with {} values, expected {} (is lua/reserve.lua out of \
-                 step with this binary?)",
-                reply.len(),
-                3 + nlev + extras + nlev
-            )));
-        }
+        let base = 3 + nlev + extras;
+        let packed = match reply.len() {
+            n if n == base => 0,
+            n if n == base + 1 => int_at(&reply, base)?.max(0) as u64,
+            n => {
+                return Err(StoreError::Protocol(format!(
+                    "reserve script replied with {n} values, expected {base} or {} (is \
+                     lua/reserve.lua out of step with this binary?)",
+                    base + 1
+                )));
+            }
+        };
         let mut reclaimed = Reclaimed::default();
         for (i, lp) in plan.levels.iter().enumerate() {
-            reclaimed.add(
-                lp.level,
-                int_at(&reply, 3 + nlev + extras + i)?.max(0) as u64,
-            );
+            reclaimed.add(lp.level, (packed >> (17 * i)) & 0x1_ffff);
         }
         Ok(match tag {
             1 => ReserveReply::Allowed {
