@@ -1,5 +1,9 @@
 //! The `ctxbudget.v1.BudgetService` implementation: validate, call the engine,
 //! convert back, time the call.
+//!
+//! Engine calls are awaited boxed: an engine future is a few KB, and each layer
+//! above it (the handler's block, `timed`, tonic's boxed future) would hold and
+//! copy it again; boxed, it is copied once.
 
 use super::{auth, convert, to_status};
 use crate::domain::{ReservationId, TenantId};
@@ -90,7 +94,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         admit(&request, Some(&request.get_ref().tenant_id))?;
         timed("CheckAndReserve", span("CheckAndReserve", None), async {
             let req = convert::reserve_request(request.into_inner())?;
-            let out = self.engine.reserve(req).await?;
+            let out = Box::pin(self.engine.reserve(req)).await?;
             Ok(convert::reserve_response(out))
         })
         .await
@@ -105,10 +109,12 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         let span = span("Commit", Some(&request.get_ref().reservation_id));
         timed("Commit", span, async {
             let r = request.into_inner();
-            let c = self
-                .engine
-                .commit(&r.reservation_id, r.prompt_tokens, r.completion_tokens)
-                .await?;
+            let c = Box::pin(self.engine.commit(
+                &r.reservation_id,
+                r.prompt_tokens,
+                r.completion_tokens,
+            ))
+            .await?;
             tracing::debug!(outcome = ?c.outcome, token_delta = c.token_delta, "commit");
             Ok(pb::CommitResponse {
                 outcome: convert::outcome(c.outcome) as i32,
@@ -129,7 +135,8 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         let span = span("Refund", Some(&request.get_ref().reservation_id));
         timed("Refund", span, async {
             let r = request.into_inner();
-            let (outcome, refunded_tokens) = self.engine.refund(&r.reservation_id).await?;
+            let (outcome, refunded_tokens) =
+                Box::pin(self.engine.refund(&r.reservation_id)).await?;
             tracing::debug!(?outcome, refunded_tokens, "refund");
             Ok(pb::RefundResponse {
                 outcome: convert::outcome(outcome) as i32,
@@ -149,7 +156,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         timed("RenewLease", span, async {
             let r = request.into_inner();
             let (outcome, expires_in_ms) =
-                self.engine.renew(&r.reservation_id, r.lease_ttl_ms).await?;
+                Box::pin(self.engine.renew(&r.reservation_id, r.lease_ttl_ms)).await?;
             tracing::debug!(?outcome, expires_in_ms, "renew");
             Ok(pb::RenewLeaseResponse {
                 outcome: convert::outcome(outcome) as i32,
@@ -167,7 +174,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         timed("GetEstimator", span("GetEstimator", None), async {
             let r = request.into_inner();
             let model = (!r.model.is_empty()).then_some(r.model.as_str());
-            let views = self.engine.estimators(model).await?;
+            let views = Box::pin(self.engine.estimators(model)).await?;
             Ok(convert::estimator_response(views))
         })
         .await
@@ -183,7 +190,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
             let tenant = TenantId::parse(&r.tenant_id)?;
             let user = convert::optional_user(&r.user_id)?;
             convert::check_tier(&r.tier)?;
-            let out = self.engine.status(&tenant, user.as_ref(), &r.tier).await?;
+            let out = Box::pin(self.engine.status(&tenant, user.as_ref(), &r.tier)).await?;
             Ok(convert::status_response(out))
         })
         .await
