@@ -214,6 +214,22 @@ async fn commit_until_done(
 
 /// Every reservation's Commit ended applied (or already applied by an
 /// earlier attempt that timed out): no usage was lost.
+/// Commits each reservation (10 + 5 tokens); each must apply.
+async fn commit_all(c: &mut Client, ids: Vec<String>, what: &str) {
+    for id in ids {
+        let done = c
+            .commit(pb::CommitRequest {
+                reservation_id: id.clone(),
+                prompt_tokens: 10,
+                completion_tokens: 5,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {id}: {e:?}"))
+            .into_inner();
+        assert_eq!(done.outcome(), pb::Outcome::Applied, "{what}: {id}");
+    }
+}
+
 fn assert_every_commit_landed(calls: &[Call]) {
     let lost: Vec<_> = calls
         .iter()
@@ -360,18 +376,12 @@ async fn a_frozen_redis_is_bridged_by_local_decisions_and_recovers() {
         .into_inner();
     assert!(r.allowed && !r.degraded, "decided by Redis again: {r:?}");
     // Reservations made locally settle locally.
-    for id in local_ids {
-        let done = c
-            .commit(pb::CommitRequest {
-                reservation_id: id,
-                prompt_tokens: 10,
-                completion_tokens: 5,
-            })
-            .await
-            .expect("a degraded reservation commits after recovery")
-            .into_inner();
-        assert_eq!(done.outcome(), pb::Outcome::Applied);
-    }
+    commit_all(
+        &mut c,
+        local_ids,
+        "a degraded reservation commits after recovery",
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let calls = load.stop().await;
 
@@ -673,21 +683,7 @@ async fn out_of_memory_fails_by_policy_and_never_resets_a_counter() {
         6,
         "the count went on from 3, plus this one"
     );
-    for id in held {
-        let done = c
-            .commit(pb::CommitRequest {
-                reservation_id: id,
-                prompt_tokens: 10,
-                completion_tokens: 5,
-            })
-            .await
-            .expect("the held reservations settle")
-            .into_inner();
-        assert_eq!(
-            done.outcome(),
-            pb::Outcome::Applied,
-            "the failed commit changed nothing"
-        );
-    }
+    // The failed commit changed nothing: each held reservation still applies.
+    commit_all(&mut c, held, "the held reservations settle").await;
     assert_healthy(&mut svc);
 }

@@ -47,16 +47,19 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
     dir
 }
 
+async fn status(c: &mut Client, tenant: &str, user: &str, tier: &str) -> pb::GetStatusResponse {
+    c.get_status(pb::GetStatusRequest {
+        tenant_id: tenant.into(),
+        user_id: user.into(),
+        tier: tier.into(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+}
+
 async fn user_request_limit(c: &mut Client, tenant: &str, user: &str, tier: &str) -> u64 {
-    let s = c
-        .get_status(pb::GetStatusRequest {
-            tenant_id: tenant.into(),
-            user_id: user.into(),
-            tier: tier.into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let s = status(c, tenant, user, tier).await;
     limit(&s.limits, Level::User, Dimension::Requests, 86_400).limit
 }
 
@@ -328,16 +331,7 @@ user = { requests = [{ limit = 10, period = "30d" }], tokens = [{ limit = 1000, 
     };
     ctl(&redis, &["tiers", "set", "t", &set(8)]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let s = h
-        .client
-        .get_status(pb::GetStatusRequest {
-            tenant_id: "acme".into(),
-            user_id: "u".into(),
-            tier: "t".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let s = status(&mut h.client, "acme", "u", "t").await;
     let requests = limit(&s.limits, Level::User, Dimension::Requests, 30 * 86_400);
     assert_eq!(
         (requests.limit, requests.remaining),
@@ -352,16 +346,7 @@ user = { requests = [{ limit = 10, period = "30d" }], tokens = [{ limit = 1000, 
     );
     ctl(&redis, &["tiers", "set", "t", &set(3)]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let s = h
-        .client
-        .get_status(pb::GetStatusRequest {
-            tenant_id: "acme".into(),
-            user_id: "u".into(),
-            tier: "t".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let s = status(&mut h.client, "acme", "u", "t").await;
     let requests = limit(&s.limits, Level::User, Dimension::Requests, 30 * 86_400);
     assert_eq!(
         (requests.limit, requests.remaining),
