@@ -163,10 +163,15 @@ pub async fn serve<S: Store>(
         .set_serving::<BudgetServiceServer<BudgetApi<S>>>()
         .await;
     tasks.push(tokio::spawn(report_health(engine.clone(), health)));
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
+    // Both reflection versions: grpcurl speaks v1, while Python's
+    // grpcio-reflection and many older tools only speak v1alpha.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
     let budget = BudgetServiceServer::new(BudgetApi::new(engine))
         .max_decoding_message_size(settings.max_message_bytes);
     // Authentication runs on the headers, before the body is even decoded.
@@ -178,7 +183,8 @@ pub async fn serve<S: Store>(
     let served = builder
         .add_service(budget)
         .add_service(health_service)
-        .add_service(reflection)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .serve_with_incoming_shutdown(
             TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown,

@@ -4,36 +4,55 @@
 mod support;
 
 use support::{Backend, Harness};
-use tonic_reflection::pb::v1::ServerReflectionRequest;
-use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
-use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
-use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+/// Lists the services through one reflection version's client.
+macro_rules! list_services {
+    ($version:ident, $addr:expr) => {{
+        use tonic_reflection::pb::$version::ServerReflectionRequest;
+        use tonic_reflection::pb::$version::server_reflection_client::ServerReflectionClient;
+        use tonic_reflection::pb::$version::server_reflection_request::MessageRequest;
+        use tonic_reflection::pb::$version::server_reflection_response::MessageResponse;
+        let channel = tonic::transport::Channel::from_shared(format!("http://{}", $addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut client = ServerReflectionClient::new(channel);
+        let request = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let mut stream = client
+            .server_reflection_info(tokio_stream_once(request))
+            .await
+            .unwrap_or_else(|e| panic!("reflection {} is served: {e:?}", stringify!($version)))
+            .into_inner();
+        let reply = stream.message().await.unwrap().expect("one reply");
+        let Some(MessageResponse::ListServicesResponse(list)) = reply.message_response else {
+            panic!("unexpected reflection reply {reply:?}");
+        };
+        list.service
+            .into_iter()
+            .map(|s| s.name)
+            .collect::<Vec<String>>()
+    }};
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reflection_lists_the_budget_service_and_health() {
+async fn reflection_lists_the_budget_service_and_health_in_v1_and_v1alpha() {
     let h = Harness::start(Backend::Memory, "").await;
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", h.addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut client = ServerReflectionClient::new(channel);
-    let request = ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::ListServices(String::new())),
-    };
-    let mut stream = client
-        .server_reflection_info(tokio_stream_once(request))
-        .await
-        .unwrap()
-        .into_inner();
-    let reply = stream.message().await.unwrap().expect("one reply");
-    let Some(MessageResponse::ListServicesResponse(list)) = reply.message_response else {
-        panic!("unexpected reflection reply {reply:?}");
-    };
-    let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
-    assert!(names.contains(&"ctxbudget.v1.BudgetService"), "{names:?}");
-    assert!(names.contains(&"grpc.health.v1.Health"), "{names:?}");
+    // grpcurl speaks v1; Python's grpcio-reflection and older tools v1alpha.
+    let v1 = list_services!(v1, h.addr);
+    let v1alpha = list_services!(v1alpha, h.addr);
+    for names in [&v1, &v1alpha] {
+        assert!(
+            names.iter().any(|n| n == "ctxbudget.v1.BudgetService"),
+            "{names:?}"
+        );
+        assert!(
+            names.iter().any(|n| n == "grpc.health.v1.Health"),
+            "{names:?}"
+        );
+    }
     h.stop().await;
 }
 

@@ -173,7 +173,10 @@ impl<S: Store> Engine<S> {
                     tenant: &scope.0,
                     user: scope.1.as_ref(),
                 };
-                out.limits = match self.store.status(status, &levels).await {
+                out.limits = match self
+                    .guarded("status", self.store.status(status, &levels))
+                    .await
+                {
                     Ok(readings) => decision::limit_states(&levels, &readings),
                     Err(_) => Vec::new(),
                 };
