@@ -148,6 +148,11 @@ pub async fn serve<S: Store>(
     tokio::task::spawn_blocking(crate::estimator::count::warm_up);
     let mut tasks = vec![
         tokio::spawn(refresh_estimators(engine.clone())),
+        tokio::spawn(probe_store(engine.clone())),
+        tokio::spawn({
+            let engine = engine.clone();
+            async move { engine.run_cancellations().await }
+        }),
         tokio::spawn(reload::on_sighup(
             engine.clone(),
             settings.config_path.clone(),
@@ -235,6 +240,16 @@ async fn refresh_estimators<S: Store>(engine: Arc<Engine<S>>) {
             }
             Err(_) => {}
         }
+    }
+}
+
+/// Probes the store while the breaker is open (see [`Engine::probe_if_due`]).
+async fn probe_store<S: Store>(engine: Arc<Engine<S>>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        engine.probe_if_due().await;
     }
 }
 

@@ -40,6 +40,24 @@ pub const GLOBAL_LEASES_ACTIVE: &str = "ctxbudget_global_leases_active";
 /// limit, so one lapsed reservation counts once per such level.
 pub const LEASES_EXPIRED: &str = "ctxbudget_leases_expired_total";
 
+/// Reservations whose store call failed (the caller never received them),
+/// refunded in the background, labelled `outcome`: cancelled, not_found (the
+/// script never ran), already_settled, expired (the store did not answer
+/// before the record's end), failed, dropped (the queue was full).
+pub const CANCELLATIONS: &str = "ctxbudget_cancellations_total";
+/// Reservations waiting to be cancelled.
+pub const CANCELLATIONS_PENDING: &str = "ctxbudget_cancellations_pending";
+
+/// Counts one cancellation's outcome.
+pub fn cancellation(outcome: &'static str) {
+    counter!(CANCELLATIONS, "outcome" => outcome).increment(1);
+}
+
+/// Publishes the cancellation queue's length.
+pub fn cancellations_pending(n: usize) {
+    metrics::gauge!(CANCELLATIONS_PENDING).set(n as f64);
+}
+
 /// Calls refused by authentication, labelled `code` (UNAUTHENTICATED,
 /// PERMISSION_DENIED).
 pub const AUTH_REFUSED: &str = "ctxbudget_auth_refused_total";

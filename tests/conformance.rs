@@ -59,6 +59,7 @@ conformance!(
     a_long_prompt_is_counted_off_the_executor,
     a_quota_in_shadow_reports_but_never_denies,
     an_override_replaces_its_tenants_tier_limits,
+    the_concurrency_reset_is_the_earliest_live_lease,
 );
 
 type Client = pb::budget_service_client::BudgetServiceClient<tonic::transport::Channel>;
@@ -1177,4 +1178,51 @@ user = { requests = [{ limit = 500, period = "1d" }] }
     reserve_ok(&mut h.client, reserve("smallco", "u", "t", 1, 1)).await;
     let d = reserve_denied(&mut h.client, reserve("smallco", "u", "t", 1, 1)).await;
     assert_eq!(d.reason(), Reason::RpmExceeded);
+}
+
+async fn the_concurrency_reset_is_the_earliest_live_lease(backend: Backend) {
+    let tier = r#"
+[tiers.t]
+max_context_tokens = 10000
+default_max_output_tokens = 10
+user = { concurrency = 3 }
+"#;
+    let mut h = Harness::start(backend, tier).await;
+    let reset = |limits: &[pb::LimitStatus]| {
+        let l = limit(limits, Level::User, Dimension::Concurrency, 0);
+        (l.remaining, l.reset_after_ms)
+    };
+    let lease = |ttl: u64| {
+        let mut r = reserve("acme", "alice", "t", 1, 1);
+        r.lease_ttl_ms = Some(ttl);
+        r
+    };
+    // The only lease goes: nothing is held, so there is nothing to wait for.
+    let only = reserve_ok(&mut h.client, lease(20_000)).await;
+    commit(&mut h.client, &only.reservation_id, 1, 1).await;
+    let s = status(&mut h.client, "acme", "alice", "t").await;
+    assert_eq!(reset(&s.limits), (3, 0), "no live lease: {:?}", s.limits);
+    let next = reserve_ok(&mut h.client, lease(25_000)).await;
+    let (remaining, ms) = reset(&next.limits);
+    assert_eq!(remaining, 2);
+    assert!((24_000..=25_000).contains(&ms), "this lease's expiry: {ms}");
+    refund(&mut h.client, &next.reservation_id).await;
+
+    // Of two leases the earliest goes: the reset is the other one's expiry.
+    let early = reserve_ok(&mut h.client, lease(10_000)).await;
+    let late = reserve_ok(&mut h.client, lease(50_000)).await;
+    assert!((9_000..=10_000).contains(&reset(&late.limits).1));
+    commit(&mut h.client, &early.reservation_id, 1, 1).await;
+    let s = status(&mut h.client, "acme", "alice", "t").await;
+    let (remaining, ms) = reset(&s.limits);
+    assert_eq!(remaining, 2);
+    assert!((49_000..=50_000).contains(&ms), "the late lease: {ms}");
+
+    // Renewing the earliest lease makes the next one the earliest.
+    let short = reserve_ok(&mut h.client, lease(20_000)).await;
+    assert!((19_000..=20_000).contains(&reset(&short.limits).1));
+    renew(&mut h.client, &short.reservation_id, 55_000).await;
+    let s = status(&mut h.client, "acme", "alice", "t").await;
+    let (_, ms) = reset(&s.limits);
+    assert!((49_000..=50_000).contains(&ms), "renewed past the late one: {ms}");
 }

@@ -90,7 +90,7 @@ pub struct ResilienceSection {
     /// Failure share that opens it.
     #[serde(default = "default_breaker_failure_rate")]
     pub breaker_failure_rate: f64,
-    /// How long it stays open before probing.
+    /// How long it stays open before the store is probed (and between probes).
     #[serde(default = "default_breaker_cool_down_ms")]
     pub breaker_cool_down_ms: u64,
     /// Probe calls at once while half-open.
@@ -114,7 +114,7 @@ fn default_breaker_failure_rate() -> f64 {
     0.5
 }
 fn default_breaker_cool_down_ms() -> u64 {
-    5_000
+    1_000
 }
 fn default_breaker_probes() -> u32 {
     3

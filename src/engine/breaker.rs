@@ -2,8 +2,12 @@
 //! and counts outcomes over a sliding window; when enough calls failed (a rate
 //! over a threshold, with a minimum number of calls — one blip never trips it)
 //! it opens: calls fail at once, without waiting on a store that is down. After
-//! a cool-down it half-opens: a bounded number of probe calls go through;
-//! consecutive successes close it, a failed probe opens it again.
+//! a cool-down a probe is due: the engine checks, off the request path, that
+//! the store answers on every connection (a PING each, reconnecting those that
+//! broke). Only then does it half-open: a bounded number of real calls go
+//! through; consecutive successes close it, a failed call opens it again, as
+//! does a failed probe. Real calls never probe a store that has not answered a
+//! PING, so a recovering store is not judged by connections still reconnecting.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -17,10 +21,11 @@ pub struct BreakerSettings {
     pub min_calls: u32,
     /// Failure share of the window that opens the breaker (0-1).
     pub failure_rate: f64,
-    /// How long it stays open before probing, plus up to a fifth more at
-    /// random so replicas do not probe a recovering store in lockstep.
+    /// How long it stays open before the store is probed (and between
+    /// probes while they fail), plus up to a fifth more at random so replicas
+    /// do not probe a recovering store in lockstep.
     pub cool_down: Duration,
-    /// Probe calls allowed at once while half-open.
+    /// Real calls allowed at once while half-open.
     pub probes: u32,
     /// Consecutive probe successes that close it.
     pub close_after: u32,
@@ -32,7 +37,7 @@ impl Default for BreakerSettings {
             window: Duration::from_secs(10),
             min_calls: 20,
             failure_rate: 0.5,
-            cool_down: Duration::from_secs(5),
+            cool_down: Duration::from_secs(1),
             probes: 3,
             close_after: 3,
         }
@@ -82,6 +87,8 @@ enum Inner {
     Open {
         until: Instant,
     },
+    /// Open, with a probe of the store under way.
+    Probing,
     HalfOpen {
         in_flight: u32,
         successes: u32,
@@ -130,35 +137,55 @@ impl Breaker {
 
     /// The current state.
     pub fn state(&self) -> BreakerState {
-        let mut inner = self.lock();
-        self.advance(&mut inner, Instant::now());
-        match *inner {
+        match *self.lock() {
             Inner::Closed { .. } => BreakerState::Closed,
             Inner::HalfOpen { .. } => BreakerState::HalfOpen,
-            Inner::Open { .. } => BreakerState::Open,
+            Inner::Open { .. } | Inner::Probing => BreakerState::Open,
         }
     }
 
-    /// Open → half-open once the cool-down has passed.
-    fn advance(&self, inner: &mut Inner, now: Instant) {
-        if let Inner::Open { until } = *inner
-            && now >= until
-        {
-            *inner = Inner::HalfOpen {
+    /// True once, when the breaker is open and its cool-down has passed: the
+    /// caller probes the store and reports with [`Breaker::probe_result`].
+    /// Calls keep failing at once while the probe runs.
+    pub fn probe_due(&self) -> bool {
+        let mut inner = self.lock();
+        match *inner {
+            Inner::Open { until } if Instant::now() >= until => {
+                *inner = Inner::Probing;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The probe's outcome: the store answered (half-open: real calls may
+    /// follow) or not (open for another cool-down).
+    pub fn probe_result(&self, ok: bool) {
+        let mut inner = self.lock();
+        if !matches!(*inner, Inner::Probing) {
+            return;
+        }
+        *inner = if ok {
+            tracing::info!("store circuit breaker half-open: the store answers a probe on every connection");
+            Inner::HalfOpen {
                 in_flight: 0,
                 successes: 0,
-            };
-        }
+            }
+        } else {
+            tracing::debug!("store circuit breaker: the store does not answer a probe yet; open again");
+            Inner::Open {
+                until: Instant::now() + self.cool_down(),
+            }
+        };
     }
 
     /// Permission to call the store, or `None` while open (or while every
     /// half-open probe slot is taken).
     pub fn acquire(&self) -> Option<Permit> {
         let mut inner = self.lock();
-        self.advance(&mut inner, Instant::now());
         match &mut *inner {
             Inner::Closed { .. } => Some(Permit { probe: false }),
-            Inner::Open { .. } => None,
+            Inner::Open { .. } | Inner::Probing => None,
             Inner::HalfOpen { in_flight, .. } => {
                 if *in_flight < self.settings.probes {
                     *in_flight += 1;
@@ -230,7 +257,7 @@ impl Breaker {
                     *in_flight = in_flight.saturating_sub(1);
                 }
                 if !ok {
-                    tracing::warn!("store circuit breaker: a probe failed; open again");
+                    tracing::warn!("store circuit breaker: a call failed while half-open; open again");
                     *inner = Inner::Open {
                         until: now + self.cool_down(),
                     };
@@ -242,7 +269,7 @@ impl Breaker {
                     }
                 }
             }
-            Inner::Open { .. } => {}
+            Inner::Open { .. } | Inner::Probing => {}
         }
     }
 }
@@ -312,23 +339,32 @@ mod tests {
     }
 
     #[test]
-    fn it_half_opens_probes_and_closes_or_reopens() {
+    fn it_probes_the_store_before_half_opening_and_closes_or_reopens() {
         let b = Breaker::new(quick());
         for _ in 0..4 {
             call(&b, false);
         }
         assert_eq!(b.state(), BreakerState::Open);
+        assert!(!b.probe_due(), "no probe during the cool-down");
         std::thread::sleep(Duration::from_millis(260)); // cool-down 200 ms + ≤ 20 %
-        assert_eq!(b.state(), BreakerState::HalfOpen);
-        let probe = b.acquire().expect("one probe");
-        assert!(b.acquire().is_none(), "probes are bounded");
+        assert_eq!(b.state(), BreakerState::Open, "open until a probe answers");
+        assert!(b.probe_due(), "a probe is due after the cool-down");
+        assert!(!b.probe_due(), "one probe at a time");
+        assert!(b.acquire().is_none(), "calls fail at once while it probes");
+        b.probe_result(false);
+        assert_eq!(b.state(), BreakerState::Open, "a failed probe: open again");
+        assert!(!b.probe_due(), "and a new cool-down");
+        std::thread::sleep(Duration::from_millis(260));
+        assert!(b.probe_due());
+        b.probe_result(true);
+        assert_eq!(b.state(), BreakerState::HalfOpen, "the store answered");
+        let probe = b.acquire().expect("one real call");
+        assert!(b.acquire().is_none(), "half-open calls are bounded");
         b.record(probe, false);
-        assert_eq!(
-            b.state(),
-            BreakerState::Open,
-            "a failed probe opens it again"
-        );
-        std::thread::sleep(Duration::from_millis(260)); // cool-down 200 ms + ≤ 20 %
+        assert_eq!(b.state(), BreakerState::Open, "a failed call opens it again");
+        std::thread::sleep(Duration::from_millis(260));
+        assert!(b.probe_due());
+        b.probe_result(true);
         assert!(call(&b, true));
         assert_eq!(
             b.state(),

@@ -8,6 +8,7 @@
 //! - [`status`]: GetStatus and the estimator's state, and its refresh.
 
 mod breaker;
+mod cancel;
 mod reserve;
 mod settle;
 mod shadow;
@@ -78,6 +79,8 @@ pub struct Engine<S> {
     /// Decides (and keeps) reservations while `store` is unavailable, under the
     /// `local` and `fail_open` policies.
     local: MemoryStore,
+    /// Reservations whose store call failed, to refund once the store answers.
+    cancels: cancel::Cancellations,
 }
 
 impl<S: Store> Engine<S> {
@@ -102,6 +105,7 @@ impl<S: Store> Engine<S> {
             settings,
             counter,
             multipliers,
+            cancels: cancel::Cancellations::default(),
         }
     }
 
@@ -128,6 +132,25 @@ impl<S: Store> Engine<S> {
         self.breaker.state()
     }
 
+    /// Probes the store when the breaker is open and its cool-down has
+    /// passed; the server calls this a few times a second, off the request
+    /// path. Returns true when a probe ran.
+    pub async fn probe_if_due(&self) -> bool {
+        if !self.breaker.probe_due() {
+            return false;
+        }
+        let started = std::time::Instant::now();
+        let result = self.store.probe().await;
+        telemetry::store_call(
+            "probe",
+            started.elapsed().as_secs_f64(),
+            result.as_ref().err().map(|_| "unavailable"),
+        );
+        self.breaker.probe_result(result.is_ok());
+        telemetry::breaker(self.breaker.state());
+        true
+    }
+
     /// The failure policy.
     pub fn policy(&self) -> FailurePolicy {
         self.settings.policy
@@ -140,13 +163,24 @@ impl<S: Store> Engine<S> {
         op: &'static str,
         call: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
+        self.guarded_attempt(op, call).await.0
+    }
+
+    /// [`Engine::guarded`], also saying whether the call reached the store
+    /// (false: the breaker refused it, nothing was sent).
+    async fn guarded_attempt<T>(
+        &self,
+        op: &'static str,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> (Result<T, StoreError>, bool) {
         let Some(permit) = self.breaker.acquire() else {
             telemetry::store_call(op, 0.0, Some("breaker_open"));
-            return Err(StoreError::Unavailable(
+            let refused = StoreError::Unavailable(
                 "the store's circuit breaker is open after repeated failures; it probes the store \
                  again shortly"
                     .into(),
-            ));
+            );
+            return (Err(refused), false);
         };
         let started = std::time::Instant::now();
         let result = call.await;
@@ -159,7 +193,7 @@ impl<S: Store> Engine<S> {
         };
         telemetry::store_call(op, started.elapsed().as_secs_f64(), kind);
         telemetry::breaker(self.breaker.state());
-        result
+        (result, true)
     }
 
     /// A plan for the local store: limits divided by the replica count (`local`)

@@ -198,7 +198,17 @@ impl<S: Store> Engine<S> {
             _ => None,
         };
         let mut plan = plan;
-        let reply = match self.guarded("reserve", self.store.reserve(&plan)).await {
+        let (reply, attempted) = self
+            .guarded_attempt("reserve", self.store.reserve(&plan))
+            .await;
+        if attempted && reply.is_err() && plan.idempotency_key.is_none() {
+            // The script may still run (a frozen store runs it when it wakes):
+            // the caller will not get this reservation, so cancel it.
+            let life = plan.lease_ttl_ms + self.settings.retention.record_ms;
+            self.cancels
+                .push(plan.id.clone(), std::time::Duration::from_millis(life));
+        }
+        let reply = match reply {
             Err(StoreError::Unavailable(why)) if self.policy() != FailurePolicy::FailClosed => {
                 // Degraded: decide from this replica's memory and say so.
                 warn_degraded(self.policy().as_str(), &why);

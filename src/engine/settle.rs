@@ -115,29 +115,43 @@ impl<S: Store> Engine<S> {
     /// Refund.
     pub async fn refund(&self, reservation_id: &str) -> Result<(Outcome, u64), EngineError> {
         let id = ReservationId::parse(reservation_id)?;
-        let levels = self.settlement_levels(&id);
+        let (reply, refunded) = self.refund_id(&id).await?;
+        match reply {
+            SettleReply::Applied { .. } => Ok((Outcome::Applied, refunded)),
+            SettleReply::AlreadySettled(_) => Ok((Outcome::AlreadySettled, refunded)),
+            SettleReply::NotFound => Err(not_found(reservation_id, id.local)),
+        }
+    }
+
+    /// Refunds a parsed reservation id: the store's reply and the tokens
+    /// returned. Refund, and the cancellation of reservations never returned
+    /// to their caller, share it.
+    pub(super) async fn refund_id(
+        &self,
+        id: &ReservationId,
+    ) -> Result<(SettleReply, u64), crate::store::StoreError> {
+        let levels = self.settlement_levels(id);
         let s = Settlement {
-            id: &id,
+            id,
             levels: &levels,
         };
         let reply = match id.local {
             true => self.local.refund(s).await?,
             false => self.guarded("refund", self.store.refund(s)).await?,
         };
-        let (outcome, settled) = match reply {
-            SettleReply::Applied { settled, .. } => (Outcome::Applied, settled),
-            SettleReply::AlreadySettled(settled) => (Outcome::AlreadySettled, settled),
-            SettleReply::NotFound => return Err(not_found(reservation_id, id.local)),
+        let refunded = match reply {
+            SettleReply::Applied {
+                settled: Settled::Refunded(n),
+                ..
+            }
+            | SettleReply::AlreadySettled(Settled::Refunded(n)) => n,
+            _ => 0,
         };
-        let refunded = match settled {
-            Settled::Refunded(n) => n,
-            Settled::Committed(_) => 0,
-        };
-        if outcome == Outcome::Applied {
+        if matches!(reply, SettleReply::Applied { .. }) {
             telemetry::refunded(&id.tier, refunded);
-            self.shadow_settle(&id, ShadowSettle::Refund).await;
+            self.shadow_settle(id, ShadowSettle::Refund).await;
         }
-        Ok((outcome, refunded))
+        Ok((reply, refunded))
     }
 
     /// RenewLease.

@@ -46,7 +46,10 @@ impl<S: Store> Engine<S> {
             return nothing;
         }
         let shadow_plan = plan.for_shadow(levels);
-        match self.shadow.reserve(&shadow_plan).await {
+        match self
+            .guarded("shadow_reserve", self.shadow.reserve(&shadow_plan))
+            .await
+        {
             Ok(ReserveReply::Allowed { .. }) => ShadowCheck {
                 denial: None,
                 taken: true,
@@ -101,11 +104,18 @@ impl<S: Store> Engine<S> {
             levels: &levels,
         };
         let result = match how {
-            ShadowSettle::Commit { actual, prompt } => {
-                self.shadow.commit(s, actual, prompt).await.map(drop)
-            }
-            ShadowSettle::Refund => self.shadow.refund(s).await.map(drop),
-            ShadowSettle::Renew { ttl_ms } => self.shadow.renew(s, ttl_ms).await.map(drop),
+            ShadowSettle::Commit { actual, prompt } => self
+                .guarded("shadow_commit", self.shadow.commit(s, actual, prompt))
+                .await
+                .map(drop),
+            ShadowSettle::Refund => self
+                .guarded("shadow_refund", self.shadow.refund(s))
+                .await
+                .map(drop),
+            ShadowSettle::Renew { ttl_ms } => self
+                .guarded("shadow_renew", self.shadow.renew(s, ttl_ms))
+                .await
+                .map(drop),
         };
         if let Err(e) = result {
             tracing::debug!(error = %e, "shadow settlement skipped");

@@ -239,6 +239,11 @@ pub trait Store: Send + Sync + 'static {
     where
         Self: Sized;
 
+    /// Checks the store answers on every connection it holds, reconnecting
+    /// the ones that broke, within a bounded time: the circuit breaker's probe
+    /// before real calls may reach a recovering store.
+    fn probe(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// One line for the startup log: which store, where.
     fn describe(&self) -> String;
 }

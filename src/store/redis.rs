@@ -590,6 +590,40 @@ impl Store for RedisStore {
         }
     }
 
+    async fn probe(&self) -> Result<(), StoreError> {
+        // A connection that broke fails its first command and reconnects in
+        // the background (with a short backoff): PING each until it answers,
+        // for a bounded time, so the breaker half-opens only once every
+        // connection real calls will use is back.
+        let window = (self.timeout * 10).max(PROBE_WINDOW);
+        let deadline = tokio::time::Instant::now() + window;
+        let attempt = self.timeout.max(Duration::from_millis(200));
+        match self.connections.as_ref() {
+            Connections::Multiplexed { conns, .. } => {
+                let pings = conns.iter().map(|conn| async move {
+                    ping_until(deadline, attempt, || {
+                        let mut conn = conn.clone();
+                        async move { redis::cmd("PING").query_async::<()>(&mut conn).await }
+                    })
+                    .await
+                });
+                for result in futures_util::future::join_all(pings).await {
+                    result.map_err(|e| classify(&self.url, e))?;
+                }
+            }
+            Connections::Deadpool(pool) => {
+                // Checking a connection out PINGs it and replaces a broken one.
+                ping_until(deadline, attempt, || async {
+                    let mut conn = pool.get().await.map_err(pool_error)?;
+                    redis::cmd("PING").query_async::<()>(&mut conn).await
+                })
+                .await
+                .map_err(|e| classify(&self.url, e))?;
+            }
+        }
+        Ok(())
+    }
+
     fn describe(&self) -> String {
         let pool = match self.connections.as_ref() {
             Connections::Multiplexed { conns, .. } => {
@@ -647,6 +681,36 @@ impl RedisStore {
             -1 => SettleReply::NotFound,
             other => return Err(unexpected("settle", other)),
         })
+    }
+}
+
+/// The shortest time a probe keeps trying a connection.
+const PROBE_WINDOW: Duration = Duration::from_millis(1500);
+
+/// Runs `ping` until it succeeds or `deadline` passes, each attempt cut at
+/// `attempt`; the last error if it never answered.
+async fn ping_until<F, Fut>(
+    deadline: tokio::time::Instant,
+    attempt: Duration,
+    mut ping: F,
+) -> Result<(), RedisError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), RedisError>>,
+{
+    loop {
+        let err = match tokio::time::timeout(attempt, ping()).await {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(e)) => e,
+            Err(_) => RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no PING reply within {} ms", attempt.as_millis()),
+            )),
+        };
+        if tokio::time::Instant::now() + Duration::from_millis(50) >= deadline {
+            return Err(err);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

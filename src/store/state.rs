@@ -140,7 +140,12 @@ pub fn readings(
                 .unwrap_or((0.0, 0.0));
             out.push(Reading::Concurrency {
                 active: n.max(0.0) as u64,
-                earliest_expiry_ms: if e > 0.0 { ceil_ms(e - now) } else { 0 },
+                // No live lease: nothing to wait for, whatever bound is left.
+                earliest_expiry_ms: if n > 0.0 && e > 0.0 {
+                    ceil_ms(e - now)
+                } else {
+                    0
+                },
             });
         }
     }
