@@ -39,7 +39,20 @@ pub enum ServeError {
     Settings(String),
 }
 
-/// Serves on `listener` with the store `settings` name until `shutdown`.
+/// What a Redis-backed replica found when it started.
+pub struct RedisStart {
+    /// Where the configuration lives.
+    pub config: ConfigStore,
+    /// Redis answered at start-up.
+    pub reachable: bool,
+    /// The tiers, global limits and overrides were loaded from Redis (else the
+    /// replica decides with the file's until Redis answers, then loads them).
+    pub loaded: bool,
+}
+
+/// Serves on `listener` with the store `settings` name until `shutdown`. A
+/// Redis that does not answer yet is no start-up error: the replica serves by
+/// its failure policy and connects once Redis answers. Wrong settings are.
 pub async fn run(
     settings: Settings,
     listener: TcpListener,
@@ -58,8 +71,26 @@ pub async fn run(
             let store = RedisStore::connect(&redis, keys, settings.retention).await?;
             let cfg = ConfigStore::connect(url, &settings.redis_tls, &settings.key_prefix).await?;
             let mut settings = settings;
-            settings.limits = Arc::new(startup_limits(&cfg, &settings).await?);
-            serve(store, &settings, listener, shutdown, Some(cfg)).await
+            let reachable = store.reachable();
+            let mut loaded = false;
+            if reachable {
+                match startup_limits(&cfg, &settings).await {
+                    Ok(limits) => {
+                        settings.limits = Arc::new(limits);
+                        loaded = true;
+                    }
+                    Err(ServeError::Store(e)) if e.is_transient() => {
+                        tracing::warn!(error = %e, "cannot read the configuration in Redis yet");
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let start = RedisStart {
+                config: cfg,
+                reachable,
+                loaded,
+            };
+            serve(store, &settings, listener, shutdown, Some(start)).await
         }
         None => {
             let store = MemoryStore::new(keys, settings.retention);
@@ -96,6 +127,42 @@ async fn startup_limits(cfg: &ConfigStore, settings: &Settings) -> Result<Limits
     })
 }
 
+/// For a replica that started before Redis answered: seeds and loads the
+/// configuration once Redis answers (until then it decides with the file's),
+/// then follows its changes.
+async fn load_when_reachable<S: Store>(
+    engine: Arc<Engine<S>>,
+    cfg: ConfigStore,
+    settings: Settings,
+) {
+    let mut backoff = std::time::Duration::from_millis(250);
+    loop {
+        match startup_limits(&cfg, &settings).await {
+            Ok(limits) => {
+                tracing::info!(
+                    version = limits.version,
+                    "Redis answers: applied configuration version {}",
+                    limits.version
+                );
+                engine.set_limits(Arc::new(limits));
+                break;
+            }
+            Err(ServeError::Store(e)) if e.is_transient() => {
+                tracing::debug!(error = %e, "the configuration in Redis is not reachable yet");
+            }
+            Err(e) => {
+                // Invalid configuration in Redis: keep the file's and follow
+                // changes, so a fix through the CLI applies.
+                tracing::error!(error = %e, "cannot apply the configuration in Redis; keeping the file's");
+                break;
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(std::time::Duration::from_secs(2));
+    }
+    reload::watch_redis(engine, cfg).await;
+}
+
 /// An engine over `store` as `settings` configure it.
 pub fn engine<S: Store>(store: S, settings: &Settings) -> Engine<S> {
     Engine::new(
@@ -126,8 +193,9 @@ pub async fn serve<S: Store>(
     settings: &Settings,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    config: Option<ConfigStore>,
+    redis: Option<RedisStart>,
 ) -> Result<(), ServeError> {
+    let config = redis.as_ref().map(|r| r.config.clone());
     let addr = listener
         .local_addr()
         .map_err(|e| ServeError::Settings(e.to_string()))?;
@@ -138,6 +206,9 @@ pub async fn serve<S: Store>(
         "ctxbudget serving gRPC on {addr}"
     );
     let engine = Arc::new(engine(store, settings));
+    if redis.as_ref().is_some_and(|r| !r.reachable) {
+        engine.trip_breaker();
+    }
     let auth = Arc::new(Auth::new(settings.tokens.clone()));
     if !auth.enabled() {
         tracing::warn!(
@@ -160,8 +231,15 @@ pub async fn serve<S: Store>(
             auth.clone(),
         )),
     ];
-    if let Some(cfg) = config {
-        tasks.push(tokio::spawn(reload::watch_redis(engine.clone(), cfg)));
+    if let Some(start) = redis {
+        tasks.push(match start.loaded {
+            true => tokio::spawn(reload::watch_redis(engine.clone(), start.config)),
+            false => tokio::spawn(load_when_reachable(
+                engine.clone(),
+                start.config,
+                settings.clone(),
+            )),
+        });
     }
     let (health, health_service) = tonic_health::server::health_reporter();
     health

@@ -42,8 +42,8 @@ pub const LEASES_EXPIRED: &str = "ctxbudget_leases_expired_total";
 
 /// Reservations whose store call failed (the caller never received them),
 /// refunded in the background, labelled `outcome`: cancelled, not_found (the
-/// script never ran), already_settled, expired (the store did not answer
-/// before the record's end), failed, dropped (the queue was full).
+/// script never ran), expired (the store did not answer before the record's
+/// end), failed, dropped (the queue was full).
 pub const CANCELLATIONS: &str = "ctxbudget_cancellations_total";
 /// Reservations waiting to be cancelled.
 pub const CANCELLATIONS_PENDING: &str = "ctxbudget_cancellations_pending";

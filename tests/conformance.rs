@@ -1224,5 +1224,8 @@ user = { concurrency = 3 }
     renew(&mut h.client, &short.reservation_id, 55_000).await;
     let s = status(&mut h.client, "acme", "alice", "t").await;
     let (_, ms) = reset(&s.limits);
-    assert!((49_000..=50_000).contains(&ms), "renewed past the late one: {ms}");
+    assert!(
+        (49_000..=50_000).contains(&ms),
+        "renewed past the late one: {ms}"
+    );
 }

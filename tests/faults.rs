@@ -438,15 +438,17 @@ async fn a_killed_redis_fails_closed_then_recovers_and_old_leases_expire() {
     let mut svc = Service::start("killed", &config("fail_closed"), Some(&redis.url()));
     let mut c = support::connect(svc.addr).await;
     // A gateway takes 3 of the user's 4 slots, then crashes: never settled.
+    // Long leases: their level must outlive the outage and the recovery (a
+    // level key lives 2 leases + 1 s past its last write; leases that go with
+    // an expired key are never reclaimed, so never counted).
+    let mut crashed = Vec::new();
     for _ in 0..3 {
-        let r = c
-            .check_and_reserve(reserve("crash", "gw", "t"))
-            .await
-            .unwrap()
-            .into_inner();
+        let mut request = reserve("crash", "gw", "t");
+        request.lease_ttl_ms = Some(30_000);
+        let r = c.check_and_reserve(request).await.unwrap().into_inner();
         assert!(r.allowed);
+        crashed.push(r.reservation_id);
     }
-    let leased_at = Instant::now();
     assert_eq!(tenant_leases(&mut c, "crash", "gw").await, 3);
     let load = Load::start(&c, "load", 3);
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -471,9 +473,9 @@ async fn a_killed_redis_fails_closed_then_recovers_and_old_leases_expire() {
     let restarted_at = Instant::now();
     wait_health(svc.addr, SERVING, Duration::from_secs(15), "recovers").await;
     breaker(&svc, 0.0, "the breaker closes");
-    // A pooled connection not yet used since the outage may fail its first
-    // call while it reconnects; after a second of load every one has been.
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // The breaker half-opened only once every pooled connection answered a
+    // PING, so no call after it closes meets a connection still reconnecting.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let recovered_at = Instant::now();
     tokio::time::sleep(Duration::from_millis(700)).await;
     let calls = load.stop().await;
@@ -500,9 +502,23 @@ async fn a_killed_redis_fails_closed_then_recovers_and_old_leases_expire() {
         "served by the restarted Redis"
     );
 
-    // The crashed gateway's leases survived the restart and lapse by TTL.
-    tokio::time::sleep((LEASE + Duration::from_millis(200)).saturating_sub(leased_at.elapsed()))
-        .await;
+    // The crashed gateway's leases survived the restart (they renew); cut
+    // short, they lapse by TTL and the next reservations reclaim them.
+    for id in &crashed {
+        let renewed = c
+            .renew_lease(pb::RenewLeaseRequest {
+                reservation_id: id.clone(),
+                lease_ttl_ms: Some(200),
+            })
+            .await
+            .expect("renew")
+            .into_inner();
+        assert_eq!(renewed.outcome(), pb::Outcome::Applied, "survived: {id}");
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let expired_before = svc
+        .metric("ctxbudget_leases_expired_total", &[("level", "user")])
+        .unwrap_or(0.0);
     for i in 0..4 {
         let r = c
             .check_and_reserve(reserve("crash", "gw", "t"))
@@ -511,15 +527,13 @@ async fn a_killed_redis_fails_closed_then_recovers_and_old_leases_expire() {
             .into_inner();
         assert!(r.allowed && !r.degraded, "slot {i} is free again: {r:?}");
     }
-    // At least these 3 at the user level (the exact count per level is
-    // checked against both stores in tests/redis_store.rs).
+    // Exactly these 3 at the user level (the count per level is checked
+    // against both stores in tests/redis_store.rs).
     let expired = svc
         .metric("ctxbudget_leases_expired_total", &[("level", "user")])
-        .unwrap_or(0.0);
-    assert!(
-        expired >= 3.0,
-        "3 lapsed leases reclaimed, counted {expired}"
-    );
+        .unwrap_or(0.0)
+        - expired_before;
+    assert_eq!(expired, 3.0, "3 lapsed leases reclaimed, counted {expired}");
     assert!(
         svc.metric("ctxbudget_store_errors_total", &[("kind", "breaker_open")])
             .unwrap_or(0.0)
@@ -686,4 +700,398 @@ async fn out_of_memory_fails_by_policy_and_never_resets_a_counter() {
     // The failed commit changed nothing: each held reservation still applies.
     commit_all(&mut c, held, "the held reservations settle").await;
     assert_healthy(&mut svc);
+}
+
+/// The default breaker and store deadline; only the policy, leases and
+/// limits are set.
+fn default_breaker_config(policy: &str, lease_ms: u64) -> String {
+    format!(
+        r#"
+[resilience]
+policy = "{policy}"
+
+[reservations]
+default_lease_ttl_ms = {lease_ms}
+max_lease_ttl_ms = 600000
+retention_ms = 60000
+idempotency_ttl_ms = 60000
+retry_jitter_ms = 0
+concurrency_retry_ms = 1000
+
+[tiers.t]
+max_context_tokens = 100000
+default_max_output_tokens = 10
+tenant = {{ requests = [{{ limit = 100000, period = "1m" }}], concurrency = 500 }}
+user = {{ requests = [{{ limit = 100000, period = "1m" }}], concurrency = 4 }}
+
+[tiers.daily]
+max_context_tokens = 1000
+default_max_output_tokens = 10
+user = {{ requests = [{{ limit = 1000, period = "1d" }}], tokens = [{{ limit = 100000, period = "1d" }}], concurrency = 4 }}
+"#
+    )
+}
+
+/// Reserves until Redis decides again (not degraded); the time that took.
+async fn until_decided_by_redis(c: &mut Client, within: Duration, what: &str) -> Duration {
+    let started = Instant::now();
+    loop {
+        if let Ok(r) = c.check_and_reserve(reserve("probe", "p", "t")).await {
+            let r = r.into_inner();
+            if !r.degraded {
+                assert!(r.allowed, "{r:?}");
+                commit_all(c, vec![r.reservation_id], what).await;
+                return started.elapsed();
+            }
+            let _ = c
+                .refund(pb::RefundRequest {
+                    reservation_id: r.reservation_id,
+                })
+                .await;
+        }
+        assert!(
+            started.elapsed() < within,
+            "{what}: still degraded after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Reserves until one is decided without Redis.
+async fn until_degraded(c: &mut Client, what: &str) {
+    let started = Instant::now();
+    loop {
+        if let Ok(r) = c.check_and_reserve(reserve("probe", "p", "t")).await
+            && r.get_ref().degraded
+        {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{what}: never degraded"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_default_settings_redis_decides_again_within_5_s_of_a_restart() {
+    let mut redis = RedisServer::start();
+    let mut svc = Service::start(
+        "recovery",
+        &default_breaker_config("local", 2000),
+        Some(&redis.url()),
+    );
+    let mut c = support::connect(svc.addr).await;
+    let load = Load::start(&c, "load", 3);
+    // Outages of different lengths, after a freeze, and back to back: the
+    // breaker is in a different state at each restart.
+    let rounds: [(&str, bool, u64); 4] = [
+        ("a short outage", false, 300),
+        ("after a 1 s freeze", true, 1500),
+        ("a long outage", false, 6000),
+        ("straight after the last recovery", false, 100),
+    ];
+    let mut took = Vec::new();
+    for (what, freeze_first, down_ms) in rounds {
+        if freeze_first {
+            redis.freeze();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            redis.thaw();
+        }
+        redis.kill();
+        until_degraded(&mut c, what).await;
+        tokio::time::sleep(Duration::from_millis(down_ms)).await;
+        redis.restart(); // returns once Redis answers PING
+        let t = until_decided_by_redis(&mut c, Duration::from_secs(15), what).await;
+        println!(
+            "{what}: decided by Redis {} ms after it accepted connections",
+            t.as_millis()
+        );
+        took.push((what, t));
+    }
+    let calls = load.stop().await;
+    let slow: Vec<_> = took
+        .iter()
+        .filter(|(_, t)| *t > Duration::from_secs(5))
+        .collect();
+    assert!(
+        slow.is_empty(),
+        "recovery took over 5 s: {slow:?} (all: {took:?})"
+    );
+    assert!(
+        calls
+            .iter()
+            .filter(|c| c.rpc == "CheckAndReserve")
+            .all(|c| c.result.is_ok()),
+        "no reservation failed under `local`"
+    );
+    assert_healthy(&mut svc);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reservations_whose_store_call_timed_out_are_cancelled_when_redis_wakes() {
+    let redis = RedisServer::start();
+    // Leases of 10 minutes: only a cancellation can free them in this test.
+    let mut svc = Service::start(
+        "phantom",
+        &default_breaker_config("local", 600_000),
+        Some(&redis.url()),
+    );
+    let mut c = support::connect(svc.addr).await;
+    let daily = |c: &pb::GetStatusResponse, d: pb::Dimension, p: u64| {
+        support::limit(&c.limits, pb::Level::User, d, p).remaining
+    };
+    let read = |c: &mut Client| {
+        let mut c = c.clone();
+        async move {
+            c.get_status(pb::GetStatusRequest {
+                tenant_id: "stall".into(),
+                user_id: "u".into(),
+                tier: "daily".into(),
+            })
+            .await
+            .expect("status")
+            .into_inner()
+        }
+    };
+    let before = read(&mut c).await;
+    assert_eq!(daily(&before, pb::Dimension::Requests, 86_400), 1000);
+
+    // Frozen: the user's 4 reservations wait out the store deadline and are
+    // decided locally; their scripts stay queued in Redis.
+    redis.freeze();
+    let calls = (0..4).map(|_| {
+        let mut c = c.clone();
+        async move {
+            c.check_and_reserve(reserve("stall", "u", "daily"))
+                .await
+                .expect("decided locally")
+                .into_inner()
+        }
+    });
+    let answers = futures_util::future::join_all(calls).await;
+    assert!(
+        answers.iter().all(|r| r.allowed && r.degraded),
+        "{answers:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    redis.thaw();
+    let thawed = Instant::now();
+    // Redis runs the 4 queued scripts as it wakes; each is refunded by id.
+    let returned = loop {
+        let s = read(&mut c).await;
+        let leases = s
+            .leases
+            .iter()
+            .find(|l| l.level() == pb::Level::User)
+            .map_or(0, |l| l.active);
+        if !s.degraded && leases == 0 && daily(&s, pb::Dimension::Requests, 86_400) == 1000 {
+            break s;
+        }
+        assert!(
+            thawed.elapsed() < Duration::from_secs(20),
+            "slots still held {:?} after the thaw: {s:?}",
+            thawed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    println!(
+        "slots, requests and tokens back {} ms after Redis woke",
+        thawed.elapsed().as_millis()
+    );
+    // 4 × (10 prompt + 10 output) tokens came back too (the bucket refills
+    // about 1 token a second, so a missed refund would show).
+    let tokens = daily(&returned, pb::Dimension::Tokens, 86_400);
+    assert!(tokens >= 100_000 - 20, "tokens returned: {tokens}");
+    // Each of the 4 is cancelled, or found never to have reached Redis (a
+    // call cut by its deadline before it was written); at least one ran.
+    svc.wait_metric(
+        "ctxbudget_cancellations_total",
+        &[],
+        Duration::from_secs(10),
+        "every cancellation concluded",
+        |v| v == 4.0,
+    );
+    let cancelled = svc
+        .metric("ctxbudget_cancellations_total", &[("outcome", "cancelled")])
+        .unwrap_or(0.0);
+    let never_ran = svc
+        .metric("ctxbudget_cancellations_total", &[("outcome", "not_found")])
+        .unwrap_or(0.0);
+    assert!(
+        cancelled >= 1.0 && cancelled + never_ran == 4.0,
+        "cancelled {cancelled}, never ran {never_ran}"
+    );
+    // The user reserves again, decided by Redis; the local ones still settle.
+    let r = c
+        .check_and_reserve(reserve("stall", "u", "daily"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.allowed && !r.degraded, "{r:?}");
+    let ids = answers.into_iter().map(|r| r.reservation_id).collect();
+    commit_all(&mut c, ids, "the locally decided reservations commit").await;
+    assert_healthy(&mut svc);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_before_the_store_go_through_the_breaker() {
+    let redis = RedisServer::start();
+    let mut svc = Service::start("refused", &config("fail_closed"), Some(&redis.url()));
+    let mut c = support::connect(svc.addr).await;
+    redis.freeze();
+    for _ in 0..12 {
+        // Too large for the tier: refused before any reservation, but its
+        // limits are read from the store for the caller's headers.
+        let r = c
+            .check_and_reserve(support::reserve("big", "u", "t", 200_000, 10))
+            .await
+            .expect("a refusal is a decision, not an error")
+            .into_inner();
+        assert_eq!(r.reason(), pb::Reason::ContextTooLarge, "{r:?}");
+    }
+    breaker(&svc, 2.0, "the reads the refusals made opened the breaker");
+    let failed_fast = svc
+        .metric(
+            "ctxbudget_store_errors_total",
+            &[("op", "status"), ("kind", "breaker_open")],
+        )
+        .unwrap_or(0.0);
+    assert!(
+        failed_fast > 0.0,
+        "later reads failed at once, without the deadline"
+    );
+    redis.thaw();
+    assert_healthy(&mut svc);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_starts_before_redis_and_connects_once_it_answers() {
+    // Nothing listens on these ports yet.
+    let closed_port = support::free_port();
+    let local_port = support::free_port();
+    let url = |port: u16| format!("redis://127.0.0.1:{port}/0");
+    let closed = Service::start(
+        "early-closed",
+        &config("fail_closed"),
+        Some(&url(closed_port)),
+    );
+    let local = Service::start("early-local", &config("local"), Some(&url(local_port)));
+    // Health is NOT_SERVING under fail_closed: connect without waiting for it.
+    let mut cc = Client::new(
+        Channel::from_shared(format!("http://{}", closed.addr))
+            .unwrap()
+            .connect_lazy(),
+    );
+    let mut lc = support::connect(local.addr).await;
+
+    // Until Redis answers: the failure policy, and health says so.
+    wait_health(
+        closed.addr,
+        NOT_SERVING,
+        Duration::from_secs(5),
+        "fail_closed before Redis",
+    )
+    .await;
+    let err = cc
+        .check_and_reserve(reserve("early", "u", "t"))
+        .await
+        .expect_err("fail_closed refuses without Redis");
+    assert_eq!(err.code(), Code::Unavailable);
+    assert!(err.message().contains("retry"), "says what to do: {err:?}");
+    let r = lc
+        .check_and_reserve(reserve("early", "u", "t"))
+        .await
+        .expect("local decides without Redis")
+        .into_inner();
+    assert!(r.allowed && r.degraded, "{r:?}");
+    wait_health(local.addr, SERVING, Duration::from_secs(5), "local serves").await;
+
+    // Redis comes up: both connect, seed it from their file, and decide by it.
+    let redis_closed = RedisServer::start_on(closed_port);
+    let redis_local = RedisServer::start_on(local_port);
+    wait_health(
+        closed.addr,
+        SERVING,
+        Duration::from_secs(10),
+        "fail_closed once Redis answers",
+    )
+    .await;
+    for (c, redis, what) in [
+        (&mut cc, &redis_closed, "fail_closed"),
+        (&mut lc, &redis_local, "local"),
+    ] {
+        let started = Instant::now();
+        let r = loop {
+            if let Ok(r) = c.check_and_reserve(reserve("late", "u", "t")).await
+                && !r.get_ref().degraded
+            {
+                break r.into_inner();
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{what}: never decided by Redis"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert!(r.allowed, "{what}: {r:?}");
+        let version: Option<u64> = redis::cmd("HGET")
+            .arg("ctxb:cfg")
+            .arg("version")
+            .query(&mut redis.conn())
+            .unwrap();
+        assert!(
+            version >= Some(1),
+            "{what}: the file's configuration seeded Redis"
+        );
+    }
+    let r = lc
+        .check_and_reserve(reserve("late", "u", "t"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.allowed && !r.degraded, "{r:?}");
+}
+
+#[test]
+fn wrong_store_settings_are_still_a_start_up_error() {
+    let dir = std::env::temp_dir().join(format!("ctxbudget-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases: [(&str, &[&str], &str); 2] = [
+        (
+            "a malformed URL",
+            &["--redis-url", "redis://127.0.0.1:notaport/0"],
+            "invalid Redis URL",
+        ),
+        (
+            "a missing TLS file",
+            &["--config", "tls.toml"],
+            "cannot read the Redis TLS CA",
+        ),
+    ];
+    std::fs::write(
+        dir.join("tls.toml"),
+        "[store]\nredis_url = \"rediss://127.0.0.1:1/0\"\ntls_ca = \"/nonexistent/ca.pem\"\n",
+    )
+    .unwrap();
+    for (what, args, says) in cases {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ctxbudget"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "127.0.0.1:0",
+            ])
+            .args(args)
+            .env_remove("CTXBUDGET_REDIS_URL")
+            .current_dir(&dir)
+            .output()
+            .expect("the binary runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{what}: refused at start-up");
+        assert!(stderr.contains(says), "{what}: says why: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

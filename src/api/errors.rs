@@ -23,5 +23,10 @@ pub fn to_status(err: EngineError) -> Status {
         EngineError::Store(e @ StoreError::Protocol(_)) => {
             Status::internal(format!("{e}; report this to the operator"))
         }
+        // The service's own store settings are wrong (start-up refuses them, so
+        // this is a bug if it is ever seen): an operator must fix them.
+        EngineError::Store(e @ StoreError::Settings(_)) => {
+            Status::internal(format!("{e}; report this to the operator"))
+        }
     }
 }

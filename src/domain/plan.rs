@@ -132,8 +132,9 @@ impl LeasePolicy {
             Some(ms) if ms > self.max_ttl_ms => Err(InvalidInput::new(
                 field,
                 format!(
-                    "{ms} ms is above the maximum lease of {} ms; renew the lease with RenewLease instead",
-                    self.max_ttl_ms
+                    "{ms} ms is above the maximum lease of {max} ms; ask for at most {max} ms \
+                     and extend it with RenewLease before it lapses",
+                    max = self.max_ttl_ms
                 ),
             )),
             Some(ms) => Ok(ms),

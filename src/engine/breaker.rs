@@ -158,6 +158,14 @@ impl Breaker {
         }
     }
 
+    /// Opens it with a probe due at once (the store was found unreachable
+    /// before any call was made).
+    pub fn trip(&self) {
+        *self.lock() = Inner::Open {
+            until: Instant::now(),
+        };
+    }
+
     /// The probe's outcome: the store answered (half-open: real calls may
     /// follow) or not (open for another cool-down).
     pub fn probe_result(&self, ok: bool) {
@@ -166,13 +174,17 @@ impl Breaker {
             return;
         }
         *inner = if ok {
-            tracing::info!("store circuit breaker half-open: the store answers a probe on every connection");
+            tracing::info!(
+                "store circuit breaker half-open: the store answers a probe on every connection"
+            );
             Inner::HalfOpen {
                 in_flight: 0,
                 successes: 0,
             }
         } else {
-            tracing::debug!("store circuit breaker: the store does not answer a probe yet; open again");
+            tracing::debug!(
+                "store circuit breaker: the store does not answer a probe yet; open again"
+            );
             Inner::Open {
                 until: Instant::now() + self.cool_down(),
             }
@@ -257,7 +269,9 @@ impl Breaker {
                     *in_flight = in_flight.saturating_sub(1);
                 }
                 if !ok {
-                    tracing::warn!("store circuit breaker: a call failed while half-open; open again");
+                    tracing::warn!(
+                        "store circuit breaker: a call failed while half-open; open again"
+                    );
                     *inner = Inner::Open {
                         until: now + self.cool_down(),
                     };
@@ -361,7 +375,11 @@ mod tests {
         let probe = b.acquire().expect("one real call");
         assert!(b.acquire().is_none(), "half-open calls are bounded");
         b.record(probe, false);
-        assert_eq!(b.state(), BreakerState::Open, "a failed call opens it again");
+        assert_eq!(
+            b.state(),
+            BreakerState::Open,
+            "a failed call opens it again"
+        );
         std::thread::sleep(Duration::from_millis(260));
         assert!(b.probe_due());
         b.probe_result(true);

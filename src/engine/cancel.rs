@@ -9,7 +9,8 @@
 //! here and refunded by id as soon as the store answers again, retried with
 //! backoff:
 //!
-//! - Applied (or already settled): done, its budget is back.
+//! - Applied, or already settled (nobody else has the id, so an earlier
+//!   attempt that timed out here applied): done, its budget is back.
 //! - Not found: the script may still be queued behind the refund, so the
 //!   refund is repeated for [`NOT_FOUND_WINDOW`] after the store first
 //!   answered; then the reservation is taken as never made.
@@ -161,7 +162,15 @@ impl<S: Store> Engine<S> {
                 );
                 Attempt::Done("cancelled")
             }
-            Ok((SettleReply::AlreadySettled(_), _)) => Attempt::Done("already_settled"),
+            // Nobody else has the id: an earlier attempt that timed out on
+            // this side reached the store and applied.
+            Ok((SettleReply::AlreadySettled(_), _)) => {
+                tracing::info!(
+                    reservation = %p.id,
+                    "cancelled a reservation its caller never received (an earlier attempt applied)"
+                );
+                Attempt::Done("cancelled")
+            }
             Ok((SettleReply::NotFound, _)) => {
                 let since = *p.not_found_since.get_or_insert(now);
                 if now.duration_since(since) >= NOT_FOUND_WINDOW {
@@ -171,7 +180,7 @@ impl<S: Store> Engine<S> {
                 }
             }
             Err(StoreError::Unavailable(_)) => Attempt::Retry,
-            Err(e @ StoreError::Protocol(_)) => {
+            Err(e @ (StoreError::Protocol(_) | StoreError::Settings(_))) => {
                 tracing::error!(reservation = %p.id, error = %e, "cannot cancel a reservation");
                 Attempt::Done("failed")
             }

@@ -141,6 +141,11 @@ impl<S: Store> Engine<S> {
         }
         let started = std::time::Instant::now();
         let result = self.store.probe().await;
+        if let Err(e) = &result
+            && !e.is_transient()
+        {
+            tracing::error!(error = %e, "the store answers, but not as it must; the breaker stays open");
+        }
         telemetry::store_call(
             "probe",
             started.elapsed().as_secs_f64(),
@@ -149,6 +154,14 @@ impl<S: Store> Engine<S> {
         self.breaker.probe_result(result.is_ok());
         telemetry::breaker(self.breaker.state());
         true
+    }
+
+    /// Opens the breaker with a probe due at once: the store was unreachable
+    /// when the service started, so calls follow the failure policy until a
+    /// probe finds it.
+    pub fn trip_breaker(&self) {
+        self.breaker.trip();
+        telemetry::breaker(self.breaker.state());
     }
 
     /// The failure policy.
@@ -190,6 +203,7 @@ impl<S: Store> Engine<S> {
             Ok(_) => None,
             Err(StoreError::Unavailable(_)) => Some("unavailable"),
             Err(StoreError::Protocol(_)) => Some("protocol"),
+            Err(StoreError::Settings(_)) => Some("settings"),
         };
         telemetry::store_call(op, started.elapsed().as_secs_f64(), kind);
         telemetry::breaker(self.breaker.state());

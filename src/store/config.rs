@@ -116,13 +116,15 @@ impl ConfigStore {
     pub async fn connect(url: &str, tls: &RedisTls, prefix: &str) -> Result<Self, StoreError> {
         let shown = redact_url(url);
         let client = open_client(url, tls)?;
-        let conn = tokio::time::timeout(
-            std::time::Duration::from_secs(5),
-            client.get_connection_manager(),
-        )
-        .await
-        .map_err(|_| StoreError::Unavailable(format!("connecting to {shown} timed out")))?
-        .map_err(|e| StoreError::Unavailable(format!("{shown}: {e}")))?;
+        // Lazy: a Redis that is down at start-up is reached once it answers
+        // (the connection manager reconnects by itself, briefly backing off,
+        // so a call during an outage fails within a few seconds).
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(std::time::Duration::from_secs(1)))
+            .set_number_of_retries(2)
+            .set_max_delay(std::time::Duration::from_secs(2));
+        let conn = redis::aio::ConnectionManager::new_lazy_with_config(client.clone(), config)
+            .map_err(|e| StoreError::Settings(format!("{shown}: {e}")))?;
         Ok(ConfigStore {
             client,
             conn,

@@ -342,10 +342,7 @@ impl<C: Clock> MemoryStore<C> {
             if !(touched || holds) {
                 continue;
             }
-            let mut st = entry
-                .as_ref()
-                .map(|e| e.state.clone())
-                .unwrap_or_default();
+            let mut st = entry.as_ref().map(|e| e.state.clone()).unwrap_or_default();
             if holds && st.n > 0.0 {
                 st.n -= 1.0;
             }

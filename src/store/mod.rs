@@ -179,6 +179,10 @@ pub enum StoreError {
     /// foreign data under the key prefix. Retrying will not help.
     #[error("budget store answered unexpectedly: {0}")]
     Protocol(String),
+    /// The store's settings are wrong (a malformed URL, unreadable or
+    /// mismatched TLS files): fix them; retrying will not help.
+    #[error("budget store settings: {0}")]
+    Settings(String),
 }
 
 impl StoreError {

@@ -19,7 +19,7 @@ use crate::domain::{LevelPlan, Readings, ReservePlan};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, RedisError, Script, ScriptInvocation, Value};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// How the service holds its Redis connections.
@@ -71,9 +71,8 @@ impl RedisTls {
 /// the URL with its password hidden.
 pub fn open_client(url: &str, tls: &RedisTls) -> Result<redis::Client, StoreError> {
     let shown = redact_url(url);
-    let invalid = |e: &dyn std::fmt::Display| {
-        StoreError::Unavailable(format!("invalid Redis URL {shown}: {e}"))
-    };
+    let invalid =
+        |e: &dyn std::fmt::Display| StoreError::Settings(format!("invalid Redis URL {shown}: {e}"));
     // TCP_NODELAY: redis-rs leaves Nagle on, and pipelined calls then stall
     // on delayed ACKs (tens of ms at p99 under light load).
     let info = url.into_connection_info().map_err(|e| invalid(&e))?;
@@ -83,13 +82,13 @@ pub fn open_client(url: &str, tls: &RedisTls) -> Result<redis::Client, StoreErro
         return redis::Client::open(info).map_err(|e| invalid(&e));
     }
     if !url.starts_with("rediss://") {
-        return Err(StoreError::Unavailable(format!(
+        return Err(StoreError::Settings(format!(
             "TLS files are configured but {shown} is not a rediss:// URL"
         )));
     }
     let read = |what: &str, path: &std::path::Path| {
         std::fs::read(path).map_err(|e| {
-            StoreError::Unavailable(format!(
+            StoreError::Settings(format!(
                 "cannot read the Redis TLS {what} {}: {e}",
                 path.display()
             ))
@@ -102,7 +101,7 @@ pub fn open_client(url: &str, tls: &RedisTls) -> Result<redis::Client, StoreErro
         }),
         (None, None) => None,
         _ => {
-            return Err(StoreError::Unavailable(
+            return Err(StoreError::Settings(
                 "a Redis client certificate needs both tls_cert and tls_key".into(),
             ));
         }
@@ -115,7 +114,7 @@ pub fn open_client(url: &str, tls: &RedisTls) -> Result<redis::Client, StoreErro
             root_cert,
         },
     )
-    .map_err(|e| StoreError::Unavailable(format!("{shown}: TLS set-up: {e}")))
+    .map_err(|e| StoreError::Settings(format!("{shown}: TLS set-up: {e}")))
 }
 
 enum Connections {
@@ -137,10 +136,16 @@ pub struct RedisStore {
     renew: Script,
     status: Script,
     url: String,
+    /// Redis answered the version check and loaded the scripts.
+    verified: Arc<AtomicBool>,
 }
 
 impl RedisStore {
-    /// Connects, checks Redis answers, and loads the scripts.
+    /// Sets up the connections, then checks the Redis version and loads the
+    /// scripts. Only wrong settings (a malformed URL, TLS files) and a Redis
+    /// too old are errors: an unreachable Redis is not — the connections are
+    /// made lazily and reconnect by themselves, [`RedisStore::reachable`] says
+    /// false, and the first successful [`Store::probe`] does the checks.
     pub async fn connect(
         settings: &RedisSettings,
         keys: Keys,
@@ -150,7 +155,7 @@ impl RedisStore {
         if settings.pool == PoolKind::Deadpool && !settings.tls.is_empty() {
             // deadpool-redis rebuilds its clients from the URL and would drop
             // the certificates: refuse rather than connect without them.
-            return Err(StoreError::Unavailable(
+            return Err(StoreError::Settings(
                 "[store] tls_ca/tls_cert/tls_key need pool = \"multiplexed\" (deadpool-redis \
                  cannot carry the certificates)"
                     .into(),
@@ -168,17 +173,12 @@ impl RedisStore {
                     .set_connection_timeout(Some(settings.timeout.max(Duration::from_secs(1))))
                     .set_number_of_retries(2)
                     .set_max_delay(Duration::from_secs(2));
-                let mut conns = Vec::with_capacity(count);
-                for _ in 0..count {
-                    let conn = tokio::time::timeout(
-                        Duration::from_secs(5),
-                        client.get_connection_manager_with_config(config.clone()),
-                    )
-                    .await
-                    .map_err(|_| StoreError::Unavailable(format!("connecting to {url} timed out")))?
-                    .map_err(|e| unavailable(&url, e))?;
-                    conns.push(conn);
-                }
+                let conns = (0..count)
+                    .map(|_| {
+                        ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| StoreError::Settings(format!("{url}: {e}")))?;
                 Connections::Multiplexed {
                     conns,
                     next: AtomicUsize::new(0),
@@ -189,7 +189,7 @@ impl RedisStore {
                 cfg.pool = Some(deadpool_redis::PoolConfig::new(count));
                 let pool = cfg
                     .create_pool(Some(deadpool_redis::Runtime::Tokio1))
-                    .map_err(|e| StoreError::Unavailable(format!("{url}: {e}")))?;
+                    .map_err(|e| StoreError::Settings(format!("{url}: {e}")))?;
                 Connections::Deadpool(pool)
             }
         };
@@ -203,10 +203,82 @@ impl RedisStore {
             renew: Script::new(scripts::RENEW),
             status: Script::new(scripts::STATUS),
             url,
+            verified: Arc::new(AtomicBool::new(false)),
         };
-        store.check_version().await?;
-        store.load_scripts().await?;
+        match store.verify().await {
+            Ok(()) => {}
+            Err(e) if e.is_transient() => tracing::warn!(
+                error = %e,
+                "Redis does not answer yet; serving by the failure policy until it does"
+            ),
+            Err(e) => return Err(e),
+        }
         Ok(store)
+    }
+
+    /// PINGs every connection until it answers, for a bounded time: the
+    /// breaker's probe, and at start-up, so every connection is made before
+    /// the first call.
+    async fn ping_all(&self) -> Result<(), StoreError> {
+        // A connection that broke fails its first command and reconnects in
+        // the background (with a short backoff): PING each until it answers,
+        // for a bounded time, so the breaker half-opens only once every
+        // connection real calls will use is back.
+        let window = (self.timeout * 10).max(PROBE_WINDOW);
+        let deadline = tokio::time::Instant::now() + window;
+        let attempt = self.timeout.max(Duration::from_millis(200));
+        match self.connections.as_ref() {
+            Connections::Multiplexed { conns, .. } => {
+                let pings = conns.iter().map(|conn| async move {
+                    ping_until(deadline, attempt, || {
+                        let mut conn = conn.clone();
+                        async move { redis::cmd("PING").query_async::<()>(&mut conn).await }
+                    })
+                    .await
+                });
+                for result in futures_util::future::join_all(pings).await {
+                    result.map_err(|e| classify(&self.url, e))?;
+                }
+            }
+            Connections::Deadpool(pool) => {
+                // Checking a connection out PINGs it and replaces a broken one.
+                ping_until(deadline, attempt, || async {
+                    let mut conn = pool.get().await.map_err(pool_error)?;
+                    redis::cmd("PING").query_async::<()>(&mut conn).await
+                })
+                .await
+                .map_err(|e| classify(&self.url, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether Redis has answered the version check and loaded the scripts.
+    pub fn reachable(&self) -> bool {
+        self.verified.load(Ordering::Relaxed)
+    }
+
+    /// The version check and script load, once per store.
+    async fn verify(&self) -> Result<(), StoreError> {
+        if self.reachable() {
+            return Ok(());
+        }
+        let checks = async {
+            self.ping_all().await?;
+            self.check_version().await?;
+            self.load_scripts().await
+        };
+        tokio::time::timeout(VERIFY_WITHIN, checks)
+            .await
+            .map_err(|_| {
+                StoreError::Unavailable(format!(
+                    "{} did not answer within {} s",
+                    self.url,
+                    VERIFY_WITHIN.as_secs()
+                ))
+            })??;
+        self.verified.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     /// The scripts declare flags with a `#!lua` line, which Redis understands
@@ -587,41 +659,16 @@ impl Store for RedisStore {
             renew: self.renew.clone(),
             status: self.status.clone(),
             url: self.url.clone(),
+            verified: self.verified.clone(),
         }
     }
 
     async fn probe(&self) -> Result<(), StoreError> {
-        // A connection that broke fails its first command and reconnects in
-        // the background (with a short backoff): PING each until it answers,
-        // for a bounded time, so the breaker half-opens only once every
-        // connection real calls will use is back.
-        let window = (self.timeout * 10).max(PROBE_WINDOW);
-        let deadline = tokio::time::Instant::now() + window;
-        let attempt = self.timeout.max(Duration::from_millis(200));
-        match self.connections.as_ref() {
-            Connections::Multiplexed { conns, .. } => {
-                let pings = conns.iter().map(|conn| async move {
-                    ping_until(deadline, attempt, || {
-                        let mut conn = conn.clone();
-                        async move { redis::cmd("PING").query_async::<()>(&mut conn).await }
-                    })
-                    .await
-                });
-                for result in futures_util::future::join_all(pings).await {
-                    result.map_err(|e| classify(&self.url, e))?;
-                }
-            }
-            Connections::Deadpool(pool) => {
-                // Checking a connection out PINGs it and replaces a broken one.
-                ping_until(deadline, attempt, || async {
-                    let mut conn = pool.get().await.map_err(pool_error)?;
-                    redis::cmd("PING").query_async::<()>(&mut conn).await
-                })
-                .await
-                .map_err(|e| classify(&self.url, e))?;
-            }
+        match self.reachable() {
+            true => self.ping_all().await,
+            // A store that was unreachable at start-up is checked now.
+            false => self.verify().await,
         }
-        Ok(())
     }
 
     fn describe(&self) -> String {
@@ -683,6 +730,9 @@ impl RedisStore {
         })
     }
 }
+
+/// How long the start-up checks (version, scripts) may take.
+const VERIFY_WITHIN: Duration = Duration::from_secs(5);
 
 /// The shortest time a probe keeps trying a connection.
 const PROBE_WINDOW: Duration = Duration::from_millis(1500);

@@ -75,6 +75,26 @@ impl RedisServer {
         panic!("redis-server did not start on any free port");
     }
 
+    /// Starts Redis on `port` (one a test kept free for it, e.g. to start the
+    /// service before Redis).
+    pub fn start_on(port: u16) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("ctxbudget-redis-{port}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir for redis");
+        let child = spawn_redis(port, &dir, &[]);
+        let mut server = RedisServer {
+            child,
+            port,
+            dir,
+            args: Vec::new(),
+        };
+        assert!(
+            server.wait_ready(Duration::from_secs(10)),
+            "redis-server did not start on port {port}"
+        );
+        server
+    }
+
     /// Kills it (SIGKILL: no shutdown, no save) and waits until it is gone.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
