@@ -1,6 +1,7 @@
 //! The adaptive estimator end to end, against a real Redis and the real
 //! binary: estimator keys (Redis lists, metric labels, the multiplier cache)
-//! stay bounded by the configuration whatever model names callers send.
+//! stay bounded by the configuration whatever model names callers send, and a
+//! replica's first decision for a key uses what the other replicas learned.
 
 mod support;
 
@@ -11,8 +12,8 @@ use pb::budget_service_client::BudgetServiceClient;
 use redis::Commands;
 use std::collections::BTreeSet;
 use std::time::Duration;
-use support::RedisServer;
 use support::process::Service;
+use support::{Harness, RedisServer, settings};
 use tonic::transport::Channel;
 
 const CONFIG: &str = r#"
@@ -157,4 +158,59 @@ async fn estimator_keys_stay_bounded_whatever_model_names_callers_send() {
     let cached = cached_keys(&mut client.clone()).await;
     assert!(cached.len() <= bound, "{} keys in the cache", cached.len());
     assert_eq!(cached, expected, "the multiplier cache");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_replica_decides_with_what_the_others_learned() {
+    let redis = RedisServer::start();
+    let a = Service::start("learner", CONFIG, Some(&redis.url()));
+    let mut ca = support::connect(a.addr).await;
+    // This model needs 36% more tokens than the service counts.
+    for _ in 0..20 {
+        reserve_commit(&mut ca, "deepseek-chat", "alice", 1.36).await;
+    }
+    let learned = ca
+        .get_estimator(pb::GetEstimatorRequest {
+            model: "deepseek-chat".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .keys[0]
+        .multiplier;
+    assert!(learned > 1.3, "A learned {learned}");
+
+    let b = Service::start("newcomer", CONFIG, Some(&redis.url()));
+    let mut cb = support::connect(b.addr).await;
+    let first = cb
+        .check_and_reserve(request("deepseek-chat", "bob"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        first.estimator_multiplier, learned,
+        "B's very first decision uses the shared samples, not the initial 1.15"
+    );
+    // B read them through the store's breaker, which times every call.
+    let read = b.metric(
+        "ctxbudget_store_duration_seconds_count",
+        &[("op", "estimator")],
+    );
+    assert!(read.is_some_and(|n| n >= 1.0), "{read:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_store_a_new_key_starts_at_the_initial_multiplier() {
+    let mut redis = RedisServer::start();
+    let s = settings(CONFIG, Some(redis.url()));
+    let mut h = Harness::start_with(s, None).await;
+    redis.kill();
+    let r = h
+        .client
+        .check_and_reserve(request("gpt-4o", "alice"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.allowed && r.degraded, "{r:?}");
+    assert_eq!(r.estimator_multiplier, 1.15);
 }
