@@ -1018,7 +1018,10 @@ async fn the_multiplier_converges_on_the_p95_of_committed_ratios(backend: Backen
         .unwrap()
         .into_inner();
     assert_eq!(e.keys.len(), 1);
-    assert_eq!(e.keys[0].key, model);
+    assert_eq!(
+        e.keys[0].key, "o200k_base",
+        "a model of no table row: its encoding's key"
+    );
     assert_eq!(e.keys[0].samples, 100);
     assert_eq!(e.keys[0].multiplier, expected);
     let r = reserve_ok(&mut h.client, text_request(model, PROMPT)).await;

@@ -297,16 +297,7 @@ impl FileConfig {
             )
             .into());
         }
-        use crate::estimator::encoding::Pattern;
-        let models = crate::estimator::ModelRules {
-            default_encoding: est.default_encoding,
-            fast: est.fast_path.iter().map(|p| Pattern::new(p)).collect(),
-            groups: est
-                .groups
-                .iter()
-                .map(|(p, k)| (Pattern::new(p), k.clone()))
-                .collect(),
-        };
+        let models = est.model_rules()?;
         let adaptive = crate::estimator::AdaptiveSettings {
             window: est.window,
             min_samples: est.min_samples,

@@ -130,7 +130,9 @@ pub struct EstimatorSection {
     /// Model patterns (`name` or `prefix*`) counted with the fast heuristic.
     #[serde(default)]
     pub fast_path: Vec<String>,
-    /// Model pattern → estimator key: models whose samples are pooled.
+    /// Model pattern → estimator key: models whose samples are pooled. With
+    /// the fast-path patterns and the built-in table's rows, the only
+    /// estimator keys there are; other models share their encoding's key.
     #[serde(default)]
     pub groups: BTreeMap<String, String>,
     /// Samples kept per key.
@@ -151,6 +153,32 @@ pub struct EstimatorSection {
     /// Long prompts counted at once (0: one per CPU).
     #[serde(default)]
     pub workers: usize,
+}
+
+impl EstimatorSection {
+    /// The model rules, each group key and fast-path pattern checked: they
+    /// become estimator keys, which reservation ids carry.
+    pub fn model_rules(&self) -> Result<crate::estimator::ModelRules, LimitsError> {
+        use crate::estimator::encoding::{Pattern, check_key};
+        for (pattern, key) in &self.groups {
+            check_key(pattern)
+                .and_then(|()| check_key(key))
+                .map_err(|p| LimitsError::new(format!("estimator.groups.{pattern:?}"), p))?;
+        }
+        for (i, pattern) in self.fast_path.iter().enumerate() {
+            check_key(pattern)
+                .map_err(|p| LimitsError::new(format!("estimator.fast_path[{i}]"), p))?;
+        }
+        Ok(crate::estimator::ModelRules {
+            default_encoding: self.default_encoding,
+            fast: self.fast_path.iter().map(|p| Pattern::new(p)).collect(),
+            groups: self
+                .groups
+                .iter()
+                .map(|(p, k)| (Pattern::new(p), k.clone()))
+                .collect(),
+        })
+    }
 }
 
 fn default_encoding() -> crate::estimator::Encoding {

@@ -114,7 +114,7 @@ impl<S: Store> Engine<S> {
                     .await;
                 telemetry::counted(method.kind(), count.tokens);
                 let estimator = self.counter.rules().estimator_key(&input.model).to_string();
-                let multiplier = self.multipliers.get(&estimator);
+                let multiplier = self.multiplier(&estimator).await;
                 let reserve = (count.tokens as f64 * multiplier).ceil() as u64;
                 Counted {
                     raw: count.tokens,

@@ -1,5 +1,7 @@
-//! GetStatus and GetEstimator, and the refresh that keeps each replica's
-//! estimator multipliers in step with the samples in the store.
+//! GetStatus and GetEstimator; the multiplier a decision applies, read from
+//! the store before a key's first use; and the refresh that keeps each
+//! replica's estimator multipliers in step with the samples in the store. Every
+//! store call goes through the breaker.
 
 use super::{Engine, EngineError};
 use crate::config::FailurePolicy;
@@ -109,19 +111,12 @@ impl<S: Store> Engine<S> {
 
     /// GetEstimator: every key this replica knows, or only `model`'s.
     pub async fn estimators(&self, model: Option<&str>) -> Result<Vec<EstimatorView>, EngineError> {
-        if let Some(m) = model {
-            // Make sure the key is known and fresh before answering.
-            let key = self.counter.rules().estimator_key(m).to_string();
-            self.multipliers.get(&key);
-            let samples = self
-                .store
-                .estimator_samples(std::slice::from_ref(&key))
-                .await?;
-            if let Some(s) = samples.first() {
-                self.multipliers.update(&key, s);
-            }
-        }
         let wanted = model.map(|m| self.counter.rules().estimator_key(m).to_string());
+        if let Some(key) = &wanted {
+            // Make sure the key is known and fresh before answering.
+            self.multipliers.get(key);
+            self.load_estimator(key).await?;
+        }
         Ok(self
             .multipliers
             .snapshot()
@@ -137,6 +132,36 @@ impl<S: Store> Engine<S> {
             .collect())
     }
 
+    /// The multiplier to apply under estimator `key`. A key this replica has
+    /// never read is read from the store first, so a replica's first decision
+    /// uses what every replica's Commits taught, not the initial value; when
+    /// the store cannot answer (the breaker counts the call), the cached or
+    /// initial value.
+    pub(super) async fn multiplier(&self, key: &str) -> f64 {
+        let (cached, read) = self.multipliers.lookup(key);
+        if read {
+            return cached;
+        }
+        match self.load_estimator(key).await {
+            Ok(multiplier) => multiplier,
+            Err(e) => {
+                tracing::debug!(key, error = %e, "estimator samples unavailable; using the cached multiplier");
+                cached
+            }
+        }
+    }
+
+    /// Reads `key`'s samples from the store, through the breaker, and installs
+    /// them; returns the multiplier.
+    async fn load_estimator(&self, key: &str) -> Result<f64, StoreError> {
+        let keys = [key.to_string()];
+        let samples = self
+            .guarded("estimator", self.store.estimator_samples(&keys))
+            .await?;
+        let samples = samples.first().map_or(&[][..], Vec::as_slice);
+        Ok(self.multipliers.update(key, samples))
+    }
+
     /// Reads the samples of every key in use from the store and recomputes
     /// their multipliers. The server runs this every half second.
     pub async fn refresh_estimators(&self) -> Result<usize, StoreError> {
@@ -147,10 +172,12 @@ impl<S: Store> Engine<S> {
         if self.breaker_state() == super::BreakerState::Open {
             return Ok(0);
         }
-        let samples = self.store.estimator_samples(&keys).await?;
+        let samples = self
+            .guarded("estimator", self.store.estimator_samples(&keys))
+            .await?;
         for (key, s) in keys.iter().zip(&samples) {
-            self.multipliers.update(key, s);
-            crate::telemetry::multiplier(key, self.multipliers.get(key));
+            let multiplier = self.multipliers.update(key, s);
+            crate::telemetry::multiplier(key, multiplier);
         }
         Ok(keys.len())
     }

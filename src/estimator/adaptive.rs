@@ -2,8 +2,9 @@
 //! actual ÷ estimated prompt tokens that Commits reported; the multiplier is
 //! their 95th percentile, clamped, and a fixed starting value until enough
 //! samples exist. The samples live in the store (so every replica learns from
-//! every Commit); each replica caches the multipliers and refreshes them from the
-//! store at least once a second.
+//! every Commit); each replica caches the multipliers, reads a key's samples
+//! before its first decision with that key (so a new replica starts from what
+//! the others learned), and refreshes them from the store at least once a second.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -100,11 +101,18 @@ impl Multipliers {
     /// The multiplier for `key` now; a key seen for the first time starts at
     /// the initial value and is refreshed with the next round.
     pub fn get(&self, key: &str) -> f64 {
+        self.lookup(key).0
+    }
+
+    /// The multiplier for `key` now, and whether this replica has read the
+    /// key's samples from the store yet (if not, the multiplier is only the
+    /// initial value, whatever the other replicas learned). Marks the key in use.
+    pub fn lookup(&self, key: &str) -> (f64, bool) {
         let now = Instant::now();
         if let Some(state) = self.keys.read().unwrap_or_else(|p| p.into_inner()).get(key)
             && now.duration_since(state.last_used) < Duration::from_secs(1)
         {
-            return state.multiplier;
+            return (state.multiplier, state.refreshed.is_some());
         }
         let mut keys = self.keys.write().unwrap_or_else(|p| p.into_inner());
         let state = keys.entry(key.to_string()).or_insert_with(|| KeyState {
@@ -115,7 +123,7 @@ impl Multipliers {
             last_used: now,
         });
         state.last_used = now;
-        state.multiplier
+        (state.multiplier, state.refreshed.is_some())
     }
 
     /// Keys worth refreshing: used in the last ten minutes. Older ones are dropped.
@@ -126,10 +134,12 @@ impl Multipliers {
         keys.keys().cloned().collect()
     }
 
-    /// Installs freshly read samples of `key`.
-    pub fn update(&self, key: &str, samples: &[f64]) {
+    /// Installs freshly read samples of `key` and returns its multiplier. It
+    /// does not count as a use: a key only refreshed is forgotten in time.
+    pub fn update(&self, key: &str, samples: &[f64]) -> f64 {
+        let multiplier = self.settings.multiplier(samples);
         let state = KeyState {
-            multiplier: self.settings.multiplier(samples),
+            multiplier,
             samples: samples.len(),
             p95: p95(samples),
             refreshed: Some(Instant::now()),
@@ -147,6 +157,7 @@ impl Multipliers {
                 keys.insert(key.to_string(), state);
             }
         }
+        multiplier
     }
 
     /// Every key this replica knows, sorted.
@@ -182,10 +193,14 @@ mod tests {
     #[test]
     fn new_keys_start_at_the_initial_value_and_learn() {
         let m = Multipliers::new(AdaptiveSettings::default());
-        assert_eq!(m.get("gpt-4o"), 1.15);
+        assert_eq!(
+            m.lookup("gpt-4o"),
+            (1.15, false),
+            "never read from the store"
+        );
         assert_eq!(m.active_keys(), vec!["gpt-4o".to_string()]);
-        m.update("gpt-4o", &[1.25; 30]);
-        assert_eq!(m.get("gpt-4o"), 1.25);
+        assert_eq!(m.update("gpt-4o", &[1.25; 30]), 1.25);
+        assert_eq!(m.lookup("gpt-4o"), (1.25, true));
         assert_eq!(m.snapshot()[0].1.samples, 30);
     }
 }
