@@ -283,12 +283,8 @@ async fn an_unreachable_redis_is_unavailable() {
         .unwrap_err();
     assert_eq!(err.code(), Code::Unavailable, "{err:?}");
     assert!(err.message().contains("retry"), "{}", err.message());
-
-    let closed = support::settings(SHORT, Some("redis://127.0.0.1:1/0".into()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let start = ctxbudget::server::run(closed, listener, std::future::pending()).await;
-    let message = start.expect_err("startup fails without Redis").to_string();
-    assert!(message.contains("127.0.0.1:1"), "{message}");
+    // Starting while Redis is down is no error: tests/faults.rs
+    // `serve_starts_before_redis_and_connects_once_it_answers`.
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -219,14 +219,13 @@ impl RedisStore {
     /// PINGs every connection until it answers, for a bounded time: the
     /// breaker's probe, and at start-up, so every connection is made before
     /// the first call.
-    async fn ping_all(&self) -> Result<(), StoreError> {
+    async fn ping_all(&self, classify: Classify) -> Result<(), StoreError> {
         // A connection that broke fails its first command and reconnects in
         // the background (with a short backoff): PING each until it answers,
         // for a bounded time, so the breaker half-opens only once every
         // connection real calls will use is back.
-        let window = (self.timeout * 10).max(PROBE_WINDOW);
-        let deadline = tokio::time::Instant::now() + window;
         let attempt = self.timeout.max(Duration::from_millis(200));
+        let deadline = tokio::time::Instant::now() + (attempt * 3).max(PROBE_WINDOW);
         match self.connections.as_ref() {
             Connections::Multiplexed { conns, .. } => {
                 let pings = conns.iter().map(|conn| async move {
@@ -263,27 +262,27 @@ impl RedisStore {
         if self.reachable() {
             return Ok(());
         }
-        let checks = async {
-            self.ping_all().await?;
-            self.check_version().await?;
-            self.load_scripts().await
-        };
-        tokio::time::timeout(VERIFY_WITHIN, checks)
+        // Redis answering with a refusal (a wrong password, a TLS handshake
+        // it rejects) is a settings error, not an outage. Each step is bounded.
+        self.ping_all(classify_answered).await?;
+        let within = self.timeout.max(Duration::from_secs(1));
+        tokio::time::timeout(within, self.check_version(classify_answered))
             .await
             .map_err(|_| {
                 StoreError::Unavailable(format!(
-                    "{} did not answer within {} s",
+                    "{} did not answer INFO within {} ms",
                     self.url,
-                    VERIFY_WITHIN.as_secs()
+                    within.as_millis()
                 ))
             })??;
+        self.load_scripts(classify_answered).await?;
         self.verified.store(true, Ordering::Relaxed);
         Ok(())
     }
 
     /// The scripts declare flags with a `#!lua` line, which Redis understands
     /// from 7.0 on; an older server is refused with a clear message.
-    async fn check_version(&self) -> Result<(), StoreError> {
+    async fn check_version(&self, classify: Classify) -> Result<(), StoreError> {
         let info: String = match self.connections.as_ref() {
             Connections::Multiplexed { conns, .. } => {
                 redis::cmd("INFO")
@@ -296,14 +295,14 @@ impl RedisStore {
                     .get()
                     .await
                     .map_err(pool_error)
-                    .map_err(|e| unavailable(&self.url, e))?;
+                    .map_err(|e| classify(&self.url, e))?;
                 redis::cmd("INFO")
                     .arg("server")
                     .query_async(&mut conn)
                     .await
             }
         }
-        .map_err(|e| unavailable(&self.url, e))?;
+        .map_err(|e| classify(&self.url, e))?;
         let version = info
             .lines()
             .find_map(|l| l.strip_prefix("redis_version:"))
@@ -324,7 +323,7 @@ impl RedisStore {
     }
 
     /// Loads every script (startup, and a cheap readiness probe).
-    pub async fn load_scripts(&self) -> Result<(), StoreError> {
+    async fn load_scripts(&self, classify: Classify) -> Result<(), StoreError> {
         for script in [&self.reserve, &self.settle, &self.renew, &self.status] {
             let load = async {
                 match self.connections.as_ref() {
@@ -345,7 +344,7 @@ impl RedisStore {
                 .map_err(|_| {
                     StoreError::Unavailable(format!("{}: loading scripts timed out", self.url))
                 })?
-                .map_err(|e| unavailable(&self.url, e))?;
+                .map_err(|e| classify(&self.url, e))?;
         }
         Ok(())
     }
@@ -665,7 +664,7 @@ impl Store for RedisStore {
 
     async fn probe(&self) -> Result<(), StoreError> {
         match self.reachable() {
-            true => self.ping_all().await,
+            true => self.ping_all(classify).await,
             // A store that was unreachable at start-up is checked now.
             false => self.verify().await,
         }
@@ -730,9 +729,6 @@ impl RedisStore {
         })
     }
 }
-
-/// How long the start-up checks (version, scripts) may take.
-const VERIFY_WITHIN: Duration = Duration::from_secs(5);
 
 /// The shortest time a probe keeps trying a connection.
 const PROBE_WINDOW: Duration = Duration::from_millis(1500);
@@ -805,6 +801,28 @@ fn pool_error(e: deadpool_redis::PoolError) -> RedisError {
 
 fn unavailable(url: &str, e: RedisError) -> StoreError {
     StoreError::Unavailable(format!("{url}: {e}"))
+}
+
+/// How a Redis error becomes a store error.
+type Classify = fn(&str, RedisError) -> StoreError;
+
+/// For the start-up checks: only "not there (yet)" is transient — refused,
+/// timed out, dropped, or Redis still loading; an answer that refuses the
+/// service (authentication, TLS, a command it does not know) means the
+/// settings are wrong.
+fn classify_answered(url: &str, e: RedisError) -> StoreError {
+    let not_there = e.is_connection_refusal()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || matches!(
+            e.code(),
+            Some("LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN")
+        );
+    if not_there {
+        unavailable(url, e)
+    } else {
+        StoreError::Settings(format!("{url} refused the service: {e}"))
+    }
 }
 
 /// Transient failures (network, timeouts, Redis loading or out of memory) are
