@@ -2,8 +2,10 @@
 //! (`tiers`, `global`, `overrides`, `inspect`).
 
 mod admin;
+mod history;
 mod inspect;
 mod output;
+mod overrides;
 
 pub use admin::{AdminArgs, GlobalCmd, OverridesCmd, TiersCmd};
 pub use inspect::InspectArgs;
@@ -94,7 +96,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(args) => bench(*args).await,
         Command::Tiers { cmd, admin } => admin::tiers(cmd, admin).await,
         Command::Global { cmd, admin } => admin::global(cmd, admin).await,
-        Command::Overrides { cmd, admin } => admin::overrides(cmd, admin).await,
+        Command::Overrides { cmd, admin } => overrides::overrides(cmd, admin).await,
         Command::Inspect(args) => inspect::inspect(args).await,
     }
 }
