@@ -110,9 +110,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let settings = config::load(args.config.as_deref(), overrides)?;
     if let Some(addr) = args.metrics_listen {
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .with_http_listener(addr)
-            .install()
+        telemetry::serve_metrics(addr, &settings)
             .with_context(|| format!("cannot serve metrics on {addr}"))?;
         tracing::info!("metrics at http://{addr}/metrics");
     }
