@@ -14,7 +14,7 @@ use redis::Commands;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-use support::{Harness, RedisServer, limit, reserve, settings};
+use support::{Backend, Harness, RedisServer, limit, reserve, settings};
 
 type Client = pb::budget_service_client::BudgetServiceClient<tonic::transport::Channel>;
 
@@ -35,12 +35,19 @@ async fn ctl(redis: &RedisServer, args: &[&str]) -> anyhow::Result<()> {
     ctxbudget::cli::run(Cli::try_parse_from(argv)?).await
 }
 
-/// Runs the real `ctxbudget` binary against `redis`: whether it succeeded,
-/// and its standard output and error.
+/// Runs the real `ctxbudget` binary against `redis` (see [`run_binary`]).
 fn ctl_binary(redis: &RedisServer, args: &[&str]) -> (bool, String, String) {
+    let url = redis.url();
+    let mut argv = args.to_vec();
+    argv.extend_from_slice(&["--redis-url", &url, "--actor", "test-operator"]);
+    run_binary(&argv)
+}
+
+/// Runs the real `ctxbudget` binary: whether it succeeded, and its standard
+/// output and error.
+fn run_binary(args: &[&str]) -> (bool, String, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_ctxbudget"))
         .args(args)
-        .args(["--redis-url", &redis.url(), "--actor", "test-operator"])
         .env_remove("CTXBUDGET_REDIS_URL")
         .output()
         .expect("the ctxbudget binary runs");
@@ -630,4 +637,37 @@ async fn operator_commands_answer_in_words_and_get_round_trips_through_set() {
         );
     }
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_verb_exits_zero_only_when_the_service_is_serving() {
+    let h = Harness::start(Backend::Memory, TIER).await;
+    let addr = h.addr.to_string();
+    let check = |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run_binary(&args)
+        })
+    };
+    let health = |extra: &[&str]| {
+        let mut args = vec!["health".to_string(), "--addr".into(), addr.clone()];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        check(args)
+    };
+    let (ok, stdout, stderr) = health(&[]).await.unwrap();
+    assert!(ok, "{stdout}{stderr}");
+    assert_eq!(stdout, format!("{addr}: SERVING\n"));
+    let (ok, _, _) = health(&["--service", "ctxbudget.v1.BudgetService"])
+        .await
+        .unwrap();
+    assert!(ok, "the budget service is SERVING too");
+    let (ok, _, stderr) = health(&["--service", "no.such.Service"]).await.unwrap();
+    assert!(!ok && stderr.contains("not found"), "{stderr}");
+    h.stop().await;
+    let nobody = format!("127.0.0.1:{}", support::free_port());
+    let args = ["health", "--addr", &nobody, "--timeout-ms", "500"];
+    let (ok, _, stderr) = check(args.iter().map(|a| a.to_string()).collect())
+        .await
+        .unwrap();
+    assert!(!ok && stderr.contains("cannot reach"), "{stderr}");
 }

@@ -1,13 +1,15 @@
-//! The command line: `ctxbudget serve`, `bench`, and the operator commands
-//! (`tiers`, `global`, `overrides`, `inspect`).
+//! The command line: `ctxbudget serve`, `bench`, the operator commands
+//! (`tiers`, `global`, `overrides`, `inspect`) and `health`.
 
 mod admin;
+mod health;
 mod history;
 mod inspect;
 mod output;
 mod overrides;
 
 pub use admin::{AdminArgs, GlobalCmd, OverridesCmd, TiersCmd};
+pub use health::HealthArgs;
 pub use inspect::InspectArgs;
 
 use crate::config::{self, Flags};
@@ -64,6 +66,9 @@ pub enum Command {
     },
     /// A tenant's live bucket levels, debt and leases.
     Inspect(InspectArgs),
+    /// Ask a running service whether it is serving (grpc.health.v1); exits 0
+    /// when SERVING. For container healthchecks.
+    Health(HealthArgs),
 }
 
 /// `ctxbudget serve`.
@@ -98,6 +103,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Global { cmd, admin } => admin::global(cmd, admin).await,
         Command::Overrides { cmd, admin } => overrides::overrides(cmd, admin).await,
         Command::Inspect(args) => inspect::inspect(args).await,
+        Command::Health(args) => health::health(args).await,
     }
 }
 
