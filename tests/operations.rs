@@ -588,6 +588,16 @@ async fn operator_commands_answer_in_words_and_get_round_trips_through_set() {
         "{out}"
     );
 
+    let global = "requests = [{ limit = 100000, period = \"1m\" }]\nconcurrency = 1000\n";
+    let out = ctl_ok(
+        &redis,
+        &["global", "set", &document(&dir, "g.toml", global)],
+    );
+    assert!(
+        out.starts_with("updated the global limits (configuration version 4)"),
+        "{out}"
+    );
+
     // Every `get` prints a document its `set` takes back unchanged.
     let mut conn = redis.conn();
     let cases: [(&[&str], &[&str], &str); 3] = [
