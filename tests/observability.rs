@@ -253,3 +253,64 @@ async fn metrics_and_logs_show_what_happened() {
     }
     assert!(about(&short.reservation_id).iter().any(|m| m == "refund"));
 }
+
+/// The distributions: exported as Prometheus histograms.
+const HISTOGRAMS: [&str; 4] = [
+    "ctxbudget_rpc_duration_seconds",
+    "ctxbudget_store_duration_seconds",
+    "ctxbudget_commit_token_delta",
+    "ctxbudget_estimation_ratio",
+];
+
+#[test]
+fn every_metric_is_on_the_first_scrape_with_help_and_distributions_are_histograms() {
+    // An estimator group: its key's series exist before any model is seen.
+    let config = "[estimator]\ngroups = { \"gpt-4o*\" = \"gpt-4o\" }\n";
+    let svc = Service::start("first-scrape", config, None);
+    let text = svc.scrape().expect("/metrics answers");
+    for name in defined_metrics() {
+        assert!(
+            text.contains(&format!("# HELP {name} ")),
+            "no HELP line for {name}:\n{text}"
+        );
+        assert!(
+            text.lines().any(|l| l.starts_with(&name)),
+            "no series of {name} before any traffic:\n{text}"
+        );
+    }
+    for name in HISTOGRAMS {
+        assert!(
+            text.contains(&format!("# TYPE {name} histogram")),
+            "{name} is not a histogram:\n{text}"
+        );
+        assert!(text.contains(&format!("{name}_bucket{{")), "{text}");
+    }
+    assert!(
+        !text.contains(" summary\n") && !text.contains("quantile="),
+        "{text}"
+    );
+    assert_eq!(
+        svc.metric(
+            "ctxbudget_decisions_total",
+            &[("result", "allowed"), ("tier", "pro")]
+        ),
+        Some(0.0),
+        "a tier's series start at zero"
+    );
+    assert_eq!(
+        svc.metric("ctxbudget_estimator_multiplier", &[("key", "gpt-4o")]),
+        Some(1.15),
+        "a group's multiplier starts at the initial one"
+    );
+}
+
+#[test]
+fn text_logs_to_a_file_carry_no_colour_codes() {
+    let svc = Service::start("no-colour", "", None);
+    let log = svc.log();
+    assert!(log.contains("serving gRPC"), "the service logged: {log}");
+    assert!(
+        !log.contains("\x1b["),
+        "ANSI escape codes in a log file: {log:?}"
+    );
+}

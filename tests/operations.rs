@@ -14,7 +14,7 @@ use redis::Commands;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-use support::{Harness, RedisServer, limit, reserve, settings};
+use support::{Backend, Harness, RedisServer, limit, reserve, settings};
 
 type Client = pb::budget_service_client::BudgetServiceClient<tonic::transport::Channel>;
 
@@ -33,6 +33,33 @@ async fn ctl(redis: &RedisServer, args: &[&str]) -> anyhow::Result<()> {
     argv.extend_from_slice(args);
     argv.extend_from_slice(&["--redis-url", &url, "--actor", "test-operator"]);
     ctxbudget::cli::run(Cli::try_parse_from(argv)?).await
+}
+
+/// Runs the real `ctxbudget` binary against `redis` (see [`run_binary`]).
+fn ctl_binary(redis: &RedisServer, args: &[&str]) -> (bool, String, String) {
+    let url = redis.url();
+    let mut argv = args.to_vec();
+    argv.extend_from_slice(&["--redis-url", &url, "--actor", "test-operator"]);
+    run_binary(&argv)
+}
+
+/// Runs the real `ctxbudget` binary: whether it succeeded, and its standard
+/// output and error.
+fn run_binary(args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ctxbudget"))
+        .args(args)
+        .env_remove("CTXBUDGET_REDIS_URL")
+        .output()
+        .expect("the ctxbudget binary runs");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+/// [`ctl_binary`] that must succeed; its standard output.
+fn ctl_ok(redis: &RedisServer, args: &[&str]) -> String {
+    let (ok, stdout, stderr) = ctl_binary(redis, args);
+    assert!(ok, "ctxbudget {args:?} failed:\n{stdout}{stderr}");
+    stdout
 }
 
 fn document(dir: &std::path::Path, name: &str, text: &str) -> String {
@@ -212,6 +239,27 @@ async fn invalid_changes_are_refused_and_nothing_is_written() {
         ),
         ("unknown field", format!("{head}burst = 3\n"), "burst"),
     ];
+    let override_cases = [
+        (
+            "[user]\ntokens = \"unlimted\"\n",
+            "overrides.acme.user.tokens",
+        ),
+        ("[user]\ntokens = []\n", "overrides.acme.user.tokens"),
+        (
+            "[tenant]\nconcurrency = \"none\"\n",
+            "overrides.acme.tenant.concurrency",
+        ),
+    ];
+    for (text, field) in override_cases {
+        let file = document(&dir, "bad-override.toml", text);
+        let err = ctl(&redis, &["overrides", "set", "--tenant", "acme", &file])
+            .await
+            .unwrap_err();
+        let message = format!("{err:#}");
+        assert!(message.contains(field), "{text}: {message}");
+        assert!(message.contains("\"unlimited\""), "{text}: {message}");
+        assert!(message.contains("nothing was written"), "{text}: {message}");
+    }
     for (name, text, field) in cases {
         let file = document(&dir, "bad.toml", &text);
         let err = ctl(&redis, &["tiers", "set", "t", &file])
@@ -392,4 +440,244 @@ async fn sighup_reloads_the_file_in_memory_mode() {
     let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(dir);
+}
+
+const FULL_TIER: &str = r#"
+[tiers.t]
+max_context_tokens = 100000
+default_max_output_tokens = 10
+tenant = { requests = [{ limit = 1000, period = "1d" }], tokens = [{ limit = 1000000, period = "1d" }], concurrency = 50 }
+user = { requests = [{ limit = 100, period = "1d" }], tokens = [{ limit = 10000, period = "1d" }], concurrency = 5 }
+"#;
+
+/// (level, dimension, period, limit) of every limit a reservation reports.
+async fn reserved_limits(c: &mut Client, tenant: &str) -> Vec<(Level, Dimension, u64, u64)> {
+    let r = c
+        .check_and_reserve(reserve(tenant, "u", "t", 10, 10))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.allowed, "{r:?}");
+    c.refund(pb::RefundRequest {
+        reservation_id: r.reservation_id,
+    })
+    .await
+    .unwrap();
+    let mut limits: Vec<_> = r
+        .limits
+        .iter()
+        .map(|l| (l.level(), l.dimension(), l.period_seconds, l.limit))
+        .collect();
+    limits.sort_by_key(|l| (l.0 as i32, l.1 as i32, l.2));
+    limits
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_override_changes_only_what_it_names_and_unlimited_removes_a_limit() {
+    use Dimension::{Concurrency, Requests, Tokens};
+    use Level::{Tenant, User};
+    let redis = RedisServer::start();
+    let mut h = Harness::start_with(settings(FULL_TIER, Some(redis.url())), None).await;
+    let dir = temp_dir("inherit");
+    let user_tokens = "[user]\ntokens = [{ limit = 20000, period = \"1d\" }]\n";
+    let deal = document(&dir, "bigco.toml", user_tokens);
+    ctl(&redis, &["overrides", "set", "--tenant", "bigco", &deal])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let day = 86_400;
+    assert_eq!(
+        reserved_limits(&mut h.client, "bigco").await,
+        vec![
+            (Tenant, Requests, day, 1000),
+            (Tenant, Tokens, day, 1_000_000),
+            (Tenant, Concurrency, 0, 50),
+            (User, Requests, day, 100),
+            (User, Tokens, day, 20_000),
+            (User, Concurrency, 0, 5),
+        ],
+        "only the user token limit is the override's; the rest is the tier's"
+    );
+
+    let unlimited = document(
+        &dir,
+        "bigco-unlimited.toml",
+        &format!("{user_tokens}concurrency = \"unlimited\"\n"),
+    );
+    ctl(
+        &redis,
+        &["overrides", "set", "--tenant", "bigco", &unlimited],
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(
+        reserved_limits(&mut h.client, "bigco").await,
+        vec![
+            (Tenant, Requests, day, 1000),
+            (Tenant, Tokens, day, 1_000_000),
+            (Tenant, Concurrency, 0, 50),
+            (User, Requests, day, 100),
+            (User, Tokens, day, 20_000),
+        ],
+        "\"unlimited\" removes the user concurrency limit and nothing else"
+    );
+
+    // `overrides get` and `inspect` show the limits in force, not just the document.
+    let tenant_line = "tenant  1000 req/1d, 1000000 tok/1d, 50 concurrent";
+    let user_line = "user    100 req/1d, 20000 tok/1d\n";
+    let get = ctl_ok(&redis, &["overrides", "get", "--tenant", "bigco"]);
+    assert!(get.contains("on tier t:"), "{get}");
+    assert!(
+        get.contains(tenant_line) && get.contains(user_line),
+        "{get}"
+    );
+    assert!(get.contains("concurrency = \"unlimited\""), "{get}");
+    let inspect = ctl_ok(
+        &redis,
+        &["inspect", "--tenant", "bigco", "--user", "u", "--tier", "t"],
+    );
+    assert!(inspect.contains("limits in force"), "{inspect}");
+    assert!(
+        inspect.contains(tenant_line) && inspect.contains(user_line),
+        "{inspect}"
+    );
+    let json = ctl_ok(
+        &redis,
+        &[
+            "inspect", "--tenant", "bigco", "--user", "u", "--tier", "t", "--json",
+        ],
+    );
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(report["limits"]["tenant"]["concurrency"], 50, "{json}");
+    assert_eq!(
+        report["limits"]["user"]["concurrency"],
+        serde_json::Value::Null
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_commands_answer_in_words_and_get_round_trips_through_set() {
+    let redis = RedisServer::start();
+    let _h = Harness::start_with(settings(FULL_TIER, Some(redis.url())), None).await;
+    let dir = temp_dir("words");
+    let three_rates = "max_context_tokens = 100000\ndefault_max_output_tokens = 10\n\
+        [user]\ntokens = [{ limit = 100, period = \"1m\" }, { limit = 1000, period = \"1h\" }, \
+        { limit = 10000, period = \"1d\" }]\n";
+    let out = ctl_ok(
+        &redis,
+        &["tiers", "set", "t", &document(&dir, "t.toml", three_rates)],
+    );
+    assert_eq!(
+        out,
+        "updated tier t (configuration version 2); every replica applies it within a second\n"
+    );
+    let out = ctl_ok(
+        &redis,
+        &[
+            "overrides",
+            "set",
+            "--tenant",
+            "bigco",
+            &document(&dir, "o.toml", "[user]\nconcurrency = 1\n"),
+        ],
+    );
+    assert!(
+        out.starts_with("created the override of tenant bigco (configuration version 3)"),
+        "{out}"
+    );
+
+    let global = "requests = [{ limit = 100000, period = \"1m\" }]\nconcurrency = 1000\n";
+    let out = ctl_ok(
+        &redis,
+        &["global", "set", &document(&dir, "g.toml", global)],
+    );
+    assert!(
+        out.starts_with("updated the global limits (configuration version 4)"),
+        "{out}"
+    );
+
+    // Every `get` prints a document its `set` takes back unchanged.
+    let mut conn = redis.conn();
+    let cases: [(&[&str], &[&str], &str); 3] = [
+        (&["global", "get"], &["global", "set"], "global"),
+        (&["tiers", "get", "t"], &["tiers", "set", "t"], "tier:t"),
+        (
+            &["overrides", "get", "--tenant", "bigco"],
+            &["overrides", "set", "--tenant", "bigco"],
+            "override:bigco",
+        ),
+    ];
+    for (get, set, field) in cases {
+        for json in [false, true] {
+            let before: String = conn.hget("ctxb:cfg", field).unwrap();
+            let mut get = get.to_vec();
+            if json {
+                if field.starts_with("override") {
+                    continue; // its JSON is a report: the document is under "override"
+                }
+                get.push("--json");
+            }
+            let file = document(&dir, "round-trip", &ctl_ok(&redis, &get));
+            let mut set = set.to_vec();
+            set.push(&file);
+            let out = ctl_ok(&redis, &set);
+            assert!(out.starts_with("updated "), "{out}");
+            let after: String = conn.hget("ctxb:cfg", field).unwrap();
+            assert_eq!(before, after, "{get:?} then {set:?} changed the document");
+        }
+    }
+
+    // History shows each change in full, however long.
+    let history = ctl_ok(&redis, &["tiers", "history", "--limit", "20"]);
+    let full = r#"user.tokens: [{"limit":10000,"period":"1d"}] → [{"limit":100,"period":"1m"},{"limit":1000,"period":"1h"},{"limit":10000,"period":"1d"}]"#;
+    assert!(history.contains(full), "{history}");
+    assert!(history.contains("tier:t  version 2 (updated)"), "{history}");
+    assert!(history.contains("(no change)"), "{history}");
+    let out = ctl_ok(&redis, &["overrides", "delete", "--tenant", "bigco"]);
+    assert!(
+        out.starts_with("deleted the override of tenant bigco"),
+        "{out}"
+    );
+    for text in [&history, &out] {
+        assert!(
+            !text.contains("Tier(") && !text.contains("Override("),
+            "{text}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_verb_exits_zero_only_when_the_service_is_serving() {
+    let h = Harness::start(Backend::Memory, TIER).await;
+    let addr = h.addr.to_string();
+    let check = |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run_binary(&args)
+        })
+    };
+    let health = |extra: &[&str]| {
+        let mut args = vec!["health".to_string(), "--addr".into(), addr.clone()];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        check(args)
+    };
+    let (ok, stdout, stderr) = health(&[]).await.unwrap();
+    assert!(ok, "{stdout}{stderr}");
+    assert_eq!(stdout, format!("{addr}: SERVING\n"));
+    let (ok, _, _) = health(&["--service", "ctxbudget.v1.BudgetService"])
+        .await
+        .unwrap();
+    assert!(ok, "the budget service is SERVING too");
+    let (ok, _, stderr) = health(&["--service", "no.such.Service"]).await.unwrap();
+    assert!(!ok && stderr.contains("not found"), "{stderr}");
+    h.stop().await;
+    let nobody = format!("127.0.0.1:{}", support::free_port());
+    let args = ["health", "--addr", &nobody, "--timeout-ms", "500"];
+    let (ok, _, stderr) = check(args.iter().map(|a| a.to_string()).collect())
+        .await
+        .unwrap();
+    assert!(!ok && stderr.contains("cannot reach"), "{stderr}");
 }

@@ -3,11 +3,9 @@
 //! part of the whole configuration — before anything is written; then written,
 //! versioned, audited and announced in one step.
 
-use super::output::{print_json, rate_summary, table};
-use crate::config::{
-    FileConfig, LevelSection, OverrideSection, TierSection, build_limits, parse_document,
-};
-use crate::store::config::{AuditEntry, ConfigDoc, ConfigStore, Field, document};
+use super::output::{print_document, print_json, rate_summary, table, toml_document};
+use crate::config::{FileConfig, LevelSection, TierSection, build_limits, parse_document};
+use crate::store::config::{ConfigDoc, ConfigStore, Field, document};
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use std::io::Read;
@@ -79,7 +77,7 @@ impl AdminArgs {
 pub enum TiersCmd {
     /// List the tiers.
     List,
-    /// Show one tier as TOML.
+    /// Show one tier as a TOML document that `tiers set` takes back.
     Get {
         /// The tier.
         name: String,
@@ -115,7 +113,7 @@ pub enum TiersCmd {
 /// `ctxbudget global ...`.
 #[derive(Debug, Subcommand)]
 pub enum GlobalCmd {
-    /// Show the global limits.
+    /// Show the global limits as a TOML document that `global set` takes back.
     Get,
     /// Replace the global limits from a TOML or JSON document (`-`: stdin).
     Set {
@@ -129,18 +127,25 @@ pub enum GlobalCmd {
 pub enum OverridesCmd {
     /// List the tenants with an override.
     List,
-    /// Show a tenant's override.
+    /// Show a tenant's override as a TOML document that `overrides set` takes
+    /// back, and the limits in force for the tenant on each tier.
     Get {
         /// The tenant.
         #[arg(long)]
         tenant: String,
+        /// Show the limits in force on this tier only.
+        #[arg(long)]
+        tier: Option<String>,
     },
-    /// Give a tenant its own limits from a TOML or JSON document (`-`: stdin).
+    /// Give a tenant its own limits from a TOML or JSON document (`-`: stdin):
+    /// what it names replaces the tier's limit of that kind, `"unlimited"`
+    /// removes one, everything else stays the tier's.
     Set {
         /// The tenant.
         #[arg(long)]
         tenant: String,
-        /// The document: tenant, user and optionally shadow limits.
+        /// The document: tenant, user and optionally shadow levels, each with
+        /// requests, tokens and concurrency as needed.
         file: PathBuf,
     },
     /// Remove a tenant's override: its tier's limits apply again.
@@ -151,7 +156,7 @@ pub enum OverridesCmd {
     },
 }
 
-fn read_input(file: &PathBuf) -> anyhow::Result<String> {
+pub(super) fn read_input(file: &PathBuf) -> anyhow::Result<String> {
     if file.as_os_str() == "-" {
         let mut text = String::new();
         std::io::stdin().read_to_string(&mut text)?;
@@ -162,13 +167,14 @@ fn read_input(file: &PathBuf) -> anyhow::Result<String> {
 }
 
 /// Validates `doc` with one change applied, as the replicas will.
-fn check_whole(doc: &ConfigDoc) -> anyhow::Result<()> {
+pub(super) fn check_whole(doc: &ConfigDoc) -> anyhow::Result<()> {
     build_limits(doc.global.as_ref(), &doc.tiers, &doc.overrides, doc.version)
         .map_err(|e| anyhow::anyhow!("{e}; nothing was written"))?;
     Ok(())
 }
 
-async fn write(
+/// Writes one change and says what happened, in words.
+pub(super) async fn write(
     cfg: &ConfigStore,
     field: Field,
     value: Option<String>,
@@ -184,7 +190,7 @@ async fn write(
             _ => "updated",
         };
         println!(
-            "{what} {field:?}; configuration version {version}; every replica applies it within a second"
+            "{what} {field} (configuration version {version}); every replica applies it within a second"
         );
     }
     Ok(())
@@ -230,7 +236,13 @@ pub async fn tiers(cmd: TiersCmd, args: AdminArgs) -> anyhow::Result<()> {
             if args.json {
                 return print_json(tier);
             }
-            print!("{}", toml::to_string(tier)?);
+            print_document(
+                &[
+                    format!("Tier {name} (configuration version {}).", doc.version),
+                    format!("`ctxbudget tiers set {name} FILE` takes this document back."),
+                ],
+                tier,
+            )?;
         }
         TiersCmd::Set { name, file } => {
             let section: TierSection = parse_document(&read_input(&file)?)
@@ -273,9 +285,9 @@ pub async fn tiers(cmd: TiersCmd, args: AdminArgs) -> anyhow::Result<()> {
                 tiers: Some(doc.tiers),
                 ..FileConfig::default()
             };
-            print!("{}", toml::to_string(&file)?);
+            print!("{}", toml_document(&file)?);
         }
-        TiersCmd::History { limit } => history(&cfg, limit, &args).await?,
+        TiersCmd::History { limit } => super::history::history(&cfg, limit, &args).await?,
     }
     Ok(())
 }
@@ -283,57 +295,6 @@ pub async fn tiers(cmd: TiersCmd, args: AdminArgs) -> anyhow::Result<()> {
 fn no_tier(name: &str, doc: &ConfigDoc) -> String {
     let known: Vec<&str> = doc.tiers.keys().map(String::as_str).collect();
     format!("no tier {name:?}; the tiers are: {}", known.join(", "))
-}
-
-async fn history(cfg: &ConfigStore, limit: usize, args: &AdminArgs) -> anyhow::Result<()> {
-    let entries: Vec<AuditEntry> = cfg.history(limit).await?;
-    if args.json {
-        return print_json(&entries);
-    }
-    let short = |s: &str| {
-        let s: String = s.chars().take(60).collect();
-        if s.is_empty() { "-".to_string() } else { s }
-    };
-    let rows: Vec<Vec<String>> = entries
-        .iter()
-        .map(|e| {
-            vec![
-                utc(e.at_ms),
-                e.actor.clone(),
-                e.field.clone(),
-                e.version.to_string(),
-                short(&e.old),
-                short(&e.new),
-            ]
-        })
-        .collect();
-    table(
-        &["WHEN (UTC)", "ACTOR", "WHAT", "VERSION", "OLD", "NEW"],
-        &rows,
-    );
-    Ok(())
-}
-
-/// `ms` since the epoch as `YYYY-MM-DD hh:mm:ss`.
-fn utc(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 /// `ctxbudget global ...`.
@@ -346,7 +307,17 @@ pub async fn global(cmd: GlobalCmd, args: AdminArgs) -> anyhow::Result<()> {
             if args.json {
                 return print_json(&global);
             }
-            println!("global: {}", rate_summary(&global));
+            print_document(
+                &[
+                    format!(
+                        "The global limits (configuration version {}): {}.",
+                        doc.version,
+                        rate_summary(&global)
+                    ),
+                    "`ctxbudget global set FILE` takes this document back.".into(),
+                ],
+                &global,
+            )?;
         }
         GlobalCmd::Set { file } => {
             let section: LevelSection = parse_document(&read_input(&file)?)
@@ -357,77 +328,4 @@ pub async fn global(cmd: GlobalCmd, args: AdminArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// `ctxbudget overrides ...`.
-pub async fn overrides(cmd: OverridesCmd, args: AdminArgs) -> anyhow::Result<()> {
-    let cfg = args.connect().await?;
-    let mut doc = cfg.load().await?;
-    match cmd {
-        OverridesCmd::List => {
-            if args.json {
-                return print_json(&doc.overrides);
-            }
-            let rows: Vec<Vec<String>> = doc
-                .overrides
-                .iter()
-                .map(|(tenant, o)| {
-                    vec![
-                        tenant.clone(),
-                        rate_summary(&o.tenant),
-                        rate_summary(&o.user),
-                        if o.shadow.is_some() {
-                            "yes".into()
-                        } else {
-                            "-".into()
-                        },
-                    ]
-                })
-                .collect();
-            table(&["TENANT", "TENANT LIMITS", "USER LIMITS", "SHADOW"], &rows);
-        }
-        OverridesCmd::Get { tenant } => {
-            let o = doc.overrides.get(&tenant).with_context(|| {
-                format!("tenant {tenant:?} has no override; its tier's limits apply")
-            })?;
-            if args.json {
-                return print_json(o);
-            }
-            print!("{}", toml::to_string(o)?);
-        }
-        OverridesCmd::Set { tenant, file } => {
-            crate::domain::TenantId::parse(&tenant)
-                .map_err(|e| anyhow::anyhow!("--tenant: {}", e.message))?;
-            let section: OverrideSection = parse_document(&read_input(&file)?)
-                .map_err(|e| anyhow::anyhow!("overrides.{tenant}.{e}; nothing was written"))?;
-            section
-                .to_domain(&tenant)
-                .map_err(|e| anyhow::anyhow!("{e}; nothing was written"))?;
-            doc.overrides.insert(tenant.clone(), section.clone());
-            check_whole(&doc)?;
-            write(
-                &cfg,
-                Field::Override(tenant),
-                Some(document(&section)),
-                &args,
-            )
-            .await?;
-        }
-        OverridesCmd::Delete { tenant } => {
-            if doc.overrides.remove(&tenant).is_none() {
-                bail!("tenant {tenant:?} has no override");
-            }
-            write(&cfg, Field::Override(tenant), None, &args).await?;
-        }
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn utc_formats_the_epoch_and_a_leap_day() {
-        assert_eq!(super::utc(0), "1970-01-01 00:00:00");
-        assert_eq!(super::utc(1_709_164_800_000), "2024-02-29 00:00:00");
-    }
 }

@@ -3,10 +3,10 @@
 //! their expiry.
 
 use super::admin::AdminArgs;
-use super::output::{print_json, table};
+use super::output::{Effective, effective_lines, limits_summary, print_json, table};
 use crate::domain::decision::period_label;
 use crate::domain::plan::{self, LevelPlan};
-use crate::domain::{BucketSpec, Dimension, Level, TenantId, UserId};
+use crate::domain::{BucketSpec, Dimension, Level, LevelLimits, TenantId, Tier, UserId};
 use crate::store::keys::Keys;
 use crate::store::state::{LevelState, bucket_id};
 use anyhow::Context;
@@ -52,6 +52,14 @@ struct LeaseRow {
     expires_in_ms: i64,
 }
 
+/// The limits in force at every level.
+#[derive(Serialize)]
+struct Limits {
+    global: crate::config::LevelSection,
+    #[serde(flatten)]
+    tier: Effective,
+}
+
 #[derive(Serialize)]
 struct Report {
     tenant: String,
@@ -59,6 +67,8 @@ struct Report {
     tier: Option<String>,
     configuration_version: u64,
     override_applies: bool,
+    /// The limits in force (with `--tier`): the tier with the override laid over it.
+    limits: Option<Limits>,
     buckets: Vec<BucketRow>,
     leases: Vec<LeaseRow>,
 }
@@ -76,13 +86,15 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         Some(u) => Some(UserId::parse(u).map_err(|e| anyhow::anyhow!("--user: {}", e.message))?),
         None => None,
     };
-    let planned: Vec<LevelPlan> = match &args.tier {
-        Some(t) => {
-            let tier = limits.resolve(t, tenant.as_str()).with_context(|| {
+    let tier =
+        match &args.tier {
+            Some(t) => Some(limits.resolve(t, tenant.as_str()).with_context(|| {
                 format!("no tier {t:?}; the tiers are: {}", limits.tier_names())
-            })?;
-            plan::levels(&limits, Some(&tier), user.is_some(), true)
-        }
+            })?),
+            None => None,
+        };
+    let planned: Vec<LevelPlan> = match &tier {
+        Some(tier) => plan::levels(&limits, Some(tier), user.is_some(), true),
         None => Vec::new(),
     };
     let keys = Keys::new(&args.admin.key_prefix).map_err(anyhow::Error::msg)?;
@@ -100,6 +112,10 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         tier: args.tier.clone(),
         configuration_version: doc.version,
         override_applies: limits.overrides.contains_key(tenant.as_str()),
+        limits: tier.as_ref().map(|t| Limits {
+            global: super::output::level_section(&limits.global),
+            tier: Effective::of(t),
+        }),
         buckets: Vec::new(),
         leases: Vec::new(),
     };
@@ -160,13 +176,20 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
     if args.admin.json {
         return print_json(&report);
     }
+    let in_force = tier.as_ref().map(|t| (&limits.global, &**t));
+    print_text(&report, in_force);
+    Ok(())
+}
+
+/// The report for people; `in_force`: the global limits and the resolved tier.
+fn print_text(report: &Report, in_force: Option<(&LevelLimits, &Tier)>) {
     println!(
-        "tenant {:?}{}{} — configuration version {}{}",
+        "tenant {}{}{} — configuration version {}{}",
         report.tenant,
         report
             .user
             .as_ref()
-            .map_or(String::new(), |u| format!(", user {u:?}")),
+            .map_or(String::new(), |u| format!(", user {u}")),
         report
             .tier
             .as_ref()
@@ -178,6 +201,14 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             ""
         }
     );
+    if let Some((global, t)) = in_force {
+        println!("limits in force:");
+        println!("  global  {}", limits_summary(global));
+        for line in effective_lines(t) {
+            println!("  {line}");
+        }
+        println!();
+    }
     let rows: Vec<Vec<String>> = report
         .buckets
         .iter()
@@ -216,8 +247,7 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         })
         .collect();
     table(&["LEVEL", "LEASE", "EXPIRES IN"], &rows);
-    if args.tier.is_none() {
-        println!("\n(pass --tier to see limits and levels refilled to now)");
+    if report.tier.is_none() {
+        println!("\n(pass --tier to see the limits in force and levels refilled to now)");
     }
-    Ok(())
 }

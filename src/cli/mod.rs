@@ -1,11 +1,15 @@
-//! The command line: `ctxbudget serve`, `bench`, and the operator commands
-//! (`tiers`, `global`, `overrides`, `inspect`).
+//! The command line: `ctxbudget serve`, `bench`, the operator commands
+//! (`tiers`, `global`, `overrides`, `inspect`) and `health`.
 
 mod admin;
+mod health;
+mod history;
 mod inspect;
 mod output;
+mod overrides;
 
 pub use admin::{AdminArgs, GlobalCmd, OverridesCmd, TiersCmd};
+pub use health::HealthArgs;
 pub use inspect::InspectArgs;
 
 use crate::config::{self, Flags};
@@ -62,6 +66,9 @@ pub enum Command {
     },
     /// A tenant's live bucket levels, debt and leases.
     Inspect(InspectArgs),
+    /// Ask a running service whether it is serving (grpc.health.v1); exits 0
+    /// when SERVING. For container healthchecks.
+    Health(HealthArgs),
 }
 
 /// `ctxbudget serve`.
@@ -94,8 +101,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(args) => bench(*args).await,
         Command::Tiers { cmd, admin } => admin::tiers(cmd, admin).await,
         Command::Global { cmd, admin } => admin::global(cmd, admin).await,
-        Command::Overrides { cmd, admin } => admin::overrides(cmd, admin).await,
+        Command::Overrides { cmd, admin } => overrides::overrides(cmd, admin).await,
         Command::Inspect(args) => inspect::inspect(args).await,
+        Command::Health(args) => health::health(args).await,
     }
 }
 
@@ -108,9 +116,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let settings = config::load(args.config.as_deref(), overrides)?;
     if let Some(addr) = args.metrics_listen {
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .with_http_listener(addr)
-            .install()
+        telemetry::serve_metrics(addr, &settings)
             .with_context(|| format!("cannot serve metrics on {addr}"))?;
         tracing::info!("metrics at http://{addr}/metrics");
     }

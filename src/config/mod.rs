@@ -4,9 +4,11 @@
 //! field at fault.
 
 mod input;
+mod overrides;
 mod sections;
 
 pub use input::{Document, parse_document};
+pub use overrides::{LevelOverrideSection, OverrideSection, ShadowOverrideSection, UNLIMITED};
 pub use sections::*;
 
 use crate::domain::plan::LeasePolicy;

@@ -2,8 +2,9 @@
 //! strictness (unknown fields are errors), and the conversion of limits into
 //! domain values.
 
+use super::OverrideSection;
 use crate::domain::limits::Rate;
-use crate::domain::{LevelLimits, Limits, LimitsError, Override, ShadowLimits, Tier};
+use crate::domain::{LevelLimits, Limits, LimitsError, ShadowLimits, Tier};
 use crate::store::keys::DEFAULT_PREFIX;
 use crate::store::redis::PoolKind;
 use serde::{Deserialize, Serialize};
@@ -351,27 +352,30 @@ pub struct LevelSection {
 impl LevelSection {
     /// The domain limits; `path` names the section in errors.
     pub fn to_domain(&self, path: &str) -> Result<LevelLimits, LimitsError> {
-        let rates = |name: &str, rates: &[RateSection]| {
-            rates
-                .iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    let period_secs = r.period.seconds().map_err(|problem| {
-                        LimitsError::new(format!("{path}.{name}[{i}].period"), problem)
-                    })?;
-                    Ok(Rate {
-                        limit: r.limit,
-                        period_secs,
-                    })
-                })
-                .collect::<Result<Vec<_>, LimitsError>>()
-        };
         Ok(LevelLimits {
-            requests: rates("requests", &self.requests)?,
-            tokens: rates("tokens", &self.tokens)?,
+            requests: rates(&format!("{path}.requests"), &self.requests)?,
+            tokens: rates(&format!("{path}.tokens"), &self.tokens)?,
             concurrency: self.concurrency,
         })
     }
+}
+
+/// Written rates as domain rates; `path` names the list in errors.
+pub(crate) fn rates(path: &str, rates: &[RateSection]) -> Result<Vec<Rate>, LimitsError> {
+    rates
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let period_secs = r
+                .period
+                .seconds()
+                .map_err(|problem| LimitsError::new(format!("{path}[{i}].period"), problem))?;
+            Ok(Rate {
+                limit: r.limit,
+                period_secs,
+            })
+        })
+        .collect()
 }
 
 /// A tier as written.
@@ -405,23 +409,8 @@ pub struct ShadowSection {
     pub user: LevelSection,
 }
 
-/// A tenant's override as written: its own tenant- and user-level limits.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct OverrideSection {
-    /// Tenant-level limits.
-    #[serde(default)]
-    pub tenant: LevelSection,
-    /// User-level limits.
-    #[serde(default)]
-    pub user: LevelSection,
-    /// A stricter quota evaluated and reported but not enforced.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shadow: Option<ShadowSection>,
-}
-
 impl ShadowSection {
-    fn to_domain(&self, path: &str) -> Result<ShadowLimits, LimitsError> {
+    pub(crate) fn to_domain(&self, path: &str) -> Result<ShadowLimits, LimitsError> {
         Ok(ShadowLimits {
             tenant: self.tenant.to_domain(&format!("{path}.tenant"))?,
             user: self.user.to_domain(&format!("{path}.user"))?,
@@ -447,24 +436,6 @@ impl TierSection {
         };
         tier.validate(&path)?;
         Ok(tier)
-    }
-}
-
-impl OverrideSection {
-    /// The domain override of `tenant`, validated.
-    pub fn to_domain(&self, tenant: &str) -> Result<Override, LimitsError> {
-        let path = format!("overrides.{tenant}");
-        let o = Override {
-            tenant: self.tenant.to_domain(&format!("{path}.tenant"))?,
-            user: self.user.to_domain(&format!("{path}.user"))?,
-            shadow: self
-                .shadow
-                .as_ref()
-                .map(|s| s.to_domain(&format!("{path}.shadow")))
-                .transpose()?,
-        };
-        o.validate(&path)?;
-        Ok(o)
     }
 }
 

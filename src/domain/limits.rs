@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use super::overrides::Override;
+
 /// Shortest period a rate may use.
 pub const MIN_PERIOD_SECS: u64 = 1;
 /// Longest period a rate may use (30 days).
@@ -100,7 +102,8 @@ impl LevelLimits {
         self.requests.is_empty() && self.tokens.is_empty() && self.concurrency.is_none()
     }
 
-    fn validate(&self, path: &str) -> Result<(), LimitsError> {
+    /// Checks the level's rules; `path` prefixes field names in errors.
+    pub fn validate(&self, path: &str) -> Result<(), LimitsError> {
         for (name, rates) in [("requests", &self.requests), ("tokens", &self.tokens)] {
             if rates.len() > MAX_RATES_PER_DIMENSION {
                 return Err(LimitsError::new(
@@ -177,32 +180,6 @@ impl ShadowLimits {
     }
 }
 
-/// A tenant's own limits (a custom deal), replacing its tier's tenant- and
-/// user-level limits whatever tier a request names; context size and default
-/// output still come from the tier.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Override {
-    /// Tenant-level limits.
-    pub tenant: LevelLimits,
-    /// User-level limits.
-    pub user: LevelLimits,
-    /// A stricter quota in shadow for this tenant.
-    pub shadow: Option<ShadowLimits>,
-}
-
-impl Override {
-    /// Checks the override's rules; `path` prefixes field names in errors.
-    pub fn validate(&self, path: &str) -> Result<(), LimitsError> {
-        self.tenant.validate(&format!("{path}.tenant"))?;
-        self.user.validate(&format!("{path}.user"))?;
-        user_within_tenant(path, &self.user, &self.tenant)?;
-        if let Some(shadow) = &self.shadow {
-            shadow.validate(&format!("{path}.shadow"))?;
-        }
-        Ok(())
-    }
-}
-
 impl Tier {
     /// Checks the tier's own rules; `path` prefixes field names in errors.
     pub fn validate(&self, path: &str) -> Result<(), LimitsError> {
@@ -246,7 +223,7 @@ fn is_name_char(c: char) -> bool {
 
 /// A user can never use more than its tenant: a user limit above the tenant's
 /// limit of the same dimension and period is a configuration mistake.
-fn user_within_tenant(
+pub(crate) fn user_within_tenant(
     path: &str,
     user: &LevelLimits,
     tenant: &LevelLimits,
@@ -316,19 +293,13 @@ impl Limits {
     }
 
     /// The limits that apply to `tenant` on tier `name`: the tier, with the
-    /// tenant's override (if any) in place of its tenant and user limits.
+    /// tenant's override (if any) laid over it — each limit the override names
+    /// replaces the tier's, every other one is the tier's.
     pub fn resolve(&self, name: &str, tenant: &str) -> Option<Arc<Tier>> {
         let tier = self.tiers.get(name)?;
         match self.overrides.get(tenant) {
             None => Some(tier.clone()),
-            Some(o) => Some(Arc::new(Tier {
-                name: tier.name.clone(),
-                tenant: o.tenant.clone(),
-                user: o.user.clone(),
-                max_context_tokens: tier.max_context_tokens,
-                default_max_output_tokens: tier.default_max_output_tokens,
-                shadow: o.shadow.clone(),
-            })),
+            Some(o) => Some(Arc::new(o.apply(tier))),
         }
     }
 

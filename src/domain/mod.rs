@@ -10,13 +10,13 @@ pub mod clock;
 pub mod decision;
 pub mod ids;
 pub mod limits;
+pub mod overrides;
 pub mod plan;
 
 pub use bucket::BucketSpec;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Denial, LimitState, Reading, Readings, Reason};
 pub use ids::{IdempotencyKey, InvalidInput, ReservationId, TenantId, UserId};
-pub use limits::{
-    Dimension, Level, LevelLimits, Limits, LimitsError, Override, Rate, ShadowLimits, Tier,
-};
+pub use limits::{Dimension, Level, LevelLimits, Limits, LimitsError, Rate, ShadowLimits, Tier};
+pub use overrides::{LevelOverride, Override, Setting, ShadowOverride};
 pub use plan::{LevelPlan, ReservePlan};

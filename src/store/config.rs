@@ -85,7 +85,7 @@ impl std::fmt::Display for Field {
         match self {
             Field::Global => f.write_str("the global limits"),
             Field::Tier(t) => write!(f, "tier {t}"),
-            Field::Override(t) => write!(f, "the override of tenant {t:?}"),
+            Field::Override(t) => write!(f, "the override of tenant {t}"),
         }
     }
 }

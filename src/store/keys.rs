@@ -12,9 +12,11 @@
 //! `T`, `U` and `K` are the tenant id, user id and idempotency key in unpadded
 //! base64url. Its alphabet (`A-Z a-z 0-9 - _`) has no `:`, `{` or `}`, and the
 //! encoding is injective, so no two (tenant, user) pairs share a key and no id
-//! can end the hash tag early or forge a separator. `{T}` is the Redis Cluster
-//! hash tag: all of a tenant's keys, its users' included, live in one slot, so
-//! one script can touch them atomically; the global key stands apart.
+//! can end the hash tag early or forge a separator. `{T}` is a Redis Cluster
+//! hash tag: all of a tenant's keys, its users' included, hash to one slot.
+//! That alone does not make the layout cluster-ready: the reserve script takes
+//! the untagged global key with them and settle the estimator's key, a
+//! CROSSSLOT error in a cluster. Cluster mode is not supported yet.
 //!
 //! # Level hash fields
 //! ```text

@@ -1,0 +1,129 @@
+//! `ctxbudget overrides`: tenants' custom deals. An override names only what
+//! differs from the tier; `get` shows the document and, beside it, the limits
+//! in force for the tenant on each tier, so what it inherits is never a guess.
+
+use super::admin::{AdminArgs, OverridesCmd, check_whole, read_input, write};
+use super::output::{
+    Effective, effective_lines, override_summary, print_document, print_json, table,
+};
+use crate::config::{OverrideSection, parse_document};
+use crate::domain::Limits;
+use crate::store::config::{ConfigDoc, Field, document};
+use anyhow::{Context, bail};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// `ctxbudget overrides ...`.
+pub async fn overrides(cmd: OverridesCmd, args: AdminArgs) -> anyhow::Result<()> {
+    let cfg = args.connect().await?;
+    let mut doc = cfg.load().await?;
+    match cmd {
+        OverridesCmd::List => list(&doc, &args)?,
+        OverridesCmd::Get { tenant, tier } => get(&doc, &tenant, tier.as_deref(), &args)?,
+        OverridesCmd::Set { tenant, file } => {
+            crate::domain::TenantId::parse(&tenant)
+                .map_err(|e| anyhow::anyhow!("--tenant: {}", e.message))?;
+            let section: OverrideSection = parse_document(&read_input(&file)?)
+                .map_err(|e| anyhow::anyhow!("overrides.{tenant}.{e}; nothing was written"))?;
+            section
+                .to_domain(&tenant)
+                .map_err(|e| anyhow::anyhow!("{e}; nothing was written"))?;
+            doc.overrides.insert(tenant.clone(), section.clone());
+            check_whole(&doc)?;
+            let value = Some(document(&section));
+            write(&cfg, Field::Override(tenant), value, &args).await?;
+        }
+        OverridesCmd::Delete { tenant } => {
+            if doc.overrides.remove(&tenant).is_none() {
+                bail!("tenant {tenant} has no override");
+            }
+            write(&cfg, Field::Override(tenant), None, &args).await?;
+        }
+    }
+    Ok(())
+}
+
+fn list(doc: &ConfigDoc, args: &AdminArgs) -> anyhow::Result<()> {
+    if args.json {
+        return print_json(&doc.overrides);
+    }
+    let rows: Vec<Vec<String>> = doc
+        .overrides
+        .iter()
+        .map(|(tenant, o)| {
+            vec![
+                tenant.clone(),
+                override_summary(&o.tenant),
+                override_summary(&o.user),
+                if o.shadow.is_some() { "yes" } else { "-" }.into(),
+            ]
+        })
+        .collect();
+    table(&["TENANT", "TENANT LIMITS", "USER LIMITS", "SHADOW"], &rows);
+    Ok(())
+}
+
+/// `overrides get --json`: the document as stored and the limits in force.
+#[derive(Serialize)]
+struct Report<'a> {
+    tenant: &'a str,
+    configuration_version: u64,
+    /// The document, as `overrides set` takes it.
+    #[serde(rename = "override")]
+    document: &'a OverrideSection,
+    /// The limits in force for the tenant, by tier.
+    effective: BTreeMap<String, Effective>,
+}
+
+fn get(doc: &ConfigDoc, tenant: &str, tier: Option<&str>, args: &AdminArgs) -> anyhow::Result<()> {
+    let o = doc
+        .overrides
+        .get(tenant)
+        .with_context(|| format!("tenant {tenant} has no override; its tier's limits apply"))?;
+    let limits = doc
+        .limits()
+        .map_err(|e| anyhow::anyhow!("the stored configuration is invalid: {e}"))?;
+    let tiers: Vec<&String> = match tier {
+        Some(t) if !limits.tiers.contains_key(t) => {
+            bail!("no tier {t:?}; the tiers are: {}", limits.tier_names())
+        }
+        Some(t) => limits.tiers.keys().filter(|k| *k == t).collect(),
+        None => limits.tiers.keys().collect(),
+    };
+    if args.json {
+        let effective = tiers
+            .iter()
+            .map(|t| ((*t).clone(), Effective::of(&resolved(&limits, t, tenant))))
+            .collect();
+        return print_json(&Report {
+            tenant,
+            configuration_version: doc.version,
+            document: o,
+            effective,
+        });
+    }
+    let mut comments = vec![
+        format!(
+            "The override of tenant {tenant} (configuration version {}).",
+            doc.version
+        ),
+        "What it names replaces the tier's limit of that kind; \"unlimited\" removes one;".into(),
+        "everything else is the tier's. `ctxbudget overrides set` takes this document back.".into(),
+        String::new(),
+        "Limits in force for the tenant:".into(),
+    ];
+    for t in tiers {
+        comments.push(format!("  on tier {t}:"));
+        for line in effective_lines(&resolved(&limits, t, tenant)) {
+            comments.push(format!("    {line}"));
+        }
+    }
+    print_document(&comments, o)
+}
+
+fn resolved(limits: &Limits, tier: &str, tenant: &str) -> crate::domain::Tier {
+    limits
+        .resolve(tier, tenant)
+        .map(|t| (*t).clone())
+        .expect("the tier exists")
+}

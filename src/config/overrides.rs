@@ -1,0 +1,211 @@
+//! Overrides as written: each level's `requests`, `tokens` and `concurrency`
+//! may be left out (the tier's limit applies), given (it replaces the tier's),
+//! or written as `"unlimited"` (the tier's limit of that kind is removed).
+//!
+//! ```toml
+//! [overrides.bigco.user]
+//! tokens = [{ limit = 1000000, period = "1m" }]   # replaces the tier's user token rates
+//! concurrency = "unlimited"                       # removes the tier's user concurrency
+//! # requests left out: the tier's user request rates apply
+//! ```
+
+use super::sections::{RateSection, rates};
+use crate::domain::{LevelOverride, LimitsError, Override, Setting, ShadowOverride};
+use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+use serde::de::{self, IntoDeserializer, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use std::marker::PhantomData;
+
+/// The word that removes a tier's limit in an override.
+pub const UNLIMITED: &str = "unlimited";
+
+impl<T: Serialize> Serialize for Setting<T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Setting::Inherit => s.serialize_none(),
+            Setting::Unlimited => s.serialize_str(UNLIMITED),
+            Setting::Limit(v) => v.serialize(s),
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Setting<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(SettingVisitor(PhantomData))
+    }
+}
+
+/// Reads a limit as `T`, or the word `unlimited`.
+struct SettingVisitor<T>(PhantomData<T>);
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for SettingVisitor<T> {
+    type Value = Setting<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a limit, or \"{UNLIMITED}\" to remove the tier's")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        if v == UNLIMITED {
+            Ok(Setting::Unlimited)
+        } else {
+            Err(E::custom(format!(
+                "{v:?} is not a limit: write \"{UNLIMITED}\" to remove the tier's limit, \
+                 or leave the field out to keep it"
+            )))
+        }
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        T::deserialize(v.into_deserializer()).map(Setting::Limit)
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        T::deserialize(v.into_deserializer()).map(Setting::Limit)
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        T::deserialize(SeqAccessDeserializer::new(seq)).map(Setting::Limit)
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        T::deserialize(MapAccessDeserializer::new(map)).map(Setting::Limit)
+    }
+}
+
+/// One level of an override as written.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LevelOverrideSection {
+    /// Request rates, `"unlimited"`, or left out.
+    #[serde(default, skip_serializing_if = "Setting::is_inherit")]
+    pub requests: Setting<Vec<RateSection>>,
+    /// Token rates, `"unlimited"`, or left out.
+    #[serde(default, skip_serializing_if = "Setting::is_inherit")]
+    pub tokens: Setting<Vec<RateSection>>,
+    /// Requests in flight, `"unlimited"`, or left out.
+    #[serde(default, skip_serializing_if = "Setting::is_inherit")]
+    pub concurrency: Setting<u64>,
+}
+
+impl LevelOverrideSection {
+    /// True when it names nothing: the whole level is the tier's.
+    pub fn is_empty(&self) -> bool {
+        self.requests.is_inherit() && self.tokens.is_inherit() && self.concurrency.is_inherit()
+    }
+
+    /// The domain value; `path` names the level in errors.
+    pub fn to_domain(&self, path: &str) -> Result<LevelOverride, LimitsError> {
+        let convert = |name: &str, s: &Setting<Vec<RateSection>>| match s {
+            Setting::Inherit => Ok(Setting::Inherit),
+            Setting::Unlimited => Ok(Setting::Unlimited),
+            Setting::Limit(r) => rates(&format!("{path}.{name}"), r).map(Setting::Limit),
+        };
+        Ok(LevelOverride {
+            requests: convert("requests", &self.requests)?,
+            tokens: convert("tokens", &self.tokens)?,
+            concurrency: self.concurrency.clone(),
+        })
+    }
+}
+
+/// The shadow quota of an override as written.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShadowOverrideSection {
+    /// Tenant level.
+    #[serde(default, skip_serializing_if = "LevelOverrideSection::is_empty")]
+    pub tenant: LevelOverrideSection,
+    /// User level.
+    #[serde(default, skip_serializing_if = "LevelOverrideSection::is_empty")]
+    pub user: LevelOverrideSection,
+}
+
+/// A tenant's override as written: only what differs from the tier.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct OverrideSection {
+    /// Tenant level.
+    #[serde(default, skip_serializing_if = "LevelOverrideSection::is_empty")]
+    pub tenant: LevelOverrideSection,
+    /// User level.
+    #[serde(default, skip_serializing_if = "LevelOverrideSection::is_empty")]
+    pub user: LevelOverrideSection,
+    /// The quota in shadow, laid over the tier's the same way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<ShadowOverrideSection>,
+}
+
+impl OverrideSection {
+    /// The domain override of `tenant`, validated.
+    pub fn to_domain(&self, tenant: &str) -> Result<Override, LimitsError> {
+        let path = format!("overrides.{tenant}");
+        let shadow = |s: &ShadowOverrideSection| {
+            Ok::<_, LimitsError>(ShadowOverride {
+                tenant: s.tenant.to_domain(&format!("{path}.shadow.tenant"))?,
+                user: s.user.to_domain(&format!("{path}.shadow.user"))?,
+            })
+        };
+        let o = Override {
+            tenant: self.tenant.to_domain(&format!("{path}.tenant"))?,
+            user: self.user.to_domain(&format!("{path}.user"))?,
+            shadow: self.shadow.as_ref().map(shadow).transpose()?,
+        };
+        o.validate(&path)?;
+        Ok(o)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_document;
+    use crate::domain::Rate;
+
+    #[test]
+    fn unlimited_a_value_or_nothing_in_toml_and_json() {
+        let toml =
+            "[user]\ntokens = [{ limit = 1000, period = \"1m\" }]\nconcurrency = \"unlimited\"\n";
+        let o: OverrideSection = parse_document(toml).unwrap();
+        let d = o.to_domain("bigco").unwrap();
+        assert_eq!(
+            d.user.tokens,
+            Setting::Limit(vec![Rate {
+                limit: 1000,
+                period_secs: 60
+            }])
+        );
+        assert_eq!(d.user.concurrency, Setting::Unlimited);
+        assert_eq!(d.user.requests, Setting::Inherit);
+        assert!(d.tenant.is_empty());
+        let json = serde_json::to_string(&o).unwrap();
+        assert_eq!(
+            json,
+            r#"{"user":{"tokens":[{"limit":1000,"period":"1m"}],"concurrency":"unlimited"}}"#
+        );
+        let back: OverrideSection = parse_document(&json).unwrap();
+        assert_eq!(back.to_domain("bigco").unwrap(), d);
+        let again: OverrideSection = parse_document(&toml::to_string(&o).unwrap()).unwrap();
+        assert_eq!(again.to_domain("bigco").unwrap(), d);
+    }
+
+    #[test]
+    fn a_misspelt_word_or_a_bad_value_names_the_field() {
+        let err =
+            parse_document::<OverrideSection>("[tenant]\ntokens = \"unlimted\"\n").unwrap_err();
+        assert!(err.starts_with("tenant.tokens"), "{err}");
+        assert!(err.contains("\"unlimited\""), "{err}");
+        let err = parse_document::<OverrideSection>("[user]\nconcurrency = -3\n").unwrap_err();
+        assert!(err.starts_with("user.concurrency"), "{err}");
+        let err = parse_document::<OverrideSection>(
+            "[user]\nrequests = [{ limit = -5, period = \"1m\" }]\n",
+        )
+        .unwrap_err();
+        assert!(err.starts_with("user.requests[0].limit"), "{err}");
+        let o: OverrideSection =
+            parse_document("[user]\ntokens = [{ limit = 5, period = \"2w\" }]\n").unwrap();
+        let err = o.to_domain("bigco").unwrap_err();
+        assert_eq!(err.field, "overrides.bigco.user.tokens[0].period");
+    }
+}
