@@ -99,9 +99,23 @@ const RPCS: [&str; 6] = [
     "GetStatus",
 ];
 /// The store calls, as `engine` labels them.
-const STORE_OPS: [&str; 5] = ["reserve", "commit", "refund", "renew", "status"];
+const STORE_OPS: [&str; 11] = [
+    "reserve",
+    "commit",
+    "refund",
+    "renew",
+    "status",
+    "estimator",
+    "probe",
+    "shadow_reserve",
+    "shadow_commit",
+    "shadow_refund",
+    "shadow_renew",
+];
 /// The kinds of store failure.
-const STORE_ERROR_KINDS: [&str; 3] = ["unavailable", "protocol", "breaker_open"];
+const STORE_ERROR_KINDS: [&str; 4] = ["unavailable", "protocol", "settings", "breaker_open"];
+/// How a cancellation of a reservation never returned to its caller ends.
+pub const CANCEL_OUTCOMES: [&str; 5] = ["cancelled", "not_found", "expired", "failed", "dropped"];
 
 /// Serves Prometheus metrics at `http://addr/metrics`: distributions as
 /// histograms, every metric described, and the series whose labels are known
@@ -141,6 +155,10 @@ pub fn describe() {
             AUTH_REFUSED,
             "Calls refused by authentication or a token's tenant binding",
         ),
+        (
+            CANCELLATIONS,
+            "Reservations whose store call failed, refunded in the background, by outcome",
+        ),
     ];
     for (name, help) in counters {
         describe_counter!(name, help);
@@ -168,6 +186,10 @@ pub fn describe() {
         "Store circuit breaker: 0 closed, 1 half-open, 2 open"
     );
     describe_gauge!(
+        CANCELLATIONS_PENDING,
+        "Reservations waiting to be cancelled"
+    );
+    describe_gauge!(
         GLOBAL_LEASES_ACTIVE,
         "Leases held across all replicas, as of this replica's last reservation"
     );
@@ -181,10 +203,14 @@ pub fn register(settings: &Settings) {
     for tier in settings.limits.tiers.keys() {
         register_tier(tier);
     }
-    for key in settings.models.groups.iter().map(|(_, key)| key) {
-        gauge!(ESTIMATOR_MULTIPLIER, "key" => key.clone()).set(settings.adaptive.initial);
-        let _ = histogram!(ESTIMATION_RATIO, "key" => key.clone());
+    for key in settings.models.keys() {
+        gauge!(ESTIMATOR_MULTIPLIER, "key" => key.to_owned()).set(settings.adaptive.initial);
+        let _ = histogram!(ESTIMATION_RATIO, "key" => key.to_owned());
     }
+    for outcome in CANCEL_OUTCOMES {
+        counter!(CANCELLATIONS, "outcome" => outcome).increment(0);
+    }
+    gauge!(CANCELLATIONS_PENDING).set(0.0);
     for method in ["exact", "fast"] {
         counter!(COUNTED_TOKENS, "method" => method).increment(0);
     }
