@@ -734,9 +734,20 @@ user = {{ requests = [{{ limit = 1000, period = "1d" }}], tokens = [{{ limit = 1
 
 /// Reserves until Redis decides again (not degraded); the time that took.
 async fn until_decided_by_redis(c: &mut Client, within: Duration, what: &str) -> Duration {
+    until_redis_decides(c, || reserve("probe", "p", "t"), within, what).await
+}
+
+/// Sends `request` until Redis decides it (not degraded), refunding the
+/// reservations decided locally meanwhile; the time that took.
+async fn until_redis_decides(
+    c: &mut Client,
+    request: impl Fn() -> pb::CheckAndReserveRequest,
+    within: Duration,
+    what: &str,
+) -> Duration {
     let started = Instant::now();
     loop {
-        if let Ok(r) = c.check_and_reserve(reserve("probe", "p", "t")).await {
+        if let Ok(r) = c.check_and_reserve(request()).await {
             let r = r.into_inner();
             if !r.degraded {
                 assert!(r.allowed, "{r:?}");
@@ -931,23 +942,13 @@ async fn reservations_whose_store_call_timed_out_are_cancelled_when_redis_wakes(
     // while Redis was frozen, has closed).
     let ids = answers.into_iter().map(|r| r.reservation_id).collect();
     commit_all(&mut c, ids, "the locally decided reservations commit").await;
-    let started = Instant::now();
-    loop {
-        let r = c
-            .check_and_reserve(reserve("stall", "u", "daily"))
-            .await
-            .unwrap()
-            .into_inner();
-        assert!(r.allowed, "{r:?}");
-        if !r.degraded {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "decided by Redis again"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_redis_decides(
+        &mut c,
+        || reserve("stall", "u", "daily"),
+        Duration::from_secs(10),
+        "the user, decided by Redis again",
+    )
+    .await;
     assert_healthy(&mut svc);
 }
 

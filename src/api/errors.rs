@@ -15,9 +15,11 @@ pub fn to_status(err: EngineError) -> Status {
         EngineError::FailedPrecondition(message) => Status::failed_precondition(message),
         // The decision could not be made right now. UNAVAILABLE is what drives
         // the gateway's own fail-open / fail-closed choice, and is safe to retry.
-        EngineError::Store(e @ StoreError::Unavailable(_)) => Status::unavailable(format!(
-            "{e}; retry with backoff, or apply your gateway's fail-open/fail-closed policy"
-        )),
+        EngineError::Store(e @ (StoreError::Unavailable(_) | StoreError::Unanswered(_))) => {
+            Status::unavailable(format!(
+                "{e}; retry with backoff, or apply your gateway's fail-open/fail-closed policy"
+            ))
+        }
         // The store answered something unexpected: a bug or foreign data under
         // the key prefix. An operator must look; retrying will not help.
         EngineError::Store(e @ StoreError::Protocol(_)) => {

@@ -21,6 +21,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Sections whose keys a file may set one by one, the others keeping their
+/// built-in values.
+pub const KEYED_SECTIONS: [&str; 5] =
+    ["server", "store", "reservations", "resilience", "estimator"];
+
 /// The defaults, built into the binary: exactly the example file.
 pub const BUILT_IN: &str = include_str!("../../config/ctxbudget.example.toml");
 
@@ -156,14 +161,38 @@ impl FileConfig {
         })
     }
 
-    /// Reads and parses a file.
+    /// Reads and parses a file. In the settings sections ([`KEYED_SECTIONS`])
+    /// every key the file leaves out keeps its built-in value, so a file may
+    /// set one lease length without restating the rest; the limits sections
+    /// (`[global]`, `[tiers]`, `[overrides]`) and `[auth]` a file defines
+    /// replace the built-in ones wholly.
     pub fn read(path: &Path) -> Result<Self, ConfigError> {
         let shown = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: shown.clone(),
             source,
         })?;
-        Self::parse(&text, &shown)
+        let parse_error = |message: String| ConfigError::Parse {
+            path: shown.clone(),
+            message,
+        };
+        let mut file: toml::Table =
+            toml::from_str(&text).map_err(|e| parse_error(without_source_lines(&e.to_string())))?;
+        let built_in: toml::Table =
+            toml::from_str(BUILT_IN).expect("the built-in configuration parses");
+        for name in KEYED_SECTIONS {
+            if let (Some(toml::Value::Table(section)), Some(toml::Value::Table(defaults))) =
+                (file.get_mut(name), built_in.get(name))
+            {
+                for (key, value) in defaults {
+                    section.entry(key.clone()).or_insert_with(|| value.clone());
+                }
+            }
+        }
+        serde_path_to_error::deserialize(toml::Value::Table(file)).map_err(|e| {
+            let message = without_source_lines(&e.inner().to_string());
+            parse_error(format!("{}: {message}", e.path()))
+        })
     }
 
     /// The built-in defaults.
@@ -450,6 +479,45 @@ pub fn load(path: Option<&Path>, overrides: Flags) -> Result<Settings, ConfigErr
 mod tests {
     use super::*;
     use crate::domain::Rate;
+
+    #[test]
+    fn a_file_may_set_settings_keys_one_by_one() {
+        let dir = std::env::temp_dir().join(format!("ctxbudget-keyed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.toml");
+        let read = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            FileConfig::read(&path)
+        };
+        let file = read(
+            "[reservations]\ndefault_lease_ttl_ms = 5000\n[resilience]\npolicy = \"fail_closed\"\n",
+        )
+        .expect("the other keys keep their defaults");
+        let s = FileConfig::built_in()
+            .overlay(file)
+            .settings(Flags::default())
+            .unwrap();
+        assert_eq!(s.leases.default_ttl_ms, 5000);
+        assert_eq!(s.leases.max_ttl_ms, 900_000, "the built-in maximum");
+        assert_eq!(s.policy, FailurePolicy::FailClosed);
+        assert_eq!(
+            s.breaker.cool_down,
+            Duration::from_secs(1),
+            "the built-in cool-down"
+        );
+        let err = read("[reservations]\nretention_ms = \"long\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("reservations.retention_ms"),
+            "names the field: {err}"
+        );
+        let err = read("[reservations]\nretention = 5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("retention"), "names the unknown key: {err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn parse_errors_do_not_quote_the_file() {

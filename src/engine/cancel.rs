@@ -24,7 +24,7 @@
 
 use super::Engine;
 use crate::domain::ReservationId;
-use crate::store::{SettleReply, Store, StoreError};
+use crate::store::{SettleReply, Store};
 use crate::telemetry;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -179,8 +179,8 @@ impl<S: Store> Engine<S> {
                     Attempt::Retry
                 }
             }
-            Err(StoreError::Unavailable(_)) => Attempt::Retry,
-            Err(e @ (StoreError::Protocol(_) | StoreError::Settings(_))) => {
+            Err(e) if e.is_transient() => Attempt::Retry,
+            Err(e) => {
                 tracing::error!(reservation = %p.id, error = %e, "cannot cancel a reservation");
                 Attempt::Done("failed")
             }

@@ -197,11 +197,11 @@ impl<S: Store> Engine<S> {
         };
         let started = std::time::Instant::now();
         let result = call.await;
-        let failed = matches!(result, Err(StoreError::Unavailable(_)));
+        let failed = result.as_ref().is_err_and(StoreError::is_transient);
         self.breaker.record(permit, !failed);
         let kind = match &result {
             Ok(_) => None,
-            Err(StoreError::Unavailable(_)) => Some("unavailable"),
+            Err(StoreError::Unavailable(_) | StoreError::Unanswered(_)) => Some("unavailable"),
             Err(StoreError::Protocol(_)) => Some("protocol"),
             Err(StoreError::Settings(_)) => Some("settings"),
         };

@@ -201,17 +201,21 @@ impl<S: Store> Engine<S> {
         let (reply, attempted) = self
             .guarded_attempt("reserve", self.store.reserve(&plan))
             .await;
-        if attempted && reply.is_err() && plan.idempotency_key.is_none() {
-            // The script may still run (a frozen store runs it when it wakes):
-            // the caller will not get this reservation, so cancel it.
+        if attempted
+            && matches!(reply, Err(StoreError::Unanswered(_)))
+            && plan.idempotency_key.is_none()
+        {
+            // The script may have run, or still run (a frozen store runs it
+            // when it wakes): the caller will not get this reservation, so
+            // cancel it. A store that answered with an error ran nothing.
             let life = plan.lease_ttl_ms + self.settings.retention.record_ms;
             self.cancels
                 .push(plan.id.clone(), std::time::Duration::from_millis(life));
         }
         let reply = match reply {
-            Err(StoreError::Unavailable(why)) if self.policy() != FailurePolicy::FailClosed => {
+            Err(e) if e.is_transient() && self.policy() != FailurePolicy::FailClosed => {
                 // Degraded: decide from this replica's memory and say so.
-                warn_degraded(self.policy().as_str(), &why);
+                warn_degraded(self.policy().as_str(), &e.to_string());
                 telemetry::degraded(self.policy().as_str());
                 plan = self.local_plan(&plan);
                 out.degraded = true;

@@ -73,7 +73,7 @@ impl<S: Store> Engine<S> {
             .await
         {
             Ok(readings) => (levels, readings),
-            Err(StoreError::Unavailable(_)) if self.policy() != FailurePolicy::FailClosed => {
+            Err(e) if e.is_transient() && self.policy() != FailurePolicy::FailClosed => {
                 // What this replica decides by while degraded.
                 degraded = true;
                 let local: Vec<_> = match self.policy() {

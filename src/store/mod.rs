@@ -172,9 +172,15 @@ pub struct Scope<'a> {
 /// The store could not answer. Every variant says whether a retry may help.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
-    /// Unreachable, timed out, loading, out of memory: retry or fail over.
+    /// Unreachable, loading, out of memory, refusing writes: the call was not
+    /// applied; retry or fail over.
     #[error("budget store unavailable: {0}")]
     Unavailable(String),
+    /// The call was sent, or may have been, but no answer came (its deadline
+    /// passed, the connection dropped): retry or fail over, knowing it may
+    /// have been applied.
+    #[error("budget store unavailable: {0}")]
+    Unanswered(String),
     /// The store answered something the service does not understand: a bug or
     /// foreign data under the key prefix. Retrying will not help.
     #[error("budget store answered unexpectedly: {0}")]
@@ -188,7 +194,7 @@ pub enum StoreError {
 impl StoreError {
     /// True when a retry may succeed.
     pub fn is_transient(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_))
+        matches!(self, StoreError::Unavailable(_) | StoreError::Unanswered(_))
     }
 }
 

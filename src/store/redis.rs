@@ -372,7 +372,7 @@ impl RedisStore {
         });
         match tokio::time::timeout(self.timeout, call).await {
             Ok(result) => result.map_err(|e| classify(&self.url, e)),
-            Err(_) => Err(StoreError::Unavailable(format!(
+            Err(_) => Err(StoreError::Unanswered(format!(
                 "{} did not answer within {} ms",
                 self.url,
                 self.timeout.as_millis()
@@ -399,7 +399,7 @@ impl RedisStore {
         });
         match tokio::time::timeout(self.timeout, call).await {
             Ok(result) => result.map_err(|e| classify(&self.url, e)),
-            Err(_) => Err(StoreError::Unavailable(format!(
+            Err(_) => Err(StoreError::Unanswered(format!(
                 "{} did not answer within {} ms",
                 self.url,
                 self.timeout.as_millis()
@@ -825,9 +825,14 @@ fn classify_answered(url: &str, e: RedisError) -> StoreError {
     }
 }
 
-/// Transient failures (network, timeouts, Redis loading or out of memory) are
-/// `Unavailable`; anything else means foreign data or a bug.
+/// Transient failures are `Unanswered` when the call may have reached Redis
+/// (a timeout, a dropped connection) and `Unavailable` when it cannot have
+/// (refused, or Redis answered with an error: loading, out of memory…);
+/// anything else means foreign data or a bug.
 fn classify(url: &str, e: RedisError) -> StoreError {
+    if e.is_io_error() && !e.is_connection_refusal() {
+        return StoreError::Unanswered(format!("{url}: {e}"));
+    }
     let transient = e.is_io_error()
         || e.is_timeout()
         || e.is_connection_refusal()
