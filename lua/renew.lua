@@ -13,19 +13,6 @@
 -- Every level is read before anything is written.
 
 local MAX_TTL = 7776000000000 -- 90 days in us
-local SCAN = 65 -- HLEN of a level small enough to scan: the state and 64 leases
-
--- The earliest expiry of the level's leases other than `field` (0: none).
-local function earliest_other(key, field)
-  local all, e = redis.call('HGETALL', key), 0
-  for j = 1, #all, 2 do
-    if string.byte(all[j]) == 35 and all[j] ~= field then -- '#'
-      local x = struct.unpack('<d', all[j + 1])
-      if e == 0 or x < e then e = x end
-    end
-  end
-  return e
-end
 local D = ARGV[5]
 local spec = {struct.unpack(string.sub(D, 1, #ARGV[1] / 8 + 1), ARGV[1])}
 local nlev, ttl = spec[1], spec[2]
@@ -53,17 +40,9 @@ for i = 1, nlev do
       s = {struct.unpack(string.sub(D, 1, #raw / 8 + 1), raw)}
       s[#s] = nil
     end
-    -- A shorter lease may now be the earliest to lapse; when the earliest one
-    -- is extended on a small level, the next one may be.
+    -- A shorter lease may now be the earliest to lapse.
     local lower, grow = s[2] == 0 or exp < s[2], now + keep > s[3]
-    if lower then
-      s[2] = exp
-    elseif ex <= s[2] and redis.call('HLEN', KEYS[i]) <= SCAN then
-      local e = earliest_other(KEYS[i], ARGV[2])
-      if e == 0 or exp < e then e = exp end
-      lower = e ~= s[2]
-      s[2] = e
-    end
+    if lower then s[2] = exp end
     if grow then s[3] = now + 2 * keep + 1000000 end
     writes[#writes + 1] = {KEYS[i], lower or grow, struct.pack(string.sub(D, 1, #s + 1), unpack(s)), grow, s[3]}
   end

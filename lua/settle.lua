@@ -23,9 +23,10 @@
 -- Commit charges an overage even into debt and returns a surplus without
 -- overfilling; it touches token buckets only. Refund returns the tokens and the
 -- request. Both free the lease, expired or not. A level left with no lease has
--- no earliest expiry (0); when the earliest lease goes from a level of at most
--- 64 leases, the next one is found (larger levels keep the lower bound, which
--- the next reserve after it passes recomputes). A commit of a prompt the service
+-- no earliest expiry (0); otherwise the stored expiry stays a lower bound (the
+-- next reserve after it passes recomputes it; status.lua reads the real one).
+-- Finding the next lease on every settle would cost an HGETALL: measured 3x the
+-- instructions of a Commit. A commit of a prompt the service
 -- counted adds actual ÷ estimated prompt tokens to the estimator's samples
 -- (capped, kept 30 days). Every level is read before
 -- anything is written, so an error part-way changes nothing and a retry applies
@@ -34,19 +35,6 @@
 -- deep its debt.
 
 local MAX_TTL = 7776000000000 -- 90 days in us
-local SCAN = 65 -- HLEN of a level small enough to scan: the state and 64 leases
-
--- The earliest expiry of the level's leases other than `field` (0: none).
-local function earliest_other(key, field)
-  local all, e = redis.call('HGETALL', key), 0
-  for j = 1, #all, 2 do
-    if string.byte(all[j]) == 35 and all[j] ~= field then -- '#'
-      local x = struct.unpack('<d', all[j + 1])
-      if e == 0 or x < e then e = x end
-    end
-  end
-  return e
-end
 local D = ARGV[5]
 local spec = {struct.unpack(string.sub(D, 1, #ARGV[1] / 8 + 1), ARGV[1])}
 local nlev = spec[1]
@@ -90,15 +78,8 @@ for i = 1, nlev do
       s[#s] = nil
     end
     if holds and s[1] > 0 then s[1] = s[1] - 1 end
-    if holds then
-      if s[1] == 0 then
-        s[2] = 0
-      elseif exp <= s[2] and redis.call('HLEN', KEYS[i]) <= SCAN then
-        -- The earliest lease goes: on a small level, find the next one, so the
-        -- concurrency reset time stays the real earliest expiry.
-        s[2] = earliest_other(KEYS[i], ARGV[2])
-      end
-    end
+    -- The last lease goes: no earliest expiry left.
+    if holds and s[1] == 0 then s[2] = 0 end
     local ttl = 0
     for b = 1, nb do
       local q = p + 2 + (b - 1) * 2

@@ -8,7 +8,8 @@
 --
 -- Returns {now, then per level: state, live leases, earliest live lease expiry
 -- (us, 0: none)}; a state is '' for a level never written. Expired leases are
--- counted out but not reclaimed. The caller computes readings from the states.
+-- counted out but not reclaimed; a level holding leases is read whole (HGETALL)
+-- for its real earliest expiry. The caller computes readings from the states.
 
 local clock = redis.call('TIME')
 local now = clock[1] * 1000000 + clock[2]
@@ -19,7 +20,9 @@ for i = 1, spec[1] do
   local raw = redis.call('HGET', KEYS[i], 's') or ''
   local n, e = 0, 0
   if raw ~= '' then n, e = struct.unpack('<dd', raw) end
-  if spec[1 + i] >= 0 and e > 0 and now >= e then
+  if spec[1 + i] >= 0 and n > 0 then
+    -- Count the live leases and find the real earliest expiry (the stored one
+    -- is a lower bound after the earliest lease was settled or renewed).
     local all = redis.call('HGETALL', KEYS[i])
     n, e = 0, 0
     for j = 1, #all, 2 do

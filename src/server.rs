@@ -135,7 +135,7 @@ async fn load_when_reachable<S: Store>(
     cfg: ConfigStore,
     settings: Settings,
 ) {
-    let mut backoff = std::time::Duration::from_millis(250);
+    let mut backoff = std::time::Duration::from_millis(100);
     loop {
         match startup_limits(&cfg, &settings).await {
             Ok(limits) => {
@@ -158,7 +158,7 @@ async fn load_when_reachable<S: Store>(
             }
         }
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(std::time::Duration::from_secs(2));
+        backoff = (backoff * 2).min(std::time::Duration::from_millis(500));
     }
     reload::watch_redis(engine, cfg).await;
 }

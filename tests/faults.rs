@@ -1053,15 +1053,24 @@ async fn serve_starts_before_redis_and_connects_once_it_answers() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
         assert!(r.allowed, "{what}: {r:?}");
-        let version: Option<u64> = redis::cmd("HGET")
-            .arg("ctxb:cfg")
-            .arg("version")
-            .query(&mut redis.conn())
-            .unwrap();
-        assert!(
-            version >= Some(1),
-            "{what}: the file's configuration seeded Redis"
-        );
+        // The replica seeds Redis from its file shortly after Redis answers
+        // (it retries at most every 500 ms).
+        let seeded = Instant::now();
+        loop {
+            let version: Option<u64> = redis::cmd("HGET")
+                .arg("ctxb:cfg")
+                .arg("version")
+                .query(&mut redis.conn())
+                .unwrap();
+            if version >= Some(1) {
+                break;
+            }
+            assert!(
+                seeded.elapsed() < Duration::from_secs(10),
+                "{what}: the file's configuration seeded Redis"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
     let r = lc
         .check_and_reserve(reserve("late", "u", "t"))

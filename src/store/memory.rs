@@ -342,20 +342,13 @@ impl<C: Clock> MemoryStore<C> {
             if !(touched || holds) {
                 continue;
             }
-            let mut st = entry.as_ref().map(|e| e.state.clone()).unwrap_or_default();
+            let mut st = entry.map(|e| e.state.clone()).unwrap_or_default();
             if holds && st.n > 0.0 {
                 st.n -= 1.0;
             }
-            if holds {
-                if st.n == 0.0 {
-                    st.e = 0.0;
-                } else if rec.lease_expires_us <= st.e
-                    && let Some(entry) = entry.as_ref()
-                    && entry.leases.len() <= SCAN_LEASES
-                {
-                    // The earliest lease goes: on a small level, find the next.
-                    st.e = entry.earliest_other(&lease);
-                }
+            // The last lease goes: no earliest expiry left (settle.lua).
+            if holds && st.n == 0.0 {
+                st.e = 0.0;
             }
             let mut ttl = 0.0f64;
             for b in &lp.buckets {
@@ -461,14 +454,10 @@ impl<C: Clock> MemoryStore<C> {
                 && let Some(held) = entry.leases.get_mut(&lease)
             {
                 *held = exp;
-                // A shorter lease may now be the earliest to lapse; when the
-                // earliest one is extended on a small level, the next one may be.
+                // A shorter lease may now be the earliest to lapse.
                 let mut st = entry.state.clone();
                 if st.e == 0.0 || exp < st.e {
                     st.e = exp;
-                } else if rec.lease_expires_us <= st.e && entry.leases.len() <= SCAN_LEASES {
-                    let e = entry.earliest_other(&lease);
-                    st.e = if e == 0.0 || exp < e { exp } else { e };
                 }
                 entry.grow(&mut st, now_us, keep);
                 entry.state = st;
@@ -499,7 +488,8 @@ impl<C: Clock> MemoryStore<C> {
             let entry = d.level_get(&key, now_us);
             let live = entry
                 .as_ref()
-                .filter(|e| lp.concurrency.is_some() && e.state.e > 0.0 && now >= e.state.e)
+                // status.lua: a level holding leases is read whole.
+                .filter(|e| lp.concurrency.is_some() && e.state.n > 0.0)
                 .map(|e| e.live_leases(now));
             states.push(entry.map(|e| e.state.clone()));
             leases.push(live);
@@ -531,10 +521,6 @@ impl Data {
     }
 }
 
-/// Leases a level may hold for settle and renew to scan it for the earliest
-/// expiry (the scripts' SCAN, less the state field).
-const SCAN_LEASES: usize = 64;
-
 impl LevelEntry {
     /// reserve.lua's reclaim: drops expired leases, recounts, finds the earliest,
     /// and stores the new count in the state.
@@ -545,15 +531,6 @@ impl LevelEntry {
         let (n, e) = self.live_leases(now);
         (self.state.n, self.state.e) = (n, e);
         (n, e, (before - self.leases.len()) as u64)
-    }
-
-    /// The earliest expiry of the leases other than `lease`, lapsed or not
-    /// (0: none): settle.lua's and renew.lua's `earliest_other`.
-    fn earliest_other(&self, lease: &str) -> f64 {
-        self.leases
-            .iter()
-            .filter(|(k, _)| k.as_str() != lease)
-            .fold(0.0, |e, (_, &x)| if e == 0.0 || x < e { x } else { e })
     }
 
     /// Live leases and the earliest expiry among them (0 with none).
