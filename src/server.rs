@@ -209,6 +209,9 @@ pub async fn serve<S: Store>(
     if redis.as_ref().is_some_and(|r| !r.reachable) {
         engine.trip_breaker();
     }
+    if redis.as_ref().is_some_and(|r| !r.loaded) {
+        engine.set_provisional(true);
+    }
     let auth = Arc::new(Auth::new(settings.tokens.clone()));
     if !auth.enabled() {
         tracing::warn!(
@@ -217,20 +220,13 @@ pub async fn serve<S: Store>(
     }
     // Load the tokenizers in the background: the first long prompt should not pay.
     tokio::task::spawn_blocking(crate::estimator::count::warm_up);
-    let mut tasks = vec![
-        tokio::spawn(refresh_estimators(engine.clone())),
-        tokio::spawn(probe_store(engine.clone())),
-        tokio::spawn({
-            let engine = engine.clone();
-            async move { engine.run_cancellations().await }
-        }),
-        tokio::spawn(reload::on_sighup(
-            engine.clone(),
-            settings.config_path.clone(),
-            config.clone(),
-            auth.clone(),
-        )),
-    ];
+    let mut tasks = engine_tasks(&engine);
+    tasks.push(tokio::spawn(reload::on_sighup(
+        engine.clone(),
+        settings.config_path.clone(),
+        config.clone(),
+        auth.clone(),
+    )));
     if let Some(start) = redis {
         tasks.push(match start.loaded {
             true => tokio::spawn(reload::watch_redis(engine.clone(), start.config)),
@@ -319,6 +315,18 @@ async fn refresh_estimators<S: Store>(engine: Arc<Engine<S>>) {
             Err(_) => {}
         }
     }
+}
+
+/// Starts what an engine needs running beside it: the estimator refresh, the
+/// store probe while the breaker is open, and the cancellation queue. Every
+/// long-lived engine runs these (the server, the bench's in-process ones).
+pub fn engine_tasks<S: Store>(engine: &Arc<Engine<S>>) -> Vec<tokio::task::JoinHandle<()>> {
+    let cancels = engine.clone();
+    vec![
+        tokio::spawn(refresh_estimators(engine.clone())),
+        tokio::spawn(probe_store(engine.clone())),
+        tokio::spawn(async move { cancels.run_cancellations().await }),
+    ]
 }
 
 /// Probes the store while the breaker is open (see [`Engine::probe_if_due`]).

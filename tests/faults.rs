@@ -85,6 +85,8 @@ struct Call {
     took: Duration,
     /// Reserve: (allowed, degraded). Commit: (true, already settled).
     result: Result<(bool, bool), Code>,
+    /// The error's message, if it failed.
+    message: String,
     /// Commit: when its reservation was asked for.
     reserved_at: Option<Instant>,
     /// Commit: the last attempt for its reservation (the gateway gave up
@@ -108,13 +110,13 @@ async fn timed<T>(
     let started = Instant::now();
     let r = tokio::time::timeout(Duration::from_secs(10), call).await;
     let took = started.elapsed();
-    let (result, body) = match r {
+    let (result, body, message) = match r {
         Ok(Ok(response)) => {
             let body = response.into_inner();
-            (Ok(result(&body)), Some(body))
+            (Ok(result(&body)), Some(body), String::new())
         }
-        Ok(Err(status)) => (Err(status.code()), None),
-        Err(_) => (Err(Code::DeadlineExceeded), None),
+        Ok(Err(status)) => (Err(status.code()), None, status.message().to_string()),
+        Err(_) => (Err(Code::DeadlineExceeded), None, String::new()),
     };
     (
         Call {
@@ -122,6 +124,7 @@ async fn timed<T>(
             started,
             took,
             result,
+            message,
             reserved_at: None,
             last: false,
         },
@@ -487,13 +490,21 @@ async fn a_killed_redis_fails_closed_then_recovers_and_old_leases_expire() {
         .collect();
     assert!(unexpected.is_empty(), "only UNAVAILABLE: {unexpected:?}");
     assert_every_commit_landed(&calls);
+    // Once recovered, no call meets a missing script or a connection still
+    // reconnecting. (On a loaded machine a call may still outlast the 100 ms
+    // deadline — Redis here fsyncs every write — and a few such may open the
+    // breaker again: those are the deadline doing its job.)
     let late: Vec<_> = calls
         .iter()
         .filter(|c| c.started >= recovered_at && c.result.is_err())
+        .filter(|c| {
+            !(c.message.contains("did not answer within")
+                || c.message.contains("circuit breaker is open"))
+        })
         .collect();
     assert!(
         late.is_empty(),
-        "no error once recovered (scripts reloaded): {late:?}"
+        "no error once recovered (scripts reloaded, connections back): {late:?}"
     );
     assert!(
         calls
@@ -1023,6 +1034,12 @@ async fn serve_starts_before_redis_and_connects_once_it_answers() {
         .expect("local decides without Redis")
         .into_inner();
     assert!(r.allowed && r.degraded, "{r:?}");
+    // A tier the file lacks may exist in Redis: retry later, not "invalid".
+    let err = lc
+        .check_and_reserve(reserve("early", "u", "only-in-redis"))
+        .await
+        .expect_err("an unknown tier before the configuration is loaded");
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
     wait_health(local.addr, SERVING, Duration::from_secs(5), "local serves").await;
 
     // Redis comes up: both connect, seed it from their file, and decide by it.
@@ -1120,4 +1137,64 @@ fn wrong_store_settings_are_still_a_start_up_error() {
         assert!(stderr.contains(says), "{what}: says why: {stderr}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_whose_caller_gave_up_waiting_is_cancelled() {
+    let redis = RedisServer::start();
+    // A store deadline far longer than the caller waits: only the caller's
+    // own deadline ends these calls.
+    let config = format!(
+        "[store]\ntimeout_ms = 3000\n{}",
+        default_breaker_config("fail_closed", 600_000)
+    );
+    let mut svc = Service::start("gave-up", &config, Some(&redis.url()));
+    let mut c = support::connect(svc.addr).await;
+    redis.freeze();
+    for _ in 0..2 {
+        let mut request = tonic::Request::new(reserve("impatient", "u", "daily"));
+        request.set_timeout(Duration::from_millis(200));
+        let err = c
+            .check_and_reserve(request)
+            .await
+            .expect_err("the caller's deadline passes first");
+        assert!(
+            matches!(err.code(), Code::DeadlineExceeded | Code::Cancelled),
+            "{err:?}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    redis.thaw(); // the queued reservations run now; nobody has their ids
+    let thawed = Instant::now();
+    loop {
+        let s = c
+            .get_status(pb::GetStatusRequest {
+                tenant_id: "impatient".into(),
+                user_id: "u".into(),
+                tier: "daily".into(),
+            })
+            .await
+            .expect("status")
+            .into_inner();
+        let leases = s
+            .leases
+            .iter()
+            .find(|l| l.level() == pb::Level::User)
+            .map_or(0, |l| l.active);
+        let requests =
+            support::limit(&s.limits, pb::Level::User, pb::Dimension::Requests, 86_400).remaining;
+        if leases == 0 && requests == 1000 {
+            break;
+        }
+        assert!(
+            thawed.elapsed() < Duration::from_secs(15),
+            "still held after the thaw: {leases} leases, {requests} requests left"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let cancelled = svc
+        .metric("ctxbudget_cancellations_total", &[("outcome", "cancelled")])
+        .unwrap_or(0.0);
+    assert!(cancelled >= 1.0, "cancelled {cancelled}");
+    assert_healthy(&mut svc);
 }

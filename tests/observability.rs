@@ -307,7 +307,15 @@ fn every_metric_is_on_the_first_scrape_with_help_and_distributions_are_histogram
 #[test]
 fn text_logs_to_a_file_carry_no_colour_codes() {
     let svc = Service::start("no-colour", "", None);
-    let log = svc.log();
+    // /metrics answers first; the gRPC listener's line follows shortly.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let log = loop {
+        let log = svc.log();
+        if log.contains("serving gRPC") || std::time::Instant::now() > deadline {
+            break log;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     assert!(log.contains("serving gRPC"), "the service logged: {log}");
     assert!(
         !log.contains("\x1b["),

@@ -124,7 +124,7 @@ impl World {
             tenant: &self.tenant,
             user: None,
         };
-        let readings = self.store.status(scope, &self.levels).await.unwrap();
+        let readings = self.store.status(scope, &self.levels, true).await.unwrap();
         let mut checks = Vec::new();
         for lp in &self.levels {
             checks.extend(lp.buckets.iter().map(|b: &BucketSpec| Some(b.dimension)));

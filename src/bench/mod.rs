@@ -19,7 +19,7 @@ use crate::engine::Engine;
 use crate::server;
 use crate::store::keys::Keys;
 use crate::store::memory::MemoryStore;
-use crate::store::redis::{RedisSettings, RedisStore};
+use crate::store::redis::{RedisSettings, RedisStore, redact_url};
 use ledger::Ledger;
 use report::{BenchReport, Calibration, PhaseReport, RedisCost};
 use run::Drive;
@@ -308,7 +308,10 @@ async fn measure(
 fn memory_engine(settings: &Settings) -> Arc<Engine<MemoryStore>> {
     let keys = Keys::new(&settings.key_prefix).expect("validated prefix");
     let store = MemoryStore::new(keys, settings.retention);
-    Arc::new(server::engine(store, settings))
+    let engine = Arc::new(server::engine(store, settings));
+    // Detached: they end with the bench's runtime.
+    drop(server::engine_tasks(&engine));
+    engine
 }
 
 async fn redis_engine(
@@ -328,7 +331,16 @@ async fn redis_engine(
     let store = RedisStore::connect(&redis, keys, settings.retention)
         .await
         .map_err(err)?;
-    Ok(Arc::new(server::engine(store, settings)))
+    if !store.reachable() {
+        return Err(BenchError(format!(
+            "{} does not answer; start Redis first",
+            redact_url(url)
+        )));
+    }
+    let engine = Arc::new(server::engine(store, settings));
+    // Detached: they end with the bench's runtime.
+    drop(server::engine_tasks(&engine));
+    Ok(engine)
 }
 
 async fn embedded_server(

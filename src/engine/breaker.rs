@@ -102,11 +102,27 @@ pub struct Breaker {
     inner: Mutex<Inner>,
 }
 
-/// Permission for one call; report its outcome with [`Breaker::record`].
+/// Permission for one call; report its outcome with [`Breaker::record`]. A
+/// permit dropped unreported (the call's future was dropped: a client
+/// deadline, a reset stream) gives its half-open slot back, so a recovering
+/// store is never left with every probe slot taken.
 #[derive(Debug)]
 #[must_use = "report the call's outcome with Breaker::record"]
-pub struct Permit {
+pub struct Permit<'a> {
+    breaker: &'a Breaker,
     probe: bool,
+    reported: bool,
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        if self.reported || !self.probe {
+            return;
+        }
+        if let Inner::HalfOpen { in_flight, .. } = &mut *self.breaker.lock() {
+            *in_flight = in_flight.saturating_sub(1);
+        }
+    }
 }
 
 fn closed() -> Inner {
@@ -193,15 +209,23 @@ impl Breaker {
 
     /// Permission to call the store, or `None` while open (or while every
     /// half-open probe slot is taken).
-    pub fn acquire(&self) -> Option<Permit> {
+    pub fn acquire(&self) -> Option<Permit<'_>> {
         let mut inner = self.lock();
         match &mut *inner {
-            Inner::Closed { .. } => Some(Permit { probe: false }),
+            Inner::Closed { .. } => Some(Permit {
+                breaker: self,
+                probe: false,
+                reported: false,
+            }),
             Inner::Open { .. } | Inner::Probing => None,
             Inner::HalfOpen { in_flight, .. } => {
                 if *in_flight < self.settings.probes {
                     *in_flight += 1;
-                    Some(Permit { probe: true })
+                    Some(Permit {
+                        breaker: self,
+                        probe: true,
+                        reported: false,
+                    })
                 } else {
                     None
                 }
@@ -210,7 +234,8 @@ impl Breaker {
     }
 
     /// Reports a call's outcome (`ok`: the store answered).
-    pub fn record(&self, permit: Permit, ok: bool) {
+    pub fn record(&self, mut permit: Permit<'_>, ok: bool) {
+        permit.reported = true;
         let now = Instant::now();
         let mut inner = self.lock();
         match &mut *inner {
@@ -350,6 +375,20 @@ mod tests {
             samples.iter().any(|d| *d != samples[0]),
             "jittered, not constant"
         );
+    }
+
+    #[test]
+    fn a_dropped_half_open_call_gives_its_slot_back() {
+        let b = Breaker::new(quick());
+        b.trip();
+        assert!(b.probe_due());
+        b.probe_result(true);
+        let abandoned = b.acquire().expect("the one half-open slot");
+        assert!(b.acquire().is_none(), "the slot is taken");
+        drop(abandoned); // its call's future was dropped, unreported
+        assert!(call(&b, true), "the slot is free again");
+        assert!(call(&b, true));
+        assert_eq!(b.state(), BreakerState::Closed);
     }
 
     #[test]

@@ -17,10 +17,15 @@
 //! - The store still failing: retried with backoff until the reservation's
 //!   record would have expired anyway (lease plus retention).
 //!
+//! The same holds for a CheckAndReserve dropped before its answer (a client
+//! deadline, a reset stream): a guard queues its reservation.
+//!
 //! The queue holds at most [`CAPACITY`] reservations; past that a cancellation
 //! is dropped, logged and counted (its lease still lapses by its TTL). A
-//! reservation with an idempotency key is not cancelled: the caller retries
-//! with the same key, which returns it.
+//! reservation with an idempotency key is not cancelled when the caller will
+//! retry with the key, which returns it: a dropped call, or UNAVAILABLE under
+//! `fail_closed`. Under the degraded policies the caller got a local
+//! reservation instead, so the one in the store is cancelled.
 
 use super::Engine;
 use crate::domain::ReservationId;
@@ -88,6 +93,16 @@ impl Cancellations {
         telemetry::cancellations_pending(pending.len());
     }
 
+    /// A guard that cancels `id` if dropped before [`CancelGuard::disarm`]
+    /// (`armed` false: it never does).
+    pub(super) fn guard(&self, id: ReservationId, life: Duration, armed: bool) -> CancelGuard<'_> {
+        CancelGuard {
+            cancels: self,
+            id: armed.then_some(id),
+            life,
+        }
+    }
+
     /// Takes every cancellation due now.
     fn take_due(&self, now: Instant) -> Vec<Pending> {
         let mut pending = self.lock();
@@ -108,6 +123,31 @@ impl Cancellations {
     /// Cancellations waiting.
     pub(super) fn len(&self) -> usize {
         self.lock().len()
+    }
+}
+
+/// Queues a reservation for cancellation when dropped while armed: held
+/// across a CheckAndReserve until its answer is built.
+pub(super) struct CancelGuard<'a> {
+    cancels: &'a Cancellations,
+    id: Option<ReservationId>,
+    life: Duration,
+}
+
+impl CancelGuard<'_> {
+    /// The reservation no longer needs cancelling (the caller gets it, or it
+    /// was never made, or it was queued already).
+    pub(super) fn disarm(&mut self) {
+        self.id = None;
+    }
+}
+
+impl Drop for CancelGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            tracing::debug!(reservation = %id, "the call was dropped before its answer: cancelling");
+            self.cancels.push(id, self.life);
+        }
     }
 }
 

@@ -81,6 +81,9 @@ pub struct Engine<S> {
     local: MemoryStore,
     /// Reservations whose store call failed, to refund once the store answers.
     cancels: cancel::Cancellations,
+    /// The limits in force are the file's, standing in until the store's
+    /// configuration is loaded (the store did not answer at start-up).
+    provisional: std::sync::atomic::AtomicBool,
 }
 
 impl<S: Store> Engine<S> {
@@ -106,7 +109,35 @@ impl<S: Store> Engine<S> {
             counter,
             multipliers,
             cancels: cancel::Cancellations::default(),
+            provisional: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Marks the limits in force as the file's, standing in until the store's
+    /// configuration is loaded: a tier they lack may exist in the store, so it
+    /// is refused as UNAVAILABLE (retry), not INVALID_ARGUMENT.
+    pub fn set_provisional(&self, provisional: bool) {
+        self.provisional
+            .store(provisional, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The error for a tier the limits in force do not have.
+    fn unknown_tier(&self, tier: &str, limits: &Limits) -> EngineError {
+        if self.provisional.load(std::sync::atomic::Ordering::Relaxed) {
+            return EngineError::Store(StoreError::Unavailable(format!(
+                "tier {tier:?} is not among the configuration file's tiers ({}), and the \
+                 configuration in Redis has not been loaded yet (Redis does not answer)",
+                limits.tier_names()
+            )));
+        }
+        InvalidInput::new(
+            "tier",
+            format!(
+                "unknown tier {tier:?}; known tiers: {}",
+                limits.tier_names()
+            ),
+        )
+        .into()
     }
 
     /// The store, for callers that describe or probe it.
@@ -123,8 +154,10 @@ impl<S: Store> Engine<S> {
     }
 
     /// Replaces the limits in force; calls in flight finish under the old ones.
+    /// Limits set here are the real ones (no longer provisional).
     pub fn set_limits(&self, limits: Arc<Limits>) {
         *self.limits.write().unwrap_or_else(|p| p.into_inner()) = limits;
+        self.set_provisional(false);
     }
 
     /// The store's circuit breaker state.
@@ -176,16 +209,6 @@ impl<S: Store> Engine<S> {
         op: &'static str,
         call: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        self.guarded_attempt(op, call).await.0
-    }
-
-    /// [`Engine::guarded`], also saying whether the call reached the store
-    /// (false: the breaker refused it, nothing was sent).
-    async fn guarded_attempt<T>(
-        &self,
-        op: &'static str,
-        call: impl std::future::Future<Output = Result<T, StoreError>>,
-    ) -> (Result<T, StoreError>, bool) {
         let Some(permit) = self.breaker.acquire() else {
             telemetry::store_call(op, 0.0, Some("breaker_open"));
             let refused = StoreError::Unavailable(
@@ -193,7 +216,7 @@ impl<S: Store> Engine<S> {
                  again shortly"
                     .into(),
             );
-            return (Err(refused), false);
+            return Err(refused);
         };
         let started = std::time::Instant::now();
         let result = call.await;
@@ -207,7 +230,7 @@ impl<S: Store> Engine<S> {
         };
         telemetry::store_call(op, started.elapsed().as_secs_f64(), kind);
         telemetry::breaker(self.breaker.state());
-        (result, true)
+        result
     }
 
     /// A plan for the local store: limits divided by the replica count (`local`)

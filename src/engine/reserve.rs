@@ -89,16 +89,7 @@ impl<S: Store> Engine<S> {
         let limits = self.limits();
         let tier = limits
             .resolve(&input.tier, input.tenant.as_str())
-            .ok_or_else(|| {
-                InvalidInput::new(
-                    "tier",
-                    format!(
-                        "unknown tier {:?}; known tiers: {}",
-                        input.tier,
-                        limits.tier_names()
-                    ),
-                )
-            })?;
+            .ok_or_else(|| self.unknown_tier(&input.tier, &limits))?;
         let counted = match input.prompt {
             PromptInput::Tokens(n) => Counted {
                 raw: n,
@@ -174,7 +165,7 @@ impl<S: Store> Engine<S> {
                     user: scope.1.as_ref(),
                 };
                 out.limits = match self
-                    .guarded("status", self.store.status(status, &levels))
+                    .guarded("status", self.store.status(status, &levels, false))
                     .await
                 {
                     Ok(readings) => decision::limit_states(&levels, &readings),
@@ -198,19 +189,30 @@ impl<S: Store> Engine<S> {
             _ => None,
         };
         let mut plan = plan;
-        let (reply, attempted) = self
-            .guarded_attempt("reserve", self.store.reserve(&plan))
-            .await;
-        if attempted
-            && matches!(reply, Err(StoreError::Unanswered(_)))
-            && plan.idempotency_key.is_none()
-        {
-            // The script may have run, or still run (a frozen store runs it
-            // when it wakes): the caller will not get this reservation, so
-            // cancel it. A store that answered with an error ran nothing.
-            let life = plan.lease_ttl_ms + self.settings.retention.record_ms;
-            self.cancels
-                .push(plan.id.clone(), std::time::Duration::from_millis(life));
+        // Until the caller has its answer, a reservation the store may have
+        // made is cancelled if this call is dropped (a client deadline, a
+        // reset stream); with an idempotency key, the caller's retry returns it.
+        let life =
+            std::time::Duration::from_millis(plan.lease_ttl_ms + self.settings.retention.record_ms);
+        let mut guard = self
+            .cancels
+            .guard(plan.id.clone(), life, plan.idempotency_key.is_none());
+        let reply = self.guarded("reserve", self.store.reserve(&plan)).await;
+        match &reply {
+            Ok(ReserveReply::Allowed { .. }) => {}
+            Err(StoreError::Unanswered(_) | StoreError::Protocol(_)) => {
+                // The script may have run, or still run (a frozen store runs
+                // it when it wakes), and the caller will not get the
+                // reservation: cancel it. Under fail_closed a caller with an
+                // idempotency key retries with it and gets it back instead.
+                if plan.idempotency_key.is_none() || self.policy() != FailurePolicy::FailClosed {
+                    self.cancels.push(plan.id.clone(), life);
+                }
+                guard.disarm();
+            }
+            // Refused by the breaker, or answered with an error (nothing ran),
+            // or nothing new was reserved.
+            _ => guard.disarm(),
         }
         let reply = match reply {
             Err(e) if e.is_transient() && self.policy() != FailurePolicy::FailClosed => {
@@ -328,6 +330,7 @@ impl<S: Store> Engine<S> {
         {
             telemetry::global_leases_active(global.limit as i64 - global.remaining);
         }
+        guard.disarm();
         Ok(out)
     }
 

@@ -7,7 +7,7 @@ use super::{Engine, EngineError};
 use crate::config::FailurePolicy;
 use crate::domain::decision::{self, LimitState};
 use crate::domain::plan;
-use crate::domain::{InvalidInput, Level, Reading, TenantId, UserId};
+use crate::domain::{Level, Reading, TenantId, UserId};
 use crate::store::{Scope, Store, StoreError};
 
 /// Live leases at one level.
@@ -56,20 +56,14 @@ impl<S: Store> Engine<S> {
         tier: &str,
     ) -> Result<StatusOutcome, EngineError> {
         let limits = self.limits();
-        let tier = limits.resolve(tier, tenant.as_str()).ok_or_else(|| {
-            InvalidInput::new(
-                "tier",
-                format!(
-                    "unknown tier {tier:?}; known tiers: {}",
-                    limits.tier_names()
-                ),
-            )
-        })?;
+        let tier = limits
+            .resolve(tier, tenant.as_str())
+            .ok_or_else(|| self.unknown_tier(tier, &limits))?;
         let levels = plan::levels(&limits, Some(&tier), user.is_some(), false);
         let scope = Scope { tenant, user };
         let mut degraded = false;
         let (levels, readings) = match self
-            .guarded("status", self.store.status(scope, &levels))
+            .guarded("status", self.store.status(scope, &levels, true))
             .await
         {
             Ok(readings) => (levels, readings),
@@ -83,7 +77,7 @@ impl<S: Store> Engine<S> {
                         .map(|l| l.scaled(self.settings.replicas))
                         .collect(),
                 };
-                let readings = self.local.status(scope, &local).await?;
+                let readings = self.local.status(scope, &local, true).await?;
                 (local, readings)
             }
             Err(e) => return Err(e.into()),

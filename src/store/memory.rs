@@ -477,7 +477,7 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// status.lua.
-    fn status_now(&self, scope: Scope<'_>, levels: &[LevelPlan]) -> Readings {
+    fn status_now(&self, scope: Scope<'_>, levels: &[LevelPlan], exact: bool) -> Readings {
         let now_us = self.clock.now_us();
         let now = now_us as f64;
         let mut d = self.lock(now_us);
@@ -488,8 +488,15 @@ impl<C: Clock> MemoryStore<C> {
             let entry = d.level_get(&key, now_us);
             let live = entry
                 .as_ref()
-                // status.lua: a level holding leases is read whole.
-                .filter(|e| lp.concurrency.is_some() && e.state.n > 0.0)
+                // status.lua: read whole when exact and small, or once the
+                // earliest expiry has passed.
+                .filter(|e| {
+                    let s = &e.state;
+                    lp.concurrency.is_some()
+                        && s.n > 0.0
+                        && ((exact && s.n <= super::EXACT_LEASES as f64)
+                            || (s.e > 0.0 && now >= s.e))
+                })
                 .map(|e| e.live_leases(now));
             states.push(entry.map(|e| e.state.clone()));
             leases.push(live);
@@ -610,8 +617,13 @@ impl<C: Clock + Clone> Store for MemoryStore<C> {
         Ok(self.renew_now(s, ttl_ms))
     }
 
-    async fn status(&self, scope: Scope<'_>, levels: &[LevelPlan]) -> Result<Readings, StoreError> {
-        Ok(self.status_now(scope, levels))
+    async fn status(
+        &self,
+        scope: Scope<'_>,
+        levels: &[LevelPlan],
+        exact: bool,
+    ) -> Result<Readings, StoreError> {
+        Ok(self.status_now(scope, levels, exact))
     }
 
     fn shadow(&self) -> Self {

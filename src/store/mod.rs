@@ -14,6 +14,10 @@ pub mod state;
 use crate::domain::{Level, LevelPlan, Readings, ReservationId, ReservePlan, TenantId, UserId};
 use std::future::Future;
 
+/// The most leases a level may hold for an exact status read to scan it
+/// (status.lua's EXACT): the scan costs Redis CPU per lease, on one thread.
+pub const EXACT_LEASES: u64 = 64;
+
 /// How long settled and idempotent state is kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Retention {
@@ -230,10 +234,14 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<RenewReply, StoreError>> + Send;
 
     /// Reads the levels of `scope` without changing anything.
+    /// With `exact`, a level of at most [`EXACT_LEASES`] leases is read whole
+    /// for its real earliest lease expiry (GetStatus); otherwise that expiry
+    /// may be a lower bound (cheap: refusals read limits this way).
     fn status(
         &self,
         scope: Scope<'_>,
         levels: &[LevelPlan],
+        exact: bool,
     ) -> impl Future<Output = Result<Readings, StoreError>> + Send;
 
     /// The estimator samples (actual ÷ estimated prompt tokens, newest first)

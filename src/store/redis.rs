@@ -623,7 +623,12 @@ impl Store for RedisStore {
         })
     }
 
-    async fn status(&self, scope: Scope<'_>, levels: &[LevelPlan]) -> Result<Readings, StoreError> {
+    async fn status(
+        &self,
+        scope: Scope<'_>,
+        levels: &[LevelPlan],
+        exact: bool,
+    ) -> Result<Readings, StoreError> {
         let mut inv = self.status.prepare_invoke();
         for lp in levels {
             inv.key(self.keys.level(lp.level, scope.tenant, scope.user));
@@ -633,7 +638,9 @@ impl Store for RedisStore {
         for lp in levels {
             spec.push(lp.concurrency.map_or(-1.0, |c| c as f64));
         }
-        inv.arg(&spec.0).arg(DOUBLES);
+        inv.arg(&spec.0)
+            .arg(DOUBLES)
+            .arg(if exact { "1" } else { "0" });
         let reply = self.run(&inv).await?;
         let now = int_at(&reply, 0)? as f64;
         let mut states = Vec::with_capacity(levels.len());
@@ -806,12 +813,30 @@ fn unavailable(url: &str, e: RedisError) -> StoreError {
 /// How a Redis error becomes a store error.
 type Classify = fn(&str, RedisError) -> StoreError;
 
-/// For the start-up checks: only "not there (yet)" is transient — refused,
-/// timed out, dropped, or Redis still loading; an answer that refuses the
-/// service (authentication, TLS, a command it does not know) means the
+/// For the start-up checks: "not there (yet)" is transient — any network
+/// failure (refused, timed out, dropped, a name that does not resolve yet, no
+/// route), or Redis still loading; Redis refusing the service (a wrong
+/// password, a TLS handshake it rejects, a command it does not know) means the
 /// settings are wrong.
 fn classify_answered(url: &str, e: RedisError) -> StoreError {
-    let not_there = e.is_connection_refusal()
+    use std::io::ErrorKind;
+    // A TLS failure surfaces as a rustls error, or an I/O error of kind
+    // InvalidData, somewhere in the error's chain.
+    let mut tls_refused = false;
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        // redis-rs keeps its cause in an Arc: look inside it too.
+        let io = s.downcast_ref::<std::io::Error>().or_else(|| {
+            s.downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>()
+                .and_then(|b| b.downcast_ref::<std::io::Error>())
+        });
+        tls_refused |= s.is::<rustls::Error>()
+            || io.is_some_and(|io| {
+                matches!(io.kind(), ErrorKind::InvalidData | ErrorKind::InvalidInput)
+            });
+        source = s.source();
+    }
+    let not_there = (e.is_io_error() && !tls_refused)
         || e.is_timeout()
         || e.is_connection_dropped()
         || matches!(
@@ -875,7 +900,33 @@ pub fn redact_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact_url;
+    use super::{classify_answered, redact_url};
+    use crate::store::StoreError;
+    use redis::RedisError;
+    use std::io::{Error, ErrorKind};
+
+    #[test]
+    fn at_start_up_only_a_refusal_is_a_settings_error() {
+        let io = |kind, what: &str| RedisError::from(Error::new(kind, what.to_string()));
+        for absent in [
+            io(ErrorKind::ConnectionRefused, "connection refused"),
+            io(ErrorKind::Other, "failed to lookup address information"),
+            io(ErrorKind::HostUnreachable, "no route to host"),
+            io(ErrorKind::TimedOut, "timed out"),
+        ] {
+            let e = classify_answered("redis://h:1", absent);
+            assert!(matches!(e, StoreError::Unavailable(_)), "transient: {e}");
+        }
+        let tls = io(
+            ErrorKind::InvalidData,
+            "received fatal alert: CertificateRequired",
+        );
+        let e = classify_answered("redis://h:1", tls);
+        assert!(matches!(e, StoreError::Settings(_)), "TLS refused: {e}");
+        let auth = RedisError::from((redis::ErrorKind::AuthenticationFailed, "wrong password"));
+        let e = classify_answered("redis://h:1", auth);
+        assert!(matches!(e, StoreError::Settings(_)), "auth refused: {e}");
+    }
 
     #[test]
     fn passwords_never_reach_logs() {
