@@ -22,8 +22,9 @@ echo "test.sh: $(redis-server --version)"
 cargo fmt --all -- --check
 
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --all-targets --no-fail-fast
+  # Doc tests first: the run then closes on nextest's summary of every test.
   cargo test --doc
+  cargo nextest run --all-targets --no-fail-fast
 else
   cargo test --all-targets --no-fail-fast
 fi
