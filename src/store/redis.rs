@@ -7,20 +7,31 @@
 //! (`pool = "deadpool"`), checks every connection out with a PING, one extra round
 //! trip per call; `ctxbudget bench` measures both. Scripts are loaded at connect
 //! time and re-loaded transparently on NOSCRIPT (Redis restarted or flushed) by
-//! [`redis::Script::invoke_async`].
+//! [`redis::Script::invoke_async`]. A Redis that does not answer at start-up
+//! is no error: connections are made lazily and the breaker's probe checks it.
+//!
+//! - [`errors`]: Redis errors as store errors (transient, maybe applied, wrong settings).
+//! - [`wire`]: the scripts' argument encoding and reply decoding.
+
+mod errors;
+mod wire;
+
+pub use errors::redact_url;
 
 use super::keys::{Keys, lease_field};
-use super::state::{self, LevelState, bucket_id};
+use super::state;
 use super::{
     Reclaimed, RenewReply, ReserveReply, Retention, Scope, SettleReply, Settled, Settlement, Store,
     StoreError, scripts,
 };
 use crate::domain::{LevelPlan, Readings, ReservePlan};
+use errors::{Classify, classify, classify_answered, pool_error};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, RedisError, Script, ScriptInvocation, Value};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
+use wire::{DOUBLES, Spec, doubles, int_at, record_tail, state_at, string_at, unexpected};
 
 /// How the service holds its Redis connections.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -416,52 +427,6 @@ impl RedisStore {
     }
 }
 
-/// `'<'` and enough `'d'`s for any spec or state: scripts slice struct formats from it.
-const DOUBLES: &str = concat!(
-    "<dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd",
-    "dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd",
-    "dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd",
-    "dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd"
-);
-
-/// The struct format of `n` doubles.
-fn doubles(n: usize) -> &'static str {
-    &DOUBLES[..(n + 1).min(DOUBLES.len())]
-}
-
-/// Little-endian doubles, the way every script takes its numbers.
-#[derive(Default)]
-struct Spec(Vec<u8>);
-
-impl Spec {
-    fn push(&mut self, v: f64) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-
-    fn count(&self) -> usize {
-        self.0.len() / 8
-    }
-
-    /// Appends `id, limit` per bucket.
-    fn buckets(&mut self, lp: &LevelPlan) -> &mut Self {
-        for b in &lp.buckets {
-            self.push(bucket_id(b)).push(b.limit as f64);
-        }
-        self
-    }
-}
-
-/// The 25-byte record tail: lease mask, owner tag, fingerprint, settled amount 0.0.
-fn record_tail(plan: &ReservePlan) -> Vec<u8> {
-    let mut tail = Vec::with_capacity(25);
-    tail.push(plan.lease_mask());
-    tail.extend_from_slice(&plan.id.owner_tag().to_le_bytes());
-    tail.extend_from_slice(&plan.fingerprint.to_le_bytes());
-    tail.extend_from_slice(&0f64.to_le_bytes());
-    tail
-}
-
 impl Store for RedisStore {
     async fn reserve(&self, plan: &ReservePlan) -> Result<ReserveReply, StoreError> {
         let id = &plan.id;
@@ -764,177 +729,5 @@ where
             return Err(err);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn state_at(values: &[Value], i: usize) -> Result<Option<LevelState>, StoreError> {
-    match values.get(i) {
-        Some(Value::BulkString(b)) => LevelState::decode(b).map_err(StoreError::Protocol),
-        other => Err(StoreError::Protocol(format!(
-            "expected a level state at position {i} of the script reply, got {other:?}"
-        ))),
-    }
-}
-
-fn int_at(values: &[Value], i: usize) -> Result<i64, StoreError> {
-    match values.get(i) {
-        Some(Value::Int(n)) => Ok(*n),
-        other => Err(StoreError::Protocol(format!(
-            "expected an integer at position {i} of the script reply, got {other:?}"
-        ))),
-    }
-}
-
-fn string_at(values: &[Value], i: usize) -> Result<String, StoreError> {
-    match values.get(i) {
-        Some(Value::BulkString(b)) => Ok(String::from_utf8_lossy(b).into_owned()),
-        Some(Value::SimpleString(s)) => Ok(s.clone()),
-        other => Err(StoreError::Protocol(format!(
-            "expected a string at position {i} of the script reply, got {other:?}"
-        ))),
-    }
-}
-
-fn unexpected(script: &str, tag: i64) -> StoreError {
-    StoreError::Protocol(format!("{script}.lua returned the unknown tag {tag}"))
-}
-
-fn pool_error(e: deadpool_redis::PoolError) -> RedisError {
-    match e {
-        deadpool_redis::PoolError::Backend(e) => e,
-        other => RedisError::from(std::io::Error::other(other.to_string())),
-    }
-}
-
-fn unavailable(url: &str, e: RedisError) -> StoreError {
-    StoreError::Unavailable(format!("{url}: {e}"))
-}
-
-/// How a Redis error becomes a store error.
-type Classify = fn(&str, RedisError) -> StoreError;
-
-/// For the start-up checks: "not there (yet)" is transient — any network
-/// failure (refused, timed out, dropped, a name that does not resolve yet, no
-/// route), or Redis still loading; Redis refusing the service (a wrong
-/// password, a TLS handshake it rejects, a command it does not know) means the
-/// settings are wrong.
-fn classify_answered(url: &str, e: RedisError) -> StoreError {
-    use std::io::ErrorKind;
-    // A TLS failure surfaces as a rustls error, or an I/O error of kind
-    // InvalidData, somewhere in the error's chain.
-    let mut tls_refused = false;
-    let mut source = std::error::Error::source(&e);
-    while let Some(s) = source {
-        // redis-rs keeps its cause in an Arc: look inside it too.
-        let io = s.downcast_ref::<std::io::Error>().or_else(|| {
-            s.downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>()
-                .and_then(|b| b.downcast_ref::<std::io::Error>())
-        });
-        tls_refused |= s.is::<rustls::Error>()
-            || io.is_some_and(|io| {
-                matches!(io.kind(), ErrorKind::InvalidData | ErrorKind::InvalidInput)
-            });
-        source = s.source();
-    }
-    let not_there = (e.is_io_error() && !tls_refused)
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || matches!(
-            e.code(),
-            Some("LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN")
-        );
-    if not_there {
-        unavailable(url, e)
-    } else {
-        StoreError::Settings(format!("{url} refused the service: {e}"))
-    }
-}
-
-/// Transient failures are `Unanswered` when the call may have reached Redis
-/// (a timeout, a dropped connection) and `Unavailable` when it cannot have
-/// (refused, or Redis answered with an error: loading, out of memory…);
-/// anything else means foreign data or a bug.
-fn classify(url: &str, e: RedisError) -> StoreError {
-    if e.is_io_error() && !e.is_connection_refusal() {
-        return StoreError::Unanswered(format!("{url}: {e}"));
-    }
-    let transient = e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_refusal()
-        || e.is_connection_dropped()
-        || matches!(
-            e.code(),
-            Some(
-                "LOADING"
-                    | "BUSY"
-                    | "OOM"
-                    | "MASTERDOWN"
-                    | "TRYAGAIN"
-                    | "CLUSTERDOWN"
-                    | "READONLY"
-                    | "NOAUTH"
-                    | "WRONGPASS"
-                    | "MISCONF"
-            )
-        );
-    if transient {
-        unavailable(url, e)
-    } else {
-        StoreError::Protocol(format!("{url}: {e}"))
-    }
-}
-
-/// The URL with any password replaced by `***`, for logs and errors.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return "<unparsable redis url>".into();
-    };
-    match rest.rsplit_once('@') {
-        Some((auth, host)) => {
-            let user = auth.split_once(':').map_or("", |(u, _)| u);
-            format!("{scheme}://{user}:***@{host}")
-        }
-        None => url.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{classify_answered, redact_url};
-    use crate::store::StoreError;
-    use redis::RedisError;
-    use std::io::{Error, ErrorKind};
-
-    #[test]
-    fn at_start_up_only_a_refusal_is_a_settings_error() {
-        let io = |kind, what: &str| RedisError::from(Error::new(kind, what.to_string()));
-        for absent in [
-            io(ErrorKind::ConnectionRefused, "connection refused"),
-            io(ErrorKind::Other, "failed to lookup address information"),
-            io(ErrorKind::HostUnreachable, "no route to host"),
-            io(ErrorKind::TimedOut, "timed out"),
-        ] {
-            let e = classify_answered("redis://h:1", absent);
-            assert!(matches!(e, StoreError::Unavailable(_)), "transient: {e}");
-        }
-        let tls = io(
-            ErrorKind::InvalidData,
-            "received fatal alert: CertificateRequired",
-        );
-        let e = classify_answered("redis://h:1", tls);
-        assert!(matches!(e, StoreError::Settings(_)), "TLS refused: {e}");
-        let auth = RedisError::from((redis::ErrorKind::AuthenticationFailed, "wrong password"));
-        let e = classify_answered("redis://h:1", auth);
-        assert!(matches!(e, StoreError::Settings(_)), "auth refused: {e}");
-    }
-
-    #[test]
-    fn passwords_never_reach_logs() {
-        assert_eq!(
-            redact_url("redis://:s3cret@h:6379/0"),
-            "redis://:***@h:6379/0"
-        );
-        assert_eq!(redact_url("rediss://app:p@ss@h:1"), "rediss://app:***@h:1");
-        assert_eq!(redact_url("redis://h:1"), "redis://h:1");
     }
 }

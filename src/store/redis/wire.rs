@@ -1,0 +1,87 @@
+//! How numbers and records travel to the scripts and back: little-endian
+//! doubles and struct formats (the scripts never parse decimals), the
+//! reservation record's tail, and the typed reading of a script's reply.
+
+use crate::domain::{LevelPlan, ReservePlan};
+use crate::store::StoreError;
+use crate::store::state::LevelState;
+use crate::store::state::bucket_id;
+use redis::Value;
+
+/// `'<'` and enough `'d'`s for any spec or state: scripts slice struct formats from it.
+pub(super) const DOUBLES: &str = concat!(
+    "<dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd",
+    "dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd",
+    "dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd",
+    "dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd"
+);
+
+/// The struct format of `n` doubles.
+pub(super) fn doubles(n: usize) -> &'static str {
+    &DOUBLES[..(n + 1).min(DOUBLES.len())]
+}
+
+/// Little-endian doubles, the way every script takes its numbers.
+#[derive(Default)]
+pub(super) struct Spec(pub(super) Vec<u8>);
+
+impl Spec {
+    pub(super) fn push(&mut self, v: f64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+
+    pub(super) fn count(&self) -> usize {
+        self.0.len() / 8
+    }
+
+    /// Appends `id, limit` per bucket.
+    pub(super) fn buckets(&mut self, lp: &LevelPlan) -> &mut Self {
+        for b in &lp.buckets {
+            self.push(bucket_id(b)).push(b.limit as f64);
+        }
+        self
+    }
+}
+
+/// The 25-byte record tail: lease mask, owner tag, fingerprint, settled amount 0.0.
+pub(super) fn record_tail(plan: &ReservePlan) -> Vec<u8> {
+    let mut tail = Vec::with_capacity(25);
+    tail.push(plan.lease_mask());
+    tail.extend_from_slice(&plan.id.owner_tag().to_le_bytes());
+    tail.extend_from_slice(&plan.fingerprint.to_le_bytes());
+    tail.extend_from_slice(&0f64.to_le_bytes());
+    tail
+}
+
+pub(super) fn state_at(values: &[Value], i: usize) -> Result<Option<LevelState>, StoreError> {
+    match values.get(i) {
+        Some(Value::BulkString(b)) => LevelState::decode(b).map_err(StoreError::Protocol),
+        other => Err(StoreError::Protocol(format!(
+            "expected a level state at position {i} of the script reply, got {other:?}"
+        ))),
+    }
+}
+
+pub(super) fn int_at(values: &[Value], i: usize) -> Result<i64, StoreError> {
+    match values.get(i) {
+        Some(Value::Int(n)) => Ok(*n),
+        other => Err(StoreError::Protocol(format!(
+            "expected an integer at position {i} of the script reply, got {other:?}"
+        ))),
+    }
+}
+
+pub(super) fn string_at(values: &[Value], i: usize) -> Result<String, StoreError> {
+    match values.get(i) {
+        Some(Value::BulkString(b)) => Ok(String::from_utf8_lossy(b).into_owned()),
+        Some(Value::SimpleString(s)) => Ok(s.clone()),
+        other => Err(StoreError::Protocol(format!(
+            "expected a string at position {i} of the script reply, got {other:?}"
+        ))),
+    }
+}
+
+pub(super) fn unexpected(script: &str, tag: i64) -> StoreError {
+    StoreError::Protocol(format!("{script}.lua returned the unknown tag {tag}"))
+}
