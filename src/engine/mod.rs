@@ -6,6 +6,8 @@
 //! - [`settle`]: Commit, Refund, RenewLease.
 //! - [`shadow`]: quotas in shadow, evaluated and reported but never enforced.
 //! - [`status`]: GetStatus and the estimator's state, and its refresh.
+//! - [`breaker`]: the circuit breaker in front of the store, and its probe.
+//! - [`cancel`]: cancelling reservations their caller never received.
 
 mod breaker;
 mod cancel;
