@@ -4,7 +4,7 @@ use clap::Parser;
 
 /// mimalloc instead of the system allocator: every RPC allocates (HTTP/2 frames,
 /// protobuf messages, script arguments), and glibc malloc took about a fifth of
-/// the service's CPU under load (`ctxbudget bench`, README).
+/// the service's CPU under load (`ctxbudget bench`, docs/benchmarks.md).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

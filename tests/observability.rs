@@ -1,5 +1,5 @@
 //! What operators see: every metric the service defines is exported on
-//! `/metrics` and documented in the README; JSON logs name the reservation on
+//! `/metrics` and documented in docs/operations.md; JSON logs name the reservation on
 //! every line about one, and never hold a prompt's text.
 
 mod support;
@@ -57,12 +57,12 @@ fn defined_metrics() -> Vec<String> {
 }
 
 #[test]
-fn every_metric_is_documented_in_the_readme() {
-    let readme = include_str!("../README.md");
+fn every_metric_is_documented_in_the_operations_page() {
+    let readme = include_str!("../docs/operations.md");
     for name in defined_metrics() {
         assert!(
             readme.contains(&format!("`{name}`")),
-            "README lacks `{name}`"
+            "docs/operations.md lacks `{name}`"
         );
     }
 }
