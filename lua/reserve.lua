@@ -101,10 +101,10 @@ for i = 1, nlev do
   for b = 1, nb do
     local q = p + 2 + (b - 1) * 2
     local id, lim = spec[q], spec[q + 1]
-    local k = 4 + (b - 1) * 3
+    local k = FIRST_BUCKET + (b - 1) * BUCKET_WIDTH
     if s[k] ~= id then
       k = nil
-      for j = 4, ns - 2, 3 do
+      for j = FIRST_BUCKET, ns - 2, BUCKET_WIDTH do
         if s[j] == id then k = j break end
       end
     end
@@ -212,15 +212,15 @@ for i = 1, nlev do
     if s[2] == 0 or exp < s[2] then s[2] = exp end
     if lease_ttl > ttl then ttl = lease_ttl end
   end
-  if (#s - 3) / 3 - nb > MAX_FOREIGN then
+  if (#s - FIRST_BUCKET + 1) / BUCKET_WIDTH - nb > MAX_FOREIGN then
     -- Keep this call's buckets (time = now) and the most recently used others.
     local ts = {}
-    for j = 4, #s - 2, 3 do
+    for j = FIRST_BUCKET, #s - 2, BUCKET_WIDTH do
       if s[j + 2] ~= now then ts[#ts + 1] = s[j + 2] end
     end
     table.sort(ts, function(a, b) return a > b end)
     local cutoff, kept = ts[MAX_FOREIGN], {s[1], s[2], s[3]}
-    for j = 4, #s - 2, 3 do
+    for j = FIRST_BUCKET, #s - 2, BUCKET_WIDTH do
       if s[j + 2] == now or s[j + 2] >= cutoff then
         kept[#kept + 1], kept[#kept + 2], kept[#kept + 3] = s[j], s[j + 1], s[j + 2]
       end

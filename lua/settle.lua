@@ -88,7 +88,7 @@ for i = 1, nlev do
       if id >= TOKENS_FROM then d = dtok end
       if d ~= 0 then
         local k
-        for j = 4, #s - 2, 3 do
+        for j = FIRST_BUCKET, #s - 2, BUCKET_WIDTH do
           if s[j] == id then k = j break end
         end
         local l = lim

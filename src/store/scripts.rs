@@ -16,3 +16,61 @@ pub const STATUS: &str = include_str!(concat!(env!("OUT_DIR"), "/status.lua"));
 pub const CONFIG_SET: &str = include_str!("../../lua/config_set.lua");
 /// Seeds the configuration when Redis holds no tier.
 pub const CONFIG_SEED: &str = include_str!("../../lua/config_seed.lua");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::budget::layout::SERVER_CLOCK;
+
+    /// Every name in capitals a budget script uses is a local it declares (the
+    /// prelude's constants, or its own): Redis refuses an undeclared global
+    /// only when that line runs, perhaps in production.
+    #[test]
+    fn every_constant_a_budget_script_uses_is_declared() {
+        for (name, script) in [
+            ("reserve", RESERVE),
+            ("settle", SETTLE),
+            ("renew", RENEW),
+            ("status", STATUS),
+        ] {
+            assert!(
+                script.starts_with("#!lua"),
+                "{name}: the shebang stays first"
+            );
+            assert!(
+                script.contains(SERVER_CLOCK),
+                "{name}: the clock is in the prelude"
+            );
+            let code: String = script
+                .lines()
+                .map(|l| l.split("--").next().unwrap_or(""))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let code = strip_strings(&code);
+            for word in code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                let constant = word.len() > 1
+                    && word.starts_with(|c: char| c.is_ascii_uppercase())
+                    && word.chars().all(|c| c.is_ascii_uppercase() || c == '_');
+                if constant && !matches!(word, "KEYS" | "ARGV") {
+                    assert!(
+                        code.contains(&format!("local {word} =")),
+                        "{name}.lua uses {word} without declaring it"
+                    );
+                }
+            }
+        }
+    }
+
+    /// `code` with the contents of its '…' string literals blanked.
+    fn strip_strings(code: &str) -> String {
+        let mut inside = false;
+        code.chars()
+            .map(|c| {
+                if c == '\'' {
+                    inside = !inside;
+                }
+                if inside && c != '\'' { ' ' } else { c }
+            })
+            .collect()
+    }
+}

@@ -34,6 +34,13 @@ pub const REQUESTS_DIMENSION: f64 = 1.0;
 /// DIMENSION_SCALE` up are token buckets.
 pub const TOKENS_DIMENSION: f64 = 2.0;
 
+/// A level state is little-endian doubles: this many first (`n` live leases,
+/// `e` earliest lease expiry, `x` the key's expiry; Lua's `s[1]`, `s[2]`,
+/// `s[3]`), then [`BUCKET_WIDTH`] per bucket.
+pub const STATE_HEAD: usize = 3;
+/// Doubles per bucket in a level state: id, level, time of level.
+pub const BUCKET_WIDTH: usize = 3;
+
 /// A reservation record, byte by byte (1-based offsets, as Lua's `string.sub`
 /// counts): state, cost, lease expiry | lease mask, owner tag, fingerprint,
 /// settled amount (the tail the caller sends) | estimated prompt tokens.
@@ -71,6 +78,8 @@ pub const LUA_CONSTANTS: &[(&str, f64)] = &[
     ("RECLAIM_BITS", RECLAIM_BITS as f64),
     ("SAMPLES_TTL_MS", SAMPLES_TTL_MS as f64),
     ("EXACT_LEASES", EXACT_LEASES as f64),
+    ("FIRST_BUCKET", (STATE_HEAD + 1) as f64),
+    ("BUCKET_WIDTH", BUCKET_WIDTH as f64),
     ("DIM", DIMENSION_SCALE),
     ("TOKENS_FROM", TOKENS_DIMENSION * DIMENSION_SCALE),
     ("REC_COST", REC_COST as f64),

@@ -12,7 +12,9 @@
 //! - Buckets the current configuration does not name stay in the state untouched
 //!   (another replica may still use them during a configuration rollout).
 
-use super::layout::{DIMENSION_SCALE, REQUESTS_DIMENSION, TOKENS_DIMENSION};
+use super::layout::{
+    BUCKET_WIDTH, DIMENSION_SCALE, REQUESTS_DIMENSION, STATE_HEAD, TOKENS_DIMENSION,
+};
 use crate::domain::bucket::to_milli;
 use crate::domain::{BucketSpec, Dimension, LevelPlan, Reading, Readings};
 
@@ -56,7 +58,10 @@ impl LevelState {
             return Ok(None);
         }
         let doubles = bytes.len() / 8;
-        if !bytes.len().is_multiple_of(8) || doubles < 3 || !(doubles - 3).is_multiple_of(3) {
+        if !bytes.len().is_multiple_of(8)
+            || doubles < STATE_HEAD
+            || !(doubles - STATE_HEAD).is_multiple_of(BUCKET_WIDTH)
+        {
             return Err(format!(
                 "level state of {} bytes is not n, e, x and buckets",
                 bytes.len()
@@ -70,8 +75,8 @@ impl LevelState {
             n: d[0],
             e: d[1],
             x: d[2],
-            buckets: d[3..]
-                .chunks_exact(3)
+            buckets: d[STATE_HEAD..]
+                .chunks_exact(BUCKET_WIDTH)
                 .map(|b| BucketState {
                     id: b[0],
                     level: b[1],
@@ -83,7 +88,7 @@ impl LevelState {
 
     /// Packs the state as the scripts store it.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(24 + 24 * self.buckets.len());
+        let mut out = Vec::with_capacity(8 * (STATE_HEAD + BUCKET_WIDTH * self.buckets.len()));
         for v in [self.n, self.e, self.x] {
             out.extend_from_slice(&v.to_le_bytes());
         }
