@@ -267,3 +267,111 @@ fn drop_foreign(s: &mut LevelState, known: usize, now: f64) {
     let cutoff = times[MAX_FOREIGN - 1];
     s.buckets.retain(|b| b.t == now || b.t >= cutoff);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::budget::layout::RECLAIM_CAP;
+    use crate::domain::{BucketSpec, Level, LevelPlan, ReservationId, TenantId};
+
+    const NOW: i64 = 1_800_000_000_000_000;
+
+    fn plan(concurrency: Option<u64>, tokens: u64, prompt: u64, max: u64, min: u64) -> ReservePlan {
+        let tpm = BucketSpec {
+            level: Level::Tenant,
+            dimension: Dimension::Tokens,
+            limit: tokens,
+            period_secs: 60,
+        };
+        ReservePlan {
+            id: ReservationId::generate(TenantId::parse("t").unwrap(), None, "p".into(), "".into()),
+            levels: vec![LevelPlan {
+                level: Level::Tenant,
+                buckets: vec![tpm],
+                concurrency,
+            }],
+            prompt_tokens: prompt,
+            max_output_tokens: max,
+            min_output_tokens: min,
+            estimated_prompt_tokens: 0,
+            lease_ttl_ms: 1000,
+            idempotency_key: None,
+            fingerprint: 7,
+        }
+    }
+
+    fn retention() -> Retention {
+        Retention {
+            record_ms: 60_000,
+            idempotency_ms: 60_000,
+            samples: 8,
+        }
+    }
+
+    #[test]
+    fn output_is_reduced_to_what_fits_and_a_min_above_it_denies_without_writing() {
+        let mut levels = vec![None];
+        let out = reserve(
+            NOW,
+            &plan(None, 100, 30, 200, 10),
+            None,
+            &mut levels,
+            "#a",
+            &retention(),
+        );
+        let ReserveReply::Allowed { granted_output, .. } = out.reply else {
+            panic!("{:?}", out.reply)
+        };
+        assert_eq!(granted_output, 70);
+        assert_eq!(
+            out.record.map(|(r, ttl)| (r.cost, ttl)),
+            Some((100.0, 61_000))
+        );
+        let level = levels[0].clone().expect("written");
+        assert_eq!(level.state.buckets[0].level, 0.0);
+
+        let out = reserve(
+            NOW,
+            &plan(None, 100, 1, 200, 10),
+            None,
+            &mut levels,
+            "#b",
+            &retention(),
+        );
+        assert!(matches!(
+            out.reply,
+            ReserveReply::Denied { denied_mask: 1, .. }
+        ));
+        assert!(out.record.is_none());
+        assert_eq!(levels[0].as_ref(), Some(&level), "a denial writes nothing");
+    }
+
+    #[test]
+    fn reclaimed_leases_are_counted_up_to_the_cap_the_scripts_pack() {
+        let lapsed = NOW as f64 - 1.0;
+        let mut stored = StoredLevel::default();
+        stored.state.n = (RECLAIM_CAP + 5) as f64;
+        stored.state.e = lapsed;
+        stored.state.x = NOW as f64 + 1e9;
+        stored.expires_at_us = NOW + 1_000_000_000;
+        for i in 0..RECLAIM_CAP + 5 {
+            stored.leases.insert(format!("#{i}"), lapsed);
+        }
+        let mut levels = vec![Some(stored)];
+        let out = reserve(
+            NOW,
+            &plan(Some(1), 100, 1, 1, 1),
+            None,
+            &mut levels,
+            "#new",
+            &retention(),
+        );
+        assert_eq!(out.reply.reclaimed().at(Level::Tenant), RECLAIM_CAP);
+        let level = levels[0].as_ref().unwrap();
+        assert_eq!(
+            (level.state.n, level.leases.len()),
+            (1.0, 1),
+            "every lapsed lease went"
+        );
+    }
+}
