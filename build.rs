@@ -1,8 +1,18 @@
-//! Compiles `proto/` with protox (pure Rust, so no system `protoc` is needed) and
-//! writes the encoded descriptor set that gRPC server reflection serves.
+//! Compiles `proto/` with protox (pure Rust, so no system `protoc` is needed),
+//! writes the encoded descriptor set that gRPC server reflection serves, and
+//! gives each budget script in `lua/` its prelude: the constants of
+//! `src/domain/budget/layout.rs` (the Rust algorithm's own) and the clock.
 
 use prost::Message;
+use std::fmt::Write as _;
 use std::{env, fs, path::PathBuf};
+
+#[path = "src/domain/budget/layout.rs"]
+#[allow(dead_code)]
+mod layout;
+
+/// The scripts that run the budget algorithm.
+const BUDGET_SCRIPTS: [&str; 4] = ["reserve", "settle", "renew", "status"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto = "proto/ctxbudget/v1/budget.proto";
@@ -11,8 +21,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={}", script?.path().display());
     }
 
-    let fds = protox::compile([proto], ["proto"])?;
+    println!("cargo:rerun-if-changed=src/domain/budget/layout.rs");
     let out = PathBuf::from(env::var("OUT_DIR")?);
+    for name in BUDGET_SCRIPTS {
+        let script = fs::read_to_string(format!("lua/{name}.lua"))?;
+        fs::write(
+            out.join(format!("{name}.lua")),
+            with_prelude(&script, name)?,
+        )?;
+    }
+
+    let fds = protox::compile([proto], ["proto"])?;
     fs::write(out.join("ctxbudget_descriptor.bin"), fds.encode_to_vec())?;
     tonic_prost_build::configure()
         // Undecodable requests are INVALID_ARGUMENT (see src/api/codec.rs).
@@ -21,4 +40,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .compile_fds(fds)?;
     Ok(())
+}
+
+/// `script` with the shared constants and the clock after its first line (the
+/// `#!lua` shebang must stay first).
+fn with_prelude(script: &str, name: &str) -> Result<String, Box<dyn std::error::Error>> {
+    let (shebang, body) = script
+        .split_once('\n')
+        .filter(|(first, _)| first.starts_with("#!lua"))
+        .ok_or_else(|| format!("lua/{name}.lua must open with a #!lua line"))?;
+    let mut out = format!("{shebang}\n-- prelude from src/domain/budget/layout.rs (build.rs)\n");
+    for (lua, value) in layout::LUA_CONSTANTS {
+        assert!(
+            value.fract() == 0.0 && value.abs() < 9e15,
+            "{lua} must be an exact integer"
+        );
+        writeln!(out, "local {lua} = {}", *value as i64)?;
+    }
+    for (lua, byte) in layout::LUA_STRINGS {
+        writeln!(out, "local {lua} = '{}'", char::from(*byte))?;
+    }
+    writeln!(out, "{}", layout::SERVER_CLOCK)?;
+    out.push_str(body);
+    Ok(out)
 }

@@ -12,25 +12,23 @@
 -- already lapsed (its slot is not re-taken); {-1} no such reservation.
 -- Every level is read before anything is written.
 
-local MAX_TTL = 7776000000000 -- 90 days in us
 local D = ARGV[5]
 local spec = {struct.unpack(string.sub(D, 1, #ARGV[1] / 8 + 1), ARGV[1])}
 local nlev, ttl = spec[1], spec[2]
 local rkey = KEYS[nlev + 1]
 local rec = redis.call('GET', rkey)
 if not rec then return {-1} end
-if string.sub(rec, 19, 26) ~= ARGV[4] then return {-1} end
-if string.sub(rec, 1, 1) ~= 'R' then return {0} end
+if string.sub(rec, REC_OWNER, REC_OWNER + 7) ~= ARGV[4] then return {-1} end
+if string.sub(rec, 1, 1) ~= RESERVED then return {0} end
 
-local clock = redis.call('TIME')
-local now = clock[1] * 1000000 + clock[2]
-local _, ex = struct.unpack('<dd', rec, 2)
+local now = clock_us()
+local _, ex = struct.unpack('<dd', rec, REC_COST)
 if ex <= now then return {2} end
 
 local exp = now + ttl
 local keep = ttl
 if keep > MAX_TTL then keep = MAX_TTL end
-local mask = string.byte(rec, 18)
+local mask = string.byte(rec, REC_MASK)
 local writes = {}
 for i = 1, nlev do
   if bit.band(mask, spec[2 + i]) ~= 0 and redis.call('HEXISTS', KEYS[i], ARGV[2]) == 1 then
@@ -43,7 +41,7 @@ for i = 1, nlev do
     -- A shorter lease may now be the earliest to lapse.
     local lower, grow = s[2] == 0 or exp < s[2], now + keep > s[3]
     if lower then s[2] = exp end
-    if grow then s[3] = now + 2 * keep + 1000000 end
+    if grow then s[3] = now + 2 * keep + TTL_SLACK end
     writes[#writes + 1] = {KEYS[i], lower or grow, struct.pack(string.sub(D, 1, #s + 1), unpack(s)), grow, s[3]}
   end
 end
@@ -62,6 +60,7 @@ for w = 1, #writes do
   end
 end
 local ms = ttl / 1000 + (-ttl / 1000) % 1
-redis.call('SET', rkey, 'R' .. string.sub(rec, 2, 9) .. expbin .. string.sub(rec, 18),
+redis.call('SET', rkey, RESERVED .. string.sub(rec, REC_COST, REC_LEASE_EXPIRY - 1) .. expbin
+  .. string.sub(rec, REC_MASK),
   'PX', ms + tonumber(ARGV[3]))
 return {1, ms}

@@ -49,10 +49,7 @@
 -- A key's life is capped at 90 days however deep its debt; a state keeps at
 -- most 16 buckets this call does not know (the most recently used).
 
-local MAX_TTL = 7776000000000 -- 90 days in us
-local MAX_FOREIGN = 16
-local clock = redis.call('TIME')
-local now = clock[1] * 1000000 + clock[2]
+local now = clock_us()
 local D = ARGV[6]
 local spec = {struct.unpack(ARGV[7], ARGV[1])}
 local nlev, prompt, max_out, min_out, lease_ttl = spec[1], spec[2], spec[3], spec[4], spec[5]
@@ -66,10 +63,13 @@ if ARGV[4] ~= '0' then
   if nonce then
     local rec = redis.call('GET', string.sub(KEYS[nlev + 1], 1, -23) .. nonce)
     if rec then
-      if string.sub(rec, 27, 34) ~= string.sub(ARGV[5], 10, 17) then return {3} end
-      local c, ex = struct.unpack('<dd', rec, 2)
+      local fp = REC_FINGERPRINT - REC_MASK + 1 -- where the tail holds it
+      if string.sub(rec, REC_FINGERPRINT, REC_FINGERPRINT + 7) ~= string.sub(ARGV[5], fp, fp + 7) then
+        return {3}
+      end
+      local c, ex = struct.unpack('<dd', rec, REC_COST)
       local st = string.sub(rec, 1, 1)
-      if st ~= 'R' or ex <= now then return {4, st} end
+      if st ~= RESERVED or ex <= now then return {4, st} end
       local left = (ex - now) / 1000
       left = left + (-left) % 1
       if left < 0 then left = 0 end
@@ -110,13 +110,13 @@ for i = 1, nlev do
     if k then
       local el = now - s[k + 2]
       if el < 0 then el = 0 end
-      l = s[k + 1] + el * lim / ((id % 1e7) * 1e6)
+      l = s[k + 1] + el * lim / ((id % DIM) * 1e6)
       if l > lim then l = lim end
     else
       k = #s + 1
       s[k], s[k + 1], s[k + 2] = id, lim, now
     end
-    if id >= 2e7 and l - prompt < room then room = l - prompt end
+    if id >= TOKENS_FROM and l - prompt < room then room = l - prompt end
     ls[bi + b], ks[bi + b] = l, k
   end
   if clim >= 0 then
@@ -137,7 +137,7 @@ for i = 1, nlev do
           end
         end
       end
-      reclaimed = reclaimed + math.min(#dead, 131071) * 2 ^ (17 * (i - 1))
+      reclaimed = reclaimed + math.min(#dead, RECLAIM_CAP) * 2 ^ (RECLAIM_BITS * (i - 1))
       for j = 1, #dead, 1000 do
         redis.call('HDEL', KEYS[i], unpack(dead, j, math.min(j + 999, #dead)))
       end
@@ -168,14 +168,14 @@ for i = 1, nlev do
     local q = p + 2 + (b - 1) * 2
     local id, lim = spec[q], spec[q + 1]
     local c = 1
-    if id >= 2e7 then c = prompt + grant end
+    if id >= TOKENS_FROM then c = prompt + grant end
     local l = ls[bi + b]
     if l < c then denied = denied + bit end
     bit = bit * 2
     l = l - c
     local k = ks[bi + b]
     s[k + 1], s[k + 2] = l, now
-    local full = (lim - l) * ((id % 1e7) * 1e6) / lim
+    local full = (lim - l) * ((id % DIM) * 1e6) / lim
     if full > ttl then ttl = full end
   end
   if clim >= 0 then
@@ -227,7 +227,7 @@ for i = 1, nlev do
   end
   if ttl > MAX_TTL then ttl = MAX_TTL end
   local grow = now + ttl > s[3]
-  if grow then s[3] = now + 2 * ttl + 1000000 end
+  if grow then s[3] = now + 2 * ttl + TTL_SLACK end
   local fmt = ARGV[7 + i]
   if #s ~= #fmt - 1 then fmt = string.sub(D, 1, #s + 1) end
   local raw = struct.pack(fmt, unpack(s))
@@ -245,7 +245,7 @@ for i = 1, nlev do
 end
 
 redis.call('SET', KEYS[nlev + 1],
-  'R' .. struct.pack('<dd', prompt + grant, exp) .. ARGV[5] .. struct.pack('<d', estimated),
+  RESERVED .. struct.pack('<dd', prompt + grant, exp) .. ARGV[5] .. struct.pack('<d', estimated),
   'PX', ARGV[3])
 if ARGV[4] ~= '0' then
   redis.call('SET', KEYS[nlev + 2], string.sub(ARGV[2], 2), 'PX', ARGV[4])

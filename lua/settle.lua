@@ -34,28 +34,26 @@
 -- ALREADY_SETTLED and change nothing. A key's life is capped at 90 days however
 -- deep its debt.
 
-local MAX_TTL = 7776000000000 -- 90 days in us
 local D = ARGV[5]
 local spec = {struct.unpack(string.sub(D, 1, #ARGV[1] / 8 + 1), ARGV[1])}
 local nlev = spec[1]
 local rkey = KEYS[nlev + 1]
 local rec = redis.call('GET', rkey)
 if not rec then return {-1} end
-if string.sub(rec, 19, 26) ~= ARGV[4] then return {-1} end
+if string.sub(rec, REC_OWNER, REC_OWNER + 7) ~= ARGV[4] then return {-1} end
 local state = string.sub(rec, 1, 1)
-if state ~= 'R' then return {0, state, struct.unpack('<d', rec, 35)} end
+if state ~= RESERVED then return {0, state, struct.unpack('<d', rec, REC_AMOUNT)} end
 
-local clock = redis.call('TIME')
-local now = clock[1] * 1000000 + clock[2]
-local cost, exp = struct.unpack('<dd', rec, 2)
-local mask = string.byte(rec, 18)
-local estimated = struct.unpack('<d', rec, 43)
+local now = clock_us()
+local cost, exp = struct.unpack('<dd', rec, REC_COST)
+local mask = string.byte(rec, REC_MASK)
+local estimated = struct.unpack('<d', rec, REC_ESTIMATED)
 local dtok, dreq, amount
 if spec[2] == 2 then
-  dtok, dreq, amount, state = -cost, -1, cost, 'F'
+  dtok, dreq, amount, state = -cost, -1, cost, REFUNDED
 else
   dtok, dreq = spec[3] - cost, 0
-  amount, state = dtok, 'C'
+  amount, state = dtok, COMMITTED
 end
 
 -- Read every level and compute its new state.
@@ -65,7 +63,7 @@ for i = 1, nlev do
   local touched = false
   for b = 1, nb do
     local id = spec[p + 2 + (b - 1) * 2]
-    if (id >= 2e7 and dtok ~= 0) or (id < 2e7 and dreq ~= 0) then touched = true end
+    if (id >= TOKENS_FROM and dtok ~= 0) or (id < TOKENS_FROM and dreq ~= 0) then touched = true end
   end
   -- A live lease is certainly still there; a lapsed one may have been reclaimed.
   local holds = bit.band(mask, lbit) ~= 0
@@ -84,9 +82,9 @@ for i = 1, nlev do
     for b = 1, nb do
       local q = p + 2 + (b - 1) * 2
       local id, lim = spec[q], spec[q + 1]
-      local per = (id % 1e7) * 1e6
+      local per = (id % DIM) * 1e6
       local d = dreq
-      if id >= 2e7 then d = dtok end
+      if id >= TOKENS_FROM then d = dtok end
       if d ~= 0 then
         local k
         for j = 4, #s - 2, 3 do
@@ -111,7 +109,7 @@ for i = 1, nlev do
     end
     if ttl > MAX_TTL then ttl = MAX_TTL end
     local grow = now + ttl > s[3]
-    if grow then s[3] = now + 2 * ttl + 1000000 end
+    if grow then s[3] = now + 2 * ttl + TTL_SLACK end
     writes[#writes + 1] = {KEYS[i], holds, struct.pack(string.sub(D, 1, #s + 1), unpack(s)), grow, s[3]}
   end
   p = p + 2 + nb * 2
@@ -127,12 +125,12 @@ for w = 1, #writes do
     redis.call('PEXPIRE', key, ms + (-ms) % 1)
   end
 end
-redis.call('SET', rkey, state .. string.sub(rec, 2, 34) .. struct.pack('<d', amount)
-  .. string.sub(rec, 43), 'PX', ARGV[3])
-if state == 'C' and estimated > 0 and spec[4] > 0 then
+redis.call('SET', rkey, state .. string.sub(rec, REC_COST, REC_AMOUNT - 1)
+  .. struct.pack('<d', amount) .. string.sub(rec, REC_ESTIMATED), 'PX', ARGV[3])
+if state == COMMITTED and estimated > 0 and spec[4] > 0 then
   local samples = KEYS[nlev + 2]
   redis.call('LPUSH', samples, struct.pack('<d', spec[4] / estimated))
   redis.call('LTRIM', samples, 0, spec[5] - 1)
-  redis.call('PEXPIRE', samples, 2592000000)
+  redis.call('PEXPIRE', samples, SAMPLES_TTL_MS)
 end
 return {1, amount, estimated}

@@ -5,7 +5,7 @@
 -- KEYS[1..n]  level hashes, outermost first (only levels with a limit)
 -- ARGV[1]  spec: little-endian doubles: n, then per level: concurrency limit (-1: none)
 -- ARGV[2]  '<' followed by at least as many 'd' as the longest state or spec
--- ARGV[3]  '1': exact — a level of at most 64 leases is read whole (HGETALL)
+-- ARGV[3]  '1': exact — a level of at most EXACT_LEASES leases is read whole (HGETALL)
 --          for its real earliest expiry; '0': only once the stored (lower
 --          bound) expiry has passed
 --
@@ -13,17 +13,16 @@
 -- (us, 0: none)}; a state is '' for a level never written. Expired leases are
 -- counted out but not reclaimed. The caller computes readings from the states.
 
-local clock = redis.call('TIME')
-local now = clock[1] * 1000000 + clock[2]
+local now = clock_us()
 local D = ARGV[2]
-local exact, EXACT = ARGV[3] == '1', 64
+local exact = ARGV[3] == '1'
 local spec = {struct.unpack(string.sub(D, 1, #ARGV[1] / 8 + 1), ARGV[1])}
 local out = {now}
 for i = 1, spec[1] do
   local raw = redis.call('HGET', KEYS[i], 's') or ''
   local n, e = 0, 0
   if raw ~= '' then n, e = struct.unpack('<dd', raw) end
-  if spec[1 + i] >= 0 and n > 0 and ((exact and n <= EXACT) or (e > 0 and now >= e)) then
+  if spec[1 + i] >= 0 and n > 0 and ((exact and n <= EXACT_LEASES) or (e > 0 and now >= e)) then
     -- Count the live leases and find the real earliest expiry (the stored one
     -- is a lower bound after the earliest lease was settled or renewed).
     local all = redis.call('HGETALL', KEYS[i])

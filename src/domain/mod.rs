@@ -6,6 +6,7 @@
 //! stores agree.
 
 pub mod bucket;
+pub mod budget;
 pub mod clock;
 pub mod decision;
 pub mod ids;

@@ -14,9 +14,7 @@ pub mod state;
 use crate::domain::{Level, LevelPlan, Readings, ReservationId, ReservePlan, TenantId, UserId};
 use std::future::Future;
 
-/// The most leases a level may hold for an exact status read to scan it
-/// (status.lua's EXACT): the scan costs Redis CPU per lease, on one thread.
-pub const EXACT_LEASES: u64 = 64;
+pub use crate::domain::budget::layout::EXACT_LEASES;
 
 /// How long settled and idempotent state is kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

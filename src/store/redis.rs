@@ -27,6 +27,7 @@ use super::{
     Reclaimed, RenewReply, ReserveReply, Retention, Scope, SettleReply, Settled, Settlement, Store,
     StoreError, scripts,
 };
+use crate::domain::budget::layout;
 use crate::domain::{LevelPlan, Readings, ReservePlan};
 use errors::{Classify, classify, classify_answered, pool_error};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -228,6 +229,26 @@ impl RedisStore {
             Err(e) => return Err(e),
         }
         Ok(store)
+    }
+
+    /// The same store with its budget scripts reading the time (µs, a decimal
+    /// integer) from the Redis string `clock_key` instead of Redis `TIME`: a
+    /// clock a test moves by hand, so this store and a
+    /// [`crate::store::memory::MemoryStore`] on a [`crate::domain::ManualClock`]
+    /// see the same instants (the differential test). Never for serving: the
+    /// scripts then read a key they are not given in `KEYS`.
+    pub fn with_clock_key(mut self, clock_key: &str) -> Self {
+        let clocked = |script: &str| {
+            let clock = format!(
+                "local function clock_us() return tonumber(redis.call('GET', '{clock_key}')) end"
+            );
+            Script::new(&script.replacen(layout::SERVER_CLOCK, &clock, 1))
+        };
+        self.reserve = clocked(scripts::RESERVE);
+        self.settle = clocked(scripts::SETTLE);
+        self.renew = clocked(scripts::RENEW);
+        self.status = clocked(scripts::STATUS);
+        self
     }
 
     /// PINGs every connection until it answers, for a bounded time: the

@@ -1,0 +1,95 @@
+//! The numbers and byte layout the budget algorithm and the Lua scripts share,
+//! defined once. `build.rs` includes this file and prepends every entry of
+//! [`LUA_CONSTANTS`] to each budget script as a Lua `local`, so a change here
+//! reaches the Rust algorithm and the scripts together.
+//!
+//! This file is compiled twice — as part of the crate and inside `build.rs` —
+//! so it holds plain constants only and imports nothing.
+
+/// A key's longest life (µs), however deep its debt: 90 days.
+pub const MAX_TTL_US: f64 = 7_776_000_000_000.0;
+/// Past the life a key needs, it is given as much again plus this (µs), so a
+/// hot key rarely needs another PEXPIRE.
+pub const TTL_SLACK_US: f64 = 1_000_000.0;
+/// Buckets of other configurations (another replica's, mid-rollout) a level
+/// state keeps, the most recently used.
+pub const MAX_FOREIGN: usize = 16;
+/// Reclaimed leases travel packed, [`RECLAIM_BITS`] bits per level; each
+/// level's count is capped at this.
+pub const RECLAIM_CAP: u64 = (1 << RECLAIM_BITS) - 1;
+/// Bits per level of the packed reclaimed-lease count.
+pub const RECLAIM_BITS: u32 = 17;
+/// Estimator samples live this long past the last one (ms): 30 days.
+pub const SAMPLES_TTL_MS: u64 = 2_592_000_000;
+/// The most leases a level may hold for an exact status read to scan it: the
+/// scan costs Redis CPU per lease, on one thread.
+pub const EXACT_LEASES: u64 = 64;
+
+/// A bucket id is dimension × this + period in seconds, so a script knows a
+/// bucket's period from its id alone.
+pub const DIMENSION_SCALE: f64 = 10_000_000.0;
+/// The dimension digit of request buckets.
+pub const REQUESTS_DIMENSION: f64 = 1.0;
+/// The dimension digit of token buckets: ids from `TOKENS_DIMENSION ×
+/// DIMENSION_SCALE` up are token buckets.
+pub const TOKENS_DIMENSION: f64 = 2.0;
+
+/// A reservation record, byte by byte (1-based offsets, as Lua's `string.sub`
+/// counts): state, cost, lease expiry | lease mask, owner tag, fingerprint,
+/// settled amount (the tail the caller sends) | estimated prompt tokens.
+/// Numbers are little-endian doubles, tags little-endian u64.
+pub const REC_STATE: usize = 1;
+/// Tokens reserved (prompt + granted output).
+pub const REC_COST: usize = 2;
+/// When the lease lapses (µs).
+pub const REC_LEASE_EXPIRY: usize = 10;
+/// One byte: bit per level holding a lease.
+pub const REC_MASK: usize = 18;
+/// Who may settle it: a tag of the reservation id.
+pub const REC_OWNER: usize = 19;
+/// A hash of the request, to tell an idempotent retry from another request.
+pub const REC_FINGERPRINT: usize = 27;
+/// Committed: actual − reserved; refunded: tokens returned.
+pub const REC_AMOUNT: usize = 35;
+/// The service's prompt count (0: the caller counted).
+pub const REC_ESTIMATED: usize = 43;
+/// The record's length in bytes.
+pub const REC_LEN: usize = 50;
+/// Record state byte: reserved.
+pub const STATE_RESERVED: u8 = b'R';
+/// Record state byte: committed.
+pub const STATE_COMMITTED: u8 = b'C';
+/// Record state byte: refunded.
+pub const STATE_REFUNDED: u8 = b'F';
+
+/// Every constant the budget scripts receive, by its Lua name.
+pub const LUA_CONSTANTS: &[(&str, f64)] = &[
+    ("MAX_TTL", MAX_TTL_US),
+    ("TTL_SLACK", TTL_SLACK_US),
+    ("MAX_FOREIGN", MAX_FOREIGN as f64),
+    ("RECLAIM_CAP", RECLAIM_CAP as f64),
+    ("RECLAIM_BITS", RECLAIM_BITS as f64),
+    ("SAMPLES_TTL_MS", SAMPLES_TTL_MS as f64),
+    ("EXACT_LEASES", EXACT_LEASES as f64),
+    ("DIM", DIMENSION_SCALE),
+    ("TOKENS_FROM", TOKENS_DIMENSION * DIMENSION_SCALE),
+    ("REC_COST", REC_COST as f64),
+    ("REC_LEASE_EXPIRY", REC_LEASE_EXPIRY as f64),
+    ("REC_MASK", REC_MASK as f64),
+    ("REC_OWNER", REC_OWNER as f64),
+    ("REC_FINGERPRINT", REC_FINGERPRINT as f64),
+    ("REC_AMOUNT", REC_AMOUNT as f64),
+    ("REC_ESTIMATED", REC_ESTIMATED as f64),
+];
+
+/// Every string constant the budget scripts receive, by its Lua name.
+pub const LUA_STRINGS: &[(&str, u8)] = &[
+    ("RESERVED", STATE_RESERVED),
+    ("COMMITTED", STATE_COMMITTED),
+    ("REFUNDED", STATE_REFUNDED),
+];
+
+/// The line of every budget script's prelude that reads the time (µs): the
+/// server's clock. A store for tests may swap it for a clock it moves by hand.
+pub const SERVER_CLOCK: &str =
+    "local function clock_us() local t = redis.call('TIME') return t[1] * 1000000 + t[2] end";
