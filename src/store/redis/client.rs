@@ -94,7 +94,7 @@ mod tests {
 
     /// A settings error, never transient, with its cause attached.
     fn settings_error(result: Result<redis::Client, StoreError>) -> StoreError {
-        let e = result.err().expect("refused");
+        let e = result.expect_err("refused");
         assert!(matches!(e, StoreError::Settings(_)), "{e}");
         assert!(!e.is_transient(), "{e}");
         e
