@@ -1,6 +1,8 @@
 #!lua
--- renew.lua: extend (or shorten) a live reservation's concurrency lease. Mirrors
--- MemoryStore::renew_now (src/store/memory.rs); state layout as in reserve.lua.
+-- renew.lua: extend (or shorten) a live reservation's concurrency lease. The
+-- Redis port of src/domain/budget/renew.rs, held to it by tests/differential.rs;
+-- state layout as in reserve.lua. build.rs prepends the constants in capitals
+-- (src/domain/budget/layout.rs) and clock_us().
 --
 -- KEYS[1..n]  level hashes of the reservation, outermost first
 -- KEYS[n+1]   reservation record

@@ -1,7 +1,9 @@
 #!lua
 -- reserve.lua: take one request, the prompt and output tokens and a concurrency
--- lease at every level, all or nothing. Mirrors MemoryStore::reserve_now (src/store/memory.rs);
--- arithmetic as in src/domain/bucket.rs; state layout in src/store/state.rs.
+-- lease at every level, all or nothing. The Redis port of the one algorithm,
+-- src/domain/budget/reserve.rs, held to it by tests/differential.rs; state layout
+-- in src/domain/budget/state.rs. build.rs prepends the constants in capitals
+-- (src/domain/budget/layout.rs) and clock_us().
 --
 -- KEYS[1..n]  level hashes, outermost first (only levels with a limit)
 -- KEYS[n+1]   reservation record

@@ -185,7 +185,7 @@ proptest! {
         prop_assert!(once >= level);
         let later = b.refill(level, elapsed_us.max(0).saturating_add(more_us));
         prop_assert!(later >= once, "refill is monotone in time");
-        prop_assert!(b.settle(once, -surplus) <= limit as f64, "a surplus never overfills");
+        prop_assert!(b.settle(once, -surplus as f64) <= limit as f64, "a surplus never overfills");
         prop_assert!(b.until_full_us(once) as f64 >= 0.0);
     }
 

@@ -46,13 +46,20 @@ impl BucketSpec {
 
     /// The level after settling `delta` more units than were reserved: an
     /// overage (delta > 0) may go into debt; a surplus never overfills.
-    pub fn settle(&self, level: f64, delta: i64) -> f64 {
-        let settled = level - delta as f64;
-        if delta < 0 {
-            settled.min(self.limit as f64)
+    /// Lua: `l = l - d; if d < 0 and l > lim then l = lim end`.
+    pub fn settle(&self, level: f64, delta: f64) -> f64 {
+        let settled = level - delta;
+        if delta < 0.0 && settled > self.limit as f64 {
+            self.limit as f64
         } else {
             settled
         }
+    }
+
+    /// Microseconds until `level` has refilled to `target`, unrounded: what a
+    /// key must outlive. Lua: `(lim - l) * per / lim` for the target `lim`.
+    pub fn refill_time_us(&self, level: f64, target: f64) -> f64 {
+        (target - level) * self.period_us() as f64 / self.limit as f64
     }
 
     /// Microseconds until a level of `level` refills to full, rounded up.
@@ -65,7 +72,7 @@ impl BucketSpec {
         if level >= target {
             return 0;
         }
-        ((target - level) * self.period_us() as f64 / self.limit as f64).ceil() as u64
+        self.refill_time_us(level, target).ceil() as u64
     }
 }
 
@@ -104,8 +111,9 @@ mod tests {
     #[test]
     fn debt_is_kept_and_surplus_capped() {
         let b = tpm(600);
-        assert_eq!(b.settle(100.0, 300), -200.0);
-        assert_eq!(b.settle(500.0, -300), 600.0);
+        assert_eq!(b.settle(100.0, 300.0), -200.0);
+        assert_eq!(b.settle(500.0, -300.0), 600.0);
+        assert_eq!(b.settle(700.0, 50.0), 650.0, "an overage never caps");
         assert_eq!(b.until_full_us(-600.0), 120_000_000);
     }
 

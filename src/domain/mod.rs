@@ -1,9 +1,9 @@
 //! The budget domain: limits, bucket arithmetic, reservation plans and decisions.
 //!
-//! Pure code: nothing here knows about gRPC or Redis. The stores supply atomicity
-//! and persistence around these rules; the Lua scripts in `lua/` mirror the
-//! arithmetic in [`bucket`] line for line, and the conformance suite proves the two
-//! stores agree.
+//! Pure code: nothing here knows about gRPC or Redis. [`budget`] is the one
+//! algorithm of every store operation; the stores supply atomicity and
+//! persistence around it (the memory store calls it, the Lua scripts in `lua/`
+//! port it to Redis), and the differential test holds the two to one answer.
 
 pub mod bucket;
 pub mod budget;

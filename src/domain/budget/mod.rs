@@ -2,7 +2,28 @@
 //! as pure functions over level states and reservation records. A store
 //! supplies only atomicity and persistence around them: the memory store calls
 //! them under its lock; the Lua scripts in `lua/` are their port to Redis,
-//! built on the same [`layout`] and held to these functions by the
+//! given the same [`layout`] by `build.rs` and held to these functions by the
 //! differential test (`tests/differential.rs`).
+//!
+//! - [`layout`]: the constants and byte layout shared with the scripts.
+//! - [`state`]: a level's state (buckets, lease count) and its readings.
+//! - [`record`]: a reservation's record.
+//! - [`level`]: a level as a store holds it (state, leases, expiry).
+//! - [`reserve`], [`settle`], [`renew`], [`status`]: the operations.
+//! - [`replies`]: what they answer.
 
 pub mod layout;
+pub mod level;
+pub mod record;
+pub mod renew;
+pub mod replies;
+pub mod reserve;
+pub mod settle;
+pub mod state;
+pub mod status;
+
+pub use level::StoredLevel;
+pub use record::{BadRecord, Record, RecordState};
+pub use replies::{Reclaimed, RenewReply, ReserveReply, Retention, SettleReply, Settled};
+pub use reserve::{Earlier, Reserved};
+pub use settle::{Settle, SettleOutcome};

@@ -1,7 +1,8 @@
 //! The state of one level, exactly as the Lua scripts pack it into the `s` field
 //! of a level hash: little-endian doubles
-//! `n, e, x, then per bucket: id, level, time`. The memory store keeps the same
-//! structure, so both stores turn state into readings with one function here.
+//! `n, e, x, then per bucket: id, level, time`. The budget algorithm works on
+//! this structure, and both stores turn state into readings with one function
+//! here.
 //!
 //! - `n`: live concurrency leases; `e`: lower bound of the earliest lease expiry
 //!   (µs, 0 = none); `x`: the expiry the key was last given (µs).
@@ -11,6 +12,7 @@
 //! - Buckets the current configuration does not name stay in the state untouched
 //!   (another replica may still use them during a configuration rollout).
 
+use super::layout::{DIMENSION_SCALE, REQUESTS_DIMENSION, TOKENS_DIMENSION};
 use crate::domain::bucket::to_milli;
 use crate::domain::{BucketSpec, Dimension, LevelPlan, Reading, Readings};
 
@@ -41,10 +43,10 @@ pub struct LevelState {
 /// The id of a bucket in state and scripts: dimension × 10⁷ + period seconds.
 pub fn bucket_id(b: &BucketSpec) -> f64 {
     let dim = match b.dimension {
-        Dimension::Requests => 1.0,
-        _ => 2.0,
+        Dimension::Requests => REQUESTS_DIMENSION,
+        _ => TOKENS_DIMENSION,
     };
-    dim * 1e7 + b.period_secs as f64
+    dim * DIMENSION_SCALE + b.period_secs as f64
 }
 
 impl LevelState {

@@ -1,0 +1,141 @@
+//! One reservation's record: what was reserved, who may settle it, and how it
+//! ended — the struct the algorithm works on, and its bytes exactly as the Lua
+//! scripts store them (the offsets of [`super::layout`]).
+
+use super::layout::{
+    REC_AMOUNT, REC_COST, REC_ESTIMATED, REC_FINGERPRINT, REC_LEASE_EXPIRY, REC_LEN, REC_MASK,
+    REC_OWNER, REC_STATE, STATE_COMMITTED, STATE_REFUNDED, STATE_RESERVED,
+};
+
+/// Where a reservation is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordState {
+    /// Taken, not settled yet.
+    Reserved,
+    /// Settled with the real usage.
+    Committed,
+    /// Settled with nothing used.
+    Refunded,
+}
+
+/// One reservation record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    /// Reserved, committed or refunded.
+    pub state: RecordState,
+    /// Tokens reserved: prompt + granted output.
+    pub cost: f64,
+    /// When the lease lapses (µs).
+    pub lease_expires_us: f64,
+    /// Bit per level holding a lease ([`crate::domain::Level::bit`]).
+    pub mask: u8,
+    /// Who may settle it ([`crate::domain::ReservationId::owner_tag`]).
+    pub owner: u64,
+    /// The request's fingerprint: an idempotent retry must match it.
+    pub fingerprint: u64,
+    /// Committed: actual − reserved; refunded: the tokens returned; 0 before.
+    pub amount: f64,
+    /// The service's prompt count (0: the caller counted).
+    pub estimated: f64,
+}
+
+/// A stored record that is not a record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a reservation record of {len} bytes starting {state:?} is not {REC_LEN} bytes of a known state"
+)]
+pub struct BadRecord {
+    /// Its length.
+    pub len: usize,
+    /// Its first byte, if any.
+    pub state: Option<u8>,
+}
+
+impl Record {
+    /// The record's bytes as the scripts store them.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(REC_LEN);
+        out.push(match self.state {
+            RecordState::Reserved => STATE_RESERVED,
+            RecordState::Committed => STATE_COMMITTED,
+            RecordState::Refunded => STATE_REFUNDED,
+        });
+        out.extend_from_slice(&self.cost.to_le_bytes());
+        out.extend_from_slice(&self.lease_expires_us.to_le_bytes());
+        out.push(self.mask);
+        out.extend_from_slice(&self.owner.to_le_bytes());
+        out.extend_from_slice(&self.fingerprint.to_le_bytes());
+        out.extend_from_slice(&self.amount.to_le_bytes());
+        out.extend_from_slice(&self.estimated.to_le_bytes());
+        debug_assert_eq!(out.len(), REC_LEN);
+        out
+    }
+
+    /// A stored record back to the struct.
+    pub fn decode(bytes: &[u8]) -> Result<Self, BadRecord> {
+        let bad = || BadRecord {
+            len: bytes.len(),
+            state: bytes.first().copied(),
+        };
+        if bytes.len() != REC_LEN {
+            return Err(bad());
+        }
+        let state = match bytes[REC_STATE - 1] {
+            STATE_RESERVED => RecordState::Reserved,
+            STATE_COMMITTED => RecordState::Committed,
+            STATE_REFUNDED => RecordState::Refunded,
+            _ => return Err(bad()),
+        };
+        let word = |at: usize| -> [u8; 8] { bytes[at - 1..at + 7].try_into().expect("8 bytes") };
+        Ok(Record {
+            state,
+            cost: f64::from_le_bytes(word(REC_COST)),
+            lease_expires_us: f64::from_le_bytes(word(REC_LEASE_EXPIRY)),
+            mask: bytes[REC_MASK - 1],
+            owner: u64::from_le_bytes(word(REC_OWNER)),
+            fingerprint: u64::from_le_bytes(word(REC_FINGERPRINT)),
+            amount: f64::from_le_bytes(word(REC_AMOUNT)),
+            estimated: f64::from_le_bytes(word(REC_ESTIMATED)),
+        })
+    }
+
+    /// The tail a reserve call sends the script (mask, owner, fingerprint and
+    /// a zero amount): the bytes from [`REC_MASK`] to [`REC_ESTIMATED`].
+    pub fn tail(mask: u8, owner: u64, fingerprint: u64) -> Vec<u8> {
+        let mut tail = Vec::with_capacity(REC_ESTIMATED - REC_MASK);
+        tail.push(mask);
+        tail.extend_from_slice(&owner.to_le_bytes());
+        tail.extend_from_slice(&fingerprint.to_le_bytes());
+        tail.extend_from_slice(&0f64.to_le_bytes());
+        debug_assert_eq!(tail.len(), REC_ESTIMATED - REC_MASK);
+        tail
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_round_trips_and_its_tail_sits_where_the_scripts_read_it() {
+        let rec = Record {
+            state: RecordState::Committed,
+            cost: 1234.0,
+            lease_expires_us: 1.8e15,
+            mask: 5,
+            owner: 0x0102_0304_0506_0708,
+            fingerprint: u64::MAX - 7,
+            amount: -17.0,
+            estimated: 99.0,
+        };
+        let bytes = rec.encode();
+        assert_eq!(Record::decode(&bytes), Ok(rec.clone()));
+        assert_eq!(bytes[0], b'C');
+        let tail = Record::tail(rec.mask, rec.owner, rec.fingerprint);
+        assert_eq!(tail[..17], bytes[REC_MASK - 1..REC_AMOUNT - 1]);
+        assert!(Record::decode(&bytes[..49]).is_err());
+        let mut wrong = bytes;
+        wrong[0] = b'X';
+        assert!(Record::decode(&wrong).is_err());
+    }
+}

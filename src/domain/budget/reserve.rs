@@ -1,0 +1,269 @@
+//! Reserve: take one request, the prompt and output tokens and a concurrency
+//! lease at every level, all or nothing (`lua/reserve.lua` is its Redis port).
+//!
+//! Everything is read and checked before anything is written: only lapsed
+//! leases are reclaimed early, which changes no outcome. Output tokens are
+//! granted as many as every token bucket can hold, up to the max; fewer than
+//! the min is a denial (min = max: all or nothing).
+
+use super::layout::{MAX_FOREIGN, MAX_TTL_US, RECLAIM_CAP};
+use super::level::StoredLevel;
+use super::record::{Record, RecordState};
+use super::replies::{Reclaimed, ReserveReply, Retention};
+use super::state::{self, BucketState, LevelState, bucket_id, ceil_ms};
+use crate::domain::{Dimension, ReservePlan};
+
+/// An earlier reservation under the request's idempotency key.
+#[derive(Clone, Copy, Debug)]
+pub struct Earlier<'a> {
+    /// Its nonce, as the idempotency entry holds it.
+    pub nonce: &'a str,
+    /// Its record.
+    pub record: &'a Record,
+}
+
+/// What a reserve decided, and what the store must keep.
+#[derive(Debug)]
+pub struct Reserved {
+    /// The answer.
+    pub reply: ReserveReply,
+    /// The new reservation's record and how long to keep it (ms), when taken.
+    pub record: Option<(Record, u64)>,
+    /// How long to keep the idempotency entry → this nonce (ms), when taken
+    /// under a key.
+    pub idempotency_ms: Option<u64>,
+}
+
+impl Reserved {
+    fn only(reply: ReserveReply) -> Self {
+        Reserved {
+            reply,
+            record: None,
+            idempotency_ms: None,
+        }
+    }
+}
+
+/// Each level as read: its state before this call (after reclaiming) and the
+/// working copy this call writes, with every bucket's level now.
+struct Read {
+    before: Vec<Option<LevelState>>,
+    after: Vec<LevelState>,
+    /// Per bucket in plan order: its index in the working state, its level now.
+    buckets: Vec<(usize, f64)>,
+    /// Output tokens every token bucket can hold besides the prompt.
+    room: f64,
+    reclaimed: Reclaimed,
+}
+
+/// Reserves `plan` at `now_us` on `levels` (one per plan level, `None` where
+/// the store holds nothing). `lease` names this reservation's lease field.
+pub fn reserve(
+    now_us: i64,
+    plan: &ReservePlan,
+    earlier: Option<Earlier<'_>>,
+    levels: &mut [Option<StoredLevel>],
+    lease: &str,
+    retention: &Retention,
+) -> Reserved {
+    let now = now_us as f64;
+    let replay = match earlier.map(|e| replay_of(plan, e, now)).transpose() {
+        Ok(replay) => replay,
+        Err(reply) => return Reserved::only(reply),
+    };
+    let mut read = read_levels(plan, levels, now);
+    // The output to grant: all of it, or as much as fits, never below the min.
+    let grant = read.room.floor().max(plan.min_output_tokens as f64);
+    let (denied, ttls) = check(plan, &mut read, grant, now);
+    let reclaimed = read.reclaimed;
+    if let Some((nonce, tokens, lease_expires_in_ms)) = replay {
+        return Reserved::only(ReserveReply::Replayed {
+            nonce,
+            tokens,
+            lease_expires_in_ms,
+            readings: state::readings(&plan.levels, &read.before, &[], now),
+            reclaimed,
+        });
+    }
+    if denied != 0 {
+        return Reserved::only(ReserveReply::Denied {
+            readings: state::readings(&plan.levels, &read.before, &[], now),
+            denied_mask: denied,
+            reclaimed,
+        });
+    }
+    let exp = take(plan, levels, read.after, ttls, now_us, lease);
+    let written: Vec<Option<LevelState>> = levels
+        .iter()
+        .map(|l| l.as_ref().map(|l| l.state.clone()))
+        .collect();
+    let record = Record {
+        state: RecordState::Reserved,
+        cost: plan.prompt_tokens as f64 + grant,
+        lease_expires_us: exp,
+        mask: plan.lease_mask(),
+        owner: plan.id.owner_tag(),
+        fingerprint: plan.fingerprint,
+        amount: 0.0,
+        estimated: plan.estimated_prompt_tokens as f64,
+    };
+    Reserved {
+        reply: ReserveReply::Allowed {
+            readings: state::readings(&plan.levels, &written, &[], now),
+            granted_output: grant as u64,
+            reclaimed,
+        },
+        record: Some((record, plan.lease_ttl_ms + retention.record_ms)),
+        idempotency_ms: plan
+            .idempotency_key
+            .as_ref()
+            .map(|_| retention.idempotency_ms),
+    }
+}
+
+/// The earlier reservation to return instead, as (nonce, tokens, lease ms
+/// left), or why there is none to return.
+fn replay_of(
+    plan: &ReservePlan,
+    earlier: Earlier<'_>,
+    now: f64,
+) -> Result<(String, u64, u64), ReserveReply> {
+    let rec = earlier.record;
+    if rec.fingerprint != plan.fingerprint {
+        return Err(ReserveReply::IdempotencyConflict);
+    }
+    if rec.state != RecordState::Reserved || rec.lease_expires_us <= now {
+        return Err(ReserveReply::IdempotencySpent {
+            settled: rec.state != RecordState::Reserved,
+        });
+    }
+    let left = ceil_ms(rec.lease_expires_us - now);
+    Ok((earlier.nonce.to_owned(), rec.cost as u64, left))
+}
+
+/// Reads every level: each bucket's level now (a bucket the state lacks is
+/// full), and the leases, reclaiming lapsed ones once the earliest expiry
+/// has passed.
+fn read_levels(plan: &ReservePlan, levels: &mut [Option<StoredLevel>], now: f64) -> Read {
+    let prompt = plan.prompt_tokens as f64;
+    let mut read = Read {
+        before: Vec::with_capacity(plan.levels.len()),
+        after: Vec::with_capacity(plan.levels.len()),
+        buckets: Vec::with_capacity(plan.levels.iter().map(|l| l.buckets.len()).sum()),
+        room: plan.max_output_tokens as f64,
+        reclaimed: Reclaimed::default(),
+    };
+    for (lp, stored) in plan.levels.iter().zip(levels.iter_mut()) {
+        if let Some(stored) = stored.as_mut()
+            && lp.concurrency.is_some()
+            && stored.state.e > 0.0
+            && now >= stored.state.e
+        {
+            let dropped = stored.reclaim(now);
+            read.reclaimed.add(lp.level, dropped.min(RECLAIM_CAP));
+        }
+        let before = stored.as_ref().map(|s| s.state.clone());
+        let mut s = before.clone().unwrap_or_default();
+        for (hint, b) in lp.buckets.iter().enumerate() {
+            let id = bucket_id(b);
+            let (k, l) = match s.position(id, hint) {
+                Some(k) => (k, s.level_at(b, k, now)),
+                None => {
+                    let level = b.limit as f64;
+                    s.buckets.push(BucketState { id, level, t: now });
+                    (s.buckets.len() - 1, level)
+                }
+            };
+            if b.dimension == Dimension::Tokens && l - prompt < read.room {
+                read.room = l - prompt;
+            }
+            read.buckets.push((k, l));
+        }
+        read.before.push(before);
+        read.after.push(s);
+    }
+    read
+}
+
+/// Checks every bucket and limit in plan order, taking the cost in the working
+/// states. Returns the denied checks (bit i: check i) and each level's time to
+/// refill (µs).
+fn check(plan: &ReservePlan, read: &mut Read, grant: f64, now: f64) -> (u64, Vec<f64>) {
+    let cost = plan.prompt_tokens as f64 + grant;
+    let (mut denied, mut bit) = (0u64, 1u64);
+    let mut ttls = Vec::with_capacity(plan.levels.len());
+    let mut found = read.buckets.iter();
+    for (lp, s) in plan.levels.iter().zip(&mut read.after) {
+        let mut ttl = 0.0f64;
+        for (b, &(k, l)) in lp.buckets.iter().zip(found.by_ref()) {
+            let c = match b.dimension {
+                Dimension::Tokens => cost,
+                _ => 1.0,
+            };
+            if l < c {
+                denied |= bit;
+            }
+            bit <<= 1;
+            let level = l - c;
+            s.buckets[k] = BucketState {
+                id: bucket_id(b),
+                level,
+                t: now,
+            };
+            ttl = ttl.max(b.refill_time_us(level, b.limit as f64));
+        }
+        if let Some(limit) = lp.concurrency {
+            if s.n >= limit as f64 {
+                denied |= bit;
+            }
+            bit <<= 1;
+        }
+        ttls.push(ttl);
+    }
+    (denied, ttls)
+}
+
+/// Everything fits: writes every level and its lease. Returns the lease expiry.
+fn take(
+    plan: &ReservePlan,
+    levels: &mut [Option<StoredLevel>],
+    after: Vec<LevelState>,
+    ttls: Vec<f64>,
+    now_us: i64,
+    lease: &str,
+) -> f64 {
+    let now = now_us as f64;
+    let lease_ttl = plan.lease_ttl_ms as f64 * 1000.0;
+    let exp = now + lease_ttl;
+    for (((lp, mut s), mut ttl), stored) in plan.levels.iter().zip(after).zip(ttls).zip(levels) {
+        let stored = stored.get_or_insert_with(StoredLevel::default);
+        if lp.concurrency.is_some() {
+            s.n += 1.0;
+            if s.e == 0.0 || exp < s.e {
+                s.e = exp;
+            }
+            ttl = ttl.max(lease_ttl);
+            stored.leases.insert(lease.to_owned(), exp);
+        }
+        drop_foreign(&mut s, lp.buckets.len(), now);
+        stored.store(s, now_us, ttl.min(MAX_TTL_US));
+    }
+    exp
+}
+
+/// Keeps this call's buckets (time = now) and at most [`MAX_FOREIGN`] others,
+/// the most recently used.
+fn drop_foreign(s: &mut LevelState, known: usize, now: f64) {
+    if s.buckets.len() <= known + MAX_FOREIGN {
+        return;
+    }
+    let mut times: Vec<f64> = s
+        .buckets
+        .iter()
+        .filter(|b| b.t != now)
+        .map(|b| b.t)
+        .collect();
+    times.sort_by(|a, b| b.total_cmp(a));
+    let cutoff = times[MAX_FOREIGN - 1];
+    s.buckets.retain(|b| b.t == now || b.t >= cutoff);
+}

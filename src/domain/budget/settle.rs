@@ -1,0 +1,207 @@
+//! Settle: Commit (the real usage) or Refund (nothing used) one reservation
+//! (`lua/settle.lua` is its Redis port).
+//!
+//! Commit charges an overage even into debt and returns a surplus without
+//! overfilling; it touches token buckets only. Refund returns the tokens and
+//! the request. Both free the lease, lapsed or not (a lapsed one only if no
+//! reserve reclaimed it yet). A level left with no lease has no earliest
+//! expiry (0); otherwise the stored expiry stays a lower bound: finding the
+//! next lease on every settle would scan every lease. A settled record is kept
+//! for the record retention, so repeats answer already-settled and change
+//! nothing.
+
+use super::layout::MAX_TTL_US;
+use super::level::StoredLevel;
+use super::record::{Record, RecordState};
+use super::replies::{Retention, SettleReply, Settled};
+use super::state::{BucketState, LevelState, bucket_id};
+use crate::domain::{Dimension, LevelPlan};
+
+/// How to settle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settle {
+    /// The upstream answered: these tokens were used, of which these were prompt.
+    Commit {
+        /// Prompt + output tokens used.
+        actual_tokens: u64,
+        /// Of which prompt (an estimator sample when the service counted).
+        actual_prompt_tokens: u64,
+    },
+    /// The call failed: nothing was used.
+    Refund,
+}
+
+/// What a settle decided, and what the store must keep.
+#[derive(Debug)]
+pub struct SettleOutcome {
+    /// The answer.
+    pub reply: SettleReply,
+    /// The settled record and how long to keep it (ms), when applied.
+    pub record: Option<(Record, u64)>,
+    /// An estimator sample (actual ÷ estimated prompt tokens) to add, when a
+    /// commit settles a prompt the service counted.
+    pub sample: Option<f64>,
+}
+
+impl SettleOutcome {
+    fn only(reply: SettleReply) -> Self {
+        SettleOutcome {
+            reply,
+            record: None,
+            sample: None,
+        }
+    }
+}
+
+/// Settles the reservation whose record is `record` (`None`: not found) for
+/// the caller whose owner tag is `owner`, at `now_us`, on `levels` (one per
+/// entry of `plan`: every level of the reservation, limited or not).
+#[allow(clippy::too_many_arguments)]
+pub fn settle(
+    now_us: i64,
+    how: Settle,
+    owner: u64,
+    record: Option<&Record>,
+    plan: &[LevelPlan],
+    levels: &mut [Option<StoredLevel>],
+    lease: &str,
+    retention: &Retention,
+) -> SettleOutcome {
+    let Some(rec) = record.filter(|r| r.owner == owner) else {
+        return SettleOutcome::only(SettleReply::NotFound);
+    };
+    match rec.state {
+        RecordState::Committed => {
+            let settled = Settled::Committed(rec.amount as i64);
+            return SettleOutcome::only(SettleReply::AlreadySettled(settled));
+        }
+        RecordState::Refunded => {
+            let settled = Settled::Refunded(rec.amount as u64);
+            return SettleOutcome::only(SettleReply::AlreadySettled(settled));
+        }
+        RecordState::Reserved => {}
+    }
+    let now = now_us as f64;
+    let (dtok, dreq, state, settled) = match how {
+        Settle::Refund => (
+            -rec.cost,
+            -1.0,
+            RecordState::Refunded,
+            Settled::Refunded(rec.cost as u64),
+        ),
+        Settle::Commit { actual_tokens, .. } => {
+            let dtok = actual_tokens as f64 - rec.cost;
+            (
+                dtok,
+                0.0,
+                RecordState::Committed,
+                Settled::Committed(dtok as i64),
+            )
+        }
+    };
+    let deltas = Deltas { dtok, dreq };
+    for (lp, stored) in plan.iter().zip(levels.iter_mut()) {
+        // A live lease is certainly still there; a lapsed one may have been reclaimed.
+        let holds = rec.mask & lp.level.bit() != 0
+            && (rec.lease_expires_us > now
+                || stored
+                    .as_ref()
+                    .is_some_and(|s| s.leases.contains_key(lease)));
+        let touched = lp.buckets.iter().any(|b| deltas.of(b.dimension) != 0.0);
+        if touched || holds {
+            settle_level(lp, stored, holds, deltas, lease, now_us);
+        }
+    }
+    let sample = match how {
+        Settle::Commit {
+            actual_prompt_tokens,
+            ..
+        } if rec.estimated > 0.0 && actual_prompt_tokens > 0 => {
+            Some(actual_prompt_tokens as f64 / rec.estimated)
+        }
+        _ => None,
+    };
+    let amount = match settled {
+        Settled::Refunded(_) => rec.cost,
+        Settled::Committed(_) => dtok,
+    };
+    SettleOutcome {
+        reply: SettleReply::Applied {
+            settled,
+            estimated_prompt_tokens: rec.estimated as u64,
+        },
+        record: Some((
+            Record {
+                state,
+                amount,
+                ..rec.clone()
+            },
+            retention.record_ms,
+        )),
+        sample,
+    }
+}
+
+/// What settling moves per dimension: tokens (actual − reserved, or the whole
+/// cost back) and requests (one back on refund).
+#[derive(Clone, Copy)]
+struct Deltas {
+    dtok: f64,
+    dreq: f64,
+}
+
+impl Deltas {
+    fn of(self, dimension: Dimension) -> f64 {
+        match dimension {
+            Dimension::Tokens => self.dtok,
+            _ => self.dreq,
+        }
+    }
+}
+
+/// Frees the lease (when `holds`) and moves every bucket by its delta.
+fn settle_level(
+    lp: &LevelPlan,
+    stored: &mut Option<StoredLevel>,
+    holds: bool,
+    deltas: Deltas,
+    lease: &str,
+    now_us: i64,
+) {
+    let now = now_us as f64;
+    let mut st: LevelState = stored.as_ref().map(|s| s.state.clone()).unwrap_or_default();
+    if holds && st.n > 0.0 {
+        st.n -= 1.0;
+    }
+    // The last lease goes: no earliest expiry left.
+    if holds && st.n == 0.0 {
+        st.e = 0.0;
+    }
+    let mut ttl = 0.0f64;
+    for b in &lp.buckets {
+        let delta = deltas.of(b.dimension);
+        if delta == 0.0 {
+            continue;
+        }
+        let id = bucket_id(b);
+        let (k, l) = match st.buckets.iter().position(|x| x.id == id) {
+            Some(k) => (k, st.level_at(b, k, now)),
+            None => {
+                st.buckets.push(BucketState {
+                    id,
+                    level: 0.0,
+                    t: 0.0,
+                });
+                (st.buckets.len() - 1, b.limit as f64)
+            }
+        };
+        let level = b.settle(l, delta);
+        st.buckets[k] = BucketState { id, level, t: now };
+        ttl = ttl.max(b.refill_time_us(level, b.limit as f64));
+    }
+    let stored = stored.get_or_insert_with(StoredLevel::default);
+    if holds {
+        stored.leases.remove(lease);
+    }
+    stored.store(st, now_us, ttl.min(MAX_TTL_US));
+}
