@@ -58,7 +58,7 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let keys = Keys::new(&settings.key_prefix).map_err(ServeError::Settings)?;
+    let keys = Keys::new(&settings.key_prefix).map_err(|e| ServeError::Settings(e.to_string()))?;
     match &settings.redis_url {
         Some(url) => {
             let redis = RedisSettings {

@@ -34,9 +34,43 @@ fn y_scale(max: f64) -> (f64, f64) {
     ((max / step).ceil() * step, step)
 }
 
+/// One line of the chart: its label and its (percentile, ms) points.
+type Series<'a> = (String, &'a [(f64, f64)]);
+
+/// The plot area and its scales.
+struct Frame {
+    y_max: f64,
+    y_step: f64,
+    x_max: f64,
+    /// Plot width and height.
+    pw: f64,
+    ph: f64,
+}
+
+impl Frame {
+    fn new(max_ms: f64) -> Self {
+        let (y_max, y_step) = y_scale(max_ms);
+        Frame {
+            y_max,
+            y_step,
+            x_max: x_of(99.999),
+            pw: W - LEFT - RIGHT,
+            ph: H - TOP - BOTTOM,
+        }
+    }
+
+    fn px(&self, p: f64) -> f64 {
+        LEFT + x_of(p) / self.x_max * self.pw
+    }
+
+    fn py(&self, ms: f64) -> f64 {
+        TOP + self.ph - ms / self.y_max * self.ph
+    }
+}
+
 /// The chart as an SVG document.
 pub fn svg(report: &BenchReport) -> String {
-    let series: Vec<(String, &[(f64, f64)])> = report
+    let series: Vec<Series> = report
         .phases
         .iter()
         .flat_map(|p| {
@@ -49,12 +83,7 @@ pub fn svg(report: &BenchReport) -> String {
         .iter()
         .flat_map(|(_, c)| c.iter().map(|&(_, ms)| ms))
         .fold(0.0, f64::max);
-    let (y_max, y_step) = y_scale(max_ms);
-    let x_max = x_of(99.999);
-    let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
-    let px = |p: f64| LEFT + x_of(p) / x_max * pw;
-    let py = |ms: f64| TOP + ph - ms / y_max * ph;
-
+    let frame = Frame::new(max_ms);
     let mut out = String::new();
     let _ = write!(
         out,
@@ -63,6 +92,18 @@ pub fn svg(report: &BenchReport) -> String {
 <text x="{LEFT}" y="28" font-size="16">ctxbudget bench: latency by percentile</text>
 "#
     );
+    x_grid(&mut out, &frame);
+    y_grid(&mut out, &frame);
+    axis_titles(&mut out, &frame);
+    for (i, s) in series.iter().enumerate() {
+        line(&mut out, &frame, i, s);
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+/// Vertical grid lines at the usual percentiles, labelled below the plot.
+fn x_grid(out: &mut String, f: &Frame) {
     for (p, label) in [
         (0.0, "0%"),
         (90.0, "90%"),
@@ -71,57 +112,64 @@ pub fn svg(report: &BenchReport) -> String {
         (99.99, "99.99%"),
         (99.999, "99.999%"),
     ] {
-        let x = px(p);
+        let x = f.px(p);
         let _ = writeln!(
             out,
             r##"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{:.1}" stroke="#ddd"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{label}</text>"##,
-            TOP + ph,
-            TOP + ph + 18.0
+            TOP + f.ph,
+            TOP + f.ph + 18.0
         );
     }
+}
+
+/// Horizontal grid lines at each tick, labelled in ms on the left.
+fn y_grid(out: &mut String, f: &Frame) {
     let mut y = 0.0;
-    while y <= y_max + 1e-9 {
-        let yy = py(y);
+    while y <= f.y_max + 1e-9 {
+        let yy = f.py(y);
         let _ = writeln!(
             out,
             r##"<line x1="{LEFT}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{y}</text>"##,
-            LEFT + pw,
+            LEFT + f.pw,
             LEFT - 6.0,
             yy + 4.0
         );
-        y += y_step;
+        y += f.y_step;
     }
+}
+
+fn axis_titles(out: &mut String, f: &Frame) {
     let _ = writeln!(
         out,
         r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">percentile</text><text transform="translate(18,{:.1}) rotate(-90)" text-anchor="middle">latency (ms)</text>"#,
-        LEFT + pw / 2.0,
+        LEFT + f.pw / 2.0,
         H - 15.0,
-        TOP + ph / 2.0
+        TOP + f.ph / 2.0
     );
-    for (i, (name, curve)) in series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let points: Vec<String> = curve
-            .iter()
-            .map(|&(p, ms)| format!("{:.1},{:.1}", px(p), py(ms)))
-            .collect();
-        let _ = writeln!(
-            out,
-            r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
-            points.join(" ")
-        );
-        let ly = TOP + 10.0 + i as f64 * 20.0;
-        let lx = LEFT + pw + 16.0;
-        let _ = writeln!(
-            out,
-            r#"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="3"/><text x="{:.1}" y="{:.1}">{}</text>"#,
-            lx + 24.0,
-            lx + 30.0,
-            ly + 4.0,
-            xml_escape(name)
-        );
-    }
-    out.push_str("</svg>\n");
-    out
+}
+
+/// Series `i` as a polyline, and its entry in the legend on the right.
+fn line(out: &mut String, f: &Frame, i: usize, (name, curve): &Series) {
+    let color = COLORS[i % COLORS.len()];
+    let points: Vec<String> = curve
+        .iter()
+        .map(|&(p, ms)| format!("{:.1},{:.1}", f.px(p), f.py(ms)))
+        .collect();
+    let _ = writeln!(
+        out,
+        r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
+        points.join(" ")
+    );
+    let ly = TOP + 10.0 + i as f64 * 20.0;
+    let lx = LEFT + f.pw + 16.0;
+    let _ = writeln!(
+        out,
+        r#"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="3"/><text x="{:.1}" y="{:.1}">{}</text>"#,
+        lx + 24.0,
+        lx + 30.0,
+        ly + 4.0,
+        xml_escape(name)
+    );
 }
 
 fn xml_escape(s: &str) -> String {

@@ -123,6 +123,21 @@ impl PhaseReport {
             "\n== {} — {} ({:.0} s measured)",
             self.name, self.target, self.seconds
         );
+        self.render_latency(&mut out);
+        self.render_outcomes(&mut out);
+        if let Some(r) = &self.redis {
+            let _ = writeln!(
+                out,
+                "redis: {} EVALSHA, {:.1} µs of Redis CPU per call (reserve and settle mixed)",
+                r.calls, r.usec_per_call
+            );
+        }
+        self.render_overspend(&mut out);
+        out
+    }
+
+    /// The per-RPC latency table.
+    fn render_latency(&self, out: &mut String) {
         let _ = writeln!(
             out,
             "{:<16} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}",
@@ -135,6 +150,10 @@ impl PhaseReport {
                 r.rpc, r.count, r.per_sec, r.p50_ms, r.p90_ms, r.p99_ms, r.p999_ms, r.max_ms
             );
         }
+    }
+
+    /// Decisions by reason, errors, and requests not sent.
+    fn render_outcomes(&self, out: &mut String) {
         let total: u64 = self.decisions.values().sum();
         let decisions: Vec<String> = self
             .decisions
@@ -155,30 +174,26 @@ impl PhaseReport {
         if self.dropped > 0 {
             let _ = writeln!(out, "not sent (over 50,000 outstanding): {}", self.dropped);
         }
-        if let Some(r) = &self.redis {
-            let _ = writeln!(
-                out,
-                "redis: {} EVALSHA, {:.1} µs of Redis CPU per call (reserve and settle mixed)",
-                r.calls, r.usec_per_call
-            );
-        }
+    }
+
+    /// The overspend check: the count checked, or the first 20 offenders.
+    fn render_overspend(&self, out: &mut String) {
         if self.overspend.is_empty() {
             let _ = writeln!(
                 out,
                 "overspend: 0 ({} buckets and scopes checked)",
                 self.buckets_checked
             );
-        } else {
-            let _ = writeln!(out, "OVERSPEND in {} buckets:", self.overspend.len());
-            for o in self.overspend.iter().take(20) {
-                let _ = writeln!(
-                    out,
-                    "  {}: granted {:.0}, limit {} allows {:.1}",
-                    o.bucket, o.granted, o.limit, o.allowed
-                );
-            }
+            return;
         }
-        out
+        let _ = writeln!(out, "OVERSPEND in {} buckets:", self.overspend.len());
+        for o in self.overspend.iter().take(20) {
+            let _ = writeln!(
+                out,
+                "  {}: granted {:.0}, limit {} allows {:.1}",
+                o.bucket, o.granted, o.limit, o.allowed
+            );
+        }
     }
 }
 

@@ -201,49 +201,8 @@ pub async fn tiers(cmd: TiersCmd, args: AdminArgs) -> anyhow::Result<()> {
     let cfg = args.connect().await?;
     let mut doc = cfg.load().await?;
     match cmd {
-        TiersCmd::List => {
-            if args.json {
-                return print_json(&doc.tiers);
-            }
-            let rows: Vec<Vec<String>> = doc
-                .tiers
-                .iter()
-                .map(|(name, t)| {
-                    vec![
-                        name.clone(),
-                        t.max_context_tokens.to_string(),
-                        t.default_max_output_tokens.to_string(),
-                        rate_summary(&t.tenant),
-                        rate_summary(&t.user),
-                        t.shadow.as_ref().map_or("-".into(), |s| {
-                            format!(
-                                "tenant {}; user {}",
-                                rate_summary(&s.tenant),
-                                rate_summary(&s.user)
-                            )
-                        }),
-                    ]
-                })
-                .collect();
-            println!("configuration version {}", doc.version);
-            table(
-                &["TIER", "CONTEXT", "OUTPUT", "TENANT", "USER", "SHADOW"],
-                &rows,
-            );
-        }
-        TiersCmd::Get { name } => {
-            let tier = doc.tiers.get(&name).with_context(|| no_tier(&name, &doc))?;
-            if args.json {
-                return print_json(tier);
-            }
-            print_document(
-                &[
-                    format!("Tier {name} (configuration version {}).", doc.version),
-                    format!("`ctxbudget tiers set {name} FILE` takes this document back."),
-                ],
-                tier,
-            )?;
-        }
+        TiersCmd::List => list_tiers(&doc, &args),
+        TiersCmd::Get { name } => get_tier(&doc, &name, &args),
         TiersCmd::Set { name, file } => {
             let section: TierSection = parse_document(&read_input(&file)?)
                 .map_err(|e| anyhow::anyhow!("tiers.{name}.{e}; nothing was written"))?;
@@ -252,43 +211,104 @@ pub async fn tiers(cmd: TiersCmd, args: AdminArgs) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("{e}; nothing was written"))?;
             doc.tiers.insert(name.clone(), section.clone());
             check_whole(&doc)?;
-            write(&cfg, Field::Tier(name), Some(document(&section)), &args).await?;
+            write(&cfg, Field::Tier(name), Some(document(&section)), &args).await
         }
         TiersCmd::Delete { name } => {
             if doc.tiers.remove(&name).is_none() {
                 bail!(no_tier(&name, &doc));
             }
             check_whole(&doc)?;
-            write(&cfg, Field::Tier(name), None, &args).await?;
+            write(&cfg, Field::Tier(name), None, &args).await
         }
-        TiersCmd::Import { file } => {
-            let text = read_input(&file)?;
-            let imported = FileConfig::parse(&text, &file.display().to_string())?;
-            let tiers = imported
-                .tiers
-                .context("the file has no [tiers.*] sections")?;
-            for (name, t) in &tiers {
-                t.to_domain(name)
-                    .map_err(|e| anyhow::anyhow!("{e}; nothing was written"))?;
-                doc.tiers.insert(name.clone(), t.clone());
-            }
-            check_whole(&doc)?;
-            for (name, t) in tiers {
-                write(&cfg, Field::Tier(name), Some(document(&t)), &args).await?;
-            }
-        }
-        TiersCmd::Export => {
-            if args.json {
-                return print_json(&doc.tiers);
-            }
-            let file = FileConfig {
-                tiers: Some(doc.tiers),
-                ..FileConfig::default()
-            };
-            print!("{}", toml_document(&file)?);
-        }
-        TiersCmd::History { limit } => super::history::history(&cfg, limit, &args).await?,
+        TiersCmd::Import { file } => import_tiers(&cfg, doc, &file, &args).await,
+        TiersCmd::Export => export_tiers(doc, &args),
+        TiersCmd::History { limit } => super::history::history(&cfg, limit, &args).await,
     }
+}
+
+/// `tiers list`: one row per tier.
+fn list_tiers(doc: &ConfigDoc, args: &AdminArgs) -> anyhow::Result<()> {
+    if args.json {
+        return print_json(&doc.tiers);
+    }
+    let rows: Vec<Vec<String>> = doc
+        .tiers
+        .iter()
+        .map(|(name, t)| {
+            vec![
+                name.clone(),
+                t.max_context_tokens.to_string(),
+                t.default_max_output_tokens.to_string(),
+                rate_summary(&t.tenant),
+                rate_summary(&t.user),
+                t.shadow.as_ref().map_or("-".into(), |s| {
+                    format!(
+                        "tenant {}; user {}",
+                        rate_summary(&s.tenant),
+                        rate_summary(&s.user)
+                    )
+                }),
+            ]
+        })
+        .collect();
+    println!("configuration version {}", doc.version);
+    table(
+        &["TIER", "CONTEXT", "OUTPUT", "TENANT", "USER", "SHADOW"],
+        &rows,
+    );
+    Ok(())
+}
+
+/// `tiers get`: the tier as a document `tiers set` takes back.
+fn get_tier(doc: &ConfigDoc, name: &str, args: &AdminArgs) -> anyhow::Result<()> {
+    let tier = doc.tiers.get(name).with_context(|| no_tier(name, doc))?;
+    if args.json {
+        return print_json(tier);
+    }
+    print_document(
+        &[
+            format!("Tier {name} (configuration version {}).", doc.version),
+            format!("`ctxbudget tiers set {name} FILE` takes this document back."),
+        ],
+        tier,
+    )
+}
+
+/// `tiers import`: every tier of a configuration file, all checked before any
+/// is written.
+async fn import_tiers(
+    cfg: &ConfigStore,
+    mut doc: ConfigDoc,
+    file: &PathBuf,
+    args: &AdminArgs,
+) -> anyhow::Result<()> {
+    let text = read_input(file)?;
+    let imported = FileConfig::parse(&text, &file.display().to_string())?;
+    let tiers = imported
+        .tiers
+        .context("the file has no [tiers.*] sections")?;
+    for (name, t) in &tiers {
+        t.to_domain(name)
+            .map_err(|e| anyhow::anyhow!("{e}; nothing was written"))?;
+        doc.tiers.insert(name.clone(), t.clone());
+    }
+    check_whole(&doc)?;
+    for (name, t) in tiers {
+        write(cfg, Field::Tier(name), Some(document(&t)), args).await?;
+    }
+    Ok(())
+}
+
+/// `tiers export`: every tier as a configuration file.
+fn export_tiers(doc: ConfigDoc, args: &AdminArgs) -> anyhow::Result<()> {
+    if args.json {
+        return print_json(&doc.tiers);
+    }
+    let file = FileConfig {
+        tiers: Some(doc.tiers),
+        ..FileConfig::default()
+    };
+    print!("{}", toml_document(&file)?);
     Ok(())
 }
 

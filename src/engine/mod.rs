@@ -126,11 +126,14 @@ impl<S: Store> Engine<S> {
     /// The error for a tier the limits in force do not have.
     fn unknown_tier(&self, tier: &str, limits: &Limits) -> EngineError {
         if self.provisional.load(std::sync::atomic::Ordering::Relaxed) {
-            return EngineError::Store(StoreError::Unavailable(format!(
-                "tier {tier:?} is not among the configuration file's tiers ({}), and the \
+            return EngineError::Store(StoreError::Unavailable(
+                format!(
+                    "tier {tier:?} is not among the configuration file's tiers ({}), and the \
                  configuration in Redis has not been loaded yet (Redis does not answer)",
-                limits.tier_names()
-            )));
+                    limits.tier_names()
+                )
+                .into(),
+            ));
         }
         InvalidInput::new(
             "tier",

@@ -277,7 +277,9 @@ impl<S: Store> Engine<S> {
                 ..
             } => {
                 let id = plan.id.with_nonce_b64(&nonce).ok_or_else(|| {
-                    StoreError::Protocol(format!("stored idempotency nonce {nonce:?} is malformed"))
+                    StoreError::Protocol(
+                        format!("stored idempotency nonce {nonce:?} is malformed").into(),
+                    )
                 })?;
                 out.limits = decision::limit_states(&plan.levels, &readings);
                 out.reservation_id = Some(id.to_string());

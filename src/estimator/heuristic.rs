@@ -32,68 +32,108 @@ pub const FEATURE_NAMES: [&str; FEATURES] = [
 /// - CJK: ideographs, kana, hangul; Thai; emoji (U+1F000 and up, and the
 ///   symbols block U+2600–U+27BF); other: any other non-ASCII character.
 pub fn features(text: &str) -> [f64; FEATURES] {
-    let mut f = [0u64; FEATURES];
+    let mut tally = Tally::default();
     let bytes = text.as_bytes();
     let mut i = 0;
-    let mut in_word = false;
-    let mut digits = 0u64;
     while i < bytes.len() {
         let b = bytes[i];
         if b < 0x80 {
-            let is_letter = b.is_ascii_alphabetic();
-            if is_letter {
-                f[1] += 1;
-                if !in_word {
-                    f[0] += 1;
-                }
-            }
-            in_word = is_letter;
-            if b.is_ascii_digit() {
-                digits += 1;
-            } else if digits > 0 {
-                f[2] += digits.div_ceil(3);
-                digits = 0;
-            }
-            match b {
-                b' ' | b'\t' => f[4] += 1,
-                b'\n' | b'\r' => f[5] += 1,
-                _ if b.is_ascii_graphic() && !b.is_ascii_alphanumeric() => f[3] += 1,
-                _ => {}
-            }
+            tally.ascii(b);
             i += 1;
-            continue;
+        } else {
+            // A non-ASCII character: decode it, and step over its UTF-8 length.
+            let c = text[i..].chars().next().map_or(0, u32::from);
+            tally.non_ascii(c);
+            i += utf8_len(b);
         }
-        in_word = false;
-        if digits > 0 {
-            f[2] += digits.div_ceil(3);
-            digits = 0;
+    }
+    tally.end_digits();
+    tally.counts.map(|v| v as f64)
+}
+
+// Feature indexes, in the order of `FEATURE_NAMES`.
+const WORDS: usize = 0;
+const LETTERS: usize = 1;
+const DIGIT_GROUPS: usize = 2;
+const PUNCTUATION: usize = 3;
+const SPACES: usize = 4;
+const NEWLINES: usize = 5;
+const CJK: usize = 6;
+const THAI: usize = 7;
+const EMOJI: usize = 8;
+const OTHER: usize = 9;
+
+/// The counts so far, and the run (word, digits) the scan is in.
+#[derive(Default)]
+struct Tally {
+    counts: [u64; FEATURES],
+    in_word: bool,
+    digits: u64,
+}
+
+impl Tally {
+    fn ascii(&mut self, b: u8) {
+        let is_letter = b.is_ascii_alphabetic();
+        if is_letter {
+            self.counts[LETTERS] += 1;
+            if !self.in_word {
+                self.counts[WORDS] += 1;
+            }
         }
-        // A non-ASCII character: decode it from its UTF-8 length.
-        let len = match b {
-            0xC0..=0xDF => 2,
-            0xE0..=0xEF => 3,
-            _ => 4,
-        };
-        let c = text[i..].chars().next().map_or(0, u32::from);
-        let class = match c {
-            0x0E00..=0x0E7F => 7,
-            0x3040..=0x30FF
-            | 0x3400..=0x4DBF
-            | 0x4E00..=0x9FFF
-            | 0xAC00..=0xD7AF
-            | 0xF900..=0xFAFF
-            | 0xFF00..=0xFFEF
-            | 0x3000..=0x303F => 6,
-            0x1F000.. | 0x2600..=0x27BF => 8,
-            _ => 9,
-        };
-        f[class] += 1;
-        i += len;
+        self.in_word = is_letter;
+        if b.is_ascii_digit() {
+            self.digits += 1;
+        } else {
+            self.end_digits();
+        }
+        match b {
+            b' ' | b'\t' => self.counts[SPACES] += 1,
+            b'\n' | b'\r' => self.counts[NEWLINES] += 1,
+            _ if b.is_ascii_graphic() && !b.is_ascii_alphanumeric() => {
+                self.counts[PUNCTUATION] += 1
+            }
+            _ => {}
+        }
     }
-    if digits > 0 {
-        f[2] += digits.div_ceil(3);
+
+    fn non_ascii(&mut self, c: u32) {
+        self.in_word = false;
+        self.end_digits();
+        self.counts[class_of(c)] += 1;
     }
-    f.map(|v| v as f64)
+
+    /// Closes a run of digits: ⌈run / 3⌉ groups.
+    fn end_digits(&mut self) {
+        if self.digits > 0 {
+            self.counts[DIGIT_GROUPS] += self.digits.div_ceil(3);
+            self.digits = 0;
+        }
+    }
+}
+
+/// The byte length of the UTF-8 character led by `b` (not ASCII).
+fn utf8_len(b: u8) -> usize {
+    match b {
+        0xC0..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        _ => 4,
+    }
+}
+
+/// The feature a non-ASCII code point counts toward.
+fn class_of(c: u32) -> usize {
+    match c {
+        0x0E00..=0x0E7F => THAI,
+        0x3040..=0x30FF
+        | 0x3400..=0x4DBF
+        | 0x4E00..=0x9FFF
+        | 0xAC00..=0xD7AF
+        | 0xF900..=0xFAFF
+        | 0xFF00..=0xFFEF
+        | 0x3000..=0x303F => CJK,
+        0x1F000.. | 0x2600..=0x27BF => EMOJI,
+        _ => OTHER,
+    }
 }
 
 /// Fitted tokens per feature, by encoding.

@@ -124,7 +124,7 @@ impl ConfigStore {
             .set_number_of_retries(2)
             .set_max_delay(std::time::Duration::from_secs(2));
         let conn = redis::aio::ConnectionManager::new_lazy_with_config(client.clone(), config)
-            .map_err(|e| StoreError::Settings(format!("{shown}: {e}")))?;
+            .map_err(|e| StoreError::Settings(format!("{shown}: {e}").into()))?;
         Ok(ConfigStore {
             client,
             conn,
@@ -146,7 +146,7 @@ impl ConfigStore {
     }
 
     fn err(&self, e: redis::RedisError) -> StoreError {
-        StoreError::Unavailable(format!("{}: {e}", self.url))
+        StoreError::Unavailable(format!("{}: {e}", self.url).into())
     }
 
     /// The current version (0: never written).
@@ -170,8 +170,9 @@ impl ConfigStore {
             .await
             .map_err(|e| self.err(e))?;
         let mut doc = ConfigDoc::default();
-        let bad =
-            |field: &str, e: String| StoreError::Protocol(format!("{field} in {}: {e}", self.hash));
+        let bad = |field: &str, e: String| {
+            StoreError::Protocol(format!("{field} in {}: {e}", self.hash).into())
+        };
         for (field, value) in &all {
             if field == "version" {
                 doc.version = value

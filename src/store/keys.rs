@@ -31,6 +31,21 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "ctxb:";
 
+/// A key prefix that would move the Redis Cluster hash tag.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("key prefix {prefix:?} must not contain '{{' or '}}'")]
+pub struct KeyPrefixError {
+    /// The prefix refused.
+    pub prefix: String,
+}
+
+/// For callers that report settings problems as text (configuration errors).
+impl From<KeyPrefixError> for String {
+    fn from(e: KeyPrefixError) -> String {
+        e.to_string()
+    }
+}
+
 /// Builds keys under one prefix.
 #[derive(Clone, Debug)]
 pub struct Keys {
@@ -40,11 +55,11 @@ pub struct Keys {
 impl Keys {
     /// Keys under `prefix`, which must not contain `{` or `}` (they would move
     /// the Redis Cluster hash tag).
-    pub fn new(prefix: &str) -> Result<Self, String> {
+    pub fn new(prefix: &str) -> Result<Self, KeyPrefixError> {
         if prefix.contains(['{', '}']) {
-            return Err(format!(
-                "key prefix {prefix:?} must not contain '{{' or '}}'"
-            ));
+            return Err(KeyPrefixError {
+                prefix: prefix.to_owned(),
+            });
         }
         Ok(Keys {
             prefix: prefix.to_owned(),
@@ -152,6 +167,10 @@ mod tests {
 
     #[test]
     fn prefix_with_braces_is_refused() {
-        assert!(Keys::new("a{b}:").is_err());
+        let refused = Keys::new("a{b}:").unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            r#"key prefix "a{b}:" must not contain '{' or '}'"#
+        );
     }
 }

@@ -12,6 +12,7 @@ pub mod scripts;
 
 use crate::domain::{LevelPlan, Readings, ReservationId, ReservePlan, TenantId, UserId};
 use std::future::Future;
+use std::sync::Arc;
 
 pub use crate::domain::budget::layout::EXACT_LEASES;
 pub use crate::domain::budget::state;
@@ -38,32 +39,120 @@ pub struct Scope<'a> {
     pub user: Option<&'a UserId>,
 }
 
-/// The store could not answer. Every variant says whether a retry may help.
-#[derive(Debug, Clone, thiserror::Error)]
+/// The error underneath a [`StoreError`] (a Redis error, an I/O error), shared
+/// so a `StoreError` stays `Clone`.
+pub type StoreCause = Arc<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What a [`StoreError`] says, and the error underneath it when there is one.
+#[derive(Clone, Debug)]
+pub struct Detail {
+    text: String,
+    cause: Option<StoreCause>,
+}
+
+impl Detail {
+    /// A detail with no error underneath.
+    pub fn new(text: impl Into<String>) -> Self {
+        Detail {
+            text: text.into(),
+            cause: None,
+        }
+    }
+
+    /// A detail caused by `cause`, which `StoreError::source` then returns.
+    pub fn caused_by(
+        text: impl Into<String>,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Detail {
+            text: text.into(),
+            cause: Some(Arc::new(cause)),
+        }
+    }
+
+    /// The words.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The error underneath, if any.
+    pub fn cause(&self) -> Option<&StoreCause> {
+        self.cause.as_ref()
+    }
+}
+
+impl From<String> for Detail {
+    fn from(text: String) -> Self {
+        Detail::new(text)
+    }
+}
+
+impl From<&str> for Detail {
+    fn from(text: &str) -> Self {
+        Detail::new(text)
+    }
+}
+
+impl std::fmt::Display for Detail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// The store could not answer. Every variant says whether a retry may help,
+/// and carries the error underneath it (see [`std::error::Error::source`]).
+#[derive(Debug, Clone)]
 pub enum StoreError {
     /// Unreachable, loading, out of memory, refusing writes: the call was not
     /// applied; retry or fail over.
-    #[error("budget store unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(Detail),
     /// The call was sent, or may have been, but no answer came (its deadline
     /// passed, the connection dropped): retry or fail over, knowing it may
     /// have been applied.
-    #[error("budget store unavailable: {0}")]
-    Unanswered(String),
+    Unanswered(Detail),
     /// The store answered something the service does not understand: a bug or
     /// foreign data under the key prefix. Retrying will not help.
-    #[error("budget store answered unexpectedly: {0}")]
-    Protocol(String),
+    Protocol(Detail),
     /// The store's settings are wrong (a malformed URL, unreadable or
     /// mismatched TLS files): fix them; retrying will not help.
-    #[error("budget store settings: {0}")]
-    Settings(String),
+    Settings(Detail),
 }
 
 impl StoreError {
     /// True when a retry may succeed.
     pub fn is_transient(&self) -> bool {
         matches!(self, StoreError::Unavailable(_) | StoreError::Unanswered(_))
+    }
+
+    /// What the error says, and its cause.
+    pub fn detail(&self) -> &Detail {
+        match self {
+            StoreError::Unavailable(d)
+            | StoreError::Unanswered(d)
+            | StoreError::Protocol(d)
+            | StoreError::Settings(d) => d,
+        }
+    }
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::Unavailable(d) | StoreError::Unanswered(d) => {
+                write!(f, "budget store unavailable: {d}")
+            }
+            StoreError::Protocol(d) => write!(f, "budget store answered unexpectedly: {d}"),
+            StoreError::Settings(d) => write!(f, "budget store settings: {d}"),
+        }
+    }
+}
+
+/// By hand rather than `thiserror`: the source is the cause inside the
+/// [`Detail`], not the detail itself.
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        let cause = self.detail().cause()?;
+        Some(cause.as_ref())
     }
 }
 

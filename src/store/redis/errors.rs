@@ -2,7 +2,7 @@
 //! call may have been applied, which mean the settings are wrong; and URLs with
 //! their passwords hidden.
 
-use crate::store::StoreError;
+use crate::store::{Detail, StoreError};
 use redis::RedisError;
 use std::sync::Arc;
 
@@ -14,7 +14,12 @@ pub(super) fn pool_error(e: deadpool_redis::PoolError) -> RedisError {
 }
 
 fn unavailable(url: &str, e: RedisError) -> StoreError {
-    StoreError::Unavailable(format!("{url}: {e}"))
+    StoreError::Unavailable(caused(url, e))
+}
+
+/// `url: error`, caused by the error.
+fn caused(url: &str, e: RedisError) -> Detail {
+    Detail::caused_by(format!("{url}: {e}"), e)
 }
 
 /// How a Redis error becomes a store error.
@@ -53,7 +58,10 @@ pub(super) fn classify_answered(url: &str, e: RedisError) -> StoreError {
     if not_there {
         unavailable(url, e)
     } else {
-        StoreError::Settings(format!("{url} refused the service: {e}"))
+        StoreError::Settings(Detail::caused_by(
+            format!("{url} refused the service: {e}"),
+            e,
+        ))
     }
 }
 
@@ -63,7 +71,7 @@ pub(super) fn classify_answered(url: &str, e: RedisError) -> StoreError {
 /// anything else means foreign data or a bug.
 pub(super) fn classify(url: &str, e: RedisError) -> StoreError {
     if e.is_io_error() && !e.is_connection_refusal() {
-        return StoreError::Unanswered(format!("{url}: {e}"));
+        return StoreError::Unanswered(caused(url, e));
     }
     let transient = e.is_io_error()
         || e.is_timeout()
@@ -87,7 +95,7 @@ pub(super) fn classify(url: &str, e: RedisError) -> StoreError {
     if transient {
         unavailable(url, e)
     } else {
-        StoreError::Protocol(format!("{url}: {e}"))
+        StoreError::Protocol(caused(url, e))
     }
 }
 

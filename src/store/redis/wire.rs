@@ -56,19 +56,23 @@ pub(super) fn record_tail(plan: &ReservePlan) -> Vec<u8> {
 
 pub(super) fn state_at(values: &[Value], i: usize) -> Result<Option<LevelState>, StoreError> {
     match values.get(i) {
-        Some(Value::BulkString(b)) => LevelState::decode(b).map_err(StoreError::Protocol),
-        other => Err(StoreError::Protocol(format!(
-            "expected a level state at position {i} of the script reply, got {other:?}"
-        ))),
+        Some(Value::BulkString(b)) => {
+            LevelState::decode(b).map_err(|e| StoreError::Protocol(e.into()))
+        }
+        other => Err(StoreError::Protocol(
+            format!("expected a level state at position {i} of the script reply, got {other:?}")
+                .into(),
+        )),
     }
 }
 
 pub(super) fn int_at(values: &[Value], i: usize) -> Result<i64, StoreError> {
     match values.get(i) {
         Some(Value::Int(n)) => Ok(*n),
-        other => Err(StoreError::Protocol(format!(
-            "expected an integer at position {i} of the script reply, got {other:?}"
-        ))),
+        other => Err(StoreError::Protocol(
+            format!("expected an integer at position {i} of the script reply, got {other:?}")
+                .into(),
+        )),
     }
 }
 
@@ -76,12 +80,12 @@ pub(super) fn string_at(values: &[Value], i: usize) -> Result<String, StoreError
     match values.get(i) {
         Some(Value::BulkString(b)) => Ok(String::from_utf8_lossy(b).into_owned()),
         Some(Value::SimpleString(s)) => Ok(s.clone()),
-        other => Err(StoreError::Protocol(format!(
-            "expected a string at position {i} of the script reply, got {other:?}"
-        ))),
+        other => Err(StoreError::Protocol(
+            format!("expected a string at position {i} of the script reply, got {other:?}").into(),
+        )),
     }
 }
 
 pub(super) fn unexpected(script: &str, tag: i64) -> StoreError {
-    StoreError::Protocol(format!("{script}.lua returned the unknown tag {tag}"))
+    StoreError::Protocol(format!("{script}.lua returned the unknown tag {tag}").into())
 }

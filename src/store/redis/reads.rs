@@ -1,0 +1,64 @@
+//! The read-only calls: GetStatus's levels (`lua/status.lua`) and the adaptive
+//! estimator's samples (a pipeline of `LRANGE`s).
+
+use super::RedisStore;
+use super::wire::{DOUBLES, Spec, int_at, state_at};
+use crate::domain::{LevelPlan, Readings};
+use crate::store::{Scope, StoreError, state};
+
+impl RedisStore {
+    /// Reads the levels of `scope`; `exact` reads small levels' leases whole.
+    pub(super) async fn status_call(
+        &self,
+        scope: Scope<'_>,
+        levels: &[LevelPlan],
+        exact: bool,
+    ) -> Result<Readings, StoreError> {
+        let mut inv = self.status.prepare_invoke();
+        for lp in levels {
+            inv.key(self.keys.level(lp.level, scope.tenant, scope.user));
+        }
+        let mut spec = Spec::default();
+        spec.push(levels.len() as f64);
+        for lp in levels {
+            spec.push(lp.concurrency.map_or(-1.0, |c| c as f64));
+        }
+        inv.arg(&spec.0)
+            .arg(DOUBLES)
+            .arg(if exact { "1" } else { "0" });
+        let reply = self.run(&inv).await?;
+        let now = int_at(&reply, 0)? as f64;
+        let mut states = Vec::with_capacity(levels.len());
+        let mut leases = Vec::with_capacity(levels.len());
+        for i in 0..levels.len() {
+            states.push(state_at(&reply, 1 + 3 * i)?);
+            let n = int_at(&reply, 2 + 3 * i)? as f64;
+            let e = int_at(&reply, 3 + 3 * i)? as f64;
+            leases.push(Some((n, e)));
+        }
+        Ok(state::readings(levels, &states, &leases, now))
+    }
+
+    /// Each key's samples (little-endian doubles, newest first).
+    pub(super) async fn samples_call(&self, keys: &[String]) -> Result<Vec<Vec<f64>>, StoreError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for k in keys {
+            pipe.cmd("LRANGE")
+                .arg(self.keys.estimator(k))
+                .arg(0)
+                .arg(-1);
+        }
+        let lists: Vec<Vec<Vec<u8>>> = self.query(&pipe).await?;
+        Ok(lists
+            .into_iter()
+            .map(|list| {
+                list.iter()
+                    .filter_map(|b| b.as_slice().try_into().ok().map(f64::from_le_bytes))
+                    .collect()
+            })
+            .collect())
+    }
+}

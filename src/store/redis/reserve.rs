@@ -1,0 +1,141 @@
+//! The reserve call: KEYS and ARGV for `lua/reserve.lua` from a plan, and its
+//! reply as a [`ReserveReply`].
+//! The reply's tags and layout are the script's contract, in its header.
+
+use super::RedisStore;
+use super::wire::{DOUBLES, Spec, doubles, int_at, record_tail, state_at, string_at, unexpected};
+use crate::domain::ReservePlan;
+use crate::store::keys::lease_field;
+use crate::store::{Reclaimed, ReserveReply, StoreError, state};
+use redis::{ScriptInvocation, Value};
+
+impl RedisStore {
+    /// Takes the plan's cost at every level, or nothing.
+    pub(super) async fn reserve_call(
+        &self,
+        plan: &ReservePlan,
+    ) -> Result<ReserveReply, StoreError> {
+        let inv = self.reserve_invocation(plan);
+        let reply = self.run(&inv).await?;
+        decode_reserve(plan, &reply)
+    }
+
+    /// KEYS: every level, the record, the idempotency key if any; ARGV: the
+    /// plan as doubles, the lease field, TTLs, the record's tail and layouts.
+    fn reserve_invocation(&self, plan: &ReservePlan) -> ScriptInvocation<'_> {
+        let id = &plan.id;
+        let mut inv = self.reserve.prepare_invoke();
+        for lp in &plan.levels {
+            inv.key(self.keys.level(lp.level, &id.tenant, id.user.as_ref()));
+        }
+        inv.key(self.keys.record(id));
+        let idem_ttl = match &plan.idempotency_key {
+            Some(k) => {
+                inv.key(self.keys.idempotency(&id.tenant, k));
+                self.retention.idempotency_ms
+            }
+            None => 0,
+        };
+        let spec = reserve_spec(plan);
+        inv.arg(&spec.0)
+            .arg(lease_field(id))
+            .arg(plan.lease_ttl_ms + self.retention.record_ms)
+            .arg(idem_ttl)
+            .arg(record_tail(plan))
+            .arg(DOUBLES)
+            .arg(doubles(spec.count()));
+        for lp in &plan.levels {
+            inv.arg(doubles(3 + 3 * lp.buckets.len()));
+        }
+        inv
+    }
+}
+
+/// The plan's numbers, in the order reserve.lua reads them.
+fn reserve_spec(plan: &ReservePlan) -> Spec {
+    let mut spec = Spec::default();
+    spec.push(plan.levels.len() as f64)
+        .push(plan.prompt_tokens as f64)
+        .push(plan.max_output_tokens as f64)
+        .push(plan.min_output_tokens as f64)
+        .push(plan.lease_ttl_ms as f64 * 1000.0)
+        .push(plan.estimated_prompt_tokens as f64);
+    for lp in &plan.levels {
+        spec.push(lp.buckets.len() as f64)
+            .push(lp.concurrency.map_or(-1.0, |c| c as f64))
+            .buckets(lp);
+    }
+    spec
+}
+
+/// reserve.lua's reply as the store's answer.
+fn decode_reserve(plan: &ReservePlan, reply: &[Value]) -> Result<ReserveReply, StoreError> {
+    let nlev = plan.levels.len();
+    let tag = int_at(reply, 0)?;
+    match tag {
+        3 => return Ok(ReserveReply::IdempotencyConflict),
+        4 => {
+            return Ok(ReserveReply::IdempotencySpent {
+                settled: string_at(reply, 1)? != "R",
+            });
+        }
+        _ => {}
+    }
+    let now = int_at(reply, 1)? as f64;
+    let granted_output = int_at(reply, 2)?.max(0) as u64;
+    let states = (0..nlev)
+        .map(|i| state_at(reply, 3 + i))
+        .collect::<Result<Vec<_>, _>>()?;
+    let readings = state::readings(&plan.levels, &states, &[], now);
+    let reclaimed = reclaimed(plan, reply, tag)?;
+    Ok(match tag {
+        1 => ReserveReply::Allowed {
+            readings,
+            granted_output,
+            reclaimed,
+        },
+        0 => ReserveReply::Denied {
+            readings,
+            denied_mask: int_at(reply, 3 + nlev)? as u64,
+            reclaimed,
+        },
+        2 => ReserveReply::Replayed {
+            nonce: string_at(reply, 3 + nlev)?,
+            tokens: int_at(reply, 4 + nlev)? as u64,
+            lease_expires_in_ms: int_at(reply, 5 + nlev)?.max(0) as u64,
+            readings,
+            reclaimed,
+        },
+        other => return Err(unexpected("reserve", other)),
+    })
+}
+
+/// The expired leases the call reclaimed: a reply may end with them, packed
+/// 17 bits per level, after the tag's extras.
+fn reclaimed(plan: &ReservePlan, reply: &[Value], tag: i64) -> Result<Reclaimed, StoreError> {
+    let extras = match tag {
+        1 => 0,
+        0 => 1,
+        _ => 3,
+    };
+    let base = 3 + plan.levels.len() + extras;
+    let packed = match reply.len() {
+        n if n == base => 0,
+        n if n == base + 1 => int_at(reply, base)?.max(0) as u64,
+        n => {
+            return Err(StoreError::Protocol(
+                format!(
+                    "reserve script replied with {n} values, expected {base} or {} (is \
+                     lua/reserve.lua out of step with this binary?)",
+                    base + 1
+                )
+                .into(),
+            ));
+        }
+    };
+    let mut reclaimed = Reclaimed::default();
+    for (i, lp) in plan.levels.iter().enumerate() {
+        reclaimed.add(lp.level, (packed >> (17 * i)) & 0x1_ffff);
+    }
+    Ok(reclaimed)
+}

@@ -1,0 +1,122 @@
+//! The calls on an existing reservation: Commit and Refund (`lua/settle.lua`)
+//! and RenewLease (`lua/renew.lua`) — their KEYS and ARGV from a settlement,
+//! and their replies as [`SettleReply`] and [`RenewReply`].
+
+use super::RedisStore;
+use super::wire::{DOUBLES, Spec, int_at, string_at, unexpected};
+use crate::store::keys::lease_field;
+use crate::store::{RenewReply, SettleReply, Settled, Settlement, StoreError};
+use redis::{ScriptInvocation, Value};
+
+/// How settle.lua settles: its mode argument.
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum SettleMode {
+    Commit,
+    Refund,
+}
+
+impl SettleMode {
+    fn arg(self) -> f64 {
+        match self {
+            SettleMode::Commit => 1.0,
+            SettleMode::Refund => 2.0,
+        }
+    }
+
+    /// The record state this mode leaves.
+    fn state(self) -> &'static str {
+        match self {
+            SettleMode::Commit => "C",
+            SettleMode::Refund => "F",
+        }
+    }
+}
+
+impl RedisStore {
+    /// Commits (`actual` tokens, `actual_prompt` of them prompt) or refunds.
+    pub(super) async fn settle_call(
+        &self,
+        s: Settlement<'_>,
+        mode: SettleMode,
+        actual: u64,
+        actual_prompt: u64,
+    ) -> Result<SettleReply, StoreError> {
+        let mut inv = self.settle.prepare_invoke();
+        self.settlement_keys(&s, &mut inv);
+        inv.key(self.keys.estimator(&s.id.estimator));
+        let mut spec = Spec::default();
+        spec.push(s.levels.len() as f64)
+            .push(mode.arg())
+            .push(actual as f64)
+            .push(actual_prompt as f64)
+            .push(self.retention.samples as f64);
+        for lp in s.levels {
+            spec.push(f64::from(lp.level.bit()))
+                .push(lp.buckets.len() as f64)
+                .buckets(lp);
+        }
+        inv.arg(&spec.0)
+            .arg(lease_field(s.id))
+            .arg(self.retention.record_ms)
+            .arg(s.id.owner_tag().to_le_bytes().as_slice())
+            .arg(DOUBLES);
+        let reply = self.run(&inv).await?;
+        decode_settle(mode, &reply)
+    }
+
+    /// Extends a live reservation's lease to `ttl_ms` from now.
+    pub(super) async fn renew_call(
+        &self,
+        s: Settlement<'_>,
+        ttl_ms: u64,
+    ) -> Result<RenewReply, StoreError> {
+        let mut inv = self.renew.prepare_invoke();
+        self.settlement_keys(&s, &mut inv);
+        let mut spec = Spec::default();
+        spec.push(s.levels.len() as f64)
+            .push(ttl_ms as f64 * 1000.0);
+        for lp in s.levels {
+            spec.push(f64::from(lp.level.bit()));
+        }
+        inv.arg(&spec.0)
+            .arg(lease_field(s.id))
+            .arg(self.retention.record_ms)
+            .arg(s.id.owner_tag().to_le_bytes().as_slice())
+            .arg(DOUBLES);
+        let reply = self.run(&inv).await?;
+        Ok(match int_at(&reply, 0)? {
+            1 => RenewReply::Renewed {
+                expires_in_ms: int_at(&reply, 1)? as u64,
+            },
+            0 => RenewReply::AlreadySettled,
+            2 => RenewReply::Expired,
+            -1 => RenewReply::NotFound,
+            other => return Err(unexpected("renew", other)),
+        })
+    }
+
+    /// The levels of a settlement as KEYS, then the reservation's record.
+    fn settlement_keys(&self, s: &Settlement<'_>, inv: &mut ScriptInvocation<'_>) {
+        for lp in s.levels {
+            inv.key(self.keys.level(lp.level, &s.id.tenant, s.id.user.as_ref()));
+        }
+        inv.key(self.keys.record(s.id));
+    }
+}
+
+/// settle.lua's reply: applied now, settled before (and how), or not found.
+fn decode_settle(mode: SettleMode, reply: &[Value]) -> Result<SettleReply, StoreError> {
+    let settled = |state: &str, amount: i64| match state {
+        "F" => Settled::Refunded(amount.max(0) as u64),
+        _ => Settled::Committed(amount),
+    };
+    Ok(match int_at(reply, 0)? {
+        1 => SettleReply::Applied {
+            settled: settled(mode.state(), int_at(reply, 1)?),
+            estimated_prompt_tokens: int_at(reply, 2)?.max(0) as u64,
+        },
+        0 => SettleReply::AlreadySettled(settled(&string_at(reply, 1)?, int_at(reply, 2)?)),
+        -1 => SettleReply::NotFound,
+        other => return Err(unexpected("settle", other)),
+    })
+}
