@@ -16,8 +16,22 @@ async fn main() -> std::process::ExitCode {
         Err(e) => {
             // The whole chain of causes, without a backtrace: errors here are for
             // operators, and each says what to do.
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", describe(&e));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The error, then each cause whose words it does not carry already (a store
+/// error's text names its cause, which it also gives as its source).
+fn describe(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
 }
