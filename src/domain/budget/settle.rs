@@ -67,39 +67,12 @@ pub fn settle(
     lease: &str,
     retention: &Retention,
 ) -> SettleOutcome {
-    let Some(rec) = record.filter(|r| r.owner == owner) else {
-        return SettleOutcome::only(SettleReply::NotFound);
+    let rec = match unsettled(record, owner) {
+        Ok(rec) => rec,
+        Err(reply) => return SettleOutcome::only(reply),
     };
-    match rec.state {
-        RecordState::Committed => {
-            let settled = Settled::Committed(rec.amount as i64);
-            return SettleOutcome::only(SettleReply::AlreadySettled(settled));
-        }
-        RecordState::Refunded => {
-            let settled = Settled::Refunded(rec.amount as u64);
-            return SettleOutcome::only(SettleReply::AlreadySettled(settled));
-        }
-        RecordState::Reserved => {}
-    }
     let now = now_us as f64;
-    let (dtok, dreq, state, settled) = match how {
-        Settle::Refund => (
-            -rec.cost,
-            -1.0,
-            RecordState::Refunded,
-            Settled::Refunded(rec.cost as u64),
-        ),
-        Settle::Commit { actual_tokens, .. } => {
-            let dtok = actual_tokens as f64 - rec.cost;
-            (
-                dtok,
-                0.0,
-                RecordState::Committed,
-                Settled::Committed(dtok as i64),
-            )
-        }
-    };
-    let deltas = Deltas { dtok, dreq };
+    let (deltas, settled) = Deltas::settling(how, rec);
     for (lp, stored) in plan.iter().zip(levels.iter_mut()) {
         // A live lease is certainly still there; a lapsed one may have been reclaimed.
         let holds = rec.mask & lp.level.bit() != 0
@@ -112,6 +85,10 @@ pub fn settle(
             settle_level(lp, stored, holds, deltas, lease, now_us);
         }
     }
+    let (state, amount) = match settled {
+        Settled::Refunded(_) => (RecordState::Refunded, rec.cost),
+        Settled::Committed(_) => (RecordState::Committed, deltas.dtok),
+    };
     let sample = match how {
         Settle::Commit {
             actual_prompt_tokens,
@@ -121,24 +98,34 @@ pub fn settle(
         }
         _ => None,
     };
-    let amount = match settled {
-        Settled::Refunded(_) => rec.cost,
-        Settled::Committed(_) => dtok,
+    let settled_record = Record {
+        state,
+        amount,
+        ..rec.clone()
     };
     SettleOutcome {
         reply: SettleReply::Applied {
             settled,
             estimated_prompt_tokens: rec.estimated as u64,
         },
-        record: Some((
-            Record {
-                state,
-                amount,
-                ..rec.clone()
-            },
-            retention.record_ms,
-        )),
+        record: Some((settled_record, retention.record_ms)),
         sample,
+    }
+}
+
+/// The caller's record if it is still to settle; otherwise the answer.
+fn unsettled(record: Option<&Record>, owner: u64) -> Result<&Record, SettleReply> {
+    let Some(rec) = record.filter(|r| r.owner == owner) else {
+        return Err(SettleReply::NotFound);
+    };
+    match rec.state {
+        RecordState::Committed => Err(SettleReply::AlreadySettled(Settled::Committed(
+            rec.amount as i64,
+        ))),
+        RecordState::Refunded => Err(SettleReply::AlreadySettled(Settled::Refunded(
+            rec.amount as u64,
+        ))),
+        RecordState::Reserved => Ok(rec),
     }
 }
 
@@ -151,6 +138,23 @@ struct Deltas {
 }
 
 impl Deltas {
+    /// What settling `rec` by `how` moves, and how it reads once settled.
+    fn settling(how: Settle, rec: &Record) -> (Deltas, Settled) {
+        match how {
+            Settle::Refund => (
+                Deltas {
+                    dtok: -rec.cost,
+                    dreq: -1.0,
+                },
+                Settled::Refunded(rec.cost as u64),
+            ),
+            Settle::Commit { actual_tokens, .. } => {
+                let dtok = actual_tokens as f64 - rec.cost;
+                (Deltas { dtok, dreq: 0.0 }, Settled::Committed(dtok as i64))
+            }
+        }
+    }
+
     fn of(self, dimension: Dimension) -> f64 {
         match dimension {
             Dimension::Tokens => self.dtok,
