@@ -87,9 +87,7 @@ impl<S: Store> Engine<S> {
     /// CheckAndReserve.
     pub async fn reserve(&self, input: ReserveInput) -> Result<ReserveOutcome, EngineError> {
         let limits = self.limits();
-        let tier = limits
-            .resolve(&input.tier, input.tenant.as_str())
-            .ok_or_else(|| self.unknown_tier(&input.tier, &limits))?;
+        let tier = self.resolve_tier(&limits, &input.tier, input.tenant.as_str())?;
         let counted = match input.prompt {
             PromptInput::Tokens(n) => Counted {
                 raw: n,
