@@ -3,6 +3,7 @@
 
 use crate::api::BudgetApi;
 use crate::api::auth::Auth;
+use crate::config::repository::ConfigStore;
 use crate::config::{Settings, TlsFiles};
 use crate::domain::Limits;
 use crate::engine::{Engine, EngineSettings};
@@ -10,7 +11,6 @@ use crate::estimator::{Counter, Multipliers};
 use crate::pb;
 use crate::pb::budget_service_server::BudgetServiceServer;
 use crate::reload;
-use crate::store::config::ConfigStore;
 use crate::store::keys::Keys;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisSettings, RedisStore};
