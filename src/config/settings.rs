@@ -103,6 +103,21 @@ impl std::fmt::Debug for Settings {
     }
 }
 
+impl From<&Settings> for crate::telemetry::KnownSeries {
+    fn from(settings: &Settings) -> Self {
+        crate::telemetry::KnownSeries {
+            tiers: settings.limits.tiers.keys().cloned().collect(),
+            estimator_keys: settings
+                .models
+                .keys()
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+            initial_multiplier: settings.adaptive.initial,
+        }
+    }
+}
+
 /// `field`'s `value` is between `min` and `max`, or the error says so.
 pub(super) fn within(field: &str, value: u64, min: u64, max: u64) -> Result<(), LimitsError> {
     if (min..=max).contains(&value) {

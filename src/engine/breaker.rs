@@ -10,6 +10,7 @@
 //! PING, so a recovering store is not judged by connections still reconnecting.
 
 pub use crate::config::BreakerSettings;
+use crate::telemetry::BreakerGauge;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -25,21 +26,22 @@ pub enum BreakerState {
 }
 
 impl BreakerState {
-    /// 0 closed, 1 half-open, 2 open: the metric's value.
-    pub fn gauge(self) -> f64 {
-        match self {
-            BreakerState::Closed => 0.0,
-            BreakerState::HalfOpen => 1.0,
-            BreakerState::Open => 2.0,
-        }
-    }
-
     /// Lower-case name.
     pub fn as_str(self) -> &'static str {
         match self {
             BreakerState::Closed => "closed",
             BreakerState::HalfOpen => "half_open",
             BreakerState::Open => "open",
+        }
+    }
+}
+
+impl From<BreakerState> for BreakerGauge {
+    fn from(state: BreakerState) -> Self {
+        match state {
+            BreakerState::Closed => BreakerGauge::Closed,
+            BreakerState::HalfOpen => BreakerGauge::HalfOpen,
+            BreakerState::Open => BreakerGauge::Open,
         }
     }
 }
