@@ -2,7 +2,8 @@
 //! against the current limits, asks the store, and turns the store's readings
 //! into decisions. Knows nothing of gRPC; `api/` translates around it.
 //!
-//! - [`reserve`]: CheckAndReserve, from the prompt to the decision.
+//! - [`reserve`]: CheckAndReserve, from the prompt to the store's reply.
+//! - [`reply`]: the store's reply explained, and the decision recorded.
 //! - [`settle`]: Commit, Refund, RenewLease.
 //! - [`shadow`]: quotas in shadow, evaluated and reported but never enforced.
 //! - [`status`]: GetStatus and the estimator's state, and its refresh.
@@ -11,6 +12,7 @@
 
 mod breaker;
 mod cancel;
+mod reply;
 mod reserve;
 mod settle;
 mod shadow;
