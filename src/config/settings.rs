@@ -142,12 +142,7 @@ impl FileConfig {
     /// Validated settings, with `overrides` applied last.
     pub fn settings(self, overrides: Flags) -> Result<Settings, ConfigError> {
         let limits = self.limits()?;
-        let seed = ConfigDoc {
-            version: 0,
-            global: self.global.clone(),
-            tiers: self.tiers.clone().unwrap_or_default(),
-            overrides: self.overrides.clone().unwrap_or_default(),
-        };
+        let seed = self.seed();
         let defaults = Self::built_in();
         let server = self.server.or(defaults.server).expect("built-in [server]");
         let store = self.store.or(defaults.store).expect("built-in [store]");
@@ -183,21 +178,14 @@ impl FileConfig {
             key_prefix: where_.key_prefix,
             pool: store.pool,
             connections: store.connections,
+            store_timeout: Duration::from_millis(store.timeout_ms),
             redis_tls: RedisTls {
                 ca: store.tls_ca,
                 cert: store.tls_cert,
                 key: store.tls_key,
             },
-            store_timeout: Duration::from_millis(store.timeout_ms),
-            leases: LeasePolicy {
-                default_ttl_ms: res.default_lease_ttl_ms,
-                max_ttl_ms: res.max_lease_ttl_ms,
-            },
-            retention: Retention {
-                record_ms: res.retention_ms,
-                idempotency_ms: res.idempotency_ttl_ms,
-                samples: est.window,
-            },
+            leases: res.leases(),
+            retention: res.retention(est.window),
             retry_jitter_ms: res.retry_jitter_ms,
             concurrency_retry_ms: res.concurrency_retry_ms,
             limits: Arc::new(limits),
@@ -213,6 +201,39 @@ impl FileConfig {
             tokens,
             tls,
         })
+    }
+}
+
+impl FileConfig {
+    /// The tiers, global limits and overrides as written: what seeds Redis
+    /// when it holds no configuration yet.
+    fn seed(&self) -> ConfigDoc {
+        ConfigDoc {
+            version: 0,
+            global: self.global.clone(),
+            tiers: self.tiers.clone().unwrap_or_default(),
+            overrides: self.overrides.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl ReservationsSection {
+    /// The lease lengths.
+    fn leases(&self) -> LeasePolicy {
+        LeasePolicy {
+            default_ttl_ms: self.default_lease_ttl_ms,
+            max_ttl_ms: self.max_lease_ttl_ms,
+        }
+    }
+
+    /// How long records and idempotency keys are kept, and `samples`
+    /// estimator samples per key.
+    fn retention(&self, samples: usize) -> Retention {
+        Retention {
+            record_ms: self.retention_ms,
+            idempotency_ms: self.idempotency_ttl_ms,
+            samples,
+        }
     }
 }
 
