@@ -5,6 +5,7 @@
 //! tenant's reservation — gets PERMISSION_DENIED. An unauthenticated call gets
 //! UNAUTHENTICATED and touches nothing. Tokens never reach a log.
 
+use super::errors::{Refusal, refusal_status};
 pub use crate::config::{MIN_TOKEN_LEN, TokenSection};
 use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
@@ -23,11 +24,13 @@ impl Caller {
     /// PERMISSION_DENIED unless this caller may act for `tenant`.
     pub fn check_tenant(&self, tenant: &str) -> Result<(), Status> {
         match &self.tenants {
-            Some(allowed) if !allowed.contains(tenant) => Err(Status::permission_denied(format!(
-                "token {:?} may not act for tenant {:?}; use a token bound to that tenant",
-                self.name,
-                tenant.chars().take(64).collect::<String>()
-            ))),
+            Some(allowed) if !allowed.contains(tenant) => {
+                Err(refusal_status(Refusal::PermissionDenied(format!(
+                    "token {:?} may not act for tenant {:?}; use a token bound to that tenant",
+                    self.name,
+                    tenant.chars().take(64).collect::<String>()
+                ))))
+            }
             _ => Ok(()),
         }
     }
@@ -92,9 +95,9 @@ impl Auth {
                     .or_else(|| v.strip_prefix("bearer "))
             })
             .ok_or_else(|| {
-                Status::unauthenticated(
+                refusal_status(Refusal::Unauthenticated(
                     "missing bearer token: send the metadata `authorization: Bearer <token>`",
-                )
+                ))
             })?;
         // Compare with every token, in constant time, before deciding.
         let mut found = None;
@@ -108,9 +111,9 @@ impl Auth {
                 name: t.name.clone(),
                 tenants: t.tenants.clone(),
             })),
-            None => Err(Status::unauthenticated(
+            None => Err(refusal_status(Refusal::Unauthenticated(
                 "invalid bearer token: it is not among the service's configured tokens",
-            )),
+            ))),
         }
     }
 }
