@@ -30,6 +30,9 @@ pub mod server;
 pub mod store;
 pub mod telemetry;
 
+#[cfg(test)]
+mod layout_tests;
+
 /// Generated code for `proto/ctxbudget/v1/budget.proto`.
 #[allow(missing_docs, clippy::all)]
 pub mod pb {

@@ -11,10 +11,10 @@
 //! keeps the last good one.
 
 use crate::api::auth::Auth;
+use crate::config::repository::ConfigStore;
 use crate::config::{FileConfig, Flags};
 use crate::engine::Engine;
 use crate::store::Store;
-use crate::store::config::ConfigStore;
 use futures_util::StreamExt;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -3,6 +3,7 @@
 
 use crate::api::BudgetApi;
 use crate::api::auth::Auth;
+use crate::config::repository::ConfigStore;
 use crate::config::{Settings, TlsFiles};
 use crate::domain::Limits;
 use crate::engine::{Engine, EngineSettings};
@@ -10,7 +11,6 @@ use crate::estimator::{Counter, Multipliers};
 use crate::pb;
 use crate::pb::budget_service_server::BudgetServiceServer;
 use crate::reload;
-use crate::store::config::ConfigStore;
 use crate::store::keys::Keys;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisSettings, RedisStore};
@@ -19,7 +19,7 @@ use std::future::Future;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::server::TcpIncoming;
+use tonic::transport::server::{Router, TcpIncoming};
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 /// The server could not start or stopped with an error.
@@ -195,7 +195,6 @@ pub async fn serve<S: Store>(
     shutdown: impl Future<Output = ()> + Send + 'static,
     redis: Option<RedisStart>,
 ) -> Result<(), ServeError> {
-    let config = redis.as_ref().map(|r| r.config.clone());
     let addr = listener
         .local_addr()
         .map_err(|e| ServeError::Settings(e.to_string()))?;
@@ -220,11 +219,40 @@ pub async fn serve<S: Store>(
     }
     // Load the tokenizers in the background: the first long prompt should not pay.
     tokio::task::spawn_blocking(crate::estimator::count::warm_up);
-    let mut tasks = engine_tasks(&engine);
+    let mut tasks = background_tasks(&engine, settings, &auth, redis);
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<BudgetServiceServer<BudgetApi<S>>>()
+        .await;
+    tasks.push(tokio::spawn(report_health(engine.clone(), health)));
+    let served = routes(engine, settings, auth, health_service)?
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            shutdown,
+        )
+        .await;
+    for task in tasks {
+        task.abort();
+    }
+    served?;
+    tracing::info!("ctxbudget stopped");
+    Ok(())
+}
+
+/// The tasks beside the gRPC service: the engine's own, the SIGHUP reload,
+/// and with Redis the configuration watch (or, when Redis has not answered
+/// yet, the load that precedes it).
+fn background_tasks<S: Store>(
+    engine: &Arc<Engine<S>>,
+    settings: &Settings,
+    auth: &Arc<Auth>,
+    redis: Option<RedisStart>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = engine_tasks(engine);
     tasks.push(tokio::spawn(reload::on_sighup(
         engine.clone(),
         settings.config_path.clone(),
-        config.clone(),
+        redis.as_ref().map(|r| r.config.clone()),
         auth.clone(),
     )));
     if let Some(start) = redis {
@@ -237,13 +265,21 @@ pub async fn serve<S: Store>(
             )),
         });
     }
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<BudgetServiceServer<BudgetApi<S>>>()
-        .await;
-    tasks.push(tokio::spawn(report_health(engine.clone(), health)));
-    // Both reflection versions: grpcurl speaks v1, while Python's
-    // grpcio-reflection and many older tools only speak v1alpha.
+    tasks
+}
+
+/// The gRPC services: the budget service behind authentication, health, and
+/// reflection in both versions (grpcurl speaks v1, while Python's
+/// grpcio-reflection and many older tools only speak v1alpha); over TLS when
+/// the settings name its files.
+fn routes<S: Store>(
+    engine: Arc<Engine<S>>,
+    settings: &Settings,
+    auth: Arc<Auth>,
+    health: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+) -> Result<Router, ServeError> {
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
@@ -259,22 +295,11 @@ pub async fn serve<S: Store>(
     if let Some(tls) = &settings.tls {
         builder = builder.tls_config(tls_config(tls)?)?;
     }
-    let served = builder
+    Ok(builder
         .add_service(budget)
-        .add_service(health_service)
+        .add_service(health)
         .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown,
-        )
-        .await;
-    for task in tasks {
-        task.abort();
-    }
-    served?;
-    tracing::info!("ctxbudget stopped");
-    Ok(())
+        .add_service(reflection_v1alpha))
 }
 
 /// The listener's TLS from its PEM files; with a client CA, clients must

@@ -6,14 +6,22 @@
 //! metric is described (`# HELP`) and its series with known labels registered
 //! at zero when the exporter starts, so dashboards and `rate()` see them from
 //! the first scrape.
+//!
+//! A leaf: it knows the domain's vocabulary (levels, reasons) and nothing
+//! else of the crate; callers hand it plain values.
+//!
+//! - this file: every metric name, and the functions that record them.
+//! - [`exporter`]: the Prometheus exporter, descriptions and series at zero.
+//! - [`logging`]: the tracing subscriber.
 
-use crate::config::Settings;
-use crate::domain::{Denial, Level, Reason};
-use metrics::{
-    Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
-};
-use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
-use std::net::SocketAddr;
+mod exporter;
+mod logging;
+
+pub use exporter::{KnownSeries, describe, register, serve_metrics};
+pub use logging::{LogFormat, init_logging};
+
+use crate::domain::Denial;
+use metrics::{counter, gauge, histogram};
 
 /// Decisions, labelled `result` (allowed|denied), `reason`, `level` and `tier`.
 pub const DECISIONS: &str = "ctxbudget_decisions_total";
@@ -90,7 +98,7 @@ pub const RATIO_BUCKETS: &[f64] = &[
 ];
 
 /// The RPCs, as `api::service` labels them.
-const RPCS: [&str; 6] = [
+pub(crate) const RPCS: [&str; 6] = [
     "CheckAndReserve",
     "Commit",
     "Refund",
@@ -99,7 +107,7 @@ const RPCS: [&str; 6] = [
     "GetStatus",
 ];
 /// The store calls, as `engine` labels them.
-const STORE_OPS: [&str; 11] = [
+pub(crate) const STORE_OPS: [&str; 11] = [
     "reserve",
     "commit",
     "refund",
@@ -113,160 +121,10 @@ const STORE_OPS: [&str; 11] = [
     "shadow_renew",
 ];
 /// The kinds of store failure.
-const STORE_ERROR_KINDS: [&str; 4] = ["unavailable", "protocol", "settings", "breaker_open"];
+pub(crate) const STORE_ERROR_KINDS: [&str; 4] =
+    ["unavailable", "protocol", "settings", "breaker_open"];
 /// How a cancellation of a reservation never returned to its caller ends.
 pub const CANCEL_OUTCOMES: [&str; 5] = ["cancelled", "not_found", "expired", "failed", "dropped"];
-
-/// Serves Prometheus metrics at `http://addr/metrics`: distributions as
-/// histograms, every metric described, and the series whose labels are known
-/// at start (those of `settings`' tiers and estimator groups among them)
-/// registered at zero.
-pub fn serve_metrics(addr: SocketAddr, settings: &Settings) -> Result<(), BuildError> {
-    PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .set_buckets(LATENCY_BUCKETS)?
-        .set_buckets_for_metric(Matcher::Full(COMMIT_DELTA.into()), DELTA_BUCKETS)?
-        .set_buckets_for_metric(Matcher::Full(ESTIMATION_RATIO.into()), RATIO_BUCKETS)?
-        .install()?;
-    describe();
-    register(settings);
-    Ok(())
-}
-
-/// Gives every metric its `# HELP` line and unit.
-pub fn describe() {
-    let counters = [
-        (DECISIONS, "CheckAndReserve decisions"),
-        (RESERVED_TOKENS, "Tokens reserved by allowed reservations"),
-        (COMMITTED_TOKENS, "Tokens Commits reported used"),
-        (REFUNDED_TOKENS, "Tokens Refunds returned"),
-        (COUNTED_TOKENS, "Prompt tokens the service counted itself"),
-        (STORE_ERRORS, "Failed store calls"),
-        (DEGRADED, "Decisions made without the store"),
-        (
-            SHADOW_DENIALS,
-            "Requests a quota in shadow would have denied",
-        ),
-        (
-            LEASES_EXPIRED,
-            "Leases that lapsed without Commit or Refund, once per level",
-        ),
-        (
-            AUTH_REFUSED,
-            "Calls refused by authentication or a token's tenant binding",
-        ),
-        (
-            CANCELLATIONS,
-            "Reservations whose store call failed, refunded in the background, by outcome",
-        ),
-    ];
-    for (name, help) in counters {
-        describe_counter!(name, help);
-    }
-    describe_histogram!(
-        RPC_SECONDS,
-        Unit::Seconds,
-        "gRPC handling time, by result code"
-    );
-    describe_histogram!(STORE_SECONDS, Unit::Seconds, "Store call time");
-    describe_histogram!(
-        COMMIT_DELTA,
-        "Actual minus reserved tokens per Commit (negative: over-reserved)"
-    );
-    describe_histogram!(
-        ESTIMATION_RATIO,
-        "Actual / estimated prompt tokens per Commit of a prompt the service counted"
-    );
-    describe_gauge!(
-        ESTIMATOR_MULTIPLIER,
-        "The adaptive multiplier applied to new estimates"
-    );
-    describe_gauge!(
-        BREAKER_STATE,
-        "Store circuit breaker: 0 closed, 1 half-open, 2 open"
-    );
-    describe_gauge!(
-        CANCELLATIONS_PENDING,
-        "Reservations waiting to be cancelled"
-    );
-    describe_gauge!(
-        GLOBAL_LEASES_ACTIVE,
-        "Leases held across all replicas, as of this replica's last reservation"
-    );
-}
-
-/// Registers at zero every series whose labels are known at start, so each
-/// documented metric is on the first scrape and a first increment shows in
-/// `rate()`. Series of tiers or estimator keys that appear later (a tier set
-/// in Redis, a model first seen) are created when first used.
-pub fn register(settings: &Settings) {
-    for tier in settings.limits.tiers.keys() {
-        register_tier(tier);
-    }
-    for key in settings.models.keys() {
-        gauge!(ESTIMATOR_MULTIPLIER, "key" => key.to_owned()).set(settings.adaptive.initial);
-        let _ = histogram!(ESTIMATION_RATIO, "key" => key.to_owned());
-    }
-    for outcome in CANCEL_OUTCOMES {
-        counter!(CANCELLATIONS, "outcome" => outcome).increment(0);
-    }
-    gauge!(CANCELLATIONS_PENDING).set(0.0);
-    for method in ["exact", "fast"] {
-        counter!(COUNTED_TOKENS, "method" => method).increment(0);
-    }
-    for rpc in RPCS {
-        let _ = histogram!(RPC_SECONDS, "rpc" => rpc, "code" => "OK");
-    }
-    for op in STORE_OPS {
-        let _ = histogram!(STORE_SECONDS, "op" => op);
-        for kind in STORE_ERROR_KINDS {
-            counter!(STORE_ERRORS, "op" => op, "kind" => kind).increment(0);
-        }
-    }
-    for policy in ["local", "fail_open"] {
-        counter!(DEGRADED, "policy" => policy).increment(0);
-    }
-    for level in [Level::Global, Level::Tenant, Level::User] {
-        counter!(LEASES_EXPIRED, "level" => level.as_str()).increment(0);
-    }
-    for code in [tonic::Code::Unauthenticated, tonic::Code::PermissionDenied] {
-        counter!(AUTH_REFUSED, "code" => code_name(code)).increment(0);
-    }
-    gauge!(BREAKER_STATE).set(0.0);
-    gauge!(GLOBAL_LEASES_ACTIVE).set(0.0);
-}
-
-/// The series of one tier: decisions by outcome, token counters, the commit
-/// delta, and shadow denials.
-fn register_tier(tier: &str) {
-    let decided = |reason: &'static str, level: &'static str| {
-        counter!(DECISIONS, "result" => if reason == "none" { "allowed" } else { "denied" },
-            "reason" => reason, "level" => level, "tier" => tier.to_owned())
-        .increment(0);
-    };
-    decided("none", "none");
-    decided(Reason::ContextTooLarge.as_str(), "none");
-    decided(Reason::RequestTooLarge.as_str(), "none");
-    let by_level = [
-        Reason::RequestsExceeded,
-        Reason::TokensExceeded,
-        Reason::ConcurrencyExceeded,
-    ];
-    for reason in by_level {
-        for level in [Level::Global, Level::Tenant, Level::User] {
-            decided(reason.as_str(), level.as_str());
-        }
-        for level in [Level::Tenant, Level::User] {
-            counter!(SHADOW_DENIALS, "tier" => tier.to_owned(), "reason" => reason.as_str(),
-                "level" => level.as_str())
-            .increment(0);
-        }
-    }
-    for name in [RESERVED_TOKENS, COMMITTED_TOKENS, REFUNDED_TOKENS] {
-        counter!(name, "tier" => tier.to_owned()).increment(0);
-    }
-    let _ = histogram!(COMMIT_DELTA, "tier" => tier.to_owned());
-}
 
 /// Counts one call refused by authentication or a tenant binding.
 pub fn auth_refused(code: tonic::Code) {
@@ -310,9 +168,31 @@ pub fn store_call(op: &'static str, seconds: f64, error: Option<&'static str>) {
     }
 }
 
+/// The store circuit breaker's state as the gauge shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BreakerGauge {
+    /// Calls flow: 0.
+    Closed,
+    /// A few probe calls flow: 1.
+    HalfOpen,
+    /// Calls fail at once: 2.
+    Open,
+}
+
+impl BreakerGauge {
+    /// The gauge's value.
+    pub fn value(self) -> f64 {
+        match self {
+            BreakerGauge::Closed => 0.0,
+            BreakerGauge::HalfOpen => 1.0,
+            BreakerGauge::Open => 2.0,
+        }
+    }
+}
+
 /// Publishes the breaker's state.
-pub fn breaker(state: crate::engine::BreakerState) {
-    gauge!(BREAKER_STATE).set(state.gauge());
+pub fn breaker(state: impl Into<BreakerGauge>) {
+    gauge!(BREAKER_STATE).set(state.into().value());
 }
 
 /// Counts one decision made without the store.
@@ -362,7 +242,7 @@ pub fn rpc(rpc: &'static str, code: tonic::Code, seconds: f64) {
     histogram!(RPC_SECONDS, "rpc" => rpc, "code" => code_name(code)).record(seconds);
 }
 
-fn code_name(code: tonic::Code) -> &'static str {
+pub(crate) fn code_name(code: tonic::Code) -> &'static str {
     use tonic::Code::*;
     match code {
         Ok => "OK",
@@ -378,29 +258,4 @@ fn code_name(code: tonic::Code) -> &'static str {
         Cancelled => "CANCELLED",
         _ => "OTHER",
     }
-}
-
-/// Log output format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-/// Installs the global tracing subscriber; `RUST_LOG` filters (default `info`).
-pub fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colours only for a person at a terminal: a file, a pipe or a log
-    // collector would keep the escape codes as text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi);
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
 }

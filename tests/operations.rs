@@ -8,8 +8,8 @@ mod support;
 
 use clap::Parser;
 use ctxbudget::cli::Cli;
+use ctxbudget::config::repository::ConfigStore;
 use ctxbudget::pb::{self, Dimension, Level, Reason};
-use ctxbudget::store::config::ConfigStore;
 use redis::Commands;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

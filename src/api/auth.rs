@@ -5,90 +5,12 @@
 //! tenant's reservation — gets PERMISSION_DENIED. An unauthenticated call gets
 //! UNAUTHENTICATED and touches nothing. Tokens never reach a log.
 
-use serde::{Deserialize, Serialize};
+use super::errors::{Refusal, refusal_status};
+pub use crate::config::{MIN_TOKEN_LEN, TokenSection};
 use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
 use subtle::ConstantTimeEq;
 use tonic::{Request, Status};
-
-/// One accepted token as configured.
-#[derive(Clone, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct TokenSection {
-    /// A name for logs and errors (the token itself never appears).
-    pub name: String,
-    /// The secret.
-    pub token: String,
-    /// Tenants this token may act for; absent: all.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tenants: Option<BTreeSet<String>>,
-}
-
-impl std::fmt::Debug for TokenSection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenSection")
-            .field("name", &self.name)
-            .field("token", &"<redacted>")
-            .field("tenants", &self.tenants)
-            .finish()
-    }
-}
-
-/// Shortest token accepted: anything shorter can be guessed.
-pub const MIN_TOKEN_LEN: usize = 16;
-
-/// Checks configured tokens: names and secrets unique, secrets long enough,
-/// printable and without spaces (they travel in an HTTP/2 header), tenant
-/// sets not empty. On error: the field suffix (`[i].token`) and the problem —
-/// which never quotes a secret.
-pub fn validate(tokens: &[TokenSection]) -> Result<(), (String, String)> {
-    for (i, t) in tokens.iter().enumerate() {
-        let at = |field: &str| format!("[{i}].{field}");
-        if t.name.trim().is_empty() {
-            return Err((at("name"), "must not be empty".into()));
-        }
-        if t.token.len() < MIN_TOKEN_LEN {
-            return Err((
-                at("token"),
-                format!(
-                    "token {:?} is shorter than {MIN_TOKEN_LEN} characters; generate one with \
-                     `openssl rand -hex 32`",
-                    t.name
-                ),
-            ));
-        }
-        if !t.token.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err((
-                at("token"),
-                format!("token {:?} must be printable ASCII without spaces", t.name),
-            ));
-        }
-        if matches!(&t.tenants, Some(set) if set.is_empty()) {
-            return Err((
-                at("tenants"),
-                format!(
-                    "token {:?} is bound to no tenant: list tenants, or drop `tenants` to allow all",
-                    t.name
-                ),
-            ));
-        }
-        for earlier in &tokens[..i] {
-            if earlier.name == t.name {
-                return Err((at("name"), format!("token name {:?} appears twice", t.name)));
-            }
-            if earlier.token == t.token {
-                return Err((
-                    at("token"),
-                    format!(
-                        "tokens {:?} and {:?} are the same secret",
-                        earlier.name, t.name
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(())
-}
 
 /// Who is calling, once authenticated; handlers check tenants against it.
 #[derive(Clone, Debug)]
@@ -102,11 +24,13 @@ impl Caller {
     /// PERMISSION_DENIED unless this caller may act for `tenant`.
     pub fn check_tenant(&self, tenant: &str) -> Result<(), Status> {
         match &self.tenants {
-            Some(allowed) if !allowed.contains(tenant) => Err(Status::permission_denied(format!(
-                "token {:?} may not act for tenant {:?}; use a token bound to that tenant",
-                self.name,
-                tenant.chars().take(64).collect::<String>()
-            ))),
+            Some(allowed) if !allowed.contains(tenant) => {
+                Err(refusal_status(Refusal::PermissionDenied(format!(
+                    "token {:?} may not act for tenant {:?}; use a token bound to that tenant",
+                    self.name,
+                    tenant.chars().take(64).collect::<String>()
+                ))))
+            }
             _ => Ok(()),
         }
     }
@@ -171,9 +95,9 @@ impl Auth {
                     .or_else(|| v.strip_prefix("bearer "))
             })
             .ok_or_else(|| {
-                Status::unauthenticated(
+                refusal_status(Refusal::Unauthenticated(
                     "missing bearer token: send the metadata `authorization: Bearer <token>`",
-                )
+                ))
             })?;
         // Compare with every token, in constant time, before deciding.
         let mut found = None;
@@ -187,9 +111,9 @@ impl Auth {
                 name: t.name.clone(),
                 tenants: t.tenants.clone(),
             })),
-            None => Err(Status::unauthenticated(
+            None => Err(refusal_status(Refusal::Unauthenticated(
                 "invalid bearer token: it is not among the service's configured tokens",
-            )),
+            ))),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! caller sent bad input — rather than prost's INTERNAL, which would send
 //! operators hunting for a bug in the service.
 
+use super::errors::{Refusal, refusal_status};
 use std::marker::PhantomData;
 use tonic::Status;
 use tonic::codec::{BufferSettings, DecodeBuf};
@@ -47,7 +48,7 @@ impl<U: prost::Message + Default> tonic::codec::Decoder for Decoder<U> {
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
         self.0.decode(buf).map_err(|status| {
-            Status::invalid_argument(format!(
+            refusal_status(Refusal::Undecodable(format!(
                 "the message is not a valid {}: {}; send messages built from ctxbudget's \
                  proto/ctxbudget/v1/budget.proto",
                 std::any::type_name::<U>()
@@ -55,7 +56,7 @@ impl<U: prost::Message + Default> tonic::codec::Decoder for Decoder<U> {
                     .next()
                     .unwrap_or("message"),
                 status.message()
-            ))
+            )))
         })
     }
 

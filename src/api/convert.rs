@@ -2,7 +2,9 @@
 
 use crate::domain::decision::LimitState;
 use crate::domain::plan::check_tokens;
-use crate::domain::{Dimension, IdempotencyKey, InvalidInput, Level, Reason, TenantId, UserId};
+use crate::domain::{
+    Dimension, IdempotencyKey, InvalidInput, Level, Reason, TenantId, UserId, is_tier_name,
+};
 use crate::engine::{
     EstimatorView, LevelLeases, Outcome, PromptInput, ReserveInput, ReserveOutcome, StatusOutcome,
 };
@@ -111,11 +113,7 @@ pub fn check_tier(tier: &str) -> Result<(), InvalidInput> {
             "is required (e.g. \"free\", \"pro\")",
         ));
     }
-    if tier.len() > 64
-        || !tier
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-    {
+    if !is_tier_name(tier) {
         let shown: String = tier.chars().take(64).filter(|c| !c.is_control()).collect();
         return Err(InvalidInput::new(
             "tier",

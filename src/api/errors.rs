@@ -1,4 +1,6 @@
-//! The one mapping from engine errors to gRPC status codes.
+//! The one mapping from errors to gRPC status codes: the engine's (and
+//! through it the store's and the domain's), and the gRPC layer's own
+//! refusals (authentication, undecodable messages).
 
 use crate::engine::EngineError;
 use crate::store::StoreError;
@@ -30,5 +32,31 @@ pub fn to_status(err: EngineError) -> Status {
         EngineError::Store(e @ StoreError::Settings(_)) => {
             Status::internal(format!("{e}; report this to the operator"))
         }
+    }
+}
+
+/// A call the gRPC layer refuses before the engine sees it.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    /// No token, or one that is not configured.
+    #[error("{0}")]
+    Unauthenticated(&'static str),
+    /// The token may not act for the tenant named.
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// The message does not decode as the request it should be.
+    #[error("{0}")]
+    Undecodable(String),
+}
+
+/// Maps a refusal of the gRPC layer to its status.
+pub fn refusal_status(refusal: Refusal) -> Status {
+    match refusal {
+        // Who is calling is unknown: present a configured token.
+        Refusal::Unauthenticated(message) => Status::unauthenticated(message),
+        // The caller is known but bound to other tenants.
+        Refusal::PermissionDenied(message) => Status::permission_denied(message),
+        // The caller sent bytes that are no valid request: fix the client.
+        Refusal::Undecodable(message) => Status::invalid_argument(message),
     }
 }

@@ -4,8 +4,8 @@
 //! versioned, audited and announced in one step.
 
 use super::output::{print_document, print_json, rate_summary, table, toml_document};
+use crate::config::repository::{ConfigDoc, ConfigStore, Field, document};
 use crate::config::{FileConfig, LevelSection, TierSection, build_limits, parse_document};
-use crate::store::config::{ConfigDoc, ConfigStore, Field, document};
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use std::io::Read;

@@ -8,7 +8,7 @@
 
 use super::admin::AdminArgs;
 use super::output::print_json;
-use crate::store::config::{AuditEntry, ConfigStore};
+use crate::config::repository::{AuditEntry, ConfigStore};
 use serde_json::Value;
 use std::collections::BTreeMap;
 

@@ -6,9 +6,9 @@ use super::admin::{AdminArgs, OverridesCmd, check_whole, read_input, write};
 use super::output::{
     Effective, effective_lines, override_summary, print_document, print_json, table,
 };
+use crate::config::repository::{ConfigDoc, Field, document};
 use crate::config::{OverrideSection, parse_document};
 use crate::domain::Limits;
-use crate::store::config::{ConfigDoc, Field, document};
 use anyhow::{Context, bail};
 use serde::Serialize;
 use std::collections::BTreeMap;

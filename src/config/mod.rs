@@ -3,26 +3,45 @@
 //! validated domain values. Unknown fields are errors, and every error names the
 //! field at fault.
 //!
-//! Size: past 400 lines because `FileConfig::settings` still turns every
-//! section into settings in one place; splitting it per section is issue 11.
+//! - [`sections`]: the file's schema, and the server, store and reservations
+//!   sections.
+//! - [`limits`]: rates, levels and tiers as written → domain limits.
+//! - [`overrides`]: tenants' overrides as written.
+//! - [`estimation`], [`resilience`], [`auth`]: those sections, with the
+//!   settings they validate into (the breaker's and the failure policy among
+//!   them; the engine and the gRPC layer take them from here).
+//! - [`settings`]: [`Settings`], built section by section.
+//! - [`input`]: operator documents (TOML or JSON) with errors naming fields.
+//! - [`repository`]: the live configuration held in Redis.
 
+pub mod auth;
+pub mod estimation;
 mod input;
-mod overrides;
-mod sections;
+pub mod limits;
+pub mod overrides;
+pub mod repository;
+pub mod resilience;
+pub mod sections;
+pub mod settings;
 
-pub use input::{Document, parse_document};
+pub use auth::{AuthSection, MIN_TOKEN_LEN, TokenSection, validate_tokens};
+pub use estimation::EstimatorSection;
+pub use input::{Document, DocumentError, parse_document};
+pub(crate) use limits::rates;
+pub use limits::{
+    LevelSection, Period, PeriodError, RateSection, ShadowSection, TierSection, build_limits,
+    parse_period, period_seconds,
+};
 pub use overrides::{LevelOverrideSection, OverrideSection, ShadowOverrideSection, UNLIMITED};
-pub use sections::*;
+pub use repository::ConfigDoc;
+pub use resilience::{BreakerSettings, FailurePolicy, ResilienceSection};
+pub use sections::{FileConfig, ReservationsSection, ServerSection, StoreSection};
+pub use settings::{Settings, TlsFiles};
 
-use crate::domain::plan::LeasePolicy;
 use crate::domain::{Limits, LimitsError};
-use crate::store::Retention;
-use crate::store::redis::PoolKind;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+use std::path::Path;
 
 /// Sections whose keys a file may set one by one, the others keeping their
 /// built-in values.
@@ -31,94 +50,6 @@ pub const KEYED_SECTIONS: [&str; 5] =
 
 /// The defaults, built into the binary: exactly the example file.
 pub const BUILT_IN: &str = include_str!("../../config/ctxbudget.example.toml");
-
-/// Validated settings the server runs with. `Debug` hides the Redis password.
-#[derive(Clone)]
-pub struct Settings {
-    /// gRPC listen address.
-    pub listen: SocketAddr,
-    /// Redis URL; `None` selects the in-memory store.
-    pub redis_url: Option<String>,
-    /// Prefix of every key.
-    pub key_prefix: String,
-    /// Redis connection strategy.
-    pub pool: PoolKind,
-    /// Redis connections.
-    pub connections: usize,
-    /// Certificates for `rediss://`.
-    pub redis_tls: crate::store::redis::RedisTls,
-    /// Deadline of one store call.
-    pub store_timeout: Duration,
-    /// Lease lengths.
-    pub leases: LeasePolicy,
-    /// Record and idempotency retention.
-    pub retention: Retention,
-    /// Random jitter added to retry_after_ms.
-    pub retry_jitter_ms: u64,
-    /// Longest retry_after suggested for a full concurrency limit.
-    pub concurrency_retry_ms: u64,
-    /// Every limit.
-    pub limits: Arc<Limits>,
-    /// The configuration file read, if any (SIGHUP re-reads it).
-    pub config_path: Option<PathBuf>,
-    /// The tiers, global limits and overrides as written: what seeds Redis
-    /// when it holds no configuration yet.
-    pub seed: crate::store::config::ConfigDoc,
-    /// What happens when the store fails.
-    pub policy: FailurePolicy,
-    /// Replicas sharing the store (`local` divides limits by it).
-    pub replicas: u64,
-    /// The store's circuit breaker.
-    pub breaker: crate::engine::BreakerSettings,
-    /// Largest request accepted, in bytes.
-    pub max_message_bytes: usize,
-    /// Model rules for counting.
-    pub models: crate::estimator::ModelRules,
-    /// The adaptive multiplier.
-    pub adaptive: crate::estimator::AdaptiveSettings,
-    /// Long prompts counted at once.
-    pub count_workers: usize,
-    /// Tokens callers must present (empty: no authentication).
-    pub tokens: Vec<crate::api::auth::TokenSection>,
-    /// TLS for the gRPC listener.
-    pub tls: Option<TlsFiles>,
-}
-
-/// The PEM files of the gRPC listener's TLS.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// Certificate chain.
-    pub cert: PathBuf,
-    /// Private key.
-    pub key: PathBuf,
-    /// CA that signs client certificates; set: mutual TLS.
-    pub client_ca: Option<PathBuf>,
-}
-
-impl std::fmt::Debug for Settings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Settings")
-            .field("listen", &self.listen)
-            .field(
-                "redis_url",
-                &self
-                    .redis_url
-                    .as_deref()
-                    .map(crate::store::redis::redact_url),
-            )
-            .field("key_prefix", &self.key_prefix)
-            .field("pool", &self.pool)
-            .field("connections", &self.connections)
-            .field("redis_tls", &self.redis_tls)
-            .field("store_timeout", &self.store_timeout)
-            .field("leases", &self.leases)
-            .field("retention", &self.retention)
-            .field("limits", &self.limits)
-            .field("tokens", &self.tokens)
-            .field("tls", &self.tls)
-            .finish_non_exhaustive()
-    }
-}
 
 /// Configuration could not be read or is invalid.
 #[derive(Debug, thiserror::Error)]
@@ -227,227 +158,6 @@ impl FileConfig {
             0,
         )?)
     }
-
-    /// Validated settings, with `overrides` applied last.
-    pub fn settings(self, overrides: Flags) -> Result<Settings, ConfigError> {
-        let limits = self.limits()?;
-        let seed = crate::store::config::ConfigDoc {
-            version: 0,
-            global: self.global.clone(),
-            tiers: self.tiers.clone().unwrap_or_default(),
-            overrides: self.overrides.clone().unwrap_or_default(),
-        };
-        let defaults = Self::built_in();
-        let server = self.server.or(defaults.server).expect("built-in [server]");
-        let store = self.store.or(defaults.store).expect("built-in [store]");
-        let res = self
-            .reservations
-            .or(defaults.reservations)
-            .expect("built-in [reservations]");
-        let redis_url = overrides
-            .redis_url
-            .or(store.redis_url)
-            .filter(|u| !u.trim().is_empty());
-        let key_prefix = overrides.key_prefix.unwrap_or(store.key_prefix);
-        crate::store::keys::Keys::new(&key_prefix)
-            .map_err(|problem| LimitsError::new("store.key_prefix", problem))?;
-        let within = |field: &str, value: u64, min: u64, max: u64| {
-            if (min..=max).contains(&value) {
-                Ok(())
-            } else {
-                Err(LimitsError::new(
-                    field,
-                    format!("must be between {min} and {max}, got {value}"),
-                ))
-            }
-        };
-        const DAY_MS: u64 = 86_400_000;
-        within("store.timeout_ms", store.timeout_ms, 1, 60_000)?;
-        within("store.connections", store.connections as u64, 1, 256)?;
-        within(
-            "reservations.max_lease_ttl_ms",
-            res.max_lease_ttl_ms,
-            1,
-            DAY_MS,
-        )?;
-        within(
-            "reservations.default_lease_ttl_ms",
-            res.default_lease_ttl_ms,
-            1,
-            res.max_lease_ttl_ms,
-        )?;
-        within("reservations.retention_ms", res.retention_ms, 1, 7 * DAY_MS)?;
-        within(
-            "reservations.idempotency_ttl_ms",
-            res.idempotency_ttl_ms,
-            1,
-            7 * DAY_MS,
-        )?;
-        within(
-            "reservations.retry_jitter_ms",
-            res.retry_jitter_ms,
-            0,
-            60_000,
-        )?;
-        within(
-            "reservations.concurrency_retry_ms",
-            res.concurrency_retry_ms,
-            1,
-            3_600_000,
-        )?;
-        within(
-            "server.max_message_bytes",
-            server.max_message_bytes as u64,
-            1024,
-            1 << 30,
-        )?;
-        let est = self
-            .estimator
-            .or(defaults.estimator)
-            .expect("built-in [estimator]");
-        within("estimator.window", est.window as u64, 1, 10_000)?;
-        within(
-            "estimator.min_samples",
-            est.min_samples as u64,
-            1,
-            est.window as u64,
-        )?;
-        within("estimator.workers", est.workers as u64, 0, 1024)?;
-        let ok = |v: f64| v.is_finite() && (0.1..=100.0).contains(&v);
-        if !(ok(est.min_multiplier)
-            && ok(est.max_multiplier)
-            && est.min_multiplier <= est.max_multiplier)
-        {
-            return Err(LimitsError::new(
-                "estimator.min_multiplier",
-                "min_multiplier and max_multiplier must be between 0.1 and 100, min ≤ max",
-            )
-            .into());
-        }
-        if !(est.min_multiplier..=est.max_multiplier).contains(&est.initial_multiplier) {
-            return Err(LimitsError::new(
-                "estimator.initial_multiplier",
-                "must be between min_multiplier and max_multiplier",
-            )
-            .into());
-        }
-        let models = est.model_rules()?;
-        let adaptive = crate::estimator::AdaptiveSettings {
-            window: est.window,
-            min_samples: est.min_samples,
-            initial: est.initial_multiplier,
-            min: est.min_multiplier,
-            max: est.max_multiplier,
-        };
-        let resilience = self
-            .resilience
-            .or(defaults.resilience)
-            .expect("built-in [resilience]");
-        within("resilience.replicas", resilience.replicas, 1, 10_000)?;
-        within(
-            "resilience.breaker_min_calls",
-            u64::from(resilience.breaker_min_calls),
-            1,
-            1_000_000,
-        )?;
-        within(
-            "resilience.breaker_probes",
-            u64::from(resilience.breaker_probes),
-            1,
-            1000,
-        )?;
-        within(
-            "resilience.breaker_close_after",
-            u64::from(resilience.breaker_close_after),
-            1,
-            1000,
-        )?;
-        within(
-            "resilience.breaker_window_ms",
-            resilience.breaker_window_ms,
-            100,
-            3_600_000,
-        )?;
-        within(
-            "resilience.breaker_cool_down_ms",
-            resilience.breaker_cool_down_ms,
-            10,
-            3_600_000,
-        )?;
-        if !(resilience.breaker_failure_rate > 0.0 && resilience.breaker_failure_rate <= 1.0) {
-            return Err(LimitsError::new(
-                "resilience.breaker_failure_rate",
-                "must be above 0 and at most 1",
-            )
-            .into());
-        }
-        let breaker = crate::engine::BreakerSettings {
-            window: Duration::from_millis(resilience.breaker_window_ms),
-            min_calls: resilience.breaker_min_calls,
-            failure_rate: resilience.breaker_failure_rate,
-            cool_down: Duration::from_millis(resilience.breaker_cool_down_ms),
-            probes: resilience.breaker_probes,
-            close_after: resilience.breaker_close_after,
-        };
-        let tokens = self.auth.unwrap_or_default().tokens;
-        crate::api::auth::validate(&tokens)
-            .map_err(|(field, problem)| LimitsError::new(format!("auth.tokens{field}"), problem))?;
-        let tls = match (server.tls_cert, server.tls_key, server.tls_client_ca) {
-            (None, None, None) => None,
-            (Some(cert), Some(key), client_ca) => Some(TlsFiles {
-                cert,
-                key,
-                client_ca,
-            }),
-            _ => {
-                return Err(LimitsError::new(
-                    "server.tls_cert",
-                    "TLS needs both tls_cert and tls_key (tls_client_ca adds mutual TLS on top)",
-                )
-                .into());
-            }
-        };
-        let count_workers = match est.workers {
-            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
-            n => n,
-        };
-        Ok(Settings {
-            listen: overrides.listen.unwrap_or(server.listen),
-            redis_url,
-            key_prefix,
-            pool: store.pool,
-            connections: store.connections,
-            redis_tls: crate::store::redis::RedisTls {
-                ca: store.tls_ca,
-                cert: store.tls_cert,
-                key: store.tls_key,
-            },
-            store_timeout: Duration::from_millis(store.timeout_ms),
-            leases: LeasePolicy {
-                default_ttl_ms: res.default_lease_ttl_ms,
-                max_ttl_ms: res.max_lease_ttl_ms,
-            },
-            retention: Retention {
-                record_ms: res.retention_ms,
-                idempotency_ms: res.idempotency_ttl_ms,
-                samples: est.window,
-            },
-            retry_jitter_ms: res.retry_jitter_ms,
-            concurrency_retry_ms: res.concurrency_retry_ms,
-            limits: Arc::new(limits),
-            max_message_bytes: server.max_message_bytes,
-            config_path: None,
-            seed,
-            policy: resilience.policy,
-            replicas: resilience.replicas,
-            breaker,
-            models,
-            adaptive,
-            count_workers,
-            tokens,
-            tls,
-        })
-    }
 }
 
 /// A TOML error without the excerpt of the file it quotes (`3 | token = …`):
@@ -482,6 +192,7 @@ pub fn load(path: Option<&Path>, overrides: Flags) -> Result<Settings, ConfigErr
 mod tests {
     use super::*;
     use crate::domain::Rate;
+    use std::time::Duration;
 
     #[test]
     fn a_file_may_set_settings_keys_one_by_one() {

@@ -9,7 +9,7 @@
 //! # requests left out: the tier's user request rates apply
 //! ```
 
-use super::sections::{RateSection, rates};
+use super::limits::{RateSection, rates};
 use crate::domain::{LevelOverride, LimitsError, Override, Setting, ShadowOverride};
 use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
 use serde::de::{self, IntoDeserializer, Visitor};
@@ -192,16 +192,20 @@ mod tests {
 
     #[test]
     fn a_misspelt_word_or_a_bad_value_names_the_field() {
-        let err =
-            parse_document::<OverrideSection>("[tenant]\ntokens = \"unlimted\"\n").unwrap_err();
+        let err = parse_document::<OverrideSection>("[tenant]\ntokens = \"unlimted\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("tenant.tokens"), "{err}");
         assert!(err.contains("\"unlimited\""), "{err}");
-        let err = parse_document::<OverrideSection>("[user]\nconcurrency = -3\n").unwrap_err();
+        let err = parse_document::<OverrideSection>("[user]\nconcurrency = -3\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("user.concurrency"), "{err}");
         let err = parse_document::<OverrideSection>(
             "[user]\nrequests = [{ limit = -5, period = \"1m\" }]\n",
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.starts_with("user.requests[0].limit"), "{err}");
         let o: OverrideSection =
             parse_document("[user]\ntokens = [{ limit = 5, period = \"2w\" }]\n").unwrap();

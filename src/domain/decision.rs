@@ -3,8 +3,9 @@
 //! never an error.
 
 use super::bucket::{BucketSpec, from_milli};
-use super::limits::{Dimension, Level, Tier};
-use super::plan::LevelPlan;
+use super::level::{Dimension, Level};
+use super::level_plan::LevelPlan;
+use super::tier::Tier;
 
 /// Why a request was denied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -202,47 +203,9 @@ pub fn denial(
             continue;
         }
         let d = match c {
-            Checked::Bucket(b, level) => {
-                let cost = b.cost(tokens);
-                let wait_ms = b.until_level_us(level, cost as f64).div_ceil(1000).max(1);
-                let (reason, what) = match b.dimension {
-                    Dimension::Requests => (Reason::RequestsExceeded, "request"),
-                    _ => (Reason::TokensExceeded, "token"),
-                };
-                Denial {
-                    reason,
-                    level: Some(b.level),
-                    dimension: Some(b.dimension),
-                    period_secs: b.period_secs,
-                    retry_after_ms: wait_ms,
-                    detail: format!(
-                        "{} {what} limit of {} per {} reached: this request needs {cost}, {} \
-                         left; retry in {}",
-                        b.level,
-                        b.limit,
-                        period_label(b.period_secs),
-                        level.floor() as i64,
-                        duration_label(wait_ms)
-                    ),
-                }
-            }
+            Checked::Bucket(b, level) => bucket_denial(b, level, tokens),
             Checked::Concurrency(level, limit, active, earliest) => {
-                let wait_ms = match earliest {
-                    0 => concurrency_retry_cap_ms,
-                    e => e.min(concurrency_retry_cap_ms),
-                };
-                Denial {
-                    reason: Reason::ConcurrencyExceeded,
-                    level: Some(level),
-                    dimension: Some(Dimension::Concurrency),
-                    period_secs: 0,
-                    retry_after_ms: wait_ms,
-                    detail: format!(
-                        "{level} concurrency limit of {limit} reached ({active} in flight); retry \
-                         in {} or once a request in flight is committed or refunded",
-                        duration_label(wait_ms)
-                    ),
-                }
+                concurrency_denial(level, limit, active, earliest, concurrency_retry_cap_ms)
             }
         };
         if worst
@@ -260,6 +223,59 @@ pub fn denial(
         retry_after_ms: concurrency_retry_cap_ms,
         detail: "the store refused the reservation without naming a limit; retry shortly".into(),
     })
+}
+
+/// The denial of bucket `b`, at `level`, for a request of `tokens`.
+fn bucket_denial(b: &BucketSpec, level: f64, tokens: u64) -> Denial {
+    let cost = b.cost(tokens);
+    let wait_ms = b.until_level_us(level, cost as f64).div_ceil(1000).max(1);
+    let (reason, what) = match b.dimension {
+        Dimension::Requests => (Reason::RequestsExceeded, "request"),
+        _ => (Reason::TokensExceeded, "token"),
+    };
+    Denial {
+        reason,
+        level: Some(b.level),
+        dimension: Some(b.dimension),
+        period_secs: b.period_secs,
+        retry_after_ms: wait_ms,
+        detail: format!(
+            "{} {what} limit of {} per {} reached: this request needs {cost}, {} \
+             left; retry in {}",
+            b.level,
+            b.limit,
+            period_label(b.period_secs),
+            level.floor() as i64,
+            duration_label(wait_ms)
+        ),
+    }
+}
+
+/// The denial of a full concurrency limit: retry when its earliest lease
+/// lapses, at most `retry_cap_ms` from now.
+fn concurrency_denial(
+    level: Level,
+    limit: u64,
+    active: u64,
+    earliest_expiry_ms: u64,
+    retry_cap_ms: u64,
+) -> Denial {
+    let wait_ms = match earliest_expiry_ms {
+        0 => retry_cap_ms,
+        e => e.min(retry_cap_ms),
+    };
+    Denial {
+        reason: Reason::ConcurrencyExceeded,
+        level: Some(level),
+        dimension: Some(Dimension::Concurrency),
+        period_secs: 0,
+        retry_after_ms: wait_ms,
+        detail: format!(
+            "{level} concurrency limit of {limit} reached ({active} in flight); retry \
+             in {} or once a request in flight is committed or refunded",
+            duration_label(wait_ms)
+        ),
+    }
 }
 
 /// A period as people write it: `60s` → `1m`, `86400s` → `1d`.

@@ -2,6 +2,7 @@
 //! reservation ids the service hands out. Validation lives here so that nothing
 //! malformed reaches a store key.
 
+use super::tier::is_tier_name;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use std::fmt;
@@ -208,7 +209,7 @@ impl ReservationId {
             "" => None,
             u => Some(UserId::parse(u).map_err(|_| bad())?),
         };
-        if tier.is_empty() || tier.len() > 64 || estimator.len() > MAX_ID_BYTES {
+        if !is_tier_name(tier) || estimator.len() > MAX_ID_BYTES {
             return Err(bad());
         }
         Ok(ReservationId {

@@ -1,261 +1,19 @@
-//! Limits as operators define them: rates per period, concurrency, tiers, and the
-//! rules a set of limits must follow before the service accepts it.
+//! The set of limits the service enforces: global limits, the tiers by name,
+//! and tenants' overrides laid over them; the lookup of a tenant's tier.
+//!
+//! The limit vocabulary lives in [`super::level`] and [`super::tier`]; it is
+//! re-exported here, where callers have always found it.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::Arc;
 
+use super::ids::InvalidInput;
+pub use super::level::{Dimension, Level};
 use super::overrides::Override;
-
-/// Shortest period a rate may use.
-pub const MIN_PERIOD_SECS: u64 = 1;
-/// Longest period a rate may use (30 days).
-pub const MAX_PERIOD_SECS: u64 = 30 * 24 * 3600;
-/// Largest limit or token count accepted anywhere. Lua numbers are doubles, so
-/// every count must stay far below 2^53; 2^40 leaves room for sums.
-pub const MAX_COUNT: u64 = 1 << 40;
-/// Most rates one level may define per dimension (keeps scripts short).
-pub const MAX_RATES_PER_DIMENSION: usize = 8;
-
-/// The nested scopes a request is checked against, outermost first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Level {
-    /// The whole upstream account.
-    Global,
-    /// One customer.
-    Tenant,
-    /// One user of a tenant.
-    User,
-}
-
-impl Level {
-    /// A bit per level, used to remember which levels hold a reservation's lease.
-    pub fn bit(self) -> u8 {
-        match self {
-            Level::Global => 1,
-            Level::Tenant => 2,
-            Level::User => 4,
-        }
-    }
-
-    /// Lower-case name for messages and metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Level::Global => "global",
-            Level::Tenant => "tenant",
-            Level::User => "user",
-        }
-    }
-}
-
-impl fmt::Display for Level {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// What a limit counts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Dimension {
-    /// Requests; each reservation costs one.
-    Requests,
-    /// Tokens; each reservation costs prompt + output tokens.
-    Tokens,
-    /// Requests in flight at once.
-    Concurrency,
-}
-
-impl Dimension {
-    /// Lower-case name for messages and metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Dimension::Requests => "requests",
-            Dimension::Tokens => "tokens",
-            Dimension::Concurrency => "concurrency",
-        }
-    }
-}
-
-/// `limit` units per `period_secs`, refilled continuously.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rate {
-    /// Bucket capacity, and what refills over one period.
-    pub limit: u64,
-    /// The period in seconds.
-    pub period_secs: u64,
-}
-
-/// The limits of one level. Every part may be absent, meaning unlimited.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LevelLimits {
-    /// Request-count rates (RPM, RPD, ...).
-    pub requests: Vec<Rate>,
-    /// Token rates (TPM, TPD, ...).
-    pub tokens: Vec<Rate>,
-    /// Requests in flight at once.
-    pub concurrency: Option<u64>,
-}
-
-impl LevelLimits {
-    /// True when nothing at this level is limited: the level costs no store work.
-    pub fn is_unlimited(&self) -> bool {
-        self.requests.is_empty() && self.tokens.is_empty() && self.concurrency.is_none()
-    }
-
-    /// Checks the level's rules; `path` prefixes field names in errors.
-    pub fn validate(&self, path: &str) -> Result<(), LimitsError> {
-        for (name, rates) in [("requests", &self.requests), ("tokens", &self.tokens)] {
-            if rates.len() > MAX_RATES_PER_DIMENSION {
-                return Err(LimitsError::new(
-                    format!("{path}.{name}"),
-                    format!("at most {MAX_RATES_PER_DIMENSION} rates per dimension"),
-                ));
-            }
-            for (i, rate) in rates.iter().enumerate() {
-                let field = format!("{path}.{name}[{i}]");
-                if rate.limit == 0 || rate.limit > MAX_COUNT {
-                    return Err(LimitsError::new(
-                        format!("{field}.limit"),
-                        format!("must be between 1 and {MAX_COUNT}, got {}", rate.limit),
-                    ));
-                }
-                if !(MIN_PERIOD_SECS..=MAX_PERIOD_SECS).contains(&rate.period_secs) {
-                    return Err(LimitsError::new(
-                        format!("{field}.period"),
-                        format!("must be between 1s and 30d, got {}s", rate.period_secs),
-                    ));
-                }
-                if rates[..i].iter().any(|r| r.period_secs == rate.period_secs) {
-                    return Err(LimitsError::new(
-                        format!("{field}.period"),
-                        format!("another {name} rate already uses {}s", rate.period_secs),
-                    ));
-                }
-            }
-        }
-        if let Some(c) = self.concurrency
-            && (c == 0 || c > 1_000_000)
-        {
-            return Err(LimitsError::new(
-                format!("{path}.concurrency"),
-                format!("must be between 1 and 1000000, got {c}"),
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// A plan customers are on: tenant- and user-level limits plus request shape limits.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Tier {
-    /// The name callers pass as `tier`.
-    pub name: String,
-    /// Limits shared by all users of one tenant on this tier.
-    pub tenant: LevelLimits,
-    /// Limits of each user of such a tenant.
-    pub user: LevelLimits,
-    /// Prompt + output tokens above this are `CONTEXT_TOO_LARGE`.
-    pub max_context_tokens: u64,
-    /// Output tokens reserved when a request leaves `max_output_tokens` at 0.
-    pub default_max_output_tokens: u64,
-    /// A stricter quota being rolled out: evaluated and reported on every
-    /// request, never enforced.
-    pub shadow: Option<ShadowLimits>,
-}
-
-/// The tenant- and user-level limits of a quota in shadow.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ShadowLimits {
-    /// Tenant-level limits.
-    pub tenant: LevelLimits,
-    /// User-level limits.
-    pub user: LevelLimits,
-}
-
-impl ShadowLimits {
-    fn validate(&self, path: &str) -> Result<(), LimitsError> {
-        self.tenant.validate(&format!("{path}.tenant"))?;
-        self.user.validate(&format!("{path}.user"))?;
-        user_within_tenant(path, &self.user, &self.tenant)
-    }
-}
-
-impl Tier {
-    /// Checks the tier's own rules; `path` prefixes field names in errors.
-    pub fn validate(&self, path: &str) -> Result<(), LimitsError> {
-        if self.name.is_empty() || self.name.len() > 64 || !self.name.chars().all(is_name_char) {
-            return Err(LimitsError::new(
-                path.to_string(),
-                format!(
-                    "tier name {:?} must be 1-64 characters of a-z, A-Z, 0-9, '-', '_' or '.'",
-                    self.name
-                ),
-            ));
-        }
-        self.tenant.validate(&format!("{path}.tenant"))?;
-        self.user.validate(&format!("{path}.user"))?;
-        if self.max_context_tokens == 0 || self.max_context_tokens > MAX_COUNT {
-            return Err(LimitsError::new(
-                format!("{path}.max_context_tokens"),
-                format!("must be between 1 and {MAX_COUNT}"),
-            ));
-        }
-        if self.default_max_output_tokens > self.max_context_tokens {
-            return Err(LimitsError::new(
-                format!("{path}.default_max_output_tokens"),
-                format!(
-                    "{} is above max_context_tokens {}",
-                    self.default_max_output_tokens, self.max_context_tokens
-                ),
-            ));
-        }
-        user_within_tenant(path, &self.user, &self.tenant)?;
-        if let Some(shadow) = &self.shadow {
-            shadow.validate(&format!("{path}.shadow"))?;
-        }
-        Ok(())
-    }
-}
-
-fn is_name_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
-}
-
-/// A user can never use more than its tenant: a user limit above the tenant's
-/// limit of the same dimension and period is a configuration mistake.
-pub(crate) fn user_within_tenant(
-    path: &str,
-    user: &LevelLimits,
-    tenant: &LevelLimits,
-) -> Result<(), LimitsError> {
-    for (name, users, tenants) in [
-        ("requests", &user.requests, &tenant.requests),
-        ("tokens", &user.tokens, &tenant.tokens),
-    ] {
-        for (i, u) in users.iter().enumerate() {
-            if let Some(t) = tenants.iter().find(|t| t.period_secs == u.period_secs)
-                && u.limit > t.limit
-            {
-                return Err(LimitsError::new(
-                    format!("{path}.user.{name}[{i}].limit"),
-                    format!(
-                        "user limit {} is above the tenant limit {} for the same {}s period",
-                        u.limit, t.limit, u.period_secs
-                    ),
-                ));
-            }
-        }
-    }
-    if let (Some(u), Some(t)) = (user.concurrency, tenant.concurrency)
-        && u > t
-    {
-        return Err(LimitsError::new(
-            format!("{path}.user.concurrency"),
-            format!("user concurrency {u} is above the tenant concurrency {t}"),
-        ));
-    }
-    Ok(())
-}
+pub use super::tier::{
+    LevelLimits, LimitsError, MAX_COUNT, MAX_PERIOD_SECS, MAX_RATES_PER_DIMENSION, MIN_PERIOD_SECS,
+    Rate, ShadowLimits, Tier,
+};
 
 /// Every limit the service enforces: global limits, the tiers by name, and
 /// tenants' overrides.
@@ -303,99 +61,23 @@ impl Limits {
         }
     }
 
+    /// [`Self::resolve`], or the INVALID_ARGUMENT error naming the tiers
+    /// there are: the one answer to a request for a tier these limits lack.
+    pub fn resolve_known(&self, name: &str, tenant: &str) -> Result<Arc<Tier>, InvalidInput> {
+        self.resolve(name, tenant)
+            .ok_or_else(|| self.unknown_tier(name))
+    }
+
+    /// The error for a tier these limits do not have.
+    pub fn unknown_tier(&self, name: &str) -> InvalidInput {
+        InvalidInput::new(
+            "tier",
+            format!("unknown tier {name:?}; known tiers: {}", self.tier_names()),
+        )
+    }
+
     /// The tier names, for error messages that list the valid choices.
     pub fn tier_names(&self) -> String {
         self.tiers.keys().cloned().collect::<Vec<_>>().join(", ")
-    }
-}
-
-/// A set of limits broke a rule; `field` is the dotted path of the culprit.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {problem}")]
-pub struct LimitsError {
-    /// Dotted path of the offending field, e.g. `tiers.pro.user.tokens[0].period`.
-    pub field: String,
-    /// What is wrong with it.
-    pub problem: String,
-}
-
-impl LimitsError {
-    /// Builds an error for `field`.
-    pub fn new(field: impl Into<String>, problem: impl Into<String>) -> Self {
-        LimitsError {
-            field: field.into(),
-            problem: problem.into(),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn tier() -> Tier {
-        Tier {
-            name: "pro".into(),
-            tenant: LevelLimits {
-                requests: vec![Rate {
-                    limit: 100,
-                    period_secs: 60,
-                }],
-                tokens: vec![],
-                concurrency: Some(10),
-            },
-            user: LevelLimits {
-                requests: vec![Rate {
-                    limit: 10,
-                    period_secs: 60,
-                }],
-                tokens: vec![Rate {
-                    limit: 1000,
-                    period_secs: 60,
-                }],
-                concurrency: Some(2),
-            },
-            max_context_tokens: 1000,
-            default_max_output_tokens: 100,
-            shadow: None,
-        }
-    }
-
-    #[test]
-    fn a_sound_tier_passes() {
-        assert_eq!(tier().validate("tiers.pro"), Ok(()));
-    }
-
-    #[test]
-    fn user_above_tenant_names_the_field() {
-        let mut t = tier();
-        t.user.requests[0].limit = 101;
-        let err = t.validate("tiers.pro").unwrap_err();
-        assert_eq!(err.field, "tiers.pro.user.requests[0].limit");
-    }
-
-    #[test]
-    fn periods_outside_one_second_to_thirty_days_are_refused() {
-        let mut t = tier();
-        t.user.tokens[0].period_secs = MAX_PERIOD_SECS + 1;
-        assert_eq!(
-            t.validate("tiers.pro").unwrap_err().field,
-            "tiers.pro.user.tokens[0].period"
-        );
-        t.user.tokens[0].period_secs = 0;
-        assert!(t.validate("tiers.pro").is_err());
-    }
-
-    #[test]
-    fn duplicate_periods_are_refused() {
-        let mut t = tier();
-        t.user.tokens.push(Rate {
-            limit: 5,
-            period_secs: 60,
-        });
-        assert_eq!(
-            t.validate("tiers.pro").unwrap_err().field,
-            "tiers.pro.user.tokens[1].period"
-        );
     }
 }

@@ -7,7 +7,7 @@
 //! takes an explicit [`Setting::Unlimited`]. Leaving a kind out can therefore
 //! never remove a limit by accident.
 
-use super::limits::{LevelLimits, LimitsError, Rate, ShadowLimits, Tier, user_within_tenant};
+use super::tier::{LevelLimits, LimitsError, Rate, ShadowLimits, Tier, user_within_tenant};
 
 /// What an override says about one kind of limit at one level.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -3,120 +3,14 @@
 //! Requests that can never fit (context too large, more tokens than a bucket can
 //! hold) are refused here, before any store is asked.
 //!
-//! Size: just past 400 lines with its unit tests; the plan/decision split is
-//! part of issue 11.
+//! Which levels a request passes through is [`super::level_plan`]'s, re-exported
+//! here.
 
-use super::bucket::BucketSpec;
 use super::decision::Denial;
 use super::ids::{Fnv, IdempotencyKey, InvalidInput, ReservationId, TenantId, UserId};
-use super::limits::{Dimension, Level, LevelLimits, Limits, MAX_COUNT, ShadowLimits, Tier};
-
-/// What one level checks: its buckets and its concurrency limit.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LevelPlan {
-    /// The level.
-    pub level: Level,
-    /// Request buckets, then token buckets, in configuration order.
-    pub buckets: Vec<BucketSpec>,
-    /// The level's concurrency limit; `None` means unlimited (no lease is kept).
-    pub concurrency: Option<u64>,
-}
-
-impl LevelPlan {
-    /// The plan of one level's limits.
-    pub fn new(level: Level, limits: &LevelLimits) -> Self {
-        let rates = |dimension, rates: &[super::limits::Rate]| {
-            rates
-                .iter()
-                .map(move |r| BucketSpec {
-                    level,
-                    dimension,
-                    limit: r.limit,
-                    period_secs: r.period_secs,
-                })
-                .collect::<Vec<_>>()
-        };
-        let mut buckets = rates(Dimension::Requests, &limits.requests);
-        buckets.extend(rates(Dimension::Tokens, &limits.tokens));
-        LevelPlan {
-            level,
-            buckets,
-            concurrency: limits.concurrency,
-        }
-    }
-
-    /// The level with every limit divided by `parts` (at least 1 each): one
-    /// replica's share while replicas decide apart.
-    pub fn scaled(&self, parts: u64) -> LevelPlan {
-        let parts = parts.max(1);
-        LevelPlan {
-            level: self.level,
-            buckets: self
-                .buckets
-                .iter()
-                .map(|b| BucketSpec {
-                    limit: (b.limit / parts).max(1),
-                    ..*b
-                })
-                .collect(),
-            concurrency: self.concurrency.map(|c| (c / parts).max(1)),
-        }
-    }
-
-    /// True when the level checks nothing.
-    pub fn is_unlimited(&self) -> bool {
-        self.buckets.is_empty() && self.concurrency.is_none()
-    }
-
-    /// How many readings a store reports for this level: one per bucket, plus one
-    /// for concurrency.
-    pub fn reading_count(&self) -> usize {
-        self.buckets.len() + usize::from(self.concurrency.is_some())
-    }
-}
-
-/// The levels a request passes through, outermost first: global, tenant, and
-/// user when the request names one. With `keep_unlimited` false, levels without
-/// any limit are dropped (they cost no store work).
-pub fn levels(
-    limits: &Limits,
-    tier: Option<&Tier>,
-    has_user: bool,
-    keep_unlimited: bool,
-) -> Vec<LevelPlan> {
-    let empty = LevelLimits::default();
-    let mut out = vec![
-        LevelPlan::new(Level::Global, &limits.global),
-        LevelPlan::new(Level::Tenant, tier.map_or(&empty, |t| &t.tenant)),
-    ];
-    if has_user {
-        out.push(LevelPlan::new(
-            Level::User,
-            tier.map_or(&empty, |t| &t.user),
-        ));
-    }
-    if !keep_unlimited {
-        out.retain(|l| !l.is_unlimited());
-    }
-    out
-}
-
-/// The levels of a quota in shadow: tenant and (with a user) user; the global
-/// level is never in shadow.
-pub fn shadow_levels(
-    shadow: &ShadowLimits,
-    has_user: bool,
-    keep_unlimited: bool,
-) -> Vec<LevelPlan> {
-    let mut out = vec![LevelPlan::new(Level::Tenant, &shadow.tenant)];
-    if has_user {
-        out.push(LevelPlan::new(Level::User, &shadow.user));
-    }
-    if !keep_unlimited {
-        out.retain(|l| !l.is_unlimited());
-    }
-    out
-}
+pub use super::level_plan::{LevelPlan, levels, shadow_levels};
+use super::limits::Limits;
+use super::tier::{MAX_COUNT, Tier};
 
 /// How long concurrency leases last.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -247,32 +141,9 @@ pub fn prepare(
     limits: &Limits,
     leases: &LeasePolicy,
 ) -> Result<Prepared, InvalidInput> {
-    let tier = limits.resolve(&req.tier, req.tenant.as_str());
-    let tier = tier.as_deref().ok_or_else(|| {
-        InvalidInput::new(
-            "tier",
-            format!(
-                "unknown tier {:?}; known tiers: {}",
-                req.tier,
-                limits.tier_names()
-            ),
-        )
-    })?;
+    let tier = limits.resolve_known(&req.tier, req.tenant.as_str())?;
     let lease_ttl_ms = leases.ttl_ms("lease_ttl_ms", req.lease_ttl_ms)?;
-    let mut max_output = match req.max_output_tokens {
-        0 => tier.default_max_output_tokens,
-        n => n,
-    };
-    let min_output = match req.min_output_tokens {
-        None => max_output,
-        Some(min) if min > max_output => {
-            return Err(InvalidInput::new(
-                "min_output_tokens",
-                format!("{min} is above max_output_tokens {max_output}"),
-            ));
-        }
-        Some(min) => min.max(1),
-    };
+    let (max_output, min_output) = output_bounds(&req, &tier)?;
     let refused = |denial, max_output: u64| Prepared::Refused {
         denial,
         tokens: req.prompt_reserve + max_output,
@@ -280,23 +151,16 @@ pub fn prepare(
     };
     if req.prompt_tokens + min_output > tier.max_context_tokens {
         return Ok(refused(
-            Denial::context_too_large(req.prompt_tokens, max_output, tier),
+            Denial::context_too_large(req.prompt_tokens, max_output, &tier),
             max_output,
         ));
     }
     // With reduced output allowed, the context caps what may be granted.
-    max_output = max_output.min(tier.max_context_tokens - req.prompt_tokens);
-    let levels = levels(limits, Some(tier), req.user.is_some(), false);
+    let max_output = max_output.min(tier.max_context_tokens - req.prompt_tokens);
+    let levels = levels(limits, Some(&tier), req.user.is_some(), false);
     let smallest = req.prompt_reserve + min_output;
-    let too_large = levels
-        .iter()
-        .flat_map(|l| &l.buckets)
-        .find(|b| b.cost(smallest) > b.limit);
-    if let Some(bucket) = too_large {
-        return Ok(refused(
-            Denial::request_too_large(bucket, smallest),
-            max_output,
-        ));
+    if let Some(denial) = too_large(&levels, smallest) {
+        return Ok(refused(denial, max_output));
     }
     let fingerprint = fingerprint(&req, max_output);
     let id = ReservationId::generate(req.tenant, req.user, req.tier, req.estimator);
@@ -311,6 +175,36 @@ pub fn prepare(
         idempotency_key: req.idempotency_key,
         fingerprint,
     }))
+}
+
+/// The output tokens a request asks for (its own, or the tier's default) and
+/// the fewest it accepts (the same, unless reduced output is allowed).
+fn output_bounds(req: &ReserveRequest, tier: &Tier) -> Result<(u64, u64), InvalidInput> {
+    let max_output = match req.max_output_tokens {
+        0 => tier.default_max_output_tokens,
+        n => n,
+    };
+    let min_output = match req.min_output_tokens {
+        None => max_output,
+        Some(min) if min > max_output => {
+            return Err(InvalidInput::new(
+                "min_output_tokens",
+                format!("{min} is above max_output_tokens {max_output}"),
+            ));
+        }
+        Some(min) => min.max(1),
+    };
+    Ok((max_output, min_output))
+}
+
+/// The refusal of a request whose smallest form (`smallest` tokens) some
+/// bucket of `levels` can never hold.
+fn too_large(levels: &[LevelPlan], smallest: u64) -> Option<Denial> {
+    levels
+        .iter()
+        .flat_map(|l| &l.buckets)
+        .find(|b| b.cost(smallest) > b.limit)
+        .map(|bucket| Denial::request_too_large(bucket, smallest))
 }
 
 /// Digest of what makes two requests "the same" for idempotency.
@@ -347,7 +241,7 @@ mod tests_support {
 mod tests {
     use super::*;
     use crate::domain::Reason;
-    use crate::domain::limits::Rate;
+    use crate::domain::limits::{Level, LevelLimits, Rate};
     use std::sync::Arc;
 
     pub fn limits() -> Limits {

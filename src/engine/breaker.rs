@@ -9,40 +9,10 @@
 //! does a failed probe. Real calls never probe a store that has not answered a
 //! PING, so a recovering store is not judged by connections still reconnecting.
 
+pub use crate::config::BreakerSettings;
+use crate::telemetry::BreakerGauge;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-/// How the breaker trips and recovers.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct BreakerSettings {
-    /// The sliding window failures are counted over.
-    pub window: Duration,
-    /// Calls the window must hold before the breaker may open.
-    pub min_calls: u32,
-    /// Failure share of the window that opens the breaker (0-1).
-    pub failure_rate: f64,
-    /// How long it stays open before the store is probed (and between
-    /// probes while they fail), plus up to a fifth more at random so replicas
-    /// do not probe a recovering store in lockstep.
-    pub cool_down: Duration,
-    /// Real calls allowed at once while half-open.
-    pub probes: u32,
-    /// Consecutive probe successes that close it.
-    pub close_after: u32,
-}
-
-impl Default for BreakerSettings {
-    fn default() -> Self {
-        BreakerSettings {
-            window: Duration::from_secs(10),
-            min_calls: 20,
-            failure_rate: 0.5,
-            cool_down: Duration::from_secs(1),
-            probes: 3,
-            close_after: 3,
-        }
-    }
-}
 
 /// The breaker's state, as reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,15 +26,6 @@ pub enum BreakerState {
 }
 
 impl BreakerState {
-    /// 0 closed, 1 half-open, 2 open: the metric's value.
-    pub fn gauge(self) -> f64 {
-        match self {
-            BreakerState::Closed => 0.0,
-            BreakerState::HalfOpen => 1.0,
-            BreakerState::Open => 2.0,
-        }
-    }
-
     /// Lower-case name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -75,14 +36,27 @@ impl BreakerState {
     }
 }
 
+impl From<BreakerState> for BreakerGauge {
+    fn from(state: BreakerState) -> Self {
+        match state {
+            BreakerState::Closed => BreakerGauge::Closed,
+            BreakerState::HalfOpen => BreakerGauge::HalfOpen,
+            BreakerState::Open => BreakerGauge::Open,
+        }
+    }
+}
+
 /// Per-second outcome counts in the window.
 const SLOTS: usize = 10;
+
+/// (slot start, successes, failures), a ring of SLOTS.
+type Slots = [(Option<Instant>, u32, u32); SLOTS];
 
 #[derive(Debug)]
 enum Inner {
     Closed {
-        /// (slot start, successes, failures), a ring of SLOTS.
-        slots: Box<[(Option<Instant>, u32, u32); SLOTS]>,
+        /// The window's outcome counts.
+        slots: Box<Slots>,
     },
     Open {
         until: Instant,
@@ -238,54 +212,8 @@ impl Breaker {
         permit.reported = true;
         let now = Instant::now();
         let mut inner = self.lock();
-        match &mut *inner {
-            Inner::Closed { slots } => {
-                let slot_len = self.settings.window / SLOTS as u32;
-                // The newest slot while it is younger than a tenth of the
-                // window, else the next one, restarted (the oldest falls out).
-                let index = {
-                    let newest = slots.iter().filter_map(|s| s.0).max();
-                    match newest {
-                        Some(start) if now.duration_since(start) < slot_len => {
-                            slots.iter().position(|s| s.0 == Some(start)).unwrap_or(0)
-                        }
-                        Some(start) => {
-                            let i = slots.iter().position(|s| s.0 == Some(start)).unwrap_or(0);
-                            let next = (i + 1) % SLOTS;
-                            slots[next] = (Some(now), 0, 0);
-                            next
-                        }
-                        None => {
-                            slots[0] = (Some(now), 0, 0);
-                            0
-                        }
-                    }
-                };
-                if ok {
-                    slots[index].1 += 1;
-                } else {
-                    slots[index].2 += 1;
-                }
-                let (mut calls, mut failures) = (0u32, 0u32);
-                for (start, s, f) in slots.iter() {
-                    if start.is_some_and(|t| now.duration_since(t) < self.settings.window) {
-                        calls += s + f;
-                        failures += f;
-                    }
-                }
-                if calls >= self.settings.min_calls
-                    && f64::from(failures) >= self.settings.failure_rate * f64::from(calls)
-                {
-                    tracing::warn!(
-                        failures,
-                        calls,
-                        "store circuit breaker opened: {failures} of the last {calls} calls failed"
-                    );
-                    *inner = Inner::Open {
-                        until: now + self.cool_down(),
-                    };
-                }
-            }
+        let next = match &mut *inner {
+            Inner::Closed { slots } => self.record_closed(slots, ok, now),
             Inner::HalfOpen {
                 in_flight,
                 successes,
@@ -293,142 +221,85 @@ impl Breaker {
                 if permit.probe {
                     *in_flight = in_flight.saturating_sub(1);
                 }
-                if !ok {
-                    tracing::warn!(
-                        "store circuit breaker: a call failed while half-open; open again"
-                    );
-                    *inner = Inner::Open {
-                        until: now + self.cool_down(),
-                    };
-                } else {
-                    *successes += 1;
-                    if *successes >= self.settings.close_after {
-                        tracing::info!("store circuit breaker closed: the store answers again");
-                        *inner = closed();
-                    }
-                }
+                self.record_half_open(successes, ok, now)
             }
-            Inner::Open { .. } | Inner::Probing => {}
+            Inner::Open { .. } | Inner::Probing => None,
+        };
+        if let Some(next) = next {
+            *inner = next;
+        }
+    }
+
+    /// Counts a call while closed; the open state when the window's failure
+    /// rate calls for it.
+    fn record_closed(&self, slots: &mut Slots, ok: bool, now: Instant) -> Option<Inner> {
+        let index = current_slot(slots, now, self.settings.window / SLOTS as u32);
+        if ok {
+            slots[index].1 += 1;
+        } else {
+            slots[index].2 += 1;
+        }
+        let (mut calls, mut failures) = (0u32, 0u32);
+        for (start, s, f) in slots.iter() {
+            if start.is_some_and(|t| now.duration_since(t) < self.settings.window) {
+                calls += s + f;
+                failures += f;
+            }
+        }
+        if calls < self.settings.min_calls
+            || f64::from(failures) < self.settings.failure_rate * f64::from(calls)
+        {
+            return None;
+        }
+        tracing::warn!(
+            failures,
+            calls,
+            "store circuit breaker opened: {failures} of the last {calls} calls failed"
+        );
+        Some(Inner::Open {
+            until: now + self.cool_down(),
+        })
+    }
+
+    /// Counts a probe call while half-open; the next state if it changes: open
+    /// again on a failure, closed after enough successes.
+    fn record_half_open(&self, successes: &mut u32, ok: bool, now: Instant) -> Option<Inner> {
+        if !ok {
+            tracing::warn!("store circuit breaker: a call failed while half-open; open again");
+            return Some(Inner::Open {
+                until: now + self.cool_down(),
+            });
+        }
+        *successes += 1;
+        if *successes < self.settings.close_after {
+            return None;
+        }
+        tracing::info!("store circuit breaker closed: the store answers again");
+        Some(closed())
+    }
+}
+
+/// The slot a call at `now` counts in: the newest while it is younger than
+/// `slot_len` (a tenth of the window), else the next one, restarted (the
+/// oldest falls out).
+fn current_slot(slots: &mut Slots, now: Instant, slot_len: Duration) -> usize {
+    let newest = slots.iter().filter_map(|s| s.0).max();
+    match newest {
+        Some(start) if now.duration_since(start) < slot_len => {
+            slots.iter().position(|s| s.0 == Some(start)).unwrap_or(0)
+        }
+        Some(start) => {
+            let i = slots.iter().position(|s| s.0 == Some(start)).unwrap_or(0);
+            let next = (i + 1) % SLOTS;
+            slots[next] = (Some(now), 0, 0);
+            next
+        }
+        None => {
+            slots[0] = (Some(now), 0, 0);
+            0
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn quick() -> BreakerSettings {
-        BreakerSettings {
-            window: Duration::from_secs(10),
-            min_calls: 4,
-            failure_rate: 0.5,
-            cool_down: Duration::from_millis(200),
-            probes: 1,
-            close_after: 2,
-        }
-    }
-
-    fn call(b: &Breaker, ok: bool) -> bool {
-        match b.acquire() {
-            Some(p) => {
-                b.record(p, ok);
-                true
-            }
-            None => false,
-        }
-    }
-
-    #[test]
-    fn one_blip_does_not_open_but_a_failure_rate_does() {
-        let b = Breaker::new(quick());
-        assert!(call(&b, false));
-        assert_eq!(
-            b.state(),
-            BreakerState::Closed,
-            "below the minimum number of calls"
-        );
-        assert!(call(&b, true));
-        assert!(call(&b, true));
-        assert!(call(&b, true));
-        assert_eq!(
-            b.state(),
-            BreakerState::Closed,
-            "1 failure in 4 is below 50%"
-        );
-        assert!(call(&b, false));
-        assert!(call(&b, false));
-        assert_eq!(b.state(), BreakerState::Open, "3 of 6 failed");
-        assert!(b.acquire().is_none(), "open: calls fail at once");
-    }
-
-    #[test]
-    fn the_cool_down_jitter_stays_within_a_fifth() {
-        let b = Breaker::new(quick());
-        let base = quick().cool_down;
-        let samples: Vec<Duration> = (0..200).map(|_| b.cool_down()).collect();
-        assert!(
-            samples
-                .iter()
-                .all(|d| *d >= base && *d <= base.mul_f64(1.2))
-        );
-        assert!(
-            samples.iter().any(|d| *d != samples[0]),
-            "jittered, not constant"
-        );
-    }
-
-    #[test]
-    fn a_dropped_half_open_call_gives_its_slot_back() {
-        let b = Breaker::new(quick());
-        b.trip();
-        assert!(b.probe_due());
-        b.probe_result(true);
-        let abandoned = b.acquire().expect("the one half-open slot");
-        assert!(b.acquire().is_none(), "the slot is taken");
-        drop(abandoned); // its call's future was dropped, unreported
-        assert!(call(&b, true), "the slot is free again");
-        assert!(call(&b, true));
-        assert_eq!(b.state(), BreakerState::Closed);
-    }
-
-    #[test]
-    fn it_probes_the_store_before_half_opening_and_closes_or_reopens() {
-        let b = Breaker::new(quick());
-        for _ in 0..4 {
-            call(&b, false);
-        }
-        assert_eq!(b.state(), BreakerState::Open);
-        assert!(!b.probe_due(), "no probe during the cool-down");
-        std::thread::sleep(Duration::from_millis(260)); // cool-down 200 ms + ≤ 20 %
-        assert_eq!(b.state(), BreakerState::Open, "open until a probe answers");
-        assert!(b.probe_due(), "a probe is due after the cool-down");
-        assert!(!b.probe_due(), "one probe at a time");
-        assert!(b.acquire().is_none(), "calls fail at once while it probes");
-        b.probe_result(false);
-        assert_eq!(b.state(), BreakerState::Open, "a failed probe: open again");
-        assert!(!b.probe_due(), "and a new cool-down");
-        std::thread::sleep(Duration::from_millis(260));
-        assert!(b.probe_due());
-        b.probe_result(true);
-        assert_eq!(b.state(), BreakerState::HalfOpen, "the store answered");
-        let probe = b.acquire().expect("one real call");
-        assert!(b.acquire().is_none(), "half-open calls are bounded");
-        b.record(probe, false);
-        assert_eq!(
-            b.state(),
-            BreakerState::Open,
-            "a failed call opens it again"
-        );
-        std::thread::sleep(Duration::from_millis(260));
-        assert!(b.probe_due());
-        b.probe_result(true);
-        assert!(call(&b, true));
-        assert_eq!(
-            b.state(),
-            BreakerState::HalfOpen,
-            "one success is not enough"
-        );
-        assert!(call(&b, true));
-        assert_eq!(b.state(), BreakerState::Closed);
-    }
-}
+mod tests;

@@ -2,7 +2,8 @@
 //! against the current limits, asks the store, and turns the store's readings
 //! into decisions. Knows nothing of gRPC; `api/` translates around it.
 //!
-//! - [`reserve`]: CheckAndReserve, from the prompt to the decision.
+//! - [`reserve`]: CheckAndReserve, from the prompt to the store's reply.
+//! - [`reply`]: the store's reply explained, and the decision recorded.
 //! - [`settle`]: Commit, Refund, RenewLease.
 //! - [`shadow`]: quotas in shadow, evaluated and reported but never enforced.
 //! - [`status`]: GetStatus and the estimator's state, and its refresh.
@@ -11,6 +12,7 @@
 
 mod breaker;
 mod cancel;
+mod reply;
 mod reserve;
 mod settle;
 mod shadow;
@@ -22,8 +24,8 @@ pub use settle::{CommitOutcome, Outcome};
 pub use status::{EstimatorView, LevelLeases, StatusOutcome};
 
 use crate::config::FailurePolicy;
-use crate::domain::plan::{LeasePolicy, ReservePlan};
-use crate::domain::{InvalidInput, Limits};
+use crate::domain::plan::{LeasePolicy, LevelPlan, ReservePlan};
+use crate::domain::{InvalidInput, Limits, Tier};
 use crate::estimator::{Counter, Multipliers};
 use crate::store::keys::{DEFAULT_PREFIX, Keys};
 use crate::store::memory::MemoryStore;
@@ -123,26 +125,30 @@ impl<S: Store> Engine<S> {
             .store(provisional, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// The error for a tier the limits in force do not have.
-    fn unknown_tier(&self, tier: &str, limits: &Limits) -> EngineError {
+    /// The tier `tenant` has under `limits`, overrides applied. A tier the
+    /// limits lack is INVALID_ARGUMENT, or UNAVAILABLE while they are
+    /// provisional (the tier may exist in the store's configuration).
+    fn resolve_tier(
+        &self,
+        limits: &Limits,
+        tier: &str,
+        tenant: &str,
+    ) -> Result<Arc<Tier>, EngineError> {
+        let unknown = match limits.resolve_known(tier, tenant) {
+            Ok(found) => return Ok(found),
+            Err(unknown) => unknown,
+        };
         if self.provisional.load(std::sync::atomic::Ordering::Relaxed) {
-            return EngineError::Store(StoreError::Unavailable(
+            return Err(EngineError::Store(StoreError::Unavailable(
                 format!(
                     "tier {tier:?} is not among the configuration file's tiers ({}), and the \
                  configuration in Redis has not been loaded yet (Redis does not answer)",
                     limits.tier_names()
                 )
                 .into(),
-            ));
+            )));
         }
-        InvalidInput::new(
-            "tier",
-            format!(
-                "unknown tier {tier:?}; known tiers: {}",
-                limits.tier_names()
-            ),
-        )
-        .into()
+        Err(unknown.into())
     }
 
     /// The store, for callers that describe or probe it.
@@ -244,14 +250,20 @@ impl<S: Store> Engine<S> {
         let mut local = plan.clone();
         local.id.local = true;
         local.idempotency_key = None;
-        local.levels = match self.settings.policy {
+        local.levels = self.local_levels(&plan.levels);
+        local
+    }
+
+    /// What the local store enforces of `levels` while the store is
+    /// unavailable: each limit divided by the replica count (`local`), or none
+    /// at all (`fail_open`).
+    fn local_levels(&self, levels: &[LevelPlan]) -> Vec<LevelPlan> {
+        match self.settings.policy {
             FailurePolicy::FailOpen => Vec::new(),
-            _ => plan
-                .levels
+            _ => levels
                 .iter()
                 .map(|l| l.scaled(self.settings.replicas))
                 .collect(),
-        };
-        local
+        }
     }
 }

@@ -2,12 +2,14 @@
 //! count with the adaptive multiplier, plan, reserve, and explain the result.
 
 use super::BreakerState;
-use super::shadow::ShadowSettle;
+use super::cancel::CancelGuard;
+use super::reply::{record_decision, warn_degraded};
+use super::shadow::{ShadowCheck, ShadowSettle};
 use super::{Engine, EngineError};
 use crate::config::FailurePolicy;
 use crate::domain::decision::{self, LimitState};
-use crate::domain::plan::{self, Prepared, ReserveRequest};
-use crate::domain::{Denial, Dimension, IdempotencyKey, InvalidInput, Level, TenantId, UserId};
+use crate::domain::plan::{self, Prepared, ReservePlan, ReserveRequest};
+use crate::domain::{Denial, IdempotencyKey, Level, Limits, TenantId, Tier, UserId};
 use crate::estimator::Prompt;
 use crate::store::{ReserveReply, Scope, Store, StoreError};
 use crate::telemetry;
@@ -83,13 +85,101 @@ struct Counted {
     multiplier: f64,
 }
 
+impl ReserveOutcome {
+    /// Nothing decided yet, the prompt counted.
+    fn counted(counted: &Counted) -> Self {
+        ReserveOutcome {
+            denial: None,
+            reservation_id: None,
+            reserved_tokens: 0,
+            max_output_tokens: 0,
+            granted_max_output_tokens: 0,
+            estimated_prompt_tokens: counted.estimated,
+            estimator_multiplier: counted.multiplier,
+            limits: Vec::new(),
+            lease_expires_in_ms: 0,
+            replayed: false,
+            shadow_denial: None,
+            degraded: false,
+        }
+    }
+}
+
 impl<S: Store> Engine<S> {
-    /// CheckAndReserve.
+    /// CheckAndReserve: count, plan, check the quota in shadow, reserve (or,
+    /// degraded, reserve locally), and explain the store's reply.
     pub async fn reserve(&self, input: ReserveInput) -> Result<ReserveOutcome, EngineError> {
         let limits = self.limits();
-        let tier = limits
-            .resolve(&input.tier, input.tenant.as_str())
-            .ok_or_else(|| self.unknown_tier(&input.tier, &limits))?;
+        let tier = self.resolve_tier(&limits, &input.tier, input.tenant.as_str())?;
+        let (req, counted) = self.count(input, &tier).await;
+        let mut out = ReserveOutcome::counted(&counted);
+        let scope = (req.tenant.clone(), req.user.clone());
+        let plan = match plan::prepare(req, &limits, &self.settings.leases)? {
+            Prepared::Plan(plan) => {
+                // Every later line of this call names the reservation.
+                tracing::Span::current().record("reservation", tracing::field::display(&plan.id));
+                plan
+            }
+            Prepared::Refused {
+                denial,
+                tokens,
+                max_output_tokens,
+            } => {
+                out.denial = Some(denial);
+                out.reserved_tokens = tokens;
+                out.max_output_tokens = max_output_tokens;
+                return Ok(self.refused(out, &limits, &tier, &scope).await);
+            }
+        };
+        out.max_output_tokens = plan.max_output_tokens;
+        out.reserved_tokens = plan.tokens();
+        out.granted_max_output_tokens = plan.max_output_tokens;
+        let shadow = self.shadow_if_healthy(&plan, &tier).await;
+        let life =
+            std::time::Duration::from_millis(plan.lease_ttl_ms + self.settings.retention.record_ms);
+        // Until the caller has its answer, a reservation the store may have
+        // made is cancelled if this call is dropped (a client deadline, a
+        // reset stream); with an idempotency key, the caller's retry returns it.
+        let mut guard = self
+            .cancels
+            .guard(plan.id.clone(), life, plan.idempotency_key.is_none());
+        let reply = self.guarded("reserve", self.store.reserve(&plan)).await;
+        self.cancel_if_unanswered(&reply, &plan, life, &mut guard);
+        let (plan, reply) = self.or_degraded(plan, reply, &mut out).await;
+        if let Some(shadow) = shadow {
+            let served = matches!(reply, Ok(ReserveReply::Allowed { .. }));
+            if shadow.taken && !served {
+                self.shadow_settle(&plan.id, ShadowSettle::Refund).await;
+            }
+            out.shadow_denial = shadow.denial;
+        }
+        let reply = reply?;
+        if !out.degraded {
+            let reclaimed = reply.reclaimed();
+            for level in [Level::Global, Level::Tenant, Level::User] {
+                telemetry::leases_expired(level.as_str(), reclaimed.at(level));
+            }
+        }
+        self.explain(&mut out, &plan, reply)?;
+        record_decision(&tier.name, &plan, &out);
+        guard.disarm();
+        Ok(out)
+    }
+
+    /// The quota in shadow's check of `plan`, while the store is healthy: in
+    /// an outage it would only add its deadline to every call.
+    async fn shadow_if_healthy(&self, plan: &ReservePlan, tier: &Tier) -> Option<ShadowCheck> {
+        match &tier.shadow {
+            Some(limits) if self.breaker_state() == BreakerState::Closed => {
+                Some(self.shadow_check(plan, limits, &tier.name).await)
+            }
+            _ => None,
+        }
+    }
+
+    /// The request with its prompt counted (when the caller did not) and the
+    /// count corrected by the estimator's multiplier.
+    async fn count(&self, input: ReserveInput, tier: &Tier) -> (ReserveRequest, Counted) {
         let counted = match input.prompt {
             PromptInput::Tokens(n) => Counted {
                 raw: n,
@@ -124,81 +214,52 @@ impl<S: Store> Engine<S> {
             prompt_tokens: counted.raw,
             prompt_reserve: counted.reserve,
             estimated_prompt_tokens: counted.estimated,
-            estimator: counted.estimator,
+            estimator: counted.estimator.clone(),
             max_output_tokens: input.max_output_tokens,
             min_output_tokens: input.min_output_tokens,
             idempotency_key: input.idempotency_key,
             lease_ttl_ms: input.lease_ttl_ms,
         };
-        let mut out = ReserveOutcome {
-            denial: None,
-            reservation_id: None,
-            reserved_tokens: 0,
-            max_output_tokens: 0,
-            granted_max_output_tokens: 0,
-            estimated_prompt_tokens: counted.estimated,
-            estimator_multiplier: counted.multiplier,
-            limits: Vec::new(),
-            lease_expires_in_ms: 0,
-            replayed: false,
-            shadow_denial: None,
-            degraded: false,
+        (req, counted)
+    }
+
+    /// A request refused before the store (`out` carries the denial):
+    /// retrying cannot help, but the caller still gets the limits to build its
+    /// headers from; without the store, it gets none.
+    async fn refused(
+        &self,
+        mut out: ReserveOutcome,
+        limits: &Limits,
+        tier: &Tier,
+        scope: &(TenantId, Option<UserId>),
+    ) -> ReserveOutcome {
+        telemetry::decision(&tier.name, out.denial.as_ref(), 0);
+        let levels = plan::levels(limits, Some(tier), scope.1.is_some(), false);
+        let status = Scope {
+            tenant: &scope.0,
+            user: scope.1.as_ref(),
         };
-        let scope = (req.tenant.clone(), req.user.clone());
-        let plan = match plan::prepare(req, &limits, &self.settings.leases)? {
-            Prepared::Plan(plan) => {
-                // Every later line of this call names the reservation.
-                tracing::Span::current().record("reservation", tracing::field::display(&plan.id));
-                plan
-            }
-            Prepared::Refused {
-                denial,
-                tokens,
-                max_output_tokens,
-            } => {
-                telemetry::decision(&tier.name, Some(&denial), 0);
-                // Retrying cannot help, but the caller still gets the limits to
-                // build its headers from; without the store, it gets none.
-                let levels = plan::levels(&limits, Some(&tier), scope.1.is_some(), false);
-                let status = Scope {
-                    tenant: &scope.0,
-                    user: scope.1.as_ref(),
-                };
-                out.limits = match self
-                    .guarded("status", self.store.status(status, &levels, false))
-                    .await
-                {
-                    Ok(readings) => decision::limit_states(&levels, &readings),
-                    Err(_) => Vec::new(),
-                };
-                out.denial = Some(denial);
-                out.reserved_tokens = tokens;
-                out.max_output_tokens = max_output_tokens;
-                return Ok(out);
-            }
+        out.limits = match self
+            .guarded("status", self.store.status(status, &levels, false))
+            .await
+        {
+            Ok(readings) => decision::limit_states(&levels, &readings),
+            Err(_) => Vec::new(),
         };
-        out.max_output_tokens = plan.max_output_tokens;
-        out.reserved_tokens = plan.tokens();
-        out.granted_max_output_tokens = plan.max_output_tokens;
-        // A quota in shadow is checked while the store is healthy; in an outage
-        // it would only add its deadline to every call.
-        let shadow = match &tier.shadow {
-            Some(limits) if self.breaker_state() == BreakerState::Closed => {
-                Some(self.shadow_check(&plan, limits, &tier.name).await)
-            }
-            _ => None,
-        };
-        let mut plan = plan;
-        // Until the caller has its answer, a reservation the store may have
-        // made is cancelled if this call is dropped (a client deadline, a
-        // reset stream); with an idempotency key, the caller's retry returns it.
-        let life =
-            std::time::Duration::from_millis(plan.lease_ttl_ms + self.settings.retention.record_ms);
-        let mut guard = self
-            .cancels
-            .guard(plan.id.clone(), life, plan.idempotency_key.is_none());
-        let reply = self.guarded("reserve", self.store.reserve(&plan)).await;
-        match &reply {
+        out
+    }
+
+    /// After the store call: a reservation the caller will not get is queued
+    /// for cancellation, and the drop guard stands down unless the store
+    /// reserved something new (the guard then holds until the answer is out).
+    fn cancel_if_unanswered(
+        &self,
+        reply: &Result<ReserveReply, StoreError>,
+        plan: &ReservePlan,
+        life: std::time::Duration,
+        guard: &mut CancelGuard<'_>,
+    ) {
+        match reply {
             Ok(ReserveReply::Allowed { .. }) => {}
             Err(StoreError::Unanswered(_) | StoreError::Protocol(_)) => {
                 // The script may have run, or still run (a frozen store runs
@@ -214,132 +275,28 @@ impl<S: Store> Engine<S> {
             // or nothing new was reserved.
             _ => guard.disarm(),
         }
-        let reply = match reply {
+    }
+
+    /// The store's reply, or — when it failed and the policy allows — the
+    /// local store's, for the plan the local store enforces (`out` is marked
+    /// degraded).
+    async fn or_degraded(
+        &self,
+        plan: ReservePlan,
+        reply: Result<ReserveReply, StoreError>,
+        out: &mut ReserveOutcome,
+    ) -> (ReservePlan, Result<ReserveReply, StoreError>) {
+        match reply {
             Err(e) if e.is_transient() && self.policy() != FailurePolicy::FailClosed => {
                 // Degraded: decide from this replica's memory and say so.
                 warn_degraded(self.policy().as_str(), &e.to_string());
                 telemetry::degraded(self.policy().as_str());
-                plan = self.local_plan(&plan);
+                let plan = self.local_plan(&plan);
                 out.degraded = true;
-                self.local.reserve(&plan).await
+                let reply = self.local.reserve(&plan).await;
+                (plan, reply)
             }
-            other => other,
-        };
-        if let Some(shadow) = shadow {
-            let served = matches!(reply, Ok(ReserveReply::Allowed { .. }));
-            if shadow.taken && !served {
-                self.shadow_settle(&plan.id, ShadowSettle::Refund).await;
-            }
-            out.shadow_denial = shadow.denial;
-        }
-        let reply = reply?;
-        if !out.degraded {
-            let reclaimed = reply.reclaimed();
-            for level in [Level::Global, Level::Tenant, Level::User] {
-                telemetry::leases_expired(level.as_str(), reclaimed.at(level));
-            }
-        }
-        match reply {
-            ReserveReply::Allowed {
-                readings,
-                granted_output,
-                ..
-            } => {
-                out.limits = decision::limit_states(&plan.levels, &readings);
-                out.reservation_id = Some(plan.id.to_string());
-                out.granted_max_output_tokens = granted_output;
-                out.reserved_tokens = plan.prompt_tokens + granted_output;
-                out.lease_expires_in_ms = plan.lease_ttl_ms;
-            }
-            ReserveReply::Denied {
-                readings,
-                denied_mask,
-                ..
-            } => {
-                let cost = plan.prompt_tokens + plan.min_output_tokens;
-                let mut denial = decision::denial(
-                    &plan.levels,
-                    &readings,
-                    denied_mask,
-                    cost,
-                    self.settings.concurrency_retry_ms,
-                );
-                denial.retry_after_ms += self.jitter();
-                out.limits = decision::limit_states(&plan.levels, &readings);
-                out.denial = Some(denial);
-                out.granted_max_output_tokens = 0;
-            }
-            ReserveReply::Replayed {
-                nonce,
-                tokens,
-                lease_expires_in_ms,
-                readings,
-                ..
-            } => {
-                let id = plan.id.with_nonce_b64(&nonce).ok_or_else(|| {
-                    StoreError::Protocol(
-                        format!("stored idempotency nonce {nonce:?} is malformed").into(),
-                    )
-                })?;
-                out.limits = decision::limit_states(&plan.levels, &readings);
-                out.reservation_id = Some(id.to_string());
-                tracing::Span::current().record("reservation", tracing::field::display(&id));
-                out.reserved_tokens = tokens;
-                out.granted_max_output_tokens = tokens.saturating_sub(plan.prompt_tokens);
-                out.lease_expires_in_ms = lease_expires_in_ms;
-                out.replayed = true;
-            }
-            ReserveReply::IdempotencySpent { settled } => {
-                let what = if settled {
-                    "was already committed or refunded"
-                } else {
-                    "has a lease that already lapsed (commit or refund it)"
-                };
-                return Err(EngineError::FailedPrecondition(format!(
-                    "idempotency_key belongs to a reservation that {what}; a new request needs a new key"
-                )));
-            }
-            ReserveReply::IdempotencyConflict => {
-                return Err(InvalidInput::new(
-                    "idempotency_key",
-                    "was already used for a different request of this tenant; use a new key per \
-                     logical request",
-                )
-                .into());
-            }
-        }
-        let fresh_tokens = if out.replayed || out.denial.is_some() {
-            0
-        } else {
-            out.reserved_tokens
-        };
-        telemetry::decision(&tier.name, out.denial.as_ref(), fresh_tokens);
-        // Sizes only: prompt contents never reach a log.
-        tracing::debug!(
-            allowed = out.denial.is_none(),
-            reason = out.denial.as_ref().map(|d| d.reason.as_str()),
-            prompt_tokens = plan.prompt_tokens,
-            reserved_tokens = out.reserved_tokens,
-            degraded = out.degraded,
-            replayed = out.replayed,
-            "decision"
-        );
-        if !out.degraded
-            && let Some(global) = out
-                .limits
-                .iter()
-                .find(|l| l.level == Level::Global && l.dimension == Dimension::Concurrency)
-        {
-            telemetry::global_leases_active(global.limit as i64 - global.remaining);
-        }
-        guard.disarm();
-        Ok(out)
-    }
-
-    fn jitter(&self) -> u64 {
-        match self.settings.retry_jitter_ms {
-            0 => 0,
-            j => rand::random_range(0..=j),
+            other => (plan, other),
         }
     }
 
@@ -349,30 +306,5 @@ impl<S: Store> Engine<S> {
         id: &crate::domain::ReservationId,
     ) -> Option<Arc<crate::domain::Tier>> {
         self.limits().resolve(&id.tier, id.tenant.as_str())
-    }
-}
-
-/// Logs a degraded decision at WARN at most every 10 seconds (an outage would
-/// otherwise log every call), at DEBUG in between.
-fn warn_degraded(policy: &'static str, why: &str) {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static LAST_WARNED_S: AtomicU64 = AtomicU64::new(0);
-    let now_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let last = LAST_WARNED_S.load(Ordering::Relaxed);
-    if now_s >= last + 10
-        && LAST_WARNED_S
-            .compare_exchange(last, now_s, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    {
-        tracing::warn!(
-            policy,
-            error = why,
-            "deciding without the store (logged every 10 s while it lasts; \
-             ctxbudget_degraded_decisions_total counts every one)"
-        );
-    } else {
-        tracing::debug!(policy, error = why, "deciding without the store");
     }
 }

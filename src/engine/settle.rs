@@ -2,7 +2,6 @@
 
 use super::shadow::ShadowSettle;
 use super::{Engine, EngineError};
-use crate::config::FailurePolicy;
 use crate::domain::ReservationId;
 use crate::domain::plan::{self, LevelPlan};
 use crate::store::{RenewReply, SettleReply, Settled, Settlement, Store};
@@ -44,13 +43,7 @@ impl<S: Store> Engine<S> {
         }
         // A reservation made in degraded mode lives in the local store, under
         // the limits it was made with.
-        match self.settings.policy {
-            FailurePolicy::FailOpen => Vec::new(),
-            _ => levels
-                .iter()
-                .map(|l| l.scaled(self.settings.replicas))
-                .collect(),
-        }
+        self.local_levels(&levels)
     }
 
     /// Commit.

@@ -56,9 +56,7 @@ impl<S: Store> Engine<S> {
         tier: &str,
     ) -> Result<StatusOutcome, EngineError> {
         let limits = self.limits();
-        let tier = limits
-            .resolve(tier, tenant.as_str())
-            .ok_or_else(|| self.unknown_tier(tier, &limits))?;
+        let tier = self.resolve_tier(&limits, tier, tenant.as_str())?;
         let levels = plan::levels(&limits, Some(&tier), user.is_some(), false);
         let scope = Scope { tenant, user };
         let mut degraded = false;
@@ -70,13 +68,7 @@ impl<S: Store> Engine<S> {
             Err(e) if e.is_transient() && self.policy() != FailurePolicy::FailClosed => {
                 // What this replica decides by while degraded.
                 degraded = true;
-                let local: Vec<_> = match self.policy() {
-                    FailurePolicy::FailOpen => Vec::new(),
-                    _ => levels
-                        .iter()
-                        .map(|l| l.scaled(self.settings.replicas))
-                        .collect(),
-                };
+                let local = self.local_levels(&levels);
                 let readings = self.local.status(scope, &local, true).await?;
                 (local, readings)
             }

@@ -18,6 +18,15 @@
 //! the untagged global key with them and settle the estimator's key, a
 //! CROSSSLOT error in a cluster. Cluster mode is not supported yet.
 //!
+//! # Live configuration (see `config::repository`)
+//! ```text
+//! ctxb:cfg                     hash   version; global; tier:<name>; override:<tenant>
+//! ctxb:cfg:audit               stream every change (capped)
+//! ctxb:cfg:changed             channel the new version, on every change
+//! ```
+//! Tier names and tenant ids appear raw in the configuration hash's field
+//! names: a field name is no key, so no hash tag or separator is at stake.
+//!
 //! # Level hash fields
 //! ```text
 //! s           the level's state: buckets and lease count (see `store::state`)
@@ -114,6 +123,51 @@ impl Keys {
 /// The hash field of a reservation's lease.
 pub fn lease_field(id: &ReservationId) -> String {
     format!("#{}", id.nonce_b64())
+}
+
+/// The hash of the live configuration under `prefix`.
+pub fn config_hash(prefix: &str) -> String {
+    format!("{prefix}cfg")
+}
+
+/// The audit stream of configuration changes under `prefix`.
+pub fn config_audit(prefix: &str) -> String {
+    format!("{prefix}cfg:audit")
+}
+
+/// The channel configuration changes are announced on under `prefix`.
+pub fn config_channel(prefix: &str) -> String {
+    format!("{prefix}cfg:changed")
+}
+
+/// Field names of the configuration hash.
+pub mod config_field {
+    /// The configuration version.
+    pub const VERSION: &str = "version";
+    /// The global limits.
+    pub const GLOBAL: &str = "global";
+    const TIER: &str = "tier:";
+    const OVERRIDE: &str = "override:";
+
+    /// The field of tier `name`.
+    pub fn tier(name: &str) -> String {
+        format!("{TIER}{name}")
+    }
+
+    /// The field of `tenant`'s override.
+    pub fn override_of(tenant: &str) -> String {
+        format!("{OVERRIDE}{tenant}")
+    }
+
+    /// The tier name a field holds, if it holds a tier.
+    pub fn as_tier(field: &str) -> Option<&str> {
+        field.strip_prefix(TIER)
+    }
+
+    /// The tenant a field holds the override of, if it holds one.
+    pub fn as_override(field: &str) -> Option<&str> {
+        field.strip_prefix(OVERRIDE)
+    }
 }
 
 fn encode(id: &str) -> String {

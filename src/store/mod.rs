@@ -4,7 +4,6 @@
 //! scripts in `lua/`). The conformance suite in `tests/` runs one set of
 //! behaviours against both.
 
-pub mod config;
 pub mod keys;
 pub mod memory;
 pub mod redis;

@@ -10,17 +10,25 @@
 //!
 //! Changes go through `lua/config_set.lua`: write, version, audit and notify at
 //! once. Callers validate documents before writing; replicas validate again on
-//! load and keep their last good configuration if a document is bad.
+//! load and keep their last good configuration if a document is bad. The key
+//! and field names are built in `store::keys`.
 
-use super::StoreError;
-use super::redis::{RedisTls, open_client, redact_url};
-use super::scripts;
-use crate::config::{LevelSection, OverrideSection, TierSection, build_limits};
+use super::{LevelSection, OverrideSection, TierSection, build_limits};
 use crate::domain::{Limits, LimitsError};
+use crate::store::StoreError;
+use crate::store::keys::{config_audit, config_channel, config_field, config_hash};
+use crate::store::redis::{RedisTls, open_client, redact_url};
+use crate::store::scripts;
 use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+/// `lua/config_seed.lua`, loaded once (NOSCRIPT reloads it).
+static SEED: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::CONFIG_SEED));
+/// `lua/config_set.lua`, loaded once (NOSCRIPT reloads it).
+static SET: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::CONFIG_SET));
 
 /// Audit entries kept (approximately).
 const AUDIT_KEEP: u64 = 10_000;
@@ -93,9 +101,9 @@ impl std::fmt::Display for Field {
 impl Field {
     fn name(&self) -> String {
         match self {
-            Field::Global => "global".into(),
-            Field::Tier(t) => format!("tier:{t}"),
-            Field::Override(t) => format!("override:{t}"),
+            Field::Global => config_field::GLOBAL.into(),
+            Field::Tier(t) => config_field::tier(t),
+            Field::Override(t) => config_field::override_of(t),
         }
     }
 }
@@ -128,9 +136,9 @@ impl ConfigStore {
         Ok(ConfigStore {
             client,
             conn,
-            hash: format!("{prefix}cfg"),
-            audit: format!("{prefix}cfg:audit"),
-            channel: format!("{prefix}cfg:changed"),
+            hash: config_hash(prefix),
+            audit: config_audit(prefix),
+            channel: config_channel(prefix),
             url: shown,
         })
     }
@@ -154,7 +162,7 @@ impl ConfigStore {
         let v: Option<u64> = self
             .conn
             .clone()
-            .hget(&self.hash, "version")
+            .hget(&self.hash, config_field::VERSION)
             .await
             .map_err(|e| self.err(e))?;
         Ok(v.unwrap_or(0))
@@ -174,17 +182,17 @@ impl ConfigStore {
             StoreError::Protocol(format!("{field} in {}: {e}", self.hash).into())
         };
         for (field, value) in &all {
-            if field == "version" {
+            if field == config_field::VERSION {
                 doc.version = value
                     .parse()
                     .map_err(|_| bad(field, "not a number".into()))?;
-            } else if field == "global" {
+            } else if field == config_field::GLOBAL {
                 doc.global =
                     Some(serde_json::from_str(value).map_err(|e| bad(field, e.to_string()))?);
-            } else if let Some(name) = field.strip_prefix("tier:") {
+            } else if let Some(name) = config_field::as_tier(field) {
                 let tier = serde_json::from_str(value).map_err(|e| bad(field, e.to_string()))?;
                 doc.tiers.insert(name.to_string(), tier);
-            } else if let Some(tenant) = field.strip_prefix("override:") {
+            } else if let Some(tenant) = config_field::as_override(field) {
                 let o = serde_json::from_str(value).map_err(|e| bad(field, e.to_string()))?;
                 doc.overrides.insert(tenant.to_string(), o);
             }
@@ -195,21 +203,20 @@ impl ConfigStore {
     /// Writes `doc`'s global limits, tiers and overrides if Redis holds no tier
     /// yet. Returns the new version, or `None` when Redis was already configured.
     pub async fn seed(&self, doc: &ConfigDoc, actor: &str) -> Result<Option<u64>, StoreError> {
-        let script = Script::new(scripts::CONFIG_SEED);
-        let mut inv = script.prepare_invoke();
+        let mut inv = SEED.prepare_invoke();
         inv.key(&self.hash)
             .key(&self.audit)
             .arg(actor)
             .arg(&self.channel)
             .arg(AUDIT_KEEP);
         if let Some(g) = &doc.global {
-            inv.arg("global").arg(document(g));
+            inv.arg(config_field::GLOBAL).arg(document(g));
         }
         for (name, t) in &doc.tiers {
-            inv.arg(format!("tier:{name}")).arg(document(t));
+            inv.arg(config_field::tier(name)).arg(document(t));
         }
         for (tenant, o) in &doc.overrides {
-            inv.arg(format!("override:{tenant}")).arg(document(o));
+            inv.arg(config_field::override_of(tenant)).arg(document(o));
         }
         let v: u64 = inv
             .invoke_async(&mut self.conn.clone())
@@ -226,8 +233,7 @@ impl ConfigStore {
         document: Option<&str>,
         actor: &str,
     ) -> Result<(String, u64), StoreError> {
-        let script = Script::new(scripts::CONFIG_SET);
-        let mut inv = script.prepare_invoke();
+        let mut inv = SET.prepare_invoke();
         inv.key(&self.hash)
             .key(&self.audit)
             .arg(field.name())

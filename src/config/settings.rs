@@ -1,0 +1,312 @@
+//! [`Settings`]: what the server runs with, built from a [`FileConfig`] and
+//! flags. Each section is turned into its settings and checked by its own
+//! function, in the file's order, so the first bad field is the one reported.
+
+use super::{
+    BreakerSettings, ConfigDoc, ConfigError, FailurePolicy, FileConfig, Flags, ReservationsSection,
+    ServerSection, StoreSection, TokenSection, validate_tokens,
+};
+use crate::domain::plan::LeasePolicy;
+use crate::domain::{Limits, LimitsError};
+use crate::store::Retention;
+use crate::store::redis::{PoolKind, RedisTls};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Validated settings the server runs with. `Debug` hides the Redis password.
+#[derive(Clone)]
+pub struct Settings {
+    /// gRPC listen address.
+    pub listen: SocketAddr,
+    /// Redis URL; `None` selects the in-memory store.
+    pub redis_url: Option<String>,
+    /// Prefix of every key.
+    pub key_prefix: String,
+    /// Redis connection strategy.
+    pub pool: PoolKind,
+    /// Redis connections.
+    pub connections: usize,
+    /// Certificates for `rediss://`.
+    pub redis_tls: RedisTls,
+    /// Deadline of one store call.
+    pub store_timeout: Duration,
+    /// Lease lengths.
+    pub leases: LeasePolicy,
+    /// Record and idempotency retention.
+    pub retention: Retention,
+    /// Random jitter added to retry_after_ms.
+    pub retry_jitter_ms: u64,
+    /// Longest retry_after suggested for a full concurrency limit.
+    pub concurrency_retry_ms: u64,
+    /// Every limit.
+    pub limits: Arc<Limits>,
+    /// The configuration file read, if any (SIGHUP re-reads it).
+    pub config_path: Option<PathBuf>,
+    /// The tiers, global limits and overrides as written: what seeds Redis
+    /// when it holds no configuration yet.
+    pub seed: ConfigDoc,
+    /// What happens when the store fails.
+    pub policy: FailurePolicy,
+    /// Replicas sharing the store (`local` divides limits by it).
+    pub replicas: u64,
+    /// The store's circuit breaker.
+    pub breaker: BreakerSettings,
+    /// Largest request accepted, in bytes.
+    pub max_message_bytes: usize,
+    /// Model rules for counting.
+    pub models: crate::estimator::ModelRules,
+    /// The adaptive multiplier.
+    pub adaptive: crate::estimator::AdaptiveSettings,
+    /// Long prompts counted at once.
+    pub count_workers: usize,
+    /// Tokens callers must present (empty: no authentication).
+    pub tokens: Vec<TokenSection>,
+    /// TLS for the gRPC listener.
+    pub tls: Option<TlsFiles>,
+}
+
+/// The PEM files of the gRPC listener's TLS.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// Certificate chain.
+    pub cert: PathBuf,
+    /// Private key.
+    pub key: PathBuf,
+    /// CA that signs client certificates; set: mutual TLS.
+    pub client_ca: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("listen", &self.listen)
+            .field(
+                "redis_url",
+                &self
+                    .redis_url
+                    .as_deref()
+                    .map(crate::store::redis::redact_url),
+            )
+            .field("key_prefix", &self.key_prefix)
+            .field("pool", &self.pool)
+            .field("connections", &self.connections)
+            .field("redis_tls", &self.redis_tls)
+            .field("store_timeout", &self.store_timeout)
+            .field("leases", &self.leases)
+            .field("retention", &self.retention)
+            .field("limits", &self.limits)
+            .field("tokens", &self.tokens)
+            .field("tls", &self.tls)
+            .finish_non_exhaustive()
+    }
+}
+
+impl From<&Settings> for crate::telemetry::KnownSeries {
+    fn from(settings: &Settings) -> Self {
+        crate::telemetry::KnownSeries {
+            tiers: settings.limits.tiers.keys().cloned().collect(),
+            estimator_keys: settings
+                .models
+                .keys()
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+            initial_multiplier: settings.adaptive.initial,
+        }
+    }
+}
+
+/// `field`'s `value` is between `min` and `max`, or the error says so.
+pub(super) fn within(field: &str, value: u64, min: u64, max: u64) -> Result<(), LimitsError> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(LimitsError::new(
+            field,
+            format!("must be between {min} and {max}, got {value}"),
+        ))
+    }
+}
+
+const DAY_MS: u64 = 86_400_000;
+
+/// Where state lives, as the store section and flags say.
+struct StoreSettings {
+    redis_url: Option<String>,
+    key_prefix: String,
+}
+
+impl FileConfig {
+    /// Validated settings, with `overrides` applied last.
+    pub fn settings(self, overrides: Flags) -> Result<Settings, ConfigError> {
+        let limits = self.limits()?;
+        let seed = self.seed();
+        let defaults = Self::built_in();
+        let server = self.server.or(defaults.server).expect("built-in [server]");
+        let store = self.store.or(defaults.store).expect("built-in [store]");
+        let res = self
+            .reservations
+            .or(defaults.reservations)
+            .expect("built-in [reservations]");
+        let where_ = store_settings(&store, &overrides)?;
+        check_reservations(&res)?;
+        within(
+            "server.max_message_bytes",
+            server.max_message_bytes as u64,
+            1024,
+            1 << 30,
+        )?;
+        let est = self
+            .estimator
+            .or(defaults.estimator)
+            .expect("built-in [estimator]");
+        let adaptive = est.adaptive()?;
+        let models = est.model_rules()?;
+        let resilience = self
+            .resilience
+            .or(defaults.resilience)
+            .expect("built-in [resilience]");
+        let breaker = resilience.breaker()?;
+        let tokens = self.auth.unwrap_or_default().tokens;
+        validate_tokens(&tokens)?;
+        let tls = tls_files(&server)?;
+        Ok(Settings {
+            listen: overrides.listen.unwrap_or(server.listen),
+            redis_url: where_.redis_url,
+            key_prefix: where_.key_prefix,
+            pool: store.pool,
+            connections: store.connections,
+            store_timeout: Duration::from_millis(store.timeout_ms),
+            redis_tls: RedisTls {
+                ca: store.tls_ca,
+                cert: store.tls_cert,
+                key: store.tls_key,
+            },
+            leases: res.leases(),
+            retention: res.retention(est.window),
+            retry_jitter_ms: res.retry_jitter_ms,
+            concurrency_retry_ms: res.concurrency_retry_ms,
+            limits: Arc::new(limits),
+            max_message_bytes: server.max_message_bytes,
+            config_path: None,
+            seed,
+            policy: resilience.policy,
+            replicas: resilience.replicas,
+            breaker,
+            models,
+            adaptive,
+            count_workers: est.count_workers(),
+            tokens,
+            tls,
+        })
+    }
+}
+
+impl FileConfig {
+    /// The tiers, global limits and overrides as written: what seeds Redis
+    /// when it holds no configuration yet.
+    fn seed(&self) -> ConfigDoc {
+        ConfigDoc {
+            version: 0,
+            global: self.global.clone(),
+            tiers: self.tiers.clone().unwrap_or_default(),
+            overrides: self.overrides.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl ReservationsSection {
+    /// The lease lengths.
+    fn leases(&self) -> LeasePolicy {
+        LeasePolicy {
+            default_ttl_ms: self.default_lease_ttl_ms,
+            max_ttl_ms: self.max_lease_ttl_ms,
+        }
+    }
+
+    /// How long records and idempotency keys are kept, and `samples`
+    /// estimator samples per key.
+    fn retention(&self, samples: usize) -> Retention {
+        Retention {
+            record_ms: self.retention_ms,
+            idempotency_ms: self.idempotency_ttl_ms,
+            samples,
+        }
+    }
+}
+
+/// The Redis URL (flags first; empty selects memory) and key prefix, and the
+/// store section's ranges.
+fn store_settings(store: &StoreSection, overrides: &Flags) -> Result<StoreSettings, LimitsError> {
+    let redis_url = overrides
+        .redis_url
+        .clone()
+        .or_else(|| store.redis_url.clone())
+        .filter(|u| !u.trim().is_empty());
+    let key_prefix = overrides
+        .key_prefix
+        .clone()
+        .unwrap_or_else(|| store.key_prefix.clone());
+    crate::store::keys::Keys::new(&key_prefix)
+        .map_err(|problem| LimitsError::new("store.key_prefix", problem))?;
+    within("store.timeout_ms", store.timeout_ms, 1, 60_000)?;
+    within("store.connections", store.connections as u64, 1, 256)?;
+    Ok(StoreSettings {
+        redis_url,
+        key_prefix,
+    })
+}
+
+/// The `[reservations]` ranges.
+fn check_reservations(res: &ReservationsSection) -> Result<(), LimitsError> {
+    within(
+        "reservations.max_lease_ttl_ms",
+        res.max_lease_ttl_ms,
+        1,
+        DAY_MS,
+    )?;
+    within(
+        "reservations.default_lease_ttl_ms",
+        res.default_lease_ttl_ms,
+        1,
+        res.max_lease_ttl_ms,
+    )?;
+    within("reservations.retention_ms", res.retention_ms, 1, 7 * DAY_MS)?;
+    within(
+        "reservations.idempotency_ttl_ms",
+        res.idempotency_ttl_ms,
+        1,
+        7 * DAY_MS,
+    )?;
+    within(
+        "reservations.retry_jitter_ms",
+        res.retry_jitter_ms,
+        0,
+        60_000,
+    )?;
+    within(
+        "reservations.concurrency_retry_ms",
+        res.concurrency_retry_ms,
+        1,
+        3_600_000,
+    )
+}
+
+/// The listener's TLS files: none, or a certificate with its key (and a
+/// client CA for mutual TLS).
+fn tls_files(server: &ServerSection) -> Result<Option<TlsFiles>, LimitsError> {
+    match (&server.tls_cert, &server.tls_key, &server.tls_client_ca) {
+        (None, None, None) => Ok(None),
+        (Some(cert), Some(key), client_ca) => Ok(Some(TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: client_ca.clone(),
+        })),
+        _ => Err(LimitsError::new(
+            "server.tls_cert",
+            "TLS needs both tls_cert and tls_key (tls_client_ca adds mutual TLS on top)",
+        )),
+    }
+}

@@ -1,0 +1,63 @@
+//! The scopes a request is checked against and what a limit counts: the
+//! vocabulary every plan, reading and decision is written in.
+
+use std::fmt;
+
+/// The nested scopes a request is checked against, outermost first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Level {
+    /// The whole upstream account.
+    Global,
+    /// One customer.
+    Tenant,
+    /// One user of a tenant.
+    User,
+}
+
+impl Level {
+    /// A bit per level, used to remember which levels hold a reservation's lease.
+    pub fn bit(self) -> u8 {
+        match self {
+            Level::Global => 1,
+            Level::Tenant => 2,
+            Level::User => 4,
+        }
+    }
+
+    /// Lower-case name for messages and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Global => "global",
+            Level::Tenant => "tenant",
+            Level::User => "user",
+        }
+    }
+}
+
+impl fmt::Display for Level {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a limit counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dimension {
+    /// Requests; each reservation costs one.
+    Requests,
+    /// Tokens; each reservation costs prompt + output tokens.
+    Tokens,
+    /// Requests in flight at once.
+    Concurrency,
+}
+
+impl Dimension {
+    /// Lower-case name for messages and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dimension::Requests => "requests",
+            Dimension::Tokens => "tokens",
+            Dimension::Concurrency => "concurrency",
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! Tiers as operators define them: rates per period, concurrency, the tier's
+//! request shape, and the rules a tier (and any level's limits) must follow
+//! before the service accepts it — the tier-name rule among them.
+
+/// Shortest period a rate may use.
+pub const MIN_PERIOD_SECS: u64 = 1;
+/// Longest period a rate may use (30 days).
+pub const MAX_PERIOD_SECS: u64 = 30 * 24 * 3600;
+/// Largest limit or token count accepted anywhere. Lua numbers are doubles, so
+/// every count must stay far below 2^53; 2^40 leaves room for sums.
+pub const MAX_COUNT: u64 = 1 << 40;
+/// Most rates one level may define per dimension (keeps scripts short).
+pub const MAX_RATES_PER_DIMENSION: usize = 8;
+
+/// `limit` units per `period_secs`, refilled continuously.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rate {
+    /// Bucket capacity, and what refills over one period.
+    pub limit: u64,
+    /// The period in seconds.
+    pub period_secs: u64,
+}
+
+/// The limits of one level. Every part may be absent, meaning unlimited.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LevelLimits {
+    /// Request-count rates (RPM, RPD, ...).
+    pub requests: Vec<Rate>,
+    /// Token rates (TPM, TPD, ...).
+    pub tokens: Vec<Rate>,
+    /// Requests in flight at once.
+    pub concurrency: Option<u64>,
+}
+
+impl LevelLimits {
+    /// True when nothing at this level is limited: the level costs no store work.
+    pub fn is_unlimited(&self) -> bool {
+        self.requests.is_empty() && self.tokens.is_empty() && self.concurrency.is_none()
+    }
+
+    /// Checks the level's rules; `path` prefixes field names in errors.
+    pub fn validate(&self, path: &str) -> Result<(), LimitsError> {
+        for (name, rates) in [("requests", &self.requests), ("tokens", &self.tokens)] {
+            if rates.len() > MAX_RATES_PER_DIMENSION {
+                return Err(LimitsError::new(
+                    format!("{path}.{name}"),
+                    format!("at most {MAX_RATES_PER_DIMENSION} rates per dimension"),
+                ));
+            }
+            for (i, rate) in rates.iter().enumerate() {
+                let field = format!("{path}.{name}[{i}]");
+                if rate.limit == 0 || rate.limit > MAX_COUNT {
+                    return Err(LimitsError::new(
+                        format!("{field}.limit"),
+                        format!("must be between 1 and {MAX_COUNT}, got {}", rate.limit),
+                    ));
+                }
+                if !(MIN_PERIOD_SECS..=MAX_PERIOD_SECS).contains(&rate.period_secs) {
+                    return Err(LimitsError::new(
+                        format!("{field}.period"),
+                        format!("must be between 1s and 30d, got {}s", rate.period_secs),
+                    ));
+                }
+                if rates[..i].iter().any(|r| r.period_secs == rate.period_secs) {
+                    return Err(LimitsError::new(
+                        format!("{field}.period"),
+                        format!("another {name} rate already uses {}s", rate.period_secs),
+                    ));
+                }
+            }
+        }
+        if let Some(c) = self.concurrency
+            && (c == 0 || c > 1_000_000)
+        {
+            return Err(LimitsError::new(
+                format!("{path}.concurrency"),
+                format!("must be between 1 and 1000000, got {c}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A plan customers are on: tenant- and user-level limits plus request shape limits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tier {
+    /// The name callers pass as `tier`.
+    pub name: String,
+    /// Limits shared by all users of one tenant on this tier.
+    pub tenant: LevelLimits,
+    /// Limits of each user of such a tenant.
+    pub user: LevelLimits,
+    /// Prompt + output tokens above this are `CONTEXT_TOO_LARGE`.
+    pub max_context_tokens: u64,
+    /// Output tokens reserved when a request leaves `max_output_tokens` at 0.
+    pub default_max_output_tokens: u64,
+    /// A stricter quota being rolled out: evaluated and reported on every
+    /// request, never enforced.
+    pub shadow: Option<ShadowLimits>,
+}
+
+/// The tenant- and user-level limits of a quota in shadow.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShadowLimits {
+    /// Tenant-level limits.
+    pub tenant: LevelLimits,
+    /// User-level limits.
+    pub user: LevelLimits,
+}
+
+impl ShadowLimits {
+    fn validate(&self, path: &str) -> Result<(), LimitsError> {
+        self.tenant.validate(&format!("{path}.tenant"))?;
+        self.user.validate(&format!("{path}.user"))?;
+        user_within_tenant(path, &self.user, &self.tenant)
+    }
+}
+
+impl Tier {
+    /// Checks the tier's own rules; `path` prefixes field names in errors.
+    pub fn validate(&self, path: &str) -> Result<(), LimitsError> {
+        if !is_tier_name(&self.name) {
+            return Err(LimitsError::new(
+                path.to_string(),
+                format!(
+                    "tier name {:?} must be 1-64 characters of a-z, A-Z, 0-9, '-', '_' or '.'",
+                    self.name
+                ),
+            ));
+        }
+        self.tenant.validate(&format!("{path}.tenant"))?;
+        self.user.validate(&format!("{path}.user"))?;
+        if self.max_context_tokens == 0 || self.max_context_tokens > MAX_COUNT {
+            return Err(LimitsError::new(
+                format!("{path}.max_context_tokens"),
+                format!("must be between 1 and {MAX_COUNT}"),
+            ));
+        }
+        if self.default_max_output_tokens > self.max_context_tokens {
+            return Err(LimitsError::new(
+                format!("{path}.default_max_output_tokens"),
+                format!(
+                    "{} is above max_context_tokens {}",
+                    self.default_max_output_tokens, self.max_context_tokens
+                ),
+            ));
+        }
+        user_within_tenant(path, &self.user, &self.tenant)?;
+        if let Some(shadow) = &self.shadow {
+            shadow.validate(&format!("{path}.shadow"))?;
+        }
+        Ok(())
+    }
+}
+
+/// The tier-name rule, for configured tiers, requests and reservation ids
+/// alike: 1-64 characters of a-z, A-Z, 0-9, '-', '_' or '.'.
+pub fn is_tier_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= MAX_TIER_NAME_CHARS && name.chars().all(is_name_char)
+}
+
+/// Longest tier name, in bytes (tier names are ASCII).
+pub const MAX_TIER_NAME_CHARS: usize = 64;
+
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
+}
+
+/// A user can never use more than its tenant: a user limit above the tenant's
+/// limit of the same dimension and period is a configuration mistake.
+pub(crate) fn user_within_tenant(
+    path: &str,
+    user: &LevelLimits,
+    tenant: &LevelLimits,
+) -> Result<(), LimitsError> {
+    for (name, users, tenants) in [
+        ("requests", &user.requests, &tenant.requests),
+        ("tokens", &user.tokens, &tenant.tokens),
+    ] {
+        for (i, u) in users.iter().enumerate() {
+            if let Some(t) = tenants.iter().find(|t| t.period_secs == u.period_secs)
+                && u.limit > t.limit
+            {
+                return Err(LimitsError::new(
+                    format!("{path}.user.{name}[{i}].limit"),
+                    format!(
+                        "user limit {} is above the tenant limit {} for the same {}s period",
+                        u.limit, t.limit, u.period_secs
+                    ),
+                ));
+            }
+        }
+    }
+    if let (Some(u), Some(t)) = (user.concurrency, tenant.concurrency)
+        && u > t
+    {
+        return Err(LimitsError::new(
+            format!("{path}.user.concurrency"),
+            format!("user concurrency {u} is above the tenant concurrency {t}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A set of limits broke a rule; `field` is the dotted path of the culprit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct LimitsError {
+    /// Dotted path of the offending field, e.g. `tiers.pro.user.tokens[0].period`.
+    pub field: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+impl LimitsError {
+    /// Builds an error for `field`.
+    pub fn new(field: impl Into<String>, problem: impl Into<String>) -> Self {
+        LimitsError {
+            field: field.into(),
+            problem: problem.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tier() -> Tier {
+        Tier {
+            name: "pro".into(),
+            tenant: LevelLimits {
+                requests: vec![Rate {
+                    limit: 100,
+                    period_secs: 60,
+                }],
+                tokens: vec![],
+                concurrency: Some(10),
+            },
+            user: LevelLimits {
+                requests: vec![Rate {
+                    limit: 10,
+                    period_secs: 60,
+                }],
+                tokens: vec![Rate {
+                    limit: 1000,
+                    period_secs: 60,
+                }],
+                concurrency: Some(2),
+            },
+            max_context_tokens: 1000,
+            default_max_output_tokens: 100,
+            shadow: None,
+        }
+    }
+
+    #[test]
+    fn a_sound_tier_passes() {
+        assert_eq!(tier().validate("tiers.pro"), Ok(()));
+    }
+
+    #[test]
+    fn user_above_tenant_names_the_field() {
+        let mut t = tier();
+        t.user.requests[0].limit = 101;
+        let err = t.validate("tiers.pro").unwrap_err();
+        assert_eq!(err.field, "tiers.pro.user.requests[0].limit");
+    }
+
+    #[test]
+    fn periods_outside_one_second_to_thirty_days_are_refused() {
+        let mut t = tier();
+        t.user.tokens[0].period_secs = MAX_PERIOD_SECS + 1;
+        assert_eq!(
+            t.validate("tiers.pro").unwrap_err().field,
+            "tiers.pro.user.tokens[0].period"
+        );
+        t.user.tokens[0].period_secs = 0;
+        assert!(t.validate("tiers.pro").is_err());
+    }
+
+    #[test]
+    fn duplicate_periods_are_refused() {
+        let mut t = tier();
+        t.user.tokens.push(Rate {
+            limit: 5,
+            period_secs: 60,
+        });
+        assert_eq!(
+            t.validate("tiers.pro").unwrap_err().field,
+            "tiers.pro.user.tokens[1].period"
+        );
+    }
+}

@@ -1,0 +1,171 @@
+//! The Prometheus exporter: histogram buckets, every metric's description, and
+//! the series whose labels are known at start, registered at zero.
+
+use super::*;
+use crate::domain::{Level, Reason};
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
+use std::net::SocketAddr;
+
+/// The series labels known when the exporter starts: what [`register`] sets
+/// at zero. Configuration builds it from its settings.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KnownSeries {
+    /// The tiers configured.
+    pub tiers: Vec<String>,
+    /// The estimator keys configured.
+    pub estimator_keys: Vec<String>,
+    /// The multiplier every estimator key starts with.
+    pub initial_multiplier: f64,
+}
+
+/// Serves Prometheus metrics at `http://addr/metrics`: distributions as
+/// histograms, every metric described, and the series whose labels are known
+/// at start (the configured tiers and estimator keys among them) registered
+/// at zero.
+pub fn serve_metrics(addr: SocketAddr, known: impl Into<KnownSeries>) -> Result<(), BuildError> {
+    PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .set_buckets(LATENCY_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(COMMIT_DELTA.into()), DELTA_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(ESTIMATION_RATIO.into()), RATIO_BUCKETS)?
+        .install()?;
+    describe();
+    register(&known.into());
+    Ok(())
+}
+
+/// Gives every metric its `# HELP` line and unit.
+pub fn describe() {
+    let counters = [
+        (DECISIONS, "CheckAndReserve decisions"),
+        (RESERVED_TOKENS, "Tokens reserved by allowed reservations"),
+        (COMMITTED_TOKENS, "Tokens Commits reported used"),
+        (REFUNDED_TOKENS, "Tokens Refunds returned"),
+        (COUNTED_TOKENS, "Prompt tokens the service counted itself"),
+        (STORE_ERRORS, "Failed store calls"),
+        (DEGRADED, "Decisions made without the store"),
+        (
+            SHADOW_DENIALS,
+            "Requests a quota in shadow would have denied",
+        ),
+        (
+            LEASES_EXPIRED,
+            "Leases that lapsed without Commit or Refund, once per level",
+        ),
+        (
+            AUTH_REFUSED,
+            "Calls refused by authentication or a token's tenant binding",
+        ),
+        (
+            CANCELLATIONS,
+            "Reservations whose store call failed, refunded in the background, by outcome",
+        ),
+    ];
+    for (name, help) in counters {
+        describe_counter!(name, help);
+    }
+    describe_histogram!(
+        RPC_SECONDS,
+        Unit::Seconds,
+        "gRPC handling time, by result code"
+    );
+    describe_histogram!(STORE_SECONDS, Unit::Seconds, "Store call time");
+    describe_histogram!(
+        COMMIT_DELTA,
+        "Actual minus reserved tokens per Commit (negative: over-reserved)"
+    );
+    describe_histogram!(
+        ESTIMATION_RATIO,
+        "Actual / estimated prompt tokens per Commit of a prompt the service counted"
+    );
+    describe_gauge!(
+        ESTIMATOR_MULTIPLIER,
+        "The adaptive multiplier applied to new estimates"
+    );
+    describe_gauge!(
+        BREAKER_STATE,
+        "Store circuit breaker: 0 closed, 1 half-open, 2 open"
+    );
+    describe_gauge!(
+        CANCELLATIONS_PENDING,
+        "Reservations waiting to be cancelled"
+    );
+    describe_gauge!(
+        GLOBAL_LEASES_ACTIVE,
+        "Leases held across all replicas, as of this replica's last reservation"
+    );
+}
+
+/// Registers at zero every series whose labels are known at start, so each
+/// documented metric is on the first scrape and a first increment shows in
+/// `rate()`. Series of tiers or estimator keys that appear later (a tier set
+/// in Redis, a model first seen) are created when first used.
+pub fn register(known: &KnownSeries) {
+    for tier in &known.tiers {
+        register_tier(tier);
+    }
+    for key in &known.estimator_keys {
+        gauge!(ESTIMATOR_MULTIPLIER, "key" => key.to_owned()).set(known.initial_multiplier);
+        let _ = histogram!(ESTIMATION_RATIO, "key" => key.to_owned());
+    }
+    for outcome in CANCEL_OUTCOMES {
+        counter!(CANCELLATIONS, "outcome" => outcome).increment(0);
+    }
+    gauge!(CANCELLATIONS_PENDING).set(0.0);
+    for method in ["exact", "fast"] {
+        counter!(COUNTED_TOKENS, "method" => method).increment(0);
+    }
+    for rpc in RPCS {
+        let _ = histogram!(RPC_SECONDS, "rpc" => rpc, "code" => "OK");
+    }
+    for op in STORE_OPS {
+        let _ = histogram!(STORE_SECONDS, "op" => op);
+        for kind in STORE_ERROR_KINDS {
+            counter!(STORE_ERRORS, "op" => op, "kind" => kind).increment(0);
+        }
+    }
+    for policy in ["local", "fail_open"] {
+        counter!(DEGRADED, "policy" => policy).increment(0);
+    }
+    for level in [Level::Global, Level::Tenant, Level::User] {
+        counter!(LEASES_EXPIRED, "level" => level.as_str()).increment(0);
+    }
+    for code in [tonic::Code::Unauthenticated, tonic::Code::PermissionDenied] {
+        counter!(AUTH_REFUSED, "code" => code_name(code)).increment(0);
+    }
+    gauge!(BREAKER_STATE).set(0.0);
+    gauge!(GLOBAL_LEASES_ACTIVE).set(0.0);
+}
+
+/// The series of one tier: decisions by outcome, token counters, the commit
+/// delta, and shadow denials.
+fn register_tier(tier: &str) {
+    let decided = |reason: &'static str, level: &'static str| {
+        counter!(DECISIONS, "result" => if reason == "none" { "allowed" } else { "denied" },
+            "reason" => reason, "level" => level, "tier" => tier.to_owned())
+        .increment(0);
+    };
+    decided("none", "none");
+    decided(Reason::ContextTooLarge.as_str(), "none");
+    decided(Reason::RequestTooLarge.as_str(), "none");
+    let by_level = [
+        Reason::RequestsExceeded,
+        Reason::TokensExceeded,
+        Reason::ConcurrencyExceeded,
+    ];
+    for reason in by_level {
+        for level in [Level::Global, Level::Tenant, Level::User] {
+            decided(reason.as_str(), level.as_str());
+        }
+        for level in [Level::Tenant, Level::User] {
+            counter!(SHADOW_DENIALS, "tier" => tier.to_owned(), "reason" => reason.as_str(),
+                "level" => level.as_str())
+            .increment(0);
+        }
+    }
+    for name in [RESERVED_TOKENS, COMMITTED_TOKENS, REFUNDED_TOKENS] {
+        counter!(name, "tier" => tier.to_owned()).increment(0);
+    }
+    let _ = histogram!(COMMIT_DELTA, "tier" => tier.to_owned());
+}
