@@ -3,11 +3,11 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use ctxbudget::config::FileConfig;
+use ctxbudget::domain::budget::state::LevelState;
 use ctxbudget::domain::plan::{self, LeasePolicy, Prepared, ReserveRequest};
 use ctxbudget::domain::{Level, Reading, TenantId, UserId, decision};
 use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::MemoryStore;
-use ctxbudget::store::state::LevelState;
 use ctxbudget::store::{Retention, Settlement, Store};
 use std::hint::black_box;
 

@@ -4,13 +4,13 @@
 
 use super::admin::AdminArgs;
 use super::output::{Effective, effective_lines, limits_summary, print_json, table};
+use crate::domain::budget::state::{LevelState, bucket_id};
 use crate::domain::decision::period_label;
 use crate::domain::plan::{self, LevelPlan};
 use crate::domain::{
     BucketSpec, Dimension, Level, LevelLimits, Limits as DomainLimits, TenantId, Tier, UserId,
 };
 use crate::store::keys::Keys;
-use crate::store::state::{LevelState, bucket_id};
 use anyhow::Context;
 use clap::Args;
 use redis::AsyncCommands;

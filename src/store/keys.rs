@@ -29,7 +29,7 @@
 //!
 //! # Level hash fields
 //! ```text
-//! s           the level's state: buckets and lease count (see `store::state`)
+//! s           the level's state: buckets and lease count (see `domain::budget::state`)
 //! #<nonce>    one live lease: its expiry in µs, a little-endian double
 //! ```
 

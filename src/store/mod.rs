@@ -14,7 +14,6 @@ use std::future::Future;
 use std::sync::Arc;
 
 pub use crate::domain::budget::layout::EXACT_LEASES;
-pub use crate::domain::budget::state;
 pub use crate::domain::budget::{
     Reclaimed, RenewReply, ReserveReply, Retention, SettleReply, Settled,
 };

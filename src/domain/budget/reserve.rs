@@ -97,7 +97,27 @@ pub fn reserve(
         .iter()
         .map(|l| l.as_ref().map(|l| l.state.clone()))
         .collect();
-    let record = Record {
+    Reserved {
+        reply: ReserveReply::Allowed {
+            readings: state::readings(&plan.levels, &written, &[], now),
+            granted_output: grant as u64,
+            reclaimed,
+        },
+        record: Some((
+            new_record(plan, grant, exp),
+            plan.lease_ttl_ms + retention.record_ms,
+        )),
+        idempotency_ms: plan
+            .idempotency_key
+            .as_ref()
+            .map(|_| retention.idempotency_ms),
+    }
+}
+
+/// The record of a reservation just taken with `grant` output tokens and a
+/// lease lapsing at `exp`.
+fn new_record(plan: &ReservePlan, grant: f64, exp: f64) -> Record {
+    Record {
         state: RecordState::Reserved,
         cost: plan.prompt_tokens as f64 + grant,
         lease_expires_us: exp,
@@ -106,18 +126,6 @@ pub fn reserve(
         fingerprint: plan.fingerprint,
         amount: 0.0,
         estimated: plan.estimated_prompt_tokens as f64,
-    };
-    Reserved {
-        reply: ReserveReply::Allowed {
-            readings: state::readings(&plan.levels, &written, &[], now),
-            granted_output: grant as u64,
-            reclaimed,
-        },
-        record: Some((record, plan.lease_ttl_ms + retention.record_ms)),
-        idempotency_ms: plan
-            .idempotency_key
-            .as_ref()
-            .map(|_| retention.idempotency_ms),
     }
 }
 

@@ -3,8 +3,9 @@
 
 use super::RedisStore;
 use super::wire::{DOUBLES, Spec, int_at, state_at};
+use crate::domain::budget::state;
 use crate::domain::{LevelPlan, Readings};
-use crate::store::{Scope, StoreError, state};
+use crate::store::{Scope, StoreError};
 
 impl RedisStore {
     /// Reads the levels of `scope`; `exact` reads small levels' leases whole.

@@ -5,8 +5,10 @@
 use super::RedisStore;
 use super::wire::{DOUBLES, Spec, doubles, int_at, record_tail, state_at, string_at, unexpected};
 use crate::domain::ReservePlan;
+use crate::domain::budget::layout::{RECLAIM_BITS, RECLAIM_CAP};
+use crate::domain::budget::state;
 use crate::store::keys::lease_field;
-use crate::store::{Reclaimed, ReserveReply, StoreError, state};
+use crate::store::{Reclaimed, ReserveReply, StoreError};
 use redis::{ScriptInvocation, Value};
 
 impl RedisStore {
@@ -111,7 +113,7 @@ fn decode_reserve(plan: &ReservePlan, reply: &[Value]) -> Result<ReserveReply, S
 }
 
 /// The expired leases the call reclaimed: a reply may end with them, packed
-/// 17 bits per level, after the tag's extras.
+/// [`RECLAIM_BITS`] bits per level, after the tag's extras.
 fn reclaimed(plan: &ReservePlan, reply: &[Value], tag: i64) -> Result<Reclaimed, StoreError> {
     let extras = match tag {
         1 => 0,
@@ -135,7 +137,10 @@ fn reclaimed(plan: &ReservePlan, reply: &[Value], tag: i64) -> Result<Reclaimed,
     };
     let mut reclaimed = Reclaimed::default();
     for (i, lp) in plan.levels.iter().enumerate() {
-        reclaimed.add(lp.level, (packed >> (17 * i)) & 0x1_ffff);
+        reclaimed.add(
+            lp.level,
+            (packed >> (RECLAIM_BITS * i as u32)) & RECLAIM_CAP,
+        );
     }
     Ok(reclaimed)
 }

@@ -2,10 +2,10 @@
 //! doubles and struct formats (the scripts never parse decimals), the
 //! reservation record's tail, and the typed reading of a script's reply.
 
+use crate::domain::budget::Record;
+use crate::domain::budget::state::{LevelState, bucket_id};
 use crate::domain::{LevelPlan, ReservePlan};
 use crate::store::StoreError;
-use crate::store::state::LevelState;
-use crate::store::state::bucket_id;
 use redis::Value;
 
 /// `'<'` and enough `'d'`s for any spec or state: scripts slice struct formats from it.
@@ -44,14 +44,10 @@ impl Spec {
     }
 }
 
-/// The 25-byte record tail: lease mask, owner tag, fingerprint, settled amount 0.0.
+/// The record tail a reserve sends: lease mask, owner tag, fingerprint and a
+/// zero settled amount, laid out by [`Record::tail`].
 pub(super) fn record_tail(plan: &ReservePlan) -> Vec<u8> {
-    let mut tail = Vec::with_capacity(25);
-    tail.push(plan.lease_mask());
-    tail.extend_from_slice(&plan.id.owner_tag().to_le_bytes());
-    tail.extend_from_slice(&plan.fingerprint.to_le_bytes());
-    tail.extend_from_slice(&0f64.to_le_bytes());
-    tail
+    Record::tail(plan.lease_mask(), plan.id.owner_tag(), plan.fingerprint)
 }
 
 pub(super) fn state_at(values: &[Value], i: usize) -> Result<Option<LevelState>, StoreError> {
