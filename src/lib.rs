@@ -4,17 +4,28 @@
 //! real usage afterwards.
 //!
 //! # Layout
-//! - [`domain`]: limits, bucket arithmetic, plans and decisions; pure, no I/O.
-//! - [`store`]: the [`store::Store`] trait, its memory and Redis (Lua) stores, key layout.
-//! - [`engine`]: request → plan → store → decision, over any store.
+//! Each module depends only on those above it in this list (no cycles: the
+//! layout test in `src/layout_tests.rs` fails on one).
+//! - [`domain`]: pure, no I/O. Levels, tiers and limits; bucket arithmetic;
+//!   plans and decisions; and [`domain::budget`], the one algorithm of every
+//!   store operation (reserve, settle, renew, status) with the constants and
+//!   byte layout the Lua scripts receive from it.
+//! - [`telemetry`]: every metric name and its recording, the exporter, logging.
+//! - [`store`]: the [`store::Store`] trait; the memory store (a map, a lock and
+//!   TTLs around [`domain::budget`]), the Redis store (client, pool, one file
+//!   per call, reply decoding, error classification), the Lua scripts, every
+//!   Redis key.
 //! - [`estimator`]: token counting and the adaptive multiplier.
-//! - [`api`]: the tonic service; protobuf conversion and error mapping only.
-//! - [`config`]: defaults, TOML file, env and flags → validated settings.
-//! - [`server`]: bootstrap; `run(settings, listener, shutdown)`.
+//! - [`config`]: defaults, TOML file, env and flags → validated settings, one
+//!   file per section; the live configuration held in Redis (`repository`).
+//! - [`engine`]: request → plan → store → decision over any store; the circuit
+//!   breaker, degraded mode, shadow quotas, cancellations.
+//! - [`api`]: the tonic service; protobuf conversion, authentication, and the
+//!   one mapping of errors to `tonic::Status`.
 //! - [`reload`]: configuration changes without a restart (Redis watch, SIGHUP).
-//! - [`cli`]: the `ctxbudget` command line.
+//! - [`server`]: bootstrap; `run(settings, listener, shutdown)`.
 //! - [`bench`]: `ctxbudget bench`, the load generator and overspend check.
-//! - [`telemetry`]: logging setup and every metric name.
+//! - [`cli`]: the `ctxbudget` command line.
 //! - [`pb`]: the generated `ctxbudget.v1` protobuf types, client and server.
 #![forbid(unsafe_code)]
 
