@@ -36,6 +36,15 @@ impl Caller {
     }
 }
 
+/// A reload that would have turned authentication off: the current tokens
+/// stay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the reloaded configuration has no [auth] tokens; keeping the current ones \
+     (authentication is turned off only by a restart)"
+)]
+pub struct KeptTokens;
+
 /// The accepted tokens; empty means authentication is off.
 #[derive(Default)]
 pub struct Auth {
@@ -54,12 +63,10 @@ impl Auth {
     /// authentication off: a file that lost its `[auth]` section (or all its
     /// tokens) keeps the current tokens, with an error logged; turning it off
     /// takes a restart.
-    pub fn replace(&self, tokens: Vec<TokenSection>) -> Result<(), String> {
+    pub fn replace(&self, tokens: Vec<TokenSection>) -> Result<(), KeptTokens> {
         if tokens.is_empty() && self.enabled() {
-            let problem = "the reloaded configuration has no [auth] tokens; keeping the current \
-                           ones (authentication is turned off only by a restart)";
-            tracing::error!("{problem}");
-            return Err(problem.into());
+            tracing::error!("{KeptTokens}");
+            return Err(KeptTokens);
         }
         let names: Vec<&str> = tokens.iter().map(|t| t.name.as_str()).collect();
         tracing::info!(tokens = ?names, "reloaded caller tokens");

@@ -92,7 +92,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             .map(Duration::from_millis)
             .map_err(|_| format!("{text:?} is not a duration like 500ms, 10s, 2m"));
     }
-    config::parse_period(text).map(Duration::from_secs)
+    config::period_seconds(text)
+        .map(Duration::from_secs)
+        .map_err(|e| e.to_string())
 }
 
 /// The bench could not run.

@@ -51,12 +51,6 @@ pub enum PeriodError {
     TooLong(String),
 }
 
-/// Parses `"90s"`, `"1m"`, `"2h"`, `"1d"` or a bare number of seconds; the
-/// error as text (for `bench`'s duration flags).
-pub fn parse_period(text: &str) -> Result<u64, String> {
-    period_seconds(text).map_err(|e| e.to_string())
-}
-
 /// Parses `"90s"`, `"1m"`, `"2h"`, `"1d"` or a bare number of seconds.
 pub fn period_seconds(text: &str) -> Result<u64, PeriodError> {
     let text = text.trim();

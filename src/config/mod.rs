@@ -30,7 +30,7 @@ pub use input::{Document, DocumentError, parse_document};
 pub(crate) use limits::rates;
 pub use limits::{
     LevelSection, Period, PeriodError, RateSection, ShadowSection, TierSection, build_limits,
-    parse_period, period_seconds,
+    period_seconds,
 };
 pub use overrides::{LevelOverrideSection, OverrideSection, ShadowOverrideSection, UNLIMITED};
 pub use repository::ConfigDoc;
@@ -304,10 +304,10 @@ mod tests {
 
     #[test]
     fn periods_parse() {
-        assert_eq!(parse_period("90s"), Ok(90));
-        assert_eq!(parse_period("1d"), Ok(86_400));
-        assert_eq!(parse_period("45"), Ok(45));
-        assert!(parse_period("1w").is_err());
-        assert!(parse_period("m").is_err());
+        assert_eq!(period_seconds("90s"), Ok(90));
+        assert_eq!(period_seconds("1d"), Ok(86_400));
+        assert_eq!(period_seconds("45"), Ok(45));
+        assert!(period_seconds("1w").is_err());
+        assert!(period_seconds("m").is_err());
     }
 }
