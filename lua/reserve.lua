@@ -213,19 +213,23 @@ for i = 1, nlev do
     if lease_ttl > ttl then ttl = lease_ttl end
   end
   if (#s - FIRST_BUCKET + 1) / BUCKET_WIDTH - nb > MAX_FOREIGN then
-    -- Keep this call's buckets (time = now) and the most recently used others.
+    -- Keep buckets touched now (this call's, or another's this instant) and the
+    -- most recently used others.
     local ts = {}
     for j = FIRST_BUCKET, #s - 2, BUCKET_WIDTH do
       if s[j + 2] ~= now then ts[#ts + 1] = s[j + 2] end
     end
-    table.sort(ts, function(a, b) return a > b end)
-    local cutoff, kept = ts[MAX_FOREIGN], {s[1], s[2], s[3]}
-    for j = FIRST_BUCKET, #s - 2, BUCKET_WIDTH do
-      if s[j + 2] == now or s[j + 2] >= cutoff then
-        kept[#kept + 1], kept[#kept + 2], kept[#kept + 3] = s[j], s[j + 1], s[j + 2]
+    -- Trim only when more than MAX_FOREIGN were touched before now.
+    if #ts > MAX_FOREIGN then
+      table.sort(ts, function(a, b) return a > b end)
+      local cutoff, kept = ts[MAX_FOREIGN], {s[1], s[2], s[3]}
+      for j = FIRST_BUCKET, #s - 2, BUCKET_WIDTH do
+        if s[j + 2] == now or s[j + 2] >= cutoff then
+          kept[#kept + 1], kept[#kept + 2], kept[#kept + 3] = s[j], s[j + 1], s[j + 2]
+        end
       end
+      s = kept
     end
-    s = kept
   end
   if ttl > MAX_TTL then ttl = MAX_TTL end
   local grow = now + ttl > s[3]

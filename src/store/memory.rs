@@ -190,6 +190,10 @@ impl<C: Clock> MemoryStore<C> {
             let window = self.retention.samples.max(1);
             let key = self.keys.estimator(&s.id.estimator);
             let (samples, expires_at) = d.samples.entry(key).or_default();
+            if *expires_at <= now {
+                // The list expired (Redis would have dropped it): start anew.
+                samples.clear();
+            }
             samples.push_front(sample);
             samples.truncate(window);
             *expires_at = expiry(now, SAMPLES_TTL_MS);
@@ -315,12 +319,14 @@ impl<C: Clock + Clone> Store for MemoryStore<C> {
     }
 
     async fn estimator_samples(&self, keys: &[String]) -> Result<Vec<Vec<f64>>, StoreError> {
-        let d = self.lock(self.clock.now_us());
+        let now = self.clock.now_us();
+        let d = self.lock(now);
         Ok(keys
             .iter()
             .map(|k| {
                 d.samples
                     .get(&self.keys.estimator(k))
+                    .filter(|(_, exp)| *exp > now)
                     .map_or_else(Vec::new, |(s, _)| s.iter().copied().collect())
             })
             .collect())

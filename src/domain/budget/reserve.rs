@@ -259,8 +259,8 @@ fn take(
     exp
 }
 
-/// Keeps this call's buckets (time = now) and at most [`MAX_FOREIGN`] others,
-/// the most recently used.
+/// Keeps this call's buckets and any other touched this instant (time = now),
+/// and at most [`MAX_FOREIGN`] others, the most recently used.
 fn drop_foreign(s: &mut LevelState, known: usize, now: f64) {
     if s.buckets.len() <= known + MAX_FOREIGN {
         return;
@@ -271,6 +271,10 @@ fn drop_foreign(s: &mut LevelState, known: usize, now: f64) {
         .filter(|b| b.t != now)
         .map(|b| b.t)
         .collect();
+    if times.len() <= MAX_FOREIGN {
+        // The rest were touched this instant, by this call or another.
+        return;
+    }
     times.sort_by(|a, b| b.total_cmp(a));
     let cutoff = times[MAX_FOREIGN - 1];
     s.buckets.retain(|b| b.t == now || b.t >= cutoff);
