@@ -236,7 +236,8 @@ async fn step(
                 same(&format!("reserve {j} of {}", plans.len()), m2, r)?;
                 g.issued.push(plan.clone());
                 if matches!(m, ReserveReply::Allowed { .. }) {
-                    g.taken.push(plan.id.clone());
+                    let expiry = clock.now_us() + plan.lease_ttl_ms as i64 * 1000;
+                    g.taken.push((plan.id.clone(), expiry));
                 }
             }
         }
@@ -260,6 +261,10 @@ async fn step(
         Op::Renew { id, levels, ttl_ms } => {
             let s = Settlement { id, levels };
             let m = memory.renew(s, *ttl_ms).await.unwrap();
+            if let RenewReply::Renewed { .. } = m {
+                let expiry = clock.now_us() + *ttl_ms as i64 * 1000;
+                g.taken.iter_mut().filter(|(t, _)| t == id).for_each(|t| t.1 = expiry);
+            }
             count(seen, match m {
                 RenewReply::Renewed { .. } => "renew renewed",
                 RenewReply::AlreadySettled => "renew already settled",

@@ -57,8 +57,9 @@ pub struct Gen {
     pub config: [LevelPlan; 3],
     /// Every reservation sent, settled or not, allowed or not.
     pub issued: Vec<ReservePlan>,
-    /// The ids of reservations a store took (live, settled or lapsed).
-    pub taken: Vec<ReservationId>,
+    /// The ids of reservations a store took (live, settled or lapsed), with
+    /// their lease expiry (µs) as last reserved or renewed.
+    pub taken: Vec<(ReservationId, i64)>,
 }
 
 fn pick<'a, T>(rng: &mut StdRng, items: &'a [T]) -> &'a T {
@@ -219,12 +220,18 @@ impl Gen {
 
     /// An id to settle or renew: mostly one issued (live, settled or lapsed),
     /// sometimes a hostile one — unknown, edited, or another owner's.
-    fn target(&mut self) -> ReservationId {
+    /// Often the one whose lease lapses nearest to now: the clock tends to
+    /// land on lease expiries, and this settles or renews right at them.
+    fn target(&mut self, now: i64) -> ReservationId {
         if self.issued.is_empty() || self.rng.random_bool(0.15) {
             return self.hostile();
         }
-        if !self.taken.is_empty() && self.rng.random_bool(0.85) {
-            return pick(&mut self.rng, &self.taken).clone();
+        if !self.taken.is_empty() && self.rng.random_bool(0.3) {
+            let nearest = self.taken.iter().min_by_key(|(_, e)| (e - now).abs());
+            return nearest.unwrap().0.clone();
+        }
+        if !self.taken.is_empty() && self.rng.random_bool(0.8) {
+            return pick(&mut self.rng, &self.taken).0.clone();
         }
         pick(&mut self.rng, &self.issued).id.clone()
     }
@@ -257,7 +264,7 @@ impl Gen {
                 Op::Reserve((0..n).map(|_| self.reservation()).collect())
             }
             33..=44 => {
-                let id = self.target();
+                let id = self.target(now);
                 let levels = self.levels(id.user.is_some(), true);
                 let r = &mut self.rng;
                 let actual = match r.random_range(0..5) {
@@ -279,12 +286,12 @@ impl Gen {
                 }
             }
             45..=51 => {
-                let id = self.target();
+                let id = self.target(now);
                 let levels = self.levels(id.user.is_some(), true);
                 Op::Refund { id, levels }
             }
             52..=60 => {
-                let id = self.target();
+                let id = self.target(now);
                 let levels = self.levels(id.user.is_some(), true);
                 let ttl_ms = ttl_ms(&mut self.rng);
                 Op::Renew { id, levels, ttl_ms }
