@@ -1,1 +1,468 @@
-//! Store conformance suite (filled below).
+//! One conformance suite over every store, through the [`Store`] trait: each
+//! behaviour is one generic function, and [`suite!`] generates
+//! `suite::memory::<test>` and `suite::redis::<test>` for it (limitador's
+//! `test_with_all_storage_impls!`). The end-to-end suite in
+//! `tests/service/conformance.rs` checks the same over gRPC; this one pins the
+//! store arithmetic itself, without a server.
+//!
+//! Time is the test's: the memory store runs on a [`ManualClock`], the Redis
+//! store reads the same instant from a clock key
+//! ([`RedisStore::with_clock_key`]), so time passes without sleeping. Every
+//! Redis TTL here is far longer than a test runs.
+
+use crate::support::RedisServer;
+use ctxbudget::domain::bucket::BucketSpec;
+use ctxbudget::domain::{
+    Clock, Dimension, IdempotencyKey, Level, LevelPlan, ManualClock, Reading, ReservationId,
+    ReservePlan, TenantId, UserId,
+};
+use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
+use ctxbudget::store::memory::MemoryStore;
+use ctxbudget::store::redis::{RedisSettings, RedisStore};
+use ctxbudget::store::{
+    RenewReply, ReserveReply, Retention, Scope, SettleReply, Settled, Settlement, Store,
+};
+use std::time::Duration;
+
+/// Generates, for each behaviour `name`, `memory::name` and `redis::name`.
+macro_rules! suite {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(&super::Ctx::memory()).await
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(&super::Ctx::redis().await).await
+                }
+            )*
+        }
+    };
+}
+
+suite!(
+    an_allowed_reservation_reports_every_check,
+    a_denial_names_the_check_and_changes_nothing,
+    buckets_refill_continuously,
+    commit_returns_surplus_and_charges_overage_as_debt,
+    refund_returns_request_tokens_and_slot,
+    settling_twice_answers_already_settled,
+    idempotency_replays_conflicts_and_spends,
+    lapsed_leases_free_their_slots_and_are_counted,
+    renewal_keeps_the_slot_and_reports_every_state,
+    hostile_ids_settle_nothing,
+    reduced_output_grants_what_fits,
+    commits_feed_estimator_samples_newest_first,
+    status_reports_the_earliest_lease_exactly,
+);
+
+const RETENTION: Retention = Retention {
+    record_ms: 600_000,
+    idempotency_ms: 600_000,
+    samples: 3,
+};
+const CLOCK_KEY: &str = "suite:clock";
+
+/// A store, the clock it reads, and (for Redis) the server behind it.
+struct Ctx<S> {
+    store: S,
+    clock: ManualClock,
+    redis: Option<(RedisServer, ::redis::Client)>,
+}
+
+impl Ctx<MemoryStore<ManualClock>> {
+    fn memory() -> Self {
+        let clock = ManualClock::new(1_800_000_000_000_000);
+        let keys = Keys::new(DEFAULT_PREFIX).unwrap();
+        Ctx {
+            store: MemoryStore::with_clock(keys, RETENTION, clock.clone()),
+            clock,
+            redis: None,
+        }
+    }
+}
+
+impl Ctx<RedisStore> {
+    async fn redis() -> Self {
+        let server = RedisServer::start();
+        let settings = RedisSettings {
+            url: server.url(),
+            pool: Default::default(),
+            connections: 2,
+            timeout: Duration::from_secs(10),
+            tls: Default::default(),
+        };
+        let keys = Keys::new(DEFAULT_PREFIX).unwrap();
+        let store = RedisStore::connect(&settings, keys, RETENTION)
+            .await
+            .unwrap()
+            .with_clock_key(CLOCK_KEY);
+        let client = ::redis::Client::open(server.url()).unwrap();
+        let ctx = Ctx {
+            store,
+            clock: ManualClock::new(1_800_000_000_000_000),
+            redis: Some((server, client)),
+        };
+        ctx.advance_ms(0).await;
+        ctx
+    }
+}
+
+impl<S: Store> Ctx<S> {
+    /// Moves time for both the memory clock and the Redis clock key.
+    async fn advance_ms(&self, ms: i64) {
+        self.clock.advance_us(ms * 1000);
+        if let Some((_, client)) = &self.redis {
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            ::redis::cmd("SET")
+                .arg(CLOCK_KEY)
+                .arg(self.clock.now_us())
+                .query_async::<()>(&mut conn)
+                .await
+                .unwrap();
+        }
+    }
+
+    async fn reserve(&self, plan: &ReservePlan) -> ReserveReply {
+        self.store.reserve(plan).await.unwrap()
+    }
+
+    async fn commit(&self, plan: &ReservePlan, actual: u64, prompt: u64) -> SettleReply {
+        let s = settlement(plan);
+        self.store.commit(s, actual, prompt).await.unwrap()
+    }
+
+    async fn refund(&self, plan: &ReservePlan) -> SettleReply {
+        self.store.refund(settlement(plan)).await.unwrap()
+    }
+
+    async fn renew(&self, plan: &ReservePlan, ttl_ms: u64) -> RenewReply {
+        self.store.renew(settlement(plan), ttl_ms).await.unwrap()
+    }
+
+    /// The readings of `plan`'s levels, exact.
+    async fn status(&self, plan: &ReservePlan) -> Vec<Reading> {
+        let scope = Scope {
+            tenant: &plan.id.tenant,
+            user: plan.id.user.as_ref(),
+        };
+        self.store.status(scope, &plan.levels, true).await.unwrap()
+    }
+}
+
+fn settlement(plan: &ReservePlan) -> Settlement<'_> {
+    Settlement {
+        id: &plan.id,
+        levels: &plan.levels,
+    }
+}
+
+/// The user level of `user`: requests and tokens per minute, a concurrency limit.
+fn user_level(requests: u64, tokens: u64, concurrency: Option<u64>) -> LevelPlan {
+    let bucket = |dimension, limit| BucketSpec {
+        level: Level::User,
+        dimension,
+        limit,
+        period_secs: 60,
+    };
+    LevelPlan {
+        level: Level::User,
+        buckets: vec![
+            bucket(Dimension::Requests, requests),
+            bucket(Dimension::Tokens, tokens),
+        ],
+        concurrency,
+    }
+}
+
+/// A reservation of `prompt` + `output` tokens by `user` of tenant acme.
+fn plan(user: &str, levels: Vec<LevelPlan>, prompt: u64, output: u64) -> ReservePlan {
+    ReservePlan {
+        id: ReservationId::generate(
+            TenantId::parse("acme").unwrap(),
+            Some(UserId::parse(user).unwrap()),
+            "t".into(),
+            String::new(),
+        ),
+        levels,
+        prompt_tokens: prompt,
+        max_output_tokens: output,
+        min_output_tokens: output,
+        estimated_prompt_tokens: 0,
+        lease_ttl_ms: 30_000,
+        idempotency_key: None,
+        fingerprint: 7,
+    }
+}
+
+fn bucket(milli: i64) -> Reading {
+    Reading::Bucket { milli }
+}
+
+fn allowed(reply: &ReserveReply) -> bool {
+    matches!(reply, ReserveReply::Allowed { .. })
+}
+
+async fn an_allowed_reservation_reports_every_check<S: Store>(c: &Ctx<S>) {
+    let p = plan("alice", vec![user_level(10, 1000, Some(2))], 100, 50);
+    let ReserveReply::Allowed {
+        readings,
+        granted_output,
+        reclaimed,
+    } = c.reserve(&p).await
+    else {
+        panic!("allowed");
+    };
+    assert_eq!(granted_output, 50);
+    assert_eq!(reclaimed, Default::default());
+    let lease = Reading::Concurrency {
+        active: 1,
+        earliest_expiry_ms: 30_000,
+    };
+    assert_eq!(readings, vec![bucket(9_000), bucket(850_000), lease]);
+    assert_eq!(c.status(&p).await, readings, "status reads what was taken");
+}
+
+async fn a_denial_names_the_check_and_changes_nothing<S: Store>(c: &Ctx<S>) {
+    let levels = vec![user_level(2, 1000, None)];
+    for _ in 0..2 {
+        assert!(allowed(&c.reserve(&plan("alice", levels.clone(), 10, 10)).await));
+    }
+    let p = plan("alice", levels, 10, 10);
+    let before = c.status(&p).await;
+    let ReserveReply::Denied {
+        readings,
+        denied_mask,
+        ..
+    } = c.reserve(&p).await
+    else {
+        panic!("the request bucket is empty");
+    };
+    assert_eq!(denied_mask, 1, "check 0: the request bucket");
+    assert_eq!(readings, before);
+    assert_eq!(c.status(&p).await, before, "a denial takes nothing");
+    assert_eq!(c.refund(&p).await, SettleReply::NotFound, "nor leaves a record");
+}
+
+async fn buckets_refill_continuously<S: Store>(c: &Ctx<S>) {
+    let p = plan("alice", vec![user_level(60, 6000, None)], 5990, 10);
+    assert!(allowed(&c.reserve(&p).await));
+    assert_eq!(c.status(&p).await, vec![bucket(59_000), bucket(0)]);
+    c.advance_ms(15_000).await;
+    assert_eq!(c.status(&p).await, vec![bucket(60_000), bucket(1_500_000)]);
+    c.advance_ms(600_000).await;
+    assert_eq!(c.status(&p).await, vec![bucket(60_000), bucket(6_000_000)]);
+}
+
+async fn commit_returns_surplus_and_charges_overage_as_debt<S: Store>(c: &Ctx<S>) {
+    let levels = vec![user_level(10, 1000, None)];
+    let a = plan("alice", levels.clone(), 100, 100);
+    assert!(allowed(&c.reserve(&a).await));
+    let applied = |delta| SettleReply::Applied {
+        settled: Settled::Committed(delta),
+        estimated_prompt_tokens: 0,
+    };
+    assert_eq!(c.commit(&a, 50, 40).await, applied(-150));
+    assert_eq!(c.status(&a).await[1], bucket(950_000));
+    let b = plan("alice", levels, 100, 100);
+    assert!(allowed(&c.reserve(&b).await));
+    assert_eq!(c.commit(&b, 1_000_000, 0).await, applied(999_800));
+    assert_eq!(c.status(&b).await[1], bucket(-999_050_000), "debt");
+}
+
+async fn refund_returns_request_tokens_and_slot<S: Store>(c: &Ctx<S>) {
+    let p = plan("alice", vec![user_level(1, 100, Some(1))], 60, 40);
+    assert!(allowed(&c.reserve(&p).await));
+    let q = plan("alice", p.levels.clone(), 60, 40);
+    assert!(!allowed(&c.reserve(&q).await));
+    let refunded = SettleReply::Applied {
+        settled: Settled::Refunded(100),
+        estimated_prompt_tokens: 0,
+    };
+    assert_eq!(c.refund(&p).await, refunded);
+    let idle = Reading::Concurrency {
+        active: 0,
+        earliest_expiry_ms: 0,
+    };
+    assert_eq!(c.status(&p).await, vec![bucket(1000), bucket(100_000), idle]);
+    assert!(allowed(&c.reserve(&q).await));
+}
+
+async fn settling_twice_answers_already_settled<S: Store>(c: &Ctx<S>) {
+    let levels = vec![user_level(10, 1000, Some(5))];
+    let a = plan("alice", levels.clone(), 10, 10);
+    let b = plan("alice", levels, 10, 10);
+    assert!(allowed(&c.reserve(&a).await));
+    assert!(allowed(&c.reserve(&b).await));
+    assert!(matches!(c.commit(&a, 30, 0).await, SettleReply::Applied { .. }));
+    assert!(matches!(c.refund(&b).await, SettleReply::Applied { .. }));
+    let after = c.status(&a).await;
+    let committed = SettleReply::AlreadySettled(Settled::Committed(10));
+    assert_eq!(c.commit(&a, 500, 0).await, committed);
+    assert_eq!(c.refund(&a).await, committed);
+    let refunded = SettleReply::AlreadySettled(Settled::Refunded(20));
+    assert_eq!(c.commit(&b, 5, 0).await, refunded);
+    assert_eq!(c.status(&a).await, after, "repeats change nothing");
+}
+
+async fn idempotency_replays_conflicts_and_spends<S: Store>(c: &Ctx<S>) {
+    let keyed = |fingerprint| ReservePlan {
+        idempotency_key: Some(IdempotencyKey::parse("k").unwrap()),
+        fingerprint,
+        ..plan("alice", vec![user_level(10, 1000, Some(5))], 10, 10)
+    };
+    let first = keyed(1);
+    assert!(allowed(&c.reserve(&first).await));
+    c.advance_ms(1_000).await;
+    let ReserveReply::Replayed {
+        nonce,
+        tokens,
+        lease_expires_in_ms,
+        readings,
+        ..
+    } = c.reserve(&keyed(1)).await
+    else {
+        panic!("a retry replays");
+    };
+    assert_eq!(
+        (nonce, tokens, lease_expires_in_ms),
+        (first.id.nonce_b64(), 20, 29_000)
+    );
+    assert_eq!(readings, c.status(&first).await, "nothing taken twice");
+    assert_eq!(c.reserve(&keyed(2)).await, ReserveReply::IdempotencyConflict);
+    assert!(matches!(c.commit(&first, 20, 0).await, SettleReply::Applied { .. }));
+    let spent = ReserveReply::IdempotencySpent { settled: true };
+    assert_eq!(c.reserve(&keyed(1)).await, spent);
+}
+
+async fn lapsed_leases_free_their_slots_and_are_counted<S: Store>(c: &Ctx<S>) {
+    let levels = vec![user_level(100, 100_000, Some(3))];
+    let short = |ms| ReservePlan {
+        lease_ttl_ms: ms,
+        ..plan("alice", levels.clone(), 1, 1)
+    };
+    for ms in [100, 100, 5_000] {
+        assert!(allowed(&c.reserve(&short(ms)).await));
+    }
+    assert!(!allowed(&c.reserve(&short(100)).await), "three slots taken");
+    c.advance_ms(100).await;
+    let reply = c.reserve(&short(100)).await;
+    assert!(allowed(&reply), "two leases lapsed exactly now: {reply:?}");
+    assert_eq!(reply.reclaimed().at(Level::User), 2);
+}
+
+async fn renewal_keeps_the_slot_and_reports_every_state<S: Store>(c: &Ctx<S>) {
+    let levels = vec![user_level(100, 100_000, Some(1))];
+    let p = ReservePlan {
+        lease_ttl_ms: 1_000,
+        ..plan("alice", levels.clone(), 1, 1)
+    };
+    assert!(allowed(&c.reserve(&p).await));
+    c.advance_ms(900).await;
+    let renewed = RenewReply::Renewed {
+        expires_in_ms: 2_000,
+    };
+    assert_eq!(c.renew(&p, 2_000).await, renewed);
+    c.advance_ms(1_500).await;
+    let other = plan("alice", levels.clone(), 1, 1);
+    assert!(!allowed(&c.reserve(&other).await), "the renewed lease holds");
+    c.advance_ms(500).await;
+    assert_eq!(c.renew(&p, 2_000).await, RenewReply::Expired, "lapsed exactly now");
+    let q = plan("alice", levels, 1, 1);
+    assert!(allowed(&c.reserve(&q).await));
+    assert!(matches!(c.refund(&q).await, SettleReply::Applied { .. }));
+    assert_eq!(c.renew(&q, 2_000).await, RenewReply::AlreadySettled);
+    let unknown = plan("alice", q.levels.clone(), 1, 1);
+    assert_eq!(c.renew(&unknown, 2_000).await, RenewReply::NotFound);
+}
+
+async fn hostile_ids_settle_nothing<S: Store>(c: &Ctx<S>) {
+    let p = plan("alice", vec![user_level(10, 1000, Some(1))], 10, 10);
+    assert!(allowed(&c.reserve(&p).await));
+    let before = c.status(&p).await;
+    let mut other_tier = p.clone();
+    other_tier.id.tier = "gold".into();
+    let mut other_user = p.clone();
+    other_user.id.user = Some(UserId::parse("mallory").unwrap());
+    let mut edited = p.clone();
+    edited.id.nonce[0] ^= 1;
+    for forged in [other_tier, other_user, edited] {
+        assert_eq!(c.commit(&forged, 0, 0).await, SettleReply::NotFound);
+        assert_eq!(c.refund(&forged).await, SettleReply::NotFound);
+        assert_eq!(c.renew(&forged, 5_000).await, RenewReply::NotFound);
+    }
+    assert_eq!(c.status(&p).await, before, "nothing moved");
+    assert!(matches!(c.refund(&p).await, SettleReply::Applied { .. }));
+}
+
+async fn reduced_output_grants_what_fits<S: Store>(c: &Ctx<S>) {
+    let levels = vec![user_level(10, 1000, None)];
+    assert!(allowed(&c.reserve(&plan("alice", levels.clone(), 700, 0)).await));
+    let p = ReservePlan {
+        min_output_tokens: 100,
+        ..plan("alice", levels.clone(), 100, 500)
+    };
+    let ReserveReply::Allowed { granted_output, .. } = c.reserve(&p).await else {
+        panic!("200 output tokens fit");
+    };
+    assert_eq!(granted_output, 200);
+    let q = ReservePlan {
+        min_output_tokens: 1,
+        ..plan("alice", levels, 1, 500)
+    };
+    assert!(!allowed(&c.reserve(&q).await), "nothing left");
+}
+
+async fn commits_feed_estimator_samples_newest_first<S: Store>(c: &Ctx<S>) {
+    let estimated = |user: &str| {
+        let mut p = plan(user, vec![user_level(10, 100_000, None)], 100, 10);
+        p.id.estimator = "gpt".into();
+        p.estimated_prompt_tokens = 100;
+        p
+    };
+    for actual in [110, 120, 130, 140] {
+        let p = estimated("alice");
+        assert!(allowed(&c.reserve(&p).await));
+        let SettleReply::Applied {
+            estimated_prompt_tokens,
+            ..
+        } = c.commit(&p, actual + 10, actual).await
+        else {
+            panic!("committed");
+        };
+        assert_eq!(estimated_prompt_tokens, 100);
+    }
+    let caller_counted = plan("alice", vec![user_level(10, 100_000, None)], 100, 10);
+    assert!(allowed(&c.reserve(&caller_counted).await));
+    c.commit(&caller_counted, 500, 490).await;
+    let keys = ["gpt".to_string(), "none".to_string()];
+    let samples = c.store.estimator_samples(&keys).await.unwrap();
+    assert_eq!(samples, vec![vec![1.4, 1.3, 1.2], vec![]], "window of 3");
+}
+
+async fn status_reports_the_earliest_lease_exactly<S: Store>(c: &Ctx<S>) {
+    let levels = vec![user_level(100, 100_000, Some(5))];
+    let leased = |ms| ReservePlan {
+        lease_ttl_ms: ms,
+        ..plan("alice", levels.clone(), 1, 1)
+    };
+    let first = leased(3_000);
+    assert!(allowed(&c.reserve(&first).await));
+    assert!(allowed(&c.reserve(&leased(9_000)).await));
+    let soon = leased(1_000);
+    assert!(allowed(&c.reserve(&soon).await));
+    let lease = |active, ms| Reading::Concurrency {
+        active,
+        earliest_expiry_ms: ms,
+    };
+    assert_eq!(c.status(&first).await[2], lease(3, 1_000));
+    assert!(matches!(c.refund(&soon).await, SettleReply::Applied { .. }));
+    c.advance_ms(500).await;
+    assert_eq!(c.status(&first).await[2], lease(2, 2_500), "the next live one");
+}
