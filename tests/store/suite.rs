@@ -232,7 +232,9 @@ async fn an_allowed_reservation_reports_every_check<S: Store>(c: &Ctx<S>) {
 async fn a_denial_names_the_check_and_changes_nothing<S: Store>(c: &Ctx<S>) {
     let levels = vec![user_level(2, 1000, None)];
     for _ in 0..2 {
-        assert!(allowed(&c.reserve(&plan("alice", levels.clone(), 10, 10)).await));
+        assert!(allowed(
+            &c.reserve(&plan("alice", levels.clone(), 10, 10)).await
+        ));
     }
     let p = plan("alice", levels, 10, 10);
     let before = c.status(&p).await;
@@ -247,7 +249,11 @@ async fn a_denial_names_the_check_and_changes_nothing<S: Store>(c: &Ctx<S>) {
     assert_eq!(denied_mask, 1, "check 0: the request bucket");
     assert_eq!(readings, before);
     assert_eq!(c.status(&p).await, before, "a denial takes nothing");
-    assert_eq!(c.refund(&p).await, SettleReply::NotFound, "nor leaves a record");
+    assert_eq!(
+        c.refund(&p).await,
+        SettleReply::NotFound,
+        "nor leaves a record"
+    );
 }
 
 async fn buckets_refill_continuously<S: Store>(c: &Ctx<S>) {
@@ -290,7 +296,10 @@ async fn refund_returns_request_tokens_and_slot<S: Store>(c: &Ctx<S>) {
         active: 0,
         earliest_expiry_ms: 0,
     };
-    assert_eq!(c.status(&p).await, vec![bucket(1000), bucket(100_000), idle]);
+    assert_eq!(
+        c.status(&p).await,
+        vec![bucket(1000), bucket(100_000), idle]
+    );
     assert!(allowed(&c.reserve(&q).await));
 }
 
@@ -300,7 +309,10 @@ async fn settling_twice_answers_already_settled<S: Store>(c: &Ctx<S>) {
     let b = plan("alice", levels, 10, 10);
     assert!(allowed(&c.reserve(&a).await));
     assert!(allowed(&c.reserve(&b).await));
-    assert!(matches!(c.commit(&a, 30, 0).await, SettleReply::Applied { .. }));
+    assert!(matches!(
+        c.commit(&a, 30, 0).await,
+        SettleReply::Applied { .. }
+    ));
     assert!(matches!(c.refund(&b).await, SettleReply::Applied { .. }));
     let after = c.status(&a).await;
     let committed = SettleReply::AlreadySettled(Settled::Committed(10));
@@ -335,8 +347,14 @@ async fn idempotency_replays_conflicts_and_spends<S: Store>(c: &Ctx<S>) {
         (first.id.nonce_b64(), 20, 29_000)
     );
     assert_eq!(readings, c.status(&first).await, "nothing taken twice");
-    assert_eq!(c.reserve(&keyed(2)).await, ReserveReply::IdempotencyConflict);
-    assert!(matches!(c.commit(&first, 20, 0).await, SettleReply::Applied { .. }));
+    assert_eq!(
+        c.reserve(&keyed(2)).await,
+        ReserveReply::IdempotencyConflict
+    );
+    assert!(matches!(
+        c.commit(&first, 20, 0).await,
+        SettleReply::Applied { .. }
+    ));
     let spent = ReserveReply::IdempotencySpent { settled: true };
     assert_eq!(c.reserve(&keyed(1)).await, spent);
 }
@@ -371,9 +389,16 @@ async fn renewal_keeps_the_slot_and_reports_every_state<S: Store>(c: &Ctx<S>) {
     assert_eq!(c.renew(&p, 2_000).await, renewed);
     c.advance_ms(1_500).await;
     let other = plan("alice", levels.clone(), 1, 1);
-    assert!(!allowed(&c.reserve(&other).await), "the renewed lease holds");
+    assert!(
+        !allowed(&c.reserve(&other).await),
+        "the renewed lease holds"
+    );
     c.advance_ms(500).await;
-    assert_eq!(c.renew(&p, 2_000).await, RenewReply::Expired, "lapsed exactly now");
+    assert_eq!(
+        c.renew(&p, 2_000).await,
+        RenewReply::Expired,
+        "lapsed exactly now"
+    );
     let q = plan("alice", levels, 1, 1);
     assert!(allowed(&c.reserve(&q).await));
     assert!(matches!(c.refund(&q).await, SettleReply::Applied { .. }));
@@ -403,7 +428,9 @@ async fn hostile_ids_settle_nothing<S: Store>(c: &Ctx<S>) {
 
 async fn reduced_output_grants_what_fits<S: Store>(c: &Ctx<S>) {
     let levels = vec![user_level(10, 1000, None)];
-    assert!(allowed(&c.reserve(&plan("alice", levels.clone(), 700, 0)).await));
+    assert!(allowed(
+        &c.reserve(&plan("alice", levels.clone(), 700, 0)).await
+    ));
     let p = ReservePlan {
         min_output_tokens: 100,
         ..plan("alice", levels.clone(), 100, 500)
@@ -464,5 +491,9 @@ async fn status_reports_the_earliest_lease_exactly<S: Store>(c: &Ctx<S>) {
     assert_eq!(c.status(&first).await[2], lease(3, 1_000));
     assert!(matches!(c.refund(&soon).await, SettleReply::Applied { .. }));
     c.advance_ms(500).await;
-    assert_eq!(c.status(&first).await[2], lease(2, 2_500), "the next live one");
+    assert_eq!(
+        c.status(&first).await[2],
+        lease(2, 2_500),
+        "the next live one"
+    );
 }

@@ -71,7 +71,11 @@ pub fn show(v: &Stored) -> String {
             .map(|(f, b)| format!("{f}={}", doubles(b)))
             .collect::<Vec<_>>()
             .join(" "),
-        Stored::List(items) => items.iter().map(|b| doubles(b)).collect::<Vec<_>>().join(" "),
+        Stored::List(items) => items
+            .iter()
+            .map(|b| doubles(b))
+            .collect::<Vec<_>>()
+            .join(" "),
     }
 }
 

@@ -60,7 +60,10 @@ const DEFAULT_SEED: u64 = 0x0c7b_0011;
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name}={v}: not a number")))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name}={v}: not a number"))
+        })
         .unwrap_or(default)
 }
 
@@ -186,16 +189,18 @@ async fn run_case(
         let op = g.next(now, &expiries);
         let _ = writeln!(log, "    #{i} at {now}: {}", brief(&op));
         let t0 = db.set_clock(now).await;
-        step(&mut g, &op, &memory, &redis, &clock, db, seen).await.map_err(|e| {
-            format!("operation #{i} ({retention:?}):\n  {e}\noperations so far:\n{log}")
-        })?;
+        step(&mut g, &op, &memory, &redis, &clock, db, seen)
+            .await
+            .map_err(|e| {
+                format!("operation #{i} ({retention:?}):\n  {e}\noperations so far:\n{log}")
+            })?;
         let now = clock.now_us();
         if matches!(op, Op::Advance(_)) {
             db.expire(now).await;
         }
-        db.compare(&memory.snapshot(), now, t0)
-            .await
-            .map_err(|e| format!("operation #{i}: keys differ:\n  {e}\noperations so far:\n{log}"))?;
+        db.compare(&memory.snapshot(), now, t0).await.map_err(|e| {
+            format!("operation #{i}: keys differ:\n  {e}\noperations so far:\n{log}")
+        })?;
     }
     Ok(length)
 }
@@ -223,13 +228,16 @@ async fn step(
                 let m = memory.reserve(plan).await.unwrap();
                 let r = redis.reserve(plan).await.unwrap();
                 let m2 = m.clone();
-                count(seen, match &m {
-                    ReserveReply::Allowed { .. } => "reserve allowed",
-                    ReserveReply::Denied { .. } => "reserve denied",
-                    ReserveReply::Replayed { .. } => "reserve replayed",
-                    ReserveReply::IdempotencyConflict => "reserve idempotency conflict",
-                    ReserveReply::IdempotencySpent { .. } => "reserve idempotency spent",
-                });
+                count(
+                    seen,
+                    match &m {
+                        ReserveReply::Allowed { .. } => "reserve allowed",
+                        ReserveReply::Denied { .. } => "reserve denied",
+                        ReserveReply::Replayed { .. } => "reserve replayed",
+                        ReserveReply::IdempotencyConflict => "reserve idempotency conflict",
+                        ReserveReply::IdempotencySpent { .. } => "reserve idempotency spent",
+                    },
+                );
                 if m.reclaimed() != Default::default() {
                     count(seen, "reserve reclaimed leases");
                 }
@@ -250,7 +258,11 @@ async fn step(
             let s = Settlement { id, levels };
             let m = memory.commit(s, *actual, *prompt).await.unwrap();
             count(seen, settled("commit", &m));
-            same("commit", m, redis.commit(s, *actual, *prompt).await.unwrap())?;
+            same(
+                "commit",
+                m,
+                redis.commit(s, *actual, *prompt).await.unwrap(),
+            )?;
         }
         Op::Refund { id, levels } => {
             let s = Settlement { id, levels };
@@ -263,14 +275,20 @@ async fn step(
             let m = memory.renew(s, *ttl_ms).await.unwrap();
             if let RenewReply::Renewed { .. } = m {
                 let expiry = clock.now_us() + *ttl_ms as i64 * 1000;
-                g.taken.iter_mut().filter(|(t, _)| t == id).for_each(|t| t.1 = expiry);
+                g.taken
+                    .iter_mut()
+                    .filter(|(t, _)| t == id)
+                    .for_each(|t| t.1 = expiry);
             }
-            count(seen, match m {
-                RenewReply::Renewed { .. } => "renew renewed",
-                RenewReply::AlreadySettled => "renew already settled",
-                RenewReply::Expired => "renew expired",
-                RenewReply::NotFound => "renew not found",
-            });
+            count(
+                seen,
+                match m {
+                    RenewReply::Renewed { .. } => "renew renewed",
+                    RenewReply::AlreadySettled => "renew already settled",
+                    RenewReply::Expired => "renew expired",
+                    RenewReply::NotFound => "renew not found",
+                },
+            );
             same("renew", m, redis.renew(s, *ttl_ms).await.unwrap())?;
         }
         Op::Status {
@@ -285,7 +303,11 @@ async fn step(
             };
             let m = memory.status(scope, levels, *exact).await.unwrap();
             count(seen, if *exact { "status exact" } else { "status" });
-            same("status", m, redis.status(scope, levels, *exact).await.unwrap())?;
+            same(
+                "status",
+                m,
+                redis.status(scope, levels, *exact).await.unwrap(),
+            )?;
         }
         Op::Samples(keys) => {
             let bits = |v: Vec<Vec<f64>>| -> Vec<Vec<u64>> {

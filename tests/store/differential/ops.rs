@@ -6,8 +6,8 @@ use ctxbudget::domain::bucket::BucketSpec;
 use ctxbudget::domain::{
     Dimension, IdempotencyKey, Level, LevelPlan, ReservationId, ReservePlan, TenantId, UserId,
 };
-use rand::rngs::StdRng;
 use rand::Rng;
+use rand::rngs::StdRng;
 
 /// One step, the same on both stores.
 #[derive(Clone, Debug)]
