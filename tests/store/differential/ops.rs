@@ -204,7 +204,7 @@ impl Gen {
         };
         let key = r
             .random_bool(0.35)
-            .then(|| IdempotencyKey::parse(*pick(r, &KEYS)).unwrap());
+            .then(|| IdempotencyKey::parse(KEYS[r.random_range(0..KEYS.len())]).unwrap());
         ReservePlan {
             levels,
             prompt_tokens: prompt,
