@@ -4,7 +4,7 @@
 
 use ctxbudget::store::memory::Stored;
 use redis::aio::MultiplexedConnection;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The Redis key the scripts read "now" from (outside the store's prefix).
 pub const CLOCK_KEY: &str = "diff:clock";
@@ -42,7 +42,7 @@ pub struct Db {
     prefix: String,
     /// Every key's expiry on the test clock (µs), as the memory store had it
     /// when Redis last set the key's TTL.
-    expiries: HashMap<String, i64>,
+    expiries: BTreeMap<String, i64>,
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -91,7 +91,7 @@ impl Db {
             set_clock: redis::Script::new(SET_CLOCK),
             dump: redis::Script::new(DUMP),
             prefix: prefix.to_owned(),
-            expiries: HashMap::new(),
+            expiries: BTreeMap::new(),
         }
     }
 
@@ -128,6 +128,9 @@ impl Db {
                 );
             }
         }
+        // In a fixed order, so a seed replays the same run.
+        out.sort_unstable();
+        out.dedup();
         out
     }
 
