@@ -497,3 +497,82 @@ async fn status_reports_the_earliest_lease_exactly<S: Store>(c: &Ctx<S>) {
         "the next live one"
     );
 }
+
+/// Known bug (issue 11), ignored until fixed: a reserve at the same instant
+/// as another configuration's reserve on the same level, when the level then
+/// holds more than `MAX_FOREIGN` (16) buckets this call does not know, must
+/// keep this call's buckets and the 16 most recent others. Today the memory
+/// store panics in `drop_foreign` (src/domain/budget/reserve.rs: the buckets
+/// touched this instant are left out of `times`, so `times[MAX_FOREIGN - 1]`
+/// is out of bounds) — losing the levels it had taken out of its map — and
+/// reserve.lua fails comparing with `ts[MAX_FOREIGN]`, nil when fewer than 16
+/// buckets are older than now, after writing the levels before the failing one.
+async fn foreign_buckets_touched_this_instant_are_kept<S: Store>(c: &Ctx<S>) {
+    let requests = |periods: std::ops::RangeInclusive<u64>| {
+        vec![LevelPlan {
+            level: Level::User,
+            buckets: periods
+                .map(|period_secs| BucketSpec {
+                    level: Level::User,
+                    dimension: Dimension::Requests,
+                    limit: 10,
+                    period_secs,
+                })
+                .collect(),
+            concurrency: None,
+        }]
+    };
+    assert!(allowed(
+        &c.reserve(&plan("alice", requests(1..=5), 1, 1)).await
+    ));
+    c.advance_ms(1).await;
+    assert!(allowed(
+        &c.reserve(&plan("alice", requests(6..=17), 1, 1)).await
+    ));
+    // 17 buckets, 12 of them touched now; one more configuration, same instant.
+    let other = plan("alice", requests(100..=100), 1, 1);
+    assert!(
+        allowed(&c.reserve(&other).await),
+        "same instant, new limits"
+    );
+    c.advance_ms(1).await;
+    assert!(allowed(&c.reserve(&other).await));
+}
+
+mod known_bugs {
+    use super::*;
+
+    /// Known bug (issue 11), ignored until fixed: `MemoryStore::estimator_samples`
+    /// does not check the samples key's expiry, so until the next sweep (at most
+    /// a second of store time) it still answers samples Redis has expired. The
+    /// differential test finds it in long runs (e.g. seed 209387982 of the
+    /// generator at commit dcedc6e). Memory only: Redis expires by its own clock.
+    #[tokio::test]
+    #[ignore = "known bug: memory estimator_samples reads expired samples (issue 11)"]
+    async fn memory_estimator_samples_expire_with_their_key() {
+        let c = Ctx::memory();
+        let mut p = plan("alice", vec![user_level(10, 100_000, None)], 100, 10);
+        p.id.estimator = "gpt".into();
+        p.estimated_prompt_tokens = 100;
+        assert!(allowed(&c.reserve(&p).await));
+        c.commit(&p, 120, 110).await;
+        let thirty_days_ms = 2_592_000_000;
+        c.advance_ms(thirty_days_ms - 500).await;
+        let _ = c.status(&p).await; // a sweep: the next one is a second away
+        c.advance_ms(600).await;
+        let samples = c.store.estimator_samples(&["gpt".into()]).await.unwrap();
+        assert_eq!(samples, vec![Vec::<f64>::new()], "expired 100 ms ago");
+    }
+
+    #[tokio::test]
+    #[ignore = "known bug: drop_foreign panics (issue 11)"]
+    async fn memory_foreign_buckets_touched_this_instant_are_kept() {
+        super::foreign_buckets_touched_this_instant_are_kept(&super::Ctx::memory()).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "known bug: reserve.lua fails on ts[MAX_FOREIGN] (issue 11)"]
+    async fn redis_foreign_buckets_touched_this_instant_are_kept() {
+        super::foreign_buckets_touched_this_instant_are_kept(&super::Ctx::redis().await).await
+    }
+}

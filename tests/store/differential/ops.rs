@@ -60,6 +60,8 @@ pub struct Gen {
     /// The ids of reservations a store took (live, settled or lapsed), with
     /// their lease expiry (µs) as last reserved or renewed.
     pub taken: Vec<(ReservationId, i64)>,
+    /// How often the configuration changes, beyond the usual few percent.
+    pub churn: f64,
 }
 
 fn pick<'a, T>(rng: &mut StdRng, items: &'a [T]) -> &'a T {
@@ -80,9 +82,18 @@ pub fn level_plan(rng: &mut StdRng, level: Level) -> LevelPlan {
         (Dimension::Requests, 1..=8u64, 9..=1000u64),
         (Dimension::Tokens, 50..=3000, 3001..=2_000_000),
     ] {
-        let mut periods = PERIODS.to_vec();
-        for _ in 0..rng.random_range(0..=2) {
-            let period_secs = periods.remove(rng.random_range(0..periods.len()));
+        let mut periods = Vec::new();
+        for _ in 0..rng.random_range(0..=3) {
+            // Mostly the usual periods; any of 120 others, so that changed
+            // configurations leave more foreign buckets than a state keeps.
+            let period_secs = match rng.random_bool(0.5) {
+                true => *pick(rng, &PERIODS),
+                false => rng.random_range(1..=120),
+            };
+            if periods.contains(&period_secs) {
+                continue;
+            }
+            periods.push(period_secs);
             let limit = if rng.random_bool(0.6) {
                 rng.random_range(small.clone())
             } else {
@@ -257,6 +268,10 @@ impl Gen {
     /// The next operation; `expiries` are instants (µs) worth landing on
     /// exactly: key and lease expiries.
     pub fn next(&mut self, now: i64, expiries: &[i64]) -> Op {
+        if self.rng.random_bool(self.churn) {
+            let level = *pick(&mut self.rng, &[Level::Global, Level::Tenant, Level::User]);
+            return Op::Reconfigure(level, level_plan(&mut self.rng, level));
+        }
         match self.rng.random_range(0..100) {
             0..=29 => Op::Reserve(vec![self.reservation()]),
             30..=32 => {
