@@ -20,7 +20,8 @@ use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::MemoryStore;
 use ctxbudget::store::redis::{RedisSettings, RedisStore};
 use ctxbudget::store::{
-    RenewReply, ReserveReply, Retention, Scope, SettleReply, Settled, Settlement, Store,
+    EXACT_LEASES, RenewReply, ReserveReply, Retention, Scope, SettleReply, Settled, Settlement,
+    Store,
 };
 use std::time::Duration;
 
@@ -60,6 +61,7 @@ suite!(
     reduced_output_grants_what_fits,
     commits_feed_estimator_samples_newest_first,
     status_reports_the_earliest_lease_exactly,
+    an_exact_status_reads_up_to_exact_leases_whole,
 );
 
 const RETENTION: Retention = Retention {
@@ -495,6 +497,48 @@ async fn status_reports_the_earliest_lease_exactly<S: Store>(c: &Ctx<S>) {
         c.status(&first).await[2],
         lease(2, 2_500),
         "the next live one"
+    );
+}
+
+async fn an_exact_status_reads_up_to_exact_leases_whole<S: Store>(c: &Ctx<S>) {
+    let levels = vec![user_level(1000, 1_000_000, Some(100))];
+    let n = EXACT_LEASES;
+    let leases: Vec<ReservePlan> = (0..=n)
+        .map(|i| ReservePlan {
+            lease_ttl_ms: 10_000 + i,
+            ..plan("alice", levels.clone(), 1, 1)
+        })
+        .collect();
+    for p in &leases {
+        assert!(allowed(&c.reserve(p).await));
+    }
+    // The earliest lease goes: the level's bound (10 000 ms) is now stale.
+    assert!(matches!(
+        c.refund(&leases[0]).await,
+        SettleReply::Applied { .. }
+    ));
+    let exact = Reading::Concurrency {
+        active: n,
+        earliest_expiry_ms: 10_001,
+    };
+    assert_eq!(
+        c.status(&leases[1]).await[2],
+        exact,
+        "{n} leases: read whole"
+    );
+    let more = ReservePlan {
+        lease_ttl_ms: 20_000,
+        ..plan("alice", levels, 1, 1)
+    };
+    assert!(allowed(&c.reserve(&more).await));
+    let bound = Reading::Concurrency {
+        active: n + 1,
+        earliest_expiry_ms: 10_000,
+    };
+    assert_eq!(
+        c.status(&more).await[2],
+        bound,
+        "more: the stored lower bound"
     );
 }
 

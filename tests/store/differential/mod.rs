@@ -39,12 +39,12 @@ mod keys;
 mod ops;
 
 use crate::support::RedisServer;
-use ctxbudget::domain::{Clock, Level, ManualClock};
+use ctxbudget::domain::{Clock, Level, ManualClock, Reading};
 use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::{MemoryStore, Stored};
 use ctxbudget::store::redis::{RedisSettings, RedisStore};
 use ctxbudget::store::{
-    RenewReply, ReserveReply, Retention, Scope, SettleReply, Settlement, Store,
+    EXACT_LEASES, RenewReply, ReserveReply, Retention, Scope, SettleReply, Settlement, Store,
 };
 use ops::{Gen, Op, level_plan};
 use rand::rngs::StdRng;
@@ -124,7 +124,8 @@ async fn memory_and_redis_agree_on_random_sequences() {
 type Seen = BTreeMap<&'static str, u64>;
 
 /// The answers a default run must reach.
-const MUST_SEE: [&str; 18] = [
+const MUST_SEE: [&str; 19] = [
+    "status exact at the most leases read whole",
     "a level keeping the most foreign buckets",
     "status exact",
     "estimator samples read",
@@ -176,18 +177,32 @@ async fn run_case(
     };
     // Mostly short runs; some long ones; some where the limits keep changing
     // (so a level gathers more foreign buckets than it keeps).
-    let (length, churn) = match rng.random_range(0..20) {
+    // (so a level gathers more foreign buckets than it keeps); some crowded
+    // with leases, around the most an exact status reads whole.
+    let kind = rng.random_range(0..20);
+    let (length, churn) = match kind {
         0..=1 => (rng.random_range(100..=200), 0.0),
         2 => (rng.random_range(200..=300), 0.3),
+        3 => (rng.random_range(60..=120), 0.0),
         _ => (rng.random_range(5..=40), 0.0),
     };
-    let config = [Level::Global, Level::Tenant, Level::User].map(|l| level_plan(&mut rng, l));
+    let mut config = [Level::Global, Level::Tenant, Level::User].map(|l| level_plan(&mut rng, l));
+    if kind == 3 {
+        let around = EXACT_LEASES..=EXACT_LEASES + 1;
+        for l in &mut config {
+            l.concurrency = Some(rng.random_range(around.clone()));
+            l.buckets
+                .iter_mut()
+                .for_each(|b| b.limit = b.limit.max(5_000_000));
+        }
+    }
     let mut g = Gen {
         rng,
         config,
         issued: Vec::new(),
         taken: Vec::new(),
         churn,
+        crowd: kind == 3,
     };
     db.reset().await;
     let clock = ManualClock::new(1_800_000_000_000_000);
@@ -338,6 +353,10 @@ async fn step(
             };
             let m = memory.status(scope, levels, *exact).await.unwrap();
             count(seen, if *exact { "status exact" } else { "status" });
+            let at_limit = |r: &Reading| matches!(r, Reading::Concurrency { active, .. } if *active == EXACT_LEASES);
+            if *exact && m.iter().any(at_limit) {
+                count(seen, "status exact at the most leases read whole");
+            }
             same(
                 "status",
                 m,

@@ -62,6 +62,8 @@ pub struct Gen {
     pub taken: Vec<(ReservationId, i64)>,
     /// How often the configuration changes, beyond the usual few percent.
     pub churn: f64,
+    /// Crowded with long leases: bursts of reservations, generous buckets.
+    pub crowd: bool,
 }
 
 fn pick<'a, T>(rng: &mut StdRng, items: &'a [T]) -> &'a T {
@@ -271,6 +273,23 @@ impl Gen {
         if self.rng.random_bool(self.churn) {
             let level = *pick(&mut self.rng, &[Level::Global, Level::Tenant, Level::User]);
             return Op::Reconfigure(level, level_plan(&mut self.rng, level));
+        }
+        if self.crowd && self.rng.random_bool(0.2) {
+            let n = self.rng.random_range(10..=40);
+            let mut plans: Vec<ReservePlan> = (0..n).map(|_| self.reservation()).collect();
+            for p in &mut plans {
+                p.lease_ttl_ms = self.rng.random_range(20_000..=60_000);
+            }
+            return Op::Reserve(plans);
+        }
+        if self.crowd && self.rng.random_bool(0.3) {
+            let (tenant, user) = self.scope();
+            return Op::Status {
+                tenant: TenantId::parse(tenant).unwrap(),
+                user: user.map(|u| UserId::parse(u).unwrap()),
+                levels: self.levels(user.is_some(), false),
+                exact: true,
+            };
         }
         match self.rng.random_range(0..100) {
             0..=29 => Op::Reserve(vec![self.reservation()]),
