@@ -27,6 +27,12 @@
 //! The shortest TTL the scripts set is a second (`TTL_SLACK_US`, record
 //! retention), far longer than an operation and its dump take.
 //!
+//! # What is held back
+//! One known bug common to both stores (a reserve at the instant another
+//! configuration touched the level, past the foreign-bucket cap) would stop
+//! every run, so a configuration change here takes effect from the next µs;
+//! `suite::known_bugs` pins it until it is fixed.
+//!
 //! # Replaying a failure
 //! A mismatch panics with the case's seed, the operation index and the
 //! operations so far; `CTXBUDGET_DIFF_SEED=<seed> CTXBUDGET_DIFF_CASES=1`
