@@ -2,7 +2,7 @@
 //! script reloading, atomicity against a broken key, replicas sharing one
 //! truth, and an unreachable Redis.
 
-mod support;
+use crate::support;
 
 use ctxbudget::domain::{Level, TenantId, UserId};
 use ctxbudget::pb::{self, Dimension, Outcome, Reason};

@@ -2,7 +2,7 @@
 //! `/metrics` and documented in docs/operations.md; JSON logs name the reservation on
 //! every line about one, and never hold a prompt's text.
 
-mod support;
+use crate::support;
 
 use ctxbudget::pb;
 use std::time::Duration;
@@ -44,7 +44,7 @@ const TOKEN: &str = "observability-token-0123456789";
 
 /// Every metric name `src/telemetry.rs` defines.
 fn defined_metrics() -> Vec<String> {
-    let source = include_str!("../src/telemetry.rs");
+    let source = include_str!("../../src/telemetry.rs");
     let names: Vec<String> = source
         .lines()
         .filter(|l| l.trim_start().starts_with("pub const"))
@@ -58,7 +58,7 @@ fn defined_metrics() -> Vec<String> {
 
 #[test]
 fn every_metric_is_documented_in_the_operations_page() {
-    let readme = include_str!("../docs/operations.md");
+    let readme = include_str!("../../docs/operations.md");
     for name in defined_metrics() {
         assert!(
             readme.contains(&format!("`{name}`")),

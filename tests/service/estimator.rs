@@ -3,7 +3,7 @@
 //! stay bounded by the configuration whatever model names callers send, and a
 //! replica's first decision for a key uses what the other replicas learned.
 
-mod support;
+use crate::support;
 
 use ctxbudget::config::FileConfig;
 use ctxbudget::pb;

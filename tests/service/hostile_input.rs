@@ -4,7 +4,7 @@
 //! message lists and made-up ids all end in INVALID_ARGUMENT or a bounded
 //! decision — and the service keeps serving.
 
-mod support;
+use crate::support;
 
 use ctxbudget::api::validate::check_bytes;
 use ctxbudget::pb;

@@ -22,7 +22,7 @@ use ctxbudget::store::memory::MemoryStore;
 use ctxbudget::store::{ReserveReply, Retention, Scope, SettleReply, Settlement, Store};
 use proptest::prelude::*;
 
-mod support;
+use crate::support;
 
 const PERIOD_S: u64 = 60;
 const LEASE_MS: u64 = 30_000;

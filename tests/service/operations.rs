@@ -4,7 +4,7 @@
 //! refused whole, overrides and shadow quotas behave, the audit log records who
 //! changed what, and SIGHUP reloads a file in memory mode.
 
-mod support;
+use crate::support;
 
 use clap::Parser;
 use ctxbudget::cli::Cli;

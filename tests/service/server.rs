@@ -1,7 +1,7 @@
 //! The server around the API: health, reflection (grpcurl needs no proto file),
 //! and a clean shutdown.
 
-mod support;
+use crate::support;
 
 use support::{Backend, Harness};
 /// Lists the services through one reflection version's client.

@@ -2,7 +2,7 @@
 //! a run with a Redis ceiling, each producing the table, JSON, chart and an
 //! overspend check that finds nothing.
 
-mod support;
+use crate::support;
 
 use clap::Parser;
 use ctxbudget::cli::{Cli, Command};

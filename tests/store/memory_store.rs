@@ -7,7 +7,7 @@ use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::MemoryStore;
 use ctxbudget::store::{ReserveReply, Retention, SettleReply, Settlement, Store};
 
-mod support;
+use crate::support;
 
 #[tokio::test]
 async fn idle_state_expires_and_memory_stays_bounded() {

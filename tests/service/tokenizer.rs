@@ -17,7 +17,7 @@ struct Vector {
 /// `tests/data/token_vectors.json`: each text's source is named; the counts are
 /// tiktoken's (`tiktoken-rs` 0.12, `encode_ordinary`).
 fn vectors() -> Vec<Vector> {
-    let text = include_str!("data/token_vectors.json");
+    let text = include_str!("../data/token_vectors.json");
     serde_json::from_str(text).expect("valid vectors")
 }
 

@@ -2,7 +2,7 @@
 //! both stores: the in-memory store and a real redis-server. Whatever one store
 //! does, the other must do too.
 
-mod support;
+use crate::support;
 
 use ctxbudget::pb::{self, Dimension, Level, Outcome, Reason};
 use std::time::Duration;

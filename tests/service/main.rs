@@ -1,0 +1,18 @@
+//! The service end to end, in one test binary (one link of the library): a
+//! real gRPC server on port 0 over either store, and the CLI around it. The
+//! fault tests (`tests/faults.rs`) and the security tests (`tests/security.rs`)
+//! stay binaries of their own: they kill, freeze and restart processes.
+//!
+//! Run one part with `cargo nextest run --test service -E 'test(/^conformance::/)'`.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod bench;
+mod conformance;
+mod estimator;
+mod hostile_input;
+mod observability;
+mod operations;
+mod server;
+mod tokenizer;

@@ -1,0 +1,464 @@
+//! The differential test: random operation sequences run on a
+//! [`MemoryStore`] with a [`ManualClock`] and on a [`RedisStore`] over a real
+//! redis-server, side by side. Every reply, status read and estimator read
+//! must be identical, and after every operation the two must hold the same
+//! keys with byte-equal values: the Lua scripts are the Redis port of
+//! `src/domain/budget/`, and this holds them to it.
+//!
+//! # One clock for both
+//! The scripts read "now" from [`keys::CLOCK_KEY`]
+//! ([`RedisStore::with_clock_key`]), written with the memory store's instant
+//! before each call, so both compute with the same µs.
+//!
+//! # Key expiry, exactly
+//! Redis expires keys by its real clock, the memory store by the test clock.
+//! So Redis is never left to expire anything: after every operation one
+//! script dumps every key with its `PEXPIRETIME` and `PERSIST`s it. A key the
+//! operation gave a TTL must expire when memory's copy does: the scripts set
+//! `ceil((expiry - now) / 1000)` ms from Redis's real time of the call, and
+//! the test brackets that time by Redis `TIME` read just before the call and
+//! in the dump, so the check is exact to Redis's 1 ms resolution however slow
+//! the machine (a stalled call only widens the bracket). A key given no TTL
+//! must keep the expiry memory had when Redis last set one. When the clock
+//! moves, the test `DEL`s in Redis exactly the keys whose expiry has passed
+//! (`expiry <= now`, the memory store's rule), and the next comparison checks
+//! memory dropped the same. (Real Redis, rounding up to whole ms, would hold
+//! a key up to 1 ms past its state's expiry; the test follows memory there.)
+//! The shortest TTL the scripts set is a second (`TTL_SLACK_US`, record
+//! retention), far longer than an operation and its dump take.
+//!
+//! # What is held back
+//! One known bug common to both stores (a reserve at the instant another
+//! configuration touched the level, past the foreign-bucket cap) would stop
+//! every run, so a configuration change here takes effect from the next µs;
+//! `suite::known_bugs` pins it until it is fixed.
+//!
+//! # Replaying a failure
+//! A mismatch panics with the case's seed, the operation index and the
+//! operations so far; `CTXBUDGET_DIFF_SEED=<seed> CTXBUDGET_DIFF_CASES=1`
+//! replays that case alone. A run longer than the default does not stop at
+//! the first divergence: it reports each, then every failing seed. `CTXBUDGET_DIFF_CASES` (default
+//! [`DEFAULT_CASES`]) sets how many cases run: `CTXBUDGET_DIFF_CASES=20000`
+//! for a long run.
+
+mod keys;
+mod ops;
+
+use crate::support::RedisServer;
+use ctxbudget::domain::{Clock, Level, ManualClock, Reading};
+use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
+use ctxbudget::store::memory::{MemoryStore, Stored};
+use ctxbudget::store::redis::{RedisSettings, RedisStore};
+use ctxbudget::store::{
+    EXACT_LEASES, RenewReply, ReserveReply, Retention, Scope, SettleReply, Settlement, Store,
+};
+use ops::{Gen, Op, level_plan};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// Cases in a default (CI) run.
+const DEFAULT_CASES: u64 = 200;
+/// The first case's seed; case i uses `seed + i`.
+const DEFAULT_SEED: u64 = 0x0c7b_0011;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name}={v}: not a number"))
+        })
+        .unwrap_or(default)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_and_redis_agree_on_random_sequences() {
+    let cases = env_u64("CTXBUDGET_DIFF_CASES", DEFAULT_CASES);
+    let seed = env_u64("CTXBUDGET_DIFF_SEED", DEFAULT_SEED);
+    let server = RedisServer::start();
+    let mut db = keys::Db::connect(&server.url(), DEFAULT_PREFIX).await;
+    let (mut ops, started) = (0, std::time::Instant::now());
+    let mut seen = Seen::new();
+    let mut failed = Vec::new();
+    for case in 0..cases {
+        let case_seed = seed.wrapping_add(case);
+        let Err(e) = run_case(case_seed, &server, &mut db, &mut seen)
+            .await
+            .map(|n| ops += n)
+        else {
+            continue;
+        };
+        let report = format!(
+            "the stores diverged in case {case}, seed {case_seed}: {e}\nreplay: \
+             CTXBUDGET_DIFF_SEED={case_seed} CTXBUDGET_DIFF_CASES=1 cargo nextest run \
+             --test store -E 'test(/^differential::/)'"
+        );
+        if cases <= DEFAULT_CASES {
+            panic!("{report}");
+        }
+        // A long run goes on, to find every divergence, not just the first.
+        eprintln!("{report}\n");
+        failed.push(format!(
+            "seed {case_seed}: {}",
+            e.lines().take(4).collect::<Vec<_>>().join(" | ")
+        ));
+    }
+    eprintln!(
+        "differential: {cases} cases, {ops} operations, seeds {seed}.., {:?}\n  outcomes: {seen:?}",
+        started.elapsed()
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of {cases} cases diverged:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+    if cases >= DEFAULT_CASES {
+        for outcome in MUST_SEE {
+            assert!(
+                seen.contains_key(outcome),
+                "no {outcome} in {cases} cases: the generator no longer reaches it ({seen:?})"
+            );
+        }
+    }
+}
+
+/// How often each kind of answer came: proof the sequences reach every path.
+type Seen = BTreeMap<&'static str, u64>;
+
+/// The answers a default run must reach.
+const MUST_SEE: [&str; 19] = [
+    "status exact at the most leases read whole",
+    "a level keeping the most foreign buckets",
+    "status exact",
+    "estimator samples read",
+    "reserve allowed",
+    "reserve denied",
+    "reserve replayed",
+    "reserve idempotency conflict",
+    "reserve idempotency spent",
+    "reserve reclaimed leases",
+    "commit applied",
+    "commit already settled",
+    "commit not found",
+    "refund applied",
+    "refund already settled",
+    "renew renewed",
+    "renew already settled",
+    "renew expired",
+    "renew not found",
+];
+
+fn count(seen: &mut Seen, what: &'static str) {
+    *seen.entry(what).or_default() += 1;
+}
+
+fn settled(what: &str, reply: &SettleReply) -> &'static str {
+    match (what, reply) {
+        ("commit", SettleReply::Applied { .. }) => "commit applied",
+        ("commit", SettleReply::AlreadySettled(_)) => "commit already settled",
+        ("commit", SettleReply::NotFound) => "commit not found",
+        (_, SettleReply::Applied { .. }) => "refund applied",
+        (_, SettleReply::AlreadySettled(_)) => "refund already settled",
+        (_, SettleReply::NotFound) => "refund not found",
+    }
+}
+
+/// One case: a fresh database, random retention and limits, a random number
+/// of operations. Answers how many ran.
+async fn run_case(
+    seed: u64,
+    server: &RedisServer,
+    db: &mut keys::Db,
+    seen: &mut Seen,
+) -> Result<usize, String> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let retention = Retention {
+        record_ms: *[1_000, 5_000, 60_000].get(rng.random_range(0..3)).unwrap(),
+        idempotency_ms: *[1_000, 3_000, 120_000].get(rng.random_range(0..3)).unwrap(),
+        samples: rng.random_range(1..=5),
+    };
+    // Mostly short runs; some long ones; some where the limits keep changing
+    // (so a level gathers more foreign buckets than it keeps).
+    // (so a level gathers more foreign buckets than it keeps); some crowded
+    // with leases, around the most an exact status reads whole.
+    let kind = rng.random_range(0..20);
+    let (length, churn) = match kind {
+        0..=1 => (rng.random_range(100..=200), 0.0),
+        2 => (rng.random_range(200..=300), 0.3),
+        3 => (rng.random_range(60..=120), 0.0),
+        _ => (rng.random_range(5..=40), 0.0),
+    };
+    let mut config = [Level::Global, Level::Tenant, Level::User].map(|l| level_plan(&mut rng, l));
+    if kind == 3 {
+        let around = EXACT_LEASES..=EXACT_LEASES + 1;
+        for l in &mut config {
+            l.concurrency = Some(rng.random_range(around.clone()));
+            l.buckets
+                .iter_mut()
+                .for_each(|b| b.limit = b.limit.max(5_000_000));
+        }
+    }
+    let mut g = Gen {
+        rng,
+        config,
+        issued: Vec::new(),
+        taken: Vec::new(),
+        churn,
+        crowd: kind == 3,
+    };
+    db.reset().await;
+    let clock = ManualClock::new(1_800_000_000_000_000);
+    let keys = Keys::new(DEFAULT_PREFIX).unwrap();
+    let memory = MemoryStore::with_clock(keys.clone(), retention, clock.clone());
+    let redis = RedisStore::connect(
+        &RedisSettings {
+            url: server.url(),
+            pool: Default::default(),
+            connections: 1,
+            timeout: Duration::from_secs(30),
+            tls: Default::default(),
+        },
+        keys,
+        retention,
+    )
+    .await
+    .map_err(|e| format!("connect: {e}"))?
+    .with_clock_key(keys::CLOCK_KEY);
+    let mut log = String::new();
+    for i in 0..length {
+        let now = clock.now_us();
+        let snapshot = memory.snapshot();
+        if snapshot.values().any(|(v, _)| crowded(v)) {
+            count(seen, "a level keeping the most foreign buckets");
+        }
+        let expiries = db.expiries(&snapshot);
+        let op = g.next(now, &expiries);
+        let _ = writeln!(log, "    #{i} at {now}: {}", brief(&op));
+        let t0 = db.set_clock(now).await;
+        step(&mut g, &op, &memory, &redis, &clock, db, seen)
+            .await
+            .map_err(|e| {
+                format!("operation #{i} ({retention:?}):\n  {e}\noperations so far:\n{log}")
+            })?;
+        let now = clock.now_us();
+        if matches!(op, Op::Advance(_) | Op::Reconfigure(..)) {
+            db.expire(now).await;
+        }
+        db.compare(&memory.snapshot(), now, t0).await.map_err(|e| {
+            format!("operation #{i}: keys differ:\n  {e}\noperations so far:\n{log}")
+        })?;
+    }
+    Ok(length)
+}
+
+/// A level state holding more buckets than any configuration has: foreign
+/// buckets up to the cap (3 doubles of header, 3 per bucket).
+fn crowded(v: &Stored) -> bool {
+    matches!(v, Stored::Hash(f) if f.get("s").is_some_and(|s| s.len() / 8 >= 3 + 3 * 17))
+}
+
+/// Runs `op` on both stores and compares what they answer.
+async fn step(
+    g: &mut Gen,
+    op: &Op,
+    memory: &MemoryStore<ManualClock>,
+    redis: &RedisStore,
+    clock: &ManualClock,
+    db: &mut keys::Db,
+    seen: &mut Seen,
+) -> Result<(), String> {
+    fn same<T: PartialEq + std::fmt::Debug>(what: &str, m: T, r: T) -> Result<(), String> {
+        if m == r {
+            Ok(())
+        } else {
+            Err(format!("{what}:\n    memory {m:?}\n    redis  {r:?}"))
+        }
+    }
+    match op {
+        Op::Reserve(plans) => {
+            for (j, plan) in plans.iter().enumerate() {
+                let m = memory.reserve(plan).await.unwrap();
+                let r = redis.reserve(plan).await.unwrap();
+                let m2 = m.clone();
+                count(
+                    seen,
+                    match &m {
+                        ReserveReply::Allowed { .. } => "reserve allowed",
+                        ReserveReply::Denied { .. } => "reserve denied",
+                        ReserveReply::Replayed { .. } => "reserve replayed",
+                        ReserveReply::IdempotencyConflict => "reserve idempotency conflict",
+                        ReserveReply::IdempotencySpent { .. } => "reserve idempotency spent",
+                    },
+                );
+                if m.reclaimed() != Default::default() {
+                    count(seen, "reserve reclaimed leases");
+                }
+                same(&format!("reserve {j} of {}", plans.len()), m2, r)?;
+                g.issued.push(plan.clone());
+                if matches!(m, ReserveReply::Allowed { .. }) {
+                    let expiry = clock.now_us() + plan.lease_ttl_ms as i64 * 1000;
+                    g.taken.push((plan.id.clone(), expiry));
+                }
+            }
+        }
+        Op::Commit {
+            id,
+            levels,
+            actual,
+            prompt,
+        } => {
+            let s = Settlement { id, levels };
+            let m = memory.commit(s, *actual, *prompt).await.unwrap();
+            count(seen, settled("commit", &m));
+            same(
+                "commit",
+                m,
+                redis.commit(s, *actual, *prompt).await.unwrap(),
+            )?;
+        }
+        Op::Refund { id, levels } => {
+            let s = Settlement { id, levels };
+            let m = memory.refund(s).await.unwrap();
+            count(seen, settled("refund", &m));
+            same("refund", m, redis.refund(s).await.unwrap())?;
+        }
+        Op::Renew { id, levels, ttl_ms } => {
+            let s = Settlement { id, levels };
+            let m = memory.renew(s, *ttl_ms).await.unwrap();
+            if let RenewReply::Renewed { .. } = m {
+                let expiry = clock.now_us() + *ttl_ms as i64 * 1000;
+                g.taken
+                    .iter_mut()
+                    .filter(|(t, _)| t == id)
+                    .for_each(|t| t.1 = expiry);
+            }
+            count(
+                seen,
+                match m {
+                    RenewReply::Renewed { .. } => "renew renewed",
+                    RenewReply::AlreadySettled => "renew already settled",
+                    RenewReply::Expired => "renew expired",
+                    RenewReply::NotFound => "renew not found",
+                },
+            );
+            same("renew", m, redis.renew(s, *ttl_ms).await.unwrap())?;
+        }
+        Op::Status {
+            tenant,
+            user,
+            levels,
+            exact,
+        } => {
+            let scope = Scope {
+                tenant,
+                user: user.as_ref(),
+            };
+            let m = memory.status(scope, levels, *exact).await.unwrap();
+            count(seen, if *exact { "status exact" } else { "status" });
+            let at_limit = |r: &Reading| matches!(r, Reading::Concurrency { active, .. } if *active == EXACT_LEASES);
+            if *exact && m.iter().any(at_limit) {
+                count(seen, "status exact at the most leases read whole");
+            }
+            same(
+                "status",
+                m,
+                redis.status(scope, levels, *exact).await.unwrap(),
+            )?;
+        }
+        Op::Samples(keys) => {
+            let bits = |v: Vec<Vec<f64>>| -> Vec<Vec<u64>> {
+                v.iter()
+                    .map(|s| s.iter().map(|x| x.to_bits()).collect())
+                    .collect()
+            };
+            let m = memory.estimator_samples(keys).await.unwrap();
+            if m.iter().any(|s| !s.is_empty()) {
+                count(seen, "estimator samples read");
+            }
+            let r = redis.estimator_samples(keys).await.unwrap();
+            same("estimator samples (f64 bits)", bits(m), bits(r))?;
+        }
+        Op::Advance(us) => {
+            clock.advance_us(*us);
+            db.set_clock(clock.now_us()).await;
+        }
+        Op::Reconfigure(level, plan) => {
+            let i = match level {
+                Level::Global => 0,
+                Level::Tenant => 1,
+                Level::User => 2,
+            };
+            g.config[i] = plan.clone();
+            // KNOWN BUG (reported in issue 11; `suite::*::
+            // foreign_buckets_touched_this_instant_are_kept`): a reserve at the
+            // instant another configuration's reserve touched the same level,
+            // with more foreign buckets than a state keeps, panics in
+            // `drop_foreign` (src/domain/budget/reserve.rs) and fails in
+            // reserve.lua (`ts[MAX_FOREIGN]` is nil). Until it is fixed, a new
+            // configuration applies from the next µs.
+            clock.advance_us(1);
+            db.set_clock(clock.now_us()).await;
+        }
+    }
+    Ok(())
+}
+
+/// One line per operation for the failure log.
+fn brief(op: &Op) -> String {
+    let id = |id: &ctxbudget::domain::ReservationId| {
+        format!(
+            "{}/{}/{}/{} {}",
+            id.tenant.as_str(),
+            id.user.as_ref().map_or("-", |u| u.as_str()),
+            id.tier,
+            id.estimator,
+            &id.nonce_b64()[..6]
+        )
+    };
+    match op {
+        Op::Reserve(plans) => plans
+            .iter()
+            .map(|p| {
+                format!(
+                    "reserve {} prompt {} out {}..{} est {} lease {} ms key {:?} fp {} levels {:?}",
+                    id(&p.id),
+                    p.prompt_tokens,
+                    p.min_output_tokens,
+                    p.max_output_tokens,
+                    p.estimated_prompt_tokens,
+                    p.lease_ttl_ms,
+                    p.idempotency_key.as_ref().map(|k| k.as_str()),
+                    p.fingerprint,
+                    p.levels
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n        "),
+        Op::Commit {
+            id: i,
+            actual,
+            prompt,
+            ..
+        } => format!("commit {} {actual} ({prompt} prompt)", id(i)),
+        Op::Refund { id: i, .. } => format!("refund {}", id(i)),
+        Op::Renew { id: i, ttl_ms, .. } => format!("renew {} {ttl_ms} ms", id(i)),
+        Op::Status {
+            tenant,
+            user,
+            exact,
+            levels,
+        } => format!(
+            "status {}/{} exact {exact} ({} levels)",
+            tenant.as_str(),
+            user.as_ref().map_or("-", |u| u.as_str()),
+            levels.len()
+        ),
+        Op::Samples(_) => "estimator samples".into(),
+        Op::Advance(us) => format!("advance {us} µs"),
+        Op::Reconfigure(level, plan) => format!("reconfigure {level:?}: {plan:?}"),
+    }
+}

@@ -1,0 +1,366 @@
+//! The operations of a differential run and how they are drawn: a seeded
+//! [`StdRng`] over the run's current configuration and what it has issued, so
+//! a seed replays the same sequence.
+
+use ctxbudget::domain::bucket::BucketSpec;
+use ctxbudget::domain::{
+    Dimension, IdempotencyKey, Level, LevelPlan, ReservationId, ReservePlan, TenantId, UserId,
+};
+use rand::Rng;
+use rand::rngs::StdRng;
+
+/// One step, the same on both stores.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// Several reservations at one instant (one TTL check after them all).
+    Reserve(Vec<ReservePlan>),
+    Commit {
+        id: ReservationId,
+        levels: Vec<LevelPlan>,
+        actual: u64,
+        prompt: u64,
+    },
+    Refund {
+        id: ReservationId,
+        levels: Vec<LevelPlan>,
+    },
+    Renew {
+        id: ReservationId,
+        levels: Vec<LevelPlan>,
+        ttl_ms: u64,
+    },
+    Status {
+        tenant: TenantId,
+        user: Option<UserId>,
+        levels: Vec<LevelPlan>,
+        exact: bool,
+    },
+    Samples(Vec<String>),
+    /// Moves the clock by this many µs.
+    Advance(i64),
+    /// The configuration of one level changes (no store call): the buckets of
+    /// the old one become another configuration's, "foreign", in the state.
+    Reconfigure(Level, LevelPlan),
+}
+
+const TENANTS: [&str; 3] = ["acme", "beta", "t{1}:x"];
+const USERS: [&str; 3] = ["alice", "bob", "mallory"];
+const TIERS: [&str; 2] = ["t", "t2"];
+const ESTIMATORS: [&str; 3] = ["", "m1", "m2"];
+const PERIODS: [u64; 8] = [1, 2, 5, 10, 30, 60, 3600, 86400];
+const KEYS: [&str; 4] = ["k0", "k1", "k2", "k3"];
+
+/// What an operation is drawn from.
+pub struct Gen {
+    pub rng: StdRng,
+    /// Global, tenant and user limits now.
+    pub config: [LevelPlan; 3],
+    /// Every reservation sent, settled or not, allowed or not.
+    pub issued: Vec<ReservePlan>,
+    /// The ids of reservations a store took (live, settled or lapsed), with
+    /// their lease expiry (µs) as last reserved or renewed.
+    pub taken: Vec<(ReservationId, i64)>,
+    /// How often the configuration changes, beyond the usual few percent.
+    pub churn: f64,
+    /// Crowded with long leases: bursts of reservations, generous buckets.
+    pub crowd: bool,
+}
+
+fn pick<'a, T>(rng: &mut StdRng, items: &'a [T]) -> &'a T {
+    &items[rng.random_range(0..items.len())]
+}
+
+/// Random limits for one level; sometimes none at all.
+pub fn level_plan(rng: &mut StdRng, level: Level) -> LevelPlan {
+    if rng.random_bool(0.15) {
+        return LevelPlan {
+            level,
+            buckets: Vec::new(),
+            concurrency: None,
+        };
+    }
+    let mut buckets = Vec::new();
+    for (dimension, small, large) in [
+        (Dimension::Requests, 1..=8u64, 9..=1000u64),
+        (Dimension::Tokens, 50..=3000, 3001..=2_000_000),
+    ] {
+        let mut periods = Vec::new();
+        for _ in 0..rng.random_range(0..=3) {
+            // Mostly the usual periods; any of 120 others, so that changed
+            // configurations leave more foreign buckets than a state keeps.
+            let period_secs = match rng.random_bool(0.5) {
+                true => *pick(rng, &PERIODS),
+                false => rng.random_range(1..=120),
+            };
+            if periods.contains(&period_secs) {
+                continue;
+            }
+            periods.push(period_secs);
+            let limit = if rng.random_bool(0.6) {
+                rng.random_range(small.clone())
+            } else {
+                rng.random_range(large.clone())
+            };
+            buckets.push(BucketSpec {
+                level,
+                dimension,
+                limit,
+                period_secs,
+            });
+        }
+    }
+    let concurrency = match rng.random_range(0..10) {
+        0..=3 => None,
+        4..=7 => Some(rng.random_range(1..=4)),
+        _ => Some(rng.random_range(20..=100)),
+    };
+    LevelPlan {
+        level,
+        buckets,
+        concurrency,
+    }
+}
+
+/// A lease or renewal length (ms): tiny ones lapse at once, long ones outlive
+/// retention.
+fn ttl_ms(rng: &mut StdRng) -> u64 {
+    match rng.random_range(0..4) {
+        0 => rng.random_range(1..=50),
+        1 | 2 => rng.random_range(100..=3000),
+        _ => rng.random_range(10_000..=60_000),
+    }
+}
+
+impl Gen {
+    /// The levels of (tenant, user) now: the limited ones for a reservation,
+    /// all of them (`keep_unlimited`) for a settlement.
+    pub fn levels(&self, user: bool, keep_unlimited: bool) -> Vec<LevelPlan> {
+        let n = if user { 3 } else { 2 };
+        self.config[..n]
+            .iter()
+            .filter(|l| keep_unlimited || !l.is_unlimited())
+            .cloned()
+            .collect()
+    }
+
+    fn id(&mut self, tenant: &str, user: Option<&str>, tier: &str, est: &str) -> ReservationId {
+        let mut id = ReservationId::generate(
+            TenantId::parse(tenant).unwrap(),
+            user.map(|u| UserId::parse(u).unwrap()),
+            tier.into(),
+            est.into(),
+        );
+        id.nonce = self.rng.random();
+        id
+    }
+
+    fn scope(&mut self) -> (&'static str, Option<&'static str>) {
+        let tenant = *pick(&mut self.rng, &TENANTS);
+        let user = if self.rng.random_bool(0.7) {
+            Some(*pick(&mut self.rng, &USERS[..2]))
+        } else {
+            None
+        };
+        (tenant, user)
+    }
+
+    /// A new request, or a retry of an earlier one under its idempotency key
+    /// (the same id, or a new id as the service gives a retried call).
+    fn reservation(&mut self) -> ReservePlan {
+        let keyed: Vec<&ReservePlan> = self
+            .issued
+            .iter()
+            .filter(|p| p.idempotency_key.is_some())
+            .collect();
+        if !keyed.is_empty() && self.rng.random_bool(0.12) {
+            let mut retry = (*pick(&mut self.rng, &keyed)).clone();
+            if self.rng.random_bool(0.5) {
+                retry.id.nonce = self.rng.random();
+            }
+            retry.levels = self.levels(retry.id.user.is_some(), false);
+            return retry;
+        }
+        let (tenant, user) = self.scope();
+        let tier = *pick(&mut self.rng, &TIERS);
+        let estimator = *pick(&mut self.rng, &ESTIMATORS);
+        let id = self.id(tenant, user, tier, estimator);
+        let levels = self.levels(user.is_some(), false);
+        // Sizes around the smallest token bucket, so most requests can fit.
+        let cap = levels
+            .iter()
+            .flat_map(|l| &l.buckets)
+            .filter(|b| b.dimension == Dimension::Tokens)
+            .map(|b| b.limit)
+            .min()
+            .unwrap_or(5000)
+            .clamp(2, 20_000);
+        let r = &mut self.rng;
+        let big = r.random_bool(0.1);
+        let prompt = match r.random_range(0..5) {
+            0 => 0,
+            _ if big => r.random_range(0..=cap * 2),
+            _ => r.random_range(1..=cap / 3),
+        };
+        let max_output = match big {
+            true => r.random_range(1..=cap * 2),
+            false => r.random_range(1..=(cap / 3).max(1)),
+        };
+        let min_output = if r.random_bool(0.3) {
+            r.random_range(1..=max_output)
+        } else {
+            max_output
+        };
+        let estimated = if estimator.is_empty() {
+            0
+        } else {
+            r.random_range(1..=3000)
+        };
+        let key = r
+            .random_bool(0.35)
+            .then(|| IdempotencyKey::parse(KEYS[r.random_range(0..KEYS.len())]).unwrap());
+        ReservePlan {
+            levels,
+            prompt_tokens: prompt,
+            max_output_tokens: max_output,
+            min_output_tokens: min_output,
+            estimated_prompt_tokens: estimated,
+            lease_ttl_ms: ttl_ms(&mut self.rng),
+            idempotency_key: key,
+            fingerprint: self.rng.random_range(0..4),
+            id,
+        }
+    }
+
+    /// An id to settle or renew: mostly one issued (live, settled or lapsed),
+    /// sometimes a hostile one — unknown, edited, or another owner's.
+    /// Often the one whose lease lapses nearest to now: the clock tends to
+    /// land on lease expiries, and this settles or renews right at them.
+    fn target(&mut self, now: i64) -> ReservationId {
+        if self.issued.is_empty() || self.rng.random_bool(0.15) {
+            return self.hostile();
+        }
+        if !self.taken.is_empty() && self.rng.random_bool(0.3) {
+            let nearest = self.taken.iter().min_by_key(|(_, e)| (e - now).abs());
+            return nearest.unwrap().0.clone();
+        }
+        if !self.taken.is_empty() && self.rng.random_bool(0.8) {
+            return pick(&mut self.rng, &self.taken).0.clone();
+        }
+        pick(&mut self.rng, &self.issued).id.clone()
+    }
+
+    fn hostile(&mut self) -> ReservationId {
+        let (tenant, user) = self.scope();
+        if self.issued.is_empty() {
+            return self.id(tenant, user, "t", "");
+        }
+        let i = self.rng.random_range(0..self.issued.len());
+        let mut id = self.issued[i].id.clone();
+        match self.rng.random_range(0..6) {
+            0 => return self.id(tenant, user, "t", ""),
+            1 => id.user = Some(UserId::parse(USERS[2]).unwrap()),
+            2 => id.user = None,
+            3 => id.tier = "other".into(),
+            4 => id.tenant = TenantId::parse(tenant).unwrap(),
+            _ => id.nonce[self.rng.random_range(0..16)] ^= 1,
+        }
+        id
+    }
+
+    /// The next operation; `expiries` are instants (µs) worth landing on
+    /// exactly: key and lease expiries.
+    pub fn next(&mut self, now: i64, expiries: &[i64]) -> Op {
+        if self.rng.random_bool(self.churn) {
+            let level = *pick(&mut self.rng, &[Level::Global, Level::Tenant, Level::User]);
+            return Op::Reconfigure(level, level_plan(&mut self.rng, level));
+        }
+        if self.crowd && self.rng.random_bool(0.2) {
+            let n = self.rng.random_range(10..=40);
+            let mut plans: Vec<ReservePlan> = (0..n).map(|_| self.reservation()).collect();
+            for p in &mut plans {
+                p.lease_ttl_ms = self.rng.random_range(20_000..=60_000);
+            }
+            return Op::Reserve(plans);
+        }
+        if self.crowd && self.rng.random_bool(0.3) {
+            let (tenant, user) = self.scope();
+            return Op::Status {
+                tenant: TenantId::parse(tenant).unwrap(),
+                user: user.map(|u| UserId::parse(u).unwrap()),
+                levels: self.levels(user.is_some(), false),
+                exact: true,
+            };
+        }
+        match self.rng.random_range(0..100) {
+            0..=29 => Op::Reserve(vec![self.reservation()]),
+            30..=32 => {
+                let n = self.rng.random_range(5..=25);
+                Op::Reserve((0..n).map(|_| self.reservation()).collect())
+            }
+            33..=44 => {
+                let id = self.target(now);
+                let levels = self.levels(id.user.is_some(), true);
+                let r = &mut self.rng;
+                let actual = match r.random_range(0..5) {
+                    0 => 0,
+                    1 => r.random_range(1..=100),
+                    2 => r.random_range(100..=3000),
+                    3 => r.random_range(3000..=50_000),
+                    _ => r.random_range(0..=5_000_000),
+                };
+                let prompt = match r.random_range(0..3) {
+                    0 => 0,
+                    _ => r.random_range(0..=actual),
+                };
+                Op::Commit {
+                    id,
+                    levels,
+                    actual,
+                    prompt,
+                }
+            }
+            45..=51 => {
+                let id = self.target(now);
+                let levels = self.levels(id.user.is_some(), true);
+                Op::Refund { id, levels }
+            }
+            52..=60 => {
+                let id = self.target(now);
+                let levels = self.levels(id.user.is_some(), true);
+                let ttl_ms = ttl_ms(&mut self.rng);
+                Op::Renew { id, levels, ttl_ms }
+            }
+            61..=71 => {
+                let (tenant, user) = self.scope();
+                let keep_unlimited = self.rng.random_bool(0.3);
+                Op::Status {
+                    tenant: TenantId::parse(tenant).unwrap(),
+                    user: user.map(|u| UserId::parse(u).unwrap()),
+                    levels: self.levels(user.is_some(), keep_unlimited),
+                    exact: self.rng.random_bool(0.6),
+                }
+            }
+            72..=73 => Op::Samples(ESTIMATORS.iter().map(|s| s.to_string()).collect()),
+            74..=95 => Op::Advance(self.advance(now, expiries)),
+            _ => {
+                let level = *pick(&mut self.rng, &[Level::Global, Level::Tenant, Level::User]);
+                Op::Reconfigure(level, level_plan(&mut self.rng, level))
+            }
+        }
+    }
+
+    /// How far to move the clock: a little, past refills and leases, past
+    /// retention, or onto an expiry exactly (or a µs either side).
+    fn advance(&mut self, now: i64, expiries: &[i64]) -> i64 {
+        let future: Vec<i64> = expiries.iter().copied().filter(|&e| e > now).collect();
+        let r = &mut self.rng;
+        match r.random_range(0..10) {
+            0 => r.random_range(0..=2_000),
+            1..=3 => r.random_range(1_000..=2_000_000),
+            4..=5 => r.random_range(2_000_000..=30_000_000),
+            6 => r.random_range(30_000_000..=600_000_000),
+            _ if future.is_empty() => r.random_range(1_000..=5_000_000),
+            _ => (pick(r, &future) - now + r.random_range(-1..=1)).max(0),
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! The stores through the [`ctxbudget::store::Store`] trait, in one test
+//! binary (one link of the library):
+//!
+//! - `differential`: random operation sequences on the memory store and on a
+//!   real Redis, every reply, status read and key compared exactly;
+//! - `suite`: one behaviour per test, generated for both stores
+//!   (`suite::memory::<test>` and `suite::redis::<test>`);
+//! - `memory_store`, `redis_store`: what only one store shows;
+//! - `properties`: invariants of the budget arithmetic (proptest).
+//!
+//! Run one part with `cargo nextest run --test store -E 'test(/^differential::/)'`.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod differential;
+mod memory_store;
+mod properties;
+mod redis_store;
+mod suite;

@@ -1,0 +1,645 @@
+//! One conformance suite over every store, through the [`Store`] trait: each
+//! behaviour is one generic function, and [`suite!`] generates
+//! `suite::memory::<test>` and `suite::redis::<test>` for it (limitador's
+//! `test_with_all_storage_impls!`). The end-to-end suite in
+//! `tests/service/conformance.rs` checks the same over gRPC; this one pins the
+//! store arithmetic itself, without a server.
+//!
+//! Time is the test's: the memory store runs on a [`ManualClock`], the Redis
+//! store reads the same instant from a clock key
+//! ([`RedisStore::with_clock_key`]), so time passes without sleeping. Every
+//! Redis TTL here is far longer than a test runs.
+
+use crate::support::RedisServer;
+use ctxbudget::domain::bucket::BucketSpec;
+use ctxbudget::domain::{
+    Clock, Dimension, IdempotencyKey, Level, LevelPlan, ManualClock, Reading, ReservationId,
+    ReservePlan, TenantId, UserId,
+};
+use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
+use ctxbudget::store::memory::MemoryStore;
+use ctxbudget::store::redis::{RedisSettings, RedisStore};
+use ctxbudget::store::{
+    EXACT_LEASES, RenewReply, ReserveReply, Retention, Scope, SettleReply, Settled, Settlement,
+    Store,
+};
+use std::time::Duration;
+
+/// Generates, for each behaviour `name`, `memory::name` and `redis::name`.
+macro_rules! suite {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(&super::Ctx::memory()).await
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(&super::Ctx::redis().await).await
+                }
+            )*
+        }
+    };
+}
+
+suite!(
+    an_allowed_reservation_reports_every_check,
+    a_denial_names_the_check_and_changes_nothing,
+    buckets_refill_continuously,
+    commit_returns_surplus_and_charges_overage_as_debt,
+    refund_returns_request_tokens_and_slot,
+    settling_twice_answers_already_settled,
+    idempotency_replays_conflicts_and_spends,
+    lapsed_leases_free_their_slots_and_are_counted,
+    renewal_keeps_the_slot_and_reports_every_state,
+    hostile_ids_settle_nothing,
+    reduced_output_grants_what_fits,
+    commits_feed_estimator_samples_newest_first,
+    status_reports_the_earliest_lease_exactly,
+    an_exact_status_reads_up_to_exact_leases_whole,
+);
+
+const RETENTION: Retention = Retention {
+    record_ms: 600_000,
+    idempotency_ms: 600_000,
+    samples: 3,
+};
+const CLOCK_KEY: &str = "suite:clock";
+
+/// A store, the clock it reads, and (for Redis) the server behind it.
+struct Ctx<S> {
+    store: S,
+    clock: ManualClock,
+    redis: Option<(RedisServer, ::redis::Client)>,
+}
+
+impl Ctx<MemoryStore<ManualClock>> {
+    fn memory() -> Self {
+        let clock = ManualClock::new(1_800_000_000_000_000);
+        let keys = Keys::new(DEFAULT_PREFIX).unwrap();
+        Ctx {
+            store: MemoryStore::with_clock(keys, RETENTION, clock.clone()),
+            clock,
+            redis: None,
+        }
+    }
+}
+
+impl Ctx<RedisStore> {
+    async fn redis() -> Self {
+        let server = RedisServer::start();
+        let settings = RedisSettings {
+            url: server.url(),
+            pool: Default::default(),
+            connections: 2,
+            timeout: Duration::from_secs(10),
+            tls: Default::default(),
+        };
+        let keys = Keys::new(DEFAULT_PREFIX).unwrap();
+        let store = RedisStore::connect(&settings, keys, RETENTION)
+            .await
+            .unwrap()
+            .with_clock_key(CLOCK_KEY);
+        let client = ::redis::Client::open(server.url()).unwrap();
+        let ctx = Ctx {
+            store,
+            clock: ManualClock::new(1_800_000_000_000_000),
+            redis: Some((server, client)),
+        };
+        ctx.advance_ms(0).await;
+        ctx
+    }
+}
+
+impl<S: Store> Ctx<S> {
+    /// Moves time for both the memory clock and the Redis clock key.
+    async fn advance_ms(&self, ms: i64) {
+        self.clock.advance_us(ms * 1000);
+        if let Some((_, client)) = &self.redis {
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            ::redis::cmd("SET")
+                .arg(CLOCK_KEY)
+                .arg(self.clock.now_us())
+                .query_async::<()>(&mut conn)
+                .await
+                .unwrap();
+        }
+    }
+
+    async fn reserve(&self, plan: &ReservePlan) -> ReserveReply {
+        self.store.reserve(plan).await.unwrap()
+    }
+
+    async fn commit(&self, plan: &ReservePlan, actual: u64, prompt: u64) -> SettleReply {
+        let s = settlement(plan);
+        self.store.commit(s, actual, prompt).await.unwrap()
+    }
+
+    async fn refund(&self, plan: &ReservePlan) -> SettleReply {
+        self.store.refund(settlement(plan)).await.unwrap()
+    }
+
+    async fn renew(&self, plan: &ReservePlan, ttl_ms: u64) -> RenewReply {
+        self.store.renew(settlement(plan), ttl_ms).await.unwrap()
+    }
+
+    /// The readings of `plan`'s levels, exact.
+    async fn status(&self, plan: &ReservePlan) -> Vec<Reading> {
+        let scope = Scope {
+            tenant: &plan.id.tenant,
+            user: plan.id.user.as_ref(),
+        };
+        self.store.status(scope, &plan.levels, true).await.unwrap()
+    }
+}
+
+fn settlement(plan: &ReservePlan) -> Settlement<'_> {
+    Settlement {
+        id: &plan.id,
+        levels: &plan.levels,
+    }
+}
+
+/// The user level of `user`: requests and tokens per minute, a concurrency limit.
+fn user_level(requests: u64, tokens: u64, concurrency: Option<u64>) -> LevelPlan {
+    let bucket = |dimension, limit| BucketSpec {
+        level: Level::User,
+        dimension,
+        limit,
+        period_secs: 60,
+    };
+    LevelPlan {
+        level: Level::User,
+        buckets: vec![
+            bucket(Dimension::Requests, requests),
+            bucket(Dimension::Tokens, tokens),
+        ],
+        concurrency,
+    }
+}
+
+/// A reservation of `prompt` + `output` tokens by `user` of tenant acme.
+fn plan(user: &str, levels: Vec<LevelPlan>, prompt: u64, output: u64) -> ReservePlan {
+    ReservePlan {
+        id: ReservationId::generate(
+            TenantId::parse("acme").unwrap(),
+            Some(UserId::parse(user).unwrap()),
+            "t".into(),
+            String::new(),
+        ),
+        levels,
+        prompt_tokens: prompt,
+        max_output_tokens: output,
+        min_output_tokens: output,
+        estimated_prompt_tokens: 0,
+        lease_ttl_ms: 30_000,
+        idempotency_key: None,
+        fingerprint: 7,
+    }
+}
+
+fn bucket(milli: i64) -> Reading {
+    Reading::Bucket { milli }
+}
+
+fn allowed(reply: &ReserveReply) -> bool {
+    matches!(reply, ReserveReply::Allowed { .. })
+}
+
+async fn an_allowed_reservation_reports_every_check<S: Store>(c: &Ctx<S>) {
+    let p = plan("alice", vec![user_level(10, 1000, Some(2))], 100, 50);
+    let ReserveReply::Allowed {
+        readings,
+        granted_output,
+        reclaimed,
+    } = c.reserve(&p).await
+    else {
+        panic!("allowed");
+    };
+    assert_eq!(granted_output, 50);
+    assert_eq!(reclaimed, Default::default());
+    let lease = Reading::Concurrency {
+        active: 1,
+        earliest_expiry_ms: 30_000,
+    };
+    assert_eq!(readings, vec![bucket(9_000), bucket(850_000), lease]);
+    assert_eq!(c.status(&p).await, readings, "status reads what was taken");
+}
+
+async fn a_denial_names_the_check_and_changes_nothing<S: Store>(c: &Ctx<S>) {
+    let levels = vec![user_level(2, 1000, None)];
+    for _ in 0..2 {
+        assert!(allowed(
+            &c.reserve(&plan("alice", levels.clone(), 10, 10)).await
+        ));
+    }
+    let p = plan("alice", levels, 10, 10);
+    let before = c.status(&p).await;
+    let ReserveReply::Denied {
+        readings,
+        denied_mask,
+        ..
+    } = c.reserve(&p).await
+    else {
+        panic!("the request bucket is empty");
+    };
+    assert_eq!(denied_mask, 1, "check 0: the request bucket");
+    assert_eq!(readings, before);
+    assert_eq!(c.status(&p).await, before, "a denial takes nothing");
+    assert_eq!(
+        c.refund(&p).await,
+        SettleReply::NotFound,
+        "nor leaves a record"
+    );
+}
+
+async fn buckets_refill_continuously<S: Store>(c: &Ctx<S>) {
+    let p = plan("alice", vec![user_level(60, 6000, None)], 5990, 10);
+    assert!(allowed(&c.reserve(&p).await));
+    assert_eq!(c.status(&p).await, vec![bucket(59_000), bucket(0)]);
+    c.advance_ms(15_000).await;
+    assert_eq!(c.status(&p).await, vec![bucket(60_000), bucket(1_500_000)]);
+    c.advance_ms(600_000).await;
+    assert_eq!(c.status(&p).await, vec![bucket(60_000), bucket(6_000_000)]);
+}
+
+async fn commit_returns_surplus_and_charges_overage_as_debt<S: Store>(c: &Ctx<S>) {
+    let levels = vec![user_level(10, 1000, None)];
+    let a = plan("alice", levels.clone(), 100, 100);
+    assert!(allowed(&c.reserve(&a).await));
+    let applied = |delta| SettleReply::Applied {
+        settled: Settled::Committed(delta),
+        estimated_prompt_tokens: 0,
+    };
+    assert_eq!(c.commit(&a, 50, 40).await, applied(-150));
+    assert_eq!(c.status(&a).await[1], bucket(950_000));
+    let b = plan("alice", levels, 100, 100);
+    assert!(allowed(&c.reserve(&b).await));
+    assert_eq!(c.commit(&b, 1_000_000, 0).await, applied(999_800));
+    assert_eq!(c.status(&b).await[1], bucket(-999_050_000), "debt");
+}
+
+async fn refund_returns_request_tokens_and_slot<S: Store>(c: &Ctx<S>) {
+    let p = plan("alice", vec![user_level(1, 100, Some(1))], 60, 40);
+    assert!(allowed(&c.reserve(&p).await));
+    let q = plan("alice", p.levels.clone(), 60, 40);
+    assert!(!allowed(&c.reserve(&q).await));
+    let refunded = SettleReply::Applied {
+        settled: Settled::Refunded(100),
+        estimated_prompt_tokens: 0,
+    };
+    assert_eq!(c.refund(&p).await, refunded);
+    let idle = Reading::Concurrency {
+        active: 0,
+        earliest_expiry_ms: 0,
+    };
+    assert_eq!(
+        c.status(&p).await,
+        vec![bucket(1000), bucket(100_000), idle]
+    );
+    assert!(allowed(&c.reserve(&q).await));
+}
+
+async fn settling_twice_answers_already_settled<S: Store>(c: &Ctx<S>) {
+    let levels = vec![user_level(10, 1000, Some(5))];
+    let a = plan("alice", levels.clone(), 10, 10);
+    let b = plan("alice", levels, 10, 10);
+    assert!(allowed(&c.reserve(&a).await));
+    assert!(allowed(&c.reserve(&b).await));
+    assert!(matches!(
+        c.commit(&a, 30, 0).await,
+        SettleReply::Applied { .. }
+    ));
+    assert!(matches!(c.refund(&b).await, SettleReply::Applied { .. }));
+    let after = c.status(&a).await;
+    let committed = SettleReply::AlreadySettled(Settled::Committed(10));
+    assert_eq!(c.commit(&a, 500, 0).await, committed);
+    assert_eq!(c.refund(&a).await, committed);
+    let refunded = SettleReply::AlreadySettled(Settled::Refunded(20));
+    assert_eq!(c.commit(&b, 5, 0).await, refunded);
+    assert_eq!(c.status(&a).await, after, "repeats change nothing");
+}
+
+async fn idempotency_replays_conflicts_and_spends<S: Store>(c: &Ctx<S>) {
+    let keyed = |fingerprint| ReservePlan {
+        idempotency_key: Some(IdempotencyKey::parse("k").unwrap()),
+        fingerprint,
+        ..plan("alice", vec![user_level(10, 1000, Some(5))], 10, 10)
+    };
+    let first = keyed(1);
+    assert!(allowed(&c.reserve(&first).await));
+    c.advance_ms(1_000).await;
+    let ReserveReply::Replayed {
+        nonce,
+        tokens,
+        lease_expires_in_ms,
+        readings,
+        ..
+    } = c.reserve(&keyed(1)).await
+    else {
+        panic!("a retry replays");
+    };
+    assert_eq!(
+        (nonce, tokens, lease_expires_in_ms),
+        (first.id.nonce_b64(), 20, 29_000)
+    );
+    assert_eq!(readings, c.status(&first).await, "nothing taken twice");
+    assert_eq!(
+        c.reserve(&keyed(2)).await,
+        ReserveReply::IdempotencyConflict
+    );
+    assert!(matches!(
+        c.commit(&first, 20, 0).await,
+        SettleReply::Applied { .. }
+    ));
+    let spent = ReserveReply::IdempotencySpent { settled: true };
+    assert_eq!(c.reserve(&keyed(1)).await, spent);
+}
+
+async fn lapsed_leases_free_their_slots_and_are_counted<S: Store>(c: &Ctx<S>) {
+    let levels = vec![user_level(100, 100_000, Some(3))];
+    let short = |ms| ReservePlan {
+        lease_ttl_ms: ms,
+        ..plan("alice", levels.clone(), 1, 1)
+    };
+    for ms in [100, 100, 5_000] {
+        assert!(allowed(&c.reserve(&short(ms)).await));
+    }
+    assert!(!allowed(&c.reserve(&short(100)).await), "three slots taken");
+    c.advance_ms(100).await;
+    let reply = c.reserve(&short(100)).await;
+    assert!(allowed(&reply), "two leases lapsed exactly now: {reply:?}");
+    assert_eq!(reply.reclaimed().at(Level::User), 2);
+}
+
+async fn renewal_keeps_the_slot_and_reports_every_state<S: Store>(c: &Ctx<S>) {
+    let levels = vec![user_level(100, 100_000, Some(1))];
+    let p = ReservePlan {
+        lease_ttl_ms: 1_000,
+        ..plan("alice", levels.clone(), 1, 1)
+    };
+    assert!(allowed(&c.reserve(&p).await));
+    c.advance_ms(900).await;
+    let renewed = RenewReply::Renewed {
+        expires_in_ms: 2_000,
+    };
+    assert_eq!(c.renew(&p, 2_000).await, renewed);
+    c.advance_ms(1_500).await;
+    let other = plan("alice", levels.clone(), 1, 1);
+    assert!(
+        !allowed(&c.reserve(&other).await),
+        "the renewed lease holds"
+    );
+    c.advance_ms(500).await;
+    assert_eq!(
+        c.renew(&p, 2_000).await,
+        RenewReply::Expired,
+        "lapsed exactly now"
+    );
+    let q = plan("alice", levels, 1, 1);
+    assert!(allowed(&c.reserve(&q).await));
+    assert!(matches!(c.refund(&q).await, SettleReply::Applied { .. }));
+    assert_eq!(c.renew(&q, 2_000).await, RenewReply::AlreadySettled);
+    let unknown = plan("alice", q.levels.clone(), 1, 1);
+    assert_eq!(c.renew(&unknown, 2_000).await, RenewReply::NotFound);
+}
+
+async fn hostile_ids_settle_nothing<S: Store>(c: &Ctx<S>) {
+    let p = plan("alice", vec![user_level(10, 1000, Some(1))], 10, 10);
+    assert!(allowed(&c.reserve(&p).await));
+    let before = c.status(&p).await;
+    let mut other_tier = p.clone();
+    other_tier.id.tier = "gold".into();
+    let mut other_user = p.clone();
+    other_user.id.user = Some(UserId::parse("mallory").unwrap());
+    let mut edited = p.clone();
+    edited.id.nonce[0] ^= 1;
+    for forged in [other_tier, other_user, edited] {
+        assert_eq!(c.commit(&forged, 0, 0).await, SettleReply::NotFound);
+        assert_eq!(c.refund(&forged).await, SettleReply::NotFound);
+        assert_eq!(c.renew(&forged, 5_000).await, RenewReply::NotFound);
+    }
+    assert_eq!(c.status(&p).await, before, "nothing moved");
+    assert!(matches!(c.refund(&p).await, SettleReply::Applied { .. }));
+}
+
+async fn reduced_output_grants_what_fits<S: Store>(c: &Ctx<S>) {
+    let levels = vec![user_level(10, 1000, None)];
+    assert!(allowed(
+        &c.reserve(&plan("alice", levels.clone(), 700, 0)).await
+    ));
+    let p = ReservePlan {
+        min_output_tokens: 100,
+        ..plan("alice", levels.clone(), 100, 500)
+    };
+    let ReserveReply::Allowed { granted_output, .. } = c.reserve(&p).await else {
+        panic!("200 output tokens fit");
+    };
+    assert_eq!(granted_output, 200);
+    let q = ReservePlan {
+        min_output_tokens: 1,
+        ..plan("alice", levels, 1, 500)
+    };
+    assert!(!allowed(&c.reserve(&q).await), "nothing left");
+}
+
+async fn commits_feed_estimator_samples_newest_first<S: Store>(c: &Ctx<S>) {
+    let estimated = |user: &str| {
+        let mut p = plan(user, vec![user_level(10, 100_000, None)], 100, 10);
+        p.id.estimator = "gpt".into();
+        p.estimated_prompt_tokens = 100;
+        p
+    };
+    for actual in [110, 120, 130, 140] {
+        let p = estimated("alice");
+        assert!(allowed(&c.reserve(&p).await));
+        let SettleReply::Applied {
+            estimated_prompt_tokens,
+            ..
+        } = c.commit(&p, actual + 10, actual).await
+        else {
+            panic!("committed");
+        };
+        assert_eq!(estimated_prompt_tokens, 100);
+    }
+    let caller_counted = plan("alice", vec![user_level(10, 100_000, None)], 100, 10);
+    assert!(allowed(&c.reserve(&caller_counted).await));
+    c.commit(&caller_counted, 500, 490).await;
+    let keys = ["gpt".to_string(), "none".to_string()];
+    let samples = c.store.estimator_samples(&keys).await.unwrap();
+    assert_eq!(samples, vec![vec![1.4, 1.3, 1.2], vec![]], "window of 3");
+}
+
+async fn status_reports_the_earliest_lease_exactly<S: Store>(c: &Ctx<S>) {
+    let levels = vec![user_level(100, 100_000, Some(5))];
+    let leased = |ms| ReservePlan {
+        lease_ttl_ms: ms,
+        ..plan("alice", levels.clone(), 1, 1)
+    };
+    let first = leased(3_000);
+    assert!(allowed(&c.reserve(&first).await));
+    assert!(allowed(&c.reserve(&leased(9_000)).await));
+    let soon = leased(1_000);
+    assert!(allowed(&c.reserve(&soon).await));
+    let lease = |active, ms| Reading::Concurrency {
+        active,
+        earliest_expiry_ms: ms,
+    };
+    assert_eq!(c.status(&first).await[2], lease(3, 1_000));
+    assert!(matches!(c.refund(&soon).await, SettleReply::Applied { .. }));
+    c.advance_ms(500).await;
+    assert_eq!(
+        c.status(&first).await[2],
+        lease(2, 2_500),
+        "the next live one"
+    );
+}
+
+async fn an_exact_status_reads_up_to_exact_leases_whole<S: Store>(c: &Ctx<S>) {
+    let levels = vec![user_level(1000, 1_000_000, Some(100))];
+    let n = EXACT_LEASES;
+    let leases: Vec<ReservePlan> = (0..=n)
+        .map(|i| ReservePlan {
+            lease_ttl_ms: 10_000 + i,
+            ..plan("alice", levels.clone(), 1, 1)
+        })
+        .collect();
+    for p in &leases {
+        assert!(allowed(&c.reserve(p).await));
+    }
+    // The earliest lease goes: the level's bound (10 000 ms) is now stale.
+    assert!(matches!(
+        c.refund(&leases[0]).await,
+        SettleReply::Applied { .. }
+    ));
+    let exact = Reading::Concurrency {
+        active: n,
+        earliest_expiry_ms: 10_001,
+    };
+    assert_eq!(
+        c.status(&leases[1]).await[2],
+        exact,
+        "{n} leases: read whole"
+    );
+    let more = ReservePlan {
+        lease_ttl_ms: 20_000,
+        ..plan("alice", levels, 1, 1)
+    };
+    assert!(allowed(&c.reserve(&more).await));
+    let bound = Reading::Concurrency {
+        active: n + 1,
+        earliest_expiry_ms: 10_000,
+    };
+    assert_eq!(
+        c.status(&more).await[2],
+        bound,
+        "more: the stored lower bound"
+    );
+}
+
+/// Known bug (issue 11), ignored until fixed: a reserve at the same instant
+/// as another configuration's reserve on the same level, when the level then
+/// holds more than `MAX_FOREIGN` (16) buckets this call does not know, must
+/// keep this call's buckets and the 16 most recent others. Today the memory
+/// store panics in `drop_foreign` (src/domain/budget/reserve.rs: the buckets
+/// touched this instant are left out of `times`, so `times[MAX_FOREIGN - 1]`
+/// is out of bounds) — losing the levels it had taken out of its map — and
+/// reserve.lua fails comparing with `ts[MAX_FOREIGN]`, nil when fewer than 16
+/// buckets are older than now, after writing the levels before the failing one.
+async fn foreign_buckets_touched_this_instant_are_kept<S: Store>(c: &Ctx<S>) {
+    let requests = |periods: std::ops::RangeInclusive<u64>| {
+        vec![LevelPlan {
+            level: Level::User,
+            buckets: periods
+                .map(|period_secs| BucketSpec {
+                    level: Level::User,
+                    dimension: Dimension::Requests,
+                    limit: 10,
+                    period_secs,
+                })
+                .collect(),
+            concurrency: None,
+        }]
+    };
+    assert!(allowed(
+        &c.reserve(&plan("alice", requests(1..=5), 1, 1)).await
+    ));
+    c.advance_ms(1).await;
+    assert!(allowed(
+        &c.reserve(&plan("alice", requests(6..=17), 1, 1)).await
+    ));
+    // 17 buckets, 12 of them touched now; one more configuration, same instant.
+    let other = plan("alice", requests(100..=100), 1, 1);
+    assert!(
+        allowed(&c.reserve(&other).await),
+        "same instant, new limits"
+    );
+    c.advance_ms(1).await;
+    assert!(allowed(&c.reserve(&other).await));
+}
+
+mod known_bugs {
+    use super::*;
+
+    /// Known bug (issue 11), ignored until fixed: `MemoryStore::estimator_samples`
+    /// does not check the samples key's expiry, so until the next sweep (at most
+    /// a second of store time) it still answers samples Redis has expired. The
+    /// differential test finds it in long runs (e.g. seed 209387982 of the
+    /// generator at commit dcedc6e). Memory only: Redis expires by its own clock.
+    #[tokio::test]
+    #[ignore = "known bug: memory estimator_samples reads expired samples (issue 11)"]
+    async fn memory_estimator_samples_expire_with_their_key() {
+        let c = Ctx::memory();
+        let mut p = plan("alice", vec![user_level(10, 100_000, None)], 100, 10);
+        p.id.estimator = "gpt".into();
+        p.estimated_prompt_tokens = 100;
+        assert!(allowed(&c.reserve(&p).await));
+        c.commit(&p, 120, 110).await;
+        let thirty_days_ms = 2_592_000_000;
+        c.advance_ms(thirty_days_ms - 500).await;
+        let _ = c.status(&p).await; // a sweep: the next one is a second away
+        c.advance_ms(600).await;
+        let samples = c.store.estimator_samples(&["gpt".into()]).await.unwrap();
+        assert_eq!(samples, vec![Vec::<f64>::new()], "expired 100 ms ago");
+    }
+
+    /// The same bug's other face: a sample committed then is pushed onto the
+    /// expired list, which lives on with it (Redis starts a new list).
+    #[tokio::test]
+    #[ignore = "known bug: memory settle pushes onto expired samples (issue 11)"]
+    async fn memory_a_sample_after_expiry_starts_a_new_list() {
+        let c = Ctx::memory();
+        let estimated = || {
+            let mut p = plan("alice", vec![user_level(10, 100_000, None)], 100, 10);
+            p.id.estimator = "gpt".into();
+            p.estimated_prompt_tokens = 100;
+            p
+        };
+        let (first, second) = (estimated(), estimated());
+        assert!(allowed(&c.reserve(&first).await));
+        c.commit(&first, 120, 110).await;
+        c.advance_ms(2_592_000_000 - 500).await;
+        assert!(allowed(&c.reserve(&second).await)); // a sweep
+        c.advance_ms(600).await;
+        c.commit(&second, 130, 120).await;
+        let samples = c.store.estimator_samples(&["gpt".into()]).await.unwrap();
+        assert_eq!(samples, vec![vec![1.2]], "the expired 1.1 is gone");
+    }
+
+    #[tokio::test]
+    #[ignore = "known bug: drop_foreign panics (issue 11)"]
+    async fn memory_foreign_buckets_touched_this_instant_are_kept() {
+        super::foreign_buckets_touched_this_instant_are_kept(&super::Ctx::memory()).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "known bug: reserve.lua fails on ts[MAX_FOREIGN] (issue 11)"]
+    async fn redis_foreign_buckets_touched_this_instant_are_kept() {
+        super::foreign_buckets_touched_this_instant_are_kept(&super::Ctx::redis().await).await
+    }
+}
