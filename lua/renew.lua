@@ -1,6 +1,6 @@
 #!lua
 -- renew.lua: extend (or shorten) a live reservation's concurrency lease. The
--- Redis port of src/domain/budget/renew.rs, held to it by tests/differential.rs;
+-- Redis port of src/domain/budget/renew.rs, held to it by tests/store/differential/;
 -- state layout as in reserve.lua. build.rs prepends the constants in capitals
 -- (src/domain/budget/layout.rs) and clock_us().
 --

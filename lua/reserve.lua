@@ -1,7 +1,7 @@
 #!lua
 -- reserve.lua: take one request, the prompt and output tokens and a concurrency
 -- lease at every level, all or nothing. The Redis port of the one algorithm,
--- src/domain/budget/reserve.rs, held to it by tests/differential.rs; state layout
+-- src/domain/budget/reserve.rs, held to it by tests/store/differential/; state layout
 -- in src/domain/budget/state.rs. build.rs prepends the constants in capitals
 -- (src/domain/budget/layout.rs) and clock_us().
 --

@@ -1,7 +1,7 @@
 #!lua
 -- settle.lua: Commit (the real usage) or Refund (nothing used) one reservation.
 -- The Redis port of src/domain/budget/settle.rs, held to it by
--- tests/differential.rs; state layout as in reserve.lua. build.rs prepends the
+-- tests/store/differential/; state layout as in reserve.lua. build.rs prepends the
 -- constants in capitals (src/domain/budget/layout.rs) and clock_us().
 --
 -- KEYS[1..n]  level hashes of the reservation, outermost first (every level, limited or not)

@@ -1,6 +1,6 @@
 #!lua flags=no-writes
 -- status.lua: read the budgets of some levels without changing anything. The
--- Redis port of src/domain/budget/status.rs, held to it by tests/differential.rs;
+-- Redis port of src/domain/budget/status.rs, held to it by tests/store/differential/;
 -- state layout as in reserve.lua. build.rs prepends the constants in capitals
 -- (src/domain/budget/layout.rs) and clock_us().
 --

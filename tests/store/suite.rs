@@ -62,6 +62,7 @@ suite!(
     commits_feed_estimator_samples_newest_first,
     status_reports_the_earliest_lease_exactly,
     an_exact_status_reads_up_to_exact_leases_whole,
+    foreign_buckets_touched_this_instant_are_kept,
 );
 
 const RETENTION: Retention = Retention {
@@ -542,15 +543,12 @@ async fn an_exact_status_reads_up_to_exact_leases_whole<S: Store>(c: &Ctx<S>) {
     );
 }
 
-/// Known bug (issue 11), ignored until fixed: a reserve at the same instant
-/// as another configuration's reserve on the same level, when the level then
-/// holds more than `MAX_FOREIGN` (16) buckets this call does not know, must
-/// keep this call's buckets and the 16 most recent others. Today the memory
-/// store panics in `drop_foreign` (src/domain/budget/reserve.rs: the buckets
-/// touched this instant are left out of `times`, so `times[MAX_FOREIGN - 1]`
-/// is out of bounds) — losing the levels it had taken out of its map — and
-/// reserve.lua fails comparing with `ts[MAX_FOREIGN]`, nil when fewer than 16
-/// buckets are older than now, after writing the levels before the failing one.
+/// A reserve in the instant another configuration's reserve touched the same
+/// level, when the level then holds more than `MAX_FOREIGN` (16) buckets this
+/// call does not know, keeps every bucket touched this instant and the 16 most
+/// recent others. (It once panicked in the memory store and failed in
+/// reserve.lua, after writing the levels before the failing one: the
+/// differential test found it.)
 async fn foreign_buckets_touched_this_instant_are_kept<S: Store>(c: &Ctx<S>) {
     let requests = |periods: std::ops::RangeInclusive<u64>| {
         vec![LevelPlan {
@@ -583,16 +581,14 @@ async fn foreign_buckets_touched_this_instant_are_kept<S: Store>(c: &Ctx<S>) {
     assert!(allowed(&c.reserve(&other).await));
 }
 
-mod known_bugs {
+/// Expiry the memory store must keep itself between its once-a-second sweeps
+/// (Redis expires by its own clock, which the test clock does not move). The
+/// differential test found both in long runs (seed 209387982 at dcedc6e).
+mod memory_only {
     use super::*;
 
-    /// Known bug (issue 11), ignored until fixed: `MemoryStore::estimator_samples`
-    /// does not check the samples key's expiry, so until the next sweep (at most
-    /// a second of store time) it still answers samples Redis has expired. The
-    /// differential test finds it in long runs (e.g. seed 209387982 of the
-    /// generator at commit dcedc6e). Memory only: Redis expires by its own clock.
+    /// Estimator samples expire with their key, sweep or no sweep.
     #[tokio::test]
-    #[ignore = "known bug: memory estimator_samples reads expired samples (issue 11)"]
     async fn memory_estimator_samples_expire_with_their_key() {
         let c = Ctx::memory();
         let mut p = plan("alice", vec![user_level(10, 100_000, None)], 100, 10);
@@ -608,10 +604,9 @@ mod known_bugs {
         assert_eq!(samples, vec![Vec::<f64>::new()], "expired 100 ms ago");
     }
 
-    /// The same bug's other face: a sample committed then is pushed onto the
-    /// expired list, which lives on with it (Redis starts a new list).
+    /// A sample committed after its list expired starts a new list, as in
+    /// Redis; it is not pushed onto the expired one.
     #[tokio::test]
-    #[ignore = "known bug: memory settle pushes onto expired samples (issue 11)"]
     async fn memory_a_sample_after_expiry_starts_a_new_list() {
         let c = Ctx::memory();
         let estimated = || {
@@ -629,17 +624,5 @@ mod known_bugs {
         c.commit(&second, 130, 120).await;
         let samples = c.store.estimator_samples(&["gpt".into()]).await.unwrap();
         assert_eq!(samples, vec![vec![1.2]], "the expired 1.1 is gone");
-    }
-
-    #[tokio::test]
-    #[ignore = "known bug: drop_foreign panics (issue 11)"]
-    async fn memory_foreign_buckets_touched_this_instant_are_kept() {
-        super::foreign_buckets_touched_this_instant_are_kept(&super::Ctx::memory()).await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "known bug: reserve.lua fails on ts[MAX_FOREIGN] (issue 11)"]
-    async fn redis_foreign_buckets_touched_this_instant_are_kept() {
-        super::foreign_buckets_touched_this_instant_are_kept(&super::Ctx::redis().await).await
     }
 }

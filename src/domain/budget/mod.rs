@@ -3,7 +3,7 @@
 //! supplies only atomicity and persistence around them: the memory store calls
 //! them under its lock; the Lua scripts in `lua/` are their port to Redis,
 //! given the same [`layout`] by `build.rs` and held to these functions by the
-//! differential test (`tests/differential.rs`).
+//! differential test (`tests/store/differential/`).
 //!
 //! - [`layout`]: the constants and byte layout shared with the scripts.
 //! - [`state`]: a level's state (buckets, lease count) and its readings.

@@ -27,12 +27,6 @@
 //! The shortest TTL the scripts set is a second (`TTL_SLACK_US`, record
 //! retention), far longer than an operation and its dump take.
 //!
-//! # What is held back
-//! One known bug common to both stores (a reserve at the instant another
-//! configuration touched the level, past the foreign-bucket cap) would stop
-//! every run, so a configuration change here takes effect from the next µs;
-//! `suite::known_bugs` pins it until it is fixed.
-//!
 //! # Replaying a failure
 //! A mismatch panics with the case's seed, the operation index and the
 //! operations so far; `CTXBUDGET_DIFF_SEED=<seed> CTXBUDGET_DIFF_CASES=1`
@@ -392,16 +386,9 @@ async fn step(
                 Level::Tenant => 1,
                 Level::User => 2,
             };
+            // A new configuration applies at once, possibly in the instant
+            // another configuration's reserve touched the same level.
             g.config[i] = plan.clone();
-            // KNOWN BUG (reported in issue 11; `suite::*::
-            // foreign_buckets_touched_this_instant_are_kept`): a reserve at the
-            // instant another configuration's reserve touched the same level,
-            // with more foreign buckets than a state keeps, panics in
-            // `drop_foreign` (src/domain/budget/reserve.rs) and fails in
-            // reserve.lua (`ts[MAX_FOREIGN]` is nil). Until it is fixed, a new
-            // configuration applies from the next µs.
-            clock.advance_us(1);
-            db.set_clock(clock.now_us()).await;
         }
     }
     Ok(())
