@@ -120,15 +120,18 @@ impl<C: Clock> MemoryStore<C> {
         out
     }
 
-    /// reserve.lua, by [`crate::domain::budget::reserve`].
+    /// reserve.lua, by [`crate::domain::budget::reserve`]. Keys are built
+    /// before the lock is taken: the lock guards only the algorithm.
     fn reserve_now(&self, plan: &ReservePlan) -> ReserveReply {
-        let now = self.clock.now_us();
-        let mut d = self.lock(now);
         let id = &plan.id;
         let idem_key = plan
             .idempotency_key
             .as_ref()
             .map(|k| self.keys.idempotency(&id.tenant, k));
+        let level_keys = self.level_keys(scope_of(id), &plan.levels);
+        let (record_key, lease) = (self.keys.record(id), lease_field(id));
+        let now = self.clock.now_us();
+        let mut d = self.lock(now);
         let nonce = idem_key.as_ref().and_then(|k| d.idempotency_get(k, now));
         let earlier = nonce.as_ref().and_then(|nonce| {
             let earlier = id.with_nonce_b64(nonce)?;
@@ -140,20 +143,11 @@ impl<C: Clock> MemoryStore<C> {
         let earlier = earlier
             .as_ref()
             .map(|(nonce, record)| Earlier { nonce, record });
-        let keys = self.level_keys(scope_of(id), &plan.levels);
-        let mut levels = d.take_levels(&keys, now);
-        let out = reserve(
-            now,
-            plan,
-            earlier,
-            &mut levels,
-            &lease_field(id),
-            &self.retention,
-        );
-        d.put_levels(keys, levels);
+        let mut taken = d.take(level_keys, now);
+        let out = reserve(now, plan, earlier, taken.levels(), &lease, &self.retention);
+        d.put(taken);
         if let Some((record, ttl_ms)) = out.record {
-            d.records
-                .insert(self.keys.record(id), (record, expiry(now, ttl_ms)));
+            d.records.insert(record_key, (record, expiry(now, ttl_ms)));
         }
         if let (Some(k), Some(ttl_ms)) = (idem_key, out.idempotency_ms) {
             d.idempotency
@@ -164,13 +158,12 @@ impl<C: Clock> MemoryStore<C> {
 
     /// settle.lua, by [`crate::domain::budget::settle`].
     fn settle_now(&self, s: Settlement<'_>, how: Settle) -> SettleReply {
+        let (rkey, lease) = (self.keys.record(s.id), lease_field(s.id));
+        let level_keys = self.level_keys(scope_of(s.id), s.levels);
         let now = self.clock.now_us();
         let mut d = self.lock(now);
-        let rkey = self.keys.record(s.id);
         let record = d.record_get(&rkey, now);
-        let keys = self.level_keys(scope_of(s.id), s.levels);
-        let mut levels = d.take_levels(&keys, now);
-        let lease = lease_field(s.id);
+        let mut taken = d.take(level_keys, now);
         let (owner, retention) = (s.id.owner_tag(), &self.retention);
         let out = settle(
             now,
@@ -178,11 +171,11 @@ impl<C: Clock> MemoryStore<C> {
             owner,
             record.as_ref(),
             s.levels,
-            &mut levels,
+            taken.levels(),
             &lease,
             retention,
         );
-        d.put_levels(keys, levels);
+        d.put(taken);
         if let Some((record, ttl_ms)) = out.record {
             d.records.insert(rkey, (record, expiry(now, ttl_ms)));
         }
@@ -203,25 +196,24 @@ impl<C: Clock> MemoryStore<C> {
 
     /// renew.lua, by [`crate::domain::budget::renew`].
     fn renew_now(&self, s: Settlement<'_>, ttl_ms: u64) -> RenewReply {
+        let (rkey, lease) = (self.keys.record(s.id), lease_field(s.id));
+        let level_keys = self.level_keys(scope_of(s.id), s.levels);
         let now = self.clock.now_us();
         let mut d = self.lock(now);
-        let rkey = self.keys.record(s.id);
         let record = d.record_get(&rkey, now);
-        let keys = self.level_keys(scope_of(s.id), s.levels);
-        let mut levels = d.take_levels(&keys, now);
-        let lease = lease_field(s.id);
+        let mut taken = d.take(level_keys, now);
         let (owner, retention) = (s.id.owner_tag(), &self.retention);
         let (reply, kept) = renew(
             now,
             owner,
             record.as_ref(),
             s.levels,
-            &mut levels,
+            taken.levels(),
             &lease,
             ttl_ms,
             retention,
         );
-        d.put_levels(keys, levels);
+        d.put(taken);
         if let Some((record, ttl_ms)) = kept {
             d.records.insert(rkey, (record, expiry(now, ttl_ms)));
         }
@@ -230,21 +222,28 @@ impl<C: Clock> MemoryStore<C> {
 
     /// status.lua, by [`crate::domain::budget::status`].
     fn status_now(&self, scope: Scope<'_>, levels: &[LevelPlan], exact: bool) -> Readings {
+        let (keys, n) = self.level_keys(scope, levels);
         let now = self.clock.now_us();
         let d = self.lock(now);
-        let keys = self.level_keys(scope, levels);
-        let stored: Vec<Option<&StoredLevel>> = keys
+        let stored: Vec<Option<&StoredLevel>> = keys[..n]
             .iter()
             .map(|k| d.levels.get(k).filter(|l| l.expires_at_us > now))
             .collect();
         status(now, levels, &stored, exact)
     }
 
-    fn level_keys(&self, scope: Scope<'_>, levels: &[LevelPlan]) -> Vec<String> {
-        levels
-            .iter()
-            .map(|lp| self.keys.level(lp.level, scope.tenant, scope.user))
-            .collect()
+    /// The keys of `levels` (at most [`MAX_LEVELS`]), and how many.
+    fn level_keys(&self, scope: Scope<'_>, levels: &[LevelPlan]) -> ([String; MAX_LEVELS], usize) {
+        assert!(
+            levels.len() <= MAX_LEVELS,
+            "a plan has at most {MAX_LEVELS} levels"
+        );
+        let keys = std::array::from_fn(|i| {
+            levels.get(i).map_or_else(String::new, |lp| {
+                self.keys.level(lp.level, scope.tenant, scope.user)
+            })
+        });
+        (keys, levels.len())
     }
 }
 
@@ -256,25 +255,54 @@ fn scope_of(id: &ReservationId) -> Scope<'_> {
     }
 }
 
+/// The most levels a plan has: global, tenant, user.
+const MAX_LEVELS: usize = 3;
+
+/// A call's levels, taken out of the map for the algorithm, on the stack.
+struct Taken {
+    keys: [String; MAX_LEVELS],
+    levels: [Option<StoredLevel>; MAX_LEVELS],
+    n: usize,
+}
+
+impl Taken {
+    /// The levels of the call, in plan order.
+    fn levels(&mut self) -> &mut [Option<StoredLevel>] {
+        &mut self.levels[..self.n]
+    }
+}
+
 /// `now` (µs) plus `ttl_ms`.
 fn expiry(now: i64, ttl_ms: u64) -> i64 {
     now + ttl_ms as i64 * 1000
 }
 
 impl Data {
-    /// Takes the live level under each key out of the map, for the algorithm
-    /// (a key named twice is handed over once: the second sees it held).
-    fn take_levels(&mut self, keys: &[String], now: i64) -> Vec<Option<StoredLevel>> {
-        keys.iter()
-            .map(|k| self.levels.remove(k).filter(|l| l.expires_at_us > now))
-            .collect()
+    /// Takes the live level under each key out of the map for the algorithm,
+    /// leaving an empty one in its place (cheaper than removing the entry).
+    fn take(&mut self, (keys, n): ([String; MAX_LEVELS], usize), now: i64) -> Taken {
+        let levels = std::array::from_fn(|i| {
+            let key = keys[..n].get(i)?;
+            let level = self.levels.get_mut(key)?;
+            (level.expires_at_us > now).then(|| std::mem::take(level))
+        });
+        Taken { keys, levels, n }
     }
 
-    /// Puts back what the algorithm left.
-    fn put_levels(&mut self, keys: Vec<String>, levels: Vec<Option<StoredLevel>>) {
-        for (k, l) in keys.into_iter().zip(levels) {
-            if let Some(l) = l {
-                self.levels.insert(k, l);
+    /// Puts back what the algorithm left; an expired level it was not given
+    /// and did not write goes.
+    fn put(&mut self, taken: Taken) {
+        let pairs = taken.keys.into_iter().zip(taken.levels).take(taken.n);
+        for (k, level) in pairs {
+            match (self.levels.get_mut(&k), level) {
+                (Some(slot), Some(level)) => *slot = level,
+                (None, Some(level)) => {
+                    self.levels.insert(k, level);
+                }
+                (Some(_), None) => {
+                    self.levels.remove(&k);
+                }
+                (None, None) => {}
             }
         }
     }

@@ -37,20 +37,20 @@ impl StoredLevel {
             })
     }
 
-    /// Stores `state`, first extending the key's life if it must outlive
-    /// `ttl` µs from `now`: then to twice what it needs plus a second, so hot
-    /// keys rarely need another PEXPIRE.
-    pub fn store(&mut self, mut state: LevelState, now: i64, ttl: f64) {
-        grow(&mut state, &mut self.expires_at_us, now, ttl);
+    /// Stores `state`, then extends the key's life as [`Self::outlive`] does.
+    pub fn store(&mut self, state: LevelState, now: i64, ttl: f64) {
         self.state = state;
+        self.outlive(now, ttl);
     }
-}
 
-/// The key-life rule on a state's `x` and its key's expiry.
-fn grow(state: &mut LevelState, expires_at_us: &mut i64, now: i64, ttl: f64) {
-    let now_f = now as f64;
-    if now_f + ttl > state.x {
-        state.x = now_f + 2.0 * ttl + TTL_SLACK_US;
-        *expires_at_us = now + ceil_ms(state.x - now_f) as i64 * 1000;
+    /// Extends the key's life if it must outlive `ttl` µs from `now`: then to
+    /// twice what it needs plus a second, so hot keys rarely need another
+    /// PEXPIRE. The state's `x` records it.
+    pub fn outlive(&mut self, now: i64, ttl: f64) {
+        let now_f = now as f64;
+        if now_f + ttl > self.state.x {
+            self.state.x = now_f + 2.0 * ttl + TTL_SLACK_US;
+            self.expires_at_us = now + ceil_ms(self.state.x - now_f) as i64 * 1000;
+        }
     }
 }

@@ -42,11 +42,10 @@ pub fn renew(
         {
             *held = exp;
             // A shorter lease may now be the earliest to lapse.
-            let mut st = stored.state.clone();
-            if st.e == 0.0 || exp < st.e {
-                st.e = exp;
+            if stored.state.e == 0.0 || exp < stored.state.e {
+                stored.state.e = exp;
             }
-            stored.store(st, now_us, ttl.min(MAX_TTL_US));
+            stored.outlive(now_us, ttl.min(MAX_TTL_US));
         }
     }
     let renewed = Record {

@@ -44,10 +44,10 @@ impl Reserved {
     }
 }
 
-/// Each level as read: its state before this call (after reclaiming) and the
-/// working copy this call writes, with every bucket's level now.
+/// Each level as read: the working copy of its state this call writes (the
+/// levels themselves stay as they were, reclaiming aside, until everything
+/// fits), with every bucket's level now.
 struct Read {
-    before: Vec<Option<LevelState>>,
     after: Vec<LevelState>,
     /// Per bucket in plan order: its index in the working state, its level now.
     buckets: Vec<(usize, f64)>,
@@ -76,30 +76,29 @@ pub fn reserve(
     let grant = read.room.floor().max(plan.min_output_tokens as f64);
     let (denied, ttls) = check(plan, &mut read, grant, now);
     let reclaimed = read.reclaimed;
+    let readings = |levels: &[Option<StoredLevel>]| {
+        state::readings_of(&plan.levels, |i| Some(&levels[i].as_ref()?.state), &[], now)
+    };
     if let Some((nonce, tokens, lease_expires_in_ms)) = replay {
         return Reserved::only(ReserveReply::Replayed {
             nonce,
             tokens,
             lease_expires_in_ms,
-            readings: state::readings(&plan.levels, &read.before, &[], now),
+            readings: readings(levels),
             reclaimed,
         });
     }
     if denied != 0 {
         return Reserved::only(ReserveReply::Denied {
-            readings: state::readings(&plan.levels, &read.before, &[], now),
+            readings: readings(levels),
             denied_mask: denied,
             reclaimed,
         });
     }
     let exp = take(plan, levels, read.after, ttls, now_us, lease);
-    let written: Vec<Option<LevelState>> = levels
-        .iter()
-        .map(|l| l.as_ref().map(|l| l.state.clone()))
-        .collect();
     Reserved {
         reply: ReserveReply::Allowed {
-            readings: state::readings(&plan.levels, &written, &[], now),
+            readings: readings(levels),
             granted_output: grant as u64,
             reclaimed,
         },
@@ -155,7 +154,6 @@ fn replay_of(
 fn read_levels(plan: &ReservePlan, levels: &mut [Option<StoredLevel>], now: f64) -> Read {
     let prompt = plan.prompt_tokens as f64;
     let mut read = Read {
-        before: Vec::with_capacity(plan.levels.len()),
         after: Vec::with_capacity(plan.levels.len()),
         buckets: Vec::with_capacity(plan.levels.iter().map(|l| l.buckets.len()).sum()),
         room: plan.max_output_tokens as f64,
@@ -170,8 +168,7 @@ fn read_levels(plan: &ReservePlan, levels: &mut [Option<StoredLevel>], now: f64)
             let dropped = stored.reclaim(now);
             read.reclaimed.add(lp.level, dropped.min(RECLAIM_CAP));
         }
-        let before = stored.as_ref().map(|s| s.state.clone());
-        let mut s = before.clone().unwrap_or_default();
+        let mut s = stored.as_ref().map(|s| s.state.clone()).unwrap_or_default();
         for (hint, b) in lp.buckets.iter().enumerate() {
             let id = bucket_id(b);
             let (k, l) = match s.position(id, hint) {
@@ -187,7 +184,6 @@ fn read_levels(plan: &ReservePlan, levels: &mut [Option<StoredLevel>], now: f64)
             }
             read.buckets.push((k, l));
         }
-        read.before.push(before);
         read.after.push(s);
     }
     read

@@ -14,7 +14,7 @@ use super::layout::MAX_TTL_US;
 use super::level::StoredLevel;
 use super::record::{Record, RecordState};
 use super::replies::{Retention, SettleReply, Settled};
-use super::state::{BucketState, LevelState, bucket_id};
+use super::state::{BucketState, bucket_id};
 use crate::domain::{Dimension, LevelPlan};
 
 /// How to settle.
@@ -173,7 +173,8 @@ fn settle_level(
     now_us: i64,
 ) {
     let now = now_us as f64;
-    let mut st: LevelState = stored.as_ref().map(|s| s.state.clone()).unwrap_or_default();
+    let stored = stored.get_or_insert_with(StoredLevel::default);
+    let st = &mut stored.state;
     if holds && st.n > 0.0 {
         st.n -= 1.0;
     }
@@ -203,9 +204,8 @@ fn settle_level(
         st.buckets[k] = BucketState { id, level, t: now };
         ttl = ttl.max(b.refill_time_us(level, b.limit as f64));
     }
-    let stored = stored.get_or_insert_with(StoredLevel::default);
     if holds {
         stored.leases.remove(lease);
     }
-    stored.store(st, now_us, ttl.min(MAX_TTL_US));
+    stored.outlive(now_us, ttl.min(MAX_TTL_US));
 }

@@ -129,9 +129,20 @@ pub fn readings(
     leases: &[Option<(f64, f64)>],
     now: f64,
 ) -> Readings {
+    readings_of(levels, |i| states.get(i)?.as_ref(), leases, now)
+}
+
+/// [`readings`] with level `i`'s state from `state(i)`: for callers holding
+/// states inside something else (a store's levels).
+pub fn readings_of<'a>(
+    levels: &[LevelPlan],
+    state: impl Fn(usize) -> Option<&'a LevelState>,
+    leases: &[Option<(f64, f64)>],
+    now: f64,
+) -> Readings {
     let mut out = Vec::with_capacity(levels.iter().map(LevelPlan::reading_count).sum());
     for (i, lp) in levels.iter().enumerate() {
-        let state = states.get(i).and_then(Option::as_ref);
+        let state = state(i);
         for (hint, b) in lp.buckets.iter().enumerate() {
             let level = state.map_or(b.limit as f64, |s| s.level_at(b, hint, now));
             out.push(Reading::Bucket {
