@@ -63,6 +63,7 @@ suite!(
     status_reports_the_earliest_lease_exactly,
     an_exact_status_reads_up_to_exact_leases_whole,
     foreign_buckets_touched_this_instant_are_kept,
+    a_shadow_store_keeps_its_own_budgets,
 );
 
 const RETENTION: Retention = Retention {
@@ -579,6 +580,31 @@ async fn foreign_buckets_touched_this_instant_are_kept<S: Store>(c: &Ctx<S>) {
     );
     c.advance_ms(1).await;
     assert!(allowed(&c.reserve(&other).await));
+}
+
+/// The shadow view of a store keeps its own buckets and records: what a quota
+/// in shadow takes never shows in the enforced budgets, and a reservation
+/// settles only in the view it was made in.
+async fn a_shadow_store_keeps_its_own_budgets<S: Store>(c: &Ctx<S>) {
+    let shadow = c.store.shadow();
+    let levels = || vec![user_level(1, 100_000, None)];
+    let first = plan("alice", levels(), 10, 10);
+    assert!(allowed(&shadow.reserve(&first).await.unwrap()));
+    let second = plan("alice", levels(), 10, 10);
+    assert!(
+        !allowed(&shadow.reserve(&second).await.unwrap()),
+        "the shadow's one request is taken"
+    );
+    assert!(
+        allowed(&c.reserve(&second).await),
+        "the enforced bucket is untouched"
+    );
+    assert_eq!(c.commit(&first, 20, 10).await, SettleReply::NotFound);
+    let in_shadow = shadow.commit(settlement(&first), 20, 10).await.unwrap();
+    assert!(
+        matches!(in_shadow, SettleReply::Applied { .. }),
+        "{in_shadow:?}"
+    );
 }
 
 /// Expiry the memory store must keep itself between its once-a-second sweeps
