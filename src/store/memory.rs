@@ -158,27 +158,12 @@ impl<C: Clock> MemoryStore<C> {
 
     /// settle.lua, by [`crate::domain::budget::settle`].
     fn settle_now(&self, s: Settlement<'_>, how: Settle) -> SettleReply {
-        let (rkey, lease) = (self.keys.record(s.id), lease_field(s.id));
-        let level_keys = self.level_keys(scope_of(s.id), s.levels);
-        let now = self.clock.now_us();
-        let mut d = self.lock(now);
-        let record = d.record_get(&rkey, now);
-        let mut taken = d.take(level_keys, now);
-        let (owner, retention) = (s.id.owner_tag(), &self.retention);
-        let out = settle(
-            now,
-            how,
-            owner,
-            record.as_ref(),
-            s.levels,
-            taken.levels(),
-            &lease,
-            retention,
-        );
-        d.put(taken);
-        if let Some((record, ttl_ms)) = out.record {
-            d.records.insert(rkey, (record, expiry(now, ttl_ms)));
-        }
+        let (out, mut d, now) = self.on_reservation(s, |now, record, levels, lease| {
+            let (owner, retention) = (s.id.owner_tag(), &self.retention);
+            let mut out = settle(now, how, owner, record, s.levels, levels, lease, retention);
+            let kept = out.record.take();
+            (out, kept)
+        });
         if let Some(sample) = out.sample {
             let window = self.retention.samples.max(1);
             let key = self.keys.estimator(&s.id.estimator);
@@ -196,28 +181,41 @@ impl<C: Clock> MemoryStore<C> {
 
     /// renew.lua, by [`crate::domain::budget::renew`].
     fn renew_now(&self, s: Settlement<'_>, ttl_ms: u64) -> RenewReply {
+        let (reply, _held, _) = self.on_reservation(s, |now, record, levels, lease| {
+            let (owner, retention) = (s.id.owner_tag(), &self.retention);
+            renew(
+                now, owner, record, s.levels, levels, lease, ttl_ms, retention,
+            )
+        });
+        reply
+    }
+
+    /// Under the lock, hands `op` the time, the reservation's record and its
+    /// levels (keys built before the lock), then keeps the levels and the
+    /// record `op` returns (with its life in ms). Returns `op`'s answer, the
+    /// still-held lock and the time.
+    fn on_reservation<T>(
+        &self,
+        s: Settlement<'_>,
+        op: impl FnOnce(
+            i64,
+            Option<&Record>,
+            &mut [Option<StoredLevel>],
+            &str,
+        ) -> (T, Option<(Record, u64)>),
+    ) -> (T, MutexGuard<'_, Data>, i64) {
         let (rkey, lease) = (self.keys.record(s.id), lease_field(s.id));
         let level_keys = self.level_keys(scope_of(s.id), s.levels);
         let now = self.clock.now_us();
         let mut d = self.lock(now);
         let record = d.record_get(&rkey, now);
         let mut taken = d.take(level_keys, now);
-        let (owner, retention) = (s.id.owner_tag(), &self.retention);
-        let (reply, kept) = renew(
-            now,
-            owner,
-            record.as_ref(),
-            s.levels,
-            taken.levels(),
-            &lease,
-            ttl_ms,
-            retention,
-        );
+        let (answer, kept) = op(now, record.as_ref(), taken.levels(), &lease);
         d.put(taken);
         if let Some((record, ttl_ms)) = kept {
             d.records.insert(rkey, (record, expiry(now, ttl_ms)));
         }
-        reply
+        (answer, d, now)
     }
 
     /// status.lua, by [`crate::domain::budget::status`].
