@@ -81,6 +81,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             reservation_id: first.reservation_id.clone(),
             prompt_tokens: 1180,
             completion_tokens: 210,
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -150,6 +151,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 reservation_id: r.reservation_id,
                 prompt_tokens: 100,
                 completion_tokens: 50,
+                ..Default::default()
             })
             .await?;
     }
@@ -160,6 +162,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tenant_id: "acme".into(),
             user_id: "alice".into(),
             tier: "free".into(),
+            ..Default::default()
         })
         .await?
         .into_inner();

@@ -10,11 +10,20 @@
 -- KEYS[n+2]   idempotency entry (only when ARGV[4] ~= '0')
 -- ARGV[1]  spec: little-endian doubles
 --          n, prompt tokens, max output tokens, min output tokens, lease ttl (us),
---          estimated prompt tokens (0: the caller counted), then per level:
---          bucket count b, concurrency limit (-1: none), then b times: id, limit
---          (bucket id = dimension * 1e7 + period in seconds; dimension 1 requests, 2 tokens)
---          Output tokens are granted as many as every token bucket can hold, up
---          to the max; fewer than the min is a denial (min = max: all or nothing).
+--          estimated prompt tokens (0: the caller counted), headroom h (the share
+--          of every limit to leave, 0 <= h < 1), then per level:
+--          bucket count b, concurrency limit (-1: none), reclaim weight w (what one
+--          reclaimed lease adds to the packed count: 2^(17 k) for level k = 0
+--          global, 1 tenant, 2 user; 0 for a model group's slots at a level that
+--          counts its own), then b times: id, limit
+--          (bucket id = group tag * 1e8 + dimension * 1e7 + period in seconds;
+--          dimension 1 requests, 2 tokens, 3 input tokens, 4 output tokens; tag 0:
+--          all models). A bucket takes 1, prompt + output, prompt, or output, and
+--          denies when it would keep less than h * limit; a concurrency limit
+--          denies when n + 1 > limit - h * limit.
+--          Output tokens are granted as many as every token and output-token bucket
+--          can hold, up to the max; fewer than the min is a denial (min = max: all
+--          or nothing).
 -- ARGV[2]  lease field '#<nonce>'
 -- ARGV[3]  record ttl (ms)   ARGV[4] idempotency ttl (ms, '0': none)
 -- ARGV[5]  record tail: lease mask (1 byte), owner tag (8), fingerprint (8), amount 0.0 (8)
@@ -27,7 +36,8 @@
 -- bound of the earliest lease expiry, 0: none), x (the key's expiry, us), then per
 -- bucket: id, level, time of level (us). Fields '#<nonce>' = lease expiry (double).
 -- Buckets this call does not know (another replica's configuration) pass through.
--- Record: 'R' | cost, lease expiry (doubles) | tail | estimated prompt tokens (double).
+-- Record: 'R' | cost, lease expiry (doubles) | tail | estimated prompt tokens, granted
+-- output (doubles).
 --
 -- Returns
 --   {1, now, granted output, state..., [reclaimed]}        allowed; each level's state after
@@ -36,8 +46,8 @@
 --                                                          they were (bit i of mask: check i denied)
 --   {2, now, 0, state..., nonce, cost, lease_left_ms, [reclaimed]}  idempotent replay; nothing taken
 --   ([reclaimed], only when non-zero: the expired leases this call dropped — leases never
---   settled — per level, packed as the sum of count_i * 2^(17(i-1)), each count capped at
---   2^17 - 1; one optional integer: every reply value costs Redis CPU)
+--   settled — per level, packed as the sum of count_k * 2^(17 k) (the weights above),
+--   each count capped at 2^17 - 1; one optional integer: every reply value costs Redis CPU)
 --   {3}                         idempotency key used before for another request
 --   {4, state}                  idempotency key of a reservation already settled ('C' or
 --                               'F') or whose lease lapsed ('R'): nothing to replay
@@ -55,8 +65,8 @@ local now = clock_us()
 local D = ARGV[6]
 local spec = {struct.unpack(ARGV[7], ARGV[1])}
 local nlev, prompt, max_out, min_out, lease_ttl = spec[1], spec[2], spec[3], spec[4], spec[5]
-local estimated = spec[6]
-local FIRST = 7
+local estimated, h = spec[6], spec[7]
+local FIRST = 8
 
 -- An earlier reservation under the same idempotency key?
 local replay
@@ -81,12 +91,12 @@ if ARGV[4] ~= '0' then
 end
 
 -- Read every level: each bucket's level now, and the leases.
-local raws, states, ls, ks = {}, {}, {}, {}
+local raws, states, ls, ks, kinds = {}, {}, {}, {}, {}
 local reclaimed = 0
 local room = max_out -- output tokens every token bucket can hold
 local p, bi = FIRST, 0
 for i = 1, nlev do
-  local nb, clim = spec[p], spec[p + 1]
+  local nb, clim, weight = spec[p], spec[p + 1], spec[p + 2]
   local raw = redis.call('HGET', KEYS[i], 's')
   local s
   local fmt = ARGV[7 + i]
@@ -99,7 +109,7 @@ for i = 1, nlev do
   end
   local ns = #s
   for b = 1, nb do
-    local q = p + 2 + (b - 1) * 2
+    local q = p + 3 + (b - 1) * 2
     local id, lim = spec[q], spec[q + 1]
     local k = FIRST_BUCKET + (b - 1) * BUCKET_WIDTH
     if s[k] ~= id then
@@ -118,8 +128,17 @@ for i = 1, nlev do
       k = #s + 1
       s[k], s[k + 1], s[k + 2] = id, lim, now
     end
-    if id >= TOKENS_FROM and l - prompt < room then room = l - prompt end
-    ls[bi + b], ks[bi + b] = l, k
+    -- Room for output: what the bucket holds beyond its floor (and, for
+    -- tokens, beyond the prompt).
+    local kind = (id % GROUP - id % DIM) / DIM
+    if kind == TOKENS then
+      local r = l - prompt - h * lim
+      if r < room then room = r end
+    elseif kind == OUTPUT then
+      local r = l - h * lim
+      if r < room then room = r end
+    end
+    ls[bi + b], ks[bi + b], kinds[bi + b] = l, k, kind
   end
   if clim >= 0 then
     local n, e = s[1], s[2]
@@ -139,7 +158,7 @@ for i = 1, nlev do
           end
         end
       end
-      reclaimed = reclaimed + math.min(#dead, RECLAIM_CAP) * 2 ^ (RECLAIM_BITS * (i - 1))
+      reclaimed = reclaimed + math.min(#dead, RECLAIM_CAP) * weight
       for j = 1, #dead, 1000 do
         redis.call('HDEL', KEYS[i], unpack(dead, j, math.min(j + 999, #dead)))
       end
@@ -152,7 +171,7 @@ for i = 1, nlev do
     end
   end
   raws[i], states[i] = raw, s
-  p = p + 2 + nb * 2
+  p = p + 3 + nb * 2
   bi = bi + nb
 end
 
@@ -167,12 +186,14 @@ p, bi = FIRST, 0
 for i = 1, nlev do
   local nb, clim, s, ttl = spec[p], spec[p + 1], states[i], 0
   for b = 1, nb do
-    local q = p + 2 + (b - 1) * 2
+    local q = p + 3 + (b - 1) * 2
     local id, lim = spec[q], spec[q + 1]
-    local c = 1
-    if id >= TOKENS_FROM then c = prompt + grant end
+    local c, kind = 1, kinds[bi + b]
+    if kind == TOKENS then c = prompt + grant
+    elseif kind == INPUT then c = prompt
+    elseif kind == OUTPUT then c = grant end
     local l = ls[bi + b]
-    if l < c then denied = denied + bit end
+    if l - c < h * lim then denied = denied + bit end
     bit = bit * 2
     l = l - c
     local k = ks[bi + b]
@@ -181,11 +202,11 @@ for i = 1, nlev do
     if full > ttl then ttl = full end
   end
   if clim >= 0 then
-    if s[1] >= clim then denied = denied + bit end
+    if s[1] + 1 > clim - h * clim then denied = denied + bit end
     bit = bit * 2
   end
   ttls[i] = ttl
-  p = p + 2 + nb * 2
+  p = p + 3 + nb * 2
   bi = bi + nb
 end
 
@@ -247,11 +268,11 @@ for i = 1, nlev do
     local ms = (s[3] - now) / 1000
     redis.call('PEXPIRE', KEYS[i], ms + (-ms) % 1)
   end
-  p = p + 2 + nb * 2
+  p = p + 3 + nb * 2
 end
 
 redis.call('SET', KEYS[nlev + 1],
-  RESERVED .. struct.pack('<dd', prompt + grant, exp) .. ARGV[5] .. struct.pack('<d', estimated),
+  RESERVED .. struct.pack('<dd', prompt + grant, exp) .. ARGV[5] .. struct.pack('<dd', estimated, grant),
   'PX', ARGV[3])
 if ARGV[4] ~= '0' then
   redis.call('SET', KEYS[nlev + 2], string.sub(ARGV[2], 2), 'PX', ARGV[4])

@@ -9,7 +9,8 @@
 -- KEYS[n+2]   the estimator's samples (a list of doubles, newest first)
 -- ARGV[1]  spec: little-endian doubles
 --          n, mode (1 commit, 2 refund), actual tokens, actual prompt tokens (commit),
---          samples kept, then per level:
+--          samples kept, actual input tokens (the prompt less what the model group
+--          does not count: cached tokens), then per level:
 --          level bit, bucket count b, then b times: id, limit (id as in reserve.lua)
 -- ARGV[2]  lease field '#<nonce>'   ARGV[3] record retention (ms)   ARGV[4] owner tag (8 bytes)
 -- ARGV[5]  '<' followed by at least as many 'd' as the longest state or spec
@@ -22,8 +23,10 @@
 --   {-1}                 no such reservation (never made, long gone, or id edited)
 --
 -- Commit charges an overage even into debt and returns a surplus without
--- overfilling; it touches token buckets only. Refund returns the tokens and the
--- request. Both free the lease, expired or not. A level left with no lease has
+-- overfilling; it touches token buckets only: tokens by actual - reserved, input
+-- tokens by actual input - prompt reserved, output tokens by completion - output
+-- granted. Refund returns the tokens and the request. A record of the previous
+-- layout (no granted output) reads as all prompt. Both free the lease, expired or not. A level left with no lease has
 -- no earliest expiry (0); otherwise the stored expiry stays a lower bound (the
 -- next reserve after it passes recomputes it; status.lua reads the real one).
 -- Finding the next lease on every settle would cost an HGETALL: measured 3x the
@@ -49,22 +52,34 @@ local now = clock_us()
 local cost, exp = struct.unpack('<dd', rec, REC_COST)
 local mask = string.byte(rec, REC_MASK)
 local estimated = struct.unpack('<d', rec, REC_ESTIMATED)
-local dtok, dreq, amount
+local granted = 0
+if #rec >= REC_LEN then granted = struct.unpack('<d', rec, REC_OUTPUT) end
+local dtok, dreq, din, dout, amount
 if spec[2] == 2 then
   dtok, dreq, amount, state = -cost, -1, cost, REFUNDED
+  din, dout = -(cost - granted), -granted
 else
   dtok, dreq = spec[3] - cost, 0
+  din, dout = spec[6] - (cost - granted), (spec[3] - spec[4]) - granted
   amount, state = dtok, COMMITTED
+end
+-- What settling moves a bucket by, from its id's dimension digit.
+local function delta(id)
+  local kind = (id % GROUP - id % DIM) / DIM
+  if kind == TOKENS then return dtok
+  elseif kind == INPUT then return din
+  elseif kind == OUTPUT then return dout end
+  return dreq
 end
 
 -- Read every level and compute its new state.
-local writes, p = {}, 6
+local writes, p = {}, 7
 for i = 1, nlev do
   local lbit, nb = spec[p], spec[p + 1]
   local touched = false
   for b = 1, nb do
     local id = spec[p + 2 + (b - 1) * 2]
-    if (id >= TOKENS_FROM and dtok ~= 0) or (id < TOKENS_FROM and dreq ~= 0) then touched = true end
+    if delta(id) ~= 0 then touched = true end
   end
   -- A live lease is certainly still there; a lapsed one may have been reclaimed.
   local holds = bit.band(mask, lbit) ~= 0
@@ -84,8 +99,7 @@ for i = 1, nlev do
       local q = p + 2 + (b - 1) * 2
       local id, lim = spec[q], spec[q + 1]
       local per = (id % DIM) * 1e6
-      local d = dreq
-      if id >= TOKENS_FROM then d = dtok end
+      local d = delta(id)
       if d ~= 0 then
         local k
         for j = FIRST_BUCKET, #s - 2, BUCKET_WIDTH do

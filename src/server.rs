@@ -184,6 +184,7 @@ pub fn engine_settings(settings: &Settings) -> EngineSettings {
         replicas: settings.replicas,
         breaker: settings.breaker,
         retention: settings.retention,
+        priorities: settings.priorities,
     }
 }
 

@@ -196,6 +196,7 @@ async fn commit_until_done(
                 reservation_id: reservation_id.clone(),
                 prompt_tokens: 10,
                 completion_tokens: 5,
+                ..Default::default()
             }),
             |r: &pb::CommitResponse| (true, r.outcome() == pb::Outcome::AlreadySettled),
         )
@@ -225,6 +226,7 @@ async fn commit_all(c: &mut Client, ids: Vec<String>, what: &str) {
                 reservation_id: id.clone(),
                 prompt_tokens: 10,
                 completion_tokens: 5,
+                ..Default::default()
             })
             .await
             .unwrap_or_else(|e| panic!("{what}: {id}: {e:?}"))
@@ -300,6 +302,7 @@ async fn tenant_leases(c: &mut Client, tenant: &str, user: &str) -> u64 {
             tenant_id: tenant.into(),
             user_id: user.into(),
             tier: "t".into(),
+            ..Default::default()
         })
         .await
         .expect("status")
@@ -362,6 +365,7 @@ async fn a_frozen_redis_is_bridged_by_local_decisions_and_recovers() {
             tenant_id: "small-co".into(),
             user_id: String::new(),
             tier: "small".into(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -675,6 +679,7 @@ async fn out_of_memory_fails_by_policy_and_never_resets_a_counter() {
             reservation_id: held[0].clone(),
             prompt_tokens: 10,
             completion_tokens: 5,
+            ..Default::default()
         })
         .await
         .expect_err("a commit cannot be written either");
@@ -685,6 +690,7 @@ async fn out_of_memory_fails_by_policy_and_never_resets_a_counter() {
             tenant_id: "mem".into(),
             user_id: String::new(),
             tier: "small".into(),
+            ..Default::default()
         })
         .await
         .expect("status reads under OOM")
@@ -874,6 +880,7 @@ async fn reservations_whose_store_call_timed_out_are_cancelled_when_redis_wakes(
                 tenant_id: "stall".into(),
                 user_id: "u".into(),
                 tier: "daily".into(),
+                ..Default::default()
             })
             .await
             .expect("status")
@@ -1172,6 +1179,7 @@ async fn a_reservation_whose_caller_gave_up_waiting_is_cancelled() {
                 tenant_id: "impatient".into(),
                 user_id: "u".into(),
                 tier: "daily".into(),
+                ..Default::default()
             })
             .await
             .expect("status")

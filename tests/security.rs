@@ -41,6 +41,7 @@ fn status(tenant: &str) -> pb::GetStatusRequest {
         tenant_id: tenant.into(),
         user_id: "u".into(),
         tier: "free".into(),
+        ..Default::default()
     }
 }
 
@@ -108,6 +109,7 @@ async fn calls_without_a_valid_token_are_unauthenticated_and_touch_nothing() {
         reservation_id: old.reservation_id.clone(),
         prompt_tokens: 10,
         completion_tokens: 5,
+        ..Default::default()
     };
     let err = c
         .commit(with_token(commit.clone(), None))
@@ -185,6 +187,7 @@ async fn a_token_bound_to_tenants_cannot_act_for_another() {
                 reservation_id: id.clone(),
                 prompt_tokens: 1,
                 completion_tokens: 1,
+                ..Default::default()
             },
             Some(NEW),
         ))

@@ -3,7 +3,8 @@
 use crate::domain::decision::LimitState;
 use crate::domain::plan::check_tokens;
 use crate::domain::{
-    Dimension, IdempotencyKey, InvalidInput, Level, Reason, TenantId, UserId, is_tier_name,
+    Dimension, IdempotencyKey, InvalidInput, Level, Priority, Reason, TenantId, UserId,
+    is_tier_name,
 };
 use crate::engine::{
     EstimatorView, LevelLeases, Outcome, PromptInput, ReserveInput, ReserveOutcome, StatusOutcome,
@@ -67,7 +68,24 @@ pub fn reserve_request(r: pb::CheckAndReserveRequest) -> Result<ReserveInput, In
         min_output_tokens,
         idempotency_key,
         lease_ttl_ms: r.lease_ttl_ms,
+        priority: priority(r.priority)?,
     })
+}
+
+/// The request's priority; unspecified is normal.
+fn priority(value: i32) -> Result<Priority, InvalidInput> {
+    match pb::Priority::try_from(value) {
+        Ok(pb::Priority::Unspecified | pb::Priority::Normal) => Ok(Priority::Normal),
+        Ok(pb::Priority::Critical) => Ok(Priority::Critical),
+        Ok(pb::Priority::Batch) => Ok(Priority::Batch),
+        Err(_) => Err(InvalidInput::new(
+            "priority",
+            format!(
+                "{value} is not a Priority; use PRIORITY_CRITICAL, PRIORITY_NORMAL or \
+                 PRIORITY_BATCH (or leave it unset for normal)"
+            ),
+        )),
+    }
 }
 
 /// Chat messages: roles and names are short labels; contents are any text.
@@ -161,6 +179,7 @@ pub fn reserve_response(out: ReserveOutcome) -> pb::CheckAndReserveResponse {
         resp.set_limiting_dimension(d.dimension.map_or(pb::Dimension::Unspecified, dimension));
         resp.limiting_period_seconds = d.period_secs;
         resp.retry_after_ms = d.retry_after_ms;
+        resp.limiting_model_group = d.model_group.unwrap_or_default();
         resp.detail = d.detail;
     }
     resp
@@ -196,6 +215,7 @@ fn level_leases(l: &LevelLeases) -> pb::LevelLeases {
         level: level(l.level) as i32,
         active: l.active,
         limit: l.limit,
+        model_group: l.model_group.clone().unwrap_or_default(),
     }
 }
 
@@ -207,6 +227,10 @@ fn limit_status(s: &LimitState) -> pb::LimitStatus {
         limit: s.limit,
         remaining: s.remaining,
         reset_after_ms: s.reset_after_ms,
+        model_group: s
+            .model_group
+            .as_ref()
+            .map_or(String::new(), |g| g.name.clone()),
     }
 }
 
@@ -241,6 +265,8 @@ fn dimension(d: Dimension) -> pb::Dimension {
     match d {
         Dimension::Requests => pb::Dimension::Requests,
         Dimension::Tokens => pb::Dimension::Tokens,
+        Dimension::InputTokens => pb::Dimension::InputTokens,
+        Dimension::OutputTokens => pb::Dimension::OutputTokens,
         Dimension::Concurrency => pb::Dimension::Concurrency,
     }
 }

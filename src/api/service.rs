@@ -113,6 +113,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
                 &r.reservation_id,
                 r.prompt_tokens,
                 r.completion_tokens,
+                r.cached_prompt_tokens,
             ))
             .await?;
             tracing::debug!(outcome = ?c.outcome, token_delta = c.token_delta, "commit");
@@ -190,7 +191,8 @@ impl<S: Store> BudgetService for BudgetApi<S> {
             let tenant = TenantId::parse(&r.tenant_id)?;
             let user = convert::optional_user(&r.user_id)?;
             convert::check_tier(&r.tier)?;
-            let out = Box::pin(self.engine.status(&tenant, user.as_ref(), &r.tier)).await?;
+            let model = (!r.model.is_empty()).then_some(r.model.as_str());
+            let out = Box::pin(self.engine.status(&tenant, user.as_ref(), &r.tier, model)).await?;
             Ok(convert::status_response(out))
         })
         .await

@@ -92,6 +92,7 @@ fn check_reserve(request: pb::CheckAndReserveRequest) -> Result<(), String> {
         user: input.user,
         tier: input.tier,
         model: input.model,
+        headroom: 0.0,
         prompt_tokens: prompt,
         prompt_reserve: prompt,
         estimated_prompt_tokens: 0,
@@ -108,7 +109,7 @@ fn check_reserve(request: pb::CheckAndReserveRequest) -> Result<(), String> {
     match plan::prepare(request, limits(), &leases).map_err(|e| e.to_string())? {
         Prepared::Plan(plan) => {
             for level in &plan.levels {
-                check_key(&keys.level(level.level, &plan.id.tenant, plan.id.user.as_ref()));
+                check_key(&keys.plan_level(level, &plan.id.tenant, plan.id.user.as_ref()));
             }
             check_key(&keys.record(&plan.id));
             let again = ReservationId::parse(&plan.id.to_string())

@@ -7,6 +7,7 @@ use super::redis_info::commandstats;
 use super::report::Calibration;
 use super::{BenchError, engines, err};
 use crate::config::Settings;
+use crate::domain::Priority;
 use crate::domain::{TenantId, UserId};
 use crate::engine::{Engine, PromptInput, ReserveInput};
 use crate::store::redis::RedisStore;
@@ -22,6 +23,10 @@ const IN_FLIGHT: usize = 64;
 const ROUNDS: usize = 3;
 
 /// Measures the scripts' Redis CPU on `url`, under keys of their own.
+/// The model the calibration's requests name: a model group matching it
+/// (`[models.*] match = ["calibration"]`) adds its limits to the measured cost.
+pub const CALIBRATION_MODEL: &str = "calibration";
+
 pub(super) async fn calibrate(
     settings: &Settings,
     url: &str,
@@ -30,12 +35,12 @@ pub(super) async fn calibrate(
     let tier = calibration_tier(settings)?;
     let prefix = format!("ctxb:bench:{stamp}:calibration:");
     let engine = engines::redis_engine(settings, url, &prefix, 4).await?;
-    let levels = crate::domain::plan::levels(
-        &settings.limits,
-        settings.limits.tier(&tier).map(|t| t.as_ref()),
-        true,
-        false,
-    );
+    let scope = crate::domain::plan::Scope {
+        tier: settings.limits.tier(&tier).map(|t| t.as_ref()),
+        group: settings.limits.group_of(CALIBRATION_MODEL),
+        has_user: true,
+    };
+    let levels = crate::domain::plan::levels(&settings.limits, scope, false);
     let buckets: usize = levels.iter().map(|l| l.buckets.len()).sum();
     let slots = levels.iter().filter(|l| l.concurrency.is_some()).count();
     let calls = Calls { engine, tier };
@@ -95,12 +100,13 @@ impl Calls {
             tenant: TenantId::parse(&format!("c{}", i % 10)).map_err(err)?,
             user: Some(UserId::parse(&format!("u{}", i % 100)).map_err(err)?),
             tier: self.tier.clone(),
-            model: "calibration".into(),
+            model: CALIBRATION_MODEL.into(),
             prompt: PromptInput::Tokens(1000),
             max_output_tokens: 500,
             min_output_tokens: None,
             idempotency_key: None,
             lease_ttl_ms: None,
+            priority: Priority::Normal,
         })
     }
 
@@ -152,7 +158,7 @@ impl Calls {
     /// Commits each of `ids`, `IN_FLIGHT` at once.
     async fn commit_all(&self, ids: &[String]) -> Result<(), BenchError> {
         for chunk in ids.chunks(IN_FLIGHT) {
-            let calls = chunk.iter().map(|id| self.engine.commit(id, 1000, 300));
+            let calls = chunk.iter().map(|id| self.engine.commit(id, 1000, 300, 0));
             for out in futures_util::future::join_all(calls).await {
                 out.map_err(err)?;
             }

@@ -75,7 +75,14 @@ impl Ledger {
     pub fn new(limits: &Limits, tiers: &[String]) -> Self {
         let tiers = tiers
             .iter()
-            .map(|t| plan::levels(limits, limits.tier(t).map(|t| t.as_ref()), true, false))
+            .map(|t| {
+                let scope = plan::Scope {
+                    tier: limits.tier(t).map(|t| t.as_ref()),
+                    group: limits.group_of(super::target::BENCH_MODEL),
+                    has_user: true,
+                };
+                plan::levels(limits, scope, false)
+            })
             .collect();
         Ledger {
             book: Mutex::new(Book::default()),

@@ -102,7 +102,7 @@ impl Target {
                     tenant_id: item.tenant_id(),
                     user_id: item.user_id(),
                     tier: tier.to_string(),
-                    model: "bench".into(),
+                    model: BENCH_MODEL.into(),
                     prompt_tokens: Some(item.prompt),
                     max_output_tokens: item.max_output,
                     ..Default::default()
@@ -131,17 +131,18 @@ impl Target {
                     reservation_id: id.to_string(),
                     prompt_tokens: prompt,
                     completion_tokens: completion,
+                    cached_prompt_tokens: 0,
                 })
                 .await
                 .map(drop)
                 .map_err(status_error),
             Target::Memory(e) => e
-                .commit(id, prompt, completion)
+                .commit(id, prompt, completion, 0)
                 .await
                 .map(drop)
                 .map_err(engine_error),
             Target::Redis(e) => e
-                .commit(id, prompt, completion)
+                .commit(id, prompt, completion, 0)
                 .await
                 .map(drop)
                 .map_err(engine_error),
@@ -164,6 +165,10 @@ impl Target {
     }
 }
 
+/// The model every bench request names: a model group matching it adds its
+/// limits to the run (and to the overspend check).
+pub const BENCH_MODEL: &str = "bench";
+
 async fn engine_reserve<S: Store>(
     engine: &Engine<S>,
     item: &Item,
@@ -173,12 +178,13 @@ async fn engine_reserve<S: Store>(
         tenant: TenantId::parse(&item.tenant_id()).map_err(|e| e.to_string())?,
         user: Some(UserId::parse(&item.user_id()).map_err(|e| e.to_string())?),
         tier: tier.to_string(),
-        model: "bench".into(),
+        model: BENCH_MODEL.into(),
         prompt: PromptInput::Tokens(item.prompt),
         max_output_tokens: item.max_output,
         min_output_tokens: None,
         idempotency_key: None,
         lease_ttl_ms: None,
+        priority: crate::domain::Priority::Normal,
     };
     let out = engine.reserve(req).await.map_err(engine_error)?;
     Ok(Reply {

@@ -168,7 +168,7 @@ pub(super) fn read_input(file: &PathBuf) -> anyhow::Result<String> {
 
 /// Validates `doc` with one change applied, as the replicas will.
 pub(super) fn check_whole(doc: &ConfigDoc) -> anyhow::Result<()> {
-    build_limits(doc.global.as_ref(), &doc.tiers, &doc.overrides, doc.version)
+    build_limits(doc.sections(), doc.version)
         .map_err(|e| anyhow::anyhow!("{e}; nothing was written"))?;
     Ok(())
 }

@@ -33,6 +33,9 @@ pub struct InspectArgs {
     /// The tier, to show each bucket against its limit (and refilled to now).
     #[arg(long)]
     pub tier: Option<String>,
+    /// A model, to show its model group's limits among them (with --tier).
+    #[arg(long)]
+    pub model: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -85,7 +88,14 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("the stored configuration is invalid: {e}"))?;
     let who = Subject::parse(&args, &limits)?;
     let planned: Vec<LevelPlan> = match &who.tier {
-        Some(tier) => plan::levels(&limits, Some(tier), who.user.is_some(), true),
+        Some(tier) => {
+            let scope = plan::Scope {
+                tier: Some(tier),
+                group: who.model.as_deref().and_then(|m| limits.group_of(m)),
+                has_user: who.user.is_some(),
+            };
+            plan::levels(&limits, scope, true)
+        }
         None => Vec::new(),
     };
     let keys = Keys::new(&args.admin.key_prefix)?;
@@ -133,6 +143,8 @@ struct Subject {
     user: Option<UserId>,
     /// The tier with the tenant's override laid over it, with `--tier`.
     tier: Option<Arc<Tier>>,
+    /// The model, with `--model`.
+    model: Option<String>,
 }
 
 impl Subject {
@@ -151,7 +163,12 @@ impl Subject {
             })?),
             None => None,
         };
-        Ok(Subject { tenant, user, tier })
+        Ok(Subject {
+            tenant,
+            user,
+            tier,
+            model: args.model.clone(),
+        })
     }
 
     /// The levels that hold its state: global, tenant, and user with `--user`.

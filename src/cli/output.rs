@@ -162,6 +162,8 @@ pub fn level_section(level: &LevelLimits) -> LevelSection {
     LevelSection {
         requests: rates(&level.requests),
         tokens: rates(&level.tokens),
+        input_tokens: rates(&level.input_tokens),
+        output_tokens: rates(&level.output_tokens),
         concurrency: level.concurrency,
     }
 }
@@ -186,6 +188,7 @@ impl Effective {
             shadow: tier.shadow.as_ref().map(|s| ShadowSection {
                 tenant: level_section(&s.tenant),
                 user: level_section(&s.user),
+                models: Default::default(),
             }),
         }
     }

@@ -2,6 +2,7 @@
 //! and their conversion into validated domain limits.
 
 use super::OverrideSection;
+use super::models::{ModelLimitsSection, ModelSection, model_groups, model_limits};
 use crate::domain::{LevelLimits, Limits, LimitsError, Rate, ShadowLimits, Tier};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -79,9 +80,15 @@ pub struct LevelSection {
     /// Request rates.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requests: Vec<RateSection>,
-    /// Token rates.
+    /// Token rates (prompt + output).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tokens: Vec<RateSection>,
+    /// Input (prompt) token rates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub input_tokens: Vec<RateSection>,
+    /// Output token rates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output_tokens: Vec<RateSection>,
     /// Requests in flight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u64>,
@@ -93,6 +100,8 @@ impl LevelSection {
         Ok(LevelLimits {
             requests: rates(&format!("{path}.requests"), &self.requests)?,
             tokens: rates(&format!("{path}.tokens"), &self.tokens)?,
+            input_tokens: rates(&format!("{path}.input_tokens"), &self.input_tokens)?,
+            output_tokens: rates(&format!("{path}.output_tokens"), &self.output_tokens)?,
             concurrency: self.concurrency,
         })
     }
@@ -132,6 +141,9 @@ pub struct TierSection {
     /// A stricter quota evaluated and reported but not enforced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shadow: Option<ShadowSection>,
+    /// Limits per model group, by group name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub models: BTreeMap<String, ModelLimitsSection>,
 }
 
 /// A quota in shadow: tenant- and user-level limits.
@@ -144,6 +156,9 @@ pub struct ShadowSection {
     /// User-level limits.
     #[serde(default)]
     pub user: LevelSection,
+    /// Per-model-group limits in shadow.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub models: BTreeMap<String, ModelLimitsSection>,
 }
 
 impl ShadowSection {
@@ -151,6 +166,7 @@ impl ShadowSection {
         Ok(ShadowLimits {
             tenant: self.tenant.to_domain(&format!("{path}.tenant"))?,
             user: self.user.to_domain(&format!("{path}.user"))?,
+            models: model_limits(&format!("{path}.models"), &self.models)?,
         })
     }
 }
@@ -170,22 +186,38 @@ impl TierSection {
                 .as_ref()
                 .map(|s| s.to_domain(&format!("{path}.shadow")))
                 .transpose()?,
+            models: model_limits(&format!("{path}.models"), &self.models)?,
         };
         tier.validate(&path)?;
         Ok(tier)
     }
 }
 
+/// The written sections limits are built from.
+#[derive(Clone, Copy, Debug)]
+pub struct LimitSections<'a> {
+    /// `[global]`.
+    pub global: Option<&'a LevelSection>,
+    /// `[models.*]`.
+    pub models: &'a BTreeMap<String, ModelSection>,
+    /// `[tiers.*]`.
+    pub tiers: &'a BTreeMap<String, TierSection>,
+    /// `[overrides.*]`.
+    pub overrides: &'a BTreeMap<String, OverrideSection>,
+}
+
 /// Validated limits from the written sections.
-pub fn build_limits(
-    global: Option<&LevelSection>,
-    tiers: &BTreeMap<String, TierSection>,
-    overrides: &BTreeMap<String, OverrideSection>,
-    version: u64,
-) -> Result<Limits, LimitsError> {
+pub fn build_limits(sections: LimitSections<'_>, version: u64) -> Result<Limits, LimitsError> {
+    let LimitSections {
+        global,
+        models,
+        tiers,
+        overrides,
+    } = sections;
     let global = global.cloned().unwrap_or_default().to_domain("global")?;
     let mut limits = Limits {
         global,
+        models: model_groups(models)?,
         version,
         ..Limits::default()
     };

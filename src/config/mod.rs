@@ -6,6 +6,7 @@
 //! - [`sections`]: the file's schema, and the server, store and reservations
 //!   sections.
 //! - [`limits`]: rates, levels and tiers as written → domain limits.
+//! - [`models`]: model groups, tiers' per-group limits and priorities as written.
 //! - [`overrides`]: tenants' overrides as written.
 //! - [`estimation`], [`resilience`], [`auth`]: those sections, with the
 //!   settings they validate into (the breaker's and the failure policy among
@@ -18,6 +19,7 @@ pub mod auth;
 pub mod estimation;
 mod input;
 pub mod limits;
+pub mod models;
 pub mod overrides;
 pub mod repository;
 pub mod resilience;
@@ -29,9 +31,10 @@ pub use estimation::EstimatorSection;
 pub use input::{Document, DocumentError, parse_document};
 pub(crate) use limits::rates;
 pub use limits::{
-    LevelSection, Period, PeriodError, RateSection, ShadowSection, TierSection, build_limits,
-    period_seconds,
+    LevelSection, LimitSections, Period, PeriodError, RateSection, ShadowSection, TierSection,
+    build_limits, period_seconds,
 };
+pub use models::{ModelLimitsSection, ModelSection, PrioritiesSection};
 pub use overrides::{LevelOverrideSection, OverrideSection, ShadowOverrideSection, UNLIMITED};
 pub use repository::ConfigDoc;
 pub use resilience::{BreakerSettings, FailurePolicy, ResilienceSection};
@@ -140,6 +143,8 @@ impl FileConfig {
         self.store = other.store.or(self.store);
         self.reservations = other.reservations.or(self.reservations);
         self.global = other.global.or(self.global);
+        self.models = other.models.or(self.models);
+        self.priorities = other.priorities.or(self.priorities);
         self.tiers = other.tiers.or(self.tiers);
         self.estimator = other.estimator.or(self.estimator);
         self.overrides = other.overrides.or(self.overrides);
@@ -150,13 +155,15 @@ impl FileConfig {
 
     /// The limits this file defines, validated.
     pub fn limits(&self) -> Result<Limits, ConfigError> {
-        let empty = BTreeMap::new();
-        Ok(build_limits(
-            self.global.as_ref(),
-            self.tiers.as_ref().unwrap_or(&empty),
-            self.overrides.as_ref().unwrap_or(&BTreeMap::new()),
-            0,
-        )?)
+        let (no_models, no_tiers, no_overrides) =
+            (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+        let sections = LimitSections {
+            global: self.global.as_ref(),
+            models: self.models.as_ref().unwrap_or(&no_models),
+            tiers: self.tiers.as_ref().unwrap_or(&no_tiers),
+            overrides: self.overrides.as_ref().unwrap_or(&no_overrides),
+        };
+        Ok(build_limits(sections, 0)?)
     }
 }
 

@@ -84,6 +84,12 @@ pub struct LevelOverrideSection {
     /// Token rates, `"unlimited"`, or left out.
     #[serde(default, skip_serializing_if = "Setting::is_inherit")]
     pub tokens: Setting<Vec<RateSection>>,
+    /// Input-token rates, `"unlimited"`, or left out.
+    #[serde(default, skip_serializing_if = "Setting::is_inherit")]
+    pub input_tokens: Setting<Vec<RateSection>>,
+    /// Output-token rates, `"unlimited"`, or left out.
+    #[serde(default, skip_serializing_if = "Setting::is_inherit")]
+    pub output_tokens: Setting<Vec<RateSection>>,
     /// Requests in flight, `"unlimited"`, or left out.
     #[serde(default, skip_serializing_if = "Setting::is_inherit")]
     pub concurrency: Setting<u64>,
@@ -92,7 +98,11 @@ pub struct LevelOverrideSection {
 impl LevelOverrideSection {
     /// True when it names nothing: the whole level is the tier's.
     pub fn is_empty(&self) -> bool {
-        self.requests.is_inherit() && self.tokens.is_inherit() && self.concurrency.is_inherit()
+        self.requests.is_inherit()
+            && self.tokens.is_inherit()
+            && self.input_tokens.is_inherit()
+            && self.output_tokens.is_inherit()
+            && self.concurrency.is_inherit()
     }
 
     /// The domain value; `path` names the level in errors.
@@ -105,6 +115,8 @@ impl LevelOverrideSection {
         Ok(LevelOverride {
             requests: convert("requests", &self.requests)?,
             tokens: convert("tokens", &self.tokens)?,
+            input_tokens: convert("input_tokens", &self.input_tokens)?,
+            output_tokens: convert("output_tokens", &self.output_tokens)?,
             concurrency: self.concurrency.clone(),
         })
     }

@@ -1,9 +1,9 @@
-//! The live configuration in Redis: tiers, global limits and tenants' overrides
+//! The live configuration in Redis: tiers, model groups, global limits and tenants' overrides
 //! as JSON documents in one hash, with a version that every change bumps, an
 //! audit stream, and a channel on which changes are announced.
 //!
 //! ```text
-//! ctxb:cfg            hash    version; global; tier:<name>; override:<tenant>
+//! ctxb:cfg            hash    version; global; model:<group>; tier:<name>; override:<tenant>
 //! ctxb:cfg:audit      stream  actor, field, old, new, version, at_ms (capped)
 //! ctxb:cfg:changed    channel the new version, on every change
 //! ```
@@ -13,7 +13,9 @@
 //! load and keep their last good configuration if a document is bad. The key
 //! and field names are built in `store::keys`.
 
-use super::{LevelSection, OverrideSection, TierSection, build_limits};
+use super::{
+    LevelSection, LimitSections, ModelSection, OverrideSection, TierSection, build_limits,
+};
 use crate::domain::{Limits, LimitsError};
 use crate::store::StoreError;
 use crate::store::keys::{config_audit, config_channel, config_field, config_hash};
@@ -40,6 +42,8 @@ pub struct ConfigDoc {
     pub version: u64,
     /// Global limits.
     pub global: Option<LevelSection>,
+    /// Model groups by name.
+    pub models: BTreeMap<String, ModelSection>,
     /// Tiers by name.
     pub tiers: BTreeMap<String, TierSection>,
     /// Overrides by tenant id.
@@ -49,12 +53,17 @@ pub struct ConfigDoc {
 impl ConfigDoc {
     /// The validated limits these documents describe.
     pub fn limits(&self) -> Result<Limits, LimitsError> {
-        build_limits(
-            self.global.as_ref(),
-            &self.tiers,
-            &self.overrides,
-            self.version,
-        )
+        build_limits(self.sections(), self.version)
+    }
+
+    /// The documents as the sections limits are built from.
+    pub fn sections(&self) -> LimitSections<'_> {
+        LimitSections {
+            global: self.global.as_ref(),
+            models: &self.models,
+            tiers: &self.tiers,
+            overrides: &self.overrides,
+        }
     }
 }
 
@@ -82,6 +91,8 @@ pub struct AuditEntry {
 pub enum Field {
     /// The global limits.
     Global,
+    /// A model group.
+    Model(String),
     /// A tier.
     Tier(String),
     /// A tenant's override.
@@ -92,6 +103,7 @@ impl std::fmt::Display for Field {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Field::Global => f.write_str("the global limits"),
+            Field::Model(m) => write!(f, "model group {m}"),
             Field::Tier(t) => write!(f, "tier {t}"),
             Field::Override(t) => write!(f, "the override of tenant {t}"),
         }
@@ -102,6 +114,7 @@ impl Field {
     fn name(&self) -> String {
         match self {
             Field::Global => config_field::GLOBAL.into(),
+            Field::Model(m) => config_field::model(m),
             Field::Tier(t) => config_field::tier(t),
             Field::Override(t) => config_field::override_of(t),
         }
@@ -189,6 +202,9 @@ impl ConfigStore {
             } else if field == config_field::GLOBAL {
                 doc.global =
                     Some(serde_json::from_str(value).map_err(|e| bad(field, e.to_string()))?);
+            } else if let Some(name) = config_field::as_model(field) {
+                let model = serde_json::from_str(value).map_err(|e| bad(field, e.to_string()))?;
+                doc.models.insert(name.to_string(), model);
             } else if let Some(name) = config_field::as_tier(field) {
                 let tier = serde_json::from_str(value).map_err(|e| bad(field, e.to_string()))?;
                 doc.tiers.insert(name.to_string(), tier);
@@ -211,6 +227,9 @@ impl ConfigStore {
             .arg(AUDIT_KEEP);
         if let Some(g) = &doc.global {
             inv.arg(config_field::GLOBAL).arg(document(g));
+        }
+        for (name, m) in &doc.models {
+            inv.arg(config_field::model(name)).arg(document(m));
         }
         for (name, t) in &doc.tiers {
             inv.arg(config_field::tier(name)).arg(document(t));

@@ -4,7 +4,8 @@
 //! (limits, estimation, resilience, auth, overrides).
 
 use super::{
-    AuthSection, EstimatorSection, LevelSection, OverrideSection, ResilienceSection, TierSection,
+    AuthSection, EstimatorSection, LevelSection, ModelSection, OverrideSection, PrioritiesSection,
+    ResilienceSection, TierSection,
 };
 use crate::store::keys::DEFAULT_PREFIX;
 use crate::store::redis::PoolKind;
@@ -25,8 +26,12 @@ pub struct FileConfig {
     pub reservations: Option<ReservationsSection>,
     /// Limits on all traffic.
     pub global: Option<LevelSection>,
+    /// Model groups by name: per-model limits of the upstream account.
+    pub models: Option<BTreeMap<String, ModelSection>>,
     /// Tiers by name.
     pub tiers: Option<BTreeMap<String, TierSection>>,
+    /// The share of every limit each priority class must leave.
+    pub priorities: Option<PrioritiesSection>,
     /// Token counting and the adaptive estimator.
     pub estimator: Option<EstimatorSection>,
     /// Tenants' own limits, by tenant id.

@@ -7,7 +7,7 @@ use super::{
     ServerSection, StoreSection, TokenSection, validate_tokens,
 };
 use crate::domain::plan::LeasePolicy;
-use crate::domain::{Limits, LimitsError};
+use crate::domain::{Limits, LimitsError, Priorities};
 use crate::store::Retention;
 use crate::store::redis::{PoolKind, RedisTls};
 use std::net::SocketAddr;
@@ -42,6 +42,8 @@ pub struct Settings {
     pub concurrency_retry_ms: u64,
     /// Every limit.
     pub limits: Arc<Limits>,
+    /// The share of every limit each priority class must leave.
+    pub priorities: Priorities,
     /// The configuration file read, if any (SIGHUP re-reads it).
     pub config_path: Option<PathBuf>,
     /// The tiers, global limits and overrides as written: what seeds Redis
@@ -142,6 +144,7 @@ impl FileConfig {
     /// Validated settings, with `overrides` applied last.
     pub fn settings(self, overrides: Flags) -> Result<Settings, ConfigError> {
         let limits = self.limits()?;
+        let priorities = self.priorities.unwrap_or_default().to_domain()?;
         let seed = self.seed();
         let defaults = Self::built_in();
         let server = self.server.or(defaults.server).expect("built-in [server]");
@@ -189,6 +192,7 @@ impl FileConfig {
             retry_jitter_ms: res.retry_jitter_ms,
             concurrency_retry_ms: res.concurrency_retry_ms,
             limits: Arc::new(limits),
+            priorities,
             max_message_bytes: server.max_message_bytes,
             config_path: None,
             seed,
@@ -211,6 +215,7 @@ impl FileConfig {
         ConfigDoc {
             version: 0,
             global: self.global.clone(),
+            models: self.models.clone().unwrap_or_default(),
             tiers: self.tiers.clone().unwrap_or_default(),
             overrides: self.overrides.clone().unwrap_or_default(),
         }

@@ -14,12 +14,24 @@ use super::limits::{Dimension, Level};
 pub struct BucketSpec {
     /// The level the bucket belongs to.
     pub level: Level,
-    /// `Requests` or `Tokens`.
+    /// A rate dimension: requests, tokens, input or output tokens.
     pub dimension: Dimension,
     /// Capacity, and what refills per period.
     pub limit: u64,
     /// Period in seconds.
     pub period_secs: u64,
+    /// The model group's bucket tag ([`crate::domain::model::group_tag`]);
+    /// 0 for a limit on all models.
+    pub group: u32,
+}
+
+/// What one reservation asks of the buckets: its prompt and output tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cost {
+    /// Prompt tokens.
+    pub prompt: u64,
+    /// Output tokens.
+    pub output: u64,
 }
 
 impl BucketSpec {
@@ -28,12 +40,27 @@ impl BucketSpec {
         self.period_secs * 1_000_000
     }
 
-    /// What one reservation of `tokens` takes from this bucket.
-    pub fn cost(&self, tokens: u64) -> u64 {
+    /// What one reservation of `cost` takes from this bucket.
+    pub fn cost(&self, cost: Cost) -> u64 {
         match self.dimension {
-            Dimension::Tokens => tokens,
-            _ => 1,
+            Dimension::Tokens => cost.prompt + cost.output,
+            Dimension::InputTokens => cost.prompt,
+            Dimension::OutputTokens => cost.output,
+            Dimension::Requests | Dimension::Concurrency => 1,
         }
+    }
+
+    /// The level a request with `headroom` must leave in the bucket: that
+    /// share of the limit, kept for higher priorities.
+    pub fn floor(&self, headroom: f64) -> f64 {
+        headroom * self.limit as f64
+    }
+
+    /// True when taking `cost` from a level of `level` would leave less than
+    /// the floor of `headroom`: the one allow/deny rule of every bucket
+    /// (Lua: `l - c < h * lim`; with no headroom, `l < c`).
+    pub fn denies(&self, level: f64, cost: f64, headroom: f64) -> bool {
+        level - cost < self.floor(headroom)
     }
 
     /// The level after `elapsed_us` of refill, never above capacity.
@@ -96,6 +123,7 @@ mod tests {
             dimension: Dimension::Tokens,
             limit,
             period_secs: 60,
+            group: 0,
         }
     }
 

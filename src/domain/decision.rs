@@ -2,10 +2,12 @@
 //! with a reason, the level that denied, when to retry and a sentence for people;
 //! never an error.
 
-use super::bucket::{BucketSpec, from_milli};
+use super::bucket::{BucketSpec, Cost, from_milli};
 use super::level::{Dimension, Level};
 use super::level_plan::LevelPlan;
+use super::model::ModelGroup;
 use super::tier::Tier;
+use std::sync::Arc;
 
 /// Why a request was denied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -46,6 +48,8 @@ pub struct Denial {
     pub dimension: Option<Dimension>,
     /// The period of the denying limit (0 for concurrency and context).
     pub period_secs: u64,
+    /// The model group of the denying limit; `None` for an all-model limit.
+    pub model_group: Option<String>,
     /// Milliseconds until a retry could succeed, before jitter; 0 when retrying
     /// cannot help.
     pub retry_after_ms: u64,
@@ -54,38 +58,98 @@ pub struct Denial {
 }
 
 impl Denial {
-    /// Prompt + output exceed the tier's max context: the request must shrink.
-    pub fn context_too_large(prompt: u64, output: u64, tier: &Tier) -> Self {
+    /// Prompt + output exceed the max context — the tier's, or the model
+    /// group's context window when that is smaller: the request must shrink.
+    pub fn context_too_large(
+        prompt: u64,
+        output: u64,
+        tier: &Tier,
+        group: Option<&ModelGroup>,
+    ) -> Self {
+        let window = group.and_then(|g| Some((g, g.context_window?)));
+        let (bound, limit, model_group) = match window {
+            Some((g, w)) if w < tier.max_context_tokens => (
+                format!("context window of the {} models", g.name),
+                w,
+                Some(g.name.clone()),
+            ),
+            _ => (
+                format!("{} tier's max context", tier.name),
+                tier.max_context_tokens,
+                None,
+            ),
+        };
         Denial {
             reason: Reason::ContextTooLarge,
             level: None,
             dimension: Some(Dimension::Tokens),
             period_secs: 0,
+            model_group,
             retry_after_ms: 0,
             detail: format!(
-                "prompt {prompt} + output {output} tokens exceed the {} tier's max context of {} \
-                 tokens; shorten the prompt or lower max_output_tokens",
-                tier.name, tier.max_context_tokens
+                "prompt {prompt} + output {output} tokens exceed the {bound} of {limit} \
+                 tokens; shorten the prompt or lower max_output_tokens"
             ),
         }
     }
 
-    /// The request needs more than `bucket` can ever hold.
-    pub fn request_too_large(bucket: &BucketSpec, tokens: u64) -> Self {
+    /// The request needs more than `bucket` can ever hold — or, with
+    /// `headroom`, more than this priority may ever take of it.
+    pub fn request_too_large(
+        bucket: &BucketSpec,
+        group: Option<&str>,
+        cost: u64,
+        headroom: f64,
+    ) -> Self {
+        let kept = if headroom > 0.0 {
+            format!(
+                " ({:.0}% of it is kept for higher-priority requests)",
+                headroom * 100.0
+            )
+        } else {
+            String::new()
+        };
         Denial {
             reason: Reason::RequestTooLarge,
             level: Some(bucket.level),
             dimension: Some(bucket.dimension),
             period_secs: bucket.period_secs,
+            model_group: group.map(str::to_owned),
             retry_after_ms: 0,
             detail: format!(
-                "this request needs {tokens} tokens but the {} limit is {} tokens per {}; \
+                "this request needs {cost} {} but the {} limit is {} per {}{kept}; \
                  retrying cannot help: shorten the prompt or lower max_output_tokens",
-                bucket.level,
+                unit(bucket.dimension),
+                limit_name(bucket.level, group, bucket.dimension),
                 bucket.limit,
                 period_label(bucket.period_secs)
             ),
         }
+    }
+}
+
+/// What a dimension counts, for sentences.
+fn unit(dimension: Dimension) -> &'static str {
+    match dimension {
+        Dimension::Requests | Dimension::Concurrency => "requests",
+        Dimension::Tokens => "tokens",
+        Dimension::InputTokens => "input tokens",
+        Dimension::OutputTokens => "output tokens",
+    }
+}
+
+/// "tenant gpt-4o output-token limit", for sentences.
+fn limit_name(level: Level, group: Option<&str>, dimension: Dimension) -> String {
+    let what = match dimension {
+        Dimension::Requests => "request",
+        Dimension::Tokens => "token",
+        Dimension::InputTokens => "input-token",
+        Dimension::OutputTokens => "output-token",
+        Dimension::Concurrency => "concurrency",
+    };
+    match group {
+        Some(g) => format!("{level} {g} {what}"),
+        None => format!("{level} {what}"),
     }
 }
 
@@ -110,10 +174,12 @@ pub enum Reading {
 pub type Readings = Vec<Reading>;
 
 /// The state of one limit after a call, as reported to callers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LimitState {
     /// The level.
     pub level: Level,
+    /// The model group the limit belongs to; `None` for all models.
+    pub model_group: Option<Arc<ModelGroup>>,
     /// The dimension.
     pub dimension: Dimension,
     /// The period; 0 for concurrency.
@@ -126,10 +192,10 @@ pub struct LimitState {
     pub reset_after_ms: u64,
 }
 
-/// One check of a plan paired with its reading.
+/// One check of a plan paired with its reading, and the entry it belongs to.
 enum Checked<'a> {
-    Bucket(&'a BucketSpec, f64),
-    Concurrency(Level, u64, u64, u64),
+    Bucket(&'a LevelPlan, &'a BucketSpec, f64),
+    Concurrency(&'a LevelPlan, u64, u64, u64),
 }
 
 fn checked<'a>(
@@ -141,7 +207,7 @@ fn checked<'a>(
         let mut out = Vec::with_capacity(plan.reading_count());
         for bucket in &plan.buckets {
             if let Some(Reading::Bucket { milli }) = readings.next() {
-                out.push(Checked::Bucket(bucket, from_milli(*milli)));
+                out.push(Checked::Bucket(plan, bucket, from_milli(*milli)));
             }
         }
         if let Some(limit) = plan.concurrency
@@ -151,7 +217,7 @@ fn checked<'a>(
             }) = readings.next()
         {
             out.push(Checked::Concurrency(
-                plan.level,
+                plan,
                 limit,
                 *active,
                 *earliest_expiry_ms,
@@ -165,16 +231,21 @@ fn checked<'a>(
 pub fn limit_states(levels: &[LevelPlan], readings: &[Reading]) -> Vec<LimitState> {
     checked(levels, readings)
         .map(|c| match c {
-            Checked::Bucket(b, level) => LimitState {
+            Checked::Bucket(plan, b, level) => LimitState {
                 level: b.level,
+                model_group: match b.group {
+                    0 => None,
+                    _ => plan.group.clone(),
+                },
                 dimension: b.dimension,
                 period_secs: b.period_secs,
                 limit: b.limit,
                 remaining: level.floor() as i64,
                 reset_after_ms: b.until_full_us(level).div_ceil(1000),
             },
-            Checked::Concurrency(level, limit, active, earliest) => LimitState {
-                level,
+            Checked::Concurrency(plan, limit, active, earliest) => LimitState {
+                level: plan.level,
+                model_group: plan.slots.then(|| plan.group.clone()).flatten(),
                 dimension: Dimension::Concurrency,
                 period_secs: 0,
                 limit,
@@ -189,12 +260,15 @@ pub fn limit_states(levels: &[LevelPlan], readings: &[Reading]) -> Vec<LimitStat
 /// the one with the longest wait names the reason and level, since a retry must
 /// pass them all. Ties go to the outer level. A full concurrency limit suggests a
 /// retry when its earliest lease lapses, capped at `concurrency_retry_cap_ms`
-/// because Commit and Refund usually free slots sooner.
+/// because Commit and Refund usually free slots sooner. With `headroom`, the
+/// wait is until the limit has room for the cost above the share kept for
+/// higher priorities.
 pub fn denial(
     levels: &[LevelPlan],
     readings: &[Reading],
     denied_mask: u64,
-    tokens: u64,
+    cost: Cost,
+    headroom: f64,
     concurrency_retry_cap_ms: u64,
 ) -> Denial {
     let mut worst: Option<Denial> = None;
@@ -203,10 +277,19 @@ pub fn denial(
             continue;
         }
         let d = match c {
-            Checked::Bucket(b, level) => bucket_denial(b, level, tokens),
-            Checked::Concurrency(level, limit, active, earliest) => {
-                concurrency_denial(level, limit, active, earliest, concurrency_retry_cap_ms)
+            Checked::Bucket(plan, b, level) => {
+                bucket_denial(b, plan.group_of(b), level, cost, headroom)
             }
+            Checked::Concurrency(plan, limit, active, earliest) => concurrency_denial(
+                plan,
+                Slots {
+                    limit,
+                    active,
+                    earliest_expiry_ms: earliest,
+                },
+                headroom,
+                concurrency_retry_cap_ms,
+            ),
         };
         if worst
             .as_ref()
@@ -220,29 +303,51 @@ pub fn denial(
         level: None,
         dimension: None,
         period_secs: 0,
+        model_group: None,
         retry_after_ms: concurrency_retry_cap_ms,
         detail: "the store refused the reservation without naming a limit; retry shortly".into(),
     })
 }
 
-/// The denial of bucket `b`, at `level`, for a request of `tokens`.
-fn bucket_denial(b: &BucketSpec, level: f64, tokens: u64) -> Denial {
-    let cost = b.cost(tokens);
-    let wait_ms = b.until_level_us(level, cost as f64).div_ceil(1000).max(1);
-    let (reason, what) = match b.dimension {
-        Dimension::Requests => (Reason::RequestsExceeded, "request"),
-        _ => (Reason::TokensExceeded, "token"),
+/// The sentence part saying headroom bound, when it did: the bucket had room
+/// for the cost but not for the cost and the share kept for higher priorities.
+fn headroom_note(bound_by_headroom: bool, headroom: f64) -> String {
+    match bound_by_headroom {
+        true => format!(
+            " (the last {:.0}% is kept for higher-priority requests)",
+            headroom * 100.0
+        ),
+        false => String::new(),
+    }
+}
+
+/// The denial of bucket `b` of `group`, at `level`, for a request of `cost`.
+fn bucket_denial(
+    b: &BucketSpec,
+    group: Option<&str>,
+    level: f64,
+    cost: Cost,
+    headroom: f64,
+) -> Denial {
+    let cost = b.cost(cost);
+    let target = cost as f64 + b.floor(headroom);
+    let wait_ms = b.until_level_us(level, target).div_ceil(1000).max(1);
+    let reason = match b.dimension {
+        Dimension::Requests => Reason::RequestsExceeded,
+        _ => Reason::TokensExceeded,
     };
+    let note = headroom_note(level >= cost as f64, headroom);
     Denial {
         reason,
         level: Some(b.level),
         dimension: Some(b.dimension),
         period_secs: b.period_secs,
+        model_group: group.map(str::to_owned),
         retry_after_ms: wait_ms,
         detail: format!(
-            "{} {what} limit of {} per {} reached: this request needs {cost}, {} \
+            "{} limit of {} per {} reached{note}: this request needs {cost}, {} \
              left; retry in {}",
-            b.level,
+            limit_name(b.level, group, b.dimension),
             b.limit,
             period_label(b.period_secs),
             level.floor() as i64,
@@ -251,28 +356,35 @@ fn bucket_denial(b: &BucketSpec, level: f64, tokens: u64) -> Denial {
     }
 }
 
-/// The denial of a full concurrency limit: retry when its earliest lease
-/// lapses, at most `retry_cap_ms` from now.
-fn concurrency_denial(
-    level: Level,
+/// A concurrency limit as read.
+struct Slots {
     limit: u64,
     active: u64,
     earliest_expiry_ms: u64,
-    retry_cap_ms: u64,
-) -> Denial {
-    let wait_ms = match earliest_expiry_ms {
+}
+
+/// The denial of a full concurrency limit: retry when its earliest lease
+/// lapses, at most `retry_cap_ms` from now.
+fn concurrency_denial(plan: &LevelPlan, slots: Slots, headroom: f64, retry_cap_ms: u64) -> Denial {
+    let wait_ms = match slots.earliest_expiry_ms {
         0 => retry_cap_ms,
         e => e.min(retry_cap_ms),
     };
+    let group = plan.concurrency_group();
+    let note = headroom_note(slots.active < slots.limit, headroom);
     Denial {
         reason: Reason::ConcurrencyExceeded,
-        level: Some(level),
+        level: Some(plan.level),
         dimension: Some(Dimension::Concurrency),
         period_secs: 0,
+        model_group: group.map(str::to_owned),
         retry_after_ms: wait_ms,
         detail: format!(
-            "{level} concurrency limit of {limit} reached ({active} in flight); retry \
-             in {} or once a request in flight is committed or refunded",
+            "{} limit of {} reached{note} ({} in flight); retry in {} or once a request \
+             in flight is committed or refunded",
+            limit_name(plan.level, group, Dimension::Concurrency),
+            slots.limit,
+            slots.active,
             duration_label(wait_ms)
         ),
     }
@@ -309,15 +421,19 @@ mod tests {
                     dimension: Dimension::Requests,
                     limit: 60,
                     period_secs: 60,
+                    group: 0,
                 },
                 BucketSpec {
                     level: Level::User,
                     dimension: Dimension::Tokens,
                     limit: 6000,
                     period_secs: 60,
+                    group: 0,
                 },
             ],
             concurrency: Some(2),
+            group: None,
+            slots: false,
         }]
     }
 
@@ -332,11 +448,15 @@ mod tests {
             },
         ];
         // Requests need 1 s, tokens (500 needed, 100 left) need 4 s, concurrency is capped at 1 s.
-        let d = denial(&plan(), &readings, 0b111, 500, 1000);
+        let cost = Cost {
+            prompt: 400,
+            output: 100,
+        };
+        let d = denial(&plan(), &readings, 0b111, cost, 0.0, 1000);
         assert_eq!(d.reason, Reason::TokensExceeded);
         assert_eq!(d.level, Some(Level::User));
         assert_eq!(d.retry_after_ms, 4000);
-        let d = denial(&plan(), &readings, 0b001, 500, 1000);
+        let d = denial(&plan(), &readings, 0b001, cost, 0.0, 1000);
         assert_eq!(
             (d.reason, d.retry_after_ms),
             (Reason::RequestsExceeded, 1000)

@@ -15,6 +15,9 @@ pub const NONCE_BYTES: usize = 16;
 const MAX_RESERVATION_ID_CHARS: usize = 1024;
 const RESERVATION_PREFIX: &str = "rsv_";
 const RESERVATION_VERSION: u8 = 1;
+/// The version of ids that also carry a model group (ids without one keep
+/// version 1, so replicas of the previous release still read them).
+const RESERVATION_VERSION_GROUP: u8 = 2;
 
 /// A request field failed validation; the message says how to fix it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -120,6 +123,8 @@ pub struct ReservationId {
     /// The adaptive estimator key the prompt was counted under; empty when the
     /// caller sent its own count (nothing to learn from).
     pub estimator: String,
+    /// The model group whose limits applied; empty when the model has none.
+    pub group: String,
     /// Made by this replica's local store while the shared store was
     /// unavailable (degraded mode): settled there too.
     pub local: bool,
@@ -141,9 +146,15 @@ impl ReservationId {
             user,
             tier,
             estimator,
+            group: String::new(),
             local: false,
             nonce,
         }
+    }
+
+    /// The same id for a reservation under model group `group`.
+    pub fn with_group(self, group: String) -> Self {
+        ReservationId { group, ..self }
     }
 
     /// The nonce in base64url: 22 characters, used in store keys.
@@ -160,9 +171,9 @@ impl ReservationId {
         })
     }
 
-    /// A 64-bit digest of (user, tier, estimator key): stored with the
-    /// reservation and checked on settlement, so an id whose user, tier or
-    /// estimator key was edited finds nothing.
+    /// A 64-bit digest of (user, tier, estimator key, model group): stored
+    /// with the reservation and checked on settlement, so an id whose user,
+    /// tier, estimator key or group was edited finds nothing.
     pub fn owner_tag(&self) -> u64 {
         let mut h = Fnv::new();
         h.write(self.user.as_ref().map_or("", |u| u.as_str()).as_bytes());
@@ -170,6 +181,10 @@ impl ReservationId {
         h.write(self.tier.as_bytes());
         h.write(&[0xff]);
         h.write(self.estimator.as_bytes());
+        if !self.group.is_empty() {
+            h.write(&[0xff]);
+            h.write(self.group.as_bytes());
+        }
         h.finish()
     }
 
@@ -191,7 +206,8 @@ impl ReservationId {
         let body = value.strip_prefix(RESERVATION_PREFIX).ok_or_else(bad)?;
         let blob = URL_SAFE_NO_PAD.decode(body).map_err(|_| bad())?;
         let mut r = Reader(&blob);
-        if r.u8().ok_or_else(bad)? != RESERVATION_VERSION {
+        let version = r.u8().ok_or_else(bad)?;
+        if version != RESERVATION_VERSION && version != RESERVATION_VERSION_GROUP {
             return Err(bad());
         }
         let local = match r.u8().ok_or_else(bad)? {
@@ -203,6 +219,10 @@ impl ReservationId {
         let user = r.string().ok_or_else(bad)?;
         let tier = r.string().ok_or_else(bad)?;
         let estimator = r.string().ok_or_else(bad)?;
+        let group = match version {
+            RESERVATION_VERSION_GROUP => r.string().filter(|g| is_tier_name(g)).ok_or_else(bad)?,
+            _ => "",
+        };
         let nonce: [u8; NONCE_BYTES] = r.rest().try_into().map_err(|_| bad())?;
         let tenant = TenantId::parse(tenant).map_err(|_| bad())?;
         let user = match user {
@@ -217,6 +237,7 @@ impl ReservationId {
             user,
             tier: tier.to_owned(),
             estimator: estimator.to_owned(),
+            group: group.to_owned(),
             local,
             nonce,
         })
@@ -227,16 +248,28 @@ impl fmt::Display for ReservationId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let user = self.user.as_ref().map_or("", |u| u.as_str());
         let mut blob = Vec::with_capacity(
-            26 + self.tenant.0.len() + user.len() + self.tier.len() + self.estimator.len(),
+            28 + self.tenant.0.len()
+                + user.len()
+                + self.tier.len()
+                + self.estimator.len()
+                + self.group.len(),
         );
-        blob.push(RESERVATION_VERSION);
+        let grouped = !self.group.is_empty();
+        blob.push(match grouped {
+            true => RESERVATION_VERSION_GROUP,
+            false => RESERVATION_VERSION,
+        });
         blob.push(u8::from(self.local));
+        let group = grouped.then_some(self.group.as_str());
         for s in [
             self.tenant.as_str(),
             user,
             self.tier.as_str(),
             self.estimator.as_str(),
-        ] {
+        ]
+        .into_iter()
+        .chain(group)
+        {
             blob.extend_from_slice(&(s.len() as u16).to_be_bytes());
             blob.extend_from_slice(s.as_bytes());
         }
@@ -331,6 +364,10 @@ mod tests {
         assert!(ReservationId::parse(&format!("{text}x")).is_err());
         let other = ReservationId::generate(id.tenant.clone(), None, "pro".into(), String::new());
         assert_ne!(id.owner_tag(), other.owner_tag());
+        let grouped = id.clone().with_group("gpt-4o".into());
+        let text = grouped.to_string();
+        assert_eq!(ReservationId::parse(&text).unwrap(), grouped);
+        assert_ne!(grouped.owner_tag(), id.owner_tag());
         assert_ne!(id.nonce, other.nonce);
     }
 }

@@ -47,6 +47,11 @@ pub enum Dimension {
     Requests,
     /// Tokens; each reservation costs prompt + output tokens.
     Tokens,
+    /// Prompt tokens alone (Anthropic's input tokens per minute); cached
+    /// prompt tokens are left out at Commit where a model group says so.
+    InputTokens,
+    /// Output tokens alone: the output reserved, then the completion.
+    OutputTokens,
     /// Requests in flight at once.
     Concurrency,
 }
@@ -57,7 +62,25 @@ impl Dimension {
         match self {
             Dimension::Requests => "requests",
             Dimension::Tokens => "tokens",
+            Dimension::InputTokens => "input_tokens",
+            Dimension::OutputTokens => "output_tokens",
             Dimension::Concurrency => "concurrency",
         }
+    }
+
+    /// The rate dimensions, in the order a level's buckets are planned.
+    pub const RATES: [Dimension; 4] = [
+        Dimension::Requests,
+        Dimension::Tokens,
+        Dimension::InputTokens,
+        Dimension::OutputTokens,
+    ];
+
+    /// True for the three kinds of token limit.
+    pub fn is_tokens(self) -> bool {
+        matches!(
+            self,
+            Dimension::Tokens | Dimension::InputTokens | Dimension::OutputTokens
+        )
     }
 }

@@ -1,43 +1,104 @@
 //! The levels a request passes through and what each checks: its buckets and
 //! its concurrency limit, from the limits in force (or a quota in shadow), and
 //! one replica's share of them while replicas decide apart.
+//!
+//! A request for a model of a group checks, at every level, the level's
+//! all-model limits and the group's limits there. The group's rates are
+//! buckets in the level's own state (their ids carry the group's tag), so they
+//! cost no extra key; the group's concurrency limit at a level is a plan entry
+//! of its own (`slots`), kept under its own key, since a lease must count
+//! toward the group's slots and the level's apart.
 
 use super::bucket::BucketSpec;
 use super::level::{Dimension, Level};
 use super::limits::Limits;
-use super::tier::{LevelLimits, Rate, ShadowLimits, Tier};
+use super::model::ModelGroup;
+use super::tier::{LevelLimits, ModelLimits, ShadowLimits, Tier};
+use std::sync::Arc;
 
 /// What one level checks: its buckets and its concurrency limit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LevelPlan {
     /// The level.
     pub level: Level,
-    /// Request buckets, then token buckets, in configuration order.
+    /// The request's model group, when this entry holds any of its limits.
+    pub group: Option<Arc<ModelGroup>>,
+    /// True for the group's concurrency slots at this level (a key of its
+    /// own, no buckets); false for the level itself.
+    pub slots: bool,
+    /// Buckets in plan order: the all-model ones (requests, tokens, input,
+    /// output tokens, each in configuration order), then the group's.
     pub buckets: Vec<BucketSpec>,
-    /// The level's concurrency limit; `None` means unlimited (no lease is kept).
+    /// The concurrency limit; `None` means unlimited (no lease is kept).
     pub concurrency: Option<u64>,
 }
 
 impl LevelPlan {
-    /// The plan of one level's limits.
+    /// The plan of one level's all-model limits.
     pub fn new(level: Level, limits: &LevelLimits) -> Self {
-        let rates = |dimension, rates: &[Rate]| {
-            rates
-                .iter()
-                .map(move |r| BucketSpec {
-                    level,
-                    dimension,
-                    limit: r.limit,
-                    period_secs: r.period_secs,
-                })
-                .collect::<Vec<_>>()
-        };
-        let mut buckets = rates(Dimension::Requests, &limits.requests);
-        buckets.extend(rates(Dimension::Tokens, &limits.tokens));
+        let mut buckets = Vec::with_capacity(rate_count(limits));
+        push_rates(&mut buckets, level, limits, 0);
         LevelPlan {
             level,
+            group: None,
+            slots: false,
             buckets,
             concurrency: limits.concurrency,
+        }
+    }
+
+    /// The plan of a level's all-model limits `all` and `group`'s limits
+    /// there (`of_group`), and the entry of the group's slots at the level
+    /// (its concurrency limit; `None` when it has none).
+    pub fn with_group(
+        level: Level,
+        all: &LevelLimits,
+        group: &Arc<ModelGroup>,
+        of_group: Option<&LevelLimits>,
+    ) -> (LevelPlan, LevelPlan) {
+        let empty = LevelLimits::default();
+        let of_group = of_group.unwrap_or(&empty);
+        let mut buckets = Vec::with_capacity(rate_count(all) + rate_count(of_group));
+        push_rates(&mut buckets, level, all, 0);
+        push_rates(&mut buckets, level, of_group, group.tag());
+        let has_group = buckets.len() > rate_count(all);
+        let main = LevelPlan {
+            level,
+            group: has_group.then(|| group.clone()),
+            slots: false,
+            buckets,
+            concurrency: all.concurrency,
+        };
+        let slots = LevelPlan {
+            level,
+            group: Some(group.clone()),
+            slots: true,
+            buckets: Vec::new(),
+            concurrency: of_group.concurrency,
+        };
+        (main, slots)
+    }
+
+    /// The bit of this entry in a reservation's lease mask: the level's bit,
+    /// shifted by 3 for a group's slots.
+    pub fn bit(&self) -> u8 {
+        self.level.bit() << if self.slots { 3 } else { 0 }
+    }
+
+    /// The name of the model group a bucket of this entry belongs to (`None`
+    /// for an all-model bucket).
+    pub fn group_of(&self, bucket: &BucketSpec) -> Option<&str> {
+        match bucket.group {
+            0 => None,
+            _ => self.group.as_deref().map(|g| g.name.as_str()),
+        }
+    }
+
+    /// The name of the model group this entry's concurrency limit belongs to.
+    pub fn concurrency_group(&self) -> Option<&str> {
+        match self.slots {
+            true => self.group.as_deref().map(|g| g.name.as_str()),
+            false => None,
         }
     }
 
@@ -46,7 +107,6 @@ impl LevelPlan {
     pub fn scaled(&self, parts: u64) -> LevelPlan {
         let parts = parts.max(1);
         LevelPlan {
-            level: self.level,
             buckets: self
                 .buckets
                 .iter()
@@ -56,6 +116,7 @@ impl LevelPlan {
                 })
                 .collect(),
             concurrency: self.concurrency.map(|c| (c / parts).max(1)),
+            ..self.clone()
         }
     }
 
@@ -71,42 +132,107 @@ impl LevelPlan {
     }
 }
 
-/// The levels a request passes through, outermost first: global, tenant, and
-/// user when the request names one. With `keep_unlimited` false, levels without
-/// any limit are dropped (they cost no store work).
-pub fn levels(
-    limits: &Limits,
-    tier: Option<&Tier>,
-    has_user: bool,
-    keep_unlimited: bool,
-) -> Vec<LevelPlan> {
-    let empty = LevelLimits::default();
-    let mut out = vec![
-        LevelPlan::new(Level::Global, &limits.global),
-        LevelPlan::new(Level::Tenant, tier.map_or(&empty, |t| &t.tenant)),
-    ];
-    if has_user {
-        out.push(LevelPlan::new(
-            Level::User,
-            tier.map_or(&empty, |t| &t.user),
-        ));
-    }
-    if !keep_unlimited {
-        out.retain(|l| !l.is_unlimited());
-    }
-    out
+fn rate_count(limits: &LevelLimits) -> usize {
+    Dimension::RATES
+        .iter()
+        .map(|&d| limits.rates(d).len())
+        .sum()
 }
 
-/// The levels of a quota in shadow: tenant and (with a user) user; the global
-/// level is never in shadow.
+fn push_rates(out: &mut Vec<BucketSpec>, level: Level, limits: &LevelLimits, group: u32) {
+    for dimension in Dimension::RATES {
+        out.extend(limits.rates(dimension).iter().map(|r| BucketSpec {
+            level,
+            dimension,
+            limit: r.limit,
+            period_secs: r.period_secs,
+            group,
+        }));
+    }
+}
+
+/// Who a request is for: its tier (none once removed) and model group, and
+/// whether it names a user.
+#[derive(Clone, Copy, Debug)]
+pub struct Scope<'a> {
+    /// The tier's limits in force for the tenant.
+    pub tier: Option<&'a Tier>,
+    /// The model's group, if the model has one.
+    pub group: Option<&'a Arc<ModelGroup>>,
+    /// True when user-level limits apply.
+    pub has_user: bool,
+}
+
+/// The levels a request passes through, outermost first: global, tenant, and
+/// user when the request names one, each followed by its model group's slots
+/// when the group limits concurrency there. With `keep_unlimited` false,
+/// entries without any limit are dropped (they cost no store work); with it
+/// true, a group's slots are listed at every level (settling must free a
+/// lease taken under limits since removed).
+pub fn levels(limits: &Limits, scope: Scope<'_>, keep_unlimited: bool) -> Vec<LevelPlan> {
+    let empty = LevelLimits::default();
+    let tier_models = |name: &str| scope.tier.and_then(|t| t.models.get(name));
+    let mut all: Vec<(Level, &LevelLimits, Option<&LevelLimits>)> = vec![
+        (
+            Level::Global,
+            &limits.global,
+            scope.group.map(|g| &g.global),
+        ),
+        (
+            Level::Tenant,
+            scope.tier.map_or(&empty, |t| &t.tenant),
+            scope
+                .group
+                .and_then(|g| tier_models(&g.name))
+                .map(|m| &m.tenant),
+        ),
+    ];
+    if scope.has_user {
+        all.push((
+            Level::User,
+            scope.tier.map_or(&empty, |t| &t.user),
+            scope
+                .group
+                .and_then(|g| tier_models(&g.name))
+                .map(|m| &m.user),
+        ));
+    }
+    plan_levels(all, scope.group, keep_unlimited)
+}
+
+/// The levels of a quota in shadow: tenant and (with a user) user, with the
+/// model group's limits in shadow; the global level is never in shadow.
 pub fn shadow_levels(
     shadow: &ShadowLimits,
+    group: Option<&Arc<ModelGroup>>,
     has_user: bool,
     keep_unlimited: bool,
 ) -> Vec<LevelPlan> {
-    let mut out = vec![LevelPlan::new(Level::Tenant, &shadow.tenant)];
+    let models: Option<&ModelLimits> = group.and_then(|g| shadow.models.get(&g.name));
+    let mut all = vec![(Level::Tenant, &shadow.tenant, models.map(|m| &m.tenant))];
     if has_user {
-        out.push(LevelPlan::new(Level::User, &shadow.user));
+        all.push((Level::User, &shadow.user, models.map(|m| &m.user)));
+    }
+    plan_levels(all, group, keep_unlimited)
+}
+
+fn plan_levels(
+    all: Vec<(Level, &LevelLimits, Option<&LevelLimits>)>,
+    group: Option<&Arc<ModelGroup>>,
+    keep_unlimited: bool,
+) -> Vec<LevelPlan> {
+    let mut out = Vec::with_capacity(all.len() * 2);
+    for (level, limits, of_group) in all {
+        match group {
+            None => out.push(LevelPlan::new(level, limits)),
+            Some(g) => {
+                let (main, slots) = LevelPlan::with_group(level, limits, g, of_group);
+                out.push(main);
+                if keep_unlimited || slots.concurrency.is_some() {
+                    out.push(slots);
+                }
+            }
+        }
     }
     if !keep_unlimited {
         out.retain(|l| !l.is_unlimited());

@@ -1,5 +1,6 @@
-//! The set of limits the service enforces: global limits, the tiers by name,
-//! and tenants' overrides laid over them; the lookup of a tenant's tier.
+//! The set of limits the service enforces: global limits, the model groups,
+//! the tiers by name, and tenants' overrides laid over them; the lookup of a
+//! tenant's tier and of a model's group.
 //!
 //! The limit vocabulary lives in [`super::level`] and [`super::tier`]; it is
 //! re-exported here, where callers have always found it.
@@ -9,6 +10,7 @@ use std::sync::Arc;
 
 use super::ids::InvalidInput;
 pub use super::level::{Dimension, Level};
+use super::model::{ModelGroup, ModelGroups, check_groups, group_of};
 use super::overrides::Override;
 pub use super::tier::{
     LevelLimits, LimitsError, MAX_COUNT, MAX_PERIOD_SECS, MAX_RATES_PER_DIMENSION, MIN_PERIOD_SECS,
@@ -21,6 +23,8 @@ pub use super::tier::{
 pub struct Limits {
     /// Limits on all traffic together.
     pub global: LevelLimits,
+    /// Model groups by name: per-model limits of the upstream account.
+    pub models: ModelGroups,
     /// Tiers by name.
     pub tiers: BTreeMap<String, Arc<Tier>>,
     /// Overrides by tenant id.
@@ -36,8 +40,29 @@ impl Limits {
         if self.tiers.is_empty() {
             return Err(LimitsError::new("tiers", "at least one tier is required"));
         }
+        check_groups(&self.models)?;
         for (name, tier) in &self.tiers {
             tier.validate(&format!("tiers.{name}"))?;
+            let shadow = tier.shadow.iter().flat_map(|s| {
+                s.models
+                    .keys()
+                    .map(move |m| (format!("tiers.{name}.shadow.models.{m}"), m))
+            });
+            let own = tier
+                .models
+                .keys()
+                .map(|m| (format!("tiers.{name}.models.{m}"), m));
+            for (path, group) in own.chain(shadow) {
+                if !self.models.contains_key(group) {
+                    return Err(LimitsError::new(
+                        path,
+                        format!(
+                            "there is no model group {group:?}; define [models.{group}] first                              (known groups: {})",
+                            self.group_names()
+                        ),
+                    ));
+                }
+            }
         }
         for (tenant, o) in &self.overrides {
             o.validate(&format!("overrides.{tenant}"))?;
@@ -74,6 +99,19 @@ impl Limits {
             "tier",
             format!("unknown tier {name:?}; known tiers: {}", self.tier_names()),
         )
+    }
+
+    /// The group of `model`, if any (groups never overlap).
+    pub fn group_of(&self, model: &str) -> Option<&Arc<ModelGroup>> {
+        group_of(&self.models, model)
+    }
+
+    /// The model group names, for error messages.
+    pub fn group_names(&self) -> String {
+        match self.models.is_empty() {
+            true => "none".into(),
+            false => self.models.keys().cloned().collect::<Vec<_>>().join(", "),
+        }
     }
 
     /// The tier names, for error messages that list the valid choices.

@@ -66,6 +66,10 @@ pub struct LevelOverride {
     pub requests: Setting<Vec<Rate>>,
     /// Token rates.
     pub tokens: Setting<Vec<Rate>>,
+    /// Input-token rates.
+    pub input_tokens: Setting<Vec<Rate>>,
+    /// Output-token rates.
+    pub output_tokens: Setting<Vec<Rate>>,
     /// Requests in flight.
     pub concurrency: Setting<u64>,
 }
@@ -76,6 +80,8 @@ impl LevelOverride {
         LevelLimits {
             requests: self.requests.over(&tier.requests),
             tokens: self.tokens.over(&tier.tokens),
+            input_tokens: self.input_tokens.over(&tier.input_tokens),
+            output_tokens: self.output_tokens.over(&tier.output_tokens),
             concurrency: self.concurrency.over(tier.concurrency),
         }
     }
@@ -88,11 +94,21 @@ impl LevelOverride {
 
     /// True when the override says nothing about this level.
     pub fn is_empty(&self) -> bool {
-        self.requests.is_inherit() && self.tokens.is_inherit() && self.concurrency.is_inherit()
+        self.rate_settings().iter().all(|(_, s)| s.is_inherit()) && self.concurrency.is_inherit()
+    }
+
+    /// Each rate kind's setting, by its configuration name.
+    fn rate_settings(&self) -> [(&'static str, &Setting<Vec<Rate>>); 4] {
+        [
+            ("requests", &self.requests),
+            ("tokens", &self.tokens),
+            ("input_tokens", &self.input_tokens),
+            ("output_tokens", &self.output_tokens),
+        ]
     }
 
     fn validate(&self, path: &str) -> Result<(), LimitsError> {
-        for (name, setting) in [("requests", &self.requests), ("tokens", &self.tokens)] {
+        for (name, setting) in self.rate_settings() {
             if setting.limit().is_some_and(Vec::is_empty) {
                 return Err(LimitsError::new(
                     format!("{path}.{name}"),
@@ -151,6 +167,7 @@ impl Override {
             max_context_tokens: tier.max_context_tokens,
             default_max_output_tokens: tier.default_max_output_tokens,
             shadow: self.apply_shadow(tier.shadow.as_ref()),
+            models: tier.models.clone(),
         }
     }
 
@@ -162,9 +179,12 @@ impl Override {
         let shadow = ShadowLimits {
             tenant: o.tenant.apply(&base.tenant),
             user: o.user.apply(&base.user),
+            models: base.models,
         };
         // A shadow quota with no limit left is no shadow quota.
-        (!(shadow.tenant.is_unlimited() && shadow.user.is_unlimited())).then_some(shadow)
+        let unlimited =
+            shadow.tenant.is_unlimited() && shadow.user.is_unlimited() && shadow.models.is_empty();
+        (!unlimited).then_some(shadow)
     }
 }
 
@@ -193,11 +213,13 @@ mod tests {
                 requests: vec![rate(600, 60)],
                 tokens: vec![rate(5_000_000, 60)],
                 concurrency: Some(50),
+                ..LevelLimits::default()
             },
             user: LevelLimits {
                 requests: vec![rate(60, 60)],
                 tokens: vec![rate(500_000, 60)],
                 concurrency: Some(5),
+                ..LevelLimits::default()
             },
             max_context_tokens: 128_000,
             default_max_output_tokens: 8192,
@@ -207,7 +229,9 @@ mod tests {
                     requests: vec![rate(30, 60)],
                     ..LevelLimits::default()
                 },
+                models: Default::default(),
             }),
+            models: Default::default(),
         }
     }
 

@@ -6,11 +6,14 @@
 //! Which levels a request passes through is [`super::level_plan`]'s, re-exported
 //! here.
 
+use super::bucket::Cost;
 use super::decision::Denial;
 use super::ids::{Fnv, IdempotencyKey, InvalidInput, ReservationId, TenantId, UserId};
-pub use super::level_plan::{LevelPlan, levels, shadow_levels};
+pub use super::level_plan::{LevelPlan, Scope, levels, shadow_levels};
 use super::limits::Limits;
+use super::model::ModelGroup;
 use super::tier::{MAX_COUNT, Tier};
+use std::sync::Arc;
 
 /// How long concurrency leases last.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,8 +51,10 @@ pub struct ReserveRequest {
     pub user: Option<UserId>,
     /// The tier name.
     pub tier: String,
-    /// The model, recorded for fingerprinting.
+    /// The model: picks the model group, and is part of the fingerprint.
     pub model: String,
+    /// The share of every limit this request's priority must leave.
+    pub headroom: f64,
     /// The prompt's tokens as counted (the caller's count, or the service's raw
     /// count): what the max-context check uses.
     pub prompt_tokens: u64,
@@ -78,6 +83,12 @@ pub struct ReservePlan {
     pub id: ReservationId,
     /// The limited levels, outermost first.
     pub levels: Vec<LevelPlan>,
+    /// The model's group, if it has one.
+    pub model_group: Option<Arc<ModelGroup>>,
+    /// The share of every limit this reservation must leave (its priority's
+    /// headroom): a bucket must keep `headroom × limit` after the cost, a
+    /// concurrency limit as many free slots.
+    pub headroom: f64,
     /// Prompt tokens taken from every token bucket.
     pub prompt_tokens: u64,
     /// Output tokens wanted on top.
@@ -100,12 +111,20 @@ impl ReservePlan {
         self.levels
             .iter()
             .filter(|l| l.concurrency.is_some())
-            .fold(0, |m, l| m | l.level.bit())
+            .fold(0, |m, l| m | l.bit())
     }
 
     /// Tokens taken with the full output granted.
     pub fn tokens(&self) -> u64 {
         self.prompt_tokens + self.max_output_tokens
+    }
+
+    /// The cost with the full output granted.
+    pub fn cost(&self) -> Cost {
+        Cost {
+            prompt: self.prompt_tokens,
+            output: self.max_output_tokens,
+        }
     }
 
     /// The same request against a quota in shadow: other levels, same id, no
@@ -142,6 +161,7 @@ pub fn prepare(
     leases: &LeasePolicy,
 ) -> Result<Prepared, InvalidInput> {
     let tier = limits.resolve_known(&req.tier, req.tenant.as_str())?;
+    let group = limits.group_of(&req.model).cloned();
     let lease_ttl_ms = leases.ttl_ms("lease_ttl_ms", req.lease_ttl_ms)?;
     let (max_output, min_output) = output_bounds(&req, &tier)?;
     let refused = |denial, max_output: u64| Prepared::Refused {
@@ -149,24 +169,37 @@ pub fn prepare(
         tokens: req.prompt_reserve + max_output,
         max_output_tokens: max_output,
     };
-    if req.prompt_tokens + min_output > tier.max_context_tokens {
+    let max_context = max_context(&tier, group.as_deref());
+    if req.prompt_tokens + min_output > max_context {
         return Ok(refused(
-            Denial::context_too_large(req.prompt_tokens, max_output, &tier),
+            Denial::context_too_large(req.prompt_tokens, max_output, &tier, group.as_deref()),
             max_output,
         ));
     }
     // With reduced output allowed, the context caps what may be granted.
-    let max_output = max_output.min(tier.max_context_tokens - req.prompt_tokens);
-    let levels = levels(limits, Some(&tier), req.user.is_some(), false);
-    let smallest = req.prompt_reserve + min_output;
-    if let Some(denial) = too_large(&levels, smallest) {
+    let max_output = max_output.min(max_context - req.prompt_tokens);
+    let scope = Scope {
+        tier: Some(&tier),
+        group: group.as_ref(),
+        has_user: req.user.is_some(),
+    };
+    let levels = levels(limits, scope, false);
+    let smallest = Cost {
+        prompt: req.prompt_reserve,
+        output: min_output,
+    };
+    if let Some(denial) = too_large(&levels, smallest, req.headroom) {
         return Ok(refused(denial, max_output));
     }
     let fingerprint = fingerprint(&req, max_output);
-    let id = ReservationId::generate(req.tenant, req.user, req.tier, req.estimator);
+    let group_name = group.as_ref().map_or(String::new(), |g| g.name.clone());
+    let id = ReservationId::generate(req.tenant, req.user, req.tier, req.estimator)
+        .with_group(group_name);
     Ok(Prepared::Plan(ReservePlan {
         id,
         levels,
+        model_group: group,
+        headroom: req.headroom,
         prompt_tokens: req.prompt_reserve,
         max_output_tokens: max_output,
         min_output_tokens: min_output.min(max_output),
@@ -175,6 +208,14 @@ pub fn prepare(
         idempotency_key: req.idempotency_key,
         fingerprint,
     }))
+}
+
+/// The largest prompt + output a request may have: the tier's max context, or
+/// the model group's context window when that is smaller.
+pub fn max_context(tier: &Tier, group: Option<&ModelGroup>) -> u64 {
+    group
+        .and_then(|g| g.context_window)
+        .map_or(tier.max_context_tokens, |w| w.min(tier.max_context_tokens))
 }
 
 /// The output tokens a request asks for (its own, or the tier's default) and
@@ -197,14 +238,15 @@ fn output_bounds(req: &ReserveRequest, tier: &Tier) -> Result<(u64, u64), Invali
     Ok((max_output, min_output))
 }
 
-/// The refusal of a request whose smallest form (`smallest` tokens) some
-/// bucket of `levels` can never hold.
-fn too_large(levels: &[LevelPlan], smallest: u64) -> Option<Denial> {
-    levels
-        .iter()
-        .flat_map(|l| &l.buckets)
-        .find(|b| b.cost(smallest) > b.limit)
-        .map(|bucket| Denial::request_too_large(bucket, smallest))
+/// The refusal of a request whose smallest form (`smallest`) some bucket of
+/// `levels` can never hold, leaving the share `headroom` of it.
+fn too_large(levels: &[LevelPlan], smallest: Cost, headroom: f64) -> Option<Denial> {
+    levels.iter().find_map(|l| {
+        l.buckets
+            .iter()
+            .find(|b| b.denies(b.limit as f64, b.cost(smallest) as f64, headroom))
+            .map(|b| Denial::request_too_large(b, l.group_of(b), b.cost(smallest), headroom))
+    })
 }
 
 /// Digest of what makes two requests "the same" for idempotency.
@@ -218,6 +260,11 @@ fn fingerprint(req: &ReserveRequest, max_output: u64) -> u64 {
     h.write_u64(req.prompt_tokens);
     h.write_u64(max_output);
     h.write_u64(req.min_output_tokens.unwrap_or(0));
+    // A retry at another priority is another request; the default (no
+    // headroom) hashes as before, so fingerprints of old records still match.
+    if req.headroom != 0.0 {
+        h.write_u64(req.headroom.to_bits());
+    }
     h.finish()
 }
 
@@ -258,10 +305,12 @@ mod tests {
                     period_secs: 60,
                 }],
                 concurrency: Some(1),
+                ..LevelLimits::default()
             },
             max_context_tokens: 8000,
             default_max_output_tokens: 100,
             shadow: None,
+            models: Default::default(),
         };
         Limits {
             global: LevelLimits::default(),
@@ -276,6 +325,7 @@ mod tests {
             user: Some(UserId::parse("u").unwrap()),
             tier: "free".into(),
             model: "m".into(),
+            headroom: 0.0,
             prompt_tokens: prompt,
             prompt_reserve: prompt,
             estimated_prompt_tokens: 0,

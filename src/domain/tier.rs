@@ -1,6 +1,10 @@
 //! Tiers as operators define them: rates per period, concurrency, the tier's
-//! request shape, and the rules a tier (and any level's limits) must follow
-//! before the service accepts it — the tier-name rule among them.
+//! request shape, its per-model-group limits, and the rules a tier (and any
+//! level's limits) must follow before the service accepts it — the tier-name
+//! rule among them.
+
+use super::level::Dimension;
+use std::collections::BTreeMap;
 
 /// Shortest period a rate may use.
 pub const MIN_PERIOD_SECS: u64 = 1;
@@ -26,8 +30,12 @@ pub struct Rate {
 pub struct LevelLimits {
     /// Request-count rates (RPM, RPD, ...).
     pub requests: Vec<Rate>,
-    /// Token rates (TPM, TPD, ...).
+    /// Token rates (TPM, TPD, ...): prompt + output.
     pub tokens: Vec<Rate>,
+    /// Prompt-token rates (input tokens per minute, ...).
+    pub input_tokens: Vec<Rate>,
+    /// Output-token rates (output tokens per minute, ...).
+    pub output_tokens: Vec<Rate>,
     /// Requests in flight at once.
     pub concurrency: Option<u64>,
 }
@@ -35,12 +43,28 @@ pub struct LevelLimits {
 impl LevelLimits {
     /// True when nothing at this level is limited: the level costs no store work.
     pub fn is_unlimited(&self) -> bool {
-        self.requests.is_empty() && self.tokens.is_empty() && self.concurrency.is_none()
+        self.has_no_rates() && self.concurrency.is_none()
+    }
+
+    /// True when the level has no rate of any dimension.
+    pub fn has_no_rates(&self) -> bool {
+        Dimension::RATES.iter().all(|&d| self.rates(d).is_empty())
+    }
+
+    /// The rates of one rate dimension (none for concurrency).
+    pub fn rates(&self, dimension: Dimension) -> &[Rate] {
+        match dimension {
+            Dimension::Requests => &self.requests,
+            Dimension::Tokens => &self.tokens,
+            Dimension::InputTokens => &self.input_tokens,
+            Dimension::OutputTokens => &self.output_tokens,
+            Dimension::Concurrency => &[],
+        }
     }
 
     /// Checks the level's rules; `path` prefixes field names in errors.
     pub fn validate(&self, path: &str) -> Result<(), LimitsError> {
-        for (name, rates) in [("requests", &self.requests), ("tokens", &self.tokens)] {
+        for (name, rates) in Dimension::RATES.map(|d| (d.as_str(), self.rates(d))) {
             if rates.len() > MAX_RATES_PER_DIMENSION {
                 return Err(LimitsError::new(
                     format!("{path}.{name}"),
@@ -97,6 +121,27 @@ pub struct Tier {
     /// A stricter quota being rolled out: evaluated and reported on every
     /// request, never enforced.
     pub shadow: Option<ShadowLimits>,
+    /// Limits of requests for one model group, by group name, on top of the
+    /// tier's all-model limits.
+    pub models: BTreeMap<String, ModelLimits>,
+}
+
+/// The tenant- and user-level limits a tier sets for one model group.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ModelLimits {
+    /// Shared by all users of one tenant.
+    pub tenant: LevelLimits,
+    /// Of each user.
+    pub user: LevelLimits,
+}
+
+impl ModelLimits {
+    /// Checks both levels and that the user fits within the tenant.
+    pub fn validate(&self, path: &str) -> Result<(), LimitsError> {
+        self.tenant.validate(&format!("{path}.tenant"))?;
+        self.user.validate(&format!("{path}.user"))?;
+        user_within_tenant(path, &self.user, &self.tenant)
+    }
 }
 
 /// The tenant- and user-level limits of a quota in shadow.
@@ -106,14 +151,24 @@ pub struct ShadowLimits {
     pub tenant: LevelLimits,
     /// User-level limits.
     pub user: LevelLimits,
+    /// Per-model-group limits in shadow, by group name.
+    pub models: BTreeMap<String, ModelLimits>,
 }
 
 impl ShadowLimits {
     fn validate(&self, path: &str) -> Result<(), LimitsError> {
         self.tenant.validate(&format!("{path}.tenant"))?;
         self.user.validate(&format!("{path}.user"))?;
-        user_within_tenant(path, &self.user, &self.tenant)
+        user_within_tenant(path, &self.user, &self.tenant)?;
+        validate_models(&format!("{path}.models"), &self.models)
     }
+}
+
+/// Checks each group's limits of a `models` table.
+fn validate_models(path: &str, models: &BTreeMap<String, ModelLimits>) -> Result<(), LimitsError> {
+    models
+        .iter()
+        .try_for_each(|(name, m)| m.validate(&format!("{path}.{name}")))
 }
 
 impl Tier {
@@ -149,7 +204,7 @@ impl Tier {
         if let Some(shadow) = &self.shadow {
             shadow.validate(&format!("{path}.shadow"))?;
         }
-        Ok(())
+        validate_models(&format!("{path}.models"), &self.models)
     }
 }
 
@@ -173,10 +228,9 @@ pub(crate) fn user_within_tenant(
     user: &LevelLimits,
     tenant: &LevelLimits,
 ) -> Result<(), LimitsError> {
-    for (name, users, tenants) in [
-        ("requests", &user.requests, &tenant.requests),
-        ("tokens", &user.tokens, &tenant.tokens),
-    ] {
+    for (name, users, tenants) in
+        Dimension::RATES.map(|d| (d.as_str(), user.rates(d), tenant.rates(d)))
+    {
         for (i, u) in users.iter().enumerate() {
             if let Some(t) = tenants.iter().find(|t| t.period_secs == u.period_secs)
                 && u.limit > t.limit
@@ -234,8 +288,8 @@ mod tests {
                     limit: 100,
                     period_secs: 60,
                 }],
-                tokens: vec![],
                 concurrency: Some(10),
+                ..LevelLimits::default()
             },
             user: LevelLimits {
                 requests: vec![Rate {
@@ -247,10 +301,12 @@ mod tests {
                     period_secs: 60,
                 }],
                 concurrency: Some(2),
+                ..LevelLimits::default()
             },
             max_context_tokens: 1000,
             default_max_output_tokens: 100,
             shadow: None,
+            models: BTreeMap::new(),
         }
     }
 

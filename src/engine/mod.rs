@@ -25,7 +25,7 @@ pub use status::{EstimatorView, LevelLeases, StatusOutcome};
 
 use crate::config::FailurePolicy;
 use crate::domain::plan::{LeasePolicy, LevelPlan, ReservePlan};
-use crate::domain::{InvalidInput, Limits, Tier};
+use crate::domain::{InvalidInput, Limits, Priorities, Tier};
 use crate::estimator::{Counter, Multipliers};
 use crate::store::keys::{DEFAULT_PREFIX, Keys};
 use crate::store::memory::MemoryStore;
@@ -50,6 +50,8 @@ pub struct EngineSettings {
     pub breaker: BreakerSettings,
     /// Retention of the local (degraded-mode) store.
     pub retention: Retention,
+    /// The share of every limit each priority class must leave.
+    pub priorities: Priorities,
 }
 
 /// A request the engine could not answer with a decision.

@@ -4,6 +4,7 @@
 
 use super::reserve::ReserveOutcome;
 use super::{Engine, EngineError};
+use crate::domain::bucket::Cost;
 use crate::domain::decision;
 use crate::domain::plan::ReservePlan;
 use crate::domain::{Dimension, InvalidInput, Level};
@@ -36,12 +37,16 @@ impl<S: Store> Engine<S> {
                 denied_mask,
                 ..
             } => {
-                let cost = plan.prompt_tokens + plan.min_output_tokens;
+                let cost = Cost {
+                    prompt: plan.prompt_tokens,
+                    output: plan.min_output_tokens,
+                };
                 let mut denial = decision::denial(
                     &plan.levels,
                     &readings,
                     denied_mask,
                     cost,
+                    plan.headroom,
                     self.settings.concurrency_retry_ms,
                 );
                 denial.retry_after_ms += self.jitter();

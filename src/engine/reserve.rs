@@ -9,7 +9,7 @@ use super::{Engine, EngineError};
 use crate::config::FailurePolicy;
 use crate::domain::decision::{self, LimitState};
 use crate::domain::plan::{self, Prepared, ReservePlan, ReserveRequest};
-use crate::domain::{Denial, IdempotencyKey, Level, Limits, TenantId, Tier, UserId};
+use crate::domain::{Denial, IdempotencyKey, Level, Limits, Priority, TenantId, Tier, UserId};
 use crate::estimator::Prompt;
 use crate::store::{ReserveReply, Scope, Store, StoreError};
 use crate::telemetry;
@@ -45,6 +45,8 @@ pub struct ReserveInput {
     pub idempotency_key: Option<IdempotencyKey>,
     /// Requested lease length.
     pub lease_ttl_ms: Option<u64>,
+    /// How much the request matters: picks the headroom it must leave.
+    pub priority: Priority,
 }
 
 /// The answer to CheckAndReserve.
@@ -112,6 +114,7 @@ impl<S: Store> Engine<S> {
         let limits = self.limits();
         let tier = self.resolve_tier(&limits, &input.tier, input.tenant.as_str())?;
         let (req, counted) = self.count(input, &tier).await;
+        let model = req.model.clone();
         let mut out = ReserveOutcome::counted(&counted);
         let scope = (req.tenant.clone(), req.user.clone());
         let plan = match plan::prepare(req, &limits, &self.settings.leases)? {
@@ -128,7 +131,7 @@ impl<S: Store> Engine<S> {
                 out.denial = Some(denial);
                 out.reserved_tokens = tokens;
                 out.max_output_tokens = max_output_tokens;
-                return Ok(self.refused(out, &limits, &tier, &scope).await);
+                return Ok(self.refused(out, &limits, &tier, &scope, &model).await);
             }
         };
         out.max_output_tokens = plan.max_output_tokens;
@@ -211,6 +214,7 @@ impl<S: Store> Engine<S> {
             user: input.user,
             tier: input.tier,
             model: input.model,
+            headroom: self.settings.priorities.headroom(input.priority),
             prompt_tokens: counted.raw,
             prompt_reserve: counted.reserve,
             estimated_prompt_tokens: counted.estimated,
@@ -232,9 +236,15 @@ impl<S: Store> Engine<S> {
         limits: &Limits,
         tier: &Tier,
         scope: &(TenantId, Option<UserId>),
+        model: &str,
     ) -> ReserveOutcome {
         telemetry::decision(&tier.name, out.denial.as_ref(), 0);
-        let levels = plan::levels(limits, Some(tier), scope.1.is_some(), false);
+        let planned = plan::Scope {
+            tier: Some(tier),
+            group: limits.group_of(model),
+            has_user: scope.1.is_some(),
+        };
+        let levels = plan::levels(limits, planned, false);
         let status = Scope {
             tenant: &scope.0,
             user: scope.1.as_ref(),

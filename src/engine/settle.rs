@@ -2,8 +2,9 @@
 
 use super::shadow::ShadowSettle;
 use super::{Engine, EngineError};
-use crate::domain::ReservationId;
+use crate::domain::budget::Usage;
 use crate::domain::plan::{self, LevelPlan};
+use crate::domain::{InvalidInput, ReservationId};
 use crate::store::{RenewReply, SettleReply, Settled, Settlement, Store};
 use crate::telemetry;
 
@@ -37,7 +38,12 @@ impl<S: Store> Engine<S> {
     fn settlement_levels(&self, id: &ReservationId) -> Vec<LevelPlan> {
         let limits = self.limits();
         let tier = self.tier_of(id);
-        let levels = plan::levels(&limits, tier.as_deref(), id.user.is_some(), true);
+        let scope = plan::Scope {
+            tier: tier.as_deref(),
+            group: limits.models.get(&id.group),
+            has_user: id.user.is_some(),
+        };
+        let levels = plan::levels(&limits, scope, true);
         if !id.local {
             return levels;
         }
@@ -46,27 +52,40 @@ impl<S: Store> Engine<S> {
         self.local_levels(&levels)
     }
 
-    /// Commit.
+    /// Commit: `prompt_tokens` + `completion_tokens` used, of which
+    /// `cached_prompt_tokens` were read from the provider's prompt cache (left
+    /// out of input-token limits where the model group says cached input does
+    /// not count).
     pub async fn commit(
         &self,
         reservation_id: &str,
         prompt_tokens: u64,
         completion_tokens: u64,
+        cached_prompt_tokens: u64,
     ) -> Result<CommitOutcome, EngineError> {
         let id = ReservationId::parse(reservation_id)?;
         let prompt = plan::check_tokens("prompt_tokens", prompt_tokens)?;
         let completion = plan::check_tokens("completion_tokens", completion_tokens)?;
+        if cached_prompt_tokens > prompt {
+            return Err(InvalidInput::new(
+                "cached_prompt_tokens",
+                format!(
+                    "{cached_prompt_tokens} is above prompt_tokens {prompt}: cached tokens are \
+                     part of the prompt (OpenAI's prompt_tokens_details.cached_tokens); send \
+                     at most prompt_tokens"
+                ),
+            )
+            .into());
+        }
+        let usage = self.usage(&id, prompt, completion, cached_prompt_tokens);
         let levels = self.settlement_levels(&id);
         let s = Settlement {
             id: &id,
             levels: &levels,
         };
         let reply = match id.local {
-            true => self.local.commit(s, prompt + completion, prompt).await?,
-            false => {
-                self.guarded("commit", self.store.commit(s, prompt + completion, prompt))
-                    .await?
-            }
+            true => self.local.commit(s, usage).await?,
+            false => self.guarded("commit", self.store.commit(s, usage)).await?,
         };
         let mut out = CommitOutcome {
             outcome: Outcome::Applied,
@@ -88,11 +107,7 @@ impl<S: Store> Engine<S> {
                     telemetry::estimation(&id.estimator, out.estimation_ratio);
                 }
                 telemetry::committed(&id.tier, prompt + completion, out.token_delta);
-                let how = ShadowSettle::Commit {
-                    actual: prompt + completion,
-                    prompt,
-                };
-                self.shadow_settle(&id, how).await;
+                self.shadow_settle(&id, ShadowSettle::Commit(usage)).await;
             }
             SettleReply::AlreadySettled(settled) => {
                 out.outcome = Outcome::AlreadySettled;
@@ -103,6 +118,21 @@ impl<S: Store> Engine<S> {
             SettleReply::NotFound => return Err(not_found(reservation_id, id.local)),
         }
         Ok(out)
+    }
+
+    /// The usage as the reservation's buckets count it: cached prompt tokens
+    /// leave the input count when the reservation's model group says so.
+    fn usage(&self, id: &ReservationId, prompt: u64, completion: u64, cached: u64) -> Usage {
+        let limits = self.limits();
+        let uncounted = match limits.models.get(&id.group) {
+            Some(g) if !g.cached_input_counts => cached,
+            _ => 0,
+        };
+        Usage {
+            tokens: prompt + completion,
+            prompt,
+            input: prompt - uncounted,
+        }
     }
 
     /// Refund.

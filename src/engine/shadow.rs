@@ -7,6 +7,8 @@
 //! would have done.
 
 use super::Engine;
+use crate::domain::bucket::Cost;
+use crate::domain::budget::Usage;
 use crate::domain::decision;
 use crate::domain::plan::{self, ReservePlan};
 use crate::domain::{Denial, ReservationId, ShadowLimits};
@@ -23,7 +25,7 @@ pub(super) struct ShadowCheck {
 
 /// How a reservation is settled in shadow.
 pub(super) enum ShadowSettle {
-    Commit { actual: u64, prompt: u64 },
+    Commit(Usage),
     Refund,
     Renew { ttl_ms: u64 },
 }
@@ -37,7 +39,8 @@ impl<S: Store> Engine<S> {
         shadow: &ShadowLimits,
         tier: &str,
     ) -> ShadowCheck {
-        let levels = plan::shadow_levels(shadow, plan.id.user.is_some(), false);
+        let group = plan.model_group.as_ref();
+        let levels = plan::shadow_levels(shadow, group, plan.id.user.is_some(), false);
         let nothing = ShadowCheck {
             denial: None,
             taken: false,
@@ -63,7 +66,11 @@ impl<S: Store> Engine<S> {
                     &shadow_plan.levels,
                     &readings,
                     denied_mask,
-                    shadow_plan.prompt_tokens + shadow_plan.min_output_tokens,
+                    Cost {
+                        prompt: shadow_plan.prompt_tokens,
+                        output: shadow_plan.min_output_tokens,
+                    },
+                    shadow_plan.headroom,
                     self.settings.concurrency_retry_ms,
                 );
                 telemetry::shadow_denial(tier, &denial);
@@ -98,14 +105,15 @@ impl<S: Store> Engine<S> {
         else {
             return;
         };
-        let levels = plan::shadow_levels(&shadow, id.user.is_some(), true);
+        let group = limits.models.get(&id.group);
+        let levels = plan::shadow_levels(&shadow, group, id.user.is_some(), true);
         let s = Settlement {
             id,
             levels: &levels,
         };
         let result = match how {
-            ShadowSettle::Commit { actual, prompt } => self
-                .guarded("shadow_commit", self.shadow.commit(s, actual, prompt))
+            ShadowSettle::Commit(usage) => self
+                .guarded("shadow_commit", self.shadow.commit(s, usage))
                 .await
                 .map(drop),
             ShadowSettle::Refund => self

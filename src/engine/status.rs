@@ -10,11 +10,13 @@ use crate::domain::plan;
 use crate::domain::{Level, Reading, TenantId, UserId};
 use crate::store::{Scope, Store, StoreError};
 
-/// Live leases at one level.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Live leases at one level (of all models, or of one model group).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LevelLeases {
     /// The level.
     pub level: Level,
+    /// The model group whose slots these are; `None` for all models.
+    pub model_group: Option<String>,
     /// Live leases.
     pub active: u64,
     /// The concurrency limit.
@@ -48,16 +50,22 @@ pub struct EstimatorView {
 }
 
 impl<S: Store> Engine<S> {
-    /// GetStatus.
+    /// GetStatus: every limit of the scope; with `model`, its group's too.
     pub async fn status(
         &self,
         tenant: &TenantId,
         user: Option<&UserId>,
         tier: &str,
+        model: Option<&str>,
     ) -> Result<StatusOutcome, EngineError> {
         let limits = self.limits();
         let tier = self.resolve_tier(&limits, tier, tenant.as_str())?;
-        let levels = plan::levels(&limits, Some(&tier), user.is_some(), false);
+        let scope = plan::Scope {
+            tier: Some(&tier),
+            group: model.and_then(|m| limits.group_of(m)),
+            has_user: user.is_some(),
+        };
+        let levels = plan::levels(&limits, scope, false);
         let scope = Scope { tenant, user };
         let mut degraded = false;
         let (levels, readings) = match self
@@ -83,6 +91,7 @@ impl<S: Store> Engine<S> {
             {
                 leases.push(LevelLeases {
                     level: lp.level,
+                    model_group: lp.concurrency_group().map(str::to_owned),
                     active: *active,
                     limit,
                 });

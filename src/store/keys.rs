@@ -5,10 +5,15 @@
 //! ctxb:g                       hash   global level: buckets and leases
 //! ctxb:{T}:t                   hash   tenant level
 //! ctxb:{T}:u:<U>               hash   one user of the tenant
+//! <level key>:m:<G>            hash   model group G's concurrency slots at that level
 //! ctxb:{T}:r:<nonce>           string one reservation's record
 //! ctxb:{T}:i:<K>               string idempotency key → reservation nonce
 //! ctxb:e:<M>                   list   adaptive estimator samples of key M
 //! ```
+//! A model group's rate limits are buckets in the level's own hash (their ids
+//! carry the group's tag); only its concurrency slots need a key of their own.
+//! `G` is the group name, whose characters (`A-Z a-z 0-9 - _ .`) include no
+//! `:`, `{` or `}`; the slots key of a tenant's level keeps the tenant's hash tag.
 //! `T`, `U` and `K` are the tenant id, user id and idempotency key in unpadded
 //! base64url. Its alphabet (`A-Z a-z 0-9 - _`) has no `:`, `{` or `}`, and the
 //! encoding is injective, so no two (tenant, user) pairs share a key and no id
@@ -20,7 +25,7 @@
 //!
 //! # Live configuration (see `config::repository`)
 //! ```text
-//! ctxb:cfg                     hash   version; global; tier:<name>; override:<tenant>
+//! ctxb:cfg                     hash   version; global; model:<group>; tier:<name>; override:<tenant>
 //! ctxb:cfg:audit               stream every change (capped)
 //! ctxb:cfg:changed             channel the new version, on every change
 //! ```
@@ -33,7 +38,7 @@
 //! #<nonce>    one live lease: its expiry in µs, a little-endian double
 //! ```
 
-use crate::domain::{IdempotencyKey, Level, ReservationId, TenantId, UserId};
+use crate::domain::{IdempotencyKey, Level, LevelPlan, ReservationId, TenantId, UserId};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
@@ -95,6 +100,16 @@ impl Keys {
         }
     }
 
+    /// The key of one entry of a plan: its level's hash, or — for a model
+    /// group's slots — that hash's name with `:m:<group>` after it.
+    pub fn plan_level(&self, lp: &LevelPlan, tenant: &TenantId, user: Option<&UserId>) -> String {
+        let level = self.level(lp.level, tenant, user);
+        match (lp.slots, &lp.group) {
+            (true, Some(g)) => format!("{level}:m:{}", g.name),
+            _ => level,
+        }
+    }
+
     /// The record of one reservation.
     pub fn record(&self, id: &ReservationId) -> String {
         format!("{}:r:{}", self.tenant_tag(&id.tenant), id.nonce_b64())
@@ -148,6 +163,17 @@ pub mod config_field {
     pub const GLOBAL: &str = "global";
     const TIER: &str = "tier:";
     const OVERRIDE: &str = "override:";
+    const MODEL: &str = "model:";
+
+    /// The field of model group `name`.
+    pub fn model(name: &str) -> String {
+        format!("{MODEL}{name}")
+    }
+
+    /// The model group a field holds, if it holds one.
+    pub fn as_model(field: &str) -> Option<&str> {
+        field.strip_prefix(MODEL)
+    }
 
     /// The field of tier `name`.
     pub fn tier(name: &str) -> String {

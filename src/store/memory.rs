@@ -10,7 +10,7 @@
 
 use super::keys::{Keys, lease_field};
 use super::{
-    RenewReply, ReserveReply, Retention, Scope, SettleReply, Settlement, Store, StoreError,
+    RenewReply, ReserveReply, Retention, Scope, SettleReply, Settlement, Store, StoreError, Usage,
 };
 use crate::domain::budget::layout::SAMPLES_TTL_MS;
 use crate::domain::budget::{
@@ -238,7 +238,7 @@ impl<C: Clock> MemoryStore<C> {
         );
         let keys = std::array::from_fn(|i| {
             levels.get(i).map_or_else(String::new, |lp| {
-                self.keys.level(lp.level, scope.tenant, scope.user)
+                self.keys.plan_level(lp, scope.tenant, scope.user)
             })
         });
         (keys, levels.len())
@@ -253,8 +253,9 @@ fn scope_of(id: &ReservationId) -> Scope<'_> {
     }
 }
 
-/// The most levels a plan has: global, tenant, user.
-const MAX_LEVELS: usize = 3;
+/// The most entries a plan has: global, tenant, user, each with a model
+/// group's slots.
+const MAX_LEVELS: usize = 6;
 
 /// A call's levels, taken out of the map for the algorithm, on the stack.
 struct Taken {
@@ -325,19 +326,8 @@ impl<C: Clock + Clone> Store for MemoryStore<C> {
         Ok(self.reserve_now(plan))
     }
 
-    async fn commit(
-        &self,
-        s: Settlement<'_>,
-        actual_tokens: u64,
-        actual_prompt_tokens: u64,
-    ) -> Result<SettleReply, StoreError> {
-        Ok(self.settle_now(
-            s,
-            Settle::Commit {
-                actual_tokens,
-                actual_prompt_tokens,
-            },
-        ))
+    async fn commit(&self, s: Settlement<'_>, usage: Usage) -> Result<SettleReply, StoreError> {
+        Ok(self.settle_now(s, Settle::Commit(usage)))
     }
 
     async fn refund(&self, s: Settlement<'_>) -> Result<SettleReply, StoreError> {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 pub use crate::domain::budget::layout::EXACT_LEASES;
 pub use crate::domain::budget::{
-    Reclaimed, RenewReply, ReserveReply, Retention, SettleReply, Settled,
+    Reclaimed, RenewReply, ReserveReply, Retention, SettleReply, Settled, Usage,
 };
 
 /// Which reservation to settle, and the levels it touched (every level of the
@@ -162,14 +162,12 @@ pub trait Store: Send + Sync + 'static {
         plan: &ReservePlan,
     ) -> impl Future<Output = Result<ReserveReply, StoreError>> + Send;
 
-    /// Settles a reservation with `actual_tokens` used, of which
-    /// `actual_prompt_tokens` were prompt (an estimator sample when the service
-    /// counted the prompt).
+    /// Settles a reservation with the usage the upstream reported (its prompt
+    /// is an estimator sample when the service counted the prompt).
     fn commit(
         &self,
         settlement: Settlement<'_>,
-        actual_tokens: u64,
-        actual_prompt_tokens: u64,
+        usage: Usage,
     ) -> impl Future<Output = Result<SettleReply, StoreError>> + Send;
 
     /// Returns a reservation's request and tokens.

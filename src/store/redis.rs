@@ -29,7 +29,8 @@ pub use pool::PoolKind;
 
 use super::keys::Keys;
 use super::{
-    RenewReply, ReserveReply, Retention, Scope, SettleReply, Settlement, Store, StoreError, scripts,
+    RenewReply, ReserveReply, Retention, Scope, SettleReply, Settlement, Store, StoreError, Usage,
+    scripts,
 };
 use crate::domain::budget::layout;
 use crate::domain::{LevelPlan, Readings, ReservePlan};
@@ -142,18 +143,13 @@ impl Store for RedisStore {
         self.reserve_call(plan).await
     }
 
-    async fn commit(
-        &self,
-        s: Settlement<'_>,
-        actual_tokens: u64,
-        actual_prompt_tokens: u64,
-    ) -> Result<SettleReply, StoreError> {
-        self.settle_call(s, SettleMode::Commit, actual_tokens, actual_prompt_tokens)
-            .await
+    async fn commit(&self, s: Settlement<'_>, usage: Usage) -> Result<SettleReply, StoreError> {
+        self.settle_call(s, SettleMode::Commit, usage).await
     }
 
     async fn refund(&self, s: Settlement<'_>) -> Result<SettleReply, StoreError> {
-        self.settle_call(s, SettleMode::Refund, 0, 0).await
+        self.settle_call(s, SettleMode::Refund, Usage::new(0, 0))
+            .await
     }
 
     async fn estimator_samples(&self, keys: &[String]) -> Result<Vec<Vec<f64>>, StoreError> {

@@ -101,6 +101,7 @@ async fn status(c: &mut Client, tenant: &str, user: &str, tier: &str) -> pb::Get
         tenant_id: tenant.into(),
         user_id: user.into(),
         tier: tier.into(),
+        ..Default::default()
     })
     .await
     .expect("status")
@@ -127,6 +128,7 @@ async fn commit(c: &mut Client, id: &str, prompt: u64, completion: u64) -> pb::C
         reservation_id: id.into(),
         prompt_tokens: prompt,
         completion_tokens: completion,
+        ..Default::default()
     })
     .await
     .expect("commit")
@@ -653,6 +655,7 @@ async fn bad_input_is_refused_and_changes_nothing(backend: Backend) {
             reservation_id: held.reservation_id.clone(),
             prompt_tokens: u64::MAX,
             completion_tokens: 0,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -790,6 +793,7 @@ async fn status_reads_without_reserving(backend: Backend) {
             tenant_id: "acme".into(),
             user_id: String::new(),
             tier: "nope".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -65,6 +65,7 @@ async fn reserve_commit(
             reservation_id: r.reservation_id.clone(),
             prompt_tokens: actual,
             completion_tokens: 3,
+            ..Default::default()
         })
         .await
         .unwrap()

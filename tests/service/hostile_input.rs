@@ -52,12 +52,12 @@ proptest! {
         reserve.encode(&mut data).unwrap();
         let _ = check_bytes(&data);
         let mut data = vec![1u8];
-        pb::CommitRequest { reservation_id: id, prompt_tokens: max_output_tokens, completion_tokens: 1 }
+        pb::CommitRequest { reservation_id: id, prompt_tokens: max_output_tokens, completion_tokens: 1, ..Default::default() }
             .encode(&mut data)
             .unwrap();
         let _ = check_bytes(&data);
         let mut data = vec![4u8];
-        pb::GetStatusRequest { tenant_id: tenant, user_id: user, tier }.encode(&mut data).unwrap();
+        pb::GetStatusRequest { tenant_id: tenant, user_id: user, tier, ..Default::default() }.encode(&mut data).unwrap();
         let _ = check_bytes(&data);
     }
 }
@@ -223,6 +223,7 @@ async fn hostile_requests_get_invalid_argument_or_a_bounded_decision() {
                 reservation_id: id.to_string(),
                 prompt_tokens: 1,
                 completion_tokens: 1,
+                ..Default::default()
             })
             .await;
         invalid(r, "made-up id");

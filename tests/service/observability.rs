@@ -120,6 +120,7 @@ async fn metrics_and_logs_show_what_happened() {
             reservation_id: counted.reservation_id.clone(),
             prompt_tokens: counted.estimated_prompt_tokens + 2,
             completion_tokens: 7,
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -79,6 +79,7 @@ async fn status(c: &mut Client, tenant: &str, user: &str, tier: &str) -> pb::Get
         tenant_id: tenant.into(),
         user_id: user.into(),
         tier: tier.into(),
+        ..Default::default()
     })
     .await
     .unwrap()
@@ -362,6 +363,7 @@ user = { requests = [{ limit = 10, period = "30d" }], tokens = [{ limit = 1000, 
                 reservation_id: r.reservation_id,
                 prompt_tokens: used,
                 completion_tokens: 0,
+                ..Default::default()
             })
             .await
             .unwrap();

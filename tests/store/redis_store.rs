@@ -68,6 +68,7 @@ async fn every_key_has_a_ttl_and_idle_state_disappears() {
         reservation_id: a.reservation_id,
         prompt_tokens: 900,
         completion_tokens: 500,
+        ..Default::default()
     })
     .await
     .unwrap();
@@ -170,6 +171,7 @@ async fn scripts_reload_after_script_flush_and_flushall() {
             tenant_id: "acme".into(),
             user_id: "alice".into(),
             tier: "t".into(),
+            ..Default::default()
         })
         .await
         .expect("status after FLUSHALL")
@@ -249,6 +251,7 @@ user = { requests = [{ limit = 3, period = "1d" }], concurrency = 3 }
         reservation_id: id.into(),
         prompt_tokens: 1,
         completion_tokens: 1,
+        ..Default::default()
     };
     let on_b = b
         .client
@@ -311,6 +314,7 @@ user = { tokens = [{ limit = 1000000, period = "30d" }], concurrency = 5 }
         tenant_id: "acme".into(),
         user_id: String::new(),
         tier: "t".into(),
+        ..Default::default()
     };
     let before = h
         .client
@@ -335,6 +339,7 @@ user = { tokens = [{ limit = 1000000, period = "30d" }], concurrency = 5 }
         reservation_id: r.reservation_id.clone(),
         prompt_tokens: 5000,
         completion_tokens: 0,
+        ..Default::default()
     };
     let err = h.client.commit(commit.clone()).await.unwrap_err();
     assert_eq!(err.code(), Code::Internal);
@@ -415,6 +420,7 @@ user = { tokens = [{ limit = 100000000, period = "1d" }] }
                 reservation_id: r.reservation_id,
                 prompt_tokens: actual,
                 completion_tokens: 5,
+                ..Default::default()
             })
             .await
             .unwrap();

@@ -336,10 +336,16 @@ pub fn limit(
     dimension: pb::Dimension,
     period: u64,
 ) -> pb::LimitStatus {
-    *limits
+    limits
         .iter()
-        .find(|l| l.level() == level && l.dimension() == dimension && l.period_seconds == period)
+        .find(|l| {
+            l.level() == level
+                && l.dimension() == dimension
+                && l.period_seconds == period
+                && l.model_group.is_empty()
+        })
         .unwrap_or_else(|| panic!("no {level:?} {dimension:?} {period}s limit in {limits:#?}"))
+        .clone()
 }
 
 /// Sends `body` as the raw bytes of a gRPC request to `method` (e.g.

@@ -25,14 +25,19 @@ pub const SAMPLES_TTL_MS: u64 = 2_592_000_000;
 /// scan costs Redis CPU per lease, on one thread.
 pub const EXACT_LEASES: u64 = 64;
 
-/// A bucket id is dimension × this + period in seconds, so a script knows a
-/// bucket's period from its id alone.
+/// A bucket id is group tag × [`GROUP_SCALE`] + dimension × this + period in
+/// seconds, so a script knows a bucket's period and dimension from its id alone.
 pub const DIMENSION_SCALE: f64 = 10_000_000.0;
+/// The model group's tag (0: all models) is the id's digits from here up.
+pub const GROUP_SCALE: f64 = 100_000_000.0;
 /// The dimension digit of request buckets.
 pub const REQUESTS_DIMENSION: f64 = 1.0;
-/// The dimension digit of token buckets: ids from `TOKENS_DIMENSION ×
-/// DIMENSION_SCALE` up are token buckets.
+/// The dimension digit of token buckets (prompt + output).
 pub const TOKENS_DIMENSION: f64 = 2.0;
+/// The dimension digit of input-token buckets (the prompt).
+pub const INPUT_DIMENSION: f64 = 3.0;
+/// The dimension digit of output-token buckets.
+pub const OUTPUT_DIMENSION: f64 = 4.0;
 
 /// A level state is little-endian doubles: this many first (`n` live leases,
 /// `e` earliest lease expiry, `x` the key's expiry; Lua's `s[1]`, `s[2]`,
@@ -43,7 +48,8 @@ pub const BUCKET_WIDTH: usize = 3;
 
 /// A reservation record, byte by byte (1-based offsets, as Lua's `string.sub`
 /// counts): state, cost, lease expiry | lease mask, owner tag, fingerprint,
-/// settled amount (the tail the caller sends) | estimated prompt tokens.
+/// settled amount (the tail the caller sends) | estimated prompt tokens,
+/// granted output tokens.
 /// Numbers are little-endian doubles, tags little-endian u64.
 pub const REC_STATE: usize = 1;
 /// Tokens reserved (prompt + granted output).
@@ -60,8 +66,14 @@ pub const REC_FINGERPRINT: usize = 27;
 pub const REC_AMOUNT: usize = 35;
 /// The service's prompt count (0: the caller counted).
 pub const REC_ESTIMATED: usize = 43;
+/// The output tokens granted (the rest of the cost is prompt).
+pub const REC_OUTPUT: usize = 51;
 /// The record's length in bytes.
-pub const REC_LEN: usize = 50;
+pub const REC_LEN: usize = 58;
+/// The length of a record written before [`REC_OUTPUT`] existed: read as
+/// granted output 0 (all of the cost prompt), so reservations made by the
+/// previous release settle after an upgrade.
+pub const REC_LEN_V1: usize = 50;
 /// Record state byte: reserved.
 pub const STATE_RESERVED: u8 = b'R';
 /// Record state byte: committed.
@@ -81,7 +93,11 @@ pub const LUA_CONSTANTS: &[(&str, f64)] = &[
     ("FIRST_BUCKET", (STATE_HEAD + 1) as f64),
     ("BUCKET_WIDTH", BUCKET_WIDTH as f64),
     ("DIM", DIMENSION_SCALE),
-    ("TOKENS_FROM", TOKENS_DIMENSION * DIMENSION_SCALE),
+    ("GROUP", GROUP_SCALE),
+    ("REQUESTS", REQUESTS_DIMENSION),
+    ("TOKENS", TOKENS_DIMENSION),
+    ("INPUT", INPUT_DIMENSION),
+    ("OUTPUT", OUTPUT_DIMENSION),
     ("REC_COST", REC_COST as f64),
     ("REC_LEASE_EXPIRY", REC_LEASE_EXPIRY as f64),
     ("REC_MASK", REC_MASK as f64),
@@ -89,6 +105,8 @@ pub const LUA_CONSTANTS: &[(&str, f64)] = &[
     ("REC_FINGERPRINT", REC_FINGERPRINT as f64),
     ("REC_AMOUNT", REC_AMOUNT as f64),
     ("REC_ESTIMATED", REC_ESTIMATED as f64),
+    ("REC_OUTPUT", REC_OUTPUT as f64),
+    ("REC_LEN", REC_LEN as f64),
 ];
 
 /// Every string constant the budget scripts receive, by its Lua name.

@@ -26,4 +26,4 @@ pub use level::StoredLevel;
 pub use record::{BadRecord, Record, RecordState};
 pub use replies::{Reclaimed, RenewReply, ReserveReply, Retention, SettleReply, Settled};
 pub use reserve::{Earlier, Reserved};
-pub use settle::{Settle, SettleOutcome};
+pub use settle::{Settle, SettleOutcome, Usage};

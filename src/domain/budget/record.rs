@@ -3,8 +3,8 @@
 //! scripts store them (the offsets of [`super::layout`]).
 
 use super::layout::{
-    REC_AMOUNT, REC_COST, REC_ESTIMATED, REC_FINGERPRINT, REC_LEASE_EXPIRY, REC_LEN, REC_MASK,
-    REC_OWNER, REC_STATE, STATE_COMMITTED, STATE_REFUNDED, STATE_RESERVED,
+    REC_AMOUNT, REC_COST, REC_ESTIMATED, REC_FINGERPRINT, REC_LEASE_EXPIRY, REC_LEN, REC_LEN_V1,
+    REC_MASK, REC_OUTPUT, REC_OWNER, REC_STATE, STATE_COMMITTED, STATE_REFUNDED, STATE_RESERVED,
 };
 
 /// Where a reservation is in its life.
@@ -37,12 +37,14 @@ pub struct Record {
     pub amount: f64,
     /// The service's prompt count (0: the caller counted).
     pub estimated: f64,
+    /// Output tokens granted; the rest of `cost` is prompt.
+    pub output: f64,
 }
 
 /// A stored record that is not a record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "a reservation record of {len} bytes starting {state:?} is not {REC_LEN} bytes of a known state"
+    "a reservation record of {len} bytes starting {state:?} is not {REC_LEN} (or {REC_LEN_V1}) bytes of a known state"
 )]
 pub struct BadRecord {
     /// Its length.
@@ -67,17 +69,19 @@ impl Record {
         out.extend_from_slice(&self.fingerprint.to_le_bytes());
         out.extend_from_slice(&self.amount.to_le_bytes());
         out.extend_from_slice(&self.estimated.to_le_bytes());
+        out.extend_from_slice(&self.output.to_le_bytes());
         debug_assert_eq!(out.len(), REC_LEN);
         out
     }
 
-    /// A stored record back to the struct.
+    /// A stored record back to the struct; a record of the previous layout
+    /// ([`REC_LEN_V1`] bytes) reads as granted output 0.
     pub fn decode(bytes: &[u8]) -> Result<Self, BadRecord> {
         let bad = || BadRecord {
             len: bytes.len(),
             state: bytes.first().copied(),
         };
-        if bytes.len() != REC_LEN {
+        if bytes.len() != REC_LEN && bytes.len() != REC_LEN_V1 {
             return Err(bad());
         }
         let state = match bytes[REC_STATE - 1] {
@@ -96,6 +100,10 @@ impl Record {
             fingerprint: u64::from_le_bytes(word(REC_FINGERPRINT)),
             amount: f64::from_le_bytes(word(REC_AMOUNT)),
             estimated: f64::from_le_bytes(word(REC_ESTIMATED)),
+            output: match bytes.len() {
+                REC_LEN => f64::from_le_bytes(word(REC_OUTPUT)),
+                _ => 0.0,
+            },
         })
     }
 
@@ -127,6 +135,7 @@ mod tests {
             fingerprint: u64::MAX - 7,
             amount: -17.0,
             estimated: 99.0,
+            output: 200.0,
         };
         let bytes = rec.encode();
         assert_eq!(Record::decode(&bytes), Ok(rec.clone()));
@@ -134,6 +143,8 @@ mod tests {
         let tail = Record::tail(rec.mask, rec.owner, rec.fingerprint);
         assert_eq!(tail[..17], bytes[REC_MASK - 1..REC_AMOUNT - 1]);
         assert!(Record::decode(&bytes[..49]).is_err());
+        let old = Record::decode(&bytes[..REC_LEN_V1]).expect("the previous layout reads");
+        assert_eq!(old.output, 0.0);
         let mut wrong = bytes;
         wrong[0] = b'X';
         assert!(Record::decode(&wrong).is_err());

@@ -36,7 +36,7 @@ pub fn renew(
     let ttl = ttl_ms as f64 * 1000.0;
     let exp = now + ttl;
     for (lp, stored) in plan.iter().zip(levels.iter_mut()) {
-        if rec.mask & lp.level.bit() != 0
+        if rec.mask & lp.bit() != 0
             && let Some(stored) = stored.as_mut()
             && let Some(held) = stored.leases.get_mut(lease)
         {

@@ -78,7 +78,9 @@ impl ReserveReply {
 pub struct Reclaimed([u64; 3]);
 
 impl Reclaimed {
-    fn index(level: Level) -> usize {
+    /// The level's place in the packed form the reserve script returns:
+    /// its count is bits `RECLAIM_BITS × index` up.
+    pub fn index(level: Level) -> usize {
         match level {
             Level::Global => 0,
             Level::Tenant => 1,

@@ -3,15 +3,20 @@
 //!
 //! Everything is read and checked before anything is written: only lapsed
 //! leases are reclaimed early, which changes no outcome. Output tokens are
-//! granted as many as every token bucket can hold, up to the max; fewer than
-//! the min is a denial (min = max: all or nothing).
+//! granted as many as every token and output-token bucket can hold, up to the
+//! max; fewer than the min is a denial (min = max: all or nothing).
+//!
+//! What each bucket takes: requests 1, tokens prompt + output, input tokens
+//! the prompt, output tokens the output. With headroom `h` (the request's
+//! priority), a bucket denies unless it keeps `h × limit` after the cost, and
+//! a concurrency limit unless `n + 1 ≤ limit − h × limit`.
 
 use super::layout::{MAX_FOREIGN, MAX_TTL_US, RECLAIM_CAP};
 use super::level::StoredLevel;
 use super::record::{Record, RecordState};
 use super::replies::{Reclaimed, ReserveReply, Retention};
 use super::state::{self, BucketState, LevelState, bucket_id, ceil_ms};
-use crate::domain::{Dimension, ReservePlan};
+use crate::domain::{Dimension, LevelPlan, ReservePlan};
 
 /// An earlier reservation under the request's idempotency key.
 #[derive(Clone, Copy, Debug)]
@@ -125,6 +130,7 @@ fn new_record(plan: &ReservePlan, grant: f64, exp: f64) -> Record {
         fingerprint: plan.fingerprint,
         amount: 0.0,
         estimated: plan.estimated_prompt_tokens as f64,
+        output: grant,
     }
 }
 
@@ -159,14 +165,16 @@ fn read_levels(plan: &ReservePlan, levels: &mut [Option<StoredLevel>], now: f64)
         room: plan.max_output_tokens as f64,
         reclaimed: Reclaimed::default(),
     };
-    for (lp, stored) in plan.levels.iter().zip(levels.iter_mut()) {
+    for (i, (lp, stored)) in plan.levels.iter().zip(levels.iter_mut()).enumerate() {
         if let Some(stored) = stored.as_mut()
             && lp.concurrency.is_some()
             && stored.state.e > 0.0
             && now >= stored.state.e
         {
             let dropped = stored.reclaim(now);
-            read.reclaimed.add(lp.level, dropped.min(RECLAIM_CAP));
+            if counts_reclaims(&plan.levels, i) {
+                read.reclaimed.add(lp.level, dropped.min(RECLAIM_CAP));
+            }
         }
         let mut s = stored.as_ref().map(|s| s.state.clone()).unwrap_or_default();
         for (hint, b) in lp.buckets.iter().enumerate() {
@@ -179,8 +187,15 @@ fn read_levels(plan: &ReservePlan, levels: &mut [Option<StoredLevel>], now: f64)
                     (s.buckets.len() - 1, level)
                 }
             };
-            if b.dimension == Dimension::Tokens && l - prompt < read.room {
-                read.room = l - prompt;
+            // Room for output: what the bucket holds beyond its floor (and,
+            // for tokens, beyond the prompt).
+            let room = match b.dimension {
+                Dimension::Tokens => l - prompt - b.floor(plan.headroom),
+                Dimension::OutputTokens => l - b.floor(plan.headroom),
+                _ => read.room,
+            };
+            if room < read.room {
+                read.room = room;
             }
             read.buckets.push((k, l));
         }
@@ -189,11 +204,23 @@ fn read_levels(plan: &ReservePlan, levels: &mut [Option<StoredLevel>], now: f64)
     read
 }
 
+/// Whether entry `i`'s lapsed leases count in the reclaimed figures: a
+/// level's own entry's always; a model group's slots only when their level
+/// keeps no lease of its own (else one lapsed reservation would count twice).
+pub fn counts_reclaims(levels: &[LevelPlan], i: usize) -> bool {
+    let lp = &levels[i];
+    !lp.slots
+        || !levels
+            .iter()
+            .any(|o| o.level == lp.level && !o.slots && o.concurrency.is_some())
+}
+
 /// Checks every bucket and limit in plan order, taking the cost in the working
 /// states. Returns the denied checks (bit i: check i) and each level's time to
 /// refill (µs).
 fn check(plan: &ReservePlan, read: &mut Read, grant: f64, now: f64) -> (u64, Vec<f64>) {
-    let cost = plan.prompt_tokens as f64 + grant;
+    let prompt = plan.prompt_tokens as f64;
+    let h = plan.headroom;
     let (mut denied, mut bit) = (0u64, 1u64);
     let mut ttls = Vec::with_capacity(plan.levels.len());
     let mut found = read.buckets.iter();
@@ -201,10 +228,12 @@ fn check(plan: &ReservePlan, read: &mut Read, grant: f64, now: f64) -> (u64, Vec
         let mut ttl = 0.0f64;
         for (b, &(k, l)) in lp.buckets.iter().zip(found.by_ref()) {
             let c = match b.dimension {
-                Dimension::Tokens => cost,
-                _ => 1.0,
+                Dimension::Tokens => prompt + grant,
+                Dimension::InputTokens => prompt,
+                Dimension::OutputTokens => grant,
+                Dimension::Requests | Dimension::Concurrency => 1.0,
             };
-            if l < c {
+            if b.denies(l, c, h) {
                 denied |= bit;
             }
             bit <<= 1;
@@ -217,7 +246,8 @@ fn check(plan: &ReservePlan, read: &mut Read, grant: f64, now: f64) -> (u64, Vec
             ttl = ttl.max(b.refill_time_us(level, b.limit as f64));
         }
         if let Some(limit) = lp.concurrency {
-            if s.n >= limit as f64 {
+            let limit = limit as f64;
+            if s.n + 1.0 > limit - h * limit {
                 denied |= bit;
             }
             bit <<= 1;
@@ -280,7 +310,7 @@ fn drop_foreign(s: &mut LevelState, known: usize, now: f64) {
 mod tests {
     use super::*;
     use crate::domain::budget::layout::RECLAIM_CAP;
-    use crate::domain::{BucketSpec, Level, LevelPlan, ReservationId, TenantId};
+    use crate::domain::{BucketSpec, Level, ReservationId, TenantId};
 
     const NOW: i64 = 1_800_000_000_000_000;
 
@@ -290,14 +320,19 @@ mod tests {
             dimension: Dimension::Tokens,
             limit: tokens,
             period_secs: 60,
+            group: 0,
         };
         ReservePlan {
             id: ReservationId::generate(TenantId::parse("t").unwrap(), None, "p".into(), "".into()),
             levels: vec![LevelPlan {
                 level: Level::Tenant,
+                group: None,
+                slots: false,
                 buckets: vec![tpm],
                 concurrency,
             }],
+            model_group: None,
+            headroom: 0.0,
             prompt_tokens: prompt,
             max_output_tokens: max,
             min_output_tokens: min,

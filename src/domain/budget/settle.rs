@@ -2,8 +2,10 @@
 //! (`lua/settle.lua` is its Redis port).
 //!
 //! Commit charges an overage even into debt and returns a surplus without
-//! overfilling; it touches token buckets only. Refund returns the tokens and
-//! the request. Both free the lease, lapsed or not (a lapsed one only if no
+//! overfilling; it touches token buckets only (tokens by actual − reserved,
+//! input tokens by the prompt that counts − the prompt reserved, output tokens
+//! by the completion − the output granted). Refund returns the tokens and the
+//! request. Both free the lease, lapsed or not (a lapsed one only if no
 //! reserve reclaimed it yet). A level left with no lease has no earliest
 //! expiry (0); otherwise the stored expiry stays a lower bound: finding the
 //! next lease on every settle would scan every lease. A settled record is kept
@@ -17,16 +19,34 @@ use super::replies::{Retention, SettleReply, Settled};
 use super::state::{BucketState, bucket_id};
 use crate::domain::{Dimension, LevelPlan};
 
+/// What the upstream reported using, as the buckets count it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Usage {
+    /// Prompt + output tokens used.
+    pub tokens: u64,
+    /// Of which prompt (an estimator sample when the service counted).
+    pub prompt: u64,
+    /// The prompt tokens input-token limits count: the prompt, less the
+    /// cached part where the model group does not count it.
+    pub input: u64,
+}
+
+impl Usage {
+    /// `tokens` used, `prompt` of them prompt, all of the prompt counted as input.
+    pub fn new(tokens: u64, prompt: u64) -> Self {
+        Usage {
+            tokens,
+            prompt,
+            input: prompt,
+        }
+    }
+}
+
 /// How to settle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Settle {
-    /// The upstream answered: these tokens were used, of which these were prompt.
-    Commit {
-        /// Prompt + output tokens used.
-        actual_tokens: u64,
-        /// Of which prompt (an estimator sample when the service counted).
-        actual_prompt_tokens: u64,
-    },
+    /// The upstream answered with this usage.
+    Commit(Usage),
     /// The call failed: nothing was used.
     Refund,
 }
@@ -75,7 +95,7 @@ pub fn settle(
     let (deltas, settled) = Deltas::settling(how, rec);
     for (lp, stored) in plan.iter().zip(levels.iter_mut()) {
         // A live lease is certainly still there; a lapsed one may have been reclaimed.
-        let holds = rec.mask & lp.level.bit() != 0
+        let holds = rec.mask & lp.bit() != 0
             && (rec.lease_expires_us > now
                 || stored
                     .as_ref()
@@ -90,11 +110,8 @@ pub fn settle(
         Settled::Committed(_) => (RecordState::Committed, deltas.dtok),
     };
     let sample = match how {
-        Settle::Commit {
-            actual_prompt_tokens,
-            ..
-        } if rec.estimated > 0.0 && actual_prompt_tokens > 0 => {
-            Some(actual_prompt_tokens as f64 / rec.estimated)
+        Settle::Commit(usage) if rec.estimated > 0.0 && usage.prompt > 0 => {
+            Some(usage.prompt as f64 / rec.estimated)
         }
         _ => None,
     };
@@ -130,27 +147,40 @@ fn unsettled(record: Option<&Record>, owner: u64) -> Result<&Record, SettleReply
 }
 
 /// What settling moves per dimension: tokens (actual − reserved, or the whole
-/// cost back) and requests (one back on refund).
+/// cost back), input and output tokens likewise, and requests (one back on
+/// refund).
 #[derive(Clone, Copy)]
 struct Deltas {
     dtok: f64,
     dreq: f64,
+    din: f64,
+    dout: f64,
 }
 
 impl Deltas {
     /// What settling `rec` by `how` moves, and how it reads once settled.
     fn settling(how: Settle, rec: &Record) -> (Deltas, Settled) {
+        let prompt = rec.cost - rec.output;
         match how {
             Settle::Refund => (
                 Deltas {
                     dtok: -rec.cost,
                     dreq: -1.0,
+                    din: -prompt,
+                    dout: -rec.output,
                 },
                 Settled::Refunded(rec.cost as u64),
             ),
-            Settle::Commit { actual_tokens, .. } => {
-                let dtok = actual_tokens as f64 - rec.cost;
-                (Deltas { dtok, dreq: 0.0 }, Settled::Committed(dtok as i64))
+            Settle::Commit(usage) => {
+                let dtok = usage.tokens as f64 - rec.cost;
+                let completion = usage.tokens as f64 - usage.prompt as f64;
+                let deltas = Deltas {
+                    dtok,
+                    dreq: 0.0,
+                    din: usage.input as f64 - prompt,
+                    dout: completion - rec.output,
+                };
+                (deltas, Settled::Committed(dtok as i64))
             }
         }
     }
@@ -158,7 +188,9 @@ impl Deltas {
     fn of(self, dimension: Dimension) -> f64 {
         match dimension {
             Dimension::Tokens => self.dtok,
-            _ => self.dreq,
+            Dimension::InputTokens => self.din,
+            Dimension::OutputTokens => self.dout,
+            Dimension::Requests | Dimension::Concurrency => self.dreq,
         }
     }
 }

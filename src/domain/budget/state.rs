@@ -6,14 +6,18 @@
 //!
 //! - `n`: live concurrency leases; `e`: lower bound of the earliest lease expiry
 //!   (µs, 0 = none); `x`: the expiry the key was last given (µs).
-//! - bucket `id` = dimension × 10⁷ + period in seconds (dimension 1 = requests,
-//!   2 = tokens), so a script knows a bucket's period from its id alone.
+//! - bucket `id` = group tag × 10⁸ + dimension × 10⁷ + period in seconds
+//!   (dimension 1 = requests, 2 = tokens, 3 = input tokens, 4 = output
+//!   tokens; tag 0 = all models), so a script knows a bucket's period and
+//!   dimension from its id alone, and a model group's buckets share the
+//!   level's state without colliding with the all-model ones.
 //! - `level` may be negative (debt) and is a float: refill is continuous.
 //! - Buckets the current configuration does not name stay in the state untouched
 //!   (another replica may still use them during a configuration rollout).
 
 use super::layout::{
-    BUCKET_WIDTH, DIMENSION_SCALE, REQUESTS_DIMENSION, STATE_HEAD, TOKENS_DIMENSION,
+    BUCKET_WIDTH, DIMENSION_SCALE, GROUP_SCALE, INPUT_DIMENSION, OUTPUT_DIMENSION,
+    REQUESTS_DIMENSION, STATE_HEAD, TOKENS_DIMENSION,
 };
 use crate::domain::bucket::to_milli;
 use crate::domain::{BucketSpec, Dimension, LevelPlan, Reading, Readings};
@@ -42,13 +46,16 @@ pub struct LevelState {
     pub buckets: Vec<BucketState>,
 }
 
-/// The id of a bucket in state and scripts: dimension × 10⁷ + period seconds.
+/// The id of a bucket in state and scripts: group tag × 10⁸ + dimension ×
+/// 10⁷ + period seconds.
 pub fn bucket_id(b: &BucketSpec) -> f64 {
     let dim = match b.dimension {
-        Dimension::Requests => REQUESTS_DIMENSION,
-        _ => TOKENS_DIMENSION,
+        Dimension::Requests | Dimension::Concurrency => REQUESTS_DIMENSION,
+        Dimension::Tokens => TOKENS_DIMENSION,
+        Dimension::InputTokens => INPUT_DIMENSION,
+        Dimension::OutputTokens => OUTPUT_DIMENSION,
     };
-    dim * DIMENSION_SCALE + b.period_secs as f64
+    f64::from(b.group) * GROUP_SCALE + dim * DIMENSION_SCALE + b.period_secs as f64
 }
 
 impl LevelState {
@@ -205,6 +212,7 @@ mod tests {
             dimension: Dimension::Tokens,
             limit: 600,
             period_secs: 60,
+            group: 0,
         };
         let s = LevelState {
             buckets: vec![BucketState {

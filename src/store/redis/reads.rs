@@ -17,7 +17,7 @@ impl RedisStore {
     ) -> Result<Readings, StoreError> {
         let mut inv = self.status.prepare_invoke();
         for lp in levels {
-            inv.key(self.keys.level(lp.level, scope.tenant, scope.user));
+            inv.key(self.keys.plan_level(lp, scope.tenant, scope.user));
         }
         let mut spec = Spec::default();
         spec.push(levels.len() as f64);

@@ -4,9 +4,10 @@
 
 use super::RedisStore;
 use super::wire::{DOUBLES, Spec, doubles, int_at, record_tail, state_at, string_at, unexpected};
-use crate::domain::ReservePlan;
 use crate::domain::budget::layout::{RECLAIM_BITS, RECLAIM_CAP};
+use crate::domain::budget::reserve::counts_reclaims;
 use crate::domain::budget::state;
+use crate::domain::{Level, ReservePlan};
 use crate::store::keys::lease_field;
 use crate::store::{Reclaimed, ReserveReply, StoreError};
 use redis::{ScriptInvocation, Value};
@@ -28,7 +29,7 @@ impl RedisStore {
         let id = &plan.id;
         let mut inv = self.reserve.prepare_invoke();
         for lp in &plan.levels {
-            inv.key(self.keys.level(lp.level, &id.tenant, id.user.as_ref()));
+            inv.key(self.keys.plan_level(lp, &id.tenant, id.user.as_ref()));
         }
         inv.key(self.keys.record(id));
         let idem_ttl = match &plan.idempotency_key {
@@ -61,10 +62,16 @@ fn reserve_spec(plan: &ReservePlan) -> Spec {
         .push(plan.max_output_tokens as f64)
         .push(plan.min_output_tokens as f64)
         .push(plan.lease_ttl_ms as f64 * 1000.0)
-        .push(plan.estimated_prompt_tokens as f64);
-    for lp in &plan.levels {
+        .push(plan.estimated_prompt_tokens as f64)
+        .push(plan.headroom);
+    for (i, lp) in plan.levels.iter().enumerate() {
+        let weight = match counts_reclaims(&plan.levels, i) {
+            true => 2f64.powi((RECLAIM_BITS as usize * Reclaimed::index(lp.level)) as i32),
+            false => 0.0,
+        };
         spec.push(lp.buckets.len() as f64)
             .push(lp.concurrency.map_or(-1.0, |c| c as f64))
+            .push(weight)
             .buckets(lp);
     }
     spec
@@ -113,7 +120,7 @@ fn decode_reserve(plan: &ReservePlan, reply: &[Value]) -> Result<ReserveReply, S
 }
 
 /// The expired leases the call reclaimed: a reply may end with them, packed
-/// [`RECLAIM_BITS`] bits per level, after the tag's extras.
+/// [`RECLAIM_BITS`] bits per level (global, tenant, user), after the tag's extras.
 fn reclaimed(plan: &ReservePlan, reply: &[Value], tag: i64) -> Result<Reclaimed, StoreError> {
     let extras = match tag {
         1 => 0,
@@ -136,11 +143,9 @@ fn reclaimed(plan: &ReservePlan, reply: &[Value], tag: i64) -> Result<Reclaimed,
         }
     };
     let mut reclaimed = Reclaimed::default();
-    for (i, lp) in plan.levels.iter().enumerate() {
-        reclaimed.add(
-            lp.level,
-            (packed >> (RECLAIM_BITS * i as u32)) & RECLAIM_CAP,
-        );
+    for level in [Level::Global, Level::Tenant, Level::User] {
+        let shift = RECLAIM_BITS * Reclaimed::index(level) as u32;
+        reclaimed.add(level, (packed >> shift) & RECLAIM_CAP);
     }
     Ok(reclaimed)
 }

@@ -4,6 +4,7 @@
 
 use super::RedisStore;
 use super::wire::{DOUBLES, Spec, int_at, string_at, unexpected};
+use crate::domain::budget::Usage;
 use crate::store::keys::lease_field;
 use crate::store::{RenewReply, SettleReply, Settled, Settlement, StoreError};
 use redis::{ScriptInvocation, Value};
@@ -33,13 +34,12 @@ impl SettleMode {
 }
 
 impl RedisStore {
-    /// Commits (`actual` tokens, `actual_prompt` of them prompt) or refunds.
+    /// Commits `usage` or refunds.
     pub(super) async fn settle_call(
         &self,
         s: Settlement<'_>,
         mode: SettleMode,
-        actual: u64,
-        actual_prompt: u64,
+        usage: Usage,
     ) -> Result<SettleReply, StoreError> {
         let mut inv = self.settle.prepare_invoke();
         self.settlement_keys(&s, &mut inv);
@@ -47,11 +47,12 @@ impl RedisStore {
         let mut spec = Spec::default();
         spec.push(s.levels.len() as f64)
             .push(mode.arg())
-            .push(actual as f64)
-            .push(actual_prompt as f64)
-            .push(self.retention.samples as f64);
+            .push(usage.tokens as f64)
+            .push(usage.prompt as f64)
+            .push(self.retention.samples as f64)
+            .push(usage.input as f64);
         for lp in s.levels {
-            spec.push(f64::from(lp.level.bit()))
+            spec.push(f64::from(lp.bit()))
                 .push(lp.buckets.len() as f64)
                 .buckets(lp);
         }
@@ -76,7 +77,7 @@ impl RedisStore {
         spec.push(s.levels.len() as f64)
             .push(ttl_ms as f64 * 1000.0);
         for lp in s.levels {
-            spec.push(f64::from(lp.level.bit()));
+            spec.push(f64::from(lp.bit()));
         }
         inv.arg(&spec.0)
             .arg(lease_field(s.id))
@@ -98,7 +99,7 @@ impl RedisStore {
     /// The levels of a settlement as KEYS, then the reservation's record.
     fn settlement_keys(&self, s: &Settlement<'_>, inv: &mut ScriptInvocation<'_>) {
         for lp in s.levels {
-            inv.key(self.keys.level(lp.level, &s.id.tenant, s.id.user.as_ref()));
+            inv.key(self.keys.plan_level(lp, &s.id.tenant, s.id.user.as_ref()));
         }
         inv.key(self.keys.record(s.id));
     }
