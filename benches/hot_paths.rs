@@ -3,12 +3,13 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use ctxbudget::config::FileConfig;
+use ctxbudget::domain::bucket::Cost;
 use ctxbudget::domain::budget::state::LevelState;
 use ctxbudget::domain::plan::{self, LeasePolicy, Prepared, ReserveRequest};
 use ctxbudget::domain::{Level, Reading, TenantId, UserId, decision};
 use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::MemoryStore;
-use ctxbudget::store::{Retention, Settlement, Store};
+use ctxbudget::store::{Retention, Settlement, Store, Usage};
 use std::hint::black_box;
 
 fn request(i: u64) -> ReserveRequest {
@@ -17,6 +18,7 @@ fn request(i: u64) -> ReserveRequest {
         user: Some(UserId::parse(&format!("user-{}", i % 10_000)).unwrap()),
         tier: "enterprise".into(),
         model: "gpt-4o".into(),
+        headroom: 0.0,
         prompt_tokens: 1000,
         prompt_reserve: 1000,
         estimated_prompt_tokens: 0,
@@ -70,7 +72,11 @@ fn benches(c: &mut Criterion) {
                 &sample.levels,
                 &readings,
                 0b110,
-                1500,
+                Cost {
+                    prompt: 1000,
+                    output: 500,
+                },
+                0.0,
                 1000,
             ))
         })
@@ -101,12 +107,12 @@ fn benches(c: &mut Criterion) {
             samples: 100,
         },
     );
-    let all_levels = plan::levels(
-        &limits,
-        limits.tier("enterprise").map(|t| t.as_ref()),
-        true,
-        true,
-    );
+    let scope = plan::Scope {
+        tier: limits.tier("enterprise").map(|t| t.as_ref()),
+        group: None,
+        has_user: true,
+    };
+    let all_levels = plan::levels(&limits, scope, true);
     c.bench_function("memory store/reserve + commit", |b| {
         let mut i = 0;
         b.iter(|| {
@@ -120,7 +126,7 @@ fn benches(c: &mut Criterion) {
                     id: &p.id,
                     levels: &all_levels,
                 };
-                black_box(store.commit(s, 1200, 1000).await.unwrap());
+                black_box(store.commit(s, Usage::new(1200, 1000)).await.unwrap());
             })
         })
     });

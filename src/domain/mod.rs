@@ -9,6 +9,7 @@ pub mod bucket;
 pub mod budget;
 pub mod clock;
 pub mod decision;
+mod denial;
 pub mod ids;
 pub mod level;
 pub mod level_plan;

@@ -5,6 +5,9 @@
 //!
 //! Which levels a request passes through is [`super::level_plan`]'s, re-exported
 //! here.
+//!
+//! Size: planning is one flow (tier, model group, context, output bounds,
+//! levels, refusals, fingerprint); over half the file is its tests.
 
 use super::bucket::Cost;
 use super::decision::Denial;

@@ -39,6 +39,7 @@ user = { requests = [{ limit = 10, period = "1m" }], concurrency = 1 }
             user: Some(UserId::parse("u").unwrap()),
             tier: "t".into(),
             model: "m".into(),
+            headroom: 0.0,
             prompt_tokens: 90,
             prompt_reserve: 90,
             estimated_prompt_tokens: 0,
@@ -56,18 +57,21 @@ user = { requests = [{ limit = 10, period = "1m" }], concurrency = 1 }
             ReserveReply::Allowed { .. }
         ));
         if i % 2 == 0 {
-            let levels = ctxbudget::domain::plan::levels(
-                &settings.limits,
-                settings.limits.tier("t").map(|t| t.as_ref()),
-                true,
-                true,
-            );
+            let scope = ctxbudget::domain::plan::Scope {
+                tier: settings.limits.tier("t").map(|t| t.as_ref()),
+                group: None,
+                has_user: true,
+            };
+            let levels = ctxbudget::domain::plan::levels(&settings.limits, scope, true);
             let s = Settlement {
                 id: &plan.id,
                 levels: &levels,
             };
             assert!(matches!(
-                store.commit(s, 120, 90).await.unwrap(),
+                store
+                    .commit(s, ctxbudget::store::Usage::new(120, 90))
+                    .await
+                    .unwrap(),
                 SettleReply::Applied { .. }
             ));
         }

@@ -83,7 +83,12 @@ impl World {
         let store =
             MemoryStore::with_clock(Keys::new(DEFAULT_PREFIX).unwrap(), retention, clock.clone());
         let tier = settings.limits.tier("p").unwrap();
-        let levels = ctxbudget::domain::plan::levels(&settings.limits, Some(tier), false, false);
+        let scope = ctxbudget::domain::plan::Scope {
+            tier: Some(tier),
+            group: None,
+            has_user: false,
+        };
+        let levels = ctxbudget::domain::plan::levels(&settings.limits, scope, false);
         World {
             settings,
             store,
@@ -99,6 +104,7 @@ impl World {
             user: None,
             tier: "p".into(),
             model: "m".into(),
+            headroom: 0.0,
             prompt_tokens: prompt,
             prompt_reserve: prompt,
             estimated_prompt_tokens: 0,
@@ -178,7 +184,7 @@ proptest! {
         more_us in 0i64..1_000_000_000_000,
         surplus in 1i64..1_000_000_000_000,
     ) {
-        let b = BucketSpec { level: Level::Tenant, dimension: Dimension::Tokens, limit, period_secs };
+        let b = BucketSpec { level: Level::Tenant, dimension: Dimension::Tokens, limit, period_secs, group: 0 };
         let level = level.min(limit as f64);
         let once = b.refill(level, elapsed_us);
         prop_assert!(once <= limit as f64);
@@ -220,7 +226,7 @@ proptest! {
                     }
                     Op::Commit { pick, actual } if !held.is_empty() => {
                         let h = held.remove(pick % held.len());
-                        let reply = w.store.commit(w.settlement(&h.plan), actual, 0).await.unwrap();
+                        let reply = w.store.commit(w.settlement(&h.plan), ctxbudget::store::Usage::new(actual, 0)).await.unwrap();
                         prop_assert!(matches!(reply, SettleReply::Applied { .. }), "{:?}", reply);
                         spent_tokens += actual as i64;
                         let _ = h.tokens;
@@ -266,7 +272,7 @@ proptest! {
                     }
                     Op::Commit { pick, actual } if !held.is_empty() => {
                         let h = held.remove(pick % held.len());
-                        w.store.commit(w.settlement(&h.plan), actual, 0).await.unwrap();
+                        w.store.commit(w.settlement(&h.plan), ctxbudget::store::Usage::new(actual, 0)).await.unwrap();
                         charged += actual as i64 - h.tokens as i64;
                         overage += (actual as i64 - h.tokens as i64).max(0);
                     }

@@ -470,6 +470,7 @@ async fn both_stores_count_lapsed_leases_alike() {
             user: Some(UserId::parse(user).unwrap()),
             tier: "t".into(),
             model: "m".into(),
+            headroom: 0.0,
             prompt_tokens: 10,
             prompt_reserve: 10,
             estimated_prompt_tokens: 0,

@@ -21,7 +21,7 @@ use ctxbudget::store::memory::MemoryStore;
 use ctxbudget::store::redis::{RedisSettings, RedisStore};
 use ctxbudget::store::{
     EXACT_LEASES, RenewReply, ReserveReply, Retention, Scope, SettleReply, Settled, Settlement,
-    Store,
+    Store, Usage,
 };
 use std::time::Duration;
 
@@ -139,7 +139,10 @@ impl<S: Store> Ctx<S> {
 
     async fn commit(&self, plan: &ReservePlan, actual: u64, prompt: u64) -> SettleReply {
         let s = settlement(plan);
-        self.store.commit(s, actual, prompt).await.unwrap()
+        self.store
+            .commit(s, Usage::new(actual, prompt))
+            .await
+            .unwrap()
     }
 
     async fn refund(&self, plan: &ReservePlan) -> SettleReply {
@@ -174,9 +177,12 @@ fn user_level(requests: u64, tokens: u64, concurrency: Option<u64>) -> LevelPlan
         dimension,
         limit,
         period_secs: 60,
+        group: 0,
     };
     LevelPlan {
         level: Level::User,
+        group: None,
+        slots: false,
         buckets: vec![
             bucket(Dimension::Requests, requests),
             bucket(Dimension::Tokens, tokens),
@@ -195,6 +201,8 @@ fn plan(user: &str, levels: Vec<LevelPlan>, prompt: u64, output: u64) -> Reserve
             String::new(),
         ),
         levels,
+        model_group: None,
+        headroom: 0.0,
         prompt_tokens: prompt,
         max_output_tokens: output,
         min_output_tokens: output,
@@ -554,12 +562,15 @@ async fn foreign_buckets_touched_this_instant_are_kept<S: Store>(c: &Ctx<S>) {
     let requests = |periods: std::ops::RangeInclusive<u64>| {
         vec![LevelPlan {
             level: Level::User,
+            group: None,
+            slots: false,
             buckets: periods
                 .map(|period_secs| BucketSpec {
                     level: Level::User,
                     dimension: Dimension::Requests,
                     limit: 10,
                     period_secs,
+                    group: 0,
                 })
                 .collect(),
             concurrency: None,
@@ -600,7 +611,10 @@ async fn a_shadow_store_keeps_its_own_budgets<S: Store>(c: &Ctx<S>) {
         "the enforced bucket is untouched"
     );
     assert_eq!(c.commit(&first, 20, 10).await, SettleReply::NotFound);
-    let in_shadow = shadow.commit(settlement(&first), 20, 10).await.unwrap();
+    let in_shadow = shadow
+        .commit(settlement(&first), Usage::new(20, 10))
+        .await
+        .unwrap();
     assert!(
         matches!(in_shadow, SettleReply::Applied { .. }),
         "{in_shadow:?}"

@@ -10,6 +10,9 @@
 //! the prompt, output tokens the output. With headroom `h` (the request's
 //! priority), a bucket denies unless it keeps `h × limit` after the cost, and
 //! a concurrency limit unless `n + 1 ≤ limit − h × limit`.
+//!
+//! Size: the one reserve algorithm, kept whole so it reads beside
+//! `lua/reserve.lua` step for step, and its unit tests.
 
 use super::layout::{MAX_FOREIGN, MAX_TTL_US, RECLAIM_CAP};
 use super::level::StoredLevel;

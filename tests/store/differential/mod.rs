@@ -39,14 +39,14 @@ mod keys;
 mod ops;
 
 use crate::support::RedisServer;
-use ctxbudget::domain::{Clock, Level, ManualClock, Reading};
+use ctxbudget::domain::{Clock, LevelPlan, ManualClock, Reading};
 use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::{MemoryStore, Stored};
 use ctxbudget::store::redis::{RedisSettings, RedisStore};
 use ctxbudget::store::{
-    EXACT_LEASES, RenewReply, ReserveReply, Retention, Scope, SettleReply, Settlement, Store,
+    EXACT_LEASES, RenewReply, ReserveReply, Retention, Scope, SettleReply, Settlement, Store, Usage,
 };
-use ops::{Gen, Op, level_plan};
+use ops::{Gen, Op, entry_plan};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -186,7 +186,7 @@ async fn run_case(
         3 => (rng.random_range(60..=120), 0.0),
         _ => (rng.random_range(5..=40), 0.0),
     };
-    let mut config = [Level::Global, Level::Tenant, Level::User].map(|l| level_plan(&mut rng, l));
+    let mut config: [LevelPlan; 6] = std::array::from_fn(|i| entry_plan(&mut rng, i));
     if kind == 3 {
         let around = EXACT_LEASES..=EXACT_LEASES + 1;
         for l in &mut config {
@@ -304,15 +304,17 @@ async fn step(
             levels,
             actual,
             prompt,
+            input,
         } => {
             let s = Settlement { id, levels };
-            let m = memory.commit(s, *actual, *prompt).await.unwrap();
+            let usage = Usage {
+                tokens: *actual,
+                prompt: *prompt,
+                input: *input,
+            };
+            let m = memory.commit(s, usage).await.unwrap();
             count(seen, settled("commit", &m));
-            same(
-                "commit",
-                m,
-                redis.commit(s, *actual, *prompt).await.unwrap(),
-            )?;
+            same("commit", m, redis.commit(s, usage).await.unwrap())?;
         }
         Op::Refund { id, levels } => {
             let s = Settlement { id, levels };
@@ -380,12 +382,8 @@ async fn step(
             clock.advance_us(*us);
             db.set_clock(clock.now_us()).await;
         }
-        Op::Reconfigure(level, plan) => {
-            let i = match level {
-                Level::Global => 0,
-                Level::Tenant => 1,
-                Level::User => 2,
-            };
+        Op::Reconfigure(i, plan) => {
+            let i = *i;
             // A new configuration applies at once, possibly in the instant
             // another configuration's reserve touched the same level.
             g.config[i] = plan.clone();
@@ -429,8 +427,9 @@ fn brief(op: &Op) -> String {
             id: i,
             actual,
             prompt,
+            input,
             ..
-        } => format!("commit {} {actual} ({prompt} prompt)", id(i)),
+        } => format!("commit {} {actual} ({prompt} prompt, {input} input)", id(i)),
         Op::Refund { id: i, .. } => format!("refund {}", id(i)),
         Op::Renew { id: i, ttl_ms, .. } => format!("renew {} {ttl_ms} ms", id(i)),
         Op::Status {
@@ -446,6 +445,6 @@ fn brief(op: &Op) -> String {
         ),
         Op::Samples(_) => "estimator samples".into(),
         Op::Advance(us) => format!("advance {us} µs"),
-        Op::Reconfigure(level, plan) => format!("reconfigure {level:?}: {plan:?}"),
+        Op::Reconfigure(i, plan) => format!("reconfigure entry {i}: {plan:?}"),
     }
 }

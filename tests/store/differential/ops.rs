@@ -4,10 +4,23 @@
 
 use ctxbudget::domain::bucket::BucketSpec;
 use ctxbudget::domain::{
-    Dimension, IdempotencyKey, Level, LevelPlan, ReservationId, ReservePlan, TenantId, UserId,
+    Dimension, IdempotencyKey, Level, LevelLimits, LevelPlan, ModelGroup, ReservationId,
+    ReservePlan, TenantId, UserId,
 };
 use rand::Rng;
 use rand::rngs::StdRng;
+use std::sync::{Arc, LazyLock};
+
+/// The model group whose limits join the levels' (tagged buckets, slots).
+pub static GROUP: LazyLock<Arc<ModelGroup>> = LazyLock::new(|| {
+    Arc::new(ModelGroup {
+        name: "g-diff".into(),
+        patterns: vec!["m*".into()],
+        context_window: None,
+        cached_input_counts: false,
+        global: LevelLimits::default(),
+    })
+});
 
 /// One step, the same on both stores.
 #[derive(Clone, Debug)]
@@ -19,6 +32,7 @@ pub enum Op {
         levels: Vec<LevelPlan>,
         actual: u64,
         prompt: u64,
+        input: u64,
     },
     Refund {
         id: ReservationId,
@@ -38,9 +52,10 @@ pub enum Op {
     Samples(Vec<String>),
     /// Moves the clock by this many µs.
     Advance(i64),
-    /// The configuration of one level changes (no store call): the buckets of
-    /// the old one become another configuration's, "foreign", in the state.
-    Reconfigure(Level, LevelPlan),
+    /// The configuration of one entry (index into [`Gen::config`]) changes
+    /// (no store call): the buckets of the old one become another
+    /// configuration's, "foreign", in the state.
+    Reconfigure(usize, LevelPlan),
 }
 
 const TENANTS: [&str; 3] = ["acme", "beta", "t{1}:x"];
@@ -53,8 +68,9 @@ const KEYS: [&str; 4] = ["k0", "k1", "k2", "k3"];
 /// What an operation is drawn from.
 pub struct Gen {
     pub rng: StdRng,
-    /// Global, tenant and user limits now.
-    pub config: [LevelPlan; 3],
+    /// Global, tenant and user limits now, each followed by the model group's
+    /// slots at that level.
+    pub config: [LevelPlan; 6],
     /// Every reservation sent, settled or not, allowed or not.
     pub issued: Vec<ReservePlan>,
     /// The ids of reservations a store took (live, settled or lapsed), with
@@ -70,20 +86,55 @@ fn pick<'a, T>(rng: &mut StdRng, items: &'a [T]) -> &'a T {
     &items[rng.random_range(0..items.len())]
 }
 
-/// Random limits for one level; sometimes none at all.
+/// Random limits for config entry `i`: a level (even `i`) or the model
+/// group's slots at a level (odd `i`).
+pub fn entry_plan(rng: &mut StdRng, i: usize) -> LevelPlan {
+    let level = [Level::Global, Level::Tenant, Level::User][i / 2];
+    match i % 2 {
+        0 => level_plan(rng, level),
+        _ => LevelPlan {
+            level,
+            group: Some(GROUP.clone()),
+            slots: true,
+            buckets: Vec::new(),
+            concurrency: match rng.random_range(0..10) {
+                0..=5 => None,
+                6..=8 => Some(rng.random_range(1..=4)),
+                _ => Some(rng.random_range(20..=100)),
+            },
+        },
+    }
+}
+
+/// Random limits for one level — every rate dimension, some of them the
+/// model group's (tagged) — sometimes none at all.
 pub fn level_plan(rng: &mut StdRng, level: Level) -> LevelPlan {
     if rng.random_bool(0.15) {
         return LevelPlan {
             level,
+            group: None,
+            slots: false,
             buckets: Vec::new(),
             concurrency: None,
         };
     }
     let mut buckets = Vec::new();
-    for (dimension, small, large) in [
+    let tags = [0, GROUP.tag()];
+    for ((dimension, small, large), group) in [
         (Dimension::Requests, 1..=8u64, 9..=1000u64),
         (Dimension::Tokens, 50..=3000, 3001..=2_000_000),
-    ] {
+        (Dimension::InputTokens, 50..=3000, 3001..=2_000_000),
+        (Dimension::OutputTokens, 50..=3000, 3001..=2_000_000),
+    ]
+    .into_iter()
+    .flat_map(|d| tags.map(|t| (d.clone(), t)))
+    {
+        // All-model requests and tokens as before; the new kinds and the
+        // group's limits less often, so plans stay small.
+        let rare = group != 0 || dimension.is_tokens() && dimension != Dimension::Tokens;
+        if rare && rng.random_bool(0.6) {
+            continue;
+        }
         let mut periods = Vec::new();
         for _ in 0..rng.random_range(0..=3) {
             // Mostly the usual periods; any of 120 others, so that changed
@@ -106,6 +157,7 @@ pub fn level_plan(rng: &mut StdRng, level: Level) -> LevelPlan {
                 dimension,
                 limit,
                 period_secs,
+                group,
             });
         }
     }
@@ -114,8 +166,11 @@ pub fn level_plan(rng: &mut StdRng, level: Level) -> LevelPlan {
         4..=7 => Some(rng.random_range(1..=4)),
         _ => Some(rng.random_range(20..=100)),
     };
+    let grouped = buckets.iter().any(|b| b.group != 0);
     LevelPlan {
         level,
+        group: grouped.then(|| GROUP.clone()),
+        slots: false,
         buckets,
         concurrency,
     }
@@ -135,7 +190,7 @@ impl Gen {
     /// The levels of (tenant, user) now: the limited ones for a reservation,
     /// all of them (`keep_unlimited`) for a settlement.
     pub fn levels(&self, user: bool, keep_unlimited: bool) -> Vec<LevelPlan> {
-        let n = if user { 3 } else { 2 };
+        let n = if user { 6 } else { 4 };
         self.config[..n]
             .iter()
             .filter(|l| keep_unlimited || !l.is_unlimited())
@@ -189,7 +244,7 @@ impl Gen {
         let cap = levels
             .iter()
             .flat_map(|l| &l.buckets)
-            .filter(|b| b.dimension == Dimension::Tokens)
+            .filter(|b| b.dimension.is_tokens())
             .map(|b| b.limit)
             .min()
             .unwrap_or(5000)
@@ -218,8 +273,17 @@ impl Gen {
         let key = r
             .random_bool(0.35)
             .then(|| IdempotencyKey::parse(KEYS[r.random_range(0..KEYS.len())]).unwrap());
+        let headroom = match self.rng.random_range(0..10) {
+            0..=6 => 0.0,
+            7 => 0.1,
+            8 => 0.3,
+            _ => 0.05,
+        };
+        let grouped = levels.iter().any(|l| l.group.is_some());
         ReservePlan {
             levels,
+            model_group: grouped.then(|| GROUP.clone()),
+            headroom,
             prompt_tokens: prompt,
             max_output_tokens: max_output,
             min_output_tokens: min_output,
@@ -271,8 +335,8 @@ impl Gen {
     /// exactly: key and lease expiries.
     pub fn next(&mut self, now: i64, expiries: &[i64]) -> Op {
         if self.rng.random_bool(self.churn) {
-            let level = *pick(&mut self.rng, &[Level::Global, Level::Tenant, Level::User]);
-            return Op::Reconfigure(level, level_plan(&mut self.rng, level));
+            let i = self.rng.random_range(0..6);
+            return Op::Reconfigure(i, entry_plan(&mut self.rng, i));
         }
         if self.crowd && self.rng.random_bool(0.2) {
             let n = self.rng.random_range(10..=40);
@@ -312,11 +376,17 @@ impl Gen {
                     0 => 0,
                     _ => r.random_range(0..=actual),
                 };
+                // Cached prompt tokens left out of the input count, sometimes.
+                let input = match r.random_range(0..3) {
+                    0 => r.random_range(0..=prompt),
+                    _ => prompt,
+                };
                 Op::Commit {
                     id,
                     levels,
                     actual,
                     prompt,
+                    input,
                 }
             }
             45..=51 => {
@@ -343,8 +413,8 @@ impl Gen {
             72..=73 => Op::Samples(ESTIMATORS.iter().map(|s| s.to_string()).collect()),
             74..=95 => Op::Advance(self.advance(now, expiries)),
             _ => {
-                let level = *pick(&mut self.rng, &[Level::Global, Level::Tenant, Level::User]);
-                Op::Reconfigure(level, level_plan(&mut self.rng, level))
+                let i = self.rng.random_range(0..6);
+                Op::Reconfigure(i, entry_plan(&mut self.rng, i))
             }
         }
     }
