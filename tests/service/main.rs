@@ -12,6 +12,7 @@ mod bench;
 mod conformance;
 mod estimator;
 mod hostile_input;
+mod models;
 mod observability;
 mod operations;
 mod server;
