@@ -5,6 +5,7 @@ mod admin;
 mod health;
 mod history;
 mod inspect;
+mod inspect_rows;
 mod models;
 mod output;
 mod overrides;
