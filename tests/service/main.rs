@@ -12,6 +12,7 @@ mod bench;
 mod conformance;
 mod estimator;
 mod hostile_input;
+mod models_cli;
 mod observability;
 mod operations;
 mod server;
