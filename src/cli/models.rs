@@ -251,3 +251,58 @@ fn no_group(name: &str, doc: &ConfigDoc) -> String {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(patterns: &str) -> ModelSection {
+        parse_document(&format!("match = {patterns}\n")).unwrap()
+    }
+
+    fn doc(groups: &[(&str, &str)]) -> ConfigDoc {
+        let tier = "max_context_tokens = 1000\ndefault_max_output_tokens = 10\n";
+        let mut doc = ConfigDoc::default();
+        doc.tiers
+            .insert("pro".into(), parse_document(tier).unwrap());
+        for (name, patterns) in groups {
+            doc.models.insert(name.to_string(), group(patterns));
+        }
+        doc
+    }
+
+    #[test]
+    fn an_import_is_written_in_an_order_that_keeps_every_version_valid() {
+        // z gives up "gpt-4o-mini" to a new group a: z must be written first.
+        let before = doc(&[("z", r#"["gpt-4o*"]"#)]);
+        let import = doc(&[("a", r#"["gpt-4o-mini"]"#), ("z", r#"["gpt-4o"]"#)]).models;
+        assert_eq!(
+            write_order(before, &import),
+            (vec!["z".into(), "a".into()], true)
+        );
+        // Two groups swapping patterns: every order has an invalid step.
+        let before = doc(&[("a", r#"["x"]"#), ("b", r#"["y"]"#)]);
+        let import = doc(&[("a", r#"["y"]"#), ("b", r#"["x"]"#)]).models;
+        let (order, valid) = write_order(before, &import);
+        assert_eq!((order.len(), valid), (2, false));
+    }
+
+    #[test]
+    fn a_group_a_tier_limits_is_not_deleted_and_the_message_says_what_to_do() {
+        let mut doc = doc(&[("gpt-4o", r#"["gpt-4o"]"#)]);
+        assert_eq!(still_used(&doc, "gpt-4o"), None);
+        let tier = "max_context_tokens = 1000\ndefault_max_output_tokens = 10\n\
+                    [shadow.models.gpt-4o.user]\nconcurrency = 1\n";
+        doc.tiers
+            .insert("free".into(), parse_document(tier).unwrap());
+        let why = still_used(&doc, "gpt-4o").unwrap();
+        assert!(
+            why.contains("tier free (tiers.free.shadow.models.gpt-4o)"),
+            "{why}"
+        );
+        assert!(
+            why.contains("`ctxbudget tiers set free free.toml`"),
+            "{why}"
+        );
+    }
+}
