@@ -16,27 +16,37 @@ use std::collections::BTreeMap;
 /// One stored bucket.
 #[derive(Serialize)]
 pub(super) struct BucketRow {
+    /// `global`, `tenant` or `user`.
     pub level: &'static str,
     /// The model group the bucket limits (`None`: all models); a tag no
     /// configured group has reads `tag N`.
     pub model_group: Option<String>,
+    /// `requests`, `tokens`, `input_tokens` or `output_tokens`.
     pub dimension: String,
+    /// `1m`, `1h`, …
     pub period: String,
+    /// The limit, when the configuration plans this bucket (with `--tier`).
     pub limit: Option<u64>,
     /// Level now (refilled) when the limit is known; as stored otherwise.
     pub level_now: f64,
+    /// True below zero: a commit charged more than was reserved.
     pub debt: bool,
+    /// Until the bucket is full again, when the limit is known.
     pub full_in_ms: Option<u64>,
+    /// How long ago the level was stored.
     pub stored_ms_ago: u64,
 }
 
 /// One live lease.
 #[derive(Serialize)]
 pub(super) struct LeaseRow {
+    /// `global`, `tenant` or `user`.
     pub level: &'static str,
     /// The model group whose slots hold it (`None`: the level's own).
     pub model_group: Option<String>,
+    /// The end of the reservation's nonce.
     pub reservation: String,
+    /// Until the lease lapses (negative: lapsed, not yet reclaimed).
     pub expires_in_ms: i64,
 }
 
