@@ -87,7 +87,7 @@ pub enum TiersCmd {
         /// The tier.
         name: String,
         /// The document: max_context_tokens, default_max_output_tokens, tenant,
-        /// user and optionally shadow.
+        /// user and optionally shadow and models (limits per model group).
         file: PathBuf,
     },
     /// Delete a tier.
@@ -248,12 +248,18 @@ fn list_tiers(doc: &ConfigDoc, args: &AdminArgs) -> anyhow::Result<()> {
                         rate_summary(&s.user)
                     )
                 }),
+                match t.models.is_empty() {
+                    true => "-".into(),
+                    false => t.models.keys().cloned().collect::<Vec<_>>().join(", "),
+                },
             ]
         })
         .collect();
     println!("configuration version {}", doc.version);
     table(
-        &["TIER", "CONTEXT", "OUTPUT", "TENANT", "USER", "SHADOW"],
+        &[
+            "TIER", "CONTEXT", "OUTPUT", "TENANT", "USER", "SHADOW", "MODELS",
+        ],
         &rows,
     );
     Ok(())

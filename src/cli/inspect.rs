@@ -1,14 +1,13 @@
 //! `ctxbudget inspect`: a tenant's (and user's) live state in Redis — every
 //! bucket's level now, debt, when it is full again, and the live leases with
-//! their expiry.
+//! their expiry; model groups' buckets and slots named by group.
 
 use super::admin::AdminArgs;
-use super::output::{Effective, effective_lines, limits_summary, print_json, table};
-use crate::domain::budget::state::{LevelState, bucket_id};
-use crate::domain::decision::period_label;
+use super::inspect_rows::{BucketRow, LeaseRow, bucket_rows, lease_rows};
+use super::output::{Effective, effective_lines, level_section, limits_summary, print_json, table};
 use crate::domain::plan::{self, LevelPlan};
 use crate::domain::{
-    BucketSpec, Dimension, Level, LevelLimits, Limits as DomainLimits, TenantId, Tier, UserId,
+    BucketSpec, Level, LevelLimits, Limits as DomainLimits, ModelGroup, TenantId, Tier, UserId,
 };
 use crate::store::keys::Keys;
 use anyhow::Context;
@@ -38,32 +37,21 @@ pub struct InspectArgs {
     pub model: Option<String>,
 }
 
-#[derive(Serialize)]
-struct BucketRow {
-    level: &'static str,
-    dimension: &'static str,
-    period: String,
-    limit: Option<u64>,
-    /// Level now (refilled) when the limit is known; as stored otherwise.
-    level_now: f64,
-    debt: bool,
-    full_in_ms: Option<u64>,
-    stored_ms_ago: u64,
-}
-
-#[derive(Serialize)]
-struct LeaseRow {
-    level: &'static str,
-    reservation: String,
-    expires_in_ms: i64,
-}
-
 /// The limits in force at every level.
 #[derive(Serialize)]
 struct Limits {
     global: crate::config::LevelSection,
     #[serde(flatten)]
     tier: Effective,
+    /// With `--model` of a group: the group's limits over the whole account.
+    model_group: Option<GroupInForce>,
+}
+
+/// A model group's own limits, in a report.
+#[derive(Serialize)]
+struct GroupInForce {
+    name: String,
+    global: crate::config::LevelSection,
 }
 
 #[derive(Serialize)]
@@ -71,6 +59,9 @@ struct Report {
     tenant: String,
     user: Option<String>,
     tier: Option<String>,
+    model: Option<String>,
+    /// The group of `--model`, if it has one.
+    model_group: Option<String>,
     configuration_version: u64,
     override_applies: bool,
     /// The limits in force (with `--tier`): the tier with the override laid over it.
@@ -87,17 +78,8 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         .limits()
         .map_err(|e| anyhow::anyhow!("the stored configuration is invalid: {e}"))?;
     let who = Subject::parse(&args, &limits)?;
-    let planned: Vec<LevelPlan> = match &who.tier {
-        Some(tier) => {
-            let scope = plan::Scope {
-                tier: Some(tier),
-                group: who.model.as_deref().and_then(|m| limits.group_of(m)),
-                has_user: who.user.is_some(),
-            };
-            plan::levels(&limits, scope, true)
-        }
-        None => Vec::new(),
-    };
+    let group = who.model.as_deref().and_then(|m| limits.group_of(m));
+    let planned = planned(&limits, &who, group);
     let keys = Keys::new(&args.admin.key_prefix)?;
     let mut conn = cfg.client().get_multiplexed_async_connection().await?;
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
@@ -107,11 +89,17 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         tenant: who.tenant.to_string(),
         user: who.user.as_ref().map(|u| u.to_string()),
         tier: args.tier.clone(),
+        model: who.model.clone(),
+        model_group: group.map(|g| g.name.clone()),
         configuration_version: doc.version,
         override_applies: limits.overrides.contains_key(who.tenant.as_str()),
         limits: who.tier.as_ref().map(|t| Limits {
-            global: super::output::level_section(&limits.global),
+            global: level_section(&limits.global),
             tier: Effective::of(t),
+            model_group: group.map(|g| GroupInForce {
+                name: g.name.clone(),
+                global: level_section(&g.global),
+            }),
         }),
         buckets: Vec::new(),
         leases: Vec::new(),
@@ -124,17 +112,74 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             .filter(|p| p.level == level)
             .flat_map(|p| &p.buckets)
             .collect();
-        report
-            .buckets
-            .extend(bucket_rows(level, &fields, &specs, now)?);
-        report.leases.extend(lease_rows(level, &fields, now));
+        let rows = bucket_rows(level, &fields, &specs, &limits.models, now)?;
+        report.buckets.extend(rows);
+        report.leases.extend(lease_rows(level, None, &fields, now));
+        // Every configured group's slots at the level: a hash of their own.
+        for g in limits.models.values() {
+            let slots = slots_of(level, g);
+            let key = keys.plan_level(&slots, &who.tenant, who.user.as_ref());
+            let fields: BTreeMap<String, Vec<u8>> = conn.hgetall(&key).await?;
+            report
+                .leases
+                .extend(lease_rows(level, Some(&g.name), &fields, now));
+        }
     }
     if args.admin.json {
         return print_json(&report);
     }
-    let in_force = who.tier.as_ref().map(|t| (&limits.global, &**t));
+    let in_force = who.tier.as_ref().map(|t| InForce {
+        global: &limits.global,
+        tier: t,
+        group,
+    });
     print_text(&report, in_force);
     Ok(())
+}
+
+/// The planned levels whose buckets know their limits: with `--tier`, those
+/// of `group` (the `--model`'s) or, without `--model`, of every group.
+fn planned(
+    limits: &DomainLimits,
+    who: &Subject,
+    group: Option<&Arc<ModelGroup>>,
+) -> Vec<LevelPlan> {
+    let Some(tier) = &who.tier else {
+        return Vec::new();
+    };
+    let groups: Vec<Option<&Arc<ModelGroup>>> = match (&who.model, limits.models.is_empty()) {
+        (Some(_), _) | (None, true) => vec![group],
+        (None, false) => limits.models.values().map(Some).collect(),
+    };
+    groups
+        .into_iter()
+        .flat_map(|group| {
+            let scope = plan::Scope {
+                tier: Some(tier),
+                group,
+                has_user: who.user.is_some(),
+            };
+            plan::levels(limits, scope, true)
+        })
+        .collect()
+}
+
+/// The plan entry of `group`'s slots at `level`: what names their key.
+fn slots_of(level: Level, group: &Arc<ModelGroup>) -> LevelPlan {
+    LevelPlan {
+        level,
+        group: Some(group.clone()),
+        slots: true,
+        buckets: Vec::new(),
+        concurrency: None,
+    }
+}
+
+/// The limits in force, for the report in words.
+struct InForce<'a> {
+    global: &'a LevelLimits,
+    tier: &'a Tier,
+    group: Option<&'a Arc<ModelGroup>>,
 }
 
 /// Whose state to show: the flags, checked and resolved.
@@ -181,82 +226,25 @@ impl Subject {
     }
 }
 
-/// The buckets stored in one level's hash, refilled to `now` where `specs`
-/// (the planned buckets of the level) know their limit.
-fn bucket_rows(
-    level: Level,
-    fields: &BTreeMap<String, Vec<u8>>,
-    specs: &[&BucketSpec],
-    now: f64,
-) -> anyhow::Result<Vec<BucketRow>> {
-    let state = fields
-        .get("s")
-        .map(|raw| LevelState::decode(raw))
-        .transpose()
-        .map_err(anyhow::Error::msg)?
-        .flatten()
-        .unwrap_or_default();
-    let rows = state.buckets.iter().map(|b| {
-        let spec = specs.iter().find(|s| bucket_id(s) == b.id);
-        let period = (b.id % 1e7) as u64;
-        let dimension = if (b.id / 1e7) as u64 == 1 {
-            Dimension::Requests
-        } else {
-            Dimension::Tokens
-        };
-        let (level_now, full_in_ms) = match spec {
-            Some(s) => {
-                let l = s.refill(b.level, (now - b.t) as i64);
-                (l, Some(s.until_full_us(l).div_ceil(1000)))
-            }
-            None => (b.level, None),
-        };
-        BucketRow {
-            level: level.as_str(),
-            dimension: dimension.as_str(),
-            period: period_label(period),
-            limit: spec.map(|s| s.limit),
-            level_now,
-            debt: level_now < 0.0,
-            full_in_ms,
-            stored_ms_ago: ((now - b.t).max(0.0) / 1000.0) as u64,
-        }
-    });
-    Ok(rows.collect())
-}
-
-/// The live leases in one level's hash (fields `#nonce`, expiry as f64 µs).
-fn lease_rows(level: Level, fields: &BTreeMap<String, Vec<u8>>, now: f64) -> Vec<LeaseRow> {
-    let mut rows = Vec::new();
-    for (field, value) in fields {
-        if let Some(nonce) = field.strip_prefix('#')
-            && let Ok(bytes) = <[u8; 8]>::try_from(value.as_slice())
-        {
-            let expires = f64::from_le_bytes(bytes);
-            rows.push(LeaseRow {
-                level: level.as_str(),
-                reservation: format!("…{}", &nonce[nonce.len().saturating_sub(8)..]),
-                expires_in_ms: ((expires - now) / 1000.0).round() as i64,
-            });
-        }
-    }
-    rows
-}
-
-/// The report for people; `in_force`: the global limits and the resolved tier.
-fn print_text(report: &Report, in_force: Option<(&LevelLimits, &Tier)>) {
+/// The report for people; `in_force`: the limits in force, with `--tier`.
+fn print_text(report: &Report, in_force: Option<InForce<'_>>) {
     print_heading(report);
-    if let Some((global, t)) = in_force {
+    if let Some(f) = in_force {
         println!("limits in force:");
-        println!("  global  {}", limits_summary(global));
-        for line in effective_lines(t) {
+        println!("  global  {}", limits_summary(f.global));
+        if let Some(g) = f.group {
+            println!("  model {} global  {}", g.name, limits_summary(&g.global));
+        }
+        for line in effective_lines(f.tier) {
             println!("  {line}");
         }
         println!();
     }
     let rows: Vec<Vec<String>> = report.buckets.iter().map(bucket_cells).collect();
     table(
-        &["LEVEL", "BUCKET", "LIMIT", "NOW", "DEBT", "FULL IN"],
+        &[
+            "LEVEL", "MODEL", "BUCKET", "LIMIT", "NOW", "DEBT", "FULL IN",
+        ],
         &rows,
     );
     println!();
@@ -266,21 +254,27 @@ fn print_text(report: &Report, in_force: Option<(&LevelLimits, &Tier)>) {
         .map(|l| {
             vec![
                 l.level.into(),
+                l.model_group.clone().unwrap_or_else(|| "-".into()),
                 l.reservation.clone(),
                 format!("{} ms", l.expires_in_ms),
             ]
         })
         .collect();
-    table(&["LEVEL", "LEASE", "EXPIRES IN"], &rows);
+    table(&["LEVEL", "MODEL", "LEASE", "EXPIRES IN"], &rows);
     if report.tier.is_none() {
         println!("\n(pass --tier to see the limits in force and levels refilled to now)");
     }
 }
 
-/// Who, which tier, which configuration.
+/// Who, which tier and model, which configuration.
 fn print_heading(report: &Report) {
+    let model = match (&report.model, &report.model_group) {
+        (None, _) => String::new(),
+        (Some(m), Some(g)) => format!(", model {m} (group {g})"),
+        (Some(m), None) => format!(", model {m} (in no model group)"),
+    };
     println!(
-        "tenant {}{}{} — configuration version {}{}",
+        "tenant {}{}{}{model} — configuration version {}{}",
         report.tenant,
         report
             .user
@@ -303,6 +297,7 @@ fn print_heading(report: &Report) {
 fn bucket_cells(b: &BucketRow) -> Vec<String> {
     vec![
         b.level.into(),
+        b.model_group.clone().unwrap_or_else(|| "-".into()),
         format!("{} per {}", b.dimension, b.period),
         b.limit.map_or("?".into(), |l| l.to_string()),
         format!("{:.1}", b.level_now),

@@ -1,16 +1,19 @@
 //! The command line: `ctxbudget serve`, `bench`, the operator commands
-//! (`tiers`, `global`, `overrides`, `inspect`) and `health`.
+//! (`tiers`, `models`, `global`, `overrides`, `inspect`) and `health`.
 
 mod admin;
 mod health;
 mod history;
 mod inspect;
+mod inspect_rows;
+mod models;
 mod output;
 mod overrides;
 
 pub use admin::{AdminArgs, GlobalCmd, OverridesCmd, TiersCmd};
 pub use health::HealthArgs;
 pub use inspect::InspectArgs;
+pub use models::ModelsCmd;
 
 use crate::config::{self, Flags};
 use crate::server;
@@ -42,6 +45,16 @@ pub enum Command {
         /// What to do.
         #[command(subcommand)]
         cmd: TiersCmd,
+        /// Where.
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Model groups in the live configuration (Redis): list, get, set, delete,
+    /// import, export.
+    Models {
+        /// What to do.
+        #[command(subcommand)]
+        cmd: ModelsCmd,
         /// Where.
         #[command(flatten)]
         admin: AdminArgs,
@@ -100,6 +113,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve(args).await,
         Command::Bench(args) => bench(*args).await,
         Command::Tiers { cmd, admin } => admin::tiers(cmd, admin).await,
+        Command::Models { cmd, admin } => models::models(cmd, admin).await,
         Command::Global { cmd, admin } => admin::global(cmd, admin).await,
         Command::Overrides { cmd, admin } => overrides::overrides(cmd, admin).await,
         Command::Inspect(args) => inspect::inspect(args).await,

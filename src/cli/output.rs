@@ -2,11 +2,13 @@
 //! people, JSON for scripts, and documents that the `set` commands take back.
 
 use crate::config::{
-    LevelOverrideSection, LevelSection, Period, RateSection, ShadowSection, UNLIMITED,
+    LevelOverrideSection, LevelSection, ModelLimitsSection, Period, RateSection, ShadowSection,
+    UNLIMITED,
 };
 use crate::domain::decision::period_label;
-use crate::domain::{LevelLimits, Rate, Setting, Tier};
+use crate::domain::{LevelLimits, ModelLimits, Rate, Setting, Tier};
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// Prints `value` as pretty JSON.
 pub fn print_json<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
@@ -93,17 +95,39 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) {
     }
 }
 
-fn rate_parts(unit: &str, rates: &[Rate]) -> Vec<String> {
+/// How a kind of rate reads: `60 req/1m`, `500000 tok/1m`, `in 2000000/1m`,
+/// `out 400000/1m` (input and output token rates name their kind first, so
+/// they read apart from the all-token rates).
+#[derive(Clone, Copy)]
+enum Unit {
+    Requests,
+    Tokens,
+    Input,
+    Output,
+}
+
+fn rate_parts(unit: Unit, rates: &[Rate]) -> Vec<String> {
     rates
         .iter()
-        .map(|r| format!("{} {unit}/{}", r.limit, period_label(r.period_secs)))
+        .map(|r| {
+            let (limit, period) = (r.limit, period_label(r.period_secs));
+            match unit {
+                Unit::Requests => format!("{limit} req/{period}"),
+                Unit::Tokens => format!("{limit} tok/{period}"),
+                Unit::Input => format!("in {limit}/{period}"),
+                Unit::Output => format!("out {limit}/{period}"),
+            }
+        })
         .collect()
 }
 
-/// A level's limits in one line: `60 req/1m, 500000 tok/1m, 5 concurrent`.
+/// A level's limits in one line:
+/// `60 req/1m, 500000 tok/1m, in 2000000/1m, out 400000/1m, 5 concurrent`.
 pub fn limits_summary(level: &LevelLimits) -> String {
-    let mut parts = rate_parts("req", &level.requests);
-    parts.extend(rate_parts("tok", &level.tokens));
+    let mut parts = rate_parts(Unit::Requests, &level.requests);
+    parts.extend(rate_parts(Unit::Tokens, &level.tokens));
+    parts.extend(rate_parts(Unit::Input, &level.input_tokens));
+    parts.extend(rate_parts(Unit::Output, &level.output_tokens));
     if let Some(c) = level.concurrency {
         parts.push(format!("{c} concurrent"));
     }
@@ -126,7 +150,7 @@ pub fn rate_summary(level: &LevelSection) -> String {
 /// `the rest from the tier`.
 pub fn override_summary(level: &LevelOverrideSection) -> String {
     let mut parts = Vec::new();
-    let rates = |name: &str, unit: &str, s: &Setting<Vec<RateSection>>, parts: &mut Vec<_>| match s
+    let rates = |name: &str, unit: Unit, s: &Setting<Vec<RateSection>>, parts: &mut Vec<_>| match s
     {
         Setting::Inherit => {}
         Setting::Unlimited => parts.push(format!("{name} {UNLIMITED}")),
@@ -135,8 +159,15 @@ pub fn override_summary(level: &LevelOverrideSection) -> String {
             Err(e) => parts.push(format!("{name} invalid ({e})")),
         },
     };
-    rates("requests", "req", &level.requests, &mut parts);
-    rates("tokens", "tok", &level.tokens, &mut parts);
+    rates("requests", Unit::Requests, &level.requests, &mut parts);
+    rates("tokens", Unit::Tokens, &level.tokens, &mut parts);
+    rates("input_tokens", Unit::Input, &level.input_tokens, &mut parts);
+    rates(
+        "output_tokens",
+        Unit::Output,
+        &level.output_tokens,
+        &mut parts,
+    );
     match &level.concurrency {
         Setting::Inherit => {}
         Setting::Unlimited => parts.push(format!("concurrency {UNLIMITED}")),
@@ -175,8 +206,10 @@ pub struct Effective {
     pub tenant: LevelSection,
     /// User level.
     pub user: LevelSection,
-    /// The quota in shadow, if any: tenant and user levels.
+    /// The quota in shadow, if any: tenant and user levels, and per model group.
     pub shadow: Option<ShadowSection>,
+    /// The tier's limits per model group, by group name.
+    pub models: BTreeMap<String, ModelLimitsSection>,
 }
 
 impl Effective {
@@ -188,24 +221,56 @@ impl Effective {
             shadow: tier.shadow.as_ref().map(|s| ShadowSection {
                 tenant: level_section(&s.tenant),
                 user: level_section(&s.user),
-                models: Default::default(),
+                models: model_sections(&s.models),
             }),
+            models: model_sections(&tier.models),
         }
     }
 }
 
-/// The limits in force of a resolved tier as lines: `tenant  600 req/1m, …`.
+/// Domain per-group limits as written ones.
+fn model_sections(models: &BTreeMap<String, ModelLimits>) -> BTreeMap<String, ModelLimitsSection> {
+    models
+        .iter()
+        .map(|(name, m)| {
+            let section = ModelLimitsSection {
+                tenant: level_section(&m.tenant),
+                user: level_section(&m.user),
+            };
+            (name.clone(), section)
+        })
+        .collect()
+}
+
+/// The limits in force of a resolved tier as lines: `tenant  600 req/1m, …`,
+/// then one line per model group the tier limits (`model gpt-4o  tenant …;
+/// user …`), and the same for the quota in shadow.
 pub fn effective_lines(tier: &Tier) -> Vec<String> {
     let mut lines = vec![
         format!("tenant  {}", limits_summary(&tier.tenant)),
         format!("user    {}", limits_summary(&tier.user)),
     ];
+    lines.extend(model_lines("", &tier.models));
     if let Some(s) = &tier.shadow {
         lines.push(format!(
             "shadow  tenant {}; user {}",
             limits_summary(&s.tenant),
             limits_summary(&s.user)
         ));
+        lines.extend(model_lines("shadow ", &s.models));
     }
     lines
+}
+
+fn model_lines<'a>(
+    prefix: &'a str,
+    models: &'a BTreeMap<String, ModelLimits>,
+) -> impl Iterator<Item = String> + 'a {
+    models.iter().map(move |(name, m)| {
+        format!(
+            "{prefix}model {name}  tenant {}; user {}",
+            limits_summary(&m.tenant),
+            limits_summary(&m.user)
+        )
+    })
 }

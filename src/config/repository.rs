@@ -74,7 +74,8 @@ pub struct AuditEntry {
     pub id: String,
     /// Who: `--actor` or the OS user.
     pub actor: String,
-    /// What: `tier:<name>`, `global`, `override:<tenant>`, or `*` for a seed.
+    /// What: `tier:<name>`, `model:<group>`, `global`, `override:<tenant>`, or
+    /// `*` for a seed.
     pub field: String,
     /// The document before ('' if none).
     pub old: String,

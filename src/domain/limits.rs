@@ -57,7 +57,8 @@ impl Limits {
                     return Err(LimitsError::new(
                         path,
                         format!(
-                            "there is no model group {group:?}; define [models.{group}] first                              (known groups: {})",
+                            "there is no model group {group:?}; define [models.{group}] first \
+                             (known groups: {})",
                             self.group_names()
                         ),
                     ));

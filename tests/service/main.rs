@@ -13,6 +13,7 @@ mod conformance;
 mod estimator;
 mod hostile_input;
 mod models;
+mod models_cli;
 mod observability;
 mod operations;
 mod server;

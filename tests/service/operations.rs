@@ -27,7 +27,7 @@ user = { requests = [{ limit = 100, period = "1d" }] }
 "#;
 
 /// Runs `ctxbudget <args>` as an operator would, against `redis`.
-async fn ctl(redis: &RedisServer, args: &[&str]) -> anyhow::Result<()> {
+pub(crate) async fn ctl(redis: &RedisServer, args: &[&str]) -> anyhow::Result<()> {
     let url = redis.url();
     let mut argv = vec!["ctxbudget"];
     argv.extend_from_slice(args);
@@ -36,7 +36,7 @@ async fn ctl(redis: &RedisServer, args: &[&str]) -> anyhow::Result<()> {
 }
 
 /// Runs the real `ctxbudget` binary against `redis` (see [`run_binary`]).
-fn ctl_binary(redis: &RedisServer, args: &[&str]) -> (bool, String, String) {
+pub(crate) fn ctl_binary(redis: &RedisServer, args: &[&str]) -> (bool, String, String) {
     let url = redis.url();
     let mut argv = args.to_vec();
     argv.extend_from_slice(&["--redis-url", &url, "--actor", "test-operator"]);
@@ -56,19 +56,19 @@ fn run_binary(args: &[&str]) -> (bool, String, String) {
 }
 
 /// [`ctl_binary`] that must succeed; its standard output.
-fn ctl_ok(redis: &RedisServer, args: &[&str]) -> String {
+pub(crate) fn ctl_ok(redis: &RedisServer, args: &[&str]) -> String {
     let (ok, stdout, stderr) = ctl_binary(redis, args);
     assert!(ok, "ctxbudget {args:?} failed:\n{stdout}{stderr}");
     stdout
 }
 
-fn document(dir: &std::path::Path, name: &str, text: &str) -> String {
+pub(crate) fn document(dir: &std::path::Path, name: &str, text: &str) -> String {
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
     path.to_string_lossy().into_owned()
 }
 
-fn temp_dir(name: &str) -> std::path::PathBuf {
+pub(crate) fn temp_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("ctxbudget-ops-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
