@@ -16,6 +16,7 @@ use ctxbudget::domain::{
     Clock, Dimension, IdempotencyKey, Level, LevelPlan, ManualClock, Reading, ReservationId,
     ReservePlan, TenantId, UserId,
 };
+use ctxbudget::domain::{LevelLimits, ModelGroup};
 use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::MemoryStore;
 use ctxbudget::store::redis::{RedisSettings, RedisStore};
@@ -23,6 +24,7 @@ use ctxbudget::store::{
     EXACT_LEASES, RenewReply, ReserveReply, Retention, Scope, SettleReply, Settled, Settlement,
     Store, Usage,
 };
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Generates, for each behaviour `name`, `memory::name` and `redis::name`.
@@ -64,6 +66,8 @@ suite!(
     an_exact_status_reads_up_to_exact_leases_whole,
     foreign_buckets_touched_this_instant_are_kept,
     a_shadow_store_keeps_its_own_budgets,
+    input_and_output_tokens_take_their_part_and_settle_to_usage,
+    headroom_keeps_a_share_of_every_limit,
 );
 
 const RETENTION: Retention = Retention {
@@ -143,6 +147,10 @@ impl<S: Store> Ctx<S> {
             .commit(s, Usage::new(actual, prompt))
             .await
             .unwrap()
+    }
+
+    async fn commit_usage(&self, plan: &ReservePlan, usage: Usage) -> SettleReply {
+        self.store.commit(settlement(plan), usage).await.unwrap()
     }
 
     async fn refund(&self, plan: &ReservePlan) -> SettleReply {
@@ -665,4 +673,112 @@ mod memory_only {
         let samples = c.store.estimator_samples(&["gpt".into()]).await.unwrap();
         assert_eq!(samples, vec![vec![1.2]], "the expired 1.1 is gone");
     }
+}
+
+/// A user level limiting input tokens (all models) and a model group's output
+/// tokens, and the group's concurrency slots at the user level.
+fn model_levels() -> Vec<LevelPlan> {
+    let group = Arc::new(ModelGroup {
+        name: "g".into(),
+        patterns: vec!["g*".into()],
+        context_window: None,
+        cached_input_counts: false,
+        global: LevelLimits::default(),
+    });
+    let bucket = |dimension, limit, group| BucketSpec {
+        level: Level::User,
+        dimension,
+        limit,
+        period_secs: 60,
+        group,
+    };
+    vec![
+        LevelPlan {
+            level: Level::User,
+            group: Some(group.clone()),
+            slots: false,
+            buckets: vec![
+                bucket(Dimension::InputTokens, 1000, 0),
+                bucket(Dimension::OutputTokens, 500, group.tag()),
+            ],
+            concurrency: None,
+        },
+        LevelPlan {
+            level: Level::User,
+            group: Some(group),
+            slots: true,
+            buckets: Vec::new(),
+            concurrency: Some(1),
+        },
+    ]
+}
+
+async fn input_and_output_tokens_take_their_part_and_settle_to_usage<S: Store>(c: &Ctx<S>) {
+    let p = plan("alice", model_levels(), 300, 200);
+    assert!(allowed(&c.reserve(&p).await));
+    let held = |active| Reading::Concurrency {
+        active,
+        earliest_expiry_ms: if active > 0 { 30_000 } else { 0 },
+    };
+    assert_eq!(
+        c.status(&p).await,
+        vec![bucket(700_000), bucket(300_000), held(1)],
+        "the prompt from input, the output from output, a slot of the group's"
+    );
+    // The group's one slot is held: a second reservation waits for it.
+    let q = plan("alice", model_levels(), 1, 1);
+    assert!(matches!(
+        c.reserve(&q).await,
+        ReserveReply::Denied {
+            denied_mask: 0b100,
+            ..
+        }
+    ));
+    // 300 prompt tokens of which 200 were cached (not counted), 50 completion.
+    let usage = Usage {
+        tokens: 350,
+        prompt: 300,
+        input: 100,
+    };
+    assert!(matches!(
+        c.commit_usage(&p, usage).await,
+        SettleReply::Applied { .. }
+    ));
+    assert_eq!(
+        c.status(&p).await,
+        vec![bucket(900_000), bucket(450_000), held(0)]
+    );
+    // A refund gives back exactly what the reservation took.
+    assert!(allowed(&c.reserve(&q).await));
+    assert!(matches!(c.refund(&q).await, SettleReply::Applied { .. }));
+    assert_eq!(
+        c.status(&p).await,
+        vec![bucket(900_000), bucket(450_000), held(0)]
+    );
+}
+
+async fn headroom_keeps_a_share_of_every_limit<S: Store>(c: &Ctx<S>) {
+    let levels = vec![user_level(100, 1000, Some(2))];
+    let with = |prompt, headroom| ReservePlan {
+        headroom,
+        ..plan("alice", levels.clone(), prompt, 10)
+    };
+    // 700 of 1000 with 30% kept: exactly the floor, allowed (1 of 1.4 slots).
+    assert!(allowed(&c.reserve(&with(690, 0.3)).await));
+    // One more token would dig into the kept 300, and a second slot into the
+    // kept 0.6: both checks deny (bits 1 and 2: tokens, concurrency).
+    assert!(matches!(
+        c.reserve(&with(0, 0.3)).await,
+        ReserveReply::Denied {
+            denied_mask: 0b110,
+            ..
+        }
+    ));
+    // No headroom: the last 300 and the last slot are there to take.
+    assert!(allowed(&c.reserve(&with(290, 0.0)).await));
+    assert_eq!(
+        c.status(&with(0, 0.0)).await[1],
+        bucket(0),
+        "nothing left once the highest priority took the rest"
+    );
 }
