@@ -171,8 +171,10 @@ pub struct Scope<'a> {
 /// lease taken under limits since removed).
 pub fn levels(limits: &Limits, scope: Scope<'_>, keep_unlimited: bool) -> Vec<LevelPlan> {
     let empty = LevelLimits::default();
-    let tier_models = |name: &str| scope.tier.and_then(|t| t.models.get(name));
-    let mut all: Vec<(Level, &LevelLimits, Option<&LevelLimits>)> = vec![
+    let models = scope
+        .group
+        .and_then(|g| scope.tier.and_then(|t| t.models.get(&g.name)));
+    let all = [
         (
             Level::Global,
             &limits.global,
@@ -181,23 +183,16 @@ pub fn levels(limits: &Limits, scope: Scope<'_>, keep_unlimited: bool) -> Vec<Le
         (
             Level::Tenant,
             scope.tier.map_or(&empty, |t| &t.tenant),
-            scope
-                .group
-                .and_then(|g| tier_models(&g.name))
-                .map(|m| &m.tenant),
+            models.map(|m| &m.tenant),
         ),
-    ];
-    if scope.has_user {
-        all.push((
+        (
             Level::User,
             scope.tier.map_or(&empty, |t| &t.user),
-            scope
-                .group
-                .and_then(|g| tier_models(&g.name))
-                .map(|m| &m.user),
-        ));
-    }
-    plan_levels(all, scope.group, keep_unlimited)
+            models.map(|m| &m.user),
+        ),
+    ];
+    let n = if scope.has_user { 3 } else { 2 };
+    plan_levels(&all[..n], scope.group, keep_unlimited)
 }
 
 /// The levels of a quota in shadow: tenant and (with a user) user, with the
@@ -209,20 +204,24 @@ pub fn shadow_levels(
     keep_unlimited: bool,
 ) -> Vec<LevelPlan> {
     let models: Option<&ModelLimits> = group.and_then(|g| shadow.models.get(&g.name));
-    let mut all = vec![(Level::Tenant, &shadow.tenant, models.map(|m| &m.tenant))];
-    if has_user {
-        all.push((Level::User, &shadow.user, models.map(|m| &m.user)));
-    }
-    plan_levels(all, group, keep_unlimited)
+    let all = [
+        (Level::Tenant, &shadow.tenant, models.map(|m| &m.tenant)),
+        (Level::User, &shadow.user, models.map(|m| &m.user)),
+    ];
+    let n = if has_user { 2 } else { 1 };
+    plan_levels(&all[..n], group, keep_unlimited)
 }
 
+/// One level's all-model limits and its model group's, if any.
+type LevelSources<'a> = (Level, &'a LevelLimits, Option<&'a LevelLimits>);
+
 fn plan_levels(
-    all: Vec<(Level, &LevelLimits, Option<&LevelLimits>)>,
+    all: &[LevelSources<'_>],
     group: Option<&Arc<ModelGroup>>,
     keep_unlimited: bool,
 ) -> Vec<LevelPlan> {
-    let mut out = Vec::with_capacity(all.len() * 2);
-    for (level, limits, of_group) in all {
+    let mut out = Vec::with_capacity(all.len() * if group.is_some() { 2 } else { 1 });
+    for &(level, limits, of_group) in all {
         match group {
             None => out.push(LevelPlan::new(level, limits)),
             Some(g) => {
