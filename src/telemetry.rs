@@ -43,6 +43,9 @@ pub const STORE_ERRORS: &str = "ctxbudget_store_errors_total";
 pub const BREAKER_STATE: &str = "ctxbudget_breaker_state";
 /// Decisions made without the store, labelled `policy` (local|fail_open).
 pub const DEGRADED: &str = "ctxbudget_degraded_decisions_total";
+/// Denials by a model group's limit or context window, labelled `model_group`,
+/// `reason`, `level` and `dimension`.
+pub const MODEL_GROUP_DENIALS: &str = "ctxbudget_model_group_denials_total";
 /// Requests a quota in shadow would have denied, labelled `tier`, `reason`, `level`.
 pub const SHADOW_DENIALS: &str = "ctxbudget_shadow_denials_total";
 /// Prompt tokens the service counted, labelled `method` (exact|fast).
@@ -158,6 +161,14 @@ pub fn decision(tier: &str, denial: Option<&Denial>, reserved_tokens: u64) {
     };
     counter!(DECISIONS, "result" => result, "reason" => reason, "level" => level, "tier" => tier.to_owned())
         .increment(1);
+    if let Some(d) = denial
+        && let Some(group) = &d.model_group
+    {
+        let dimension = d.dimension.map_or("none", |d| d.as_str());
+        counter!(MODEL_GROUP_DENIALS, "model_group" => group.clone(), "reason" => reason,
+            "level" => level, "dimension" => dimension)
+        .increment(1);
+    }
 }
 
 /// Records one store call.

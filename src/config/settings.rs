@@ -109,6 +109,7 @@ impl From<&Settings> for crate::telemetry::KnownSeries {
     fn from(settings: &Settings) -> Self {
         crate::telemetry::KnownSeries {
             tiers: settings.limits.tiers.keys().cloned().collect(),
+            model_groups: settings.limits.models.keys().cloned().collect(),
             estimator_keys: settings
                 .models
                 .keys()

@@ -15,6 +15,8 @@ pub struct KnownSeries {
     pub tiers: Vec<String>,
     /// The estimator keys configured.
     pub estimator_keys: Vec<String>,
+    /// The model groups configured.
+    pub model_groups: Vec<String>,
     /// The multiplier every estimator key starts with.
     pub initial_multiplier: f64,
 }
@@ -48,6 +50,10 @@ pub fn describe() {
         (
             SHADOW_DENIALS,
             "Requests a quota in shadow would have denied",
+        ),
+        (
+            MODEL_GROUP_DENIALS,
+            "Denials by a model group's limit or context window",
         ),
         (
             LEASES_EXPIRED,
@@ -104,6 +110,11 @@ pub fn describe() {
 pub fn register(known: &KnownSeries) {
     for tier in &known.tiers {
         register_tier(tier);
+    }
+    for group in &known.model_groups {
+        counter!(MODEL_GROUP_DENIALS, "model_group" => group.to_owned(),
+            "reason" => Reason::TokensExceeded.as_str(), "level" => "global", "dimension" => "tokens")
+        .increment(0);
     }
     for key in &known.estimator_keys {
         gauge!(ESTIMATOR_MULTIPLIER, "key" => key.to_owned()).set(known.initial_multiplier);

@@ -29,6 +29,10 @@ concurrency_retry_ms = 1000
 [global]
 concurrency = 1000
 
+[models.big]
+match = ["big-*"]
+context_window = 50
+
 [tiers.t]
 max_context_tokens = 100000
 default_max_output_tokens = 10
@@ -163,7 +167,24 @@ async fn metrics_and_logs_show_what_happened() {
         "the multiplier is published",
         |v| v >= 1.0,
     );
+    // Over a model group's context window: a denial counted by group.
+    let window = c
+        .check_and_reserve(pb::CheckAndReserveRequest {
+            model: "big-1".into(),
+            ..support::reserve("acme", "", "t", 60, 5)
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(window.reason(), pb::Reason::ContextTooLarge);
     let value = |name: &str, labels: &[(&str, &str)]| svc.metric(name, labels).unwrap_or(0.0);
+    assert_eq!(
+        value(
+            "ctxbudget_model_group_denials_total",
+            &[("model_group", "big"), ("reason", "context_too_large")]
+        ),
+        1.0
+    );
     assert_eq!(
         value(
             "ctxbudget_decisions_total",
@@ -265,8 +286,10 @@ const HISTOGRAMS: [&str; 4] = [
 
 #[test]
 fn every_metric_is_on_the_first_scrape_with_help_and_distributions_are_histograms() {
-    // An estimator group: its key's series exist before any model is seen.
-    let config = "[estimator]\ngroups = { \"gpt-4o*\" = \"gpt-4o\" }\n";
+    // An estimator group and a model group: their series exist before any
+    // model is seen.
+    let config = "[estimator]\ngroups = { \"gpt-4o*\" = \"gpt-4o\" }\n\
+                  [models.gpt-4o]\nmatch = [\"gpt-4o*\"]\n";
     let svc = Service::start("first-scrape", config, None);
     let text = svc.scrape().expect("/metrics answers");
     for name in defined_metrics() {
