@@ -112,6 +112,11 @@ fn messages(list: Vec<pb::Message>) -> Result<Vec<ChatMessage>, InvalidInput> {
         .collect()
 }
 
+/// A model name as a request gives it: at most 256 bytes, no control characters.
+pub fn check_model(model: &str) -> Result<(), InvalidInput> {
+    check_label("model", model)
+}
+
 /// A short label (model, role, name): at most 256 bytes, no control characters.
 fn check_label(field: &'static str, value: &str) -> Result<(), InvalidInput> {
     if value.len() > MAX_MODEL_BYTES || value.chars().any(char::is_control) {

@@ -174,6 +174,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         admit(&request, None)?;
         timed("GetEstimator", span("GetEstimator", None), async {
             let r = request.into_inner();
+            convert::check_model(&r.model)?;
             let model = (!r.model.is_empty()).then_some(r.model.as_str());
             let views = Box::pin(self.engine.estimators(model)).await?;
             Ok(convert::estimator_response(views))
@@ -191,6 +192,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
             let tenant = TenantId::parse(&r.tenant_id)?;
             let user = convert::optional_user(&r.user_id)?;
             convert::check_tier(&r.tier)?;
+            convert::check_model(&r.model)?;
             let model = (!r.model.is_empty()).then_some(r.model.as_str());
             let out = Box::pin(self.engine.status(&tenant, user.as_ref(), &r.tier, model)).await?;
             Ok(convert::status_response(out))

@@ -222,6 +222,37 @@ mod tests {
     }
 
     #[test]
+    fn headroom_waits_for_the_cost_and_the_share_kept() {
+        let readings = [
+            Reading::Bucket { milli: 60_000 },
+            Reading::Bucket { milli: 3_000_000 },
+            Reading::Concurrency {
+                active: 0,
+                earliest_expiry_ms: 0,
+            },
+        ];
+        let cost = Cost {
+            prompt: 2000,
+            output: 0,
+        };
+        // 3000 of 6000 left, 2000 wanted, 30% (1800) kept: wait for 800 more
+        // tokens at 100 a second.
+        let d = denial(&plan(), &readings, 0b010, cost, 0.3, 1000);
+        assert_eq!((d.reason, d.retry_after_ms), (Reason::TokensExceeded, 8000));
+        assert!(d.detail.contains("the last 30% is kept"), "{}", d.detail);
+        // Without headroom the same bucket would have had room: no such note
+        // when the cost alone does not fit.
+        let short = [
+            readings[0],
+            Reading::Bucket { milli: 1_000_000 },
+            readings[2],
+        ];
+        let d = denial(&plan(), &short, 0b010, cost, 0.0, 1000);
+        assert!(!d.detail.contains("kept"), "{}", d.detail);
+        assert_eq!(d.retry_after_ms, 10_000);
+    }
+
+    #[test]
     fn states_report_debt_and_reset() {
         let readings = [
             Reading::Bucket { milli: 60_000 },

@@ -139,18 +139,28 @@ pub fn group_tag(name: &str) -> u32 {
 }
 
 /// True when `text` matches `pattern`: `*` matches any run of characters
-/// (none included), `?` exactly one, anything else itself.
+/// (none included), `?` exactly one, anything else itself. Every reserve
+/// matches its model against the groups' patterns, so ASCII (model names in
+/// practice) is matched on bytes, without allocating.
 pub fn glob_match(pattern: &str, text: &str) -> bool {
+    if pattern.is_ascii() && text.is_ascii() {
+        return match_units(pattern.as_bytes(), text.as_bytes(), b'*', b'?');
+    }
     let p: Vec<char> = pattern.chars().collect();
     let t: Vec<char> = text.chars().collect();
-    // The classic two-pointer match with one backtrack point per star.
+    match_units(&p, &t, '*', '?')
+}
+
+/// The classic two-pointer glob match with one backtrack point per star,
+/// over bytes or characters.
+fn match_units<T: PartialEq + Copy>(p: &[T], t: &[T], any_run: T, any_one: T) -> bool {
     let (mut i, mut j) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while j < t.len() {
-        if i < p.len() && p[i] == '*' {
+        if i < p.len() && p[i] == any_run {
             star = Some((i, j));
             i += 1;
-        } else if i < p.len() && (p[i] == '?' || p[i] == t[j]) {
+        } else if i < p.len() && (p[i] == any_one || p[i] == t[j]) {
             i += 1;
             j += 1;
         } else if let Some((si, sj)) = star {
@@ -161,7 +171,7 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
             return false;
         }
     }
-    p[i..].iter().all(|&c| c == '*')
+    p[i..].iter().all(|&c| c == any_run)
 }
 
 /// True when some text matches both patterns: the two glob languages
@@ -203,6 +213,8 @@ mod tests {
         assert!(glob_match("*", ""));
         assert!(!glob_match("a*b", "acbd"));
         assert!(glob_match("a*b*c", "axxbyyc"));
+        assert!(glob_match("modèle-?", "modèle-é"), "? is one character");
+        assert!(!glob_match("modèle-??", "modèle-é"));
     }
 
     #[test]

@@ -277,10 +277,15 @@ impl LimitsError {
 }
 
 #[cfg(test)]
+pub(crate) mod tests_support {
+    pub(crate) use super::tests::tier;
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
-    fn tier() -> Tier {
+    pub(crate) fn tier() -> Tier {
         Tier {
             name: "pro".into(),
             tenant: LevelLimits {
