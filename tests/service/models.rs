@@ -40,6 +40,7 @@ both_stores!(
     per_model_tier_limits_apply_at_the_user_level,
     a_model_group_keeps_its_own_concurrency_slots,
     batch_is_refused_while_critical_gets_the_last_ten_percent,
+    a_quota_in_shadow_reports_a_model_groups_limit,
 );
 
 /// Two groups as an operator would set them, one more with a small window,
@@ -68,6 +69,9 @@ tenant = { requests = [{ limit = 1000, period = "1d" }] }
 
 [tiers.pro.models.gpt-4o]
 user = { requests = [{ limit = 2, period = "1d" }] }
+
+[tiers.pro.shadow.models.gpt-4o-mini]
+user = { requests = [{ limit = 1, period = "1d" }] }
 "#;
 
 type Client = pb::budget_service_client::BudgetServiceClient<tonic::transport::Channel>;
@@ -313,6 +317,28 @@ async fn a_model_group_keeps_its_own_concurrency_slots(backend: Backend) {
     );
     commit(c, &a.reservation_id, 10, 5, 0).await;
     allowed(c, ask("gpt-4o", "u3", 10, 10)).await;
+    h.stop().await;
+}
+
+async fn a_quota_in_shadow_reports_a_model_groups_limit(backend: Backend) {
+    let mut h = Harness::start(backend, MODELS).await;
+    let c = &mut h.client;
+    let first = allowed(c, ask("gpt-4o-mini", "alice", 10, 10)).await;
+    assert!(!first.shadow_denied);
+    // The rolled-out limit of one mini request a day would deny the second;
+    // it is only reported.
+    let second = allowed(c, ask("gpt-4o-mini", "alice", 10, 10)).await;
+    assert!(second.shadow_denied, "{second:#?}");
+    assert_eq!(second.shadow_reason(), Reason::RpmExceeded);
+    assert_eq!(second.shadow_limiting_level(), Level::User);
+    assert!(
+        second.shadow_detail.contains("gpt-4o-mini"),
+        "{}",
+        second.shadow_detail
+    );
+    // Another model is not under it.
+    let other = allowed(c, ask("claude-sonnet-4", "alice", 10, 10)).await;
+    assert!(!other.shadow_denied);
     h.stop().await;
 }
 
