@@ -57,7 +57,8 @@ pub async fn apply_from_redis<S: Store>(engine: &Engine<S>, cfg: &ConfigStore) -
                     version = doc.version,
                     error = %e,
                     "configuration version {} is invalid; keeping version {} (fix it with \
-                     `ctxbudget tiers set`, or re-seed an emptied Redis with `ctxbudget tiers import`)",
+                     `ctxbudget tiers set` or `ctxbudget models set` for the field the error \
+                     names, or re-seed an emptied Redis with `ctxbudget tiers import`)",
                     doc.version,
                     engine.limits().version
                 );
