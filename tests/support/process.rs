@@ -26,12 +26,33 @@ impl Service {
 
     /// [`Service::start`] with extra `serve` arguments (e.g. `--log-format json`).
     pub fn start_with(name: &str, config: &str, redis_url: Option<&str>, extra: &[&str]) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "ctxbudget-svc-{name}-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
+        // A free port can be taken by another test between our pick and the
+        // child's bind: then start again on other ports.
+        for _ in 0..5 {
+            let dir = std::env::temp_dir().join(format!(
+                "ctxbudget-svc-{name}-{}-{}",
+                std::process::id(),
+                free_port()
+            ));
+            match Self::spawn(&dir, config, redis_url, extra) {
+                Ok(service) => return service,
+                Err(log) if log.contains("Address already in use") => continue,
+                Err(log) => panic!("ctxbudget exited with {log}"),
+            }
+        }
+        panic!("ctxbudget found no free ports in 5 tries");
+    }
+
+    /// One start in `dir` on freshly picked ports: the service once /metrics
+    /// answers, or its exit status and log if it exited first (its directory
+    /// then goes with it).
+    fn spawn(
+        dir: &std::path::Path,
+        config: &str,
+        redis_url: Option<&str>,
+        extra: &[&str],
+    ) -> Result<Self, String> {
+        std::fs::create_dir_all(dir).unwrap();
         let file = dir.join("ctxbudget.toml");
         std::fs::write(&file, config).unwrap();
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
@@ -55,17 +76,17 @@ impl Service {
             child,
             addr,
             metrics,
-            dir,
+            dir: dir.to_path_buf(),
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         while service.scrape().is_none() {
             if let Ok(Some(status)) = service.child.try_wait() {
-                panic!("ctxbudget exited with {status}:\n{}", service.log());
+                return Err(format!("{status}:\n{}", service.log()));
             }
             assert!(Instant::now() < deadline, "no /metrics:\n{}", service.log());
             std::thread::sleep(Duration::from_millis(20));
         }
-        service
+        Ok(service)
     }
 
     /// The text of `GET /metrics`, if it answers.
