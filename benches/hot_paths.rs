@@ -27,6 +27,7 @@ fn request(i: u64) -> ReserveRequest {
         min_output_tokens: None,
         idempotency_key: None,
         lease_ttl_ms: None,
+        now_us: 0,
     }
 }
 
@@ -111,6 +112,7 @@ fn benches(c: &mut Criterion) {
         tier: limits.tier("enterprise").map(|t| t.as_ref()),
         group: None,
         has_user: true,
+        now_us: 0,
     };
     let all_levels = plan::levels(&limits, scope, true);
     c.bench_function("memory store/reserve + commit", |b| {

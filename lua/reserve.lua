@@ -18,7 +18,10 @@
 --          counts its own), then b times: id, limit
 --          (bucket id = group tag * 1e8 + dimension * 1e7 + period in seconds;
 --          dimension 1 requests, 2 tokens, 3 input tokens, 4 output tokens; tag 0:
---          all models). A bucket takes 1, prompt + output, prompt, or output, and
+--          all models); a calendar window's "period" is WINDOWS + its tag, and
+--          three more doubles follow its limit: the window's start and end (us)
+--          around the caller's time, and the end of the next. Its level does not
+--          refill; a bucket stored before the window's start is full. A bucket takes 1, prompt + output, prompt, or output, and
 --          denies when it would keep less than h * limit; a concurrency limit
 --          denies when n + 1 > limit - h * limit.
 --          Output tokens are granted as many as every token and output-token bucket
@@ -91,7 +94,7 @@ if ARGV[4] ~= '0' then
 end
 
 -- Read every level: each bucket's level now, and the leases.
-local raws, states, ls, ks, kinds = {}, {}, {}, {}, {}
+local raws, states, ls, ks, kinds, wes, nexts = {}, {}, {}, {}, {}, {}, {}
 local reclaimed = 0
 local room = max_out -- output tokens every token bucket can hold
 local p, bi = FIRST, 0
@@ -108,9 +111,18 @@ for i = 1, nlev do
     raw, s = '', {0, 0, 0}
   end
   local ns = #s
+  local q = p + 3
   for b = 1, nb do
-    local q = p + 3 + (b - 1) * 2
     local id, lim = spec[q], spec[q + 1]
+    -- A calendar window: its start and end now (the next once a boundary passed).
+    local ws, we = 0, 0
+    if id % DIM >= WINDOWS then
+      ws, we = spec[q + 2], spec[q + 3]
+      if now >= we then ws, we = we, spec[q + 4] end
+      q = q + 5
+    else
+      q = q + 2
+    end
     local k = FIRST_BUCKET + (b - 1) * BUCKET_WIDTH
     if s[k] ~= id then
       k = nil
@@ -119,7 +131,10 @@ for i = 1, nlev do
       end
     end
     local l = lim
-    if k then
+    if k and we > 0 then
+      -- No refill within a window; full again in a new one.
+      if s[k + 2] >= ws then l = s[k + 1] end
+    elseif k then
       local el = now - s[k + 2]
       if el < 0 then el = 0 end
       l = s[k + 1] + el * lim / ((id % DIM) * 1e6)
@@ -138,8 +153,9 @@ for i = 1, nlev do
       local r = l - h * lim
       if r < room then room = r end
     end
-    ls[bi + b], ks[bi + b], kinds[bi + b] = l, k, kind
+    ls[bi + b], ks[bi + b], kinds[bi + b], wes[bi + b] = l, k, kind, we
   end
+  nexts[i] = q
   if clim >= 0 then
     local n, e = s[1], s[2]
     if e > 0 and now >= e then
@@ -171,7 +187,7 @@ for i = 1, nlev do
     end
   end
   raws[i], states[i] = raw, s
-  p = p + 3 + nb * 2
+  p = nexts[i]
   bi = bi + nb
 end
 
@@ -185,9 +201,10 @@ local denied, bit = 0, 1
 p, bi = FIRST, 0
 for i = 1, nlev do
   local nb, clim, s, ttl = spec[p], spec[p + 1], states[i], 0
+  local q = p + 3
   for b = 1, nb do
-    local q = p + 3 + (b - 1) * 2
     local id, lim = spec[q], spec[q + 1]
+    if id % DIM >= WINDOWS then q = q + 5 else q = q + 2 end
     local c, kind = 1, kinds[bi + b]
     if kind == TOKENS then c = prompt + grant
     elseif kind == INPUT then c = prompt
@@ -198,7 +215,11 @@ for i = 1, nlev do
     l = l - c
     local k = ks[bi + b]
     s[k + 1], s[k + 2] = l, now
-    local full = (lim - l) * ((id % DIM) * 1e6) / lim
+    -- How long the key must live for this bucket: until full again, or
+    -- until its window ends (it is full in the next).
+    local full
+    if wes[bi + b] > 0 then full = wes[bi + b] - now
+    else full = (lim - l) * ((id % DIM) * 1e6) / lim end
     if full > ttl then ttl = full end
   end
   if clim >= 0 then
@@ -206,7 +227,7 @@ for i = 1, nlev do
     bit = bit * 2
   end
   ttls[i] = ttl
-  p = p + 3 + nb * 2
+  p = nexts[i]
   bi = bi + nb
 end
 
@@ -268,7 +289,7 @@ for i = 1, nlev do
     local ms = (s[3] - now) / 1000
     redis.call('PEXPIRE', KEYS[i], ms + (-ms) % 1)
   end
-  p = p + 3 + nb * 2
+  p = nexts[i]
 end
 
 redis.call('SET', KEYS[nlev + 1],

@@ -11,7 +11,8 @@
 --          n, mode (1 commit, 2 refund), actual tokens, actual prompt tokens (commit),
 --          samples kept, actual input tokens (the prompt less what the model group
 --          does not count: cached tokens), then per level:
---          level bit, bucket count b, then b times: id, limit (id as in reserve.lua)
+--          level bit, bucket count b, then b times: id, limit (id as in reserve.lua;
+--          a calendar window's three more doubles follow, as in reserve.lua)
 -- ARGV[2]  lease field '#<nonce>'   ARGV[3] record retention (ms)   ARGV[4] owner tag (8 bytes)
 -- ARGV[5]  '<' followed by at least as many 'd' as the longest state or spec
 --
@@ -77,10 +78,13 @@ local writes, p = {}, 7
 for i = 1, nlev do
   local lbit, nb = spec[p], spec[p + 1]
   local touched = false
+  local q = p + 2
   for b = 1, nb do
-    local id = spec[p + 2 + (b - 1) * 2]
+    local id = spec[q]
     if delta(id) ~= 0 then touched = true end
+    if id % DIM >= WINDOWS then q = q + 5 else q = q + 2 end
   end
+  local after = q
   -- A live lease is certainly still there; a lapsed one may have been reclaimed.
   local holds = bit.band(mask, lbit) ~= 0
     and (exp > now or redis.call('HEXISTS', KEYS[i], ARGV[2]) == 1)
@@ -95,10 +99,18 @@ for i = 1, nlev do
     -- The last lease goes: no earliest expiry left.
     if holds and s[1] == 0 then s[2] = 0 end
     local ttl = 0
+    q = p + 2
     for b = 1, nb do
-      local q = p + 2 + (b - 1) * 2
       local id, lim = spec[q], spec[q + 1]
       local per = (id % DIM) * 1e6
+      local ws, we = 0, 0
+      if id % DIM >= WINDOWS then
+        ws, we = spec[q + 2], spec[q + 3]
+        if now >= we then ws, we = we, spec[q + 4] end
+        q = q + 5
+      else
+        q = q + 2
+      end
       local d = delta(id)
       if d ~= 0 then
         local k
@@ -106,7 +118,9 @@ for i = 1, nlev do
           if s[j] == id then k = j break end
         end
         local l = lim
-        if k then
+        if k and we > 0 then
+          if s[k + 2] >= ws then l = s[k + 1] end
+        elseif k then
           local el = now - s[k + 2]
           if el < 0 then el = 0 end
           l = s[k + 1] + el * lim / per
@@ -118,7 +132,8 @@ for i = 1, nlev do
         l = l - d
         if d < 0 and l > lim then l = lim end
         s[k + 1], s[k + 2] = l, now
-        local full = (lim - l) * per / lim
+        local full
+        if we > 0 then full = we - now else full = (lim - l) * per / lim end
         if full > ttl then ttl = full end
       end
     end
@@ -127,7 +142,7 @@ for i = 1, nlev do
     if grow then s[3] = now + 2 * ttl + TTL_SLACK end
     writes[#writes + 1] = {KEYS[i], holds, struct.pack(string.sub(D, 1, #s + 1), unpack(s)), grow, s[3]}
   end
-  p = p + 2 + nb * 2
+  p = after
 end
 
 -- Write.

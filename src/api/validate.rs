@@ -101,6 +101,7 @@ fn check_reserve(request: pb::CheckAndReserveRequest) -> Result<(), String> {
         min_output_tokens: input.min_output_tokens,
         idempotency_key: input.idempotency_key,
         lease_ttl_ms: input.lease_ttl_ms,
+        now_us: 0,
     };
     let leases = LeasePolicy {
         default_ttl_ms: 120_000,

@@ -39,6 +39,7 @@ pub(super) async fn calibrate(
         tier: settings.limits.tier(&tier).map(|t| t.as_ref()),
         group: settings.limits.group_of(CALIBRATION_MODEL),
         has_user: true,
+        now_us: crate::domain::Clock::now_us(&crate::domain::SystemClock),
     };
     let levels = crate::domain::plan::levels(&settings.limits, scope, false);
     let buckets: usize = levels.iter().map(|l| l.buckets.len()).sum();

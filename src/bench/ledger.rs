@@ -80,6 +80,7 @@ impl Ledger {
                     tier: limits.tier(t).map(|t| t.as_ref()),
                     group: limits.group_of(super::target::BENCH_MODEL),
                     has_user: true,
+                    now_us: crate::domain::Clock::now_us(&crate::domain::SystemClock),
                 };
                 plan::levels(limits, scope, false)
             })

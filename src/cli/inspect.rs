@@ -158,6 +158,7 @@ fn planned(
                 tier: Some(tier),
                 group,
                 has_user: who.user.is_some(),
+                now_us: crate::domain::Clock::now_us(&crate::domain::SystemClock),
             };
             plan::levels(limits, scope, true)
         })

@@ -3,6 +3,7 @@
 //! now where the limit is known — and the live leases of a level hash or of a
 //! model group's slots hash.
 
+use crate::domain::budget::layout::WINDOW_PERIODS;
 use crate::domain::budget::layout::{
     DIMENSION_SCALE, GROUP_SCALE, INPUT_DIMENSION, OUTPUT_DIMENSION, REQUESTS_DIMENSION,
     TOKENS_DIMENSION,
@@ -126,8 +127,8 @@ pub(super) fn bucket_rows(
         let id = BucketId::decode(b.id);
         let (level_now, full_in_ms) = match spec {
             Some(s) => {
-                let l = s.refill(b.level, (now - b.t) as i64);
-                (l, Some(s.until_full_us(l).div_ceil(1000)))
+                let l = s.level_now(b.level, b.t, now);
+                (l, Some(s.reset_after_ms(l)))
             }
             None => (b.level, None),
         };
@@ -135,7 +136,11 @@ pub(super) fn bucket_rows(
             level: level.as_str(),
             model_group: id.group(groups),
             dimension: id.dimension(),
-            period: period_label(id.period_secs),
+            period: match spec {
+                Some(s) => s.period_label(),
+                None if id.period_secs >= WINDOW_PERIODS as u64 => "calendar window".into(),
+                None => period_label(id.period_secs),
+            },
             limit: spec.map(|s| s.limit),
             level_now,
             debt: level_now < 0.0,
@@ -184,6 +189,7 @@ mod tests {
             limit: 10,
             period_secs,
             group,
+            window: None,
         }
     }
 

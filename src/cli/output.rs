@@ -2,10 +2,8 @@
 //! people, JSON for scripts, and documents that the `set` commands take back.
 
 use crate::config::{
-    LevelOverrideSection, LevelSection, ModelLimitsSection, Period, RateSection, ShadowSection,
-    UNLIMITED,
+    LevelOverrideSection, LevelSection, ModelLimitsSection, RateSection, ShadowSection, UNLIMITED,
 };
-use crate::domain::decision::period_label;
 use crate::domain::{LevelLimits, ModelLimits, Rate, Setting, Tier};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -110,7 +108,7 @@ fn rate_parts(unit: Unit, rates: &[Rate]) -> Vec<String> {
     rates
         .iter()
         .map(|r| {
-            let (limit, period) = (r.limit, period_label(r.period_secs));
+            let (limit, period) = (r.limit, r.label());
             match unit {
                 Unit::Requests => format!("{limit} req/{period}"),
                 Unit::Tokens => format!("{limit} tok/{period}"),
@@ -181,15 +179,7 @@ pub fn override_summary(level: &LevelOverrideSection) -> String {
 
 /// Domain limits as a written level: for JSON reports that read like documents.
 pub fn level_section(level: &LevelLimits) -> LevelSection {
-    let rates = |rates: &[Rate]| {
-        rates
-            .iter()
-            .map(|r| RateSection {
-                limit: r.limit,
-                period: Period::Text(period_label(r.period_secs)),
-            })
-            .collect()
-    };
+    let rates = |rates: &[Rate]| rates.iter().map(RateSection::of).collect();
     LevelSection {
         requests: rates(&level.requests),
         tokens: rates(&level.tokens),

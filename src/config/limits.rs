@@ -3,19 +3,106 @@
 
 use super::OverrideSection;
 use super::models::{ModelLimitsSection, ModelSection, model_groups, model_limits};
+use crate::domain::window::{Window, WindowKind, parse_zone};
 use crate::domain::{LevelLimits, Limits, LimitsError, Rate, ShadowLimits, Tier};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// One rate as written: `{ limit = 60, period = "1m" }`.
+/// One rate as written: `{ limit = 60, period = "1m" }`, or per calendar
+/// window: `{ limit = 1000000, window = "month", timezone = "Asia/Bangkok" }`.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RateSection {
-    /// Units per period.
+    /// Units per period (or window).
     pub limit: u64,
-    /// `"30s"`, `"1m"`, `"1h"`, `"1d"` or seconds.
-    pub period: Period,
+    /// `"30s"`, `"1m"`, `"1h"`, `"1d"` or seconds: a rolling period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period: Option<Period>,
+    /// `"day"`, `"week"` or `"month"`: a calendar window instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
+    /// The window's IANA time zone (default UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+}
+
+impl RateSection {
+    /// The domain rate; `field` names it in errors.
+    fn to_domain(&self, field: &str) -> Result<Rate, LimitsError> {
+        let err =
+            |name: &str, problem: String| LimitsError::new(format!("{field}.{name}"), problem);
+        match (&self.period, &self.window) {
+            (Some(period), None) => {
+                if self.timezone.is_some() {
+                    return Err(err(
+                        "timezone",
+                        "a time zone goes with a calendar window (window = \"day\", \"week\" \
+                         or \"month\"), not a rolling period"
+                            .into(),
+                    ));
+                }
+                let period_secs = period.seconds().map_err(|p| err("period", p.to_string()))?;
+                Ok(Rate {
+                    limit: self.limit,
+                    period_secs,
+                    window: None,
+                })
+            }
+            (None, Some(kind)) => {
+                let kind = WindowKind::parse(kind).ok_or_else(|| {
+                    err(
+                        "window",
+                        format!("{kind:?} is not a window; use \"day\", \"week\" or \"month\""),
+                    )
+                })?;
+                let zone = self.timezone.as_deref().unwrap_or("UTC");
+                let tz = parse_zone(zone).ok_or_else(|| {
+                    err(
+                        "timezone",
+                        format!(
+                            "{zone:?} is not an IANA time zone (e.g. \"UTC\", \"Asia/Bangkok\")"
+                        ),
+                    )
+                })?;
+                Ok(Rate {
+                    limit: self.limit,
+                    period_secs: 0,
+                    window: Some(Window { kind, tz }),
+                })
+            }
+            (Some(_), Some(_)) => Err(err(
+                "window",
+                "give a rolling period or a calendar window, not both".into(),
+            )),
+            (None, None) => Err(err(
+                "period",
+                "is required: a rolling period (\"1m\", \"1d\") or a calendar window \
+                 (window = \"day\", \"week\" or \"month\")"
+                    .into(),
+            )),
+        }
+    }
+
+    /// A domain rate as written.
+    pub fn of(rate: &Rate) -> Self {
+        match rate.window {
+            Some(w) => RateSection {
+                limit: rate.limit,
+                period: None,
+                window: Some(w.kind.as_str().into()),
+                timezone: Some(w.tz.name().into()),
+            },
+            None => RateSection {
+                limit: rate.limit,
+                period: Some(Period::Text(crate::domain::decision::period_label(
+                    rate.period_secs,
+                ))),
+                window: None,
+                timezone: None,
+            },
+        }
+    }
 }
 
 /// A period as written: a number of seconds or a string with a unit.
@@ -112,15 +199,7 @@ pub(crate) fn rates(path: &str, rates: &[RateSection]) -> Result<Vec<Rate>, Limi
     rates
         .iter()
         .enumerate()
-        .map(|(i, r)| {
-            let period_secs = r.period.seconds().map_err(|problem| {
-                LimitsError::new(format!("{path}[{i}].period"), problem.to_string())
-            })?;
-            Ok(Rate {
-                limit: r.limit,
-                period_secs,
-            })
-        })
+        .map(|(i, r)| r.to_domain(&format!("{path}[{i}]")))
         .collect()
 }
 

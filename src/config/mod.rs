@@ -261,14 +261,16 @@ mod tests {
             free.user.requests,
             vec![Rate {
                 limit: 10,
-                period_secs: 60
+                period_secs: 60,
+                window: None,
             }]
         );
         assert_eq!(
             free.user.tokens,
             vec![Rate {
                 limit: 50_000,
-                period_secs: 60
+                period_secs: 60,
+                window: None,
             }]
         );
         assert_eq!(free.user.concurrency, Some(1));

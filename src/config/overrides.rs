@@ -185,7 +185,8 @@ mod tests {
             d.user.tokens,
             Setting::Limit(vec![Rate {
                 limit: 1000,
-                period_secs: 60
+                period_secs: 60,
+                window: None,
             }])
         );
         assert_eq!(d.user.concurrency, Setting::Unlimited);

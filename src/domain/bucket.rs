@@ -8,6 +8,7 @@
 //! doubles; stores report levels as whole thousandths ("milli" units).
 
 use super::limits::{Dimension, Level};
+use super::window::{Span, Window};
 
 /// One bucket as the store sees it: which level and dimension, and its rate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +24,18 @@ pub struct BucketSpec {
     /// The model group's bucket tag ([`crate::domain::model::group_tag`]);
     /// 0 for a limit on all models.
     pub group: u32,
+    /// A calendar window instead of the rolling period: the bucket is full
+    /// again at each boundary and does not refill in between.
+    pub window: Option<Windowed>,
+}
+
+/// A calendar window and where its boundaries fall around the plan's instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Windowed {
+    /// The window (kind and zone).
+    pub window: Window,
+    /// Its boundaries around the planning instant.
+    pub span: Span,
 }
 
 /// What one reservation asks of the buckets: its prompt and output tokens.
@@ -61,6 +74,55 @@ impl BucketSpec {
     /// (Lua: `l - c < h * lim`; with no headroom, `l < c`).
     pub fn denies(&self, level: f64, cost: f64, headroom: f64) -> bool {
         level - cost < self.floor(headroom)
+    }
+
+    /// The level at `now` (µs) of a bucket stored at `stored` at time `t`: a
+    /// windowed bucket stored before its window began is full, otherwise as
+    /// stored; a rolling one refilled since. Lua: `if s[k+2] < ws then l = lim`
+    /// for windows, the refill otherwise.
+    pub fn level_now(&self, stored: f64, t: f64, now: f64) -> f64 {
+        match self.window {
+            Some(w) if t < w.span.at(now).0 => self.limit as f64,
+            Some(_) => stored,
+            None => self.refill(stored, (now - t) as i64),
+        }
+    }
+
+    /// How long (µs) a key holding this bucket at `level` must live from
+    /// `now`: until a rolling bucket is full again, or until a window ends
+    /// (the bucket is full in the next one anyway).
+    pub fn keep_us(&self, level: f64, now: f64) -> f64 {
+        match self.window {
+            Some(w) => w.span.at(now).1 - now,
+            None => self.refill_time_us(level, self.limit as f64),
+        }
+    }
+
+    /// Milliseconds from the plan's instant until the bucket is full again, from
+    /// a level of `level`: the refill, or the window's end when not full.
+    pub fn reset_after_ms(&self, level: f64) -> u64 {
+        match self.window {
+            Some(_) if level >= self.limit as f64 => 0,
+            Some(w) => w.span.reset_after_ms(),
+            None => self.until_full_us(level).div_ceil(1000),
+        }
+    }
+
+    /// Milliseconds until a level of `level` holds `target`: the refill, or
+    /// for a window its end (nothing comes back before).
+    pub fn wait_ms(&self, level: f64, target: f64) -> u64 {
+        match self.window {
+            Some(w) => w.span.reset_after_ms(),
+            None => self.until_level_us(level, target).div_ceil(1000),
+        }
+    }
+
+    /// The period or window as people write it.
+    pub fn period_label(&self) -> String {
+        match self.window {
+            Some(w) => w.window.to_string(),
+            None => super::level::period_label(self.period_secs),
+        }
     }
 
     /// The level after `elapsed_us` of refill, never above capacity.
@@ -124,6 +186,7 @@ mod tests {
             limit,
             period_secs: 60,
             group: 0,
+            window: None,
         }
     }
 

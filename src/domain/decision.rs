@@ -98,7 +98,7 @@ pub fn limit_states(levels: &[LevelPlan], readings: &[Reading]) -> Vec<LimitStat
                 period_secs: b.period_secs,
                 limit: b.limit,
                 remaining: level.floor() as i64,
-                reset_after_ms: b.until_full_us(level).div_ceil(1000),
+                reset_after_ms: b.reset_after_ms(level),
             },
             Checked::Concurrency(plan, limit, active, earliest) => LimitState {
                 level: plan.level,
@@ -180,6 +180,7 @@ mod tests {
                     limit: 60,
                     period_secs: 60,
                     group: 0,
+                    window: None,
                 },
                 BucketSpec {
                     level: Level::User,
@@ -187,6 +188,7 @@ mod tests {
                     limit: 6000,
                     period_secs: 60,
                     group: 0,
+                    window: None,
                 },
             ],
             concurrency: Some(2),

@@ -4,6 +4,7 @@
 //! no room), the sentence it carries, and when a retry could succeed.
 
 use super::bucket::{BucketSpec, Cost};
+pub use super::level::period_label;
 use super::level::{Dimension, Level};
 use super::level_plan::LevelPlan;
 use super::model::ModelGroup;
@@ -122,7 +123,7 @@ impl Denial {
                 unit(bucket.dimension),
                 limit_name(bucket.level, group, bucket.dimension),
                 bucket.limit,
-                period_label(bucket.period_secs)
+                bucket.period_label()
             ),
         }
     }
@@ -175,7 +176,7 @@ pub(super) fn bucket_denial(
 ) -> Denial {
     let cost = b.cost(cost);
     let target = cost as f64 + b.floor(headroom);
-    let wait_ms = b.until_level_us(level, target).div_ceil(1000).max(1);
+    let wait_ms = b.wait_ms(level, target).max(1);
     let reason = match b.dimension {
         Dimension::Requests => Reason::RequestsExceeded,
         _ => Reason::TokensExceeded,
@@ -193,7 +194,7 @@ pub(super) fn bucket_denial(
              left; retry in {}",
             limit_name(b.level, group, b.dimension),
             b.limit,
-            period_label(b.period_secs),
+            b.period_label(),
             level.floor() as i64,
             duration_label(wait_ms)
         ),
@@ -236,16 +237,6 @@ pub(super) fn concurrency_denial(
             slots.active,
             duration_label(wait_ms)
         ),
-    }
-}
-
-/// A period as people write it: `60s` → `1m`, `86400s` → `1d`.
-pub fn period_label(secs: u64) -> String {
-    match secs {
-        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
-        s if s % 3_600 == 0 => format!("{}h", s / 3_600),
-        s if s % 60 == 0 => format!("{}m", s / 60),
-        s => format!("{s}s"),
     }
 }
 

@@ -84,3 +84,13 @@ impl Dimension {
         )
     }
 }
+
+/// A period as people write it: `60s` → `1m`, `86400s` → `1d`.
+pub fn period_label(secs: u64) -> String {
+    match secs {
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s % 3_600 == 0 => format!("{}h", s / 3_600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}

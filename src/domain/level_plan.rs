@@ -9,7 +9,7 @@
 //! of its own (`slots`), kept under its own key, since a lease must count
 //! toward the group's slots and the level's apart.
 
-use super::bucket::BucketSpec;
+use super::bucket::{BucketSpec, Windowed};
 use super::level::{Dimension, Level};
 use super::limits::Limits;
 use super::model::ModelGroup;
@@ -34,10 +34,11 @@ pub struct LevelPlan {
 }
 
 impl LevelPlan {
-    /// The plan of one level's all-model limits.
-    pub fn new(level: Level, limits: &LevelLimits) -> Self {
+    /// The plan of one level's all-model limits at `now_us` (where calendar
+    /// windows' boundaries fall).
+    pub fn new(level: Level, limits: &LevelLimits, now_us: i64) -> Self {
         let mut buckets = Vec::with_capacity(rate_count(limits));
-        push_rates(&mut buckets, level, limits, 0);
+        push_rates(&mut buckets, level, limits, 0, now_us);
         LevelPlan {
             level,
             group: None,
@@ -55,12 +56,13 @@ impl LevelPlan {
         all: &LevelLimits,
         group: &Arc<ModelGroup>,
         of_group: Option<&LevelLimits>,
+        now_us: i64,
     ) -> (LevelPlan, LevelPlan) {
         let empty = LevelLimits::default();
         let of_group = of_group.unwrap_or(&empty);
         let mut buckets = Vec::with_capacity(rate_count(all) + rate_count(of_group));
-        push_rates(&mut buckets, level, all, 0);
-        push_rates(&mut buckets, level, of_group, group.tag());
+        push_rates(&mut buckets, level, all, 0, now_us);
+        push_rates(&mut buckets, level, of_group, group.tag(), now_us);
         let has_group = buckets.len() > rate_count(all);
         let main = LevelPlan {
             level,
@@ -139,7 +141,13 @@ fn rate_count(limits: &LevelLimits) -> usize {
         .sum()
 }
 
-fn push_rates(out: &mut Vec<BucketSpec>, level: Level, limits: &LevelLimits, group: u32) {
+fn push_rates(
+    out: &mut Vec<BucketSpec>,
+    level: Level,
+    limits: &LevelLimits,
+    group: u32,
+    now_us: i64,
+) {
     for dimension in Dimension::RATES {
         out.extend(limits.rates(dimension).iter().map(|r| BucketSpec {
             level,
@@ -147,6 +155,10 @@ fn push_rates(out: &mut Vec<BucketSpec>, level: Level, limits: &LevelLimits, gro
             limit: r.limit,
             period_secs: r.period_secs,
             group,
+            window: r.window.map(|window| Windowed {
+                window,
+                span: window.span(now_us),
+            }),
         }));
     }
 }
@@ -161,6 +173,8 @@ pub struct Scope<'a> {
     pub group: Option<&'a Arc<ModelGroup>>,
     /// True when user-level limits apply.
     pub has_user: bool,
+    /// When (µs): where calendar windows' boundaries fall.
+    pub now_us: i64,
 }
 
 /// The levels a request passes through, outermost first: global, tenant, and
@@ -192,7 +206,7 @@ pub fn levels(limits: &Limits, scope: Scope<'_>, keep_unlimited: bool) -> Vec<Le
         ),
     ];
     let n = if scope.has_user { 3 } else { 2 };
-    plan_levels(&all[..n], scope.group, keep_unlimited)
+    plan_levels(&all[..n], scope.group, keep_unlimited, scope.now_us)
 }
 
 /// The levels of a quota in shadow: tenant and (with a user) user, with the
@@ -202,6 +216,7 @@ pub fn shadow_levels(
     group: Option<&Arc<ModelGroup>>,
     has_user: bool,
     keep_unlimited: bool,
+    now_us: i64,
 ) -> Vec<LevelPlan> {
     let models: Option<&ModelLimits> = group.and_then(|g| shadow.models.get(&g.name));
     let all = [
@@ -209,7 +224,7 @@ pub fn shadow_levels(
         (Level::User, &shadow.user, models.map(|m| &m.user)),
     ];
     let n = if has_user { 2 } else { 1 };
-    plan_levels(&all[..n], group, keep_unlimited)
+    plan_levels(&all[..n], group, keep_unlimited, now_us)
 }
 
 /// One level's all-model limits and its model group's, if any.
@@ -219,13 +234,14 @@ fn plan_levels(
     all: &[LevelSources<'_>],
     group: Option<&Arc<ModelGroup>>,
     keep_unlimited: bool,
+    now_us: i64,
 ) -> Vec<LevelPlan> {
     let mut out = Vec::with_capacity(all.len() * if group.is_some() { 2 } else { 1 });
     for &(level, limits, of_group) in all {
         match group {
-            None => out.push(LevelPlan::new(level, limits)),
+            None => out.push(LevelPlan::new(level, limits, now_us)),
             Some(g) => {
-                let (main, slots) = LevelPlan::with_group(level, limits, g, of_group);
+                let (main, slots) = LevelPlan::with_group(level, limits, g, of_group, now_us);
                 out.push(main);
                 if keep_unlimited || slots.concurrency.is_some() {
                     out.push(slots);
@@ -255,6 +271,7 @@ mod tests {
                 output_tokens: vec![Rate {
                     limit: 100,
                     period_secs: 60,
+                    window: None,
                 }],
                 concurrency,
                 ..LevelLimits::default()
@@ -271,6 +288,7 @@ mod tests {
             tier: Some(&t),
             group: Some(&g),
             has_user: true,
+            now_us: 0,
         };
         let plan = levels(&limits, scope, false);
         let shape: Vec<(Level, bool, usize, Option<u64>)> = plan

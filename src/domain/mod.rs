@@ -10,6 +10,7 @@ pub mod budget;
 pub mod clock;
 pub mod decision;
 mod denial;
+mod digest;
 pub mod ids;
 pub mod level;
 pub mod level_plan;
@@ -19,6 +20,7 @@ pub mod overrides;
 pub mod plan;
 pub mod priority;
 pub mod tier;
+pub mod window;
 
 pub use bucket::BucketSpec;
 pub use clock::{Clock, ManualClock, SystemClock};

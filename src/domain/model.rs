@@ -5,7 +5,7 @@
 //! matching a model and telling whether two patterns can ever match the same
 //! model, which makes two groups overlap — and each group's bucket tag.
 
-use super::ids::Fnv;
+use super::digest::Fnv;
 use super::tier::{LevelLimits, LimitsError, MAX_COUNT, is_tier_name};
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -203,7 +203,11 @@ mod tests {
     use super::*;
 
     fn rate(limit: u64, period_secs: u64) -> Rate {
-        Rate { limit, period_secs }
+        Rate {
+            limit,
+            period_secs,
+            window: None,
+        }
     }
 
     fn tier() -> Tier {

@@ -77,6 +77,8 @@ pub struct ReserveRequest {
     pub idempotency_key: Option<IdempotencyKey>,
     /// Requested lease length.
     pub lease_ttl_ms: Option<u64>,
+    /// When (µs, the store's clock): where calendar windows' boundaries fall.
+    pub now_us: i64,
 }
 
 /// Everything a store needs to make one reservation.
@@ -185,6 +187,7 @@ pub fn prepare(
         tier: Some(&tier),
         group: group.as_ref(),
         has_user: req.user.is_some(),
+        now_us: req.now_us,
     };
     let levels = levels(limits, scope, false);
     let smallest = Cost {
@@ -302,10 +305,12 @@ mod tests {
                 requests: vec![Rate {
                     limit: 10,
                     period_secs: 60,
+                    window: None,
                 }],
                 tokens: vec![Rate {
                     limit: 5000,
                     period_secs: 60,
+                    window: None,
                 }],
                 concurrency: Some(1),
                 ..LevelLimits::default()
@@ -337,6 +342,7 @@ mod tests {
             min_output_tokens: None,
             idempotency_key: None,
             lease_ttl_ms: None,
+            now_us: 0,
         }
     }
 

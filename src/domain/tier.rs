@@ -4,6 +4,7 @@
 //! rule among them.
 
 use super::level::Dimension;
+use super::window::Window;
 use std::collections::BTreeMap;
 
 /// Shortest period a rate may use.
@@ -16,13 +17,26 @@ pub const MAX_COUNT: u64 = 1 << 40;
 /// Most rates one level may define per dimension (keeps scripts short).
 pub const MAX_RATES_PER_DIMENSION: usize = 8;
 
-/// `limit` units per `period_secs`, refilled continuously.
+/// `limit` units per `period_secs`, refilled continuously — or, with a
+/// `window`, per calendar window, full again at each boundary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rate {
-    /// Bucket capacity, and what refills over one period.
+    /// Bucket capacity, and what refills over one period (or window).
     pub limit: u64,
-    /// The period in seconds.
+    /// The period in seconds; 0 with a window.
     pub period_secs: u64,
+    /// A calendar window instead of a rolling period.
+    pub window: Option<Window>,
+}
+
+impl Rate {
+    /// How the rate is written in messages: `1m`, or `month (Asia/Bangkok)`.
+    pub fn label(&self) -> String {
+        match self.window {
+            Some(w) => w.to_string(),
+            None => super::level::period_label(self.period_secs),
+        }
+    }
 }
 
 /// The limits of one level. Every part may be absent, meaning unlimited.
@@ -79,16 +93,28 @@ impl LevelLimits {
                         format!("must be between 1 and {MAX_COUNT}, got {}", rate.limit),
                     ));
                 }
-                if !(MIN_PERIOD_SECS..=MAX_PERIOD_SECS).contains(&rate.period_secs) {
+                if rate.window.is_none()
+                    && !(MIN_PERIOD_SECS..=MAX_PERIOD_SECS).contains(&rate.period_secs)
+                {
                     return Err(LimitsError::new(
                         format!("{field}.period"),
                         format!("must be between 1s and 30d, got {}s", rate.period_secs),
                     ));
                 }
-                if rates[..i].iter().any(|r| r.period_secs == rate.period_secs) {
+                let same = |r: &Rate| match (r.window, rate.window) {
+                    (None, None) => r.period_secs == rate.period_secs,
+                    (Some(a), Some(b)) => a.tag() == b.tag(),
+                    _ => false,
+                };
+                if rates[..i].iter().any(same) {
+                    let what = if rate.window.is_some() {
+                        "window"
+                    } else {
+                        "period"
+                    };
                     return Err(LimitsError::new(
-                        format!("{field}.period"),
-                        format!("another {name} rate already uses {}s", rate.period_secs),
+                        format!("{field}.{what}"),
+                        format!("another {name} rate already uses {}", rate.label()),
                     ));
                 }
             }
@@ -292,6 +318,7 @@ mod tests {
                 requests: vec![Rate {
                     limit: 100,
                     period_secs: 60,
+                    window: None,
                 }],
                 concurrency: Some(10),
                 ..LevelLimits::default()
@@ -300,10 +327,12 @@ mod tests {
                 requests: vec![Rate {
                     limit: 10,
                     period_secs: 60,
+                    window: None,
                 }],
                 tokens: vec![Rate {
                     limit: 1000,
                     period_secs: 60,
+                    window: None,
                 }],
                 concurrency: Some(2),
                 ..LevelLimits::default()
@@ -346,6 +375,7 @@ mod tests {
         t.user.tokens.push(Rate {
             limit: 5,
             period_secs: 60,
+            window: None,
         });
         assert_eq!(
             t.validate("tiers.pro").unwrap_err().field,

@@ -223,6 +223,7 @@ impl<S: Store> Engine<S> {
             min_output_tokens: input.min_output_tokens,
             idempotency_key: input.idempotency_key,
             lease_ttl_ms: input.lease_ttl_ms,
+            now_us: self.store.now_us(),
         };
         (req, counted)
     }
@@ -243,6 +244,7 @@ impl<S: Store> Engine<S> {
             tier: Some(tier),
             group: limits.group_of(model),
             has_user: scope.1.is_some(),
+            now_us: self.store.now_us(),
         };
         let levels = plan::levels(limits, planned, false);
         let status = Scope {

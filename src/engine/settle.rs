@@ -42,6 +42,10 @@ impl<S: Store> Engine<S> {
             tier: tier.as_deref(),
             group: limits.models.get(&id.group),
             has_user: id.user.is_some(),
+            now_us: match id.local {
+                true => self.local.now_us(),
+                false => self.store.now_us(),
+            },
         };
         let levels = plan::levels(&limits, scope, true);
         if !id.local {

@@ -40,7 +40,8 @@ impl<S: Store> Engine<S> {
         tier: &str,
     ) -> ShadowCheck {
         let group = plan.model_group.as_ref();
-        let levels = plan::shadow_levels(shadow, group, plan.id.user.is_some(), false);
+        let now = self.shadow.now_us();
+        let levels = plan::shadow_levels(shadow, group, plan.id.user.is_some(), false, now);
         let nothing = ShadowCheck {
             denial: None,
             taken: false,
@@ -106,7 +107,8 @@ impl<S: Store> Engine<S> {
             return;
         };
         let group = limits.models.get(&id.group);
-        let levels = plan::shadow_levels(&shadow, group, id.user.is_some(), true);
+        let now = self.shadow.now_us();
+        let levels = plan::shadow_levels(&shadow, group, id.user.is_some(), true, now);
         let s = Settlement {
             id,
             levels: &levels,

@@ -64,6 +64,7 @@ impl<S: Store> Engine<S> {
             tier: Some(&tier),
             group: model.and_then(|m| limits.group_of(m)),
             has_user: user.is_some(),
+            now_us: self.store.now_us(),
         };
         let levels = plan::levels(&limits, scope, false);
         let scope = Scope { tenant, user };

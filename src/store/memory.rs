@@ -326,6 +326,10 @@ impl<C: Clock + Clone> Store for MemoryStore<C> {
         Ok(self.reserve_now(plan))
     }
 
+    fn now_us(&self) -> i64 {
+        self.clock.now_us()
+    }
+
     async fn commit(&self, s: Settlement<'_>, usage: Usage) -> Result<SettleReply, StoreError> {
         Ok(self.settle_now(s, Settle::Commit(usage)))
     }

@@ -156,6 +156,14 @@ impl std::error::Error for StoreError {
 
 /// Budget state with atomic reserve and settle operations.
 pub trait Store: Send + Sync + 'static {
+    /// The store's time (µs since the epoch) as near as the service can
+    /// tell before a call: where a plan's calendar windows' boundaries fall.
+    /// Redis scripts read Redis `TIME` and correct for a boundary crossed
+    /// since (see [`crate::domain::window::Span`]).
+    fn now_us(&self) -> i64 {
+        crate::domain::Clock::now_us(&crate::domain::SystemClock)
+    }
+
     /// Takes the plan's cost at every level, or nothing.
     fn reserve(
         &self,

@@ -48,6 +48,7 @@ user = { requests = [{ limit = 10, period = "1m" }], concurrency = 1 }
             min_output_tokens: None,
             idempotency_key: None,
             lease_ttl_ms: None,
+            now_us: 0,
         };
         let Prepared::Plan(plan) = prepare(req, &settings.limits, &leases).unwrap() else {
             panic!("planned");
@@ -61,6 +62,7 @@ user = { requests = [{ limit = 10, period = "1m" }], concurrency = 1 }
                 tier: settings.limits.tier("t").map(|t| t.as_ref()),
                 group: None,
                 has_user: true,
+                now_us: 0,
             };
             let levels = ctxbudget::domain::plan::levels(&settings.limits, scope, true);
             let s = Settlement {

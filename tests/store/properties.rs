@@ -87,6 +87,7 @@ impl World {
             tier: Some(tier),
             group: None,
             has_user: false,
+            now_us: 0,
         };
         let levels = ctxbudget::domain::plan::levels(&settings.limits, scope, false);
         World {
@@ -113,6 +114,7 @@ impl World {
             min_output_tokens: None,
             idempotency_key: None,
             lease_ttl_ms: None,
+            now_us: 0,
         };
         let leases = LeasePolicy {
             default_ttl_ms: LEASE_MS,
@@ -184,7 +186,7 @@ proptest! {
         more_us in 0i64..1_000_000_000_000,
         surplus in 1i64..1_000_000_000_000,
     ) {
-        let b = BucketSpec { level: Level::Tenant, dimension: Dimension::Tokens, limit, period_secs, group: 0 };
+        let b = BucketSpec { level: Level::Tenant, dimension: Dimension::Tokens, limit, period_secs, group: 0, window: None };
         let level = level.min(limit as f64);
         let once = b.refill(level, elapsed_us);
         prop_assert!(once <= limit as f64);

@@ -479,6 +479,7 @@ async fn both_stores_count_lapsed_leases_alike() {
             min_output_tokens: None,
             idempotency_key: None,
             lease_ttl_ms: Some(ttl),
+            now_us: 0,
         };
         let leases = LeasePolicy {
             default_ttl_ms: 400,

@@ -186,6 +186,7 @@ fn user_level(requests: u64, tokens: u64, concurrency: Option<u64>) -> LevelPlan
         limit,
         period_secs: 60,
         group: 0,
+        window: None,
     };
     LevelPlan {
         level: Level::User,
@@ -579,6 +580,7 @@ async fn foreign_buckets_touched_this_instant_are_kept<S: Store>(c: &Ctx<S>) {
                     limit: 10,
                     period_secs,
                     group: 0,
+                    window: None,
                 })
                 .collect(),
             concurrency: None,
@@ -691,6 +693,7 @@ fn model_levels() -> Vec<LevelPlan> {
         limit,
         period_secs: 60,
         group,
+        window: None,
     };
     vec![
         LevelPlan {

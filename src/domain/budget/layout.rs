@@ -30,6 +30,10 @@ pub const EXACT_LEASES: u64 = 64;
 pub const DIMENSION_SCALE: f64 = 10_000_000.0;
 /// The model group's tag (0: all models) is the id's digits from here up.
 pub const GROUP_SCALE: f64 = 100_000_000.0;
+/// A bucket whose "period" digits are this or more has a calendar window: the
+/// digits are this plus the window's tag (kind × 10⁵ + zone digest), and the
+/// scripts receive the window's boundaries after its limit.
+pub const WINDOW_PERIODS: f64 = 9_000_000.0;
 /// The dimension digit of request buckets.
 pub const REQUESTS_DIMENSION: f64 = 1.0;
 /// The dimension digit of token buckets (prompt + output).
@@ -94,6 +98,7 @@ pub const LUA_CONSTANTS: &[(&str, f64)] = &[
     ("BUCKET_WIDTH", BUCKET_WIDTH as f64),
     ("DIM", DIMENSION_SCALE),
     ("GROUP", GROUP_SCALE),
+    ("WINDOWS", WINDOW_PERIODS),
     ("REQUESTS", REQUESTS_DIMENSION),
     ("TOKENS", TOKENS_DIMENSION),
     ("INPUT", INPUT_DIMENSION),

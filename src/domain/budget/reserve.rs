@@ -246,7 +246,7 @@ fn check(plan: &ReservePlan, read: &mut Read, grant: f64, now: f64) -> (u64, Vec
                 level,
                 t: now,
             };
-            ttl = ttl.max(b.refill_time_us(level, b.limit as f64));
+            ttl = ttl.max(b.keep_us(level, now));
         }
         if let Some(limit) = lp.concurrency {
             let limit = limit as f64;
@@ -324,6 +324,7 @@ mod tests {
             limit: tokens,
             period_secs: 60,
             group: 0,
+            window: None,
         };
         ReservePlan {
             id: ReservationId::generate(TenantId::parse("t").unwrap(), None, "p".into(), "".into()),

@@ -234,7 +234,7 @@ fn settle_level(
         };
         let level = b.settle(l, delta);
         st.buckets[k] = BucketState { id, level, t: now };
-        ttl = ttl.max(b.refill_time_us(level, b.limit as f64));
+        ttl = ttl.max(b.keep_us(level, now));
     }
     if holds {
         stored.leases.remove(lease);

@@ -17,7 +17,7 @@
 
 use super::layout::{
     BUCKET_WIDTH, DIMENSION_SCALE, GROUP_SCALE, INPUT_DIMENSION, OUTPUT_DIMENSION,
-    REQUESTS_DIMENSION, STATE_HEAD, TOKENS_DIMENSION,
+    REQUESTS_DIMENSION, STATE_HEAD, TOKENS_DIMENSION, WINDOW_PERIODS,
 };
 use crate::domain::bucket::to_milli;
 use crate::domain::{BucketSpec, Dimension, LevelPlan, Reading, Readings};
@@ -55,7 +55,11 @@ pub fn bucket_id(b: &BucketSpec) -> f64 {
         Dimension::InputTokens => INPUT_DIMENSION,
         Dimension::OutputTokens => OUTPUT_DIMENSION,
     };
-    f64::from(b.group) * GROUP_SCALE + dim * DIMENSION_SCALE + b.period_secs as f64
+    let period = match b.window {
+        Some(w) => WINDOW_PERIODS + f64::from(w.window.tag()),
+        None => b.period_secs as f64,
+    };
+    f64::from(b.group) * GROUP_SCALE + dim * DIMENSION_SCALE + period
 }
 
 impl LevelState {
@@ -121,7 +125,7 @@ impl LevelState {
         match self.position(bucket_id(bucket), hint) {
             Some(i) => {
                 let b = &self.buckets[i];
-                bucket.refill(b.level, (now - b.t) as i64)
+                bucket.level_now(b.level, b.t, now)
             }
             None => bucket.limit as f64,
         }
@@ -213,6 +217,7 @@ mod tests {
             limit: 600,
             period_secs: 60,
             group: 0,
+            window: None,
         };
         let s = LevelState {
             buckets: vec![BucketState {

@@ -35,10 +35,16 @@ impl Spec {
         self.0.len() / 8
     }
 
-    /// Appends `id, limit` per bucket.
+    /// Appends `id, limit` per bucket, and a calendar window's boundaries
+    /// (start, end, next end) after its limit.
     pub(super) fn buckets(&mut self, lp: &LevelPlan) -> &mut Self {
         for b in &lp.buckets {
             self.push(bucket_id(b)).push(b.limit as f64);
+            if let Some(w) = b.window {
+                self.push(w.span.start_us as f64)
+                    .push(w.span.end_us as f64)
+                    .push(w.span.next_end_us as f64);
+            }
         }
         self
     }

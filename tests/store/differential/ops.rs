@@ -158,6 +158,7 @@ pub fn level_plan(rng: &mut StdRng, level: Level) -> LevelPlan {
                 limit,
                 period_secs,
                 group,
+                window: None,
             });
         }
     }
