@@ -236,6 +236,8 @@ fn limit_status(s: &LimitState) -> pb::LimitStatus {
             .model_group
             .as_ref()
             .map_or(String::new(), |g| g.name.clone()),
+        window: s.window.map_or(String::new(), |w| w.kind.as_str().into()),
+        timezone: s.window.map_or(String::new(), |w| w.tz.name().into()),
     }
 }
 

@@ -8,6 +8,7 @@ use super::denial::{Slots, bucket_denial, concurrency_denial};
 use super::level::{Dimension, Level};
 use super::level_plan::LevelPlan;
 use super::model::ModelGroup;
+use super::window::Window;
 use std::sync::Arc;
 
 /// One value a store reports per check, in plan order.
@@ -39,8 +40,10 @@ pub struct LimitState {
     pub model_group: Option<Arc<ModelGroup>>,
     /// The dimension.
     pub dimension: Dimension,
-    /// The period; 0 for concurrency.
+    /// The period; 0 for concurrency and calendar windows.
     pub period_secs: u64,
+    /// The calendar window, for a windowed limit.
+    pub window: Option<Window>,
     /// The limit.
     pub limit: u64,
     /// What is left; negative while in debt.
@@ -96,6 +99,7 @@ pub fn limit_states(levels: &[LevelPlan], readings: &[Reading]) -> Vec<LimitStat
                 },
                 dimension: b.dimension,
                 period_secs: b.period_secs,
+                window: b.window.map(|w| w.window),
                 limit: b.limit,
                 remaining: level.floor() as i64,
                 reset_after_ms: b.reset_after_ms(level),
@@ -105,6 +109,7 @@ pub fn limit_states(levels: &[LevelPlan], readings: &[Reading]) -> Vec<LimitStat
                 model_group: plan.slots.then(|| plan.group.clone()).flatten(),
                 dimension: Dimension::Concurrency,
                 period_secs: 0,
+                window: None,
                 limit,
                 remaining: limit as i64 - active as i64,
                 reset_after_ms: earliest,

@@ -203,6 +203,7 @@ async fn run_case(
         taken: Vec::new(),
         churn,
         crowd: kind == 3,
+        now: 0,
     };
     db.reset().await;
     let clock = ManualClock::new(1_800_000_000_000_000);
@@ -229,7 +230,14 @@ async fn run_case(
         if snapshot.values().any(|(v, _)| crowded(v)) {
             count(seen, "a level keeping the most foreign buckets");
         }
-        let expiries = db.expiries(&snapshot);
+        let mut expiries = db.expiries(&snapshot);
+        // Calendar window boundaries are instants worth landing on too.
+        let windows = g
+            .config
+            .iter()
+            .flat_map(|l| &l.buckets)
+            .filter_map(|b| b.window);
+        expiries.extend(windows.map(|w| w.window.span(now).end_us));
         let op = g.next(now, &expiries);
         let _ = writeln!(log, "    #{i} at {now}: {}", brief(&op));
         let t0 = db.set_clock(now).await;
@@ -288,6 +296,24 @@ async fn step(
                         ReserveReply::IdempotencySpent { .. } => "reserve idempotency spent",
                     },
                 );
+                let windows = plan
+                    .levels
+                    .iter()
+                    .flat_map(|l| &l.buckets)
+                    .filter_map(|b| b.window);
+                for w in windows {
+                    let now = clock.now_us();
+                    count(
+                        seen,
+                        match now >= w.span.end_us {
+                            true => "reserve in the window after its plan's",
+                            false => "reserve in a calendar window",
+                        },
+                    );
+                    if (w.span.start_us..w.span.start_us + 600_000_000).contains(&now) {
+                        count(seen, "reserve within 10 minutes of a window's start");
+                    }
+                }
                 if m.reclaimed() != Default::default() {
                     count(seen, "reserve reclaimed leases");
                 }

@@ -2,7 +2,8 @@
 //! [`StdRng`] over the run's current configuration and what it has issued, so
 //! a seed replays the same sequence.
 
-use ctxbudget::domain::bucket::BucketSpec;
+use ctxbudget::domain::bucket::{BucketSpec, Windowed};
+use ctxbudget::domain::window::{Window, WindowKind};
 use ctxbudget::domain::{
     Dimension, IdempotencyKey, Level, LevelLimits, LevelPlan, ModelGroup, ReservationId,
     ReservePlan, TenantId, UserId,
@@ -80,6 +81,34 @@ pub struct Gen {
     pub churn: f64,
     /// Crowded with long leases: bursts of reservations, generous buckets.
     pub crowd: bool,
+    /// The time of the operation being drawn (µs): calendar windows' spans
+    /// are computed around it, or around a time up to 3 hours before (a plan
+    /// made before the store's clock crossed a boundary).
+    pub now: i64,
+}
+
+/// Calendar windows whose first boundary falls 1 and 2 hours after the run's
+/// start (08:00 UTC), and two that stay put.
+fn windows() -> [Window; 4] {
+    let zone = |name: &str| ctxbudget::domain::window::parse_zone(name).unwrap();
+    [
+        Window {
+            kind: WindowKind::Day,
+            tz: zone("America/Anchorage"),
+        },
+        Window {
+            kind: WindowKind::Day,
+            tz: zone("Pacific/Kiritimati"),
+        },
+        Window {
+            kind: WindowKind::Week,
+            tz: zone("UTC"),
+        },
+        Window {
+            kind: WindowKind::Month,
+            tz: zone("Asia/Bangkok"),
+        },
+    ]
 }
 
 fn pick<'a, T>(rng: &mut StdRng, items: &'a [T]) -> &'a T {
@@ -161,6 +190,22 @@ pub fn level_plan(rng: &mut StdRng, level: Level) -> LevelPlan {
                 window: None,
             });
         }
+        // Sometimes one calendar window of this dimension too (its span is
+        // filled in when the level is used).
+        if rng.random_bool(0.25) {
+            let window = *pick(rng, &windows());
+            buckets.push(BucketSpec {
+                level,
+                dimension,
+                limit: rng.random_range(small.clone()),
+                period_secs: 0,
+                group,
+                window: Some(Windowed {
+                    window,
+                    span: window.span(0),
+                }),
+            });
+        }
     }
     let concurrency = match rng.random_range(0..10) {
         0..=3 => None,
@@ -190,13 +235,23 @@ fn ttl_ms(rng: &mut StdRng) -> u64 {
 impl Gen {
     /// The levels of (tenant, user) now: the limited ones for a reservation,
     /// all of them (`keep_unlimited`) for a settlement.
-    pub fn levels(&self, user: bool, keep_unlimited: bool) -> Vec<LevelPlan> {
+    pub fn levels(&mut self, user: bool, keep_unlimited: bool) -> Vec<LevelPlan> {
         let n = if user { 6 } else { 4 };
-        self.config[..n]
+        let at = match self.rng.random_bool(0.3) {
+            true => self.now - self.rng.random_range(0..=3 * 3_600_000_000),
+            false => self.now,
+        };
+        let mut levels: Vec<LevelPlan> = self.config[..n]
             .iter()
             .filter(|l| keep_unlimited || !l.is_unlimited())
             .cloned()
-            .collect()
+            .collect();
+        for b in levels.iter_mut().flat_map(|l| &mut l.buckets) {
+            if let Some(w) = &mut b.window {
+                w.span = w.window.span(at);
+            }
+        }
+        levels
     }
 
     fn id(&mut self, tenant: &str, user: Option<&str>, tier: &str, est: &str) -> ReservationId {
@@ -335,6 +390,7 @@ impl Gen {
     /// The next operation; `expiries` are instants (µs) worth landing on
     /// exactly: key and lease expiries.
     pub fn next(&mut self, now: i64, expiries: &[i64]) -> Op {
+        self.now = now;
         if self.rng.random_bool(self.churn) {
             let i = self.rng.random_range(0..6);
             return Op::Reconfigure(i, entry_plan(&mut self.rng, i));
