@@ -18,3 +18,4 @@ mod observability;
 mod operations;
 mod server;
 mod tokenizer;
+mod windows;

@@ -12,6 +12,8 @@
 
 use crate::support::RedisServer;
 use ctxbudget::domain::bucket::BucketSpec;
+use ctxbudget::domain::bucket::Windowed;
+use ctxbudget::domain::window::{Window, WindowKind, parse_zone};
 use ctxbudget::domain::{
     Clock, Dimension, IdempotencyKey, Level, LevelPlan, ManualClock, Reading, ReservationId,
     ReservePlan, TenantId, UserId,
@@ -68,6 +70,7 @@ suite!(
     a_shadow_store_keeps_its_own_budgets,
     input_and_output_tokens_take_their_part_and_settle_to_usage,
     headroom_keeps_a_share_of_every_limit,
+    a_calendar_window_resets_at_its_boundary_and_not_before,
 );
 
 const RETENTION: Retention = Retention {
@@ -783,5 +786,56 @@ async fn headroom_keeps_a_share_of_every_limit<S: Store>(c: &Ctx<S>) {
         c.status(&with(0, 0.0)).await[1],
         bucket(0),
         "nothing left once the highest priority took the rest"
+    );
+}
+
+/// Three requests a day in Anchorage: the test clock's 08:00 UTC is 23:00
+/// there, so the day ends an hour in.
+async fn a_calendar_window_resets_at_its_boundary_and_not_before<S: Store>(c: &Ctx<S>) {
+    let window = Window {
+        kind: WindowKind::Day,
+        tz: parse_zone("America/Anchorage").unwrap(),
+    };
+    let span = window.span(c.clock.now_us());
+    assert_eq!(span.end_us - c.clock.now_us(), 3_600_000_000);
+    let levels = vec![LevelPlan {
+        level: Level::User,
+        group: None,
+        slots: false,
+        buckets: vec![BucketSpec {
+            level: Level::User,
+            dimension: Dimension::Requests,
+            limit: 3,
+            period_secs: 0,
+            group: 0,
+            window: Some(Windowed { window, span }),
+        }],
+        concurrency: None,
+    }];
+    let ask = || plan("alice", levels.clone(), 1, 1);
+    for _ in 0..2 {
+        assert!(allowed(&c.reserve(&ask()).await));
+    }
+    // No refill within the window: 59 minutes later, one is all there is.
+    c.advance_ms(59 * 60_000).await;
+    let late = ask();
+    assert!(allowed(&c.reserve(&late).await));
+    let more = ask();
+    assert!(!allowed(&c.reserve(&more).await));
+    assert_eq!(c.status(&more).await, vec![bucket(0)]);
+    // At the boundary the store is in the next window, though the plan was
+    // made in this one: full again, and one is taken.
+    c.advance_ms(60_000).await;
+    assert!(allowed(&c.reserve(&more).await));
+    assert_eq!(c.status(&more).await, vec![bucket(2_000)]);
+    // A refund of a reservation from the window before returns into this
+    // one, never above its limit.
+    assert!(matches!(c.refund(&late).await, SettleReply::Applied { .. }));
+    assert_eq!(c.status(&more).await, vec![bucket(3_000)]);
+    assert!(matches!(c.refund(&more).await, SettleReply::Applied { .. }));
+    assert_eq!(
+        c.status(&more).await,
+        vec![bucket(3_000)],
+        "capped at the limit"
     );
 }
