@@ -76,6 +76,7 @@ fn benches(c: &mut Criterion) {
                 Cost {
                     prompt: 1000,
                     output: 500,
+                    spend: 0,
                 },
                 0.0,
                 1000,

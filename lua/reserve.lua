@@ -11,7 +11,9 @@
 -- ARGV[1]  spec: little-endian doubles
 --          n, prompt tokens, max output tokens, min output tokens, lease ttl (us),
 --          estimated prompt tokens (0: the caller counted), headroom h (the share
---          of every limit to leave, 0 <= h < 1), then per level:
+--          of every limit to leave, 0 <= h < 1), sp (the prompt at the input
+--          price: tokens x uUSD per million), op (the output price: uUSD per
+--          million), then per level:
 --          bucket count b, concurrency limit (-1: none), reclaim weight w (what one
 --          reclaimed lease adds to the packed count: 2^(17 k) for level k = 0
 --          global, 1 tenant, 2 user; 0 for a model group's slots at a level that
@@ -40,7 +42,7 @@
 -- bucket: id, level, time of level (us). Fields '#<nonce>' = lease expiry (double).
 -- Buckets this call does not know (another replica's configuration) pass through.
 -- Record: 'R' | cost, lease expiry (doubles) | tail | estimated prompt tokens, granted
--- output (doubles).
+-- output, spend reserved in uUSD (doubles).
 --
 -- Returns
 --   {1, now, granted output, state..., [reclaimed]}        allowed; each level's state after
@@ -68,8 +70,8 @@ local now = clock_us()
 local D = ARGV[6]
 local spec = {struct.unpack(ARGV[7], ARGV[1])}
 local nlev, prompt, max_out, min_out, lease_ttl = spec[1], spec[2], spec[3], spec[4], spec[5]
-local estimated, h = spec[6], spec[7]
-local FIRST = 8
+local estimated, h, sp, op = spec[6], spec[7], spec[8], spec[9]
+local FIRST = 10
 
 -- An earlier reservation under the same idempotency key?
 local replay
@@ -152,6 +154,9 @@ for i = 1, nlev do
     elseif kind == OUTPUT then
       local r = l - h * lim
       if r < room then room = r end
+    elseif kind == SPEND and op > 0 then
+      local r = math.floor((math.floor(l - h * lim) * 1e6 - sp) / op)
+      if r < room then room = r end
     end
     ls[bi + b], ks[bi + b], kinds[bi + b], wes[bi + b] = l, k, kind, we
   end
@@ -194,6 +199,8 @@ end
 -- The output to grant: all of it, or as much as fits, but never below the min.
 local grant = room - room % 1
 if grant < min_out then grant = min_out end
+-- What the prompt and the granted output cost (uUSD), rounded up once.
+local spend = math.ceil((sp + grant * op) / 1e6)
 
 -- Check every bucket and limit in plan order, computing the states to write.
 local ttls = {}
@@ -208,7 +215,8 @@ for i = 1, nlev do
     local c, kind = 1, kinds[bi + b]
     if kind == TOKENS then c = prompt + grant
     elseif kind == INPUT then c = prompt
-    elseif kind == OUTPUT then c = grant end
+    elseif kind == OUTPUT then c = grant
+    elseif kind == SPEND then c = spend end
     local l = ls[bi + b]
     if l - c < h * lim then denied = denied + bit end
     bit = bit * 2
@@ -293,7 +301,7 @@ for i = 1, nlev do
 end
 
 redis.call('SET', KEYS[nlev + 1],
-  RESERVED .. struct.pack('<dd', prompt + grant, exp) .. ARGV[5] .. struct.pack('<dd', estimated, grant),
+  RESERVED .. struct.pack('<dd', prompt + grant, exp) .. ARGV[5] .. struct.pack('<ddd', estimated, grant, spend),
   'PX', ARGV[3])
 if ARGV[4] ~= '0' then
   redis.call('SET', KEYS[nlev + 2], string.sub(ARGV[2], 2), 'PX', ARGV[4])

@@ -10,16 +10,17 @@
 -- ARGV[1]  spec: little-endian doubles
 --          n, mode (1 commit, 2 refund), actual tokens, actual prompt tokens (commit),
 --          samples kept, actual input tokens (the prompt less what the model group
---          does not count: cached tokens), then per level:
+--          does not count: cached tokens), actual cost (µ$), then per level:
 --          level bit, bucket count b, then b times: id, limit (id as in reserve.lua;
 --          a calendar window's three more doubles follow, as in reserve.lua)
 -- ARGV[2]  lease field '#<nonce>'   ARGV[3] record retention (ms)   ARGV[4] owner tag (8 bytes)
 -- ARGV[5]  '<' followed by at least as many 'd' as the longest state or spec
 --
 -- Returns
---   {1, amount, estimated}  applied: commit → actual - reserved; refund → tokens
---                           returned; and the prompt tokens the service had
---                           estimated (0 when the caller counted)
+--   {1, amount, estimated, spend}  applied: commit → actual - reserved; refund →
+--                           tokens returned; the prompt tokens the service had
+--                           estimated (0 when the caller counted); the spend
+--                           reserved (µ$)
 --   {0, state, amount}   already settled ('C' committed | 'F' refunded), its amount
 --   {-1}                 no such reservation (never made, long gone, or id edited)
 --
@@ -53,15 +54,16 @@ local now = clock_us()
 local cost, exp = struct.unpack('<dd', rec, REC_COST)
 local mask = string.byte(rec, REC_MASK)
 local estimated = struct.unpack('<d', rec, REC_ESTIMATED)
-local granted = 0
-if #rec >= REC_LEN then granted = struct.unpack('<d', rec, REC_OUTPUT) end
-local dtok, dreq, din, dout, amount
+local granted, spent = 0, 0
+if #rec >= REC_LEN then granted, spent = struct.unpack('<dd', rec, REC_OUTPUT) end
+local dtok, dreq, din, dout, dspend, amount
 if spec[2] == 2 then
   dtok, dreq, amount, state = -cost, -1, cost, REFUNDED
-  din, dout = -(cost - granted), -granted
+  din, dout, dspend = -(cost - granted), -granted, -spent
 else
   dtok, dreq = spec[3] - cost, 0
   din, dout = spec[6] - (cost - granted), (spec[3] - spec[4]) - granted
+  dspend = spec[7] - spent
   amount, state = dtok, COMMITTED
 end
 -- What settling moves a bucket by, from its id's dimension digit.
@@ -69,12 +71,13 @@ local function delta(id)
   local kind = (id % GROUP - id % DIM) / DIM
   if kind == TOKENS then return dtok
   elseif kind == INPUT then return din
-  elseif kind == OUTPUT then return dout end
+  elseif kind == OUTPUT then return dout
+  elseif kind == SPEND then return dspend end
   return dreq
 end
 
 -- Read every level and compute its new state.
-local writes, p = {}, 7
+local writes, p = {}, 8
 for i = 1, nlev do
   local lbit, nb = spec[p], spec[p + 1]
   local touched = false
@@ -163,4 +166,4 @@ if state == COMMITTED and estimated > 0 and spec[4] > 0 then
   redis.call('LTRIM', samples, 0, spec[5] - 1)
   redis.call('PEXPIRE', samples, SAMPLES_TTL_MS)
 end
-return {1, amount, estimated}
+return {1, amount, estimated, spent}

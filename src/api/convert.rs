@@ -257,6 +257,7 @@ fn reason(r: Reason) -> pb::Reason {
         Reason::ConcurrencyExceeded => pb::Reason::ConcurrencyExceeded,
         Reason::ContextTooLarge => pb::Reason::ContextTooLarge,
         Reason::RequestTooLarge => pb::Reason::RequestTooLarge,
+        Reason::BudgetExceeded => pb::Reason::BudgetExceeded,
     }
 }
 
@@ -274,6 +275,7 @@ fn dimension(d: Dimension) -> pb::Dimension {
         Dimension::Tokens => pb::Dimension::Tokens,
         Dimension::InputTokens => pb::Dimension::InputTokens,
         Dimension::OutputTokens => pb::Dimension::OutputTokens,
+        Dimension::Spend => pb::Dimension::Spend,
         Dimension::Concurrency => pb::Dimension::Concurrency,
     }
 }

@@ -122,6 +122,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
                 token_delta: c.token_delta,
                 estimation_ratio: c.estimation_ratio,
                 estimation_error_tokens: c.estimation_error_tokens,
+                cost_micros: c.cost_micros,
             })
         })
         .await
@@ -136,12 +137,13 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         let span = span("Refund", Some(&request.get_ref().reservation_id));
         timed("Refund", span, async {
             let r = request.into_inner();
-            let (outcome, refunded_tokens) =
+            let (outcome, refunded_tokens, cost_micros) =
                 Box::pin(self.engine.refund(&r.reservation_id)).await?;
-            tracing::debug!(?outcome, refunded_tokens, "refund");
+            tracing::debug!(?outcome, refunded_tokens, cost_micros, "refund");
             Ok(pb::RefundResponse {
                 outcome: convert::outcome(outcome) as i32,
                 refunded_tokens,
+                cost_micros,
             })
         })
         .await

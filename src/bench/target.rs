@@ -51,6 +51,7 @@ fn pb_reason_name(r: pb::Reason) -> &'static str {
         pb::Reason::ConcurrencyExceeded => Reason::ConcurrencyExceeded.as_str(),
         pb::Reason::ContextTooLarge => Reason::ContextTooLarge.as_str(),
         pb::Reason::RequestTooLarge => Reason::RequestTooLarge.as_str(),
+        pb::Reason::BudgetExceeded => Reason::BudgetExceeded.as_str(),
     }
 }
 

@@ -2,7 +2,8 @@
 //! people, JSON for scripts, and documents that the `set` commands take back.
 
 use crate::config::{
-    LevelOverrideSection, LevelSection, ModelLimitsSection, RateSection, ShadowSection, UNLIMITED,
+    LevelOverrideSection, LevelSection, ModelLimitsSection, RateSection, ShadowSection,
+    SpendSection, UNLIMITED,
 };
 use crate::domain::{LevelLimits, ModelLimits, Rate, Setting, Tier};
 use serde::Serialize;
@@ -185,6 +186,7 @@ pub fn level_section(level: &LevelLimits) -> LevelSection {
         tokens: rates(&level.tokens),
         input_tokens: rates(&level.input_tokens),
         output_tokens: rates(&level.output_tokens),
+        spend: level.spend.iter().map(SpendSection::of).collect(),
         concurrency: level.concurrency,
     }
 }

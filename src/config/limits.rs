@@ -3,6 +3,7 @@
 
 use super::OverrideSection;
 use super::models::{ModelLimitsSection, ModelSection, model_groups, model_limits};
+use super::money::{PriceSection, SpendSection, prices, spend_rates};
 use crate::domain::window::{Window, WindowKind, parse_zone};
 use crate::domain::{LevelLimits, Limits, LimitsError, Rate, ShadowLimits, Tier};
 use serde::{Deserialize, Serialize};
@@ -29,7 +30,7 @@ pub struct RateSection {
 
 impl RateSection {
     /// The domain rate; `field` names it in errors.
-    fn to_domain(&self, field: &str) -> Result<Rate, LimitsError> {
+    pub(crate) fn to_domain(&self, field: &str) -> Result<Rate, LimitsError> {
         let err =
             |name: &str, problem: String| LimitsError::new(format!("{field}.{name}"), problem);
         match (&self.period, &self.window) {
@@ -176,6 +177,9 @@ pub struct LevelSection {
     /// Output token rates.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub output_tokens: Vec<RateSection>,
+    /// Spend limits, in USD.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spend: Vec<SpendSection>,
     /// Requests in flight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u64>,
@@ -189,6 +193,7 @@ impl LevelSection {
             tokens: rates(&format!("{path}.tokens"), &self.tokens)?,
             input_tokens: rates(&format!("{path}.input_tokens"), &self.input_tokens)?,
             output_tokens: rates(&format!("{path}.output_tokens"), &self.output_tokens)?,
+            spend: spend_rates(&format!("{path}.spend"), &self.spend)?,
             concurrency: self.concurrency,
         })
     }
@@ -279,6 +284,8 @@ pub struct LimitSections<'a> {
     pub global: Option<&'a LevelSection>,
     /// `[models.*]`.
     pub models: &'a BTreeMap<String, ModelSection>,
+    /// `[prices.*]`.
+    pub prices: &'a BTreeMap<String, PriceSection>,
     /// `[tiers.*]`.
     pub tiers: &'a BTreeMap<String, TierSection>,
     /// `[overrides.*]`.
@@ -290,6 +297,7 @@ pub fn build_limits(sections: LimitSections<'_>, version: u64) -> Result<Limits,
     let LimitSections {
         global,
         models,
+        prices: price_sections,
         tiers,
         overrides,
     } = sections;
@@ -297,6 +305,7 @@ pub fn build_limits(sections: LimitSections<'_>, version: u64) -> Result<Limits,
     let mut limits = Limits {
         global,
         models: model_groups(models)?,
+        prices: prices(price_sections)?,
         version,
         ..Limits::default()
     };

@@ -20,6 +20,7 @@ pub mod estimation;
 mod input;
 pub mod limits;
 pub mod models;
+pub mod money;
 pub mod overrides;
 pub mod repository;
 pub mod resilience;
@@ -35,6 +36,7 @@ pub use limits::{
     build_limits, period_seconds,
 };
 pub use models::{ModelLimitsSection, ModelSection, PrioritiesSection};
+pub use money::{MoneySection, PriceSection, SpendSection};
 pub use overrides::{LevelOverrideSection, OverrideSection, ShadowOverrideSection, UNLIMITED};
 pub use repository::ConfigDoc;
 pub use resilience::{BreakerSettings, FailurePolicy, ResilienceSection};
@@ -144,6 +146,8 @@ impl FileConfig {
         self.reservations = other.reservations.or(self.reservations);
         self.global = other.global.or(self.global);
         self.models = other.models.or(self.models);
+        self.prices = other.prices.or(self.prices);
+        self.money = other.money.or(self.money);
         self.priorities = other.priorities.or(self.priorities);
         self.tiers = other.tiers.or(self.tiers);
         self.estimator = other.estimator.or(self.estimator);
@@ -157,9 +161,11 @@ impl FileConfig {
     pub fn limits(&self) -> Result<Limits, ConfigError> {
         let (no_models, no_tiers, no_overrides) =
             (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+        let no_prices = BTreeMap::new();
         let sections = LimitSections {
             global: self.global.as_ref(),
             models: self.models.as_ref().unwrap_or(&no_models),
+            prices: self.prices.as_ref().unwrap_or(&no_prices),
             tiers: self.tiers.as_ref().unwrap_or(&no_tiers),
             overrides: self.overrides.as_ref().unwrap_or(&no_overrides),
         };

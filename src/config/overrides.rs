@@ -10,6 +10,7 @@
 //! ```
 
 use super::limits::{RateSection, rates};
+use super::money::{SpendSection, spend_rates};
 use crate::domain::{LevelOverride, LimitsError, Override, Setting, ShadowOverride};
 use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
 use serde::de::{self, IntoDeserializer, Visitor};
@@ -90,6 +91,9 @@ pub struct LevelOverrideSection {
     /// Output-token rates, `"unlimited"`, or left out.
     #[serde(default, skip_serializing_if = "Setting::is_inherit")]
     pub output_tokens: Setting<Vec<RateSection>>,
+    /// Spend limits (USD), `"unlimited"`, or left out.
+    #[serde(default, skip_serializing_if = "Setting::is_inherit")]
+    pub spend: Setting<Vec<SpendSection>>,
     /// Requests in flight, `"unlimited"`, or left out.
     #[serde(default, skip_serializing_if = "Setting::is_inherit")]
     pub concurrency: Setting<u64>,
@@ -102,6 +106,7 @@ impl LevelOverrideSection {
             && self.tokens.is_inherit()
             && self.input_tokens.is_inherit()
             && self.output_tokens.is_inherit()
+            && self.spend.is_inherit()
             && self.concurrency.is_inherit()
     }
 
@@ -117,6 +122,11 @@ impl LevelOverrideSection {
             tokens: convert("tokens", &self.tokens)?,
             input_tokens: convert("input_tokens", &self.input_tokens)?,
             output_tokens: convert("output_tokens", &self.output_tokens)?,
+            spend: match &self.spend {
+                Setting::Inherit => Setting::Inherit,
+                Setting::Unlimited => Setting::Unlimited,
+                Setting::Limit(s) => Setting::Limit(spend_rates(&format!("{path}.spend"), s)?),
+            },
             concurrency: self.concurrency.clone(),
         })
     }

@@ -14,7 +14,8 @@
 //! and field names are built in `store::keys`.
 
 use super::{
-    LevelSection, LimitSections, ModelSection, OverrideSection, TierSection, build_limits,
+    LevelSection, LimitSections, ModelSection, OverrideSection, PriceSection, TierSection,
+    build_limits,
 };
 use crate::domain::{Limits, LimitsError};
 use crate::store::StoreError;
@@ -44,6 +45,8 @@ pub struct ConfigDoc {
     pub global: Option<LevelSection>,
     /// Model groups by name.
     pub models: BTreeMap<String, ModelSection>,
+    /// Prices by model group.
+    pub prices: BTreeMap<String, PriceSection>,
     /// Tiers by name.
     pub tiers: BTreeMap<String, TierSection>,
     /// Overrides by tenant id.
@@ -61,6 +64,7 @@ impl ConfigDoc {
         LimitSections {
             global: self.global.as_ref(),
             models: &self.models,
+            prices: &self.prices,
             tiers: &self.tiers,
             overrides: &self.overrides,
         }
@@ -94,6 +98,8 @@ pub enum Field {
     Global,
     /// A model group.
     Model(String),
+    /// A model group's prices.
+    Price(String),
     /// A tier.
     Tier(String),
     /// A tenant's override.
@@ -105,6 +111,7 @@ impl std::fmt::Display for Field {
         match self {
             Field::Global => f.write_str("the global limits"),
             Field::Model(m) => write!(f, "model group {m}"),
+            Field::Price(m) => write!(f, "the prices of model group {m}"),
             Field::Tier(t) => write!(f, "tier {t}"),
             Field::Override(t) => write!(f, "the override of tenant {t}"),
         }
@@ -116,6 +123,7 @@ impl Field {
         match self {
             Field::Global => config_field::GLOBAL.into(),
             Field::Model(m) => config_field::model(m),
+            Field::Price(m) => config_field::price(m),
             Field::Tier(t) => config_field::tier(t),
             Field::Override(t) => config_field::override_of(t),
         }
@@ -203,6 +211,9 @@ impl ConfigStore {
             } else if field == config_field::GLOBAL {
                 doc.global =
                     Some(serde_json::from_str(value).map_err(|e| bad(field, e.to_string()))?);
+            } else if let Some(name) = config_field::as_price(field) {
+                let price = serde_json::from_str(value).map_err(|e| bad(field, e.to_string()))?;
+                doc.prices.insert(name.to_string(), price);
             } else if let Some(name) = config_field::as_model(field) {
                 let model = serde_json::from_str(value).map_err(|e| bad(field, e.to_string()))?;
                 doc.models.insert(name.to_string(), model);
@@ -231,6 +242,9 @@ impl ConfigStore {
         }
         for (name, m) in &doc.models {
             inv.arg(config_field::model(name)).arg(document(m));
+        }
+        for (name, p) in &doc.prices {
+            inv.arg(config_field::price(name)).arg(document(p));
         }
         for (name, t) in &doc.tiers {
             inv.arg(config_field::tier(name)).arg(document(t));

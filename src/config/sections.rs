@@ -4,8 +4,8 @@
 //! (limits, estimation, resilience, auth, overrides).
 
 use super::{
-    AuthSection, EstimatorSection, LevelSection, ModelSection, OverrideSection, PrioritiesSection,
-    ResilienceSection, TierSection,
+    AuthSection, EstimatorSection, LevelSection, ModelSection, MoneySection, OverrideSection,
+    PriceSection, PrioritiesSection, ResilienceSection, TierSection,
 };
 use crate::store::keys::DEFAULT_PREFIX;
 use crate::store::redis::PoolKind;
@@ -32,6 +32,10 @@ pub struct FileConfig {
     pub tiers: Option<BTreeMap<String, TierSection>>,
     /// The share of every limit each priority class must leave.
     pub priorities: Option<PrioritiesSection>,
+    /// Prices per model group, USD per million tokens.
+    pub prices: Option<BTreeMap<String, PriceSection>>,
+    /// Money settings.
+    pub money: Option<MoneySection>,
     /// Token counting and the adaptive estimator.
     pub estimator: Option<EstimatorSection>,
     /// Tenants' own limits, by tenant id.

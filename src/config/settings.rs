@@ -217,6 +217,7 @@ impl FileConfig {
             version: 0,
             global: self.global.clone(),
             models: self.models.clone().unwrap_or_default(),
+            prices: self.prices.clone().unwrap_or_default(),
             tiers: self.tiers.clone().unwrap_or_default(),
             overrides: self.overrides.clone().unwrap_or_default(),
         }

@@ -38,13 +38,16 @@ pub struct Windowed {
     pub span: Span,
 }
 
-/// What one reservation asks of the buckets: its prompt and output tokens.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What one reservation asks of the buckets: its prompt and output tokens,
+/// and what they cost (µ$).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Cost {
     /// Prompt tokens.
     pub prompt: u64,
     /// Output tokens.
     pub output: u64,
+    /// Their price at the model group's prices, µ$ (0 without a price).
+    pub spend: u64,
 }
 
 impl BucketSpec {
@@ -59,6 +62,7 @@ impl BucketSpec {
             Dimension::Tokens => cost.prompt + cost.output,
             Dimension::InputTokens => cost.prompt,
             Dimension::OutputTokens => cost.output,
+            Dimension::Spend => cost.spend,
             Dimension::Requests | Dimension::Concurrency => 1,
         }
     }

@@ -216,6 +216,7 @@ mod tests {
         let cost = Cost {
             prompt: 400,
             output: 100,
+            spend: 0,
         };
         let d = denial(&plan(), &readings, 0b111, cost, 0.0, 1000);
         assert_eq!(d.reason, Reason::TokensExceeded);
@@ -241,6 +242,7 @@ mod tests {
         let cost = Cost {
             prompt: 2000,
             output: 0,
+            spend: 0,
         };
         // 3000 of 6000 left, 2000 wanted, 30% (1800) kept: wait for 800 more
         // tokens at 100 a second.

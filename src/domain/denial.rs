@@ -23,6 +23,8 @@ pub enum Reason {
     ContextTooLarge,
     /// The request needs more tokens than a bucket can ever hold.
     RequestTooLarge,
+    /// A spend limit lacks room for the request's worst-case cost.
+    BudgetExceeded,
 }
 
 impl Reason {
@@ -34,6 +36,7 @@ impl Reason {
             Reason::ConcurrencyExceeded => "concurrency_exceeded",
             Reason::ContextTooLarge => "context_too_large",
             Reason::RequestTooLarge => "request_too_large",
+            Reason::BudgetExceeded => "budget_exceeded",
         }
     }
 }
@@ -136,6 +139,7 @@ fn unit(dimension: Dimension) -> &'static str {
         Dimension::Tokens => "tokens",
         Dimension::InputTokens => "input tokens",
         Dimension::OutputTokens => "output tokens",
+        Dimension::Spend => "µ$",
     }
 }
 
@@ -146,6 +150,7 @@ fn limit_name(level: Level, group: Option<&str>, dimension: Dimension) -> String
         Dimension::Tokens => "token",
         Dimension::InputTokens => "input-token",
         Dimension::OutputTokens => "output-token",
+        Dimension::Spend => "spend",
         Dimension::Concurrency => "concurrency",
     };
     match group {
@@ -179,6 +184,7 @@ pub(super) fn bucket_denial(
     let wait_ms = b.wait_ms(level, target).max(1);
     let reason = match b.dimension {
         Dimension::Requests => Reason::RequestsExceeded,
+        Dimension::Spend => Reason::BudgetExceeded,
         _ => Reason::TokensExceeded,
     };
     let note = headroom_note(level >= cost as f64, headroom);

@@ -52,6 +52,8 @@ pub enum Dimension {
     InputTokens,
     /// Output tokens alone: the output reserved, then the completion.
     OutputTokens,
+    /// Money, in micro-dollars: what requests cost at their model group's price.
+    Spend,
     /// Requests in flight at once.
     Concurrency,
 }
@@ -64,16 +66,18 @@ impl Dimension {
             Dimension::Tokens => "tokens",
             Dimension::InputTokens => "input_tokens",
             Dimension::OutputTokens => "output_tokens",
+            Dimension::Spend => "spend",
             Dimension::Concurrency => "concurrency",
         }
     }
 
     /// The rate dimensions, in the order a level's buckets are planned.
-    pub const RATES: [Dimension; 4] = [
+    pub const RATES: [Dimension; 5] = [
         Dimension::Requests,
         Dimension::Tokens,
         Dimension::InputTokens,
         Dimension::OutputTokens,
+        Dimension::Spend,
     ];
 
     /// True for the three kinds of token limit.

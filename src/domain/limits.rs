@@ -12,6 +12,7 @@ use super::ids::InvalidInput;
 pub use super::level::{Dimension, Level};
 use super::model::{ModelGroup, ModelGroups, check_groups, group_of};
 use super::overrides::Override;
+use super::price::Price;
 pub use super::tier::{
     LevelLimits, LimitsError, MAX_COUNT, MAX_PERIOD_SECS, MAX_RATES_PER_DIMENSION, MIN_PERIOD_SECS,
     Rate, ShadowLimits, Tier,
@@ -25,6 +26,8 @@ pub struct Limits {
     pub global: LevelLimits,
     /// Model groups by name: per-model limits of the upstream account.
     pub models: ModelGroups,
+    /// Prices by model group name, µ$ per million tokens.
+    pub prices: BTreeMap<String, Price>,
     /// Tiers by name.
     pub tiers: BTreeMap<String, Arc<Tier>>,
     /// Overrides by tenant id.
@@ -41,6 +44,19 @@ impl Limits {
             return Err(LimitsError::new("tiers", "at least one tier is required"));
         }
         check_groups(&self.models)?;
+        for (group, price) in &self.prices {
+            price.validate(&format!("prices.{group}"))?;
+            if !self.models.contains_key(group) {
+                return Err(LimitsError::new(
+                    format!("prices.{group}"),
+                    format!(
+                        "there is no model group {group:?}: prices are per model group \
+                         (known groups: {})",
+                        self.group_names()
+                    ),
+                ));
+            }
+        }
         for (name, tier) in &self.tiers {
             tier.validate(&format!("tiers.{name}"))?;
             let shadow = tier.shadow.iter().flat_map(|s| {

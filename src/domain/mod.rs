@@ -18,6 +18,7 @@ pub mod limits;
 pub mod model;
 pub mod overrides;
 pub mod plan;
+pub mod price;
 pub mod priority;
 pub mod tier;
 pub mod window;

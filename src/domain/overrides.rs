@@ -70,6 +70,8 @@ pub struct LevelOverride {
     pub input_tokens: Setting<Vec<Rate>>,
     /// Output-token rates.
     pub output_tokens: Setting<Vec<Rate>>,
+    /// Spend rates (µ$).
+    pub spend: Setting<Vec<Rate>>,
     /// Requests in flight.
     pub concurrency: Setting<u64>,
 }
@@ -82,6 +84,7 @@ impl LevelOverride {
             tokens: self.tokens.over(&tier.tokens),
             input_tokens: self.input_tokens.over(&tier.input_tokens),
             output_tokens: self.output_tokens.over(&tier.output_tokens),
+            spend: self.spend.over(&tier.spend),
             concurrency: self.concurrency.over(tier.concurrency),
         }
     }
@@ -98,12 +101,13 @@ impl LevelOverride {
     }
 
     /// Each rate kind's setting, by its configuration name.
-    fn rate_settings(&self) -> [(&'static str, &Setting<Vec<Rate>>); 4] {
+    fn rate_settings(&self) -> [(&'static str, &Setting<Vec<Rate>>); 5] {
         [
             ("requests", &self.requests),
             ("tokens", &self.tokens),
             ("input_tokens", &self.input_tokens),
             ("output_tokens", &self.output_tokens),
+            ("spend", &self.spend),
         ]
     }
 

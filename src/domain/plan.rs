@@ -15,6 +15,7 @@ use super::ids::{Fnv, IdempotencyKey, InvalidInput, ReservationId, TenantId, Use
 pub use super::level_plan::{LevelPlan, Scope, levels, shadow_levels};
 use super::limits::Limits;
 use super::model::ModelGroup;
+use super::price::Price;
 use super::tier::{MAX_COUNT, Tier};
 use std::sync::Arc;
 
@@ -94,6 +95,9 @@ pub struct ReservePlan {
     /// headroom): a bucket must keep `headroom × limit` after the cost, a
     /// concurrency limit as many free slots.
     pub headroom: f64,
+    /// The model group's price, if it has one: spend buckets take
+    /// `ceil((prompt × input + output granted × output) / 10⁶)` µ$.
+    pub price: Price,
     /// Prompt tokens taken from every token bucket.
     pub prompt_tokens: u64,
     /// Output tokens wanted on top.
@@ -126,9 +130,15 @@ impl ReservePlan {
 
     /// The cost with the full output granted.
     pub fn cost(&self) -> Cost {
+        self.cost_with(self.max_output_tokens)
+    }
+
+    /// The cost with `output` tokens granted.
+    pub fn cost_with(&self, output: u64) -> Cost {
         Cost {
             prompt: self.prompt_tokens,
-            output: self.max_output_tokens,
+            output,
+            spend: self.price.worst_case(self.prompt_tokens, output),
         }
     }
 
@@ -190,9 +200,15 @@ pub fn prepare(
         now_us: req.now_us,
     };
     let levels = levels(limits, scope, false);
+    let price = group
+        .as_ref()
+        .and_then(|g| limits.prices.get(&g.name))
+        .copied()
+        .unwrap_or_default();
     let smallest = Cost {
         prompt: req.prompt_reserve,
         output: min_output,
+        spend: price.worst_case(req.prompt_reserve, min_output),
     };
     if let Some(denial) = too_large(&levels, smallest, req.headroom) {
         return Ok(refused(denial, max_output));
@@ -206,6 +222,7 @@ pub fn prepare(
         levels,
         model_group: group,
         headroom: req.headroom,
+        price,
         prompt_tokens: req.prompt_reserve,
         max_output_tokens: max_output,
         min_output_tokens: min_output.min(max_output),

@@ -50,6 +50,8 @@ pub struct LevelLimits {
     pub input_tokens: Vec<Rate>,
     /// Output-token rates (output tokens per minute, ...).
     pub output_tokens: Vec<Rate>,
+    /// Spend rates: limits in micro-dollars (a monthly budget, ...).
+    pub spend: Vec<Rate>,
     /// Requests in flight at once.
     pub concurrency: Option<u64>,
 }
@@ -72,13 +74,19 @@ impl LevelLimits {
             Dimension::Tokens => &self.tokens,
             Dimension::InputTokens => &self.input_tokens,
             Dimension::OutputTokens => &self.output_tokens,
+            Dimension::Spend => &self.spend,
             Dimension::Concurrency => &[],
         }
     }
 
     /// Checks the level's rules; `path` prefixes field names in errors.
     pub fn validate(&self, path: &str) -> Result<(), LimitsError> {
-        for (name, rates) in Dimension::RATES.map(|d| (d.as_str(), self.rates(d))) {
+        for (dimension, rates) in Dimension::RATES.map(|d| (d, self.rates(d))) {
+            let name = dimension.as_str();
+            let max = match dimension {
+                Dimension::Spend => super::price::MAX_SPEND_MICROS,
+                _ => MAX_COUNT,
+            };
             if rates.len() > MAX_RATES_PER_DIMENSION {
                 return Err(LimitsError::new(
                     format!("{path}.{name}"),
@@ -87,10 +95,10 @@ impl LevelLimits {
             }
             for (i, rate) in rates.iter().enumerate() {
                 let field = format!("{path}.{name}[{i}]");
-                if rate.limit == 0 || rate.limit > MAX_COUNT {
+                if rate.limit == 0 || rate.limit > max {
                     return Err(LimitsError::new(
                         format!("{field}.limit"),
-                        format!("must be between 1 and {MAX_COUNT}, got {}", rate.limit),
+                        format!("must be between 1 and {max}, got {}", rate.limit),
                     ));
                 }
                 if rate.window.is_none()

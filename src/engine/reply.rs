@@ -4,7 +4,6 @@
 
 use super::reserve::ReserveOutcome;
 use super::{Engine, EngineError};
-use crate::domain::bucket::Cost;
 use crate::domain::decision;
 use crate::domain::plan::ReservePlan;
 use crate::domain::{Dimension, InvalidInput, Level};
@@ -37,10 +36,7 @@ impl<S: Store> Engine<S> {
                 denied_mask,
                 ..
             } => {
-                let cost = Cost {
-                    prompt: plan.prompt_tokens,
-                    output: plan.min_output_tokens,
-                };
+                let cost = plan.cost_with(plan.min_output_tokens);
                 let mut denial = decision::denial(
                     &plan.levels,
                     &readings,

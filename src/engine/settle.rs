@@ -30,6 +30,8 @@ pub struct CommitOutcome {
     pub estimation_ratio: f64,
     /// Actual minus estimated prompt tokens when the service counted it.
     pub estimation_error_tokens: i64,
+    /// What the usage cost at the model group's price, µ$ (0 unless applied).
+    pub cost_micros: u64,
 }
 
 impl<S: Store> Engine<S> {
@@ -96,11 +98,16 @@ impl<S: Store> Engine<S> {
             token_delta: 0,
             estimation_ratio: 0.0,
             estimation_error_tokens: 0,
+            cost_micros: 0,
         };
+        if matches!(reply, SettleReply::Applied { .. }) {
+            out.cost_micros = usage.cost;
+        }
         match reply {
             SettleReply::Applied {
                 settled,
                 estimated_prompt_tokens,
+                ..
             } => {
                 if let Settled::Committed(delta) = settled {
                     out.token_delta = delta;
@@ -132,20 +139,25 @@ impl<S: Store> Engine<S> {
             Some(g) if !g.cached_input_counts => cached,
             _ => 0,
         };
+        let price = limits.prices.get(&id.group).copied().unwrap_or_default();
         Usage {
             tokens: prompt + completion,
             prompt,
             input: prompt - uncounted,
+            cost: price.actual(prompt, cached, completion),
         }
     }
 
-    /// Refund.
-    pub async fn refund(&self, reservation_id: &str) -> Result<(Outcome, u64), EngineError> {
+    /// Refund: the outcome, the tokens returned, and the spend returned (µ$,
+    /// 0 unless applied).
+    pub async fn refund(&self, reservation_id: &str) -> Result<(Outcome, u64, u64), EngineError> {
         let id = ReservationId::parse(reservation_id)?;
         let (reply, refunded) = self.refund_id(&id).await?;
         match reply {
-            SettleReply::Applied { .. } => Ok((Outcome::Applied, refunded)),
-            SettleReply::AlreadySettled(_) => Ok((Outcome::AlreadySettled, refunded)),
+            SettleReply::Applied { reserved_spend, .. } => {
+                Ok((Outcome::Applied, refunded, reserved_spend))
+            }
+            SettleReply::AlreadySettled(_) => Ok((Outcome::AlreadySettled, refunded, 0)),
             SettleReply::NotFound => Err(not_found(reservation_id, id.local)),
         }
     }

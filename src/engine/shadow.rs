@@ -7,7 +7,6 @@
 //! would have done.
 
 use super::Engine;
-use crate::domain::bucket::Cost;
 use crate::domain::budget::Usage;
 use crate::domain::decision;
 use crate::domain::plan::{self, ReservePlan};
@@ -67,10 +66,7 @@ impl<S: Store> Engine<S> {
                     &shadow_plan.levels,
                     &readings,
                     denied_mask,
-                    Cost {
-                        prompt: shadow_plan.prompt_tokens,
-                        output: shadow_plan.min_output_tokens,
-                    },
+                    shadow_plan.cost_with(shadow_plan.min_output_tokens),
                     shadow_plan.headroom,
                     self.settings.concurrency_retry_ms,
                 );

@@ -164,6 +164,17 @@ pub mod config_field {
     const TIER: &str = "tier:";
     const OVERRIDE: &str = "override:";
     const MODEL: &str = "model:";
+    const PRICE: &str = "price:";
+
+    /// The field of model group `name`'s prices.
+    pub fn price(name: &str) -> String {
+        format!("{PRICE}{name}")
+    }
+
+    /// The model group a field holds the prices of, if it holds prices.
+    pub fn as_price(field: &str) -> Option<&str> {
+        field.strip_prefix(PRICE)
+    }
 
     /// The field of model group `name`.
     pub fn model(name: &str) -> String {

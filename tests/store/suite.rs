@@ -215,6 +215,7 @@ fn plan(user: &str, levels: Vec<LevelPlan>, prompt: u64, output: u64) -> Reserve
         levels,
         model_group: None,
         headroom: 0.0,
+        price: Default::default(),
         prompt_tokens: prompt,
         max_output_tokens: output,
         min_output_tokens: output,
@@ -297,6 +298,7 @@ async fn commit_returns_surplus_and_charges_overage_as_debt<S: Store>(c: &Ctx<S>
     let applied = |delta| SettleReply::Applied {
         settled: Settled::Committed(delta),
         estimated_prompt_tokens: 0,
+        reserved_spend: 0,
     };
     assert_eq!(c.commit(&a, 50, 40).await, applied(-150));
     assert_eq!(c.status(&a).await[1], bucket(950_000));
@@ -314,6 +316,7 @@ async fn refund_returns_request_tokens_and_slot<S: Store>(c: &Ctx<S>) {
     let refunded = SettleReply::Applied {
         settled: Settled::Refunded(100),
         estimated_prompt_tokens: 0,
+        reserved_spend: 0,
     };
     assert_eq!(c.refund(&p).await, refunded);
     let idle = Reading::Concurrency {
@@ -745,6 +748,7 @@ async fn input_and_output_tokens_take_their_part_and_settle_to_usage<S: Store>(c
         tokens: 350,
         prompt: 300,
         input: 100,
+        cost: 0,
     };
     assert!(matches!(
         c.commit_usage(&p, usage).await,

@@ -42,6 +42,8 @@ pub const TOKENS_DIMENSION: f64 = 2.0;
 pub const INPUT_DIMENSION: f64 = 3.0;
 /// The dimension digit of output-token buckets.
 pub const OUTPUT_DIMENSION: f64 = 4.0;
+/// The dimension digit of spend buckets (µ$).
+pub const SPEND_DIMENSION: f64 = 5.0;
 
 /// A level state is little-endian doubles: this many first (`n` live leases,
 /// `e` earliest lease expiry, `x` the key's expiry; Lua's `s[1]`, `s[2]`,
@@ -53,7 +55,7 @@ pub const BUCKET_WIDTH: usize = 3;
 /// A reservation record, byte by byte (1-based offsets, as Lua's `string.sub`
 /// counts): state, cost, lease expiry | lease mask, owner tag, fingerprint,
 /// settled amount (the tail the caller sends) | estimated prompt tokens,
-/// granted output tokens.
+/// granted output tokens, spend reserved.
 /// Numbers are little-endian doubles, tags little-endian u64.
 pub const REC_STATE: usize = 1;
 /// Tokens reserved (prompt + granted output).
@@ -72,11 +74,13 @@ pub const REC_AMOUNT: usize = 35;
 pub const REC_ESTIMATED: usize = 43;
 /// The output tokens granted (the rest of the cost is prompt).
 pub const REC_OUTPUT: usize = 51;
+/// The spend reserved, µ$.
+pub const REC_SPEND: usize = 59;
 /// The record's length in bytes.
-pub const REC_LEN: usize = 58;
+pub const REC_LEN: usize = 66;
 /// The length of a record written before [`REC_OUTPUT`] existed: read as
-/// granted output 0 (all of the cost prompt), so reservations made by the
-/// previous release settle after an upgrade.
+/// granted output 0 (all of the cost prompt) and no spend, so reservations
+/// made by the previous release settle after an upgrade.
 pub const REC_LEN_V1: usize = 50;
 /// Record state byte: reserved.
 pub const STATE_RESERVED: u8 = b'R';
@@ -103,6 +107,7 @@ pub const LUA_CONSTANTS: &[(&str, f64)] = &[
     ("TOKENS", TOKENS_DIMENSION),
     ("INPUT", INPUT_DIMENSION),
     ("OUTPUT", OUTPUT_DIMENSION),
+    ("SPEND", SPEND_DIMENSION),
     ("REC_COST", REC_COST as f64),
     ("REC_LEASE_EXPIRY", REC_LEASE_EXPIRY as f64),
     ("REC_MASK", REC_MASK as f64),
@@ -111,6 +116,7 @@ pub const LUA_CONSTANTS: &[(&str, f64)] = &[
     ("REC_AMOUNT", REC_AMOUNT as f64),
     ("REC_ESTIMATED", REC_ESTIMATED as f64),
     ("REC_OUTPUT", REC_OUTPUT as f64),
+    ("REC_SPEND", REC_SPEND as f64),
     ("REC_LEN", REC_LEN as f64),
 ];
 

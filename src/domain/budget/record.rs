@@ -4,7 +4,8 @@
 
 use super::layout::{
     REC_AMOUNT, REC_COST, REC_ESTIMATED, REC_FINGERPRINT, REC_LEASE_EXPIRY, REC_LEN, REC_LEN_V1,
-    REC_MASK, REC_OUTPUT, REC_OWNER, REC_STATE, STATE_COMMITTED, STATE_REFUNDED, STATE_RESERVED,
+    REC_MASK, REC_OUTPUT, REC_OWNER, REC_SPEND, REC_STATE, STATE_COMMITTED, STATE_REFUNDED,
+    STATE_RESERVED,
 };
 
 /// Where a reservation is in its life.
@@ -39,6 +40,8 @@ pub struct Record {
     pub estimated: f64,
     /// Output tokens granted; the rest of `cost` is prompt.
     pub output: f64,
+    /// Spend reserved, µ$.
+    pub spend: f64,
 }
 
 /// A stored record that is not a record.
@@ -70,6 +73,7 @@ impl Record {
         out.extend_from_slice(&self.amount.to_le_bytes());
         out.extend_from_slice(&self.estimated.to_le_bytes());
         out.extend_from_slice(&self.output.to_le_bytes());
+        out.extend_from_slice(&self.spend.to_le_bytes());
         debug_assert_eq!(out.len(), REC_LEN);
         out
     }
@@ -104,6 +108,10 @@ impl Record {
                 REC_LEN => f64::from_le_bytes(word(REC_OUTPUT)),
                 _ => 0.0,
             },
+            spend: match bytes.len() {
+                REC_LEN => f64::from_le_bytes(word(REC_SPEND)),
+                _ => 0.0,
+            },
         })
     }
 
@@ -136,6 +144,7 @@ mod tests {
             amount: -17.0,
             estimated: 99.0,
             output: 200.0,
+            spend: 75_000.0,
         };
         let bytes = rec.encode();
         assert_eq!(Record::decode(&bytes), Ok(rec.clone()));

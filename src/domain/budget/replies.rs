@@ -118,6 +118,8 @@ pub enum SettleReply {
         /// The service's raw prompt count the reservation was made with (0 when
         /// the caller counted).
         estimated_prompt_tokens: u64,
+        /// The spend the reservation had reserved, µ$ (what a refund returns).
+        reserved_spend: u64,
     },
     /// Settled before; nothing changed.
     AlreadySettled(Settled),

@@ -134,6 +134,7 @@ fn new_record(plan: &ReservePlan, grant: f64, exp: f64) -> Record {
         amount: 0.0,
         estimated: plan.estimated_prompt_tokens as f64,
         output: grant,
+        spend: spend_of(plan, grant),
     }
 }
 
@@ -195,6 +196,11 @@ fn read_levels(plan: &ReservePlan, levels: &mut [Option<StoredLevel>], now: f64)
             let room = match b.dimension {
                 Dimension::Tokens => l - prompt - b.floor(plan.headroom),
                 Dimension::OutputTokens => l - b.floor(plan.headroom),
+                Dimension::Spend if plan.price.output > 0 => {
+                    let (sp, op) = spend_rates(plan);
+                    let left = (l - b.floor(plan.headroom)).floor();
+                    ((left * 1e6 - sp) / op).floor()
+                }
                 _ => read.room,
             };
             if room < read.room {
@@ -205,6 +211,22 @@ fn read_levels(plan: &ReservePlan, levels: &mut [Option<StoredLevel>], now: f64)
         read.after.push(s);
     }
     read
+}
+
+/// The plan's spend rates as the scripts receive them: the prompt at the
+/// input price (µ$ × 10⁶) and the output price (µ$ per 10⁶ tokens).
+pub fn spend_rates(plan: &ReservePlan) -> (f64, f64) {
+    (
+        plan.prompt_tokens as f64 * plan.price.input as f64,
+        plan.price.output as f64,
+    )
+}
+
+/// What `grant` output tokens and the prompt cost, µ$, rounded up once.
+/// Lua: `math.ceil((sp + grant * op) / 1e6)`.
+fn spend_of(plan: &ReservePlan, grant: f64) -> f64 {
+    let (sp, op) = spend_rates(plan);
+    ((sp + grant * op) / 1e6).ceil()
 }
 
 /// Whether entry `i`'s lapsed leases count in the reclaimed figures: a
@@ -224,6 +246,7 @@ pub fn counts_reclaims(levels: &[LevelPlan], i: usize) -> bool {
 fn check(plan: &ReservePlan, read: &mut Read, grant: f64, now: f64) -> (u64, Vec<f64>) {
     let prompt = plan.prompt_tokens as f64;
     let h = plan.headroom;
+    let spend = spend_of(plan, grant);
     let (mut denied, mut bit) = (0u64, 1u64);
     let mut ttls = Vec::with_capacity(plan.levels.len());
     let mut found = read.buckets.iter();
@@ -234,6 +257,7 @@ fn check(plan: &ReservePlan, read: &mut Read, grant: f64, now: f64) -> (u64, Vec
                 Dimension::Tokens => prompt + grant,
                 Dimension::InputTokens => prompt,
                 Dimension::OutputTokens => grant,
+                Dimension::Spend => spend,
                 Dimension::Requests | Dimension::Concurrency => 1.0,
             };
             if b.denies(l, c, h) {
@@ -337,6 +361,7 @@ mod tests {
             }],
             model_group: None,
             headroom: 0.0,
+            price: Default::default(),
             prompt_tokens: prompt,
             max_output_tokens: max,
             min_output_tokens: min,

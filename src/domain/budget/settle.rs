@@ -29,6 +29,8 @@ pub struct Usage {
     /// The prompt tokens input-token limits count: the prompt, less the
     /// cached part where the model group does not count it.
     pub input: u64,
+    /// What the usage cost at the model group's price, µ$.
+    pub cost: u64,
 }
 
 impl Usage {
@@ -38,6 +40,7 @@ impl Usage {
             tokens,
             prompt,
             input: prompt,
+            cost: 0,
         }
     }
 }
@@ -124,6 +127,7 @@ pub fn settle(
         reply: SettleReply::Applied {
             settled,
             estimated_prompt_tokens: rec.estimated as u64,
+            reserved_spend: rec.spend as u64,
         },
         record: Some((settled_record, retention.record_ms)),
         sample,
@@ -155,6 +159,7 @@ struct Deltas {
     dreq: f64,
     din: f64,
     dout: f64,
+    dspend: f64,
 }
 
 impl Deltas {
@@ -168,6 +173,7 @@ impl Deltas {
                     dreq: -1.0,
                     din: -prompt,
                     dout: -rec.output,
+                    dspend: -rec.spend,
                 },
                 Settled::Refunded(rec.cost as u64),
             ),
@@ -179,6 +185,7 @@ impl Deltas {
                     dreq: 0.0,
                     din: usage.input as f64 - prompt,
                     dout: completion - rec.output,
+                    dspend: usage.cost as f64 - rec.spend,
                 };
                 (deltas, Settled::Committed(dtok as i64))
             }
@@ -190,6 +197,7 @@ impl Deltas {
             Dimension::Tokens => self.dtok,
             Dimension::InputTokens => self.din,
             Dimension::OutputTokens => self.dout,
+            Dimension::Spend => self.dspend,
             Dimension::Requests | Dimension::Concurrency => self.dreq,
         }
     }

@@ -17,7 +17,7 @@
 
 use super::layout::{
     BUCKET_WIDTH, DIMENSION_SCALE, GROUP_SCALE, INPUT_DIMENSION, OUTPUT_DIMENSION,
-    REQUESTS_DIMENSION, STATE_HEAD, TOKENS_DIMENSION, WINDOW_PERIODS,
+    REQUESTS_DIMENSION, SPEND_DIMENSION, STATE_HEAD, TOKENS_DIMENSION, WINDOW_PERIODS,
 };
 use crate::domain::bucket::to_milli;
 use crate::domain::{BucketSpec, Dimension, LevelPlan, Reading, Readings};
@@ -54,6 +54,7 @@ pub fn bucket_id(b: &BucketSpec) -> f64 {
         Dimension::Tokens => TOKENS_DIMENSION,
         Dimension::InputTokens => INPUT_DIMENSION,
         Dimension::OutputTokens => OUTPUT_DIMENSION,
+        Dimension::Spend => SPEND_DIMENSION,
     };
     let period = match b.window {
         Some(w) => WINDOW_PERIODS + f64::from(w.window.tag()),

@@ -5,7 +5,7 @@
 use super::RedisStore;
 use super::wire::{DOUBLES, Spec, doubles, int_at, record_tail, state_at, string_at, unexpected};
 use crate::domain::budget::layout::{RECLAIM_BITS, RECLAIM_CAP};
-use crate::domain::budget::reserve::counts_reclaims;
+use crate::domain::budget::reserve::{counts_reclaims, spend_rates};
 use crate::domain::budget::state;
 use crate::domain::{Level, ReservePlan};
 use crate::store::keys::lease_field;
@@ -64,6 +64,8 @@ fn reserve_spec(plan: &ReservePlan) -> Spec {
         .push(plan.lease_ttl_ms as f64 * 1000.0)
         .push(plan.estimated_prompt_tokens as f64)
         .push(plan.headroom);
+    let (sp, op) = spend_rates(plan);
+    spec.push(sp).push(op);
     for (i, lp) in plan.levels.iter().enumerate() {
         let weight = match counts_reclaims(&plan.levels, i) {
             true => 2f64.powi((RECLAIM_BITS as usize * Reclaimed::index(lp.level)) as i32),

@@ -50,7 +50,8 @@ impl RedisStore {
             .push(usage.tokens as f64)
             .push(usage.prompt as f64)
             .push(self.retention.samples as f64)
-            .push(usage.input as f64);
+            .push(usage.input as f64)
+            .push(usage.cost as f64);
         for lp in s.levels {
             spec.push(f64::from(lp.bit()))
                 .push(lp.buckets.len() as f64)
@@ -115,6 +116,7 @@ fn decode_settle(mode: SettleMode, reply: &[Value]) -> Result<SettleReply, Store
         1 => SettleReply::Applied {
             settled: settled(mode.state(), int_at(reply, 1)?),
             estimated_prompt_tokens: int_at(reply, 2)?.max(0) as u64,
+            reserved_spend: int_at(reply, 3)?.max(0) as u64,
         },
         0 => SettleReply::AlreadySettled(settled(&string_at(reply, 1)?, int_at(reply, 2)?)),
         -1 => SettleReply::NotFound,

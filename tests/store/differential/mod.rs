@@ -331,12 +331,14 @@ async fn step(
             actual,
             prompt,
             input,
+            cost,
         } => {
             let s = Settlement { id, levels };
             let usage = Usage {
                 tokens: *actual,
                 prompt: *prompt,
                 input: *input,
+                cost: *cost,
             };
             let m = memory.commit(s, usage).await.unwrap();
             count(seen, settled("commit", &m));

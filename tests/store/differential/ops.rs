@@ -3,6 +3,7 @@
 //! a seed replays the same sequence.
 
 use ctxbudget::domain::bucket::{BucketSpec, Windowed};
+use ctxbudget::domain::price::Price;
 use ctxbudget::domain::window::{Window, WindowKind};
 use ctxbudget::domain::{
     Dimension, IdempotencyKey, Level, LevelLimits, LevelPlan, ModelGroup, ReservationId,
@@ -34,6 +35,7 @@ pub enum Op {
         actual: u64,
         prompt: u64,
         input: u64,
+        cost: u64,
     },
     Refund {
         id: ReservationId,
@@ -154,6 +156,7 @@ pub fn level_plan(rng: &mut StdRng, level: Level) -> LevelPlan {
         (Dimension::Tokens, 50..=3000, 3001..=2_000_000),
         (Dimension::InputTokens, 50..=3000, 3001..=2_000_000),
         (Dimension::OutputTokens, 50..=3000, 3001..=2_000_000),
+        (Dimension::Spend, 100..=50_000, 50_001..=100_000_000),
     ]
     .into_iter()
     .flat_map(|d| tags.map(|t| (d.clone(), t)))
@@ -336,7 +339,19 @@ impl Gen {
             _ => 0.05,
         };
         let grouped = levels.iter().any(|l| l.group.is_some());
+        let price = match self.rng.random_range(0..4) {
+            0 => Price::default(),
+            _ => {
+                let input = self.rng.random_range(0..=20_000_000);
+                Price {
+                    input,
+                    cached_input: self.rng.random_range(0..=input),
+                    output: self.rng.random_range(0..=80_000_000),
+                }
+            }
+        };
         ReservePlan {
+            price,
             levels,
             model_group: grouped.then(|| GROUP.clone()),
             headroom,
@@ -438,12 +453,18 @@ impl Gen {
                     0 => r.random_range(0..=prompt),
                     _ => prompt,
                 };
+                let cost = match r.random_range(0..3) {
+                    0 => 0,
+                    1 => r.random_range(0..=1_000),
+                    _ => r.random_range(0..=5_000_000),
+                };
                 Op::Commit {
                     id,
                     levels,
                     actual,
                     prompt,
                     input,
+                    cost,
                 }
             }
             45..=51 => {

@@ -1,0 +1,125 @@
+//! Money as written: spend limits in USD, prices per model group in USD per
+//! million tokens, and `[money]`. Every amount becomes whole micro-dollars
+//! here (an amount finer than a micro-dollar is refused, never rounded).
+//!
+//! ```toml
+//! [prices.gpt-4o]
+//! input = 2.50          # USD per million prompt tokens
+//! cached_input = 1.25   # cached prompt tokens (default: input)
+//! output = 10.00
+//!
+//! [tiers.pro]
+//! tenant = { spend = [{ limit_usd = 500, window = "month", timezone = "Asia/Bangkok" }] }
+//! ```
+
+use super::limits::{Period, RateSection};
+use crate::domain::price::{MAX_PRICE_MICROS, MAX_SPEND_MICROS, Price, usd_to_micros};
+use crate::domain::{LimitsError, Rate};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One spend limit as written: `{ limit_usd = 500, window = "month" }` or with
+/// a rolling `period`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpendSection {
+    /// USD per period or window.
+    pub limit_usd: f64,
+    /// A rolling period (`"1d"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period: Option<Period>,
+    /// A calendar window: `"day"`, `"week"` or `"month"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
+    /// The window's IANA time zone (default UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+}
+
+impl SpendSection {
+    /// The domain rate, its limit in µ$; `field` names it in errors.
+    pub fn to_domain(&self, field: &str) -> Result<Rate, LimitsError> {
+        let limit = usd_to_micros(
+            &format!("{field}.limit_usd"),
+            self.limit_usd,
+            MAX_SPEND_MICROS,
+        )?;
+        RateSection {
+            limit,
+            period: self.period.clone(),
+            window: self.window.clone(),
+            timezone: self.timezone.clone(),
+        }
+        .to_domain(field)
+    }
+
+    /// A domain spend rate as written.
+    pub fn of(rate: &Rate) -> Self {
+        let r = RateSection::of(rate);
+        SpendSection {
+            limit_usd: rate.limit as f64 / 1e6,
+            period: r.period,
+            window: r.window,
+            timezone: r.timezone,
+        }
+    }
+}
+
+/// Written spend limits as domain rates; `path` names the list in errors.
+pub fn spend_rates(path: &str, spend: &[SpendSection]) -> Result<Vec<Rate>, LimitsError> {
+    spend
+        .iter()
+        .enumerate()
+        .map(|(i, s)| s.to_domain(&format!("{path}[{i}]")))
+        .collect()
+}
+
+/// `[prices.<group>]`: USD per million tokens.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceSection {
+    /// Prompt tokens.
+    pub input: f64,
+    /// Prompt tokens read from the provider's cache; default `input`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input: Option<f64>,
+    /// Output tokens.
+    pub output: f64,
+}
+
+impl PriceSection {
+    /// The domain price, µ$ per million tokens; `path` names it in errors.
+    pub fn to_domain(&self, path: &str) -> Result<Price, LimitsError> {
+        let micros =
+            |name: &str, usd: f64| usd_to_micros(&format!("{path}.{name}"), usd, MAX_PRICE_MICROS);
+        let input = micros("input", self.input)?;
+        Ok(Price {
+            input,
+            cached_input: match self.cached_input {
+                Some(c) => micros("cached_input", c)?,
+                None => input,
+            },
+            output: micros("output", self.output)?,
+        })
+    }
+}
+
+/// Written prices as domain prices, by group.
+pub fn prices(
+    sections: &BTreeMap<String, PriceSection>,
+) -> Result<BTreeMap<String, Price>, LimitsError> {
+    sections
+        .iter()
+        .map(|(group, p)| Ok((group.clone(), p.to_domain(&format!("prices.{group}"))?)))
+        .collect()
+}
+
+/// `[money]`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MoneySection {
+    /// Refuse (INVALID_ARGUMENT) a request for a model without a price, rather
+    /// than counting its spend as 0.
+    #[serde(default)]
+    pub require_price: bool,
+}
