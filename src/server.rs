@@ -185,6 +185,7 @@ pub fn engine_settings(settings: &Settings) -> EngineSettings {
         breaker: settings.breaker,
         retention: settings.retention,
         priorities: settings.priorities,
+        require_price: settings.require_price,
     }
 }
 

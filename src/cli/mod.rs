@@ -9,11 +9,13 @@ mod inspect_rows;
 mod models;
 mod output;
 mod overrides;
+mod prices;
 
 pub use admin::{AdminArgs, GlobalCmd, OverridesCmd, TiersCmd};
 pub use health::HealthArgs;
 pub use inspect::InspectArgs;
 pub use models::ModelsCmd;
+pub use prices::PricesCmd;
 
 use crate::config::{self, Flags};
 use crate::server;
@@ -55,6 +57,16 @@ pub enum Command {
         /// What to do.
         #[command(subcommand)]
         cmd: ModelsCmd,
+        /// Where.
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Prices per model group (USD per million tokens) in the live configuration
+    /// (Redis): list, get, set, delete, import, export.
+    Prices {
+        /// What to do.
+        #[command(subcommand)]
+        cmd: PricesCmd,
         /// Where.
         #[command(flatten)]
         admin: AdminArgs,
@@ -114,6 +126,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(args) => bench(*args).await,
         Command::Tiers { cmd, admin } => admin::tiers(cmd, admin).await,
         Command::Models { cmd, admin } => models::models(cmd, admin).await,
+        Command::Prices { cmd, admin } => prices::prices(cmd, admin).await,
         Command::Global { cmd, admin } => admin::global(cmd, admin).await,
         Command::Overrides { cmd, admin } => overrides::overrides(cmd, admin).await,
         Command::Inspect(args) => inspect::inspect(args).await,

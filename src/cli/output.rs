@@ -127,6 +127,12 @@ pub fn limits_summary(level: &LevelLimits) -> String {
     parts.extend(rate_parts(Unit::Tokens, &level.tokens));
     parts.extend(rate_parts(Unit::Input, &level.input_tokens));
     parts.extend(rate_parts(Unit::Output, &level.output_tokens));
+    parts.extend(
+        level
+            .spend
+            .iter()
+            .map(|r| format!("${}/{}", r.limit as f64 / 1e6, r.label())),
+    );
     if let Some(c) = level.concurrency {
         parts.push(format!("{c} concurrent"));
     }

@@ -44,6 +44,8 @@ pub struct Settings {
     pub limits: Arc<Limits>,
     /// The share of every limit each priority class must leave.
     pub priorities: Priorities,
+    /// `[money] require_price`.
+    pub require_price: bool,
     /// The configuration file read, if any (SIGHUP re-reads it).
     pub config_path: Option<PathBuf>,
     /// The tiers, global limits and overrides as written: what seeds Redis
@@ -146,6 +148,7 @@ impl FileConfig {
     pub fn settings(self, overrides: Flags) -> Result<Settings, ConfigError> {
         let limits = self.limits()?;
         let priorities = self.priorities.unwrap_or_default().to_domain()?;
+        let require_price = self.money.unwrap_or_default().require_price;
         let seed = self.seed();
         let defaults = Self::built_in();
         let server = self.server.or(defaults.server).expect("built-in [server]");
@@ -194,6 +197,7 @@ impl FileConfig {
             concurrency_retry_ms: res.concurrency_retry_ms,
             limits: Arc::new(limits),
             priorities,
+            require_price,
             max_message_bytes: server.max_message_bytes,
             config_path: None,
             seed,

@@ -52,6 +52,26 @@ pub struct EngineSettings {
     pub retention: Retention,
     /// The share of every limit each priority class must leave.
     pub priorities: Priorities,
+    /// Refuse requests for models without a price where spend limits apply.
+    pub require_price: bool,
+}
+
+/// Models already logged as having no price: each is said once (at most
+/// [`Self::CAP`] remembered, so hostile model names cannot grow it).
+#[derive(Default)]
+pub(crate) struct Unpriced(std::sync::Mutex<std::collections::HashSet<String>>);
+
+impl Unpriced {
+    const CAP: usize = 1000;
+
+    /// True the first time `model` is seen.
+    pub(crate) fn note(&self, model: &str) -> bool {
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.contains(model) || seen.len() >= Self::CAP {
+            return false;
+        }
+        seen.insert(model.to_owned())
+    }
 }
 
 /// A request the engine could not answer with a decision.
@@ -87,6 +107,8 @@ pub struct Engine<S> {
     local: MemoryStore,
     /// Reservations whose store call failed, to refund once the store answers.
     cancels: cancel::Cancellations,
+    /// Models logged as having no price.
+    unpriced: Unpriced,
     /// The limits in force are the file's, standing in until the store's
     /// configuration is loaded (the store did not answer at start-up).
     provisional: std::sync::atomic::AtomicBool,
@@ -115,6 +137,7 @@ impl<S: Store> Engine<S> {
             counter,
             multipliers,
             cancels: cancel::Cancellations::default(),
+            unpriced: Unpriced::default(),
             provisional: std::sync::atomic::AtomicBool::new(false),
         }
     }

@@ -121,6 +121,7 @@ impl<S: Store> Engine<S> {
             Prepared::Plan(plan) => {
                 // Every later line of this call names the reservation.
                 tracing::Span::current().record("reservation", tracing::field::display(&plan.id));
+                self.check_price(&plan, &model, &limits)?;
                 plan
             }
             Prepared::Refused {
@@ -167,6 +168,47 @@ impl<S: Store> Engine<S> {
         record_decision(&tier.name, &plan, &out);
         guard.disarm();
         Ok(out)
+    }
+
+    /// A plan with a spend limit for a model without a price: refused under
+    /// `[money] require_price`, else its spend is 0, said once per model.
+    fn check_price(
+        &self,
+        plan: &ReservePlan,
+        model: &str,
+        limits: &Limits,
+    ) -> Result<(), EngineError> {
+        let spends = plan
+            .levels
+            .iter()
+            .flat_map(|l| &l.buckets)
+            .any(|b| b.dimension == crate::domain::Dimension::Spend);
+        let priced = plan
+            .model_group
+            .as_ref()
+            .is_some_and(|g| limits.prices.contains_key(&g.name));
+        if !spends || priced {
+            return Ok(());
+        }
+        if self.settings.require_price {
+            return Err(crate::domain::InvalidInput::new(
+                "model",
+                format!(
+                    "{model:?} has no price and spend limits apply ([money] require_price): \
+                     set its model group's prices with `ctxbudget prices set`, or send a \
+                     priced model"
+                ),
+            )
+            .into());
+        }
+        if self.unpriced.note(model) {
+            tracing::warn!(
+                model,
+                "a model without a price is counted as costing nothing against spend limits; \
+                 set its model group's prices ([prices.<group>] or `ctxbudget prices set`)"
+            );
+        }
+        Ok(())
     }
 
     /// The quota in shadow's check of `plan`, while the store is healthy: in

@@ -182,6 +182,7 @@ impl Drop for RedisServer {
 }
 
 /// Which store a test runs against.
+#[derive(Clone, Copy, Debug)]
 pub enum Backend {
     Memory,
     Redis,

@@ -1,0 +1,148 @@
+//! `ctxbudget prices`: each model group's prices in the live configuration
+//! (Redis), USD per million tokens — what spend limits charge. Changes are
+//! validated, versioned, audited and announced like `ctxbudget tiers`.
+
+use super::admin::{AdminArgs, check_whole, read_input, write};
+use super::output::{print_document, print_json, table, toml_document};
+use crate::config::repository::{ConfigDoc, Field, document};
+use crate::config::{FileConfig, PriceSection, parse_document};
+use anyhow::{Context, bail};
+use clap::Subcommand;
+use std::path::PathBuf;
+
+/// `ctxbudget prices ...`.
+#[derive(Debug, Subcommand)]
+pub enum PricesCmd {
+    /// List every model group's prices.
+    List,
+    /// Show one group's prices as a TOML document that `prices set` takes back.
+    Get {
+        /// The model group.
+        group: String,
+    },
+    /// Set a group's prices from a TOML or JSON document (`-`: stdin):
+    /// input, output and optionally cached_input, USD per million tokens.
+    Set {
+        /// The model group.
+        group: String,
+        /// The document.
+        file: PathBuf,
+    },
+    /// Remove a group's prices: its requests cost nothing from then on.
+    Delete {
+        /// The model group.
+        group: String,
+    },
+    /// Set every price of a configuration file (its [prices.*] sections).
+    Import {
+        /// A configuration file.
+        file: PathBuf,
+    },
+    /// Print every price as a configuration file that `prices import` takes.
+    Export,
+}
+
+/// `ctxbudget prices ...`.
+pub async fn prices(cmd: PricesCmd, args: AdminArgs) -> anyhow::Result<()> {
+    let cfg = args.connect().await?;
+    let mut doc = cfg.load().await?;
+    match cmd {
+        PricesCmd::List => list(&doc, &args),
+        PricesCmd::Get { group } => {
+            let price = doc
+                .prices
+                .get(&group)
+                .with_context(|| no_price(&group, &doc))?;
+            if args.json {
+                return print_json(price);
+            }
+            print_document(
+                &[
+                    format!(
+                        "Prices of model group {group}, USD per million tokens (configuration \
+                         version {}).",
+                        doc.version
+                    ),
+                    format!("`ctxbudget prices set {group} FILE` takes this document back."),
+                ],
+                price,
+            )
+        }
+        PricesCmd::Set { group, file } => {
+            let section: PriceSection = parse_document(&read_input(&file)?)
+                .map_err(|e| anyhow::anyhow!("prices.{group}.{e}; nothing was written"))?;
+            doc.prices.insert(group.clone(), section);
+            check_whole(&doc)?;
+            write(&cfg, Field::Price(group), Some(document(&section)), &args).await
+        }
+        PricesCmd::Delete { group } => {
+            if doc.prices.remove(&group).is_none() {
+                bail!(no_price(&group, &doc));
+            }
+            check_whole(&doc)?;
+            write(&cfg, Field::Price(group), None, &args).await
+        }
+        PricesCmd::Import { file } => {
+            let text = read_input(&file)?;
+            let imported = FileConfig::parse(&text, &file.display().to_string())?;
+            let prices = imported
+                .prices
+                .context("the file has no [prices.*] sections")?;
+            doc.prices.extend(prices.clone());
+            check_whole(&doc)?;
+            for (group, p) in prices {
+                write(&cfg, Field::Price(group), Some(document(&p)), &args).await?;
+            }
+            Ok(())
+        }
+        PricesCmd::Export => {
+            if args.json {
+                return print_json(&doc.prices);
+            }
+            let file = FileConfig {
+                prices: Some(doc.prices),
+                ..FileConfig::default()
+            };
+            print!("{}", toml_document(&file)?);
+            Ok(())
+        }
+    }
+}
+
+/// `prices list`: one row per group with a price.
+fn list(doc: &ConfigDoc, args: &AdminArgs) -> anyhow::Result<()> {
+    if args.json {
+        return print_json(&doc.prices);
+    }
+    let usd = |v: f64| format!("{v}");
+    let rows: Vec<Vec<String>> = doc
+        .prices
+        .iter()
+        .map(|(group, p)| {
+            vec![
+                group.clone(),
+                usd(p.input),
+                usd(p.cached_input.unwrap_or(p.input)),
+                usd(p.output),
+            ]
+        })
+        .collect();
+    println!(
+        "configuration version {}; USD per million tokens",
+        doc.version
+    );
+    table(&["MODEL GROUP", "INPUT", "CACHED INPUT", "OUTPUT"], &rows);
+    Ok(())
+}
+
+fn no_price(group: &str, doc: &ConfigDoc) -> String {
+    let known: Vec<&str> = doc.prices.keys().map(String::as_str).collect();
+    format!(
+        "model group {group:?} has no price; the groups with one: {}",
+        if known.is_empty() {
+            "none".into()
+        } else {
+            known.join(", ")
+        }
+    )
+}

@@ -1,0 +1,192 @@
+//! Money end to end over both stores: a monthly budget in a time zone, the
+//! worst case reserved, the actual cost committed (cached prompt tokens at the
+//! cached price), the surplus returned, and the denial once committed spend
+//! reaches the budget — with Retry-After at the month's end there.
+
+use crate::support;
+
+use ctxbudget::domain::window::{Window, WindowKind, parse_zone};
+use ctxbudget::domain::{Clock, SystemClock};
+use ctxbudget::pb::{self, Dimension, Level, Reason};
+use support::{Backend, Harness, reserve};
+use tonic::Code;
+
+macro_rules! both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Memory).await
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Redis).await
+                }
+            )*
+        }
+    };
+}
+
+both_stores!(
+    a_monthly_budget_denies_once_committed_spend_reaches_it,
+    a_refund_returns_the_reserved_spend,
+    a_model_without_a_price_costs_nothing_or_is_refused,
+);
+
+const BUDGET: &str = r#"
+[models.gpt-4o]
+match = ["gpt-4o*"]
+
+[prices.gpt-4o]
+input = 2.50
+cached_input = 1.25
+output = 10.00
+
+[tiers.t]
+max_context_tokens = 200000
+default_max_output_tokens = 100
+tenant = { spend = [{ limit_usd = 1.00, window = "month", timezone = "Asia/Bangkok" }] }
+"#;
+
+type Client = pb::budget_service_client::BudgetServiceClient<tonic::transport::Channel>;
+
+/// 100,000 prompt tokens and 10,000 output: at most $0.35.
+fn ask(model: &str) -> pb::CheckAndReserveRequest {
+    pb::CheckAndReserveRequest {
+        model: model.into(),
+        ..reserve("acme", "", "t", 100_000, 10_000)
+    }
+}
+
+async fn call(c: &mut Client, r: pb::CheckAndReserveRequest) -> pb::CheckAndReserveResponse {
+    c.check_and_reserve(r).await.expect("rpc").into_inner()
+}
+
+fn spend_left(r: &pb::CheckAndReserveResponse) -> i64 {
+    r.limits
+        .iter()
+        .find(|l| l.dimension() == Dimension::Spend)
+        .expect("the spend limit is reported")
+        .remaining
+}
+
+async fn commit(c: &mut Client, id: &str, prompt: u64, cached: u64, completion: u64) -> u64 {
+    let r = c
+        .commit(pb::CommitRequest {
+            reservation_id: id.into(),
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            cached_prompt_tokens: cached,
+        })
+        .await
+        .expect("commit")
+        .into_inner();
+    assert_eq!(r.outcome(), pb::Outcome::Applied);
+    r.cost_micros
+}
+
+async fn a_monthly_budget_denies_once_committed_spend_reaches_it(backend: Backend) {
+    let mut h = Harness::start(backend, BUDGET).await;
+    let c = &mut h.client;
+    let first = call(c, ask("gpt-4o")).await;
+    assert!(first.allowed, "{first:#?}");
+    assert_eq!(
+        spend_left(&first),
+        650_000,
+        "the worst case, $0.35, is reserved"
+    );
+    // 60,000 uncached at $2.50/M, 40,000 cached at $1.25/M, 5,000 out at $10/M.
+    let cost = commit(c, &first.reservation_id, 100_000, 40_000, 5_000).await;
+    assert_eq!(cost, 150_000 + 50_000 + 50_000);
+    // The surplus ($0.10) is back: $0.75 left; two more at the full $0.35
+    // leave $0.05.
+    for left in [400_000, 50_000] {
+        let r = call(c, ask("gpt-4o")).await;
+        assert!(r.allowed, "{r:#?}");
+        assert_eq!(
+            commit(c, &r.reservation_id, 100_000, 0, 10_000).await,
+            350_000
+        );
+        let probe = call(c, ask("gpt-4o")).await;
+        assert_eq!(
+            spend_left(&probe),
+            left - if probe.allowed { 350_000 } else { 0 }
+        );
+        if probe.allowed {
+            c.refund(pb::RefundRequest {
+                reservation_id: probe.reservation_id,
+            })
+            .await
+            .unwrap();
+        }
+    }
+    let denied = call(c, ask("gpt-4o")).await;
+    let now = SystemClock.now_us();
+    assert!(!denied.allowed);
+    assert_eq!(denied.reason(), Reason::BudgetExceeded);
+    assert_eq!(denied.limiting_dimension(), Dimension::Spend);
+    assert_eq!(denied.limiting_level(), Level::Tenant);
+    assert_eq!(spend_left(&denied), 50_000);
+    let month = Window {
+        kind: WindowKind::Month,
+        tz: parse_zone("Asia/Bangkok").unwrap(),
+    };
+    let to_boundary_ms = (month.span(now).end_us - now) / 1000;
+    let retry = denied.retry_after_ms as i64;
+    assert!(
+        retry >= to_boundary_ms && retry <= to_boundary_ms + 30_000,
+        "retry in {retry} ms, the month ends in {to_boundary_ms} ms"
+    );
+    h.stop().await;
+}
+
+async fn a_refund_returns_the_reserved_spend(backend: Backend) {
+    let mut h = Harness::start(backend, BUDGET).await;
+    let c = &mut h.client;
+    let r = call(c, ask("gpt-4o")).await;
+    assert!(r.allowed);
+    let refund = c
+        .refund(pb::RefundRequest {
+            reservation_id: r.reservation_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(refund.cost_micros, 350_000);
+    let again = call(c, ask("gpt-4o")).await;
+    assert_eq!(spend_left(&again), 650_000, "the whole budget was back");
+    // A repeated refund changes nothing and returns nothing.
+    let repeat = c
+        .refund(pb::RefundRequest {
+            reservation_id: r.reservation_id,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (repeat.outcome(), repeat.cost_micros),
+        (pb::Outcome::AlreadySettled, 0)
+    );
+    h.stop().await;
+}
+
+async fn a_model_without_a_price_costs_nothing_or_is_refused(backend: Backend) {
+    let mut h = Harness::start(backend, BUDGET).await;
+    let c = &mut h.client;
+    let free = call(c, ask("o3")).await;
+    assert!(free.allowed);
+    assert_eq!(spend_left(&free), 1_000_000, "no price: no spend");
+    h.stop().await;
+    let strict = format!("{BUDGET}\n[money]\nrequire_price = true\n");
+    let mut h = Harness::start(backend, &strict).await;
+    let err = h.client.check_and_reserve(ask("o3")).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("no price"), "{err:?}");
+    assert!(call(&mut h.client, ask("gpt-4o")).await.allowed);
+    h.stop().await;
+}
