@@ -7,13 +7,11 @@
 //! never costs less than its tokens at list price, and by less than one µ$
 //! more.
 
+pub use super::tier::MAX_SPEND_MICROS;
 use super::tier::LimitsError;
 
 /// The most a price may be: $1,000,000 per million tokens.
 pub const MAX_PRICE_MICROS: u64 = 1_000_000_000_000;
-/// The largest spend limit: about $1.1 billion (2⁵⁰ µ$), far inside the
-/// doubles the scripts count in.
-pub const MAX_SPEND_MICROS: u64 = 1 << 50;
 
 /// One model group's prices, µ$ per million tokens.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

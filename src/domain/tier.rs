@@ -14,6 +14,9 @@ pub const MAX_PERIOD_SECS: u64 = 30 * 24 * 3600;
 /// Largest limit or token count accepted anywhere. Lua numbers are doubles, so
 /// every count must stay far below 2^53; 2^40 leaves room for sums.
 pub const MAX_COUNT: u64 = 1 << 40;
+/// The largest spend limit (µ$): about $1.1 billion (2⁵⁰ µ$), far inside
+/// the doubles the scripts count in.
+pub const MAX_SPEND_MICROS: u64 = 1 << 50;
 /// Most rates one level may define per dimension (keeps scripts short).
 pub const MAX_RATES_PER_DIMENSION: usize = 8;
 
@@ -84,7 +87,7 @@ impl LevelLimits {
         for (dimension, rates) in Dimension::RATES.map(|d| (d, self.rates(d))) {
             let name = dimension.as_str();
             let max = match dimension {
-                Dimension::Spend => super::price::MAX_SPEND_MICROS,
+                Dimension::Spend => MAX_SPEND_MICROS,
                 _ => MAX_COUNT,
             };
             if rates.len() > MAX_RATES_PER_DIMENSION {
