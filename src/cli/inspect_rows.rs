@@ -6,7 +6,7 @@
 use crate::domain::budget::layout::WINDOW_PERIODS;
 use crate::domain::budget::layout::{
     DIMENSION_SCALE, GROUP_SCALE, INPUT_DIMENSION, OUTPUT_DIMENSION, REQUESTS_DIMENSION,
-    TOKENS_DIMENSION,
+    SPEND_DIMENSION, TOKENS_DIMENSION,
 };
 use crate::domain::budget::state::{LevelState, bucket_id};
 use crate::domain::decision::period_label;
@@ -82,6 +82,7 @@ impl BucketId {
             (TOKENS_DIMENSION, Dimension::Tokens),
             (INPUT_DIMENSION, Dimension::InputTokens),
             (OUTPUT_DIMENSION, Dimension::OutputTokens),
+            (SPEND_DIMENSION, Dimension::Spend),
         ];
         known
             .iter()

@@ -7,8 +7,8 @@
 //! never costs less than its tokens at list price, and by less than one µ$
 //! more.
 
-pub use super::tier::MAX_SPEND_MICROS;
 use super::tier::LimitsError;
+pub use super::tier::MAX_SPEND_MICROS;
 
 /// The most a price may be: $1,000,000 per million tokens.
 pub const MAX_PRICE_MICROS: u64 = 1_000_000_000_000;
