@@ -26,14 +26,22 @@ pub struct KnownSeries {
 /// at start (the configured tiers and estimator keys among them) registered
 /// at zero.
 pub fn serve_metrics(addr: SocketAddr, known: impl Into<KnownSeries>) -> Result<(), BuildError> {
-    PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .set_buckets(LATENCY_BUCKETS)?
-        .set_buckets_for_metric(Matcher::Full(COMMIT_DELTA.into()), DELTA_BUCKETS)?
-        .set_buckets_for_metric(Matcher::Full(ESTIMATION_RATIO.into()), RATIO_BUCKETS)?
-        .install()?;
+    // Built, installed and filled before the listener is spawned, so the
+    // first scrape that answers already has every series.
+    let runtime = tokio::runtime::Handle::current();
+    let (recorder, exporter) = {
+        let _in_runtime = runtime.enter();
+        PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .set_buckets(LATENCY_BUCKETS)?
+            .set_buckets_for_metric(Matcher::Full(COMMIT_DELTA.into()), DELTA_BUCKETS)?
+            .set_buckets_for_metric(Matcher::Full(ESTIMATION_RATIO.into()), RATIO_BUCKETS)?
+            .build()?
+    };
+    metrics::set_global_recorder(recorder)?;
     describe();
     register(&known.into());
+    runtime.spawn(exporter);
     Ok(())
 }
 
