@@ -43,6 +43,13 @@ pub const STORE_ERRORS: &str = "ctxbudget_store_errors_total";
 pub const BREAKER_STATE: &str = "ctxbudget_breaker_state";
 /// Decisions made without the store, labelled `policy` (local|fail_open).
 pub const DEGRADED: &str = "ctxbudget_degraded_decisions_total";
+/// What committed usage cost (µ$), labelled `tenant` (the first
+/// [`COST_TENANTS`] tenants seen, then `other`) and `model_group` (configured
+/// groups, or `none`).
+pub const COST_MICROS: &str = "ctxbudget_cost_micros_total";
+/// Tenants that get a `tenant` label of their own on [`COST_MICROS`]; the rest
+/// share `other`, so hostile or numerous tenant ids cannot grow the series.
+pub const COST_TENANTS: usize = 1000;
 /// Denials by a model group's limit or context window, labelled `model_group`,
 /// `reason`, `level` and `dimension`.
 pub const MODEL_GROUP_DENIALS: &str = "ctxbudget_model_group_denials_total";
@@ -226,6 +233,36 @@ pub fn shadow_denial(tier: &str, d: &Denial) {
 pub fn committed(tier: &str, actual: u64, delta: i64) {
     counter!(COMMITTED_TOKENS, "tier" => tier.to_owned()).increment(actual);
     histogram!(COMMIT_DELTA, "tier" => tier.to_owned()).record(delta as f64);
+}
+
+/// Adds what one Commit cost, µ$.
+pub fn cost(tenant: &str, model_group: &str, micros: u64) {
+    if micros == 0 {
+        return;
+    }
+    let tenant = cost_tenant(tenant);
+    let group = if model_group.is_empty() {
+        "none"
+    } else {
+        model_group
+    };
+    counter!(COST_MICROS, "tenant" => tenant, "model_group" => group.to_owned()).increment(micros);
+}
+
+/// The `tenant` label of [`COST_MICROS`]: the tenant for the first
+/// [`COST_TENANTS`] seen, `other` after.
+fn cost_tenant(tenant: &str) -> String {
+    static SEEN: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+        std::sync::LazyLock::new(Default::default);
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if seen.contains(tenant) {
+        return tenant.to_owned();
+    }
+    if seen.len() < COST_TENANTS {
+        seen.insert(tenant.to_owned());
+        return tenant.to_owned();
+    }
+    "other".into()
 }
 
 /// Counts one applied Refund.

@@ -118,6 +118,7 @@ impl<S: Store> Engine<S> {
                     telemetry::estimation(&id.estimator, out.estimation_ratio);
                 }
                 telemetry::committed(&id.tier, prompt + completion, out.token_delta);
+                telemetry::cost(id.tenant.as_str(), &id.group, usage.cost);
                 self.shadow_settle(&id, ShadowSettle::Commit(usage)).await;
             }
             SettleReply::AlreadySettled(settled) => {

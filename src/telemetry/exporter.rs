@@ -64,6 +64,10 @@ pub fn describe() {
             "Denials by a model group's limit or context window",
         ),
         (
+            COST_MICROS,
+            "What committed usage cost, micro-dollars, by tenant and model group",
+        ),
+        (
             LEASES_EXPIRED,
             "Leases that lapsed without Commit or Refund, once per level",
         ),
@@ -123,6 +127,7 @@ pub fn register(known: &KnownSeries) {
         counter!(MODEL_GROUP_DENIALS, "model_group" => group.to_owned(),
             "reason" => Reason::TokensExceeded.as_str(), "level" => "global", "dimension" => "tokens")
         .increment(0);
+        counter!(COST_MICROS, "tenant" => "other", "model_group" => group.to_owned()).increment(0);
     }
     for key in &known.estimator_keys {
         gauge!(ESTIMATOR_MULTIPLIER, "key" => key.to_owned()).set(known.initial_multiplier);

@@ -33,6 +33,10 @@ concurrency = 1000
 match = ["big-*"]
 context_window = 50
 
+[prices.big]
+input = 1000
+output = 2000
+
 [tiers.t]
 max_context_tokens = 100000
 default_max_output_tokens = 10
@@ -177,7 +181,36 @@ async fn metrics_and_logs_show_what_happened() {
         .unwrap()
         .into_inner();
     assert_eq!(window.reason(), pb::Reason::ContextTooLarge);
+    // A priced commit: 10 prompt tokens at $1000/M and 3 out at $2000/M.
+    let priced = c
+        .check_and_reserve(pb::CheckAndReserveRequest {
+            model: "big-1".into(),
+            ..support::reserve("acme", "", "t", 10, 5)
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(priced.allowed, "{priced:?}");
+    let cost = c
+        .commit(pb::CommitRequest {
+            reservation_id: priced.reservation_id,
+            prompt_tokens: 10,
+            completion_tokens: 3,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .cost_micros;
+    assert_eq!(cost, 10_000 + 6_000);
     let value = |name: &str, labels: &[(&str, &str)]| svc.metric(name, labels).unwrap_or(0.0);
+    assert_eq!(
+        value(
+            "ctxbudget_cost_micros_total",
+            &[("tenant", "acme"), ("model_group", "big")]
+        ),
+        16_000.0
+    );
     assert_eq!(
         value(
             "ctxbudget_model_group_denials_total",
@@ -233,7 +266,8 @@ async fn metrics_and_logs_show_what_happened() {
     assert_eq!(value("ctxbudget_refunded_tokens_total", &[]), 10.0);
     assert_eq!(
         value("ctxbudget_committed_tokens_total", &[]),
-        (counted.estimated_prompt_tokens + 2 + 7) as f64
+        // The counted commit, and the priced one's 10 + 3.
+        (counted.estimated_prompt_tokens + 2 + 7 + 13) as f64
     );
     // The lapsed lease held a slot at the global and tenant levels: one each.
     for level in ["global", "tenant"] {
