@@ -9,29 +9,7 @@ use std::time::Duration;
 use support::{Backend, Harness, limit, reserve};
 use tonic::Code;
 
-/// Generates `memory::<test>` and `redis::<test>` for every behaviour.
-macro_rules! conformance {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Memory).await
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Redis).await
-                }
-            )*
-        }
-    };
-}
-
-conformance!(
+both_stores!(
     allowed_reservation_reports_every_limit,
     user_request_limit_denies_with_reason_level_and_retry,
     tenant_token_limit_denies_at_tenant_level,

@@ -8,6 +8,29 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+/// Generates `memory::<test>` and `redis::<test>` for every behaviour named:
+/// each an `async fn <test>(Backend)` of the calling module, run on both stores.
+macro_rules! both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Memory).await
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Redis).await
+                }
+            )*
+        }
+    };
+}
+
 mod bench;
 mod conformance;
 mod estimator;

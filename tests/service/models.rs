@@ -11,27 +11,6 @@ use ctxbudget::pb::{self, Dimension, Level, Priority, Reason};
 use support::{Backend, Harness, reserve};
 use tonic::Code;
 
-macro_rules! both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Memory).await
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Redis).await
-                }
-            )*
-        }
-    };
-}
-
 both_stores!(
     a_model_group_is_denied_at_its_global_tpm_while_another_model_passes,
     claude_is_denied_on_output_tokens_while_input_has_room,

@@ -11,27 +11,6 @@ use ctxbudget::pb::{self, Dimension, Level, Reason};
 use support::{Backend, Harness, reserve};
 use tonic::Code;
 
-macro_rules! both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Memory).await
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Redis).await
-                }
-            )*
-        }
-    };
-}
-
 both_stores!(
     a_monthly_budget_denies_once_committed_spend_reaches_it,
     a_refund_returns_the_reserved_spend,

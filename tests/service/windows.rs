@@ -10,27 +10,6 @@ use ctxbudget::domain::{Clock, SystemClock};
 use ctxbudget::pb::{Dimension, Level, Reason};
 use support::{Backend, Harness, reserve};
 
-macro_rules! both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Memory).await
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Redis).await
-                }
-            )*
-        }
-    };
-}
-
 both_stores!(a_monthly_limit_denies_until_the_month_ends_in_its_zone);
 
 const MONTHLY: &str = r#"
