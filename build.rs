@@ -1,7 +1,8 @@
 //! Compiles `proto/` with protox (pure Rust, so no system `protoc` is needed),
 //! writes the encoded descriptor set that gRPC server reflection serves, and
 //! gives each budget script in `lua/` its prelude: the constants of
-//! `src/domain/budget/layout.rs` (the Rust algorithm's own) and the clock.
+//! `src/domain/budget/layout.rs` (the Rust algorithm's own), the clock, and
+//! for the scripts that write the usage ledger `lua/ledger.lua`.
 
 use prost::Message;
 use std::fmt::Write as _;
@@ -13,6 +14,8 @@ mod layout;
 
 /// The scripts that run the budget algorithm.
 const BUDGET_SCRIPTS: [&str; 4] = ["reserve", "settle", "renew", "status"];
+/// The scripts that write the usage ledger: `lua/ledger.lua` joins their prelude.
+const LEDGER_SCRIPTS: [&str; 2] = ["reserve", "settle"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto = "proto/ctxbudget/v1/budget.proto";
@@ -61,6 +64,9 @@ fn with_prelude(script: &str, name: &str) -> Result<String, Box<dyn std::error::
         writeln!(out, "local {lua} = '{}'", char::from(*byte))?;
     }
     writeln!(out, "{}", layout::SERVER_CLOCK)?;
+    if LEDGER_SCRIPTS.contains(&name) {
+        out.push_str(&fs::read_to_string("lua/ledger.lua")?);
+    }
     out.push_str(body);
     Ok(out)
 }

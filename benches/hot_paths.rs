@@ -4,6 +4,7 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use ctxbudget::config::FileConfig;
 use ctxbudget::domain::bucket::Cost;
+use ctxbudget::domain::budget::ledger::LedgerRetention;
 use ctxbudget::domain::budget::state::LevelState;
 use ctxbudget::domain::plan::{self, LeasePolicy, Prepared, ReserveRequest};
 use ctxbudget::domain::{Level, Reading, TenantId, UserId, decision};
@@ -72,7 +73,7 @@ fn benches(c: &mut Criterion) {
             black_box(decision::denial(
                 &sample.levels,
                 &readings,
-                0b110,
+                0b110.into(),
                 Cost {
                     prompt: 1000,
                     output: 500,
@@ -107,6 +108,11 @@ fn benches(c: &mut Criterion) {
             record_ms: 1_000,
             idempotency_ms: 1_000,
             samples: 100,
+            // The ledger on, as by default.
+            ledger: Some(LedgerRetention {
+                hourly_us: 35 * 86_400_000_000,
+                daily_us: 400 * 86_400_000_000,
+            }),
         },
     );
     let scope = plan::Scope {

@@ -13,7 +13,8 @@
 --          estimated prompt tokens (0: the caller counted), headroom h (the share
 --          of every limit to leave, 0 <= h < 1), sp (the prompt at the input
 --          price: tokens x uUSD per million), op (the output price: uUSD per
---          million), then per level:
+--          million), hret and dret (how long ledger rows are kept past their
+--          hour and day, us; 0: no ledger), then per level:
 --          bucket count b, concurrency limit (-1: none), reclaim weight w (what one
 --          reclaimed lease adds to the packed count: 2^(17 k) for level k = 0
 --          global, 1 tenant, 2 user; 0 for a model group's slots at a level that
@@ -36,19 +37,24 @@
 -- ARGV[7]  the struct format of ARGV[1]
 -- ARGV[8..7+n]  the struct format of each level's state as this call's buckets make it
 --          (ARGV[6] serves any other length, e.g. with buckets passing through)
+-- ARGV[8+n], ARGV[9+n], ARGV[10+n]  with the ledger on: the tenant's ledger key
+--          prefix, the reservation's hourly and daily row fields (ledger.lua)
 --
 -- Level hash: field 's' = state, little-endian doubles: n (live leases), e (lower
 -- bound of the earliest lease expiry, 0: none), x (the key's expiry, us), then per
 -- bucket: id, level, time of level (us). Fields '#<nonce>' = lease expiry (double).
 -- Buckets this call does not know (another replica's configuration) pass through.
 -- Record: 'R' | cost, lease expiry (doubles) | tail | estimated prompt tokens, granted
--- output, spend reserved in uUSD (doubles).
+-- output, spend reserved in uUSD, when it entered the ledger (us, 0: it did not) (doubles).
+-- With the ledger on, a reservation taken enters its tenant's hourly and daily rows
+-- as one unsettled reservation with its tokens (settle.lua moves it).
 --
 -- Returns
 --   {1, now, granted output, state..., [reclaimed]}        allowed; each level's state after
 --                                                          taking the cost
 --   {0, now, granted output, state..., mask, [reclaimed]}  denied; nothing changed; states as
---                                                          they were (bit i of mask: check i denied)
+--                                                          they were; mask: 8 doubles of 32 bits,
+--                                                          bit i of the whole: check i denied
 --   {2, now, 0, state..., nonce, cost, lease_left_ms, [reclaimed]}  idempotent replay; nothing taken
 --   ([reclaimed], only when non-zero: the expired leases this call dropped — leases never
 --   settled — per level, packed as the sum of count_k * 2^(17 k) (the weights above),
@@ -62,7 +68,8 @@
 -- Invariants: everything is read and checked before anything is written (only
 -- expired leases are reclaimed early, which changes no outcome); a key's TTL
 -- only grows and always outlives its state; time is Redis TIME, in microseconds.
--- Numbers travel as binary doubles: Lua never formats or parses decimals.
+-- Numbers travel as binary doubles: Lua never formats or parses decimals (but
+-- for the ledger's hour and day in its key names).
 -- A key's life is capped at 90 days however deep its debt; a state keeps at
 -- most 16 buckets this call does not know (the most recently used).
 
@@ -71,7 +78,8 @@ local D = ARGV[6]
 local spec = {struct.unpack(ARGV[7], ARGV[1])}
 local nlev, prompt, max_out, min_out, lease_ttl = spec[1], spec[2], spec[3], spec[4], spec[5]
 local estimated, h, sp, op = spec[6], spec[7], spec[8], spec[9]
-local FIRST = 10
+local hret, dret = spec[10], spec[11]
+local FIRST = 12
 
 -- An earlier reservation under the same idempotency key?
 local replay
@@ -204,7 +212,13 @@ local spend = math.ceil((sp + grant * op) / 1e6)
 
 -- Check every bucket and limit in plan order, computing the states to write.
 local ttls = {}
-local denied, bit = 0, 1
+-- The denied checks: 32 per double (a double holds 53 bits exactly).
+local dm, ci, denied = {0, 0, 0, 0, 0, 0, 0, 0}, 0, false
+local function deny(i)
+  local w = (i - i % 32) / 32 + 1
+  dm[w] = dm[w] + 2 ^ (i % 32)
+  denied = true
+end
 p, bi = FIRST, 0
 for i = 1, nlev do
   local nb, clim, s, ttl = spec[p], spec[p + 1], states[i], 0
@@ -218,8 +232,8 @@ for i = 1, nlev do
     elseif kind == OUTPUT then c = grant
     elseif kind == SPEND then c = spend end
     local l = ls[bi + b]
-    if l - c < h * lim then denied = denied + bit end
-    bit = bit * 2
+    if l - c < h * lim then deny(ci) end
+    ci = ci + 1
     l = l - c
     local k = ks[bi + b]
     s[k + 1], s[k + 2] = l, now
@@ -231,21 +245,21 @@ for i = 1, nlev do
     if full > ttl then ttl = full end
   end
   if clim >= 0 then
-    if s[1] + 1 > clim - h * clim then denied = denied + bit end
-    bit = bit * 2
+    if s[1] + 1 > clim - h * clim then deny(ci) end
+    ci = ci + 1
   end
   ttls[i] = ttl
   p = nexts[i]
   bi = bi + nb
 end
 
-if replay or denied ~= 0 then
+if replay or denied then
   local out = {0, now, grant, unpack(raws)}
   if replay then
     out[1], out[3] = 2, 0
     out[#out + 1], out[#out + 2], out[#out + 3] = replay[1], replay[2], replay[3]
   else
-    out[#out + 1] = denied
+    out[#out + 1] = struct.pack('<dddddddd', unpack(dm))
   end
   if reclaimed > 0 then out[#out + 1] = reclaimed end
   return out
@@ -300,9 +314,16 @@ for i = 1, nlev do
   p = nexts[i]
 end
 
+local lat = 0
+if hret > 0 then lat = now end
 redis.call('SET', KEYS[nlev + 1],
-  RESERVED .. struct.pack('<dd', prompt + grant, exp) .. ARGV[5] .. struct.pack('<ddd', estimated, grant, spend),
+  RESERVED .. struct.pack('<dd', prompt + grant, exp) .. ARGV[5] .. struct.pack('<dddd', estimated, grant, spend, lat),
   'PX', ARGV[3])
+if hret > 0 then
+  local la = 8 + nlev
+  ledger_add(ARGV[la], now, ARGV[la + 1], ARGV[la + 2], {0, 0, 1, prompt + grant, 0, 0, 0, 0, 0, 0},
+    hret, dret, now)
+end
 if ARGV[4] ~= '0' then
   redis.call('SET', KEYS[nlev + 2], string.sub(ARGV[2], 2), 'PX', ARGV[4])
 end

@@ -10,11 +10,15 @@
 -- ARGV[1]  spec: little-endian doubles
 --          n, mode (1 commit, 2 refund), actual tokens, actual prompt tokens (commit),
 --          samples kept, actual input tokens (the prompt less what the model group
---          does not count: cached tokens), actual cost (µ$), then per level:
+--          does not count: cached tokens), actual cost (µ$), cached prompt tokens,
+--          hret and dret (ledger rows' retention past their hour and day, µs; 0:
+--          no ledger), then per level:
 --          level bit, bucket count b, then b times: id, limit (id as in reserve.lua;
 --          a calendar window's three more doubles follow, as in reserve.lua)
 -- ARGV[2]  lease field '#<nonce>'   ARGV[3] record retention (ms)   ARGV[4] owner tag (8 bytes)
 -- ARGV[5]  '<' followed by at least as many 'd' as the longest state or spec
+-- ARGV[6], ARGV[7], ARGV[8]  with the ledger on: the tenant's ledger key prefix, the
+--          reservation's hourly and daily row fields (ledger.lua)
 --
 -- Returns
 --   {1, amount, estimated, spend}  applied: commit → actual - reserved; refund →
@@ -38,7 +42,9 @@
 -- anything is written, so an error part-way changes nothing and a retry applies
 -- once. A settled record is kept for ARGV[3] ms, so repeats answer
 -- ALREADY_SETTLED and change nothing. A key's life is capped at 90 days however
--- deep its debt.
+-- deep its debt. With the ledger on, a settlement moves its reservation from
+-- unsettled to committed (with the usage) or refunded in the rows of the hour it
+-- was taken (src/domain/budget/ledger.rs); one taken outside the ledger enters whole.
 
 local D = ARGV[5]
 local spec = {struct.unpack(string.sub(D, 1, #ARGV[1] / 8 + 1), ARGV[1])}
@@ -54,8 +60,9 @@ local now = clock_us()
 local cost, exp = struct.unpack('<dd', rec, REC_COST)
 local mask = string.byte(rec, REC_MASK)
 local estimated = struct.unpack('<d', rec, REC_ESTIMATED)
-local granted, spent = 0, 0
-if #rec >= REC_LEN then granted, spent = struct.unpack('<dd', rec, REC_OUTPUT) end
+local granted, spent, lat = 0, 0, 0
+if #rec >= REC_LEN_V2 then granted, spent = struct.unpack('<dd', rec, REC_OUTPUT) end
+if #rec >= REC_LEN then lat = struct.unpack('<d', rec, REC_LEDGER_AT) end
 local dtok, dreq, din, dout, dspend, amount
 if spec[2] == 2 then
   dtok, dreq, amount, state = -cost, -1, cost, REFUNDED
@@ -77,7 +84,7 @@ local function delta(id)
 end
 
 -- Read every level and compute its new state.
-local writes, p = {}, 8
+local writes, p = {}, 11
 for i = 1, nlev do
   local lbit, nb = spec[p], spec[p + 1]
   local touched = false
@@ -165,5 +172,17 @@ if state == COMMITTED and estimated > 0 and spec[4] > 0 then
   redis.call('LPUSH', samples, struct.pack('<d', spec[4] / estimated))
   redis.call('LTRIM', samples, 0, spec[5] - 1)
   redis.call('PEXPIRE', samples, SAMPLES_TTL_MS)
+end
+if spec[9] > 0 then
+  local d = {0, 0, -1, 0, 0, 0, 0, 0, 0, 0}
+  if lat == 0 then lat, d[3], d[4] = now, 0, cost end
+  if state == COMMITTED then
+    local pr = cost - granted
+    d[1], d[5], d[6], d[7], d[8] = 1, spec[4], spec[8], spec[3] - spec[4], spec[7]
+    d[9], d[10] = pr, math.abs(pr - spec[4])
+  else
+    d[2] = 1
+  end
+  ledger_add(ARGV[6], lat, ARGV[7], ARGV[8], d, spec[9], spec[10], now)
 end
 return {1, amount, estimated, spent}

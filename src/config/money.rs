@@ -10,9 +10,16 @@
 //!
 //! [tiers.pro]
 //! tenant = { spend = [{ limit_usd = 500, window = "month", timezone = "Asia/Bangkok" }] }
+//!
+//! [money]
+//! require_price = false             # true: refuse a model without a price
+//! ledger = true                     # the usage ledger (docs/money.md)
+//! ledger_hourly_retention = "35d"
+//! ledger_daily_retention = "400d"
 //! ```
 
-use super::limits::{Period, RateSection};
+use super::limits::{Period, RateSection, period_seconds};
+use crate::domain::budget::ledger::LedgerRetention;
 use crate::domain::price::{MAX_PRICE_MICROS, MAX_SPEND_MICROS, Price, usd_to_micros};
 use crate::domain::{LimitsError, Rate};
 use serde::{Deserialize, Serialize};
@@ -115,11 +122,83 @@ pub fn prices(
 }
 
 /// `[money]`.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MoneySection {
     /// Refuse (INVALID_ARGUMENT) a request for a model without a price, rather
     /// than counting its spend as 0.
     #[serde(default)]
     pub require_price: bool,
+    /// Keep the usage ledger (default true).
+    #[serde(default = "keep_ledger")]
+    pub ledger: bool,
+    /// How long hourly ledger rows are kept past their hour ("35d").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger_hourly_retention: Option<String>,
+    /// How long daily ledger rows are kept past their day ("400d").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger_daily_retention: Option<String>,
+}
+
+fn keep_ledger() -> bool {
+    true
+}
+
+impl Default for MoneySection {
+    fn default() -> Self {
+        MoneySection {
+            require_price: false,
+            ledger: true,
+            ledger_hourly_retention: None,
+            ledger_daily_retention: None,
+        }
+    }
+}
+
+/// Hourly ledger rows are kept this long past their hour by default.
+pub const LEDGER_HOURLY_RETENTION: &str = "35d";
+/// Daily ledger rows are kept this long past their day by default.
+pub const LEDGER_DAILY_RETENTION: &str = "400d";
+
+impl MoneySection {
+    /// The ledger's retention, or `None` with the ledger off. An hourly row
+    /// is kept 1 hour to 400 days, a daily row 1 to 3,660 days.
+    pub fn ledger(&self) -> Result<Option<LedgerRetention>, LimitsError> {
+        if !self.ledger {
+            return Ok(None);
+        }
+        let read = |field: &str, text: Option<&str>, default: &str, min: u64, max: u64| {
+            let name = format!("money.{field}");
+            let secs = period_seconds(text.unwrap_or(default))
+                .map_err(|e| LimitsError::new(&name, e.to_string()))?;
+            if !(min..=max).contains(&secs) {
+                return Err(LimitsError::new(
+                    &name,
+                    format!(
+                        "must be between {} and {} days, got {:?}",
+                        min as f64 / 86_400.0,
+                        max / 86_400,
+                        text.unwrap_or(default)
+                    ),
+                ));
+            }
+            Ok(secs as i64 * 1_000_000)
+        };
+        Ok(Some(LedgerRetention {
+            hourly_us: read(
+                "ledger_hourly_retention",
+                self.ledger_hourly_retention.as_deref(),
+                LEDGER_HOURLY_RETENTION,
+                3_600,
+                400 * 86_400,
+            )?,
+            daily_us: read(
+                "ledger_daily_retention",
+                self.ledger_daily_retention.as_deref(),
+                LEDGER_DAILY_RETENTION,
+                86_400,
+                3_660 * 86_400,
+            )?,
+        }))
+    }
 }

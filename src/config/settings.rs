@@ -6,6 +6,7 @@ use super::{
     BreakerSettings, ConfigDoc, ConfigError, FailurePolicy, FileConfig, Flags, ReservationsSection,
     ServerSection, StoreSection, TokenSection, validate_tokens,
 };
+use crate::domain::budget::ledger::LedgerRetention;
 use crate::domain::plan::LeasePolicy;
 use crate::domain::{Limits, LimitsError, Priorities};
 use crate::store::Retention;
@@ -148,7 +149,8 @@ impl FileConfig {
     pub fn settings(self, overrides: Flags) -> Result<Settings, ConfigError> {
         let limits = self.limits()?;
         let priorities = self.priorities.unwrap_or_default().to_domain()?;
-        let require_price = self.money.unwrap_or_default().require_price;
+        let money = self.money.clone().unwrap_or_default();
+        let (require_price, ledger) = (money.require_price, money.ledger()?);
         let seed = self.seed();
         let defaults = Self::built_in();
         let server = self.server.or(defaults.server).expect("built-in [server]");
@@ -192,7 +194,7 @@ impl FileConfig {
                 key: store.tls_key,
             },
             leases: res.leases(),
-            retention: res.retention(est.window),
+            retention: res.retention(est.window, ledger),
             retry_jitter_ms: res.retry_jitter_ms,
             concurrency_retry_ms: res.concurrency_retry_ms,
             limits: Arc::new(limits),
@@ -237,13 +239,14 @@ impl ReservationsSection {
         }
     }
 
-    /// How long records and idempotency keys are kept, and `samples`
-    /// estimator samples per key.
-    fn retention(&self, samples: usize) -> Retention {
+    /// How long records and idempotency keys are kept, `samples` estimator
+    /// samples per key, and the ledger's rows.
+    fn retention(&self, samples: usize, ledger: Option<LedgerRetention>) -> Retention {
         Retention {
             record_ms: self.retention_ms,
             idempotency_ms: self.idempotency_ttl_ms,
             samples,
+            ledger,
         }
     }
 }

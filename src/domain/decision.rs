@@ -3,6 +3,7 @@
 //! never an error.
 
 use super::bucket::{BucketSpec, Cost, from_milli};
+use super::budget::DeniedChecks;
 pub use super::denial::{Denial, Reason, period_label};
 use super::denial::{Slots, bucket_denial, concurrency_denial};
 use super::level::{Dimension, Level};
@@ -118,7 +119,7 @@ pub fn limit_states(levels: &[LevelPlan], readings: &[Reading]) -> Vec<LimitStat
         .collect()
 }
 
-/// Explains a store's refusal: of the checks in `denied_mask` (bit i = check i),
+/// Explains a store's refusal: of the checks in `denied_mask`,
 /// the one with the longest wait names the reason and level, since a retry must
 /// pass them all. Ties go to the outer level. A full concurrency limit suggests a
 /// retry when its earliest lease lapses, capped at `concurrency_retry_cap_ms`
@@ -128,14 +129,14 @@ pub fn limit_states(levels: &[LevelPlan], readings: &[Reading]) -> Vec<LimitStat
 pub fn denial(
     levels: &[LevelPlan],
     readings: &[Reading],
-    denied_mask: u64,
+    denied_mask: DeniedChecks,
     cost: Cost,
     headroom: f64,
     concurrency_retry_cap_ms: u64,
 ) -> Denial {
     let mut worst: Option<Denial> = None;
     for (i, c) in checked(levels, readings).enumerate() {
-        if denied_mask & (1 << i) == 0 {
+        if !denied_mask.contains(i) {
             continue;
         }
         let d = match c {
@@ -218,11 +219,11 @@ mod tests {
             output: 100,
             spend: 0,
         };
-        let d = denial(&plan(), &readings, 0b111, cost, 0.0, 1000);
+        let d = denial(&plan(), &readings, 0b111.into(), cost, 0.0, 1000);
         assert_eq!(d.reason, Reason::TokensExceeded);
         assert_eq!(d.level, Some(Level::User));
         assert_eq!(d.retry_after_ms, 4000);
-        let d = denial(&plan(), &readings, 0b001, cost, 0.0, 1000);
+        let d = denial(&plan(), &readings, 0b001.into(), cost, 0.0, 1000);
         assert_eq!(
             (d.reason, d.retry_after_ms),
             (Reason::RequestsExceeded, 1000)
@@ -246,7 +247,7 @@ mod tests {
         };
         // 3000 of 6000 left, 2000 wanted, 30% (1800) kept: wait for 800 more
         // tokens at 100 a second.
-        let d = denial(&plan(), &readings, 0b010, cost, 0.3, 1000);
+        let d = denial(&plan(), &readings, 0b010.into(), cost, 0.3, 1000);
         assert_eq!((d.reason, d.retry_after_ms), (Reason::TokensExceeded, 8000));
         assert!(d.detail.contains("the last 30% is kept"), "{}", d.detail);
         // Without headroom the same bucket would have had room: no such note
@@ -256,7 +257,7 @@ mod tests {
             Reading::Bucket { milli: 1_000_000 },
             readings[2],
         ];
-        let d = denial(&plan(), &short, 0b010, cost, 0.0, 1000);
+        let d = denial(&plan(), &short, 0b010.into(), cost, 0.0, 1000);
         assert!(!d.detail.contains("kept"), "{}", d.detail);
         assert_eq!(d.retry_after_ms, 10_000);
     }

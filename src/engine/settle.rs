@@ -145,6 +145,7 @@ impl<S: Store> Engine<S> {
             tokens: prompt + completion,
             prompt,
             input: prompt - uncounted,
+            cached,
             cost: price.actual(prompt, cached, completion),
         }
     }

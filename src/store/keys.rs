@@ -9,7 +9,11 @@
 //! ctxb:{T}:r:<nonce>           string one reservation's record
 //! ctxb:{T}:i:<K>               string idempotency key → reservation nonce
 //! ctxb:e:<M>                   list   adaptive estimator samples of key M
+//! ctxb:{T}:l:h:<hour>          hash   usage ledger: one hour's rows, field <group>
+//! ctxb:{T}:l:d:<day>           hash   usage ledger: one UTC day's rows, field <group>:<U>
 //! ```
+//! Ledger hours and days are counted from the Unix epoch (`h:491904` is
+//! 2026-02-14T00:00Z); each row is `domain::budget::ledger::Row`.
 //! A model group's rate limits are buckets in the level's own hash (their ids
 //! carry the group's tag); only its concurrency slots need a key of their own.
 //! `G` is the group name, whose characters (`A-Z a-z 0-9 - _ .`) include no
@@ -38,6 +42,7 @@
 //! #<nonce>    one live lease: its expiry in µs, a little-endian double
 //! ```
 
+use crate::domain::budget::ledger::Period;
 use crate::domain::{IdempotencyKey, Level, LevelPlan, ReservationId, TenantId, UserId};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -133,6 +138,58 @@ impl Keys {
     pub fn estimator(&self, key: &str) -> String {
         format!("{}e:{}", self.prefix, encode(key))
     }
+
+    /// What every ledger key of `tenant` starts with: the scripts append
+    /// `h:<hour>` or `d:<day>`.
+    pub fn ledger_base(&self, tenant: &TenantId) -> String {
+        format!("{}:l:", self.tenant_tag(tenant))
+    }
+
+    /// The hash of `tenant`'s ledger rows of one hour or day.
+    pub fn ledger(&self, tenant: &TenantId, period: Period) -> String {
+        let base = self.ledger_base(tenant);
+        match period {
+            Period::Hour(h) => format!("{base}h:{h}"),
+            Period::Day(d) => format!("{base}d:{d}"),
+        }
+    }
+
+    /// A pattern for SCAN matching every tenant's hourly (or daily) ledger keys.
+    pub fn ledger_pattern(&self, hourly: bool) -> String {
+        let kind = if hourly { 'h' } else { 'd' };
+        format!("{}{{*}}:l:{kind}:*", self.prefix)
+    }
+
+    /// The tenant and period of a ledger key, if it is one under this prefix.
+    pub fn parse_ledger(&self, key: &str) -> Option<(TenantId, Period)> {
+        let rest = key.strip_prefix(&self.prefix)?.strip_prefix('{')?;
+        let (tenant, rest) = rest.split_once('}')?;
+        let rest = rest.strip_prefix(":l:")?;
+        let period = match rest.split_at_checked(2)? {
+            ("h:", n) => Period::Hour(n.parse().ok()?),
+            ("d:", n) => Period::Day(n.parse().ok()?),
+            _ => return None,
+        };
+        Some((TenantId::parse(&decode(tenant)?).ok()?, period))
+    }
+}
+
+/// The fields of a reservation's ledger rows: in the hourly hash its model
+/// group (empty: none); in the daily hash `<group>:<user>` (the user in
+/// unpadded base64url, empty: none). A group name has no `:`.
+pub fn ledger_fields(group: &str, user: Option<&UserId>) -> (String, String) {
+    let user = user.map_or(String::new(), |u| encode(u.as_str()));
+    (group.to_owned(), format!("{group}:{user}"))
+}
+
+/// A daily ledger field back to its group and user.
+pub fn parse_ledger_day_field(field: &str) -> Option<(&str, Option<UserId>)> {
+    let (group, user) = field.split_once(':')?;
+    let user = match user {
+        "" => None,
+        u => Some(UserId::parse(&decode(u)?).ok()?),
+    };
+    Some((group, user))
 }
 
 /// The hash field of a reservation's lease.
@@ -211,6 +268,10 @@ fn encode(id: &str) -> String {
     URL_SAFE_NO_PAD.encode(id.as_bytes())
 }
 
+fn decode(encoded: &str) -> Option<String> {
+    String::from_utf8(URL_SAFE_NO_PAD.decode(encoded).ok()?).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,6 +315,32 @@ mod tests {
                 assert!(seen.insert(user_key), "user key reused for {t:?}/{u:?}");
             }
         }
+    }
+
+    #[test]
+    fn ledger_keys_and_fields_read_back() {
+        let keys = Keys::new(DEFAULT_PREFIX).unwrap();
+        let tenant = TenantId::parse("acme:{x}").unwrap();
+        let key = keys.ledger(&tenant, Period::Hour(491_904));
+        assert_eq!(
+            slot_tag(&key),
+            slot_tag(&keys.level(Level::Tenant, &tenant, None))
+        );
+        assert_eq!(
+            keys.parse_ledger(&key),
+            Some((tenant.clone(), Period::Hour(491_904)))
+        );
+        let day = keys.ledger(&tenant, Period::Day(20_496));
+        assert_eq!(keys.parse_ledger(&day), Some((tenant, Period::Day(20_496))));
+        assert_eq!(keys.parse_ledger("ctxb:{YQ}:t"), None);
+        let user = UserId::parse("bob:1").unwrap();
+        let (hour, day) = ledger_fields("gpt-4o", Some(&user));
+        assert_eq!(hour, "gpt-4o");
+        assert_eq!(parse_ledger_day_field(&day), Some(("gpt-4o", Some(user))));
+        assert_eq!(
+            parse_ledger_day_field(&ledger_fields("", None).1),
+            Some(("", None))
+        );
     }
 
     #[test]

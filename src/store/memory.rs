@@ -8,16 +8,24 @@
 //! Idle state expires as Redis keys would, and a sweep once per second of store
 //! time drops it, keeping memory bounded however many ids arrive.
 
+mod ledger;
+mod snapshot;
+
+pub use snapshot::Stored;
+
 use super::keys::{Keys, lease_field};
 use super::{
     RenewReply, ReserveReply, Retention, Scope, SettleReply, Settlement, Store, StoreError, Usage,
 };
 use crate::domain::budget::layout::SAMPLES_TTL_MS;
+use crate::domain::budget::ledger::{Period, Row};
 use crate::domain::budget::{
     Earlier, Record, Settle, StoredLevel, renew::renew, reserve::reserve, settle::settle,
     status::status,
 };
-use crate::domain::{Clock, LevelPlan, Readings, ReservationId, ReservePlan, SystemClock};
+use crate::domain::{
+    Clock, LevelPlan, Readings, ReservationId, ReservePlan, SystemClock, TenantId,
+};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
@@ -37,18 +45,9 @@ struct Data {
     idempotency: HashMap<String, (String, i64)>,
     /// Estimator samples by key, newest first (Redis: a capped list).
     samples: HashMap<String, (VecDeque<f64>, i64)>,
+    /// Usage-ledger hashes: rows by field.
+    ledger: HashMap<String, (BTreeMap<String, Row>, i64)>,
     next_sweep_us: i64,
-}
-
-/// One key's value in Redis's terms: what [`MemoryStore::snapshot`] reports.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Stored {
-    /// A string (a record, an idempotency entry).
-    String(Vec<u8>),
-    /// A hash (a level: `s` and its lease fields).
-    Hash(BTreeMap<String, Vec<u8>>),
-    /// A list (estimator samples, newest first).
-    List(Vec<Vec<u8>>),
 }
 
 impl MemoryStore<SystemClock> {
@@ -77,6 +76,7 @@ impl<C: Clock> MemoryStore<C> {
             d.records.retain(|_, (_, exp)| *exp > now);
             d.idempotency.retain(|_, (_, exp)| *exp > now);
             d.samples.retain(|_, (_, exp)| *exp > now);
+            d.ledger.retain(|_, (_, exp)| *exp > now);
             d.next_sweep_us = now + 1_000_000;
         }
         d
@@ -87,37 +87,6 @@ impl<C: Clock> MemoryStore<C> {
     pub fn key_count(&self) -> usize {
         let d = self.lock(self.clock.now_us());
         d.levels.len() + d.records.len() + d.idempotency.len()
-    }
-
-    /// Every live key with its value in Redis's encoding and its expiry (µs of
-    /// this store's clock): the differential test compares it with Redis.
-    pub fn snapshot(&self) -> BTreeMap<String, (Stored, i64)> {
-        let now = self.clock.now_us();
-        let d = self.lock(now);
-        let mut out = BTreeMap::new();
-        for (k, l) in d.levels.iter().filter(|(_, l)| l.expires_at_us > now) {
-            let mut fields: BTreeMap<String, Vec<u8>> = l
-                .leases
-                .iter()
-                .map(|(f, exp)| (f.clone(), exp.to_le_bytes().to_vec()))
-                .collect();
-            fields.insert("s".into(), l.state.encode());
-            out.insert(k.clone(), (Stored::Hash(fields), l.expires_at_us));
-        }
-        for (k, (r, exp)) in d.records.iter().filter(|(_, (_, e))| *e > now) {
-            out.insert(k.clone(), (Stored::String(r.encode()), *exp));
-        }
-        for (k, (nonce, exp)) in d.idempotency.iter().filter(|(_, (_, e))| *e > now) {
-            out.insert(
-                k.clone(),
-                (Stored::String(nonce.clone().into_bytes()), *exp),
-            );
-        }
-        for (k, (list, exp)) in d.samples.iter().filter(|(_, (_, e))| *e > now) {
-            let items = list.iter().map(|v| v.to_le_bytes().to_vec()).collect();
-            out.insert(k.clone(), (Stored::List(items), *exp));
-        }
-        out
     }
 
     /// reserve.lua, by [`crate::domain::budget::reserve`]. Keys are built
@@ -153,6 +122,9 @@ impl<C: Clock> MemoryStore<C> {
             d.idempotency
                 .insert(k, (id.nonce_b64(), expiry(now, ttl_ms)));
         }
+        if let Some(entry) = out.ledger {
+            self.enter(&mut d, id, entry, now);
+        }
         out.reply
     }
 
@@ -175,6 +147,9 @@ impl<C: Clock> MemoryStore<C> {
             samples.push_front(sample);
             samples.truncate(window);
             *expires_at = expiry(now, SAMPLES_TTL_MS);
+        }
+        if let Some(entry) = out.ledger {
+            self.enter(&mut d, s.id, entry, now);
         }
         out.reply
     }
@@ -352,6 +327,14 @@ impl<C: Clock + Clone> Store for MemoryStore<C> {
             .collect())
     }
 
+    async fn ledger(
+        &self,
+        tenant: &TenantId,
+        periods: &[Period],
+    ) -> Result<Vec<Vec<(String, Row)>>, StoreError> {
+        Ok(self.ledger_rows(tenant, periods))
+    }
+
     async fn renew(&self, s: Settlement<'_>, ttl_ms: u64) -> Result<RenewReply, StoreError> {
         Ok(self.renew_now(s, ttl_ms))
     }
@@ -366,7 +349,12 @@ impl<C: Clock + Clone> Store for MemoryStore<C> {
     }
 
     fn shadow(&self) -> Self {
-        MemoryStore::with_clock(self.keys.shadow(), self.retention, self.clock.clone())
+        // Quotas in shadow keep no ledger: the enforced store's is the record.
+        let retention = Retention {
+            ledger: None,
+            ..self.retention
+        };
+        MemoryStore::with_clock(self.keys.shadow(), retention, self.clock.clone())
     }
 
     async fn probe(&self) -> Result<(), StoreError> {

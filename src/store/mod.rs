@@ -9,13 +9,14 @@ pub mod memory;
 pub mod redis;
 pub mod scripts;
 
+use crate::domain::budget::ledger::{Period, Row};
 use crate::domain::{LevelPlan, Readings, ReservationId, ReservePlan, TenantId, UserId};
 use std::future::Future;
 use std::sync::Arc;
 
 pub use crate::domain::budget::layout::EXACT_LEASES;
 pub use crate::domain::budget::{
-    Reclaimed, RenewReply, ReserveReply, Retention, SettleReply, Settled, Usage,
+    DeniedChecks, Reclaimed, RenewReply, ReserveReply, Retention, SettleReply, Settled, Usage,
 };
 
 /// Which reservation to settle, and the levels it touched (every level of the
@@ -208,6 +209,14 @@ pub trait Store: Send + Sync + 'static {
         &self,
         keys: &[String],
     ) -> impl Future<Output = Result<Vec<Vec<f64>>, StoreError>> + Send;
+
+    /// `tenant`'s usage-ledger rows of each period: (field, row) pairs in
+    /// field order, the field as [`keys::ledger_fields`] names it (none: no rows).
+    fn ledger(
+        &self,
+        tenant: &TenantId,
+        periods: &[Period],
+    ) -> impl Future<Output = Result<Vec<Vec<(String, Row)>>, StoreError>> + Send;
 
     /// The same backend with every key under `<prefix>shadow:`: where quotas in
     /// shadow keep their own buckets and leases, apart from the enforced ones.

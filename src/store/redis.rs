@@ -16,6 +16,7 @@
 mod call;
 mod client;
 mod errors;
+mod ledger;
 mod pool;
 mod reads;
 mod reserve;
@@ -33,7 +34,8 @@ use super::{
     scripts,
 };
 use crate::domain::budget::layout;
-use crate::domain::{LevelPlan, Readings, ReservePlan};
+use crate::domain::budget::ledger::{Period, Row};
+use crate::domain::{LevelPlan, Readings, ReservePlan, TenantId};
 use pool::Connections;
 use redis::Script;
 use settle::SettleMode;
@@ -156,6 +158,14 @@ impl Store for RedisStore {
         self.samples_call(keys).await
     }
 
+    async fn ledger(
+        &self,
+        tenant: &TenantId,
+        periods: &[Period],
+    ) -> Result<Vec<Vec<(String, Row)>>, StoreError> {
+        self.ledger_call(tenant, periods).await
+    }
+
     async fn renew(&self, s: Settlement<'_>, ttl_ms: u64) -> Result<RenewReply, StoreError> {
         self.renew_call(s, ttl_ms).await
     }
@@ -173,7 +183,11 @@ impl Store for RedisStore {
         RedisStore {
             connections: self.connections.clone(),
             keys: self.keys.shadow(),
-            retention: self.retention,
+            // Quotas in shadow keep no ledger: the enforced store's is the record.
+            retention: Retention {
+                ledger: None,
+                ..self.retention
+            },
             timeout: self.timeout,
             reserve: self.reserve.clone(),
             settle: self.settle.clone(),
@@ -221,6 +235,7 @@ mod tests {
             record_ms: 1000,
             idempotency_ms: 1000,
             samples: 10,
+            ledger: None,
         };
         RedisStore::connect(settings, Keys::new(DEFAULT_PREFIX).unwrap(), retention).await
     }

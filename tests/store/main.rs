@@ -5,6 +5,7 @@
 //!   real Redis, every reply, status read and key compared exactly;
 //! - `suite`: one behaviour per test, generated for both stores
 //!   (`suite::memory::<test>` and `suite::redis::<test>`);
+//! - `ledger`: the usage ledger, the same way (`ledger::memory::<test>`…);
 //! - `memory_store`, `redis_store`: what only one store shows;
 //! - `properties`: invariants of the budget arithmetic (proptest).
 //!
@@ -13,8 +14,11 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+#[macro_use]
+mod suite;
+
 mod differential;
+mod ledger;
 mod memory_store;
 mod properties;
 mod redis_store;
-mod suite;

@@ -26,6 +26,7 @@ user = { requests = [{ limit = 10, period = "1m" }], concurrency = 1 }
         record_ms: 1_000,
         idempotency_ms: 1_000,
         samples: 100,
+        ledger: None,
     };
     let store =
         MemoryStore::with_clock(Keys::new(DEFAULT_PREFIX).unwrap(), retention, clock.clone());

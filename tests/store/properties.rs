@@ -79,6 +79,7 @@ impl World {
             record_ms: 3_600_000,
             idempotency_ms: 60_000,
             samples: 10,
+            ledger: None,
         };
         let store =
             MemoryStore::with_clock(Keys::new(DEFAULT_PREFIX).unwrap(), retention, clock.clone());

@@ -21,6 +21,10 @@ idempotency_ttl_ms = 300
 retry_jitter_ms = 0
 concurrency_retry_ms = 1000
 
+[money]
+ledger_hourly_retention = "1h"
+ledger_daily_retention = "1d"
+
 [global]
 requests = [{ limit = 1000, period = "1s" }]
 concurrency = 100
@@ -33,17 +37,21 @@ user = { requests = [{ limit = 10, period = "1s" }], tokens = [{ limit = 1000, p
 "#;
 
 /// Every key with its PTTL, but the live configuration (`ctxb:cfg*`), which is
-/// meant to last.
+/// meant to last, and the usage ledger, kept for its retention.
 fn keys_with_ttl(redis: &RedisServer) -> Vec<(String, i64)> {
     let mut conn = redis.conn();
     let keys: Vec<String> = conn.keys("*").unwrap();
     keys.into_iter()
-        .filter(|k| !k.starts_with("ctxb:cfg"))
+        .filter(|k| !k.starts_with("ctxb:cfg") && !is_ledger(k))
         .map(|k| {
             let ttl: i64 = redis::cmd("PTTL").arg(&k).query(&mut conn).unwrap();
             (k, ttl)
         })
         .collect()
+}
+
+fn is_ledger(key: &str) -> bool {
+    key.contains(":l:h:") || key.contains(":l:d:")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,10 +99,31 @@ async fn every_key_has_a_ttl_and_idle_state_disappears() {
             "{key} lives longer than its state needs: {ttl} ms"
         );
     }
+    // The ledger's rows live until the end of their hour (day) plus its retention.
+    let mut conn = redis.conn();
+    let ledger: Vec<String> = conn.keys("ctxb:*:l:*").unwrap();
+    // (Two of each if the test straddles an hour's end.)
+    let hourly = ledger.iter().filter(|k| k.contains(":l:h:")).count();
+    assert!(
+        (1..=2).contains(&hourly) && (1..=2).contains(&(ledger.len() - hourly)),
+        "hourly and daily hashes: {ledger:?}"
+    );
+    for k in &ledger {
+        let ttl: i64 = redis::cmd("PTTL").arg(k).query(&mut conn).unwrap();
+        let most = if k.contains(":l:h:") {
+            2 * 3_600_000
+        } else {
+            2 * 86_400_000
+        };
+        assert!(ttl > 0 && ttl <= most, "{k}: TTL {ttl} ms, at most {most}");
+    }
     let longest = keys.iter().map(|(_, t)| *t).max().unwrap() as u64;
     tokio::time::sleep(Duration::from_millis(longest + 200)).await;
     let left: Vec<String> = redis.conn().keys("*").unwrap();
-    let left: Vec<&String> = left.iter().filter(|k| !k.starts_with("ctxb:cfg")).collect();
+    let left: Vec<&String> = left
+        .iter()
+        .filter(|k| !k.starts_with("ctxb:cfg") && !is_ledger(k))
+        .collect();
     assert!(left.is_empty(), "idle state must expire: {left:?}");
 }
 

@@ -55,7 +55,7 @@ pub const BUCKET_WIDTH: usize = 3;
 /// A reservation record, byte by byte (1-based offsets, as Lua's `string.sub`
 /// counts): state, cost, lease expiry | lease mask, owner tag, fingerprint,
 /// settled amount (the tail the caller sends) | estimated prompt tokens,
-/// granted output tokens, spend reserved.
+/// granted output tokens, spend reserved, time it entered the ledger.
 /// Numbers are little-endian doubles, tags little-endian u64.
 pub const REC_STATE: usize = 1;
 /// Tokens reserved (prompt + granted output).
@@ -76,12 +76,29 @@ pub const REC_ESTIMATED: usize = 43;
 pub const REC_OUTPUT: usize = 51;
 /// The spend reserved, µ$.
 pub const REC_SPEND: usize = 59;
+/// When the reservation entered the usage ledger (µs; 0: it did not, the
+/// ledger was off).
+pub const REC_LEDGER_AT: usize = 67;
 /// The record's length in bytes.
-pub const REC_LEN: usize = 66;
+pub const REC_LEN: usize = 74;
+/// The length of a record written before [`REC_LEDGER_AT`] existed: read as
+/// not in the ledger, so its settlement enters the ledger whole.
+pub const REC_LEN_V2: usize = 66;
 /// The length of a record written before [`REC_OUTPUT`] existed: read as
 /// granted output 0 (all of the cost prompt) and no spend, so reservations
 /// made by the previous release settle after an upgrade.
 pub const REC_LEN_V1: usize = 50;
+/// A usage-ledger row is this many little-endian doubles (see
+/// `super::ledger::Row`).
+pub const LEDGER_FIELDS: usize = 10;
+/// A ledger hour (µs).
+pub const HOUR_US: f64 = 3_600_000_000.0;
+/// A ledger day (µs): a UTC day.
+pub const DAY_US: f64 = 86_400_000_000.0;
+/// A ledger row that would expire sooner than this (µs) is not written: it
+/// is past its retention (a settlement long after its reservation's hour).
+pub const LEDGER_MIN_LIFE_US: f64 = 1_000_000.0;
+
 /// Record state byte: reserved.
 pub const STATE_RESERVED: u8 = b'R';
 /// Record state byte: committed.
@@ -117,7 +134,13 @@ pub const LUA_CONSTANTS: &[(&str, f64)] = &[
     ("REC_ESTIMATED", REC_ESTIMATED as f64),
     ("REC_OUTPUT", REC_OUTPUT as f64),
     ("REC_SPEND", REC_SPEND as f64),
+    ("REC_LEDGER_AT", REC_LEDGER_AT as f64),
     ("REC_LEN", REC_LEN as f64),
+    ("REC_LEN_V2", REC_LEN_V2 as f64),
+    ("LEDGER_FIELDS", LEDGER_FIELDS as f64),
+    ("HOUR_US", HOUR_US),
+    ("LEDGER_MIN_LIFE", LEDGER_MIN_LIFE_US),
+    ("DAY_US", DAY_US),
 ];
 
 /// Every string constant the budget scripts receive, by its Lua name.

@@ -9,10 +9,12 @@
 //! - [`state`]: a level's state (buckets, lease count) and its readings.
 //! - [`record`]: a reservation's record.
 //! - [`level`]: a level as a store holds it (state, leases, expiry).
+//! - [`ledger`]: what an operation adds to the usage ledger.
 //! - [`reserve`], [`settle`], [`renew`], [`status`]: the operations.
 //! - [`replies`]: what they answer.
 
 pub mod layout;
+pub mod ledger;
 pub mod level;
 pub mod record;
 pub mod renew;
@@ -24,6 +26,8 @@ pub mod status;
 
 pub use level::StoredLevel;
 pub use record::{BadRecord, Record, RecordState};
-pub use replies::{Reclaimed, RenewReply, ReserveReply, Retention, SettleReply, Settled};
+pub use replies::{
+    DeniedChecks, Reclaimed, RenewReply, ReserveReply, Retention, SettleReply, Settled,
+};
 pub use reserve::{Earlier, Reserved};
 pub use settle::{Settle, SettleOutcome, Usage};

@@ -3,9 +3,9 @@
 //! scripts store them (the offsets of [`super::layout`]).
 
 use super::layout::{
-    REC_AMOUNT, REC_COST, REC_ESTIMATED, REC_FINGERPRINT, REC_LEASE_EXPIRY, REC_LEN, REC_LEN_V1,
-    REC_MASK, REC_OUTPUT, REC_OWNER, REC_SPEND, REC_STATE, STATE_COMMITTED, STATE_REFUNDED,
-    STATE_RESERVED,
+    REC_AMOUNT, REC_COST, REC_ESTIMATED, REC_FINGERPRINT, REC_LEASE_EXPIRY, REC_LEDGER_AT, REC_LEN,
+    REC_LEN_V1, REC_LEN_V2, REC_MASK, REC_OUTPUT, REC_OWNER, REC_SPEND, REC_STATE, STATE_COMMITTED,
+    STATE_REFUNDED, STATE_RESERVED,
 };
 
 /// Where a reservation is in its life.
@@ -42,12 +42,14 @@ pub struct Record {
     pub output: f64,
     /// Spend reserved, µ$.
     pub spend: f64,
+    /// When the reservation entered the usage ledger (µs; 0: it did not).
+    pub ledger_at: f64,
 }
 
 /// A stored record that is not a record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "a reservation record of {len} bytes starting {state:?} is not {REC_LEN} (or {REC_LEN_V1}) bytes of a known state"
+    "a reservation record of {len} bytes starting {state:?} is not {REC_LEN} (or {REC_LEN_V2} or {REC_LEN_V1}) bytes of a known state"
 )]
 pub struct BadRecord {
     /// Its length.
@@ -74,18 +76,20 @@ impl Record {
         out.extend_from_slice(&self.estimated.to_le_bytes());
         out.extend_from_slice(&self.output.to_le_bytes());
         out.extend_from_slice(&self.spend.to_le_bytes());
+        out.extend_from_slice(&self.ledger_at.to_le_bytes());
         debug_assert_eq!(out.len(), REC_LEN);
         out
     }
 
-    /// A stored record back to the struct; a record of the previous layout
-    /// ([`REC_LEN_V1`] bytes) reads as granted output 0.
+    /// A stored record back to the struct; a record of an earlier layout
+    /// reads as not in the ledger ([`REC_LEN_V2`] bytes) and, before that,
+    /// as granted output 0 and no spend ([`REC_LEN_V1`] bytes).
     pub fn decode(bytes: &[u8]) -> Result<Self, BadRecord> {
         let bad = || BadRecord {
             len: bytes.len(),
             state: bytes.first().copied(),
         };
-        if bytes.len() != REC_LEN && bytes.len() != REC_LEN_V1 {
+        if ![REC_LEN, REC_LEN_V2, REC_LEN_V1].contains(&bytes.len()) {
             return Err(bad());
         }
         let state = match bytes[REC_STATE - 1] {
@@ -95,6 +99,11 @@ impl Record {
             _ => return Err(bad()),
         };
         let word = |at: usize| -> [u8; 8] { bytes[at - 1..at + 7].try_into().expect("8 bytes") };
+        // A field the layout has, or 0 in an earlier layout.
+        let since = |at: usize| match bytes.len() >= at + 7 {
+            true => f64::from_le_bytes(word(at)),
+            false => 0.0,
+        };
         Ok(Record {
             state,
             cost: f64::from_le_bytes(word(REC_COST)),
@@ -104,14 +113,9 @@ impl Record {
             fingerprint: u64::from_le_bytes(word(REC_FINGERPRINT)),
             amount: f64::from_le_bytes(word(REC_AMOUNT)),
             estimated: f64::from_le_bytes(word(REC_ESTIMATED)),
-            output: match bytes.len() {
-                REC_LEN => f64::from_le_bytes(word(REC_OUTPUT)),
-                _ => 0.0,
-            },
-            spend: match bytes.len() {
-                REC_LEN => f64::from_le_bytes(word(REC_SPEND)),
-                _ => 0.0,
-            },
+            output: since(REC_OUTPUT),
+            spend: since(REC_SPEND),
+            ledger_at: since(REC_LEDGER_AT),
         })
     }
 
@@ -145,6 +149,7 @@ mod tests {
             estimated: 99.0,
             output: 200.0,
             spend: 75_000.0,
+            ledger_at: 1.7e15,
         };
         let bytes = rec.encode();
         assert_eq!(Record::decode(&bytes), Ok(rec.clone()));
@@ -154,6 +159,8 @@ mod tests {
         assert!(Record::decode(&bytes[..49]).is_err());
         let old = Record::decode(&bytes[..REC_LEN_V1]).expect("the previous layout reads");
         assert_eq!(old.output, 0.0);
+        let v2 = Record::decode(&bytes[..REC_LEN_V2]).expect("the layout before the ledger reads");
+        assert_eq!((v2.spend, v2.ledger_at), (75_000.0, 0.0));
         let mut wrong = bytes;
         wrong[0] = b'X';
         assert!(Record::decode(&wrong).is_err());

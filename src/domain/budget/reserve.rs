@@ -15,9 +15,10 @@
 //! `lua/reserve.lua` step for step, and its unit tests.
 
 use super::layout::{MAX_FOREIGN, MAX_TTL_US, RECLAIM_CAP};
+use super::ledger::{self, Entry};
 use super::level::StoredLevel;
 use super::record::{Record, RecordState};
-use super::replies::{Reclaimed, ReserveReply, Retention};
+use super::replies::{DeniedChecks, Reclaimed, ReserveReply, Retention};
 use super::state::{self, BucketState, LevelState, bucket_id, ceil_ms};
 use crate::domain::{Dimension, LevelPlan, ReservePlan};
 
@@ -40,6 +41,9 @@ pub struct Reserved {
     /// How long to keep the idempotency entry → this nonce (ms), when taken
     /// under a key.
     pub idempotency_ms: Option<u64>,
+    /// What the new reservation adds to the usage ledger, when taken with
+    /// the ledger on.
+    pub ledger: Option<Entry>,
 }
 
 impl Reserved {
@@ -48,6 +52,7 @@ impl Reserved {
             reply,
             record: None,
             idempotency_ms: None,
+            ledger: None,
         }
     }
 }
@@ -96,7 +101,7 @@ pub fn reserve(
             reclaimed,
         });
     }
-    if denied != 0 {
+    if !denied.is_empty() {
         return Reserved::only(ReserveReply::Denied {
             readings: readings(levels),
             denied_mask: denied,
@@ -104,26 +109,26 @@ pub fn reserve(
         });
     }
     let exp = take(plan, levels, read.after, ttls, now_us, lease);
+    let record = new_record(plan, grant, exp, retention.ledger.map_or(0.0, |_| now));
+    let ledger = retention.ledger.map(|_| ledger::reserved(now, record.cost));
     Reserved {
         reply: ReserveReply::Allowed {
             readings: readings(levels),
             granted_output: grant as u64,
             reclaimed,
         },
-        record: Some((
-            new_record(plan, grant, exp),
-            plan.lease_ttl_ms + retention.record_ms,
-        )),
+        record: Some((record, plan.lease_ttl_ms + retention.record_ms)),
         idempotency_ms: plan
             .idempotency_key
             .as_ref()
             .map(|_| retention.idempotency_ms),
+        ledger,
     }
 }
 
 /// The record of a reservation just taken with `grant` output tokens and a
-/// lease lapsing at `exp`.
-fn new_record(plan: &ReservePlan, grant: f64, exp: f64) -> Record {
+/// lease lapsing at `exp`, in the ledger since `ledger_at` (0: not).
+fn new_record(plan: &ReservePlan, grant: f64, exp: f64, ledger_at: f64) -> Record {
     Record {
         state: RecordState::Reserved,
         cost: plan.prompt_tokens as f64 + grant,
@@ -135,6 +140,7 @@ fn new_record(plan: &ReservePlan, grant: f64, exp: f64) -> Record {
         estimated: plan.estimated_prompt_tokens as f64,
         output: grant,
         spend: spend_of(plan, grant),
+        ledger_at,
     }
 }
 
@@ -241,13 +247,13 @@ pub fn counts_reclaims(levels: &[LevelPlan], i: usize) -> bool {
 }
 
 /// Checks every bucket and limit in plan order, taking the cost in the working
-/// states. Returns the denied checks (bit i: check i) and each level's time to
+/// states. Returns the denied checks and each level's time to
 /// refill (µs).
-fn check(plan: &ReservePlan, read: &mut Read, grant: f64, now: f64) -> (u64, Vec<f64>) {
+fn check(plan: &ReservePlan, read: &mut Read, grant: f64, now: f64) -> (DeniedChecks, Vec<f64>) {
     let prompt = plan.prompt_tokens as f64;
     let h = plan.headroom;
     let spend = spend_of(plan, grant);
-    let (mut denied, mut bit) = (0u64, 1u64);
+    let (mut denied, mut i) = (DeniedChecks::default(), 0);
     let mut ttls = Vec::with_capacity(plan.levels.len());
     let mut found = read.buckets.iter();
     for (lp, s) in plan.levels.iter().zip(&mut read.after) {
@@ -261,9 +267,9 @@ fn check(plan: &ReservePlan, read: &mut Read, grant: f64, now: f64) -> (u64, Vec
                 Dimension::Requests | Dimension::Concurrency => 1.0,
             };
             if b.denies(l, c, h) {
-                denied |= bit;
+                denied.insert(i);
             }
-            bit <<= 1;
+            i += 1;
             let level = l - c;
             s.buckets[k] = BucketState {
                 id: bucket_id(b),
@@ -275,9 +281,9 @@ fn check(plan: &ReservePlan, read: &mut Read, grant: f64, now: f64) -> (u64, Vec
         if let Some(limit) = lp.concurrency {
             let limit = limit as f64;
             if s.n + 1.0 > limit - h * limit {
-                denied |= bit;
+                denied.insert(i);
             }
-            bit <<= 1;
+            i += 1;
         }
         ttls.push(ttl);
     }
@@ -377,6 +383,7 @@ mod tests {
             record_ms: 60_000,
             idempotency_ms: 60_000,
             samples: 8,
+            ledger: None,
         }
     }
 
@@ -412,7 +419,7 @@ mod tests {
         );
         assert!(matches!(
             out.reply,
-            ReserveReply::Denied { denied_mask: 1, .. }
+            ReserveReply::Denied { denied_mask, .. } if denied_mask == DeniedChecks::from(1)
         ));
         assert!(out.record.is_none());
         assert_eq!(levels[0].as_ref(), Some(&level), "a denial writes nothing");

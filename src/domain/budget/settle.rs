@@ -13,6 +13,7 @@
 //! nothing.
 
 use super::layout::MAX_TTL_US;
+use super::ledger::{self, Entry};
 use super::level::StoredLevel;
 use super::record::{Record, RecordState};
 use super::replies::{Retention, SettleReply, Settled};
@@ -29,6 +30,9 @@ pub struct Usage {
     /// The prompt tokens input-token limits count: the prompt, less the
     /// cached part where the model group does not count it.
     pub input: u64,
+    /// Of the prompt, the tokens the upstream served from its cache (the
+    /// ledger reports them).
+    pub cached: u64,
     /// What the usage cost at the model group's price, µ$.
     pub cost: u64,
 }
@@ -40,6 +44,7 @@ impl Usage {
             tokens,
             prompt,
             input: prompt,
+            cached: 0,
             cost: 0,
         }
     }
@@ -64,6 +69,8 @@ pub struct SettleOutcome {
     /// An estimator sample (actual ÷ estimated prompt tokens) to add, when a
     /// commit settles a prompt the service counted.
     pub sample: Option<f64>,
+    /// What the settlement adds to the usage ledger, with the ledger on.
+    pub ledger: Option<Entry>,
 }
 
 impl SettleOutcome {
@@ -72,6 +79,7 @@ impl SettleOutcome {
             reply,
             record: None,
             sample: None,
+            ledger: None,
         }
     }
 }
@@ -131,6 +139,7 @@ pub fn settle(
         },
         record: Some((settled_record, retention.record_ms)),
         sample,
+        ledger: retention.ledger.map(|_| ledger::settled(now, how, rec)),
     }
 }
 

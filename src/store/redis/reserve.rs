@@ -3,12 +3,15 @@
 //! The reply's tags and layout are the script's contract, in its header.
 
 use super::RedisStore;
-use super::wire::{DOUBLES, Spec, doubles, int_at, record_tail, state_at, string_at, unexpected};
+use super::wire::{
+    DOUBLES, Spec, denied_at, doubles, int_at, record_tail, state_at, string_at, unexpected,
+};
 use crate::domain::budget::layout::{RECLAIM_BITS, RECLAIM_CAP};
+use crate::domain::budget::ledger::LedgerRetention;
 use crate::domain::budget::reserve::{counts_reclaims, spend_rates};
 use crate::domain::budget::state;
 use crate::domain::{Level, ReservePlan};
-use crate::store::keys::lease_field;
+use crate::store::keys::{lease_field, ledger_fields};
 use crate::store::{Reclaimed, ReserveReply, StoreError};
 use redis::{ScriptInvocation, Value};
 
@@ -39,7 +42,7 @@ impl RedisStore {
             }
             None => 0,
         };
-        let spec = reserve_spec(plan);
+        let spec = reserve_spec(plan, self.retention.ledger);
         inv.arg(&spec.0)
             .arg(lease_field(id))
             .arg(plan.lease_ttl_ms + self.retention.record_ms)
@@ -50,12 +53,18 @@ impl RedisStore {
         for lp in &plan.levels {
             inv.arg(doubles(3 + 3 * lp.buckets.len()));
         }
+        if self.retention.ledger.is_some() {
+            let (hour, day) = ledger_fields(&id.group, id.user.as_ref());
+            inv.arg(self.keys.ledger_base(&id.tenant))
+                .arg(hour)
+                .arg(day);
+        }
         inv
     }
 }
 
 /// The plan's numbers, in the order reserve.lua reads them.
-fn reserve_spec(plan: &ReservePlan) -> Spec {
+fn reserve_spec(plan: &ReservePlan, ledger: Option<LedgerRetention>) -> Spec {
     let mut spec = Spec::default();
     spec.push(plan.levels.len() as f64)
         .push(plan.prompt_tokens as f64)
@@ -65,7 +74,7 @@ fn reserve_spec(plan: &ReservePlan) -> Spec {
         .push(plan.estimated_prompt_tokens as f64)
         .push(plan.headroom);
     let (sp, op) = spend_rates(plan);
-    spec.push(sp).push(op);
+    spec.push(sp).push(op).ledger(ledger);
     for (i, lp) in plan.levels.iter().enumerate() {
         let weight = match counts_reclaims(&plan.levels, i) {
             true => 2f64.powi((RECLAIM_BITS as usize * Reclaimed::index(lp.level)) as i32),
@@ -107,7 +116,7 @@ fn decode_reserve(plan: &ReservePlan, reply: &[Value]) -> Result<ReserveReply, S
         },
         0 => ReserveReply::Denied {
             readings,
-            denied_mask: int_at(reply, 3 + nlev)? as u64,
+            denied_mask: denied_at(reply, 3 + nlev)?,
             reclaimed,
         },
         2 => ReserveReply::Replayed {

@@ -5,7 +5,7 @@
 use super::RedisStore;
 use super::wire::{DOUBLES, Spec, int_at, string_at, unexpected};
 use crate::domain::budget::Usage;
-use crate::store::keys::lease_field;
+use crate::store::keys::{lease_field, ledger_fields};
 use crate::store::{RenewReply, SettleReply, Settled, Settlement, StoreError};
 use redis::{ScriptInvocation, Value};
 
@@ -51,7 +51,9 @@ impl RedisStore {
             .push(usage.prompt as f64)
             .push(self.retention.samples as f64)
             .push(usage.input as f64)
-            .push(usage.cost as f64);
+            .push(usage.cost as f64)
+            .push(usage.cached as f64)
+            .ledger(self.retention.ledger);
         for lp in s.levels {
             spec.push(f64::from(lp.bit()))
                 .push(lp.buckets.len() as f64)
@@ -62,6 +64,12 @@ impl RedisStore {
             .arg(self.retention.record_ms)
             .arg(s.id.owner_tag().to_le_bytes().as_slice())
             .arg(DOUBLES);
+        if self.retention.ledger.is_some() {
+            let (hour, day) = ledger_fields(&s.id.group, s.id.user.as_ref());
+            inv.arg(self.keys.ledger_base(&s.id.tenant))
+                .arg(hour)
+                .arg(day);
+        }
         let reply = self.run(&inv).await?;
         decode_settle(mode, &reply)
     }

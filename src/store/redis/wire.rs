@@ -2,8 +2,9 @@
 //! doubles and struct formats (the scripts never parse decimals), the
 //! reservation record's tail, and the typed reading of a script's reply.
 
-use crate::domain::budget::Record;
+use crate::domain::budget::ledger::LedgerRetention;
 use crate::domain::budget::state::{LevelState, bucket_id};
+use crate::domain::budget::{DeniedChecks, Record};
 use crate::domain::{LevelPlan, ReservePlan};
 use crate::store::StoreError;
 use redis::Value;
@@ -33,6 +34,13 @@ impl Spec {
 
     pub(super) fn count(&self) -> usize {
         self.0.len() / 8
+    }
+
+    /// Appends how long ledger rows are kept past their hour and day (µs;
+    /// 0, 0: no ledger).
+    pub(super) fn ledger(&mut self, ledger: Option<LedgerRetention>) -> &mut Self {
+        let (hourly, daily) = ledger.map_or((0, 0), |l| (l.hourly_us, l.daily_us));
+        self.push(hourly as f64).push(daily as f64)
     }
 
     /// Appends `id, limit` per bucket, and a calendar window's boundaries
@@ -86,6 +94,19 @@ pub(super) fn string_at(values: &[Value], i: usize) -> Result<String, StoreError
             format!("expected a string at position {i} of the script reply, got {other:?}").into(),
         )),
     }
+}
+
+/// reserve.lua's mask of denied checks.
+pub(super) fn denied_at(values: &[Value], i: usize) -> Result<DeniedChecks, StoreError> {
+    match values.get(i) {
+        Some(Value::BulkString(b)) => DeniedChecks::from_script(b),
+        _ => None,
+    }
+    .ok_or_else(|| {
+        StoreError::Protocol(
+            format!("expected the denied checks at position {i} of the script reply").into(),
+        )
+    })
 }
 
 pub(super) fn unexpected(script: &str, tag: i64) -> StoreError {

@@ -39,6 +39,7 @@ mod keys;
 mod ops;
 
 use crate::support::RedisServer;
+use ctxbudget::domain::budget::ledger::LedgerRetention;
 use ctxbudget::domain::{Clock, LevelPlan, ManualClock, Reading};
 use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::{MemoryStore, Stored};
@@ -46,7 +47,7 @@ use ctxbudget::store::redis::{RedisSettings, RedisStore};
 use ctxbudget::store::{
     EXACT_LEASES, RenewReply, ReserveReply, Retention, Scope, SettleReply, Settlement, Store, Usage,
 };
-use ops::{Gen, Op, entry_plan};
+use ops::{Gen, Op, entry_plan, pick};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -174,6 +175,12 @@ async fn run_case(
         record_ms: *[1_000, 5_000, 60_000].get(rng.random_range(0..3)).unwrap(),
         idempotency_ms: *[1_000, 3_000, 120_000].get(rng.random_range(0..3)).unwrap(),
         samples: rng.random_range(1..=5),
+        // The ledger mostly on, its rows sometimes kept only seconds past their
+        // hour or day (so they expire within a case).
+        ledger: rng.random_bool(0.85).then(|| LedgerRetention {
+            hourly_us: *pick(&mut rng, &[2_000_000, 3_600_000_000, 3_024_000_000_000]),
+            daily_us: *pick(&mut rng, &[5_000_000, 86_400_000_000, 34_560_000_000_000]),
+        }),
     };
     // Mostly short runs; some long ones; some where the limits keep changing
     // (so a level gathers more foreign buckets than it keeps).
@@ -331,6 +338,7 @@ async fn step(
             actual,
             prompt,
             input,
+            cached,
             cost,
         } => {
             let s = Settlement { id, levels };
@@ -338,6 +346,7 @@ async fn step(
                 tokens: *actual,
                 prompt: *prompt,
                 input: *input,
+                cached: *cached,
                 cost: *cost,
             };
             let m = memory.commit(s, usage).await.unwrap();
@@ -406,6 +415,14 @@ async fn step(
             let r = redis.estimator_samples(keys).await.unwrap();
             same("estimator samples (f64 bits)", bits(m), bits(r))?;
         }
+        Op::Ledger(tenant, periods) => {
+            let m = memory.ledger(tenant, periods).await.unwrap();
+            if m.iter().any(|rows| !rows.is_empty()) {
+                count(seen, "ledger rows read");
+            }
+            let r = redis.ledger(tenant, periods).await.unwrap();
+            same("ledger rows", m, r)?;
+        }
         Op::Advance(us) => {
             clock.advance_us(*us);
             db.set_clock(clock.now_us()).await;
@@ -472,6 +489,7 @@ fn brief(op: &Op) -> String {
             levels.len()
         ),
         Op::Samples(_) => "estimator samples".into(),
+        Op::Ledger(tenant, _) => format!("ledger of {}", tenant.as_str()),
         Op::Advance(us) => format!("advance {us} µs"),
         Op::Reconfigure(i, plan) => format!("reconfigure entry {i}: {plan:?}"),
     }

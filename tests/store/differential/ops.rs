@@ -3,6 +3,7 @@
 //! a seed replays the same sequence.
 
 use ctxbudget::domain::bucket::{BucketSpec, Windowed};
+use ctxbudget::domain::budget::ledger::Period;
 use ctxbudget::domain::price::Price;
 use ctxbudget::domain::window::{Window, WindowKind};
 use ctxbudget::domain::{
@@ -35,6 +36,7 @@ pub enum Op {
         actual: u64,
         prompt: u64,
         input: u64,
+        cached: u64,
         cost: u64,
     },
     Refund {
@@ -53,6 +55,8 @@ pub enum Op {
         exact: bool,
     },
     Samples(Vec<String>),
+    /// A tenant's ledger rows of some hours and days around now.
+    Ledger(TenantId, Vec<Period>),
     /// Moves the clock by this many µs.
     Advance(i64),
     /// The configuration of one entry (index into [`Gen::config`]) changes
@@ -65,6 +69,7 @@ const TENANTS: [&str; 3] = ["acme", "beta", "t{1}:x"];
 const USERS: [&str; 3] = ["alice", "bob", "mallory"];
 const TIERS: [&str; 2] = ["t", "t2"];
 const ESTIMATORS: [&str; 3] = ["", "m1", "m2"];
+const GROUPS: [&str; 3] = ["", "gpt-4o", "mini"];
 const PERIODS: [u64; 8] = [1, 2, 5, 10, 30, 60, 3600, 86400];
 const KEYS: [&str; 4] = ["k0", "k1", "k2", "k3"];
 
@@ -113,7 +118,7 @@ fn windows() -> [Window; 4] {
     ]
 }
 
-fn pick<'a, T>(rng: &mut StdRng, items: &'a [T]) -> &'a T {
+pub fn pick<'a, T>(rng: &mut StdRng, items: &'a [T]) -> &'a T {
     &items[rng.random_range(0..items.len())]
 }
 
@@ -265,6 +270,8 @@ impl Gen {
             est.into(),
         );
         id.nonce = self.rng.random();
+        // The model group names the ledger's rows.
+        id.group = pick(&mut self.rng, &GROUPS).to_string();
         id
     }
 
@@ -453,6 +460,11 @@ impl Gen {
                     0 => r.random_range(0..=prompt),
                     _ => prompt,
                 };
+                // What the ledger reports as cached.
+                let cached = match prompt - input {
+                    0 => r.random_range(0..=prompt / 2),
+                    left_out => left_out,
+                };
                 let cost = match r.random_range(0..3) {
                     0 => 0,
                     1 => r.random_range(0..=1_000),
@@ -464,6 +476,7 @@ impl Gen {
                     actual,
                     prompt,
                     input,
+                    cached,
                     cost,
                 }
             }
@@ -488,7 +501,18 @@ impl Gen {
                     exact: self.rng.random_bool(0.6),
                 }
             }
-            72..=73 => Op::Samples(ESTIMATORS.iter().map(|s| s.to_string()).collect()),
+            72 => Op::Samples(ESTIMATORS.iter().map(|s| s.to_string()).collect()),
+            73 => {
+                let (tenant, _) = self.scope();
+                let (hour, day) = Period::of(now as f64);
+                let (Period::Hour(h), Period::Day(d)) = (hour, day) else {
+                    unreachable!("an hour and a day")
+                };
+                let periods = (0..3)
+                    .flat_map(|back| [Period::Hour(h - back), Period::Day(d - back)])
+                    .collect();
+                Op::Ledger(TenantId::parse(tenant).unwrap(), periods)
+            }
             74..=95 => Op::Advance(self.advance(now, expiries)),
             _ => {
                 let i = self.rng.random_range(0..6);

@@ -1,0 +1,54 @@
+//! The memory store's keys as Redis holds them: what the differential test
+//! compares with a Redis database key for key.
+
+use super::MemoryStore;
+use crate::domain::Clock;
+use std::collections::BTreeMap;
+
+/// One key's value in Redis's terms: what [`MemoryStore::snapshot`] reports.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stored {
+    /// A string (a record, an idempotency entry).
+    String(Vec<u8>),
+    /// A hash (a level: `s` and its lease fields).
+    Hash(BTreeMap<String, Vec<u8>>),
+    /// A list (estimator samples, newest first).
+    List(Vec<Vec<u8>>),
+}
+
+impl<C: Clock> MemoryStore<C> {
+    /// Every live key with its value in Redis's encoding and its expiry (µs of
+    /// this store's clock): the differential test compares it with Redis.
+    pub fn snapshot(&self) -> BTreeMap<String, (Stored, i64)> {
+        let now = self.clock.now_us();
+        let d = self.lock(now);
+        let mut out = BTreeMap::new();
+        for (k, l) in d.levels.iter().filter(|(_, l)| l.expires_at_us > now) {
+            let mut fields: BTreeMap<String, Vec<u8>> = l
+                .leases
+                .iter()
+                .map(|(f, exp)| (f.clone(), exp.to_le_bytes().to_vec()))
+                .collect();
+            fields.insert("s".into(), l.state.encode());
+            out.insert(k.clone(), (Stored::Hash(fields), l.expires_at_us));
+        }
+        for (k, (r, exp)) in d.records.iter().filter(|(_, (_, e))| *e > now) {
+            out.insert(k.clone(), (Stored::String(r.encode()), *exp));
+        }
+        for (k, (nonce, exp)) in d.idempotency.iter().filter(|(_, (_, e))| *e > now) {
+            out.insert(
+                k.clone(),
+                (Stored::String(nonce.clone().into_bytes()), *exp),
+            );
+        }
+        for (k, (list, exp)) in d.samples.iter().filter(|(_, (_, e))| *e > now) {
+            let items = list.iter().map(|v| v.to_le_bytes().to_vec()).collect();
+            out.insert(k.clone(), (Stored::List(items), *exp));
+        }
+        for (k, (rows, exp)) in d.ledger.iter().filter(|(_, (_, e))| *e > now) {
+            let fields = rows.iter().map(|(f, r)| (f.clone(), r.encode())).collect();
+            out.insert(k.clone(), (Stored::Hash(fields), *exp));
+        }
+        out
+    }
+}
