@@ -1,5 +1,6 @@
 //! The command line: `ctxbudget serve`, `bench`, the operator commands
-//! (`tiers`, `models`, `global`, `overrides`, `inspect`) and `health`.
+//! (`tiers`, `models`, `prices`, `global`, `overrides`, `inspect`), the
+//! ledger's (`usage`, `reconcile`) and `health`.
 
 mod admin;
 mod health;
@@ -10,12 +11,16 @@ mod models;
 mod output;
 mod overrides;
 mod prices;
+mod reconcile;
+mod usage;
 
 pub use admin::{AdminArgs, GlobalCmd, OverridesCmd, TiersCmd};
 pub use health::HealthArgs;
 pub use inspect::InspectArgs;
 pub use models::ModelsCmd;
 pub use prices::PricesCmd;
+pub use reconcile::ReconcileArgs;
+pub use usage::UsageArgs;
 
 use crate::config::{self, Flags};
 use crate::server;
@@ -91,6 +96,11 @@ pub enum Command {
     },
     /// A tenant's live bucket levels, debt and leases.
     Inspect(InspectArgs),
+    /// A tenant's (or user's) usage from the ledger, by hour, day or month.
+    Usage(UsageArgs),
+    /// Compare the provider's usage export with the ledger, per hour and model
+    /// group; exits 1 when a row drifts more than --max-drift.
+    Reconcile(ReconcileArgs),
     /// Ask a running service whether it is serving (grpc.health.v1); exits 0
     /// when SERVING. For container healthchecks.
     Health(HealthArgs),
@@ -130,6 +140,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Global { cmd, admin } => admin::global(cmd, admin).await,
         Command::Overrides { cmd, admin } => overrides::overrides(cmd, admin).await,
         Command::Inspect(args) => inspect::inspect(args).await,
+        Command::Usage(args) => usage::usage(args).await,
+        Command::Reconcile(args) => reconcile::reconcile(args).await,
         Command::Health(args) => health::health(args).await,
     }
 }

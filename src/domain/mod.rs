@@ -20,7 +20,9 @@ pub mod overrides;
 pub mod plan;
 pub mod price;
 pub mod priority;
+pub mod reconcile;
 pub mod tier;
+pub mod usage;
 pub mod window;
 
 pub use bucket::BucketSpec;

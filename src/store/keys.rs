@@ -42,7 +42,7 @@
 //! #<nonce>    one live lease: its expiry in µs, a little-endian double
 //! ```
 
-use crate::domain::budget::ledger::Period;
+use crate::domain::budget::ledger::{LedgerRow, Period, Row};
 use crate::domain::{IdempotencyKey, Level, LevelPlan, ReservationId, TenantId, UserId};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -180,6 +180,20 @@ impl Keys {
 pub fn ledger_fields(group: &str, user: Option<&UserId>) -> (String, String) {
     let user = user.map_or(String::new(), |u| encode(u.as_str()));
     (group.to_owned(), format!("{group}:{user}"))
+}
+
+/// A ledger row's field (of an hourly or a daily hash) and the row, as a
+/// report reads them; `None` for a field this layout does not make.
+pub fn ledger_row(period: Period, field: &str, row: Row) -> Option<LedgerRow> {
+    let (group, user) = match period {
+        Period::Hour(_) => (field, None),
+        Period::Day(_) => parse_ledger_day_field(field)?,
+    };
+    Some(LedgerRow {
+        group: group.to_owned(),
+        user,
+        row,
+    })
 }
 
 /// A daily ledger field back to its group and user.

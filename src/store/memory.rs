@@ -18,7 +18,7 @@ use super::{
     RenewReply, ReserveReply, Retention, Scope, SettleReply, Settlement, Store, StoreError, Usage,
 };
 use crate::domain::budget::layout::SAMPLES_TTL_MS;
-use crate::domain::budget::ledger::{Period, Row};
+use crate::domain::budget::ledger::{LedgerRow, Period, Row};
 use crate::domain::budget::{
     Earlier, Record, Settle, StoredLevel, renew::renew, reserve::reserve, settle::settle,
     status::status,
@@ -331,7 +331,7 @@ impl<C: Clock + Clone> Store for MemoryStore<C> {
         &self,
         tenant: &TenantId,
         periods: &[Period],
-    ) -> Result<Vec<Vec<(String, Row)>>, StoreError> {
+    ) -> Result<Vec<Vec<LedgerRow>>, StoreError> {
         Ok(self.ledger_rows(tenant, periods))
     }
 

@@ -9,7 +9,7 @@ pub mod memory;
 pub mod redis;
 pub mod scripts;
 
-use crate::domain::budget::ledger::{Period, Row};
+use crate::domain::budget::ledger::{LedgerRow, Period};
 use crate::domain::{LevelPlan, Readings, ReservationId, ReservePlan, TenantId, UserId};
 use std::future::Future;
 use std::sync::Arc;
@@ -210,13 +210,12 @@ pub trait Store: Send + Sync + 'static {
         keys: &[String],
     ) -> impl Future<Output = Result<Vec<Vec<f64>>, StoreError>> + Send;
 
-    /// `tenant`'s usage-ledger rows of each period: (field, row) pairs in
-    /// field order, the field as [`keys::ledger_fields`] names it (none: no rows).
+    /// `tenant`'s usage-ledger rows of each period, by group then user.
     fn ledger(
         &self,
         tenant: &TenantId,
         periods: &[Period],
-    ) -> impl Future<Output = Result<Vec<Vec<(String, Row)>>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Vec<LedgerRow>>, StoreError>> + Send;
 
     /// The same backend with every key under `<prefix>shadow:`: where quotas in
     /// shadow keep their own buckets and leases, apart from the enforced ones.

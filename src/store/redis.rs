@@ -34,7 +34,7 @@ use super::{
     scripts,
 };
 use crate::domain::budget::layout;
-use crate::domain::budget::ledger::{Period, Row};
+use crate::domain::budget::ledger::{LedgerRow, Period};
 use crate::domain::{LevelPlan, Readings, ReservePlan, TenantId};
 use pool::Connections;
 use redis::Script;
@@ -162,7 +162,7 @@ impl Store for RedisStore {
         &self,
         tenant: &TenantId,
         periods: &[Period],
-    ) -> Result<Vec<Vec<(String, Row)>>, StoreError> {
+    ) -> Result<Vec<Vec<LedgerRow>>, StoreError> {
         self.ledger_call(tenant, periods).await
     }
 

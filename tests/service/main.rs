@@ -35,6 +35,7 @@ mod bench;
 mod conformance;
 mod estimator;
 mod hostile_input;
+mod ledger_cli;
 mod models;
 mod models_cli;
 mod money;

@@ -3,9 +3,9 @@
 
 use super::{Data, MemoryStore};
 use crate::domain::budget::layout::LEDGER_MIN_LIFE_US;
-use crate::domain::budget::ledger::{Entry, Period, Row};
+use crate::domain::budget::ledger::{Entry, LedgerRow, Period};
 use crate::domain::{Clock, ReservationId, TenantId};
-use crate::store::keys::ledger_fields;
+use crate::store::keys::{ledger_fields, ledger_row};
 
 impl<C: Clock> MemoryStore<C> {
     /// ledger.lua: adds `entry` to the hourly and daily rows of `id`'s
@@ -38,12 +38,8 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
-    /// `tenant`'s rows of each period, by field.
-    pub(super) fn ledger_rows(
-        &self,
-        tenant: &TenantId,
-        periods: &[Period],
-    ) -> Vec<Vec<(String, Row)>> {
+    /// `tenant`'s rows of each period, by group then user.
+    pub(super) fn ledger_rows(&self, tenant: &TenantId, periods: &[Period]) -> Vec<Vec<LedgerRow>> {
         let now = self.clock.now_us();
         let d = self.lock(now);
         periods
@@ -53,7 +49,12 @@ impl<C: Clock> MemoryStore<C> {
                     .get(&self.keys.ledger(tenant, *p))
                     .filter(|(_, exp)| *exp > now)
                     .map_or_else(Vec::new, |(rows, _)| {
-                        rows.iter().map(|(f, r)| (f.clone(), *r)).collect()
+                        let mut out: Vec<LedgerRow> = rows
+                            .iter()
+                            .filter_map(|(f, r)| ledger_row(*p, f, *r))
+                            .collect();
+                        out.sort_by(|a, b| (&a.group, &a.user).cmp(&(&b.group, &b.user)));
+                        out
                     })
             })
             .collect()

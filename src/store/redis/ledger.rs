@@ -4,20 +4,22 @@
 
 use super::RedisStore;
 use crate::domain::TenantId;
-use crate::domain::budget::ledger::{Period, Row};
+use crate::domain::budget::ledger::{LedgerRow, Period, Row};
 use crate::store::StoreError;
+use crate::store::keys::ledger_row;
 
 /// Periods per pipeline: a long range is read in several round trips, each
 /// well inside the store deadline.
 const PER_PIPELINE: usize = 256;
 
 impl RedisStore {
-    /// `tenant`'s rows of each period, as (field, row) pairs by field.
+    /// `tenant`'s rows of each period, by group then user (a field this
+    /// layout does not make is skipped).
     pub(super) async fn ledger_call(
         &self,
         tenant: &TenantId,
         periods: &[Period],
-    ) -> Result<Vec<Vec<(String, Row)>>, StoreError> {
+    ) -> Result<Vec<Vec<LedgerRow>>, StoreError> {
         let mut out = Vec::with_capacity(periods.len());
         for chunk in periods.chunks(PER_PIPELINE) {
             let mut pipe = redis::pipe();
@@ -26,7 +28,7 @@ impl RedisStore {
             }
             let hashes: Vec<Vec<(String, Vec<u8>)>> = self.query(&pipe).await?;
             for (p, fields) in chunk.iter().zip(hashes) {
-                let mut rows: Vec<(String, Row)> = fields
+                let rows: Vec<(String, Row)> = fields
                     .into_iter()
                     .map(|(field, bytes)| match Row::decode(&bytes) {
                         Some(row) => Ok((field, row)),
@@ -40,7 +42,11 @@ impl RedisStore {
                         )),
                     })
                     .collect::<Result<_, _>>()?;
-                rows.sort_by(|a, b| a.0.cmp(&b.0));
+                let mut rows: Vec<LedgerRow> = rows
+                    .into_iter()
+                    .filter_map(|(f, r)| ledger_row(*p, &f, r))
+                    .collect();
+                rows.sort_by(|a, b| (&a.group, &a.user).cmp(&(&b.group, &b.user)));
                 out.push(rows);
             }
         }

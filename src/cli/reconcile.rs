@@ -1,0 +1,307 @@
+//! `ctxbudget reconcile`: the provider's usage export (CSV) against the
+//! ledger, per hour and model group; prints ours, theirs and the drift of
+//! each metric, and fails (exit 1) when any row drifts more than
+//! `--max-drift`, so a cron job or CI alerts on it. The arithmetic is
+//! `domain::reconcile`.
+
+use super::admin::AdminArgs;
+use super::output::{print_json, table};
+use super::usage::{Format, group_label, ledger_store, live_limits, usd};
+use crate::domain::TenantId;
+use crate::domain::budget::ledger::{Period, Row};
+use crate::domain::reconcile::{
+    self, Columns, Compared, Metric, Positions, compare, parse_max_drift, sum_theirs,
+};
+use crate::domain::usage::{self, By};
+use crate::store::Store;
+use anyhow::Context;
+use clap::Args;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// `ctxbudget reconcile` flags.
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// Where.
+    #[command(flatten)]
+    pub admin: AdminArgs,
+    /// The provider's usage export: a CSV with a header line.
+    #[arg(long)]
+    pub provider_usage: PathBuf,
+    /// From (inclusive): a date such as 2026-12-01 (00:00 UTC) or an RFC 3339 time on a whole hour.
+    #[arg(long)]
+    pub from: String,
+    /// To (exclusive).
+    #[arg(long)]
+    pub to: String,
+    /// The export's column names, where they differ:
+    /// `hour_start=start_time,model=model_id,input_tokens=…,cached_input_tokens=…,output_tokens=…,cost=…`.
+    #[arg(long, default_value = "")]
+    pub columns: String,
+    /// The drift a row may have before it is flagged.
+    #[arg(long, default_value = "1%")]
+    pub max_drift: String,
+    /// Only these tenants' usage (the provider bills one account per tenant);
+    /// by default every tenant's.
+    #[arg(long)]
+    pub tenant: Vec<String>,
+    /// How to print.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// One metric as JSON and CSV show it.
+#[derive(Serialize)]
+struct ShownMetric {
+    ours: u64,
+    theirs: u64,
+    /// In percent; `null`: theirs is 0 and ours is not.
+    drift_pct: Option<f64>,
+}
+
+impl From<Metric> for ShownMetric {
+    fn from(m: Metric) -> Self {
+        ShownMetric {
+            ours: m.ours,
+            theirs: m.theirs,
+            drift_pct: m.drift.map(pct),
+        }
+    }
+}
+
+/// A share in percent, to two decimals.
+fn pct(share: f64) -> f64 {
+    (share * 1e4).round() / 100.0
+}
+
+#[derive(Serialize)]
+struct Shown {
+    hour: String,
+    model_group: String,
+    input_tokens: ShownMetric,
+    cached_input_tokens: Option<ShownMetric>,
+    output_tokens: ShownMetric,
+    cost_micros: Option<ShownMetric>,
+    unsettled: u64,
+    flagged: bool,
+}
+
+/// A row flattened for CSV.
+#[derive(Serialize)]
+struct CsvRow<'a> {
+    hour: &'a str,
+    model_group: &'a str,
+    input_ours: u64,
+    input_theirs: u64,
+    input_drift_pct: Option<f64>,
+    cached_ours: Option<u64>,
+    cached_theirs: Option<u64>,
+    cached_drift_pct: Option<f64>,
+    output_ours: u64,
+    output_theirs: u64,
+    output_drift_pct: Option<f64>,
+    cost_ours_micros: Option<u64>,
+    cost_theirs_micros: Option<u64>,
+    cost_drift_pct: Option<f64>,
+    unsettled: u64,
+    flagged: bool,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    from: &'a str,
+    to: &'a str,
+    max_drift_pct: f64,
+    tenants: usize,
+    rows: Vec<Shown>,
+    flagged: usize,
+}
+
+/// Runs `ctxbudget reconcile`.
+pub async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
+    let from = usage::parse_instant(&args.from).context("--from")?;
+    let to = usage::parse_instant(&args.to).context("--to")?;
+    let hours = usage::periods(from, to, By::Hour)?;
+    let max_drift = parse_max_drift(&args.max_drift)?;
+    let columns = Columns::with_mapping(&args.columns)?;
+    let theirs_rows = read_provider(&args.provider_usage, &columns)?;
+    let (_, limits) = live_limits(&args.admin).await?;
+    let group_of = |model: &str| match limits.models.contains_key(model) {
+        true => model.to_owned(),
+        false => limits
+            .group_of(model)
+            .map_or(String::new(), |g| g.name.clone()),
+    };
+    let theirs = sum_theirs(theirs_rows, group_of, (from, to));
+
+    let store = ledger_store(&args.admin).await?;
+    let wanted: Vec<TenantId> = args
+        .tenant
+        .iter()
+        .map(|t| TenantId::parse(t).with_context(|| format!("--tenant {t:?}")))
+        .collect::<Result<_, _>>()?;
+    // Which tenants have which of the range's hours: SCAN once, read those.
+    let mut by_tenant: BTreeMap<TenantId, Vec<Period>> = BTreeMap::new();
+    for (tenant, period) in store.ledger_keys(true).await? {
+        if hours.contains(&period) && (wanted.is_empty() || wanted.contains(&tenant)) {
+            by_tenant.entry(tenant).or_default().push(period);
+        }
+    }
+    let mut ours: BTreeMap<(i64, String), Row> = BTreeMap::new();
+    for (tenant, periods) in &by_tenant {
+        for (p, rows) in periods.iter().zip(store.ledger(tenant, periods).await?) {
+            for r in rows {
+                ours.entry((p.start_us(), r.group)).or_default().add(&r.row);
+            }
+        }
+    }
+    let compared = compare(&ours, &theirs, max_drift);
+    let flagged = compared.iter().filter(|c| c.flagged).count();
+    let format = if args.admin.json {
+        Format::Json
+    } else {
+        args.format
+    };
+    match format {
+        Format::Json => print_json(&Report {
+            from: &args.from,
+            to: &args.to,
+            max_drift_pct: pct(max_drift),
+            tenants: by_tenant.len(),
+            rows: compared.iter().map(shown).collect(),
+            flagged,
+        })?,
+        Format::Csv => print_csv(&compared)?,
+        Format::Table => print_table(&compared, by_tenant.len()),
+    }
+    if flagged > 0 {
+        anyhow::bail!(
+            "{flagged} of {} rows drift more than {}% from the provider's usage (flagged above): \
+             check the unsettled count (usage that never came back), model groups without a \
+             price, and the export's columns",
+            compared.len(),
+            pct(max_drift)
+        );
+    }
+    Ok(())
+}
+
+/// The provider's rows.
+fn read_provider(path: &PathBuf, columns: &Columns) -> anyhow::Result<Vec<reconcile::ProviderRow>> {
+    let mut reader = csv::ReaderBuilder::new()
+        .flexible(true)
+        .from_path(path)
+        .with_context(|| format!("cannot read --provider-usage {}", path.display()))?;
+    let header: Vec<String> = reader.headers()?.iter().map(str::to_owned).collect();
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let at = Positions::find(columns, &header)?;
+    let mut rows = Vec::new();
+    for (i, record) in reader.records().enumerate() {
+        let record = record.with_context(|| format!("{}: line {}", path.display(), i + 2))?;
+        let cells: Vec<&str> = record.iter().collect();
+        if cells.iter().all(|c| c.trim().is_empty()) {
+            continue;
+        }
+        rows.push(
+            reconcile::provider_row(&cells, &at, i as u64 + 2)
+                .with_context(|| path.display().to_string())?,
+        );
+    }
+    Ok(rows)
+}
+
+fn hour_label(c: &Compared) -> String {
+    usage::label(c.hour_us, By::Hour)
+}
+
+fn shown(c: &Compared) -> Shown {
+    Shown {
+        hour: hour_label(c),
+        model_group: c.model_group.clone(),
+        input_tokens: c.input.into(),
+        cached_input_tokens: c.cached.map(Into::into),
+        output_tokens: c.output.into(),
+        cost_micros: c.cost.map(Into::into),
+        unsettled: c.unsettled,
+        flagged: c.flagged,
+    }
+}
+
+fn print_csv(rows: &[Compared]) -> anyhow::Result<()> {
+    let mut w = csv::Writer::from_writer(std::io::stdout());
+    for c in rows {
+        let hour = hour_label(c);
+        w.serialize(CsvRow {
+            hour: &hour,
+            model_group: &c.model_group,
+            input_ours: c.input.ours,
+            input_theirs: c.input.theirs,
+            input_drift_pct: c.input.drift.map(pct),
+            cached_ours: c.cached.map(|m| m.ours),
+            cached_theirs: c.cached.map(|m| m.theirs),
+            cached_drift_pct: c.cached.and_then(|m| m.drift.map(pct)),
+            output_ours: c.output.ours,
+            output_theirs: c.output.theirs,
+            output_drift_pct: c.output.drift.map(pct),
+            cost_ours_micros: c.cost.map(|m| m.ours),
+            cost_theirs_micros: c.cost.map(|m| m.theirs),
+            cost_drift_pct: c.cost.and_then(|m| m.drift.map(pct)),
+            unsettled: c.unsettled,
+            flagged: c.flagged,
+        })?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+fn print_table(rows: &[Compared], tenants: usize) {
+    let pair = |m: &Metric| format!("{} / {}", m.ours, m.theirs);
+    let drift = |m: &Metric| {
+        m.drift
+            .map_or("new".to_owned(), |d| format!("{:.2}%", pct(d)))
+    };
+    let opt = |m: &Option<Metric>, f: &dyn Fn(&Metric) -> String| m.as_ref().map_or("-".into(), f);
+    let money = |m: &Metric| format!("{} / {}", usd(m.ours), usd(m.theirs));
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|c| {
+            vec![
+                hour_label(c),
+                group_label(&c.model_group).to_owned(),
+                pair(&c.input),
+                drift(&c.input),
+                opt(&c.cached, &pair),
+                opt(&c.cached, &drift),
+                pair(&c.output),
+                drift(&c.output),
+                opt(&c.cost, &money),
+                opt(&c.cost, &drift),
+                c.unsettled.to_string(),
+                if c.flagged {
+                    "DRIFT".into()
+                } else {
+                    "ok".into()
+                },
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "HOUR",
+            "MODEL GROUP",
+            "INPUT OURS / THEIRS",
+            "DRIFT",
+            "CACHED",
+            "DRIFT",
+            "OUTPUT",
+            "DRIFT",
+            "COST USD",
+            "DRIFT",
+            "UNSETTLED",
+            "",
+        ],
+        &cells,
+    );
+    println!("({tenants} tenants in the ledger for the range)");
+}

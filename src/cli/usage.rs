@@ -1,0 +1,305 @@
+//! `ctxbudget usage`: a tenant's usage ledger (or one user's) over a range,
+//! summed by hour, day or month per model group, as a table, CSV or JSON.
+//! The rows are read from Redis; with the in-memory store the ledger lives
+//! inside the service process and this command cannot reach it.
+
+use super::admin::AdminArgs;
+use super::output::{print_json, table};
+use crate::config::repository::ConfigStore;
+use crate::domain::budget::ledger::Row;
+use crate::domain::usage::{self, By, Line};
+use crate::domain::{Limits, TenantId, UserId};
+use crate::store::keys::Keys;
+use crate::store::redis::{RedisSettings, RedisStore};
+use crate::store::{Retention, Store};
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+use std::time::Duration;
+
+/// How a report prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Aligned columns, with a total line.
+    Table,
+    /// One line per row, a header first (no total).
+    Csv,
+    /// One document.
+    Json,
+}
+
+/// `ctxbudget usage` flags.
+#[derive(Debug, Args)]
+pub struct UsageArgs {
+    /// Where.
+    #[command(flatten)]
+    pub admin: AdminArgs,
+    /// The tenant.
+    #[arg(long)]
+    pub tenant: String,
+    /// One of its users (daily rows: --by day or month).
+    #[arg(long)]
+    pub user: Option<String>,
+    /// A model group, or a model its patterns match.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// From (inclusive): a date such as 2026-12-01 (00:00 UTC) or an RFC 3339 time.
+    #[arg(long)]
+    pub from: String,
+    /// To (exclusive): a date or an RFC 3339 time.
+    #[arg(long)]
+    pub to: String,
+    /// Sum by hour, day or month (UTC).
+    #[arg(long, default_value = "day")]
+    pub by: By,
+    /// How to print.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// One line of the report, as JSON and CSV show it.
+#[derive(Serialize)]
+struct Shown {
+    period: String,
+    model_group: String,
+    requests: u64,
+    refunds: u64,
+    unsettled: u64,
+    reserved_tokens: u64,
+    prompt_tokens: u64,
+    cached_prompt_tokens: u64,
+    completion_tokens: u64,
+    cost_micros: u64,
+    cost_usd: String,
+    prompt_reserved: u64,
+    prompt_error: u64,
+    /// Σ |prompt reserved − prompt| ÷ Σ prompt, in percent.
+    estimate_error_pct: Option<f64>,
+}
+
+impl Shown {
+    fn of(period: String, model_group: &str, r: &Row) -> Shown {
+        let n = |v: f64| v.max(0.0) as u64;
+        Shown {
+            period,
+            model_group: model_group.to_owned(),
+            requests: n(r.requests),
+            refunds: n(r.refunds),
+            unsettled: n(r.unsettled),
+            reserved_tokens: n(r.reserved_tokens),
+            prompt_tokens: n(r.prompt_tokens),
+            cached_prompt_tokens: n(r.cached_prompt_tokens),
+            completion_tokens: n(r.completion_tokens),
+            cost_micros: n(r.cost_micros),
+            cost_usd: usd(n(r.cost_micros)),
+            prompt_reserved: n(r.prompt_reserved),
+            prompt_error: n(r.prompt_error),
+            estimate_error_pct: (r.prompt_tokens > 0.0)
+                .then(|| (r.prompt_error / r.prompt_tokens * 1e4).round() / 100.0),
+        }
+    }
+}
+
+/// The whole report as JSON.
+#[derive(Serialize)]
+struct Report<'a> {
+    tenant: &'a str,
+    user: Option<&'a str>,
+    model_group: Option<&'a str>,
+    from: &'a str,
+    to: &'a str,
+    by: &'static str,
+    lines: Vec<Shown>,
+    total: Shown,
+}
+
+/// µ$ as dollars, exactly: `12.345678`.
+pub(super) fn usd(micros: u64) -> String {
+    format!("{}.{:06}", micros / 1_000_000, micros % 1_000_000)
+}
+
+/// A model group's name as reports show it ("": requests whose model is in
+/// no group).
+pub(super) fn group_label(group: &str) -> &str {
+    if group.is_empty() { "(none)" } else { group }
+}
+
+/// The ledger's store: the service's Redis, for reading.
+pub(super) async fn ledger_store(admin: &AdminArgs) -> anyhow::Result<RedisStore> {
+    let url = admin.redis_url.as_deref().context(
+        "the usage ledger is in Redis: pass --redis-url or set CTXBUDGET_REDIS_URL (with the \
+         in-memory store the ledger lives inside the service process)",
+    )?;
+    let settings = RedisSettings {
+        url: url.to_owned(),
+        pool: Default::default(),
+        connections: 1,
+        timeout: Duration::from_secs(10),
+        tls: crate::store::redis::RedisTls {
+            ca: admin.redis_tls_ca.clone(),
+            cert: admin.redis_tls_cert.clone(),
+            key: admin.redis_tls_key.clone(),
+        },
+    };
+    // Reading only: the retention is never used.
+    let retention = Retention {
+        record_ms: 0,
+        idempotency_ms: 0,
+        samples: 0,
+        ledger: None,
+    };
+    let keys = Keys::new(&admin.key_prefix)?;
+    Ok(RedisStore::connect(&settings, keys, retention).await?)
+}
+
+/// The live configuration's limits (model groups, to name a model's group).
+pub(super) async fn live_limits(admin: &AdminArgs) -> anyhow::Result<(ConfigStore, Limits)> {
+    let cfg = admin.connect().await?;
+    let limits = cfg
+        .load()
+        .await?
+        .limits()
+        .map_err(|e| anyhow::anyhow!("the stored configuration is invalid: {e}"))?;
+    Ok((cfg, limits))
+}
+
+/// The model group `model` names: a group's own name, or the group whose
+/// patterns match it.
+fn group_named(limits: &Limits, model: &str) -> anyhow::Result<String> {
+    if limits.models.contains_key(model) {
+        return Ok(model.to_owned());
+    }
+    match limits.group_of(model) {
+        Some(g) => Ok(g.name.clone()),
+        None => anyhow::bail!(
+            "{model:?} is no model group and no group's patterns match it; the ledger keeps \
+             usage per model group (groups: {}; see ctxbudget models list)",
+            limits.group_names()
+        ),
+    }
+}
+
+/// Runs `ctxbudget usage`.
+pub async fn usage(args: UsageArgs) -> anyhow::Result<()> {
+    let tenant = TenantId::parse(&args.tenant).context("--tenant")?;
+    let user = args
+        .user
+        .as_deref()
+        .map(UserId::parse)
+        .transpose()
+        .context("--user")?;
+    if user.is_some() && args.by == By::Hour {
+        anyhow::bail!("a user's usage is kept per day: use --by day or --by month");
+    }
+    let from = usage::parse_instant(&args.from).context("--from")?;
+    let to = usage::parse_instant(&args.to).context("--to")?;
+    let periods = usage::periods(from, to, args.by)?;
+    let group = match &args.model {
+        Some(m) => Some(group_named(&live_limits(&args.admin).await?.1, m)?),
+        None => None,
+    };
+    let store = ledger_store(&args.admin).await?;
+    let read = store.ledger(&tenant, &periods).await?;
+    let rows: Vec<_> = periods.into_iter().zip(read).collect();
+    let lines = usage::sum(&rows, args.by, user.as_ref(), group.as_deref());
+    let mut total = Row::default();
+    lines.iter().for_each(|l| total.add(&l.row));
+    let shown: Vec<Shown> = lines.iter().map(|l| line(l, args.by)).collect();
+    let format = if args.admin.json {
+        Format::Json
+    } else {
+        args.format
+    };
+    match format {
+        Format::Json => print_json(&Report {
+            tenant: tenant.as_str(),
+            user: user.as_ref().map(|u| u.as_str()),
+            model_group: group.as_deref(),
+            from: &args.from,
+            to: &args.to,
+            by: args.by.name(),
+            lines: shown,
+            total: Shown::of("total".into(), "", &total),
+        }),
+        Format::Csv => print_csv(&shown),
+        Format::Table => {
+            print_table(&shown, &Shown::of("total".into(), "", &total));
+            Ok(())
+        }
+    }
+}
+
+fn line(l: &Line, by: By) -> Shown {
+    Shown::of(usage::label(l.start_us, by), &l.model_group, &l.row)
+}
+
+fn print_csv(lines: &[Shown]) -> anyhow::Result<()> {
+    let mut w = csv::Writer::from_writer(std::io::stdout());
+    for l in lines {
+        w.serialize(l)?;
+    }
+    if lines.is_empty() {
+        // The header alone, so a script still reads the columns.
+        w.write_record(CSV_HEADER)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+const CSV_HEADER: [&str; 14] = [
+    "period",
+    "model_group",
+    "requests",
+    "refunds",
+    "unsettled",
+    "reserved_tokens",
+    "prompt_tokens",
+    "cached_prompt_tokens",
+    "completion_tokens",
+    "cost_micros",
+    "cost_usd",
+    "prompt_reserved",
+    "prompt_error",
+    "estimate_error_pct",
+];
+
+fn print_table(lines: &[Shown], total: &Shown) {
+    let cells = |l: &Shown| {
+        vec![
+            l.period.clone(),
+            group_label(&l.model_group).to_owned(),
+            l.requests.to_string(),
+            l.refunds.to_string(),
+            l.unsettled.to_string(),
+            l.reserved_tokens.to_string(),
+            l.prompt_tokens.to_string(),
+            l.cached_prompt_tokens.to_string(),
+            l.completion_tokens.to_string(),
+            l.cost_usd.clone(),
+            l.estimate_error_pct
+                .map_or("-".into(), |p| format!("{p:.2}%")),
+        ]
+    };
+    let mut rows: Vec<Vec<String>> = lines.iter().map(cells).collect();
+    if !lines.is_empty() {
+        let mut t = cells(total);
+        t[1] = String::new();
+        rows.push(t);
+    }
+    table(
+        &[
+            "PERIOD",
+            "MODEL GROUP",
+            "REQUESTS",
+            "REFUNDS",
+            "UNSETTLED",
+            "RESERVED",
+            "PROMPT",
+            "CACHED",
+            "COMPLETION",
+            "COST USD",
+            "EST. ERROR",
+        ],
+        &rows,
+    );
+}

@@ -1,0 +1,232 @@
+//! Reconciliation: the provider's usage export against the ledger, per hour
+//! and model group. Pure: reading the provider's rows from a CSV, summing
+//! both sides, and the drift of each metric; the command reads the files and
+//! the store (`ctxbudget reconcile`).
+//!
+//! Both sides are summed per (hour, model group): the provider's model names
+//! map to groups by the groups' patterns (a name that is a group's own name
+//! maps to it; one matching no group goes to the ungrouped row, ""). A
+//! metric's drift is |ours − theirs| ÷ theirs; when theirs is 0 it is 0 if
+//! ours is too, else unbounded. A row is flagged when any metric it has on the
+//! provider's side drifts more than the allowed share.
+
+mod export;
+
+pub use export::{Columns, Positions, ProviderRow, parse_usd, provider_row};
+
+use crate::domain::budget::ledger::Row;
+use std::collections::BTreeMap;
+
+/// A provider export or a reconciliation setting that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ReconcileError(pub String);
+
+const HOUR_US: i64 = 3_600_000_000;
+
+/// The provider's usage in one hour for one model group.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Theirs {
+    /// Input (prompt) tokens, cached ones included.
+    pub input_tokens: u64,
+    /// Of which cached (`None`: the export has no such column).
+    pub cached_input_tokens: Option<u64>,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// What it cost, µ$ (`None`: no cost column).
+    pub cost_micros: Option<u64>,
+}
+
+impl Theirs {
+    fn add(&mut self, o: &Theirs) {
+        self.input_tokens += o.input_tokens;
+        self.output_tokens += o.output_tokens;
+        let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
+        self.cached_input_tokens = add(self.cached_input_tokens, o.cached_input_tokens);
+        self.cost_micros = add(self.cost_micros, o.cost_micros);
+    }
+}
+
+/// One metric of one row: ours, theirs, and the drift (a share; `None`:
+/// unbounded, theirs 0 and ours not).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Metric {
+    /// The ledger's figure.
+    pub ours: u64,
+    /// The provider's figure.
+    pub theirs: u64,
+    /// |ours − theirs| ÷ theirs.
+    pub drift: Option<f64>,
+}
+
+impl Metric {
+    fn of(ours: u64, theirs: u64) -> Metric {
+        let drift = match (ours, theirs) {
+            (0, 0) => Some(0.0),
+            (_, 0) => None,
+            (o, t) => Some(o.abs_diff(t) as f64 / t as f64),
+        };
+        Metric {
+            ours,
+            theirs,
+            drift,
+        }
+    }
+
+    fn over(&self, max: f64) -> bool {
+        self.drift.is_none_or(|d| d > max)
+    }
+}
+
+/// One compared row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Compared {
+    /// The hour's start (µs).
+    pub hour_us: i64,
+    /// The model group ("": none).
+    pub model_group: String,
+    /// Prompt tokens vs input tokens.
+    pub input: Metric,
+    /// Cached (when the export has them).
+    pub cached: Option<Metric>,
+    /// Completion vs output tokens.
+    pub output: Metric,
+    /// Cost, µ$ (when the export has it).
+    pub cost: Option<Metric>,
+    /// Reservations the ledger holds unsettled in the hour (their usage
+    /// never came: a cause of drift).
+    pub unsettled: u64,
+    /// Some metric drifts more than allowed.
+    pub flagged: bool,
+}
+
+/// Compares the ledger's hourly rows (`ours`, per (hour, group)) with the
+/// provider's (`theirs`), flagging drift above `max_drift` (a share: 0.01).
+pub fn compare(
+    ours: &BTreeMap<(i64, String), Row>,
+    theirs: &BTreeMap<(i64, String), Theirs>,
+    max_drift: f64,
+) -> Vec<Compared> {
+    let keys: std::collections::BTreeSet<&(i64, String)> =
+        ours.keys().chain(theirs.keys()).collect();
+    keys.into_iter()
+        .map(|key| {
+            let o = ours.get(key).copied().unwrap_or_default();
+            let t = theirs.get(key).copied().unwrap_or_default();
+            let n = |v: f64| v.max(0.0) as u64;
+            // A side with no rows at all: every column it would have had is 0.
+            let has_cached = t.cached_input_tokens.is_some() || !theirs.contains_key(key);
+            let has_cost = t.cost_micros.is_some() || !theirs.contains_key(key);
+            let input = Metric::of(n(o.prompt_tokens), t.input_tokens);
+            let output = Metric::of(n(o.completion_tokens), t.output_tokens);
+            let cached = has_cached.then(|| {
+                Metric::of(
+                    n(o.cached_prompt_tokens),
+                    t.cached_input_tokens.unwrap_or(0),
+                )
+            });
+            let cost = has_cost.then(|| Metric::of(n(o.cost_micros), t.cost_micros.unwrap_or(0)));
+            let flagged = input.over(max_drift)
+                || output.over(max_drift)
+                || cached.is_some_and(|m| m.over(max_drift))
+                || cost.is_some_and(|m| m.over(max_drift));
+            Compared {
+                hour_us: key.0,
+                model_group: key.1.clone(),
+                input,
+                cached,
+                output,
+                cost,
+                unsettled: n(o.unsettled),
+                flagged,
+            }
+        })
+        .collect()
+}
+
+/// Sums provider rows per (hour, group), `group_of` naming a model's group,
+/// keeping hours in `[from_us, to_us)`.
+pub fn sum_theirs(
+    rows: impl IntoIterator<Item = ProviderRow>,
+    group_of: impl Fn(&str) -> String,
+    (from_us, to_us): (i64, i64),
+) -> BTreeMap<(i64, String), Theirs> {
+    let mut out: BTreeMap<(i64, String), Theirs> = BTreeMap::new();
+    for r in rows
+        .into_iter()
+        .filter(|r| (from_us..to_us).contains(&r.hour_us))
+    {
+        out.entry((r.hour_us, group_of(&r.model)))
+            .or_default()
+            .add(&r.usage);
+    }
+    out
+}
+
+/// `--max-drift`: a percentage, `1%` or `1` (1%), `0.5%`.
+pub fn parse_max_drift(s: &str) -> Result<f64, ReconcileError> {
+    let pct: f64 =
+        s.trim().trim_end_matches('%').trim().parse().map_err(|_| {
+            ReconcileError(format!("--max-drift {s:?}: write a percentage such as 1%"))
+        })?;
+    if !(0.0..=100.0).contains(&pct) {
+        return Err(ReconcileError(format!(
+            "--max-drift {s:?}: between 0% and 100%"
+        )));
+    }
+    Ok(pct / 100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drift_over_the_limit_flags_the_row_and_a_missing_side_counts_as_zero() {
+        let ours = BTreeMap::from([
+            (
+                (0, "g".to_string()),
+                Row {
+                    prompt_tokens: 1_000.0,
+                    completion_tokens: 200.0,
+                    cost_micros: 3_000.0,
+                    ..Row::default()
+                },
+            ),
+            ((HOUR_US, "g".to_string()), Row::default()),
+        ]);
+        let theirs = BTreeMap::from([
+            (
+                (0, "g".to_string()),
+                Theirs {
+                    input_tokens: 1_005,
+                    cached_input_tokens: None,
+                    output_tokens: 200,
+                    cost_micros: Some(3_000),
+                },
+            ),
+            (
+                (2 * HOUR_US, "g".to_string()),
+                Theirs {
+                    input_tokens: 10,
+                    ..Theirs::default()
+                },
+            ),
+        ]);
+        let rows = compare(&ours, &theirs, 0.01);
+        assert_eq!(rows.len(), 3);
+        assert!(!rows[0].flagged, "0.5% is within 1%");
+        assert_eq!(rows[0].cached, None, "no cached column in the export");
+        assert!(!rows[1].flagged, "nothing on either side");
+        assert!(rows[2].flagged, "theirs only: 100% drift");
+        assert!(
+            compare(&ours, &theirs, 0.001)[0].flagged,
+            "0.5% is over 0.1%"
+        );
+        assert_eq!(parse_max_drift("1%").unwrap(), 0.01);
+        assert!(parse_max_drift("lots").is_err());
+    }
+}
