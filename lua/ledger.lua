@@ -12,7 +12,10 @@
 -- HGET and two HSET per call, and a PEXPIRE for a new row. The hour and day are the only
 -- decimals a budget script formats: a key name must be readable.
 
-local LEDGER_FMT = '<' .. string.rep('d', LEDGER_FIELDS)
+-- Little-endian 6-byte integers (exact below 2^47): a 60-byte row keeps a hash
+-- in Redis's compact listpack encoding (values up to 64 bytes by default); 80
+-- bytes of doubles cost twice the memory.
+local LEDGER_FMT = '<' .. string.rep('i6', LEDGER_FIELDS)
 
 -- Spelled out for LEDGER_FIELDS = 10: a loop over a table of the old values
 -- cost twice the Redis CPU (measured: 1.9 against 0.8 us per row).

@@ -88,9 +88,12 @@ pub const REC_LEN_V2: usize = 66;
 /// granted output 0 (all of the cost prompt) and no spend, so reservations
 /// made by the previous release settle after an upgrade.
 pub const REC_LEN_V1: usize = 50;
-/// A usage-ledger row is this many little-endian doubles (see
-/// `super::ledger::Row`).
+/// A usage-ledger row is this many little-endian signed integers of
+/// [`LEDGER_INT_BYTES`] each (see `super::ledger::Row`).
 pub const LEDGER_FIELDS: usize = 10;
+/// Bytes per ledger field: 6, exact below 2^47 (1.4 × 10^14 tokens or µ$ in
+/// one row), so a row (60 bytes) stays within Redis's compact hash encoding.
+pub const LEDGER_INT_BYTES: usize = 6;
 /// A ledger hour (µs).
 pub const HOUR_US: f64 = 3_600_000_000.0;
 /// A ledger day (µs): a UTC day.

@@ -13,10 +13,12 @@
 //! whole when it settles, in the rows of the settle's hour. A row past its
 //! retention (less than [`super::layout::LEDGER_MIN_LIFE_US`] left) is not written.
 //!
-//! A row is [`LEDGER_FIELDS`] little-endian doubles (exact integers below
-//! 2^53: 9 × 10^15 tokens or µ$), in [`Row`]'s field order.
+//! A row is [`LEDGER_FIELDS`] little-endian signed integers of
+//! [`LEDGER_INT_BYTES`] bytes (exact below 2^47: 1.4 × 10^14 tokens or µ$ in
+//! one hour or day of one tenant and group), in [`Row`]'s field order: 60
+//! bytes, within Redis's compact (listpack) hash encoding.
 
-use super::layout::{DAY_US, HOUR_US, LEDGER_FIELDS};
+use super::layout::{DAY_US, HOUR_US, LEDGER_FIELDS, LEDGER_INT_BYTES};
 use super::record::Record;
 use super::settle::Settle;
 use crate::domain::UserId;
@@ -160,19 +162,34 @@ impl Row {
         }
     }
 
-    /// The row's bytes as the scripts store them.
+    /// The row's bytes as the scripts store them: each field's low
+    /// [`LEDGER_INT_BYTES`] bytes, little-endian two's complement.
     pub fn encode(&self) -> Vec<u8> {
-        self.fields().iter().flat_map(|f| f.to_le_bytes()).collect()
+        self.fields()
+            .iter()
+            .flat_map(|f| {
+                let v = (*f as i64).to_le_bytes();
+                v.into_iter().take(LEDGER_INT_BYTES)
+            })
+            .collect()
     }
 
     /// Stored bytes back to a row; `None` when they are not a row.
     pub fn decode(bytes: &[u8]) -> Option<Row> {
-        if bytes.len() != LEDGER_FIELDS * 8 {
+        if bytes.len() != LEDGER_FIELDS * LEDGER_INT_BYTES {
             return None;
         }
         let mut f = [0.0; LEDGER_FIELDS];
-        for (v, chunk) in f.iter_mut().zip(bytes.chunks_exact(8)) {
-            *v = f64::from_le_bytes(chunk.try_into().ok()?);
+        for (v, chunk) in f.iter_mut().zip(bytes.chunks_exact(LEDGER_INT_BYTES)) {
+            // Sign-extend the low bytes to 8.
+            let fill = if chunk[LEDGER_INT_BYTES - 1] & 0x80 != 0 {
+                0xff
+            } else {
+                0
+            };
+            let mut word = [fill; 8];
+            word[..LEDGER_INT_BYTES].copy_from_slice(chunk);
+            *v = i64::from_le_bytes(word) as f64;
         }
         Some(Row::from_fields(f))
     }
@@ -275,7 +292,14 @@ mod tests {
         };
         assert_eq!(row, want);
         assert_eq!(Row::decode(&row.encode()), Some(row));
-        assert_eq!(Row::decode(&row.encode()[..72]), None);
+        assert_eq!(row.encode().len(), 60);
+        assert_eq!(Row::decode(&row.encode()[..54]), None);
+        let signed = Row {
+            unsettled: -3.0,
+            cost_micros: 1.4e14,
+            ..Row::default()
+        };
+        assert_eq!(Row::decode(&signed.encode()), Some(signed));
     }
 
     #[test]
