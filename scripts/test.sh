@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: formatting, unit tests, and the integration tests,
-# which start real redis-server processes on free ports. Installs redis-server
-# with apt-get when it is missing.
+# which start real redis-server processes on free ports; then the Python
+# client's tests (pytest) in a virtual environment under target/venv, against
+# the binary just built. Installs redis-server with apt-get when it is missing,
+# and the Python packages from the registry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,3 +30,13 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --all-targets --no-fail-fast
 fi
+
+# The Python client (clients/python) and the example gateway, against the
+# binary the Rust tests built.
+cargo build --quiet
+venv=target/venv
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+"$venv/bin/pip" install --quiet --disable-pip-version-check -e "clients/python[test]"
+CTXBUDGET_BIN="$PWD/target/debug/ctxbudget" "$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests

@@ -1,0 +1,1 @@
+"""Generated from proto/ctxbudget/v1/budget.proto by grpcio-tools (see tests/test_stubs.py)."""

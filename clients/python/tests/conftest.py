@@ -1,0 +1,94 @@
+"""Fixtures: a real ctxbudget service (the repository's binary) on a free port,
+started per test module with the module's configuration, and stopped after."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import socket
+import subprocess
+import tempfile
+import time
+
+import grpc
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+
+
+def binary() -> str:
+    path = os.environ.get("CTXBUDGET_BIN") or str(REPO / "target" / "debug" / "ctxbudget")
+    if not os.path.exists(path):
+        pytest.fail(f"no ctxbudget binary at {path}: run `cargo build` first (or set CTXBUDGET_BIN)")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Service:
+    """A ctxbudget process: its address, and how to stop it."""
+
+    def __init__(self, config: str, *, redis_url: str | None = None, env: dict[str, str] | None = None):
+        self.dir = tempfile.mkdtemp(prefix="ctxbudget-py-")
+        path = os.path.join(self.dir, "config.toml")
+        with open(path, "w") as f:
+            f.write(config)
+        self.port = free_port()
+        self.target = f"127.0.0.1:{self.port}"
+        args = [binary(), "serve", "--listen", self.target, "--config", path]
+        if redis_url:
+            args += ["--redis-url", redis_url]
+        self.log = open(os.path.join(self.dir, "service.log"), "w")
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("CTXBUDGET_")}
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=full_env)
+        channel = grpc.insecure_channel(self.target)
+        try:
+            deadline = time.time() + 60
+            while True:
+                try:
+                    grpc.channel_ready_future(channel).result(timeout=0.5)
+                    break
+                except grpc.FutureTimeoutError:
+                    if self.proc.poll() is not None or time.time() > deadline:
+                        self.stop()
+                        raise RuntimeError(f"ctxbudget did not start: {open(self.log.name).read()}")
+        finally:
+            channel.close()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.log.close()
+
+
+class Redis:
+    """A redis-server on a free port."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
