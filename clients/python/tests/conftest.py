@@ -92,3 +92,37 @@ class Redis:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=10)
+
+
+class Uvicorn:
+    """A Python ASGI app (``module:app``) served by uvicorn on a free port, in
+    its own process, with ``env`` added to the environment."""
+
+    def __init__(self, app: str, app_dir: str, env: dict[str, str] | None = None):
+        import sys
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", app, "--app-dir", app_dir, "--host", "127.0.0.1",
+             "--port", str(self.port), "--log-level", "warning"],
+            env=full_env,
+        )
+        deadline = time.time() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError(f"{app} did not start")
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()

@@ -39,19 +39,30 @@ class AsyncBudgetClient:
     ):
         if on_unavailable not in ("deny", "allow"):
             raise ValueError(f"on_unavailable={on_unavailable!r}: 'deny' or 'allow'")
-        if channel is None:
-            if tls is None:
-                channel = grpc.aio.insecure_channel(target)
-            else:
-                channel = grpc.aio.secure_channel(target, tls.credentials(), options=tls.options())
-        self._channel = channel
-        self._stub = rpc.BudgetServiceStub(channel)
+        self._target, self._tls = target, tls
+        # Made on first use, in the event loop that uses it (an asyncio
+        # channel belongs to the loop it was made in: a client built at
+        # import time would otherwise fail in the server's loop).
+        self._channel: grpc.aio.Channel | None = channel
+        self._stub_: rpc.BudgetServiceStub | None = rpc.BudgetServiceStub(channel) if channel else None
         self._metadata = metadata(token)
         self.timeout = timeout
         self.on_unavailable: OnUnavailable = on_unavailable
 
+    @property
+    def _stub(self) -> rpc.BudgetServiceStub:
+        if self._stub_ is None:
+            if self._tls is None:
+                self._channel = grpc.aio.insecure_channel(self._target)
+            else:
+                self._channel = grpc.aio.secure_channel(self._target, self._tls.credentials(), options=self._tls.options())
+            self._stub_ = rpc.BudgetServiceStub(self._channel)
+        return self._stub_
+
     async def close(self) -> None:
-        await self._channel.close()
+        if self._channel is not None:
+            await self._channel.close()
+        self._channel, self._stub_ = None, None
 
     async def __aenter__(self) -> AsyncBudgetClient:
         return self
@@ -137,10 +148,10 @@ class AsyncBudgetClient:
         try:
             yield r
         except BaseException:
-            await self._stop(renewer)
+            await self.stop_keep_alive(renewer)
             await self.settle(r, failed=True)
             raise
-        await self._stop(renewer)
+        await self.stop_keep_alive(renewer)
         await self.settle(r)
 
     def keep_alive(self, r: ReservationState) -> asyncio.Task[None] | None:
@@ -160,7 +171,8 @@ class AsyncBudgetClient:
         return asyncio.get_running_loop().create_task(run())
 
     @staticmethod
-    async def _stop(task: asyncio.Task[None] | None) -> None:
+    async def stop_keep_alive(task: asyncio.Task[None] | None) -> None:
+        """Stops a ``keep_alive`` task (None: nothing to stop)."""
         if task is None:
             return
         task.cancel()
