@@ -38,5 +38,13 @@ venv=target/venv
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
-"$venv/bin/pip" install --quiet --disable-pip-version-check -e "clients/python[test]"
+pip=("$venv/bin/pip" install --quiet --disable-pip-version-check)
+"${pip[@]}" -e "clients/python[test]"
+# The LiteLLM hook's tests run the real proxy. "litellm[proxy]" resolves to
+# 1.108.x here (the newer proxy extra needs a package the registry lacks);
+# litellm 1.110.2 installed on top of it runs the proxy.
+if ! "$venv/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(m.version("litellm") != "1.110.2")' 2>/dev/null; then
+  "${pip[@]}" "litellm[proxy]"
+  "${pip[@]}" "litellm==1.110.2" semver
+fi
 CTXBUDGET_BIN="$PWD/target/debug/ctxbudget" "$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests
