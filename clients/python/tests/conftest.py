@@ -32,7 +32,15 @@ def free_port() -> int:
 class Service:
     """A ctxbudget process: its address, and how to stop it."""
 
-    def __init__(self, config: str, *, redis_url: str | None = None, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        config: str,
+        *,
+        redis_url: str | None = None,
+        env: dict[str, str] | None = None,
+        tls_ca: str | None = None,
+        client_cert: tuple[str, str] | None = None,
+    ):
         self.dir = tempfile.mkdtemp(prefix="ctxbudget-py-")
         path = os.path.join(self.dir, "config.toml")
         with open(path, "w") as f:
@@ -46,7 +54,16 @@ class Service:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("CTXBUDGET_")}
         full_env.update(env or {})
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=full_env)
-        channel = grpc.insecure_channel(self.target)
+        if tls_ca is None:
+            channel = grpc.insecure_channel(self.target)
+        else:
+            read = lambda p: open(p, "rb").read()  # noqa: E731
+            creds = grpc.ssl_channel_credentials(
+                read(tls_ca),
+                private_key=read(client_cert[1]) if client_cert else None,
+                certificate_chain=read(client_cert[0]) if client_cert else None,
+            )
+            channel = grpc.secure_channel(self.target, creds)
         try:
             deadline = time.time() + 60
             while True:
