@@ -178,28 +178,38 @@ def test_two_proxies_never_exceed_the_concurrency_limit(setup):
 def test_two_proxies_admit_exactly_the_requests_per_minute(setup):
     service, upstream, proxies, *_ = setup
     httpx.post(upstream.url + "/reset")
+    t0 = time.monotonic()
     replies = asyncio.run(burst(proxies, "sk-rpm", 200))
+    elapsed = time.monotonic() - t0
     ok = [r for r in replies if r.status_code == 200]
     refused = [r for r in replies if r.status_code == 429]
-    assert len(ok) == 50 and stats(upstream)["requests"] == 50, "exactly 50 reach the upstream in the minute"
-    assert len(refused) == 150
+    # A rolling limit: 50 at once, then refilled at 50 a minute — during a
+    # burst of a few seconds on a busy machine, one or two more.
+    most = 50 + int(elapsed * 50 / 60)
+    assert 50 <= len(ok) <= most, f"{len(ok)} admitted in {elapsed:.1f} s, at most {most}"
+    assert stats(upstream)["requests"] == len(ok), "every admitted call, and only those, reached the upstream"
+    assert len(refused) == 200 - len(ok)
     h = refused[0].headers
     assert int(h["retry-after"]) >= 1, dict(h)
     assert h["x-ratelimit-limit-requests"] == "50" and h["x-ratelimit-remaining-requests"] == "0", dict(h)
-    print(f"\nctxbudget, 50 RPM, 200 requests over 2 proxies: {len(ok)} reached the upstream")
+    print(f"\nctxbudget, 50 RPM, 200 requests over 2 proxies: {len(ok)} reached the upstream in {elapsed:.1f} s")
 
 
 def test_two_proxies_admit_no_more_tokens_than_the_limit_and_one_overage(setup):
     service, upstream, proxies, *_ = setup
     httpx.post(upstream.url + "/reset")
+    t0 = time.monotonic()
     replies = asyncio.run(burst(proxies, "sk-tpm", 200, max_tokens=20))
+    elapsed = time.monotonic() - t0
     ok = [r for r in replies if r.status_code == 200]
     used = [r.json()["usage"]["total_tokens"] for r in ok]
     s = stats(upstream)
     assert sum(used) == s["prompt_tokens"] + s["completion_tokens"]
     # Reserved is the counted prompt + 20; the mock bills chars / 4: each
-    # request can overrun its reservation by a little, one at a time.
-    assert sum(used) <= 3000 + max(used), f"{sum(used)} tokens admitted against 3000"
+    # request can overrun its reservation by a little, one at a time. The
+    # rolling limit also refills 50 tokens a second during the burst.
+    most = 3000 + int(elapsed * 3000 / 60) + max(used)
+    assert sum(used) <= most, f"{sum(used)} tokens admitted in {elapsed:.1f} s, at most {most}"
     assert len(ok) < 200
     print(f"\nctxbudget, 3000 TPM, 200 requests over 2 proxies: {len(ok)} served, {sum(used)} tokens")
 
