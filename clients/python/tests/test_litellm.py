@@ -71,6 +71,7 @@ litellm_settings:
   num_retries: 0
 general_settings:
   custom_auth: custom_auth.user_api_key_auth
+{general_extra}
 router_settings:
   redis_host: 127.0.0.1
   redis_port: {redis_port}
@@ -120,13 +121,14 @@ class Proxy:
         self.log.close()
 
 
-def start_proxies(tmp, upstream, redis, callbacks: str, target: str) -> list[Proxy]:
+def start_proxies(tmp, upstream, redis, callbacks: str, target: str, general_extra: str = "") -> list[Proxy]:
     proxies = []
     for i in range(2):
         d = tmp / f"proxy{i}-{'ctxbudget' if 'ctxbudget' in callbacks else 'native'}"
         d.mkdir()
         shutil.copy(os.path.join(HERE, "litellm_proxy", "custom_auth.py"), d)
-        cfg = PROXY_CONFIG.format(upstream=upstream.url, redis_port=redis.port, target=target, callbacks=callbacks)
+        cfg = PROXY_CONFIG.format(upstream=upstream.url, redis_port=redis.port, target=target, callbacks=callbacks,
+                                  general_extra=general_extra.format(redis_port=redis.port))
         proxies.append(Proxy(str(d), cfg))
     for p in proxies:
         p.wait()
@@ -249,11 +251,13 @@ def test_a_stream_commits_its_final_usage_and_a_failure_refunds(setup):
 
 def test_litellms_own_limiter_for_comparison(setup, capsys):
     """The same bursts with LiteLLM's own limits (max_parallel_requests,
-    rpm_limit, tpm_limit on the key, two instances sharing Redis through
-    router_settings) and no ctxbudget: measured and printed for the docs,
-    not asserted (it is LiteLLM's behaviour)."""
+    rpm_limit, tpm_limit on the key; the two instances share them through
+    Redis with general_settings.coordination_redis) and no ctxbudget:
+    measured and printed for the docs, not asserted (it is LiteLLM's
+    behaviour)."""
     service, upstream, _, redis, tmp = setup
-    native = start_proxies(tmp, upstream, redis, "", service.target)
+    coordination = "  coordination_redis: {{host: 127.0.0.1, port: {redis_port}}}"
+    native = start_proxies(tmp, upstream, redis, "", service.target, coordination)
     try:
         results = {}
         for key, extra in (("sk-native-conc", {}), ("sk-native-rpm", {}), ("sk-native-tpm", {"max_tokens": 20})):
@@ -269,3 +273,58 @@ def test_litellms_own_limiter_for_comparison(setup, capsys):
     finally:
         for p in native:
             p.stop()
+
+
+def test_the_hook_commits_a_retried_call_refunds_a_failed_one_and_ignores_spoofed_ids():
+    """The hook's methods called as LiteLLM calls them, against a real
+    service: a failed attempt followed by a successful retry commits; a call
+    that fails for good refunds; an id the caller put in its metadata is
+    dropped."""
+    from litellm.proxy._types import UserAPIKeyAuth
+
+    from ctxbudget import AsyncBudgetClient, pb
+    from ctxbudget.litellm import CtxBudgetHook
+
+    service = Service("""
+[tiers.t]
+max_context_tokens = 10000
+default_max_output_tokens = 10
+tenant = { tokens = [{ limit = 100000, window = "day" }] }
+""")
+    key = UserAPIKeyAuth(api_key="k", team_id="acme", user_id="u", metadata={"tier": "t"})
+
+    async def run():
+        async with AsyncBudgetClient(service.target) as client:
+            hook = CtxBudgetHook(client=client)
+
+            async def left():
+                s = await client.get_status("acme", "t")
+                return next(l.remaining for l in s.limits if l.level == pb.LEVEL_TENANT and l.dimension == pb.DIMENSION_TOKENS)
+
+            full = await left()
+            data = {"litellm_call_id": "c1", "model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}],
+                    "max_tokens": 10, "metadata": {"ctxbudget_reservation_id": "rsv_spoofed"}}
+            data = await hook.async_pre_call_hook(key, None, data, "acompletion")
+            assert data["metadata"]["ctxbudget_reservation_id"].startswith("rsv_") and \
+                data["metadata"]["ctxbudget_reservation_id"] != "rsv_spoofed"
+            assert data["max_tokens"] == 10
+            # Attempt 1 fails, attempt 2 succeeds: committed, not refunded.
+            await hook.async_log_failure_event({"litellm_call_id": "c1"}, None, None, None)
+            usage = {"prompt_tokens": 7, "completion_tokens": 3}
+            await hook.async_log_success_event({"litellm_call_id": "c1"}, {"usage": usage}, None, None)
+            assert await left() == full - 10, "the retried call's real usage"
+            # A call that fails for good: refunded at once.
+            data2 = await hook.async_pre_call_hook(key, None, {"litellm_call_id": "c2", "model": "gpt-4o",
+                                                               "messages": [{"role": "user", "content": "hi"}]}, "acompletion")
+            assert await left() < full - 10
+            await hook.async_log_failure_event({"litellm_call_id": "c2"}, None, None, None)
+            await hook.async_post_call_failure_hook(data2, RuntimeError("upstream down"), key)
+            assert await left() == full - 10, "refunded"
+            assert not hook._open
+            # Calls that are not completions pass through untouched.
+            assert await hook.async_pre_call_hook(key, None, {"input": "x"}, "aembedding") == {"input": "x"}
+
+    try:
+        asyncio.run(run())
+    finally:
+        service.stop()

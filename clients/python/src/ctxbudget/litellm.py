@@ -18,6 +18,14 @@ sends ``max_tokens`` = what was granted; a denial refuses the call with HTTP
 it commits the real usage (for a stream, the usage LiteLLM assembled from its
 final chunk); after a failure it refunds.
 
+When LiteLLM's own retries are on, a failed attempt is logged as a failure
+and a later attempt of the same call may still succeed: so a logged failure
+only stops renewing the lease and schedules a refund ``REFUND_AFTER_S``
+later, which a success (commit) or the proxy's final failure hook (refund at
+once) overtakes. Reservations are found by LiteLLM's call id, never by
+anything the caller sent: a caller's own ``metadata`` key of the hook's name
+is dropped.
+
 Settings (environment):
 
 - ``CTXBUDGET_TARGET`` (``127.0.0.1:50051``), ``CTXBUDGET_TOKEN`` (bearer),
@@ -35,6 +43,7 @@ Settings (environment):
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -51,6 +60,9 @@ except ImportError as e:  # pragma: no cover - the hook is for the proxy only
 # The calls that carry a prompt and produce tokens.
 BUDGETED_CALLS = {"completion", "acompletion", "text_completion", "atext_completion", "responses", "aresponses"}
 _KEY = "ctxbudget_reservation_id"
+#: How long after a logged failure the reservation is refunded unless the
+#: call's retry succeeds first (seconds).
+REFUND_AFTER_S = 30.0
 
 
 def _lookup(path: str, key: Any, data: dict[str, Any]) -> str:
@@ -103,6 +115,10 @@ class CtxBudgetHook(CustomLogger):
         return tenant, user, tier
 
     async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: Any) -> dict:
+        # The caller's request metadata merges into data["metadata"]: never
+        # trust a reservation id found there.
+        if isinstance(data.get("metadata"), dict):
+            data["metadata"].pop(_KEY, None)
         if str(call_type) not in BUDGETED_CALLS:
             return data
         tenant, user, tier = self._who(user_api_key_dict, data)
@@ -132,49 +148,55 @@ class CtxBudgetHook(CustomLogger):
             self._open[call_id] = (r, self.client.keep_alive(r))
         return data
 
-    def _take(self, kwargs: dict[str, Any]) -> Any:
-        """The reservation of a finished call, if this process holds it."""
-        found = self._open.pop(kwargs.get("litellm_call_id") or "", None)
-        if found is None:
-            meta = (kwargs.get("litellm_params") or {}).get("metadata") or kwargs.get("metadata") or {}
-            rid = meta.get(_KEY)
-            for cid, (r, task) in list(self._open.items()):
-                if r.reservation_id == rid:
-                    found = self._open.pop(cid)
+    def _take(self, call: dict[str, Any]) -> Any:
+        """The reservation of a finished call (by LiteLLM's call id, the same
+        for every attempt), if this process holds it."""
+        found = self._open.pop(call.get("litellm_call_id") or "", None)
+        if found is not None:
+            r, task = found
+            if task is not None:
+                task.cancel()
         return found
 
     async def async_log_success_event(self, kwargs: dict, response_obj: Any, start_time: Any, end_time: Any) -> None:
         found = self._take(kwargs)
         if found is None:
             return
-        r, task = found
-        await self.client.stop_keep_alive(task)
+        r, _ = found
         usage = _usage(kwargs, response_obj)
         if usage is not None:
             r.set_usage(*usage)
         await self.client.settle(r)
 
     async def async_log_failure_event(self, kwargs: dict, response_obj: Any, start_time: Any, end_time: Any) -> None:
-        found = self._take(kwargs)
+        # An attempt failed; a retry of the same call may still succeed.
+        call_id = kwargs.get("litellm_call_id") or ""
+        found = self._open.get(call_id)
         if found is None:
             return
         r, task = found
-        await self.client.stop_keep_alive(task)
-        await self.client.settle(r, failed=True)
+        if task is not None:
+            task.cancel()
+
+        async def refund_later() -> None:
+            await asyncio.sleep(REFUND_AFTER_S)
+            if self._open.get(call_id, (None,))[0] is r:
+                del self._open[call_id]
+                await self.client.settle(r, failed=True)
+
+        self._open[call_id] = (r, asyncio.get_running_loop().create_task(refund_later()))
 
     async def async_post_call_failure_hook(self, request_data: dict, original_exception: Exception, user_api_key_dict: Any, traceback_str: str | None = None) -> None:
-        # A failure before LiteLLM logs the call (e.g. another hook refused it).
+        # The call failed for good (after LiteLLM's retries): refund now.
         found = self._take(request_data)
         if found is not None:
-            r, task = found
-            await self.client.stop_keep_alive(task)
-            await self.client.settle(r, failed=True)
+            await self.client.settle(found[0], failed=True)
 
 
 def _usage(kwargs: dict[str, Any], response_obj: Any) -> tuple[int, int, int] | None:
     """(prompt, completion, cached prompt) tokens of a finished call: the
     response's usage, or for a stream the one LiteLLM assembled."""
-    for source in (kwargs.get("complete_streaming_response"), response_obj):
+    for source in (kwargs.get("async_complete_streaming_response"), kwargs.get("complete_streaming_response"), response_obj):
         usage = getattr(source, "usage", None) if source is not None else None
         if usage is None and isinstance(source, dict):
             usage = source.get("usage")
