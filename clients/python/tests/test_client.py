@@ -91,9 +91,11 @@ def test_a_denial_raises_budget_denied_with_the_http_answer(service):
 
 def test_a_long_block_keeps_its_lease_alive(service):
     with BudgetClient(service.target, token=TOKEN) as c:
-        with c.reservation(**ask("u3")) as r:
-            assert r.response.lease_expires_in_ms == 600
-            time.sleep(2.0)  # three leases long: renewed every 200 ms
+        # A 1.5 s lease held for 4 s: renewed every 500 ms (a renewal may run
+        # up to a second late on a loaded machine and still keep it).
+        with c.reservation(**ask("u3", lease_ttl_ms=1500)) as r:
+            assert r.response.lease_expires_in_ms == 1500
+            time.sleep(4.0)
             r.set_usage(100, 10)
         assert r.settled.outcome == pb.OUTCOME_APPLIED, "not expired: the lease was renewed"
 
@@ -101,8 +103,8 @@ def test_a_long_block_keeps_its_lease_alive(service):
 def test_the_async_client_does_the_same(service):
     async def run():
         async with AsyncBudgetClient(service.target, token=TOKEN) as c:
-            async with c.reservation(**ask("u4")) as r:
-                await asyncio.sleep(1.5)
+            async with c.reservation(**ask("u4", lease_ttl_ms=1500)) as r:
+                await asyncio.sleep(3.5)
                 r.set_usage(prompt_tokens=90, completion_tokens=10, cached_prompt_tokens=20)
             assert r.settled.outcome == pb.OUTCOME_APPLIED
             with pytest.raises(ValueError):
