@@ -74,7 +74,6 @@ async def chat_completions(request: Request) -> Response:
         r = await budget.reserve(
             tenant=who["tenant"], user=who.get("user", ""), tier=who["tier"], model=body.get("model", ""),
             messages=body.get("messages", []), max_output_tokens=int(asked),
-            idempotency_key=request.headers.get("idempotency-key", ""),
         )
     except BudgetDenied as d:
         kind = "rate_limit_exceeded" if d.http_status == 429 else "request_too_large"

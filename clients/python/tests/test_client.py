@@ -96,6 +96,9 @@ def test_a_long_block_keeps_its_lease_alive(service):
         with c.reservation(**ask("u3", lease_ttl_ms=1500)) as r:
             assert r.response.lease_expires_in_ms == 1500
             time.sleep(4.0)
+            held = c.get_status("acme", "t", user="u3")
+            slots = next(l for l in held.limits if l.level == pb.LEVEL_USER and l.dimension == pb.DIMENSION_CONCURRENCY)
+            assert slots.remaining == 1, "the lease is live 4 s into a 1.5 s lease"
             r.set_usage(100, 10)
         assert r.settled.outcome == pb.OUTCOME_APPLIED, "not expired: the lease was renewed"
 

@@ -318,15 +318,22 @@ tenant = { tokens = [{ limit = 100000, window = "day" }] }
                 data["metadata"]["ctxbudget_reservation_id"] != "rsv_spoofed"
             assert data["max_tokens"] == 10
             # Attempt 1 fails, attempt 2 succeeds: committed, not refunded.
-            await hook.async_log_failure_event({"litellm_call_id": "c1"}, None, None, None)
+            logged = {"litellm_call_id": "c1", "litellm_params": {"metadata": dict(data["metadata"])}}
+            await hook.async_log_failure_event(logged, None, None, None)
             usage = {"prompt_tokens": 7, "completion_tokens": 3}
-            await hook.async_log_success_event({"litellm_call_id": "c1"}, {"usage": usage}, None, None)
+            await hook.async_log_success_event(logged, {"usage": usage}, None, None)
             assert await left() == full - 10, "the retried call's real usage"
             # A call that fails for good: refunded at once.
             data2 = await hook.async_pre_call_hook(key, None, {"litellm_call_id": "c2", "model": "gpt-4o",
                                                                "messages": [{"role": "user", "content": "hi"}]}, "acompletion")
             assert await left() < full - 10
-            await hook.async_log_failure_event({"litellm_call_id": "c2"}, None, None, None)
+            # A second call claiming the same LiteLLM call id (the caller can
+            # set it) is a reservation of its own.
+            data3 = await hook.async_pre_call_hook(key, None, {"litellm_call_id": "c2", "model": "gpt-4o",
+                                                               "messages": [{"role": "user", "content": "hi"}]}, "acompletion")
+            assert len(hook._open) == 2
+            await hook.async_post_call_failure_hook(data3, RuntimeError("upstream down"), key)
+            await hook.async_log_failure_event({"litellm_params": {"metadata": data2["metadata"]}}, None, None, None)
             await hook.async_post_call_failure_hook(data2, RuntimeError("upstream down"), key)
             assert await left() == full - 10, "refunded"
             assert not hook._open

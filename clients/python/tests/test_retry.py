@@ -97,3 +97,36 @@ def test_connection_errors_are_retried_async():
     with pytest.raises(httpx.ConnectError):
         asyncio.run(retry_async(call, policy=RetryPolicy(max_attempts=3), sleep=no_sleep))
     assert len(calls) == 3 and len(set(calls)) == 1
+
+
+class Parsed:
+    """A parsed SDK result: no status, no headers."""
+
+
+def test_a_result_without_a_status_is_a_success_and_is_not_sent_again():
+    calls = []
+    out = retry(lambda key: calls.append(key) or Parsed(), sleep=lambda s: pytest.fail("no retry"))
+    assert isinstance(out, Parsed) and len(calls) == 1
+
+
+def test_retry_after_as_an_http_date_or_unreadable():
+    up = Upstream([(503, {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}), (503, {"Retry-After": "soon"})])
+    waits: list[float] = []
+    r = retry(post(up.url), policy=RetryPolicy(base_delay=0.01, max_delay=0.02), sleep=waits.append)
+    assert r.status_code == 200 and len(waits) == 2, "a past date and an unreadable value fall back to the backoff"
+    assert all(w <= 0.02 for w in waits)
+    up.close()
+
+
+def test_an_exception_carrying_a_retryable_status_is_retried():
+    up = Upstream([(502, {}), (404, {})])
+
+    def call(key):
+        r = httpx.post(up.url)
+        r.raise_for_status()
+        return r
+
+    with pytest.raises(httpx.HTTPStatusError) as e:
+        retry(call, policy=RetryPolicy(base_delay=0.001), sleep=lambda s: None)
+    assert e.value.response.status_code == 404 and len(up.keys) == 2, "502 retried, 404 not"
+    up.close()

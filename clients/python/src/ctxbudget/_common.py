@@ -175,6 +175,12 @@ class ReservationState:
             cached_prompt_tokens=self.usage.cached_prompt_tokens,
         )
 
+    @property
+    def lease_ttl_ms(self) -> int:
+        """The lease the reservation was granted: what each renewal asks for
+        again (the service's default would otherwise apply)."""
+        return self.response.lease_expires_in_ms if self.response else 0
+
     def renew_every_s(self) -> float | None:
         """A third of the lease: how often a long call renews it."""
         if self.response is None or not self.response.lease_expires_in_ms:

@@ -164,9 +164,11 @@ class AsyncBudgetClient:
             while True:
                 await asyncio.sleep(every)
                 try:
-                    await self.renew_lease(r.reservation_id)
+                    renewed = await self.renew_lease(r.reservation_id, r.lease_ttl_ms)
                 except grpc.aio.AioRpcError:
-                    pass
+                    continue
+                if renewed.outcome != pb.OUTCOME_APPLIED:
+                    return  # settled, lapsed or gone: nothing left to keep alive
 
         return asyncio.get_running_loop().create_task(run())
 

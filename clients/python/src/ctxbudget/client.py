@@ -155,10 +155,12 @@ class BudgetClient:
         def run() -> None:
             while not stop.wait(every):
                 try:
-                    self.renew_lease(r.reservation_id)
+                    renewed = self.renew_lease(r.reservation_id, r.lease_ttl_ms)
                 except grpc.RpcError:
                     # The next renewal (or the settle) tries again.
-                    pass
+                    continue
+                if renewed.outcome != pb.OUTCOME_APPLIED:
+                    return  # settled, lapsed or gone: nothing left to keep alive
 
         t = threading.Thread(target=run, name="ctxbudget-renew", daemon=True)
         t.start()

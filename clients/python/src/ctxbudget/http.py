@@ -48,7 +48,7 @@ def _binding(response: pb.CheckAndReserveResponse, dimension: int) -> pb.LimitSt
             if (
                 l.level == response.limiting_level
                 and l.model_group == response.limiting_model_group
-                and (not response.limiting_period_seconds or l.period_seconds == response.limiting_period_seconds)
+                and l.period_seconds == response.limiting_period_seconds
             ):
                 return l
     if not entries:

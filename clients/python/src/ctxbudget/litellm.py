@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from typing import Any
 
 from fastapi import HTTPException
@@ -60,6 +61,9 @@ except ImportError as e:  # pragma: no cover - the hook is for the proxy only
 # The calls that carry a prompt and produce tokens.
 BUDGETED_CALLS = {"completion", "acompletion", "text_completion", "atext_completion", "responses", "aresponses"}
 _KEY = "ctxbudget_reservation_id"
+# The hook's own handle on a call, in the call's metadata: LiteLLM's call id
+# can be set by the caller (x-litellm-call-id), so it is not trusted.
+_TOKEN = "ctxbudget_hook_token"
 #: How long after a logged failure the reservation is refunded unless the
 #: call's retry succeeds first (seconds).
 REFUND_AFTER_S = 30.0
@@ -119,6 +123,7 @@ class CtxBudgetHook(CustomLogger):
         # trust a reservation id found there.
         if isinstance(data.get("metadata"), dict):
             data["metadata"].pop(_KEY, None)
+            data["metadata"].pop(_TOKEN, None)
         if str(call_type) not in BUDGETED_CALLS:
             return data
         tenant, user, tier = self._who(user_api_key_dict, data)
@@ -142,16 +147,25 @@ class CtxBudgetHook(CustomLogger):
             return data  # ctxbudget unreachable, on_unavailable = allow
         field = "max_completion_tokens" if "max_completion_tokens" in data else "max_tokens"
         data[field] = r.granted_max_output_tokens
-        data.setdefault("metadata", {})[_KEY] = r.reservation_id
-        call_id = data.get("litellm_call_id")
-        if call_id:
-            self._open[call_id] = (r, self.client.keep_alive(r))
+        token = uuid.uuid4().hex
+        meta = data.setdefault("metadata", {})
+        meta[_KEY], meta[_TOKEN] = r.reservation_id, token
+        self._open[token] = (r, self.client.keep_alive(r))
         return data
 
+    @staticmethod
+    def _token(call: dict[str, Any]) -> str:
+        """The hook's token of a call, from the metadata it wrote (in the
+        request data, or in a logging event's litellm_params)."""
+        for meta in ((call.get("litellm_params") or {}).get("metadata"), call.get("metadata")):
+            if isinstance(meta, dict) and meta.get(_TOKEN):
+                return str(meta[_TOKEN])
+        return ""
+
     def _take(self, call: dict[str, Any]) -> Any:
-        """The reservation of a finished call (by LiteLLM's call id, the same
-        for every attempt), if this process holds it."""
-        found = self._open.pop(call.get("litellm_call_id") or "", None)
+        """The reservation of a finished call (the same token for every
+        attempt), if this process holds it."""
+        found = self._open.pop(self._token(call), None)
         if found is not None:
             r, task = found
             if task is not None:
@@ -170,7 +184,7 @@ class CtxBudgetHook(CustomLogger):
 
     async def async_log_failure_event(self, kwargs: dict, response_obj: Any, start_time: Any, end_time: Any) -> None:
         # An attempt failed; a retry of the same call may still succeed.
-        call_id = kwargs.get("litellm_call_id") or ""
+        call_id = self._token(kwargs)
         found = self._open.get(call_id)
         if found is None:
             return

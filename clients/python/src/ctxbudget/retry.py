@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import email.utils
 import random
 import time
@@ -32,7 +33,7 @@ T = TypeVar("T")
 
 
 def _connection_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    errors: list[type[BaseException]] = [ConnectionError, TimeoutError, asyncio.TimeoutError]
     try:
         import httpx
 
@@ -67,6 +68,9 @@ def status_of(obj: Any) -> int | None:
     status = getattr(obj, "status_code", None)
     if status is None:
         status = getattr(obj, "status", None)
+    if status is None and getattr(obj, "response", None) is not None:
+        # httpx.HTTPStatusError carries its status on its response.
+        status = getattr(obj.response, "status_code", None)
     return status if isinstance(status, int) else None
 
 
@@ -89,20 +93,26 @@ def retry_after_of(obj: Any) -> float | None:
     try:
         return max(0.0, float(value))
     except ValueError:
+        pass
+    try:
         when = email.utils.parsedate_to_datetime(value)
-        return max(0.0, when.timestamp() - time.time()) if when else None
+    except (TypeError, ValueError):
+        return None  # unreadable: the backoff alone decides
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return max(0.0, when.timestamp() - time.time())
 
 
 def _decide(policy: RetryPolicy, attempt: int, outcome: Any) -> float | None:
     """The wait before another attempt, or None to stop with ``outcome``."""
     if attempt + 1 >= policy.max_attempts:
         return None
+    status = status_of(outcome)
     if isinstance(outcome, BaseException):
-        status = status_of(outcome)
         if status is None and not isinstance(outcome, _connection_errors()):
             return None
-    else:
-        status = status_of(outcome)
+    elif status is None:
+        return None  # a result without a status (an SDK's parsed reply): done
     if status is not None and status not in RETRY_STATUSES:
         return None
     after = retry_after_of(outcome)
