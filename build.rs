@@ -2,7 +2,8 @@
 //! writes the encoded descriptor set that gRPC server reflection serves, and
 //! gives each budget script in `lua/` its prelude: the constants of
 //! `src/domain/budget/layout.rs` (the Rust algorithm's own), the clock, and
-//! for the scripts that write the usage ledger `lua/ledger.lua`.
+//! for the scripts that write the usage ledger `lua/ledger.lua`, for those that
+//! write level states `lua/level.lua`.
 
 use prost::Message;
 use std::fmt::Write as _;
@@ -13,9 +14,11 @@ use std::{env, fs, path::PathBuf};
 mod layout;
 
 /// The scripts that run the budget algorithm.
-const BUDGET_SCRIPTS: [&str; 4] = ["reserve", "settle", "renew", "status"];
+const BUDGET_SCRIPTS: [&str; 5] = ["reserve", "settle", "renew", "status", "charge"];
 /// The scripts that write the usage ledger: `lua/ledger.lua` joins their prelude.
 const LEDGER_SCRIPTS: [&str; 2] = ["reserve", "settle"];
+/// The scripts that write level states: `lua/level.lua` joins their prelude.
+const LEVEL_SCRIPTS: [&str; 2] = ["reserve", "charge"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto = "proto/ctxbudget/v1/budget.proto";
@@ -66,6 +69,9 @@ fn with_prelude(script: &str, name: &str) -> Result<String, Box<dyn std::error::
     writeln!(out, "{}", layout::SERVER_CLOCK)?;
     if LEDGER_SCRIPTS.contains(&name) {
         out.push_str(&fs::read_to_string("lua/ledger.lua")?);
+    }
+    if LEVEL_SCRIPTS.contains(&name) {
+        out.push_str(&fs::read_to_string("lua/level.lua")?);
     }
     out.push_str(body);
     Ok(out)

@@ -276,41 +276,10 @@ for i = 1, nlev do
     if s[2] == 0 or exp < s[2] then s[2] = exp end
     if lease_ttl > ttl then ttl = lease_ttl end
   end
-  if (#s - FIRST_BUCKET + 1) / BUCKET_WIDTH - nb > MAX_FOREIGN then
-    -- Keep buckets touched now (this call's, or another's this instant) and the
-    -- most recently used others.
-    local ts = {}
-    for j = FIRST_BUCKET, #s - 2, BUCKET_WIDTH do
-      if s[j + 2] ~= now then ts[#ts + 1] = s[j + 2] end
-    end
-    -- Trim only when more than MAX_FOREIGN were touched before now.
-    if #ts > MAX_FOREIGN then
-      table.sort(ts, function(a, b) return a > b end)
-      local cutoff, kept = ts[MAX_FOREIGN], {s[1], s[2], s[3]}
-      for j = FIRST_BUCKET, #s - 2, BUCKET_WIDTH do
-        if s[j + 2] == now or s[j + 2] >= cutoff then
-          kept[#kept + 1], kept[#kept + 2], kept[#kept + 3] = s[j], s[j + 1], s[j + 2]
-        end
-      end
-      s = kept
-    end
-  end
-  if ttl > MAX_TTL then ttl = MAX_TTL end
-  local grow = now + ttl > s[3]
-  if grow then s[3] = now + 2 * ttl + TTL_SLACK end
-  local fmt = ARGV[7 + i]
-  if #s ~= #fmt - 1 then fmt = string.sub(D, 1, #s + 1) end
-  local raw = struct.pack(fmt, unpack(s))
-  raws[i] = raw
-  if clim >= 0 then
-    redis.call('HSET', KEYS[i], 's', raw, ARGV[2], expbin)
-  else
-    redis.call('HSET', KEYS[i], 's', raw)
-  end
-  if grow then
-    local ms = (s[3] - now) / 1000
-    redis.call('PEXPIRE', KEYS[i], ms + (-ms) % 1)
-  end
+  s = trim_foreign(s, nb, now)
+  local lease
+  if clim >= 0 then lease = expbin end
+  raws[i] = write_level(KEYS[i], s, ttl, ARGV[7 + i], D, now, ARGV[2], lease)
   p = nexts[i]
 end
 

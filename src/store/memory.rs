@@ -20,8 +20,8 @@ use super::{
 use crate::domain::budget::layout::SAMPLES_TTL_MS;
 use crate::domain::budget::ledger::{LedgerRow, Period, Row};
 use crate::domain::budget::{
-    Earlier, Record, Settle, StoredLevel, renew::renew, reserve::reserve, settle::settle,
-    status::status,
+    ChargePlan, ChargeReply, Earlier, Record, Settle, StoredLevel, charge::charge, renew::renew,
+    reserve::reserve, settle::settle, status::status,
 };
 use crate::domain::{
     Clock, LevelPlan, Readings, ReservationId, ReservePlan, SystemClock, TenantId,
@@ -205,6 +205,21 @@ impl<C: Clock> MemoryStore<C> {
         status(now, levels, &stored, exact)
     }
 
+    /// charge.lua, by [`crate::domain::budget::charge`].
+    fn charge_now(&self, plan: &ChargePlan) -> ChargeReply {
+        let scope = Scope {
+            tenant: &plan.tenant,
+            user: plan.user.as_ref(),
+        };
+        let level_keys = self.level_keys(scope, &plan.levels);
+        let now = self.clock.now_us();
+        let mut d = self.lock(now);
+        let mut taken = d.take(level_keys, now);
+        let out = charge(now, plan, taken.levels());
+        d.put(taken);
+        out
+    }
+
     /// The keys of `levels` (at most [`MAX_LEVELS`]), and how many.
     fn level_keys(&self, scope: Scope<'_>, levels: &[LevelPlan]) -> ([String; MAX_LEVELS], usize) {
         assert!(
@@ -346,6 +361,10 @@ impl<C: Clock + Clone> Store for MemoryStore<C> {
         exact: bool,
     ) -> Result<Readings, StoreError> {
         Ok(self.status_now(scope, levels, exact))
+    }
+
+    async fn charge(&self, plan: &ChargePlan) -> Result<ChargeReply, StoreError> {
+        Ok(self.charge_now(plan))
     }
 
     fn shadow(&self) -> Self {

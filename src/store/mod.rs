@@ -16,7 +16,8 @@ use std::sync::Arc;
 
 pub use crate::domain::budget::layout::EXACT_LEASES;
 pub use crate::domain::budget::{
-    DeniedChecks, Reclaimed, RenewReply, ReserveReply, Retention, SettleReply, Settled, Usage,
+    ChargePlan, ChargeReply, DeniedChecks, Reclaimed, RenewReply, ReserveReply, Retention,
+    SettleReply, Settled, Usage,
 };
 
 /// Which reservation to settle, and the levels it touched (every level of the
@@ -202,6 +203,13 @@ pub trait Store: Send + Sync + 'static {
         levels: &[LevelPlan],
         exact: bool,
     ) -> impl Future<Output = Result<Readings, StoreError>> + Send;
+
+    /// Takes requests or tokens at every level with no reservation behind
+    /// them (enforced: all or nothing, and a check needs room).
+    fn charge(
+        &self,
+        plan: &ChargePlan,
+    ) -> impl Future<Output = Result<ChargeReply, StoreError>> + Send;
 
     /// The estimator samples (actual ÷ estimated prompt tokens, newest first)
     /// of each key.

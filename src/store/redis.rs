@@ -9,11 +9,12 @@
 //! - `pool`: multiplexed connections or a deadpool pool; PINGs for the probe.
 //! - `verify`: the once-per-store checks (version, scripts) and the probe.
 //! - `call`: one call under the store deadline, its error classified.
-//! - `reserve`, `settle`, `reads`: each operation's KEYS and ARGV, and its reply.
+//! - `reserve`, `settle`, `charge`, `reads`: each operation's KEYS and ARGV, and its reply.
 //! - `errors`: Redis errors as store errors (transient, maybe applied, wrong settings).
 //! - `wire`: the scripts' argument encoding and reply decoding.
 
 mod call;
+mod charge;
 mod client;
 mod errors;
 mod ledger;
@@ -35,6 +36,7 @@ use super::{
 };
 use crate::domain::budget::layout;
 use crate::domain::budget::ledger::{LedgerRow, Period};
+use crate::domain::budget::{ChargePlan, ChargeReply};
 use crate::domain::{LevelPlan, Readings, ReservePlan, TenantId};
 use pool::Connections;
 use redis::Script;
@@ -68,6 +70,7 @@ pub struct RedisStore {
     settle: Script,
     renew: Script,
     status: Script,
+    charge: Script,
     url: String,
     /// Redis answered the version check and loaded the scripts.
     verified: Arc<AtomicBool>,
@@ -105,6 +108,7 @@ impl RedisStore {
             settle: Script::new(scripts::SETTLE),
             renew: Script::new(scripts::RENEW),
             status: Script::new(scripts::STATUS),
+            charge: Script::new(scripts::CHARGE),
             url,
             verified: Arc::new(AtomicBool::new(false)),
         };
@@ -136,6 +140,7 @@ impl RedisStore {
         self.settle = clocked(scripts::SETTLE);
         self.renew = clocked(scripts::RENEW);
         self.status = clocked(scripts::STATUS);
+        self.charge = clocked(scripts::CHARGE);
         self
     }
 }
@@ -179,6 +184,10 @@ impl Store for RedisStore {
         self.status_call(scope, levels, exact).await
     }
 
+    async fn charge(&self, plan: &ChargePlan) -> Result<ChargeReply, StoreError> {
+        self.charge_call(plan).await
+    }
+
     fn shadow(&self) -> Self {
         RedisStore {
             connections: self.connections.clone(),
@@ -193,6 +202,7 @@ impl Store for RedisStore {
             settle: self.settle.clone(),
             renew: self.renew.clone(),
             status: self.status.clone(),
+            charge: self.charge.clone(),
             url: self.url.clone(),
             verified: self.verified.clone(),
         }

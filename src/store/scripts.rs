@@ -11,6 +11,8 @@ pub const SETTLE: &str = include_str!(concat!(env!("OUT_DIR"), "/settle.lua"));
 pub const RENEW: &str = include_str!(concat!(env!("OUT_DIR"), "/renew.lua"));
 /// Reads budgets without writing.
 pub const STATUS: &str = include_str!(concat!(env!("OUT_DIR"), "/status.lua"));
+/// Takes requests or tokens with no reservation behind them.
+pub const CHARGE: &str = include_str!(concat!(env!("OUT_DIR"), "/charge.lua"));
 
 /// Changes one configuration document (versioned, audited, announced).
 pub const CONFIG_SET: &str = include_str!("../../lua/config_set.lua");
@@ -32,6 +34,7 @@ mod tests {
             ("settle", SETTLE),
             ("renew", RENEW),
             ("status", STATUS),
+            ("charge", CHARGE),
         ] {
             assert!(
                 script.starts_with("#!lua"),

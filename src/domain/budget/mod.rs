@@ -10,9 +10,10 @@
 //! - [`record`]: a reservation's record.
 //! - [`level`]: a level as a store holds it (state, leases, expiry).
 //! - [`ledger`]: what an operation adds to the usage ledger.
-//! - [`reserve`], [`settle`], [`renew`], [`status`]: the operations.
+//! - [`reserve`], [`settle`], [`renew`], [`status`], [`charge`]: the operations.
 //! - [`replies`]: what they answer.
 
+pub mod charge;
 pub mod layout;
 pub mod ledger;
 pub mod level;
@@ -24,6 +25,7 @@ pub mod settle;
 pub mod state;
 pub mod status;
 
+pub use charge::{ChargePlan, ChargeReply};
 pub use level::StoredLevel;
 pub use record::{BadRecord, Record, RecordState};
 pub use replies::{

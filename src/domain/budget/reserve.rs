@@ -320,7 +320,7 @@ fn take(
 
 /// Keeps this call's buckets and any other touched this instant (time = now),
 /// and at most [`MAX_FOREIGN`] others, the most recently used.
-fn drop_foreign(s: &mut LevelState, known: usize, now: f64) {
+pub(super) fn drop_foreign(s: &mut LevelState, known: usize, now: f64) {
     if s.buckets.len() <= known + MAX_FOREIGN {
         return;
     }

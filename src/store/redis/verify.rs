@@ -84,7 +84,13 @@ impl RedisStore {
 
     /// Loads every script (startup, and a cheap readiness probe).
     async fn load_scripts(&self, classify: Classify) -> Result<(), StoreError> {
-        for script in [&self.reserve, &self.settle, &self.renew, &self.status] {
+        for script in [
+            &self.reserve,
+            &self.settle,
+            &self.renew,
+            &self.status,
+            &self.charge,
+        ] {
             let load = async {
                 let mut conn = self.connections.first().await?;
                 script.prepare_invoke().load_async(&mut conn).await

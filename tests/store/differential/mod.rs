@@ -45,7 +45,8 @@ use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::{MemoryStore, Stored};
 use ctxbudget::store::redis::{RedisSettings, RedisStore};
 use ctxbudget::store::{
-    EXACT_LEASES, RenewReply, ReserveReply, Retention, Scope, SettleReply, Settlement, Store, Usage,
+    ChargeReply, EXACT_LEASES, RenewReply, ReserveReply, Retention, Scope, SettleReply, Settlement,
+    Store, Usage,
 };
 use ops::{Gen, Op, entry_plan, pick};
 use rand::rngs::StdRng;
@@ -125,7 +126,7 @@ async fn memory_and_redis_agree_on_random_sequences() {
 type Seen = BTreeMap<&'static str, u64>;
 
 /// The answers a default run must reach.
-const MUST_SEE: [&str; 19] = [
+const MUST_SEE: [&str; 23] = [
     "status exact at the most leases read whole",
     "a level keeping the most foreign buckets",
     "status exact",
@@ -145,6 +146,10 @@ const MUST_SEE: [&str; 19] = [
     "renew already settled",
     "renew expired",
     "renew not found",
+    "charge denied",
+    "charge checked",
+    "charge taken",
+    "charge forced",
 ];
 
 fn count(seen: &mut Seen, what: &'static str) {
@@ -402,6 +407,19 @@ async fn step(
                 redis.status(scope, levels, *exact).await.unwrap(),
             )?;
         }
+        Op::Charge(plan) => {
+            let m = memory.charge(plan).await.unwrap();
+            count(
+                seen,
+                match (&m, plan.enforce, plan.takes_nothing()) {
+                    (ChargeReply::Denied { .. }, _, _) => "charge denied",
+                    (_, true, true) => "charge checked",
+                    (_, true, false) => "charge taken",
+                    (_, false, _) => "charge forced",
+                },
+            );
+            same("charge", m, redis.charge(plan).await.unwrap())?;
+        }
         Op::Samples(keys) => {
             let bits = |v: Vec<Vec<f64>>| -> Vec<Vec<u64>> {
                 v.iter()
@@ -487,6 +505,13 @@ fn brief(op: &Op) -> String {
             tenant.as_str(),
             user.as_ref().map_or("-", |u| u.as_str()),
             levels.len()
+        ),
+        Op::Charge(p) => format!(
+            "charge {} requests {} tokens (enforced: {}) at {}",
+            p.requests,
+            p.tokens,
+            p.enforce,
+            p.tenant.as_str()
         ),
         Op::Samples(_) => "estimator samples".into(),
         Op::Ledger(tenant, _) => format!("ledger of {}", tenant.as_str()),

@@ -3,6 +3,7 @@
 //! a seed replays the same sequence.
 
 use ctxbudget::domain::bucket::{BucketSpec, Windowed};
+use ctxbudget::domain::budget::ChargePlan;
 use ctxbudget::domain::budget::ledger::Period;
 use ctxbudget::domain::price::Price;
 use ctxbudget::domain::window::{Window, WindowKind};
@@ -54,6 +55,8 @@ pub enum Op {
         levels: Vec<LevelPlan>,
         exact: bool,
     },
+    /// Requests or tokens taken with no reservation (Envoy's protocol).
+    Charge(ChargePlan),
     Samples(Vec<String>),
     /// A tenant's ledger rows of some hours and days around now.
     Ledger(TenantId, Vec<Period>),
@@ -491,6 +494,7 @@ impl Gen {
                 let ttl_ms = ttl_ms(&mut self.rng);
                 Op::Renew { id, levels, ttl_ms }
             }
+            61..=71 if self.rng.random_bool(0.4) => Op::Charge(self.charge()),
             61..=71 => {
                 let (tenant, user) = self.scope();
                 let keep_unlimited = self.rng.random_bool(0.3);
@@ -518,6 +522,40 @@ impl Gen {
                 let i = self.rng.random_range(0..6);
                 Op::Reconfigure(i, entry_plan(&mut self.rng, i))
             }
+        }
+    }
+
+    /// A charge: a check, some requests, or tokens forced into debt, on the
+    /// levels without their concurrency limits.
+    fn charge(&mut self) -> ChargePlan {
+        let (tenant, user) = self.scope();
+        let levels = self
+            .levels(user.is_some(), false)
+            .into_iter()
+            .filter(|l| !l.buckets.is_empty())
+            .map(|l| LevelPlan {
+                concurrency: None,
+                ..l
+            })
+            .collect();
+        let r = &mut self.rng;
+        let (requests, tokens, enforce) = match r.random_range(0..4) {
+            0 => (0, 0, true),
+            1 => (r.random_range(1..=3), 0, true),
+            2 => (0, r.random_range(1..=5_000_000), false),
+            _ => (
+                r.random_range(0..=2),
+                r.random_range(0..=3000),
+                r.random_bool(0.5),
+            ),
+        };
+        ChargePlan {
+            tenant: TenantId::parse(tenant).unwrap(),
+            user: user.map(|u| UserId::parse(u).unwrap()),
+            levels,
+            requests,
+            tokens,
+            enforce,
         }
     }
 

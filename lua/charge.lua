@@ -1,0 +1,114 @@
+#!lua
+-- charge.lua: take requests or tokens at every level with no reservation
+-- behind them (no record, no lease). The Redis port of
+-- src/domain/budget/charge.rs, held to it by tests/store/differential/; state
+-- layout as in reserve.lua. build.rs prepends the constants in capitals
+-- (src/domain/budget/layout.rs), clock_us() and lua/level.lua.
+--
+-- KEYS[1..n]  level hashes, outermost first
+-- ARGV[1]  spec: little-endian doubles: n, requests r, tokens t, enforce (1 or 0),
+--          then per level: bucket count b, then b times: id, limit (a calendar
+--          window's three more doubles after its limit, as in reserve.lua)
+--          A request bucket takes r, a token bucket t, any other nothing.
+--          Enforced, a bucket denies when it would keep less than 0 after taking
+--          max(cost, 1) (a check needs room); forced, nothing denies (debt).
+-- ARGV[2]  '<' followed by at least as many 'd' as the longest state or spec
+-- ARGV[3]  the struct format of ARGV[1]
+-- ARGV[4..3+n]  the struct format of each level's state as this call's buckets make it
+--
+-- Returns
+--   {1, now, state...}        charged (or, r = t = 0, checked: nothing written);
+--                             each level's state after
+--   {0, now, state..., mask}  denied; nothing changed; mask as in reserve.lua
+-- A state is '' for a level never written. Concurrency leases are not touched.
+
+local now = clock_us()
+local D = ARGV[2]
+local spec = {struct.unpack(ARGV[3], ARGV[1])}
+local nlev, r, t, enforce = spec[1], spec[2], spec[3], spec[4] == 1
+local raws, states, ttls = {}, {}, {}
+local dm, ci, denied = {0, 0, 0, 0, 0, 0, 0, 0}, 0, false
+local p = 5
+for i = 1, nlev do
+  local nb = spec[p]
+  local raw = redis.call('HGET', KEYS[i], 's')
+  local s
+  local fmt = ARGV[3 + i]
+  if raw then
+    if #raw ~= (#fmt - 1) * 8 then fmt = string.sub(D, 1, #raw / 8 + 1) end
+    s = {struct.unpack(fmt, raw)}
+    s[#s] = nil
+  else
+    raw, s = '', {0, 0, 0}
+  end
+  local ns, ttl = #s, 0
+  local q = p + 1
+  for b = 1, nb do
+    local id, lim = spec[q], spec[q + 1]
+    local ws, we = 0, 0
+    if id % DIM >= WINDOWS then
+      ws, we = spec[q + 2], spec[q + 3]
+      if now >= we then ws, we = we, spec[q + 4] end
+      q = q + 5
+    else
+      q = q + 2
+    end
+    local k = FIRST_BUCKET + (b - 1) * BUCKET_WIDTH
+    if s[k] ~= id then
+      k = nil
+      for j = FIRST_BUCKET, ns - 2, BUCKET_WIDTH do
+        if s[j] == id then k = j break end
+      end
+    end
+    local l = lim
+    if k and we > 0 then
+      if s[k + 2] >= ws then l = s[k + 1] end
+    elseif k then
+      local el = now - s[k + 2]
+      if el < 0 then el = 0 end
+      l = s[k + 1] + el * lim / ((id % DIM) * 1e6)
+      if l > lim then l = lim end
+    else
+      k = #s + 1
+      s[k], s[k + 1], s[k + 2] = id, lim, now
+    end
+    local kind = (id % GROUP - id % DIM) / DIM
+    local c = 0
+    if kind == REQUESTS then c = r elseif kind == TOKENS then c = t end
+    local need = c
+    if need < 1 then need = 1 end
+    if enforce and l - need < 0 then
+      local w = (ci - ci % 32) / 32 + 1
+      dm[w] = dm[w] + 2 ^ (ci % 32)
+      denied = true
+    end
+    ci = ci + 1
+    l = l - c
+    s[k + 1], s[k + 2] = l, now
+    local full
+    if we > 0 then full = we - now
+    else full = (lim - l) * ((id % DIM) * 1e6) / lim end
+    if full > ttl then ttl = full end
+  end
+  raws[i], states[i], ttls[i] = raw, s, ttl
+  p = q
+end
+
+if denied then
+  local out = {0, now, unpack(raws)}
+  out[#out + 1] = struct.pack('<dddddddd', unpack(dm))
+  return out
+end
+if r == 0 and t == 0 then return {1, now, unpack(raws)} end
+
+p = 5
+for i = 1, nlev do
+  local s = trim_foreign(states[i], spec[p], now)
+  raws[i] = write_level(KEYS[i], s, ttls[i], ARGV[3 + i], D, now)
+  local q = p + 1
+  for _ = 1, spec[p] do
+    if spec[q] % DIM >= WINDOWS then q = q + 5 else q = q + 2 end
+  end
+  p = q
+end
+return {1, now, unpack(raws)}

@@ -1,0 +1,47 @@
+//! The charge call: KEYS and ARGV for `lua/charge.lua` from a plan, and its
+//! reply as a [`ChargeReply`]. The reply's layout is the script's contract,
+//! in its header.
+
+use super::RedisStore;
+use super::wire::{DOUBLES, Spec, denied_at, doubles, int_at, state_at, unexpected};
+use crate::domain::budget::state;
+use crate::domain::budget::{ChargePlan, ChargeReply};
+use crate::store::StoreError;
+
+impl RedisStore {
+    /// Takes the plan's requests or tokens at every level (or, enforced,
+    /// nothing when a bucket lacks room).
+    pub(super) async fn charge_call(&self, plan: &ChargePlan) -> Result<ChargeReply, StoreError> {
+        let mut inv = self.charge.prepare_invoke();
+        for lp in &plan.levels {
+            inv.key(self.keys.plan_level(lp, &plan.tenant, plan.user.as_ref()));
+        }
+        let mut spec = Spec::default();
+        spec.push(plan.levels.len() as f64)
+            .push(plan.requests as f64)
+            .push(plan.tokens as f64)
+            .push(if plan.enforce { 1.0 } else { 0.0 });
+        for lp in &plan.levels {
+            spec.push(lp.buckets.len() as f64).buckets(lp);
+        }
+        inv.arg(&spec.0).arg(DOUBLES).arg(doubles(spec.count()));
+        for lp in &plan.levels {
+            inv.arg(doubles(3 + 3 * lp.buckets.len()));
+        }
+        let reply = self.run(&inv).await?;
+        let nlev = plan.levels.len();
+        let now = int_at(&reply, 1)? as f64;
+        let states = (0..nlev)
+            .map(|i| state_at(&reply, 2 + i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let readings = state::readings(&plan.levels, &states, &[], now);
+        match int_at(&reply, 0)? {
+            1 => Ok(ChargeReply::Charged { readings }),
+            0 => Ok(ChargeReply::Denied {
+                readings,
+                denied_mask: denied_at(&reply, 2 + nlev)?,
+            }),
+            other => Err(unexpected("charge", other)),
+        }
+    }
+}
