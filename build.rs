@@ -21,8 +21,12 @@ const LEDGER_SCRIPTS: [&str; 2] = ["reserve", "settle"];
 const LEVEL_SCRIPTS: [&str; 2] = ["reserve", "charge"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let proto = "proto/ctxbudget/v1/budget.proto";
-    println!("cargo:rerun-if-changed={proto}");
+    let protos = [
+        "proto/ctxbudget/v1/budget.proto",
+        // Envoy's rate limit service: the part served (proto/envoy/README.md).
+        "proto/envoy/service/ratelimit/v3/rls.proto",
+    ];
+    println!("cargo:rerun-if-changed=proto");
     for script in fs::read_dir("lua")? {
         println!("cargo:rerun-if-changed={}", script?.path().display());
     }
@@ -37,7 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )?;
     }
 
-    let fds = protox::compile([proto], ["proto"])?;
+    let fds = protox::compile(protos, ["proto"])?;
     fs::write(out.join("ctxbudget_descriptor.bin"), fds.encode_to_vec())?;
     tonic_prost_build::configure()
         // Undecodable requests are INVALID_ARGUMENT (see src/api/codec.rs).

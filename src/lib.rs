@@ -53,3 +53,49 @@ pub mod pb {
     pub const FILE_DESCRIPTOR_SET: &[u8] =
         include_bytes!(concat!(env!("OUT_DIR"), "/ctxbudget_descriptor.bin"));
 }
+
+/// Envoy's rate limit service API (the part served; `proto/envoy/`), in
+/// Envoy's package hierarchy. Its descriptors are in [`pb::FILE_DESCRIPTOR_SET`].
+#[allow(missing_docs, clippy::all)]
+pub mod envoy {
+    /// `envoy.config.*`.
+    pub mod config {
+        /// `envoy.config.core`.
+        pub mod core {
+            /// `envoy.config.core.v3`.
+            pub mod v3 {
+                tonic::include_proto!("envoy.config.core.v3");
+            }
+        }
+    }
+    /// `envoy.extensions.*`.
+    pub mod extensions {
+        /// `envoy.extensions.common`.
+        pub mod common {
+            /// `envoy.extensions.common.ratelimit`.
+            pub mod ratelimit {
+                /// `envoy.extensions.common.ratelimit.v3`.
+                pub mod v3 {
+                    tonic::include_proto!("envoy.extensions.common.ratelimit.v3");
+                }
+            }
+        }
+    }
+    /// `envoy.service.*`.
+    pub mod service {
+        /// `envoy.service.ratelimit`.
+        pub mod ratelimit {
+            /// `envoy.service.ratelimit.v3`.
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.ratelimit.v3");
+            }
+        }
+    }
+    /// `envoy.type.*`.
+    pub mod r#type {
+        /// `envoy.type.v3`.
+        pub mod v3 {
+            tonic::include_proto!("envoy.r#type.v3");
+        }
+    }
+}

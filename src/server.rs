@@ -1,12 +1,13 @@
 //! Bootstrap: builds the store and engine from settings and serves gRPC on a
 //! listener until `shutdown` resolves. Tests call [`run`] with a port-0 listener.
 
-use crate::api::BudgetApi;
 use crate::api::auth::Auth;
+use crate::api::{BudgetApi, EnvoyApi};
 use crate::config::repository::ConfigStore;
 use crate::config::{Settings, TlsFiles};
 use crate::domain::Limits;
 use crate::engine::{Engine, EngineSettings};
+use crate::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use crate::estimator::{Counter, Multipliers};
 use crate::pb;
 use crate::pb::budget_service_server::BudgetServiceServer;
@@ -226,6 +227,9 @@ pub async fn serve<S: Store>(
     health
         .set_serving::<BudgetServiceServer<BudgetApi<S>>>()
         .await;
+    health
+        .set_serving::<RateLimitServiceServer<EnvoyApi<S>>>()
+        .await;
     tasks.push(tokio::spawn(report_health(engine.clone(), health)));
     let served = routes(engine, settings, auth, health_service)?
         .serve_with_incoming_shutdown(
@@ -270,7 +274,8 @@ fn background_tasks<S: Store>(
     tasks
 }
 
-/// The gRPC services: the budget service behind authentication, health, and
+/// The gRPC services: the budget service and Envoy's rate limit service
+/// behind authentication, health, and
 /// reflection in both versions (grpcurl speaks v1, while Python's
 /// grpcio-reflection and many older tools only speak v1alpha); over TLS when
 /// the settings name its files.
@@ -289,16 +294,20 @@ fn routes<S: Store>(
     };
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
-    let budget = BudgetServiceServer::new(BudgetApi::new(engine))
+    let budget = BudgetServiceServer::new(BudgetApi::new(engine.clone()))
+        .max_decoding_message_size(settings.max_message_bytes);
+    let envoy = RateLimitServiceServer::new(EnvoyApi::new(engine))
         .max_decoding_message_size(settings.max_message_bytes);
     // Authentication runs on the headers, before the body is even decoded.
-    let budget = InterceptedService::new(budget, crate::api::auth::interceptor(auth));
+    let budget = InterceptedService::new(budget, crate::api::auth::interceptor(auth.clone()));
+    let envoy = InterceptedService::new(envoy, crate::api::auth::interceptor(auth));
     let mut builder = Server::builder();
     if let Some(tls) = &settings.tls {
         builder = builder.tls_config(tls_config(tls)?)?;
     }
     Ok(builder
         .add_service(budget)
+        .add_service(envoy)
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha))
@@ -394,6 +403,9 @@ async fn report_health<S: Store>(
             health.set_service_status("", status).await;
             health
                 .set_service_status("ctxbudget.v1.BudgetService", status)
+                .await;
+            health
+                .set_service_status("envoy.service.ratelimit.v3.RateLimitService", status)
                 .await;
         }
     }

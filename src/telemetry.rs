@@ -88,6 +88,31 @@ pub fn cancellations_pending(n: usize) {
     metrics::gauge!(CANCELLATIONS_PENDING).set(n as f64);
 }
 
+/// Envoy rate limit descriptors, labelled `outcome` (ok, over_limit, charged:
+/// a response-path charge, unmapped: no entry key maps, other_domain: a
+/// domain not served), `reason` and `level` (of an over_limit), and `tier`.
+pub const ENVOY_DESCRIPTORS: &str = "ctxbudget_envoy_descriptors_total";
+/// Tokens charged by Envoy's response path, labelled `tier`.
+pub const ENVOY_CHARGED_TOKENS: &str = "ctxbudget_envoy_charged_tokens_total";
+/// The outcomes of [`ENVOY_DESCRIPTORS`].
+pub const ENVOY_OUTCOMES: [&str; 5] = ["ok", "over_limit", "charged", "unmapped", "other_domain"];
+
+/// Counts one Envoy descriptor's outcome (`denial` for over_limit; `tier`
+/// "none" when it names none).
+pub fn envoy_descriptor(outcome: &'static str, tier: &str, denial: Option<&Denial>) {
+    let (reason, level) = denial.map_or(("none", "none"), |d| {
+        (d.reason.as_str(), d.level.map_or("none", |l| l.as_str()))
+    });
+    counter!(ENVOY_DESCRIPTORS, "outcome" => outcome, "reason" => reason, "level" => level,
+        "tier" => tier.to_owned())
+    .increment(1);
+}
+
+/// Counts tokens a response-path descriptor charged.
+pub fn envoy_charged(tier: &str, tokens: u64) {
+    counter!(ENVOY_CHARGED_TOKENS, "tier" => tier.to_owned()).increment(tokens);
+}
+
 /// Calls refused by authentication, labelled `code` (UNAUTHENTICATED,
 /// PERMISSION_DENIED).
 pub const AUTH_REFUSED: &str = "ctxbudget_auth_refused_total";
@@ -108,16 +133,17 @@ pub const RATIO_BUCKETS: &[f64] = &[
 ];
 
 /// The RPCs, as `api::service` labels them.
-pub(crate) const RPCS: [&str; 6] = [
+pub(crate) const RPCS: [&str; 7] = [
     "CheckAndReserve",
     "Commit",
     "Refund",
     "RenewLease",
     "GetEstimator",
     "GetStatus",
+    "ShouldRateLimit",
 ];
 /// The store calls, as `engine` labels them.
-pub(crate) const STORE_OPS: [&str; 11] = [
+pub(crate) const STORE_OPS: [&str; 13] = [
     "reserve",
     "commit",
     "refund",
@@ -129,6 +155,8 @@ pub(crate) const STORE_OPS: [&str; 11] = [
     "shadow_commit",
     "shadow_refund",
     "shadow_renew",
+    "charge",
+    "shadow_charge",
 ];
 /// The kinds of store failure.
 pub(crate) const STORE_ERROR_KINDS: [&str; 4] =

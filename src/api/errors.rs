@@ -35,6 +35,12 @@ pub fn to_status(err: EngineError) -> Status {
     }
 }
 
+impl From<EngineError> for Status {
+    fn from(err: EngineError) -> Status {
+        to_status(err)
+    }
+}
+
 /// A call the gRPC layer refuses before the engine sees it.
 #[derive(Debug, thiserror::Error)]
 pub enum Refusal {

@@ -5,7 +5,7 @@
 //! above it (the handler's block, `timed`, tonic's boxed future) would hold and
 //! copy it again; boxed, it is copied once.
 
-use super::{auth, convert, to_status};
+use super::{auth, convert};
 use crate::domain::{ReservationId, TenantId};
 use crate::engine::{Engine, EngineError};
 use crate::pb;
@@ -49,7 +49,7 @@ fn tenant_of(reservation_id: &str) -> Option<String> {
 /// The span every log line of one RPC carries: the RPC's name and, for calls
 /// about a reservation, its id (CheckAndReserve records it once it has one).
 /// A malformed id is cut short: logs stay bounded whatever a client sends.
-fn span(rpc: &'static str, reservation: Option<&str>) -> tracing::Span {
+pub(super) fn span(rpc: &'static str, reservation: Option<&str>) -> tracing::Span {
     let span = tracing::info_span!("rpc", rpc, reservation = tracing::field::Empty);
     if let Some(id) = reservation {
         let shown = match id.char_indices().nth(MAX_LOGGED_ID) {
@@ -70,9 +70,18 @@ async fn timed<T>(
     span: tracing::Span,
     body: impl Future<Output = Result<T, EngineError>>,
 ) -> Result<Response<T>, Status> {
+    timed_with(rpc, span, body).await
+}
+
+/// [`timed`] for a body whose errors are statuses already, or become them.
+pub(super) async fn timed_with<T, E: Into<Status>>(
+    rpc: &'static str,
+    span: tracing::Span,
+    body: impl Future<Output = Result<T, E>>,
+) -> Result<Response<T>, Status> {
     use tracing::Instrument;
     let started = Instant::now();
-    let result = body.instrument(span.clone()).await.map_err(to_status);
+    let result = body.instrument(span.clone()).await.map_err(Into::into);
     // No await below: the guard cannot cross one.
     let _entered = span.enter();
     let code = result

@@ -3,6 +3,7 @@
 //! ledger's (`usage`, `reconcile`) and `health`.
 
 mod admin;
+mod envoy;
 mod health;
 mod history;
 mod inspect;
@@ -15,6 +16,7 @@ mod reconcile;
 mod usage;
 
 pub use admin::{AdminArgs, GlobalCmd, OverridesCmd, TiersCmd};
+pub use envoy::EnvoyCmd;
 pub use health::HealthArgs;
 pub use inspect::InspectArgs;
 pub use models::ModelsCmd;
@@ -72,6 +74,16 @@ pub enum Command {
         /// What to do.
         #[command(subcommand)]
         cmd: PricesCmd,
+        /// Where.
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// How Envoy's rate limit descriptors map to budgets, in the live
+    /// configuration (Redis): get, set, reset.
+    Envoy {
+        /// What to do.
+        #[command(subcommand)]
+        cmd: EnvoyCmd,
         /// Where.
         #[command(flatten)]
         admin: AdminArgs,
@@ -137,6 +149,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Tiers { cmd, admin } => admin::tiers(cmd, admin).await,
         Command::Models { cmd, admin } => models::models(cmd, admin).await,
         Command::Prices { cmd, admin } => prices::prices(cmd, admin).await,
+        Command::Envoy { cmd, admin } => envoy::envoy(cmd, admin).await,
         Command::Global { cmd, admin } => admin::global(cmd, admin).await,
         Command::Overrides { cmd, admin } => overrides::overrides(cmd, admin).await,
         Command::Inspect(args) => inspect::inspect(args).await,

@@ -2,6 +2,7 @@
 //! and their conversion into validated domain limits.
 
 use super::OverrideSection;
+use super::envoy::EnvoySection;
 use super::models::{ModelLimitsSection, ModelSection, model_groups, model_limits};
 use super::money::{PriceSection, SpendSection, prices, spend_rates};
 use crate::domain::window::{Window, WindowKind, parse_zone};
@@ -290,6 +291,8 @@ pub struct LimitSections<'a> {
     pub tiers: &'a BTreeMap<String, TierSection>,
     /// `[overrides.*]`.
     pub overrides: &'a BTreeMap<String, OverrideSection>,
+    /// `[envoy]`.
+    pub envoy: Option<&'a EnvoySection>,
 }
 
 /// Validated limits from the written sections.
@@ -300,12 +303,14 @@ pub fn build_limits(sections: LimitSections<'_>, version: u64) -> Result<Limits,
         prices: price_sections,
         tiers,
         overrides,
+        envoy,
     } = sections;
     let global = global.cloned().unwrap_or_default().to_domain("global")?;
     let mut limits = Limits {
         global,
         models: model_groups(models)?,
         prices: prices(price_sections)?,
+        descriptors: envoy.cloned().unwrap_or_default().to_domain()?,
         version,
         ..Limits::default()
     };

@@ -16,6 +16,7 @@
 //! - [`repository`]: the live configuration held in Redis.
 
 pub mod auth;
+pub mod envoy;
 pub mod estimation;
 mod input;
 pub mod limits;
@@ -28,6 +29,7 @@ pub mod sections;
 pub mod settings;
 
 pub use auth::{AuthSection, MIN_TOKEN_LEN, TokenSection, validate_tokens};
+pub use envoy::EnvoySection;
 pub use estimation::EstimatorSection;
 pub use input::{Document, DocumentError, parse_document};
 pub(crate) use limits::rates;
@@ -154,6 +156,7 @@ impl FileConfig {
         self.overrides = other.overrides.or(self.overrides);
         self.resilience = other.resilience.or(self.resilience);
         self.auth = other.auth.or(self.auth);
+        self.envoy = other.envoy.or(self.envoy);
         self
     }
 
@@ -168,6 +171,7 @@ impl FileConfig {
             prices: self.prices.as_ref().unwrap_or(&no_prices),
             tiers: self.tiers.as_ref().unwrap_or(&no_tiers),
             overrides: self.overrides.as_ref().unwrap_or(&no_overrides),
+            envoy: self.envoy.as_ref(),
         };
         Ok(build_limits(sections, 0)?)
     }

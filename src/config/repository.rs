@@ -14,8 +14,8 @@
 //! and field names are built in `store::keys`.
 
 use super::{
-    LevelSection, LimitSections, ModelSection, OverrideSection, PriceSection, TierSection,
-    build_limits,
+    EnvoySection, LevelSection, LimitSections, ModelSection, OverrideSection, PriceSection,
+    TierSection, build_limits,
 };
 use crate::domain::{Limits, LimitsError};
 use crate::store::StoreError;
@@ -51,6 +51,8 @@ pub struct ConfigDoc {
     pub tiers: BTreeMap<String, TierSection>,
     /// Overrides by tenant id.
     pub overrides: BTreeMap<String, OverrideSection>,
+    /// How Envoy's descriptors map to levels; `None`: the defaults.
+    pub envoy: Option<EnvoySection>,
 }
 
 impl ConfigDoc {
@@ -67,6 +69,7 @@ impl ConfigDoc {
             prices: &self.prices,
             tiers: &self.tiers,
             overrides: &self.overrides,
+            envoy: self.envoy.as_ref(),
         }
     }
 }
@@ -104,6 +107,8 @@ pub enum Field {
     Tier(String),
     /// A tenant's override.
     Override(String),
+    /// The Envoy descriptor map.
+    Envoy,
 }
 
 impl std::fmt::Display for Field {
@@ -114,6 +119,7 @@ impl std::fmt::Display for Field {
             Field::Price(m) => write!(f, "the prices of model group {m}"),
             Field::Tier(t) => write!(f, "tier {t}"),
             Field::Override(t) => write!(f, "the override of tenant {t}"),
+            Field::Envoy => f.write_str("the Envoy descriptor map"),
         }
     }
 }
@@ -126,6 +132,7 @@ impl Field {
             Field::Price(m) => config_field::price(m),
             Field::Tier(t) => config_field::tier(t),
             Field::Override(t) => config_field::override_of(t),
+            Field::Envoy => config_field::ENVOY.into(),
         }
     }
 }
@@ -211,6 +218,9 @@ impl ConfigStore {
             } else if field == config_field::GLOBAL {
                 doc.global =
                     Some(serde_json::from_str(value).map_err(|e| bad(field, e.to_string()))?);
+            } else if field == config_field::ENVOY {
+                doc.envoy =
+                    Some(serde_json::from_str(value).map_err(|e| bad(field, e.to_string()))?);
             } else if let Some(name) = config_field::as_price(field) {
                 let price = serde_json::from_str(value).map_err(|e| bad(field, e.to_string()))?;
                 doc.prices.insert(name.to_string(), price);
@@ -251,6 +261,9 @@ impl ConfigStore {
         }
         for (tenant, o) in &doc.overrides {
             inv.arg(config_field::override_of(tenant)).arg(document(o));
+        }
+        if let Some(e) = &doc.envoy {
+            inv.arg(config_field::ENVOY).arg(document(e));
         }
         let v: u64 = inv
             .invoke_async(&mut self.conn.clone())

@@ -44,6 +44,8 @@ pub struct FileConfig {
     pub resilience: Option<ResilienceSection>,
     /// Who may call the service.
     pub auth: Option<AuthSection>,
+    /// How Envoy's rate limit descriptors map to levels.
+    pub envoy: Option<super::EnvoySection>,
 }
 
 /// `[server]`.

@@ -226,6 +226,7 @@ impl FileConfig {
             prices: self.prices.clone().unwrap_or_default(),
             tiers: self.tiers.clone().unwrap_or_default(),
             overrides: self.overrides.clone().unwrap_or_default(),
+            envoy: self.envoy.clone(),
         }
     }
 }

@@ -5,6 +5,7 @@
 //! - [`reserve`]: CheckAndReserve, from the prompt to the store's reply.
 //! - [`reply`]: the store's reply explained, and the decision recorded.
 //! - [`settle`]: Commit, Refund, RenewLease.
+//! - [`charge`]: charges with no reservation (Envoy's rate limit protocol).
 //! - [`shadow`]: quotas in shadow, evaluated and reported but never enforced.
 //! - [`status`]: GetStatus and the estimator's state, and its refresh.
 //! - [`breaker`]: the circuit breaker in front of the store, and its probe.
@@ -12,6 +13,7 @@
 
 mod breaker;
 mod cancel;
+mod charge;
 mod reply;
 mod reserve;
 mod settle;
@@ -19,6 +21,7 @@ mod shadow;
 mod status;
 
 pub use breaker::{Breaker, BreakerSettings, BreakerState};
+pub use charge::{ChargeInput, ChargeOutcome};
 pub use reserve::{PromptInput, ReserveInput, ReserveOutcome};
 pub use settle::{CommitOutcome, Outcome};
 pub use status::{EstimatorView, LevelLeases, StatusOutcome};
@@ -174,6 +177,12 @@ impl<S: Store> Engine<S> {
             )));
         }
         Err(unknown.into())
+    }
+
+    /// Checks that `tier` names a tier for `tenant` (an override may name it),
+    /// as a request for it would: INVALID_ARGUMENT otherwise.
+    pub fn check_tier(&self, tier: &str, tenant: &str) -> Result<(), EngineError> {
+        self.resolve_tier(&self.limits(), tier, tenant).map(drop)
     }
 
     /// The store, for callers that describe or probe it.

@@ -73,7 +73,7 @@ impl<S: Store> Engine<S> {
         Ok(())
     }
 
-    fn jitter(&self) -> u64 {
+    pub(super) fn jitter(&self) -> u64 {
         match self.settings.retry_jitter_ms {
             0 => 0,
             j => rand::random_range(0..=j),

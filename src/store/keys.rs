@@ -232,6 +232,8 @@ pub mod config_field {
     pub const VERSION: &str = "version";
     /// The global limits.
     pub const GLOBAL: &str = "global";
+    /// How Envoy's descriptors map to levels (`[envoy]`).
+    pub const ENVOY: &str = "envoy";
     const TIER: &str = "tier:";
     const OVERRIDE: &str = "override:";
     const MODEL: &str = "model:";

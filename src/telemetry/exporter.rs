@@ -79,6 +79,14 @@ pub fn describe() {
             CANCELLATIONS,
             "Reservations whose store call failed, refunded in the background, by outcome",
         ),
+        (
+            ENVOY_DESCRIPTORS,
+            "Envoy rate limit descriptors, by outcome (ok, over_limit, charged, unmapped, other_domain)",
+        ),
+        (
+            ENVOY_CHARGED_TOKENS,
+            "Tokens charged by Envoy's response path",
+        ),
     ];
     for (name, help) in counters {
         describe_counter!(name, help);
@@ -132,6 +140,11 @@ pub fn register(known: &KnownSeries) {
     for key in &known.estimator_keys {
         gauge!(ESTIMATOR_MULTIPLIER, "key" => key.to_owned()).set(known.initial_multiplier);
         let _ = histogram!(ESTIMATION_RATIO, "key" => key.to_owned());
+    }
+    for outcome in ENVOY_OUTCOMES {
+        counter!(ENVOY_DESCRIPTORS, "outcome" => outcome, "reason" => "none", "level" => "none",
+            "tier" => "none")
+        .increment(0);
     }
     for outcome in CANCEL_OUTCOMES {
         counter!(CANCELLATIONS, "outcome" => outcome).increment(0);

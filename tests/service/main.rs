@@ -33,6 +33,7 @@ macro_rules! both_stores {
 
 mod bench;
 mod conformance;
+mod envoy;
 mod estimator;
 mod hostile_input;
 mod ledger_cli;

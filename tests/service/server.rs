@@ -38,7 +38,7 @@ macro_rules! list_services {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reflection_lists_the_budget_service_and_health_in_v1_and_v1alpha() {
+async fn reflection_lists_the_budget_and_envoy_services_and_health_in_v1_and_v1alpha() {
     let h = Harness::start(Backend::Memory, "").await;
     // grpcurl speaks v1; Python's grpcio-reflection and older tools v1alpha.
     let v1 = list_services!(v1, h.addr);
@@ -50,6 +50,12 @@ async fn reflection_lists_the_budget_service_and_health_in_v1_and_v1alpha() {
         );
         assert!(
             names.iter().any(|n| n == "grpc.health.v1.Health"),
+            "{names:?}"
+        );
+        assert!(
+            names
+                .iter()
+                .any(|n| n == "envoy.service.ratelimit.v3.RateLimitService"),
             "{names:?}"
         );
     }

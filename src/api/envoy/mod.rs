@@ -1,0 +1,189 @@
+//! `envoy.service.ratelimit.v3.RateLimitService`: Envoy's rate limit protocol
+//! over the engine's charges (docs/envoy.md). Each descriptor is mapped by
+//! the live `[envoy]` map to a tenant's levels and decided on its own, in
+//! order, as envoyproxy/ratelimit decides them:
+//!
+//! - request path, hits 0: a check (every request and token limit must have
+//!   room; nothing is taken); hits N: N requests taken, all levels or none;
+//! - response path (a `phase` = `response` entry, or a `response_keys` key),
+//!   hits N: N tokens charged at every level, into debt, always OK;
+//! - a domain not served, or a descriptor no key of which maps: OK, counted.
+//!
+//! Every descriptor is mapped and checked before the first is charged: a
+//! malformed one is INVALID_ARGUMENT and changes nothing.
+//!
+//! - this file: the service and the request's validation.
+//! - `reply`: descriptor statuses and response headers from outcomes.
+
+mod reply;
+
+use super::service::{span, timed_with};
+use crate::domain::InvalidInput;
+use crate::domain::descriptor::{Described, DescriptorMap, Mapping};
+use crate::domain::limits::MAX_COUNT;
+use crate::engine::{ChargeInput, Engine, EngineError};
+use crate::envoy::service::ratelimit::v3 as rls;
+use crate::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use crate::store::Store;
+use crate::telemetry;
+use reply::Answer;
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+/// The most descriptors one request may carry.
+pub const MAX_DESCRIPTORS: usize = 64;
+/// The most entries one descriptor may carry.
+pub const MAX_ENTRIES: usize = 64;
+
+/// The Envoy rate limit face of an [`Engine`].
+pub struct EnvoyApi<S> {
+    engine: Arc<Engine<S>>,
+}
+
+impl<S> EnvoyApi<S> {
+    /// Serves `engine`. Callers are authenticated in front of it, like the
+    /// budget service's; a token bound to tenants may only charge those.
+    pub fn new(engine: Arc<Engine<S>>) -> Self {
+        EnvoyApi { engine }
+    }
+}
+
+/// One descriptor, validated: what it maps to and its hits.
+struct Planned<'a> {
+    mapping: Mapping<'a>,
+    hits: u64,
+}
+
+fn invalid(message: String) -> EngineError {
+    InvalidInput::new("descriptors", message).into()
+}
+
+/// Maps and checks every descriptor of `req` (nothing is charged yet).
+fn plan<'a>(
+    map: &'a DescriptorMap,
+    req: &'a rls::RateLimitRequest,
+) -> Result<Vec<Planned<'a>>, EngineError> {
+    // The request's hits, for descriptors without their own: 0 means 1.
+    let default_hits = u64::from(req.hits_addend.max(1));
+    let mut out = Vec::with_capacity(req.descriptors.len());
+    for (i, d) in req.descriptors.iter().enumerate() {
+        if d.entries.len() > MAX_ENTRIES {
+            return Err(invalid(format!(
+                "descriptor {i} has {} entries; at most {MAX_ENTRIES}",
+                d.entries.len()
+            )));
+        }
+        if d.is_negative_hits {
+            return Err(invalid(format!(
+                "descriptor {i} sets is_negative_hits: returning budget this way is not \
+                 supported (budgets refill by themselves; a failed call charges nothing on \
+                 the response path)"
+            )));
+        }
+        let hits = d.hits_addend.unwrap_or(default_hits);
+        if hits > MAX_COUNT {
+            return Err(invalid(format!(
+                "descriptor {i} has hits_addend {hits}; at most {MAX_COUNT}"
+            )));
+        }
+        let entries: Vec<(&str, &str)> = d
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
+            .collect();
+        let mapping = map.map(i, &entries)?;
+        out.push(Planned { mapping, hits });
+    }
+    Ok(out)
+}
+
+/// The charge a mapped descriptor asks for.
+fn charge_of(d: &Described<'_>, hits: u64) -> ChargeInput {
+    ChargeInput {
+        tenant: d.tenant.clone(),
+        user: d.user.clone(),
+        tier: d.tier.to_owned(),
+        model: d.model.to_owned(),
+        requests: if d.response { 0 } else { hits },
+        tokens: if d.response { hits } else { 0 },
+        enforce: !d.response,
+    }
+}
+
+impl<S: Store> EnvoyApi<S> {
+    async fn decide(
+        &self,
+        request: &Request<rls::RateLimitRequest>,
+    ) -> Result<rls::RateLimitResponse, Status> {
+        let req = request.get_ref();
+        if req.domain.is_empty() {
+            let e = InvalidInput::new(
+                "domain",
+                "is empty; set the rate limit filter's domain (docs/envoy.md)",
+            );
+            return Err(EngineError::from(e).into());
+        }
+        if req.descriptors.is_empty() || req.descriptors.len() > MAX_DESCRIPTORS {
+            let n = req.descriptors.len();
+            return Err(
+                invalid(format!("has {n} descriptors; send 1 to {MAX_DESCRIPTORS}")).into(),
+            );
+        }
+        let limits = self.engine.limits();
+        let map = &limits.descriptors;
+        let mut answer = Answer::new(map.headers);
+        if !map.serves(&req.domain) {
+            reply::note_other_domain(&req.domain, &map.domain);
+            for _ in &req.descriptors {
+                telemetry::envoy_descriptor("other_domain", "none", None);
+                answer.unlimited();
+            }
+            return Ok(answer.finish());
+        }
+        let planned = plan(map, req)?;
+        for p in &planned {
+            if let Mapping::Budget(d) = &p.mapping {
+                super::auth::check_tenant(request, d.tenant.as_str())?;
+                self.engine.check_tier(d.tier, d.tenant.as_str())?;
+            }
+        }
+        for (i, p) in planned.iter().enumerate() {
+            let d = match &p.mapping {
+                Mapping::Unmapped => {
+                    reply::note_unmapped(&req.descriptors[i]);
+                    telemetry::envoy_descriptor("unmapped", "none", None);
+                    answer.unlimited();
+                    continue;
+                }
+                Mapping::Budget(d) => d,
+            };
+            let out = Box::pin(self.engine.charge(charge_of(d, p.hits))).await?;
+            let outcome = match (&out.denial, d.response) {
+                (Some(_), _) => "over_limit",
+                (None, true) => "charged",
+                (None, false) => "ok",
+            };
+            telemetry::envoy_descriptor(outcome, d.tier, out.denial.as_ref());
+            if d.response {
+                telemetry::envoy_charged(d.tier, p.hits);
+            }
+            answer.add(&out);
+        }
+        Ok(answer.finish())
+    }
+}
+
+#[tonic::async_trait]
+impl<S: Store> RateLimitService for EnvoyApi<S> {
+    async fn should_rate_limit(
+        &self,
+        request: Request<rls::RateLimitRequest>,
+    ) -> Result<Response<rls::RateLimitResponse>, Status> {
+        timed_with(
+            "ShouldRateLimit",
+            span("ShouldRateLimit", None),
+            self.decide(&request),
+        )
+        .await
+    }
+}

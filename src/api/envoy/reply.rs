@@ -1,0 +1,304 @@
+//! What ShouldRateLimit answers: a status per descriptor — its code, the limit
+//! that binds it (`current_limit`, `limit_remaining`, `duration_until_reset`)
+//! — the overall code (never UNKNOWN, which Envoy refuses), and, unless
+//! `[envoy] headers = false`, the `x-ratelimit-*` headers of docs/http.md and
+//! `retry-after` on OVER_LIMIT, which Envoy adds to its client's response.
+
+use crate::domain::decision::LimitState;
+use crate::domain::window::WindowKind;
+use crate::domain::{Denial, Dimension};
+use crate::engine::ChargeOutcome;
+use crate::envoy::config::core::v3::HeaderValue;
+use crate::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use crate::envoy::service::ratelimit::v3::RateLimitResponse;
+use crate::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use crate::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+/// A response being built, descriptor by descriptor.
+pub(super) struct Answer {
+    with_headers: bool,
+    statuses: Vec<DescriptorStatus>,
+    /// The outcome the headers come from: the first denied, else the first
+    /// with limits.
+    headers_from: Option<(ChargeOutcome, bool)>,
+    retry_after_ms: u64,
+}
+
+impl Answer {
+    pub(super) fn new(with_headers: bool) -> Self {
+        Answer {
+            with_headers,
+            statuses: Vec::new(),
+            headers_from: None,
+            retry_after_ms: 0,
+        }
+    }
+
+    /// A descriptor nothing limits: OK, no limit.
+    pub(super) fn unlimited(&mut self) {
+        self.statuses.push(DescriptorStatus {
+            code: Code::Ok as i32,
+            ..DescriptorStatus::default()
+        });
+    }
+
+    /// A descriptor the engine decided.
+    pub(super) fn add(&mut self, out: &ChargeOutcome) {
+        let binding = binding(&out.limits, out.denial.as_ref(), None);
+        let code = match out.denial {
+            Some(_) => Code::OverLimit,
+            None => Code::Ok,
+        };
+        self.statuses.push(DescriptorStatus {
+            code: code as i32,
+            current_limit: binding.map(current_limit),
+            limit_remaining: binding.map_or(0, |l| clamp_u32(l.remaining.max(0) as u64)),
+            duration_until_reset: binding.map(|l| duration(l.reset_after_ms)),
+            quota: None,
+        });
+        if let Some(d) = &out.denial {
+            self.retry_after_ms = self.retry_after_ms.max(d.retry_after_ms);
+        }
+        let denied = out.denial.is_some();
+        let replace = match &self.headers_from {
+            None => !out.limits.is_empty(),
+            Some((_, was_denied)) => denied && !was_denied,
+        };
+        if replace {
+            self.headers_from = Some((out.clone(), denied));
+        }
+    }
+
+    /// The response: OVER_LIMIT if any descriptor is.
+    pub(super) fn finish(self) -> RateLimitResponse {
+        let over = self
+            .statuses
+            .iter()
+            .any(|s| s.code == Code::OverLimit as i32);
+        let mut headers = Vec::new();
+        if self.with_headers {
+            if let Some((out, _)) = &self.headers_from {
+                headers = rate_limit_headers(out);
+            }
+            if over {
+                headers.push(header("retry-after", self.retry_after_ms.div_ceil(1000)));
+            }
+        }
+        RateLimitResponse {
+            overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
+            statuses: self.statuses,
+            response_headers_to_add: headers,
+            ..RateLimitResponse::default()
+        }
+    }
+}
+
+/// The limit that binds a descriptor (of `dimension`, when given): the one
+/// that denied it, else the one with the least left for its size.
+fn binding<'a>(
+    limits: &'a [LimitState],
+    denial: Option<&Denial>,
+    dimension: Option<Dimension>,
+) -> Option<&'a LimitState> {
+    let of = |l: &&LimitState| dimension.is_none_or(|d| l.dimension == d);
+    if let Some(d) = denial
+        && let Some(l) = limits.iter().filter(of).find(|l| {
+            Some(l.level) == d.level
+                && Some(l.dimension) == d.dimension
+                && l.period_secs == d.period_secs
+                && l.model_group.as_ref().map(|g| g.name.as_str()) == d.model_group.as_deref()
+        })
+    {
+        return Some(l);
+    }
+    limits.iter().filter(of).min_by(|a, b| {
+        let share = |l: &LimitState| l.remaining as f64 / l.limit.max(1) as f64;
+        share(a).total_cmp(&share(b))
+    })
+}
+
+/// `current_limit` of a limit: its name in words, its rate in Envoy's units.
+/// A period that is no whole unit is stated per the largest unit within it
+/// (100 per 5 minutes: 20 per MINUTE); the name keeps it exact.
+fn current_limit(l: &LimitState) -> RateLimit {
+    let group = l
+        .model_group
+        .as_ref()
+        .map_or(String::new(), |g| format!(" of model group {}", g.name));
+    let (per, unit, rate) = match l.window {
+        Some(w) => {
+            let unit = match w.kind {
+                WindowKind::Day => Unit::Day,
+                WindowKind::Week => Unit::Week,
+                WindowKind::Month => Unit::Month,
+            };
+            (w.to_string(), unit, l.limit)
+        }
+        None => {
+            let (unit, secs) = UNITS
+                .iter()
+                .rev()
+                .find(|(_, secs)| *secs <= l.period_secs)
+                .copied()
+                .unwrap_or(UNITS[0]);
+            let rate = (u128::from(l.limit) * u128::from(secs) / u128::from(l.period_secs.max(1)))
+                .max(1) as u64;
+            let label = crate::domain::decision::period_label(l.period_secs);
+            (label, unit, rate)
+        }
+    };
+    RateLimit {
+        name: format!(
+            "{} {}{group}: {} per {per}",
+            l.level.as_str(),
+            l.dimension.as_str(),
+            l.limit
+        ),
+        requests_per_unit: clamp_u32(rate),
+        unit: unit as i32,
+    }
+}
+
+/// Envoy's units, shortest first.
+const UNITS: [(Unit, u64); 5] = [
+    (Unit::Second, 1),
+    (Unit::Minute, 60),
+    (Unit::Hour, 3_600),
+    (Unit::Day, 86_400),
+    (Unit::Week, 604_800),
+];
+
+/// The OpenAI-style headers of docs/http.md for requests and tokens.
+fn rate_limit_headers(out: &ChargeOutcome) -> Vec<HeaderValue> {
+    let mut headers = Vec::with_capacity(6);
+    for (dimension, name) in [
+        (Dimension::Requests, "requests"),
+        (Dimension::Tokens, "tokens"),
+    ] {
+        if let Some(l) = binding(&out.limits, out.denial.as_ref(), Some(dimension)) {
+            headers.push(header(&format!("x-ratelimit-limit-{name}"), l.limit));
+            headers.push(header(
+                &format!("x-ratelimit-remaining-{name}"),
+                l.remaining.max(0),
+            ));
+            headers.push(HeaderValue {
+                key: format!("x-ratelimit-reset-{name}"),
+                value: go_duration(l.reset_after_ms),
+                raw_value: Vec::new(),
+            });
+        }
+    }
+    headers
+}
+
+fn header(key: &str, value: impl std::fmt::Display) -> HeaderValue {
+    HeaderValue {
+        key: key.to_owned(),
+        value: value.to_string(),
+        raw_value: Vec::new(),
+    }
+}
+
+/// OpenAI's reset format (Go's duration): `0s`, `20ms`, `6s`, `1.5s`, `6m0s`,
+/// `1h2m3s` (the Python client's `duration`).
+pub(super) fn go_duration(ms: u64) -> String {
+    if ms == 0 {
+        return "0s".into();
+    }
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let (hours, rest) = (ms / 3_600_000, ms % 3_600_000);
+    let (minutes, rest) = (rest / 60_000, rest % 60_000);
+    let seconds = format!("{}.{:03}", rest / 1000, rest % 1000);
+    let seconds = seconds.trim_end_matches('0').trim_end_matches('.');
+    let mut out = String::new();
+    if hours > 0 {
+        out.push_str(&format!("{hours}h"));
+    }
+    if hours > 0 || minutes > 0 {
+        out.push_str(&format!("{minutes}m"));
+    }
+    out.push_str(seconds);
+    out.push('s');
+    out
+}
+
+fn duration(ms: u64) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: (ms / 1000) as i64,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    }
+}
+
+fn clamp_u32(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+/// What was logged once already (bounded: hostile input cannot grow it).
+static NOTED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+const NOTED_CAP: usize = 1000;
+
+/// True the first time `what` is seen.
+fn first_time(what: String) -> bool {
+    let mut noted = NOTED.lock().unwrap_or_else(|e| e.into_inner());
+    let noted = noted.get_or_insert_with(HashSet::new);
+    noted.len() < NOTED_CAP && noted.insert(what)
+}
+
+/// Logs once per domain that requests for a domain not served are answered OK.
+pub(super) fn note_other_domain(domain: &str, served: &str) {
+    let shown: String = domain.chars().take(64).collect();
+    if first_time(format!("domain\0{shown}")) {
+        tracing::warn!(
+            domain = %shown,
+            served,
+            "rate limit requests for domain {shown:?} are answered OK with no limit: this \
+             service serves domain {served:?} (set [envoy] domain, or the filter's domain; \
+             ctxbudget_envoy_descriptors_total{{outcome=\"other_domain\"}} counts them)"
+        );
+    }
+}
+
+/// Logs once per set of entry keys that a descriptor mapping to nothing is
+/// answered OK.
+pub(super) fn note_unmapped(d: &RateLimitDescriptor) {
+    let keys: Vec<String> = d
+        .entries
+        .iter()
+        .take(16)
+        .map(|e| e.key.chars().take(64).collect())
+        .collect();
+    let keys = keys.join(",");
+    if first_time(format!("keys\0{keys}")) {
+        tracing::warn!(
+            keys = %keys,
+            "a descriptor with the entry keys [{keys}] names no tenant: answered OK with no \
+             limit (map its keys with `ctxbudget envoy set`; \
+             ctxbudget_envoy_descriptors_total{{outcome=\"unmapped\"}} counts them)"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_like_openai_headers() {
+        for (ms, s) in [
+            (0, "0s"),
+            (20, "20ms"),
+            (6000, "6s"),
+            (1500, "1.5s"),
+            (360_000, "6m0s"),
+            (3_723_000, "1h2m3s"),
+        ] {
+            assert_eq!(go_duration(ms), s);
+        }
+    }
+}

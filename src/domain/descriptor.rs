@@ -1,0 +1,287 @@
+//! Rate limit descriptors — ordered key/value entries, the vocabulary of
+//! Envoy's rate limit protocol — mapped to what a budget decision needs: the
+//! tenant, user, tier and model a descriptor names, and whether it charges
+//! usage that already happened (the response path) or asks before a request
+//! goes upstream (the request path).
+
+use super::ids::{InvalidInput, TenantId, UserId};
+
+/// Which descriptor entries carry what (`[envoy]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DescriptorMap {
+    /// The rate limit domain served; `*` serves every domain. Requests for
+    /// another domain are answered OK and counted, as envoyproxy/ratelimit
+    /// answers a domain it has no configuration for.
+    pub domain: String,
+    /// The entry key that carries the tenant id.
+    pub tenant: String,
+    /// The entry key that carries the user id (optional in a descriptor).
+    pub user: String,
+    /// The entry key that carries the tier (optional: else `default_tier`).
+    pub tier: String,
+    /// The entry key that carries the model (optional: all-model limits only).
+    pub model: String,
+    /// The entry key whose value `response` marks a response-path charge.
+    pub phase: String,
+    /// The tier of descriptors without a tier entry; `None`: such a
+    /// descriptor is an error.
+    pub default_tier: Option<String>,
+    /// Add `x-ratelimit-*` and `retry-after` headers to the responses.
+    pub headers: bool,
+    /// Entry keys that mark a descriptor whose positive hits are always a
+    /// response-path charge of tokens (for proxies that send the same
+    /// descriptor on both paths, such as Envoy Gateway's rules with a request
+    /// cost of 0).
+    pub response_keys: Vec<String>,
+}
+
+impl Default for DescriptorMap {
+    fn default() -> Self {
+        DescriptorMap {
+            domain: "llm".into(),
+            tenant: "tenant".into(),
+            user: "user".into(),
+            tier: "tier".into(),
+            model: "model".into(),
+            phase: "phase".into(),
+            default_tier: None,
+            headers: true,
+            response_keys: Vec::new(),
+        }
+    }
+}
+
+/// The value of the phase entry that marks a response-path charge.
+pub const RESPONSE_PHASE: &str = "response";
+/// The value of the phase entry that marks the request path (the default).
+pub const REQUEST_PHASE: &str = "request";
+
+/// What a descriptor names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Described<'a> {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// The user, if the descriptor names one.
+    pub user: Option<UserId>,
+    /// The tier the descriptor names, or the default.
+    pub tier: &'a str,
+    /// The model ('' when the descriptor names none).
+    pub model: &'a str,
+    /// True for a response-path charge of usage already spent.
+    pub response: bool,
+}
+
+/// A descriptor, mapped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mapping<'a> {
+    /// No entry key maps to anything: nothing applies (answered OK).
+    Unmapped,
+    /// The budget levels it names.
+    Budget(Described<'a>),
+}
+
+impl DescriptorMap {
+    /// Checks the map: keys non-empty and distinct; the domain non-empty.
+    /// An error is (the field, under `path`, and what is wrong).
+    pub fn validate(&self, path: &str) -> Result<(), (String, String)> {
+        let bad = |name: &str, problem: String| Err((format!("{path}.{name}"), problem));
+        if self.domain.is_empty() {
+            return bad(
+                "domain",
+                "must not be empty (\"*\" serves every domain)".into(),
+            );
+        }
+        let keys = [
+            ("tenant", &self.tenant),
+            ("user", &self.user),
+            ("tier", &self.tier),
+            ("model", &self.model),
+            ("phase", &self.phase),
+        ];
+        for (i, (name, key)) in keys.iter().enumerate() {
+            if key.is_empty() {
+                return bad(name, "must name a descriptor entry key".into());
+            }
+            if let Some((other, _)) = keys[..i].iter().find(|(_, k)| k == key) {
+                return bad(
+                    name,
+                    format!("is {key:?} like {path}.{other}: each names a different entry"),
+                );
+            }
+            if self.response_keys.contains(key) {
+                return bad(
+                    "response_keys",
+                    format!("holds {key:?}, the {name} key: a marker must be a key of its own"),
+                );
+            }
+        }
+        if self.response_keys.iter().any(String::is_empty) {
+            return bad("response_keys", "must not hold an empty key".into());
+        }
+        Ok(())
+    }
+
+    /// Whether this map serves `domain`.
+    pub fn serves(&self, domain: &str) -> bool {
+        self.domain == "*" || self.domain == domain
+    }
+
+    /// Maps one descriptor's entries. A descriptor naming a user, tier, model
+    /// or phase but no tenant, a key twice, an invalid id or an unknown phase
+    /// is an error (`index` names the descriptor); one whose keys all map to
+    /// nothing is [`Mapping::Unmapped`]. Entries with other keys are ignored.
+    pub fn map<'a>(
+        &'a self,
+        index: usize,
+        entries: &[(&'a str, &'a str)],
+    ) -> Result<Mapping<'a>, InvalidInput> {
+        let bad = |message: String| InvalidInput::new("descriptors", message);
+        let mut found: [Option<&'a str>; 5] = [None; 5];
+        let mut marked = false;
+        for &(key, value) in entries {
+            let slot = [
+                &self.tenant,
+                &self.user,
+                &self.tier,
+                &self.model,
+                &self.phase,
+            ]
+            .iter()
+            .position(|k| k.as_str() == key);
+            marked |= self.response_keys.iter().any(|k| k == key);
+            let Some(slot) = slot else { continue };
+            if found[slot].replace(value).is_some() {
+                return Err(bad(format!(
+                    "descriptor {index} has the entry {key:?} twice; send it once"
+                )));
+            }
+        }
+        let [tenant, user, tier, model, phase] = found;
+        let Some(tenant) = tenant else {
+            if let Some(key) = [(&self.user, user), (&self.tier, tier), (&self.model, model)]
+                .iter()
+                .find_map(|(k, v)| v.map(|_| k.as_str()))
+            {
+                return Err(bad(format!(
+                    "descriptor {index} has a {key:?} entry but no {:?} entry: budgets belong \
+                     to a tenant; add the tenant entry to the rate limit actions",
+                    self.tenant
+                )));
+            }
+            return Ok(Mapping::Unmapped);
+        };
+        let at = |e: InvalidInput, key: &str| {
+            bad(format!(
+                "descriptor {index}, entry {key:?}: {} {}",
+                e.field, e.message
+            ))
+        };
+        let tenant = TenantId::parse(tenant).map_err(|e| at(e, &self.tenant))?;
+        let user = user
+            .filter(|u| !u.is_empty())
+            .map(UserId::parse)
+            .transpose()
+            .map_err(|e| at(e, &self.user))?;
+        let tier = match (tier.filter(|t| !t.is_empty()), &self.default_tier) {
+            (Some(t), _) => t,
+            (None, Some(d)) => d.as_str(),
+            (None, None) => {
+                return Err(bad(format!(
+                    "descriptor {index} has no {:?} entry and [envoy] default_tier is not set; \
+                     send the tier or set default_tier (`ctxbudget envoy set`)",
+                    self.tier
+                )));
+            }
+        };
+        let response = match phase {
+            None | Some(REQUEST_PHASE) => marked,
+            Some(RESPONSE_PHASE) => true,
+            Some(other) => {
+                return Err(bad(format!(
+                    "descriptor {index}: the {:?} entry is {other:?}; it is \"{RESPONSE_PHASE}\" \
+                     on the response path, \"{REQUEST_PHASE}\" or absent on the request path",
+                    self.phase
+                )));
+            }
+        };
+        Ok(Mapping::Budget(Described {
+            tenant,
+            user,
+            tier,
+            model: model.unwrap_or(""),
+            response,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map() -> DescriptorMap {
+        DescriptorMap {
+            default_tier: Some("free".into()),
+            response_keys: vec!["tokens-rule".into()],
+            ..DescriptorMap::default()
+        }
+    }
+
+    #[test]
+    fn entries_name_the_scope_and_other_keys_are_ignored() {
+        let m = map();
+        let entries = [
+            ("route", "chat"),
+            ("tenant", "acme:{eu}"),
+            ("user", "alice"),
+            ("model", "gpt-4o"),
+        ];
+        let Mapping::Budget(d) = m.map(0, &entries).unwrap() else {
+            panic!("mapped")
+        };
+        assert_eq!(d.tenant.as_str(), "acme:{eu}");
+        assert_eq!(d.user.unwrap().as_str(), "alice");
+        assert_eq!((d.tier, d.model, d.response), ("free", "gpt-4o", false));
+        let response = [("tenant", "acme"), ("phase", "response")];
+        assert!(matches!(m.map(0, &response), Ok(Mapping::Budget(d)) if d.response));
+        let marked = [("tenant", "acme"), ("tokens-rule", "x")];
+        assert!(matches!(m.map(0, &marked), Ok(Mapping::Budget(d)) if d.response));
+    }
+
+    #[test]
+    fn unmapped_and_malformed_descriptors() {
+        let m = map();
+        assert_eq!(
+            m.map(0, &[("remote_address", "10.0.0.1")]),
+            Ok(Mapping::Unmapped)
+        );
+        for (entries, says) in [
+            (&[("user", "alice")][..], "no \"tenant\" entry"),
+            (&[("tenant", "a"), ("tenant", "b")][..], "twice"),
+            (&[("tenant", "")][..], "tenant"),
+            (&[("tenant", "a\u{7}b")][..], "tenant"),
+            (&[("tenant", "a"), ("phase", "later")][..], "\"later\""),
+        ] {
+            let e = m.map(3, entries).unwrap_err();
+            assert!(e.message.contains("descriptor 3"), "{}", e.message);
+            assert!(e.message.contains(says), "{says}: {}", e.message);
+        }
+        let no_default = DescriptorMap::default();
+        let e = no_default.map(0, &[("tenant", "a")]).unwrap_err();
+        assert!(e.message.contains("default_tier"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_map_needs_distinct_keys() {
+        let clash = DescriptorMap {
+            user: "tenant".into(),
+            ..DescriptorMap::default()
+        };
+        assert_eq!(clash.validate("envoy").unwrap_err().0, "envoy.user");
+        assert!(DescriptorMap::default().validate("envoy").is_ok());
+        let empty = DescriptorMap {
+            domain: String::new(),
+            ..DescriptorMap::default()
+        };
+        assert!(empty.validate("envoy").is_err());
+    }
+}

@@ -1,0 +1,193 @@
+//! Charges with no reservation behind them — what Envoy's rate limit protocol
+//! asks: a check or a count of requests before a request goes upstream
+//! (enforced), and the tokens its response used (forced, into debt). Plans
+//! the levels of the tenant's tier without their concurrency limits (the
+//! protocol has no release call), checks the quota in shadow, and answers
+//! from the store or, when it fails, by the failure policy.
+
+use super::reply::warn_degraded;
+use super::{Engine, EngineError};
+use crate::config::FailurePolicy;
+use crate::domain::bucket::Cost;
+use crate::domain::budget::{ChargePlan, ChargeReply};
+use crate::domain::decision::{self, LimitState};
+use crate::domain::plan::{self, LevelPlan};
+use crate::domain::{Denial, ShadowLimits, TenantId, UserId};
+use crate::store::Store;
+use crate::telemetry;
+
+/// A charge, fields validated.
+#[derive(Clone, Debug)]
+pub struct ChargeInput {
+    /// The customer.
+    pub tenant: TenantId,
+    /// The user, if user-level limits apply.
+    pub user: Option<UserId>,
+    /// The tier name.
+    pub tier: String,
+    /// The model ('' for none): adds its group's limits.
+    pub model: String,
+    /// Requests to take (0 with `enforce`: a check).
+    pub requests: u64,
+    /// Tokens to take.
+    pub tokens: u64,
+    /// Deny unless every limit has room (the request path); else take the
+    /// cost whatever is left (usage already spent).
+    pub enforce: bool,
+}
+
+/// What a charge decided.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChargeOutcome {
+    /// `None` when allowed (a forced charge always is).
+    pub denial: Option<Denial>,
+    /// Every limit that applied, after the charge.
+    pub limits: Vec<LimitState>,
+    /// What the quota in shadow would have denied, if anything.
+    pub shadow_denial: Option<Denial>,
+    /// Decided without the store (its failure policy applied).
+    pub degraded: bool,
+}
+
+impl<S: Store> Engine<S> {
+    /// Charges `input` at every level of the tenant's tier with a rate limit.
+    pub async fn charge(&self, input: ChargeInput) -> Result<ChargeOutcome, EngineError> {
+        let limits = self.limits();
+        let tier = self.resolve_tier(&limits, &input.tier, input.tenant.as_str())?;
+        let group = limits.group_of(&input.model);
+        let now_us = self.store.now_us();
+        let scope = plan::Scope {
+            tier: Some(&tier),
+            group,
+            has_user: input.user.is_some(),
+            now_us,
+        };
+        let levels = rate_levels(plan::levels(&limits, scope, false));
+        let charge = ChargePlan {
+            tenant: input.tenant,
+            user: input.user,
+            levels,
+            requests: input.requests,
+            tokens: input.tokens,
+            enforce: input.enforce,
+        };
+        let mut out = ChargeOutcome {
+            denial: None,
+            limits: Vec::new(),
+            shadow_denial: None,
+            degraded: false,
+        };
+        if charge.levels.is_empty() {
+            return Ok(out);
+        }
+        let (charge, reply) = match self.guarded("charge", self.store.charge(&charge)).await {
+            Err(e) if e.is_transient() && self.policy() != FailurePolicy::FailClosed => {
+                warn_degraded(self.policy().as_str(), &e.to_string());
+                telemetry::degraded(self.policy().as_str());
+                out.degraded = true;
+                let local = ChargePlan {
+                    levels: self.local_levels(&charge.levels),
+                    ..charge
+                };
+                let reply = self.local.charge(&local).await;
+                (local, reply)
+            }
+            other => (charge, other),
+        };
+        match reply? {
+            ChargeReply::Charged { readings } => {
+                out.limits = decision::limit_states(&charge.levels, &readings);
+            }
+            ChargeReply::Denied {
+                readings,
+                denied_mask,
+            } => {
+                let mut denial = decision::denial(
+                    &charge.levels,
+                    &readings,
+                    denied_mask,
+                    ROOM,
+                    0.0,
+                    self.settings.concurrency_retry_ms,
+                );
+                denial.retry_after_ms += self.jitter();
+                out.limits = decision::limit_states(&charge.levels, &readings);
+                out.denial = Some(denial);
+            }
+        }
+        // The quota in shadow sees what the enforced one served.
+        if let Some(shadow) = &tier.shadow
+            && out.denial.is_none()
+            && !out.degraded
+        {
+            out.shadow_denial = self.shadow_charge(&charge, shadow, &tier.name, group).await;
+        }
+        Ok(out)
+    }
+
+    /// Charges `charge` against the quota in shadow; its would-be denial.
+    /// Store trouble here never touches the enforced decision.
+    async fn shadow_charge(
+        &self,
+        charge: &ChargePlan,
+        shadow: &ShadowLimits,
+        tier: &str,
+        group: Option<&std::sync::Arc<crate::domain::ModelGroup>>,
+    ) -> Option<Denial> {
+        let now = self.shadow.now_us();
+        let has_user = charge.user.is_some();
+        let levels = rate_levels(plan::shadow_levels(shadow, group, has_user, false, now));
+        if levels.is_empty() {
+            return None;
+        }
+        let shadow_charge = ChargePlan {
+            levels,
+            ..charge.clone()
+        };
+        match self
+            .guarded("shadow_charge", self.shadow.charge(&shadow_charge))
+            .await
+        {
+            Ok(ChargeReply::Denied {
+                readings,
+                denied_mask,
+            }) => {
+                let denial = decision::denial(
+                    &shadow_charge.levels,
+                    &readings,
+                    denied_mask,
+                    ROOM,
+                    0.0,
+                    self.settings.concurrency_retry_ms,
+                );
+                telemetry::shadow_denial(tier, &denial);
+                Some(denial)
+            }
+            Ok(ChargeReply::Charged { .. }) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "shadow quota charge skipped");
+                None
+            }
+        }
+    }
+}
+
+/// What an enforced charge needs room for: one unit in every bucket (a
+/// retry waits until each denying bucket holds one again).
+const ROOM: Cost = Cost {
+    prompt: 1,
+    output: 0,
+    spend: 1,
+};
+
+/// The levels' rate limits alone: no concurrency, no entries without a bucket.
+fn rate_levels(levels: Vec<LevelPlan>) -> Vec<LevelPlan> {
+    levels
+        .into_iter()
+        .filter(|l| !l.buckets.is_empty())
+        .map(|l| LevelPlan {
+            concurrency: None,
+            ..l
+        })
+        .collect()
+}
