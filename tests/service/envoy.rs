@@ -44,6 +44,12 @@ max_context_tokens = 100000
 default_max_output_tokens = 100
 tenant = { requests = [{ limit = 100, period = "1h" }], tokens = [{ limit = 100000, period = "1m" }] }
 
+[tiers.rollout]
+max_context_tokens = 100000
+default_max_output_tokens = 100
+tenant = { requests = [{ limit = 100, period = "1h" }] }
+shadow = { tenant = { requests = [{ limit = 1, period = "1h" }] } }
+
 [tiers.pro.models.gpt-4o]
 tenant = { tokens = [{ limit = 500, period = "1m" }] }
 "#;
@@ -428,8 +434,8 @@ async fn bad_input_is_refused_whole_and_changes_nothing(backend: Backend) {
 }
 
 /// The live map: `ctxbudget envoy set` renames the keys on a running service
-/// (within a second), the default tier must exist, and unmapped descriptors
-/// are counted in the metric.
+/// (within a second), the default tier must exist; unmapped descriptors and a
+/// quota in shadow's would-be denials are counted in metrics.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_map_is_live_and_unmapped_descriptors_are_counted() {
     let redis = RedisServer::start();
@@ -456,6 +462,19 @@ async fn the_map_is_live_and_unmapped_descriptors_are_counted() {
         |v| v >= 1.0,
     );
     assert!(unmapped >= 1.0);
+    // A quota in shadow never denies, and its would-be denials are counted.
+    for _ in 0..3 {
+        let d = descriptor(&[("tenant", "zeta"), ("tier", "rollout")], None);
+        let r = ask(&mut c, request("llm", vec![d])).await;
+        assert_eq!(r.overall_code(), Code::Ok, "{r:#?}");
+    }
+    svc.wait_metric(
+        "ctxbudget_shadow_denials_total",
+        &[("tier", "rollout"), ("level", "tenant")],
+        Duration::from_secs(10),
+        "the shadow quota's would-be denials are counted",
+        |v| v >= 2.0,
+    );
     let got = ctl_ok(&redis, &["envoy", "get"]);
     assert!(
         got.contains("tenant = \"tenant\"") && got.contains("default_tier = \"free\""),
