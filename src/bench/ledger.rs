@@ -68,6 +68,9 @@ pub struct Offender {
 pub struct Ledger {
     book: Mutex<Book>,
     tiers: Vec<Vec<LevelPlan>>,
+    /// Only request limits are checked (Envoy's API: tokens are charged
+    /// after the fact, into debt, and concurrency is not limited).
+    requests_only: bool,
 }
 
 impl Ledger {
@@ -88,10 +91,23 @@ impl Ledger {
         Ledger {
             book: Mutex::new(Book::default()),
             tiers,
+            requests_only: false,
         }
     }
 
+    /// The ledger checking request limits alone: what Envoy's API guarantees
+    /// (tokens are charged once spent, so in-flight calls can overspend them
+    /// by their usage; concurrency is not limited).
+    pub fn requests_only(mut self) -> Self {
+        self.requests_only = true;
+        self
+    }
+
     fn apply(&self, item: &Item, requests: i64, tokens: i64, slots: i64) {
+        let (tokens, slots) = match self.requests_only {
+            true => (0, 0),
+            false => (tokens, slots),
+        };
         let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
         for lp in &self.tiers[item.tier] {
             let scope = Scope::of(lp.level, item);
@@ -130,8 +146,12 @@ impl Ledger {
         self.apply(item, 0, (used - reserved).min(0), -1);
     }
 
-    /// A refund: request and tokens went back and the slot is free.
+    /// A refund: request and tokens went back and the slot is free (with
+    /// Envoy's API nothing goes back: the request path took the request).
     pub fn refunded(&self, item: &Item) {
+        if self.requests_only {
+            return;
+        }
         self.apply(item, -1, -((item.prompt + item.max_output) as i64), -1);
     }
 

@@ -51,6 +51,12 @@ pub struct BenchArgs {
     /// the ratio.
     #[arg(long)]
     pub ceiling: Option<String>,
+    /// The API the load goes through: `budget` (CheckAndReserve, Commit,
+    /// Refund) or `envoy` (ShouldRateLimit: the request path for each
+    /// reservation, the response path charging each Commit's tokens; needs a
+    /// gRPC target: --embedded or --target).
+    #[arg(long, value_enum, default_value = "budget")]
+    pub api: target::Api,
     /// Closed loop: reservations in flight.
     #[arg(long, default_value_t = 64)]
     pub concurrency: usize,
@@ -115,6 +121,13 @@ fn unix_ms() -> u128 {
 /// Runs the bench and returns its report (already printed).
 pub async fn run(args: BenchArgs, command: String) -> Result<BenchReport, BenchError> {
     let settings = config::load(args.config.as_deref(), Flags::default()).map_err(err)?;
+    if args.api == target::Api::Envoy && (args.direct.is_some() || args.ceiling.is_some()) {
+        return Err(BenchError(
+            "--api envoy drives Envoy's gRPC API: use --embedded or --target, without --direct \
+             or --ceiling"
+                .into(),
+        ));
+    }
     let bench = Bench {
         settings: &settings,
         workload: Arc::new(workload(&args, &settings)?),
@@ -127,6 +140,7 @@ pub async fn run(args: BenchArgs, command: String) -> Result<BenchReport, BenchE
         },
         stamp: unix_ms(),
         connections: args.connections,
+        api: args.api,
     };
     let mut phases = Vec::new();
     if let Some(url) = &args.ceiling {

@@ -6,7 +6,7 @@ use super::ledger::Ledger;
 use super::redis_info::commandstats;
 use super::report::{PhaseReport, RedisCost};
 use super::run::{self, Drive};
-use super::target::Target;
+use super::target::{Api, Target};
 use super::workload::Workload;
 use super::{BenchArgs, BenchError, engines};
 use crate::config::Settings;
@@ -26,6 +26,8 @@ pub(super) struct Bench<'a> {
     pub stamp: u128,
     /// Connections to the target.
     pub connections: usize,
+    /// The API a gRPC target is driven through.
+    pub api: Api,
 }
 
 /// Where the main phase sends its load.
@@ -76,12 +78,12 @@ impl Bench<'_> {
     pub async fn main_phase(&self, args: &BenchArgs) -> Result<MainPhase, BenchError> {
         match Mode::of(args) {
             Mode::Target(url) => {
-                let target = Target::grpc(&url, self.connections)
+                let target = Target::grpc(&url, self.connections, self.api)
                     .await
                     .map_err(BenchError)?;
                 Ok(MainPhase {
                     name: "service",
-                    what: format!("gRPC to {url}"),
+                    what: format!("gRPC to {url}{}", self.api_note()),
                     target,
                     url: None,
                     server: None,
@@ -122,7 +124,7 @@ impl Bench<'_> {
         s.connections = self.connections;
         let (addr, stop) = engines::embedded_server(s).await?;
         let endpoint = format!("http://{addr}");
-        let target = Target::grpc(&endpoint, self.connections)
+        let target = Target::grpc(&endpoint, self.connections, self.api)
             .await
             .map_err(BenchError)?;
         let store = url
@@ -130,11 +132,25 @@ impl Bench<'_> {
             .map_or("memory store".to_string(), redact_url);
         Ok(MainPhase {
             name: "service",
-            what: format!("gRPC to an in-process service on {addr} ({store})"),
+            what: format!(
+                "gRPC to an in-process service on {addr} ({store}){}",
+                self.api_note()
+            ),
             target,
             url,
             server: Some(stop),
         })
+    }
+
+    /// What the phase's description adds for the API driven.
+    fn api_note(&self) -> &'static str {
+        match self.api {
+            Api::Budget => "",
+            Api::Envoy => {
+                ", Envoy's ShouldRateLimit: request path as CheckAndReserve, response path as \
+                 Commit"
+            }
+        }
     }
 
     /// Measures the main phase, then stops its embedded service; the report
@@ -167,7 +183,11 @@ impl Bench<'_> {
         target: Arc<Target>,
         redis: Option<&str>,
     ) -> Result<PhaseReport, BenchError> {
-        let ledger = Arc::new(Ledger::new(&self.settings.limits, &self.workload.tiers));
+        let mut ledger = Ledger::new(&self.settings.limits, &self.workload.tiers);
+        if self.api == Api::Envoy {
+            ledger = ledger.requests_only();
+        }
+        let ledger = Arc::new(ledger);
         let before = match redis {
             Some(url) => Some(commandstats(url).await?),
             None => None,

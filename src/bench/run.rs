@@ -384,10 +384,8 @@ async fn settle(shared: &Shared, item: Item, id: String) {
         (Rpc::Refund, shared.target.refund(&id).await)
     } else {
         shared.ledger.committed(&item);
-        let r = shared
-            .target
-            .commit(&id, item.prompt, item.completion)
-            .await;
+        let tier = &shared.workload.tiers[item.tier];
+        let r = shared.target.commit(&item, tier, &id).await;
         (Rpc::Commit, r)
     };
     shared.stats.record(rpc, started.elapsed(), measured);

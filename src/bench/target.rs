@@ -1,9 +1,15 @@
-//! What a benchmark drives: the service over gRPC, or an engine over a store
-//! called directly (the Redis ceiling, and the memory store's own speed).
+//! What a benchmark drives: the service over gRPC (its own API or Envoy's
+//! rate limit API), or an engine over a store called directly (the Redis
+//! ceiling, and the memory store's own speed).
 
 use super::workload::Item;
 use crate::domain::{Reason, TenantId, UserId};
 use crate::engine::{Engine, EngineError, PromptInput, ReserveInput};
+use crate::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use crate::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use crate::envoy::service::ratelimit::v3::RateLimitRequest;
+use crate::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use crate::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use crate::pb;
 use crate::pb::budget_service_client::BudgetServiceClient;
 use crate::store::Store;
@@ -37,6 +43,25 @@ pub enum Target {
     Memory(Arc<Engine<MemoryStore>>),
     /// An engine over Redis, called in-process: one EVALSHA per call, no gRPC.
     Redis(Arc<Engine<RedisStore>>),
+    /// A ctxbudget service over Envoy's rate limit API, as Envoy calls it: a
+    /// reservation is the request path (one request taken), a Commit the
+    /// response path (the tokens used charged), a Refund nothing.
+    Envoy {
+        /// One client per connection.
+        clients: Vec<RateLimitServiceClient<Channel>>,
+        /// Round-robin cursor.
+        next: AtomicUsize,
+    },
+}
+
+/// Which API a gRPC target is driven through.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Api {
+    /// `ctxbudget.v1.BudgetService`: CheckAndReserve, Commit, Refund.
+    #[default]
+    Budget,
+    /// `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
+    Envoy,
 }
 
 fn reason_name(r: Reason) -> &'static str {
@@ -70,9 +95,9 @@ fn status_error(s: tonic::Status) -> String {
 }
 
 impl Target {
-    /// Connects `connections` clients to a gRPC endpoint.
-    pub async fn grpc(endpoint: &str, connections: usize) -> Result<Self, String> {
-        let mut clients = Vec::new();
+    /// Connects `connections` clients to a gRPC endpoint, for `api`.
+    pub async fn grpc(endpoint: &str, connections: usize, api: Api) -> Result<Self, String> {
+        let mut channels = Vec::new();
         for _ in 0..connections.max(1) {
             let channel = Channel::from_shared(endpoint.to_string())
                 .map_err(|e| format!("--target {endpoint}: {e}"))?
@@ -80,11 +105,21 @@ impl Target {
                 .connect()
                 .await
                 .map_err(|e| format!("cannot reach {endpoint}: {e}"))?;
-            clients.push(BudgetServiceClient::new(channel));
+            channels.push(channel);
         }
-        Ok(Target::Grpc {
-            clients,
-            next: AtomicUsize::new(0),
+        let next = AtomicUsize::new(0);
+        Ok(match api {
+            Api::Budget => Target::Grpc {
+                clients: channels.into_iter().map(BudgetServiceClient::new).collect(),
+                next,
+            },
+            Api::Envoy => Target::Envoy {
+                clients: channels
+                    .into_iter()
+                    .map(RateLimitServiceClient::new)
+                    .collect(),
+                next,
+            },
         })
     }
 
@@ -92,6 +127,10 @@ impl Target {
         clients: &[BudgetServiceClient<Channel>],
         next: &AtomicUsize,
     ) -> BudgetServiceClient<Channel> {
+        Self::pick(clients, next)
+    }
+
+    fn pick<T: Clone>(clients: &[T], next: &AtomicUsize) -> T {
         clients[next.fetch_add(1, Ordering::Relaxed) % clients.len()].clone()
     }
 
@@ -121,12 +160,31 @@ impl Target {
             }
             Target::Memory(e) => engine_reserve(e, item, tier).await,
             Target::Redis(e) => engine_reserve(e, item, tier).await,
+            Target::Envoy { clients, next } => {
+                let r = Self::pick(clients, next)
+                    .should_rate_limit(envoy_request(item, tier, None))
+                    .await
+                    .map_err(status_error)?
+                    .into_inner();
+                let allowed = r.overall_code() != Code::OverLimit;
+                Ok(Reply {
+                    allowed,
+                    reason: if allowed { "allowed" } else { "over_limit" },
+                    reservation_id: String::new(),
+                })
+            }
         }
     }
 
-    /// Commit with the simulated usage.
-    pub async fn commit(&self, id: &str, prompt: u64, completion: u64) -> Result<(), String> {
+    /// Commit `item`'s simulated usage (reservation `id`).
+    pub async fn commit(&self, item: &Item, tier: &str, id: &str) -> Result<(), String> {
+        let (prompt, completion) = (item.prompt, item.completion);
         match self {
+            Target::Envoy { clients, next } => Self::pick(clients, next)
+                .should_rate_limit(envoy_request(item, tier, Some(prompt + completion)))
+                .await
+                .map(drop)
+                .map_err(status_error),
             Target::Grpc { clients, next } => Self::client(clients, next)
                 .commit(pb::CommitRequest {
                     reservation_id: id.to_string(),
@@ -153,6 +211,8 @@ impl Target {
     /// Refund.
     pub async fn refund(&self, id: &str) -> Result<(), String> {
         match self {
+            // A failed call charges nothing on Envoy's response path.
+            Target::Envoy { .. } => Ok(()),
             Target::Grpc { clients, next } => Self::client(clients, next)
                 .refund(pb::RefundRequest {
                     reservation_id: id.to_string(),
@@ -163,6 +223,34 @@ impl Target {
             Target::Memory(e) => e.refund(id).await.map(drop).map_err(engine_error),
             Target::Redis(e) => e.refund(id).await.map(drop).map_err(engine_error),
         }
+    }
+}
+
+/// What Envoy sends for `item` with the descriptor of docs/envoy.md: the
+/// request path (one request) or, with `tokens`, the response path.
+fn envoy_request(item: &Item, tier: &str, tokens: Option<u64>) -> RateLimitRequest {
+    let entry = |key: &str, value: String| Entry {
+        key: key.into(),
+        value,
+    };
+    let mut entries = vec![
+        entry("tenant", item.tenant_id()),
+        entry("user", item.user_id()),
+        entry("tier", tier.to_string()),
+        entry("model", BENCH_MODEL.into()),
+    ];
+    if tokens.is_some() {
+        entries.push(entry("phase", "response".into()));
+    }
+    RateLimitRequest {
+        domain: "llm".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries,
+            limit: None,
+            hits_addend: tokens,
+            is_negative_hits: false,
+        }],
+        hits_addend: 0,
     }
 }
 

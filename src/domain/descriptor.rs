@@ -28,10 +28,10 @@ pub struct DescriptorMap {
     pub default_tier: Option<String>,
     /// Add `x-ratelimit-*` and `retry-after` headers to the responses.
     pub headers: bool,
-    /// Entry keys that mark a descriptor whose positive hits are always a
-    /// response-path charge of tokens (for proxies that send the same
-    /// descriptor on both paths, such as Envoy Gateway's rules with a request
-    /// cost of 0).
+    /// Entry keys that mark a descriptor whose path its hits tell: 0 is a
+    /// request-path check, more a response-path charge of tokens (for proxies
+    /// that send the same descriptor on both paths, such as Envoy Gateway's
+    /// rules with a request cost of 0). May be the tenant key itself.
     pub response_keys: Vec<String>,
 }
 
@@ -67,8 +67,30 @@ pub struct Described<'a> {
     pub tier: &'a str,
     /// The model ('' when the descriptor names none).
     pub model: &'a str,
-    /// True for a response-path charge of usage already spent.
-    pub response: bool,
+    /// Which path the call is on.
+    pub path: Path,
+}
+
+/// Which of Envoy's two calls a descriptor is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// Before the request goes upstream: a check (hits 0) or a count.
+    Request,
+    /// After the response: the tokens it used.
+    Response,
+    /// Marked by a `response_keys` key: hits 0 a check, more the tokens used.
+    ByHits,
+}
+
+impl Path {
+    /// True when a call with `hits` charges tokens already spent.
+    pub fn charges_usage(self, hits: u64) -> bool {
+        match self {
+            Path::Request => false,
+            Path::Response => true,
+            Path::ByHits => hits > 0,
+        }
+    }
 }
 
 /// A descriptor, mapped.
@@ -106,12 +128,6 @@ impl DescriptorMap {
                 return bad(
                     name,
                     format!("is {key:?} like {path}.{other}: each names a different entry"),
-                );
-            }
-            if self.response_keys.contains(key) {
-                return bad(
-                    "response_keys",
-                    format!("holds {key:?}, the {name} key: a marker must be a key of its own"),
                 );
             }
         }
@@ -193,9 +209,10 @@ impl DescriptorMap {
                 )));
             }
         };
-        let response = match phase {
-            None | Some(REQUEST_PHASE) => marked,
-            Some(RESPONSE_PHASE) => true,
+        let path = match phase {
+            None if marked => Path::ByHits,
+            None | Some(REQUEST_PHASE) => Path::Request,
+            Some(RESPONSE_PHASE) => Path::Response,
             Some(other) => {
                 return Err(bad(format!(
                     "descriptor {index}: the {:?} entry is {other:?}; it is \"{RESPONSE_PHASE}\" \
@@ -209,7 +226,7 @@ impl DescriptorMap {
             user,
             tier,
             model: model.unwrap_or(""),
-            response,
+            path,
         }))
     }
 }
@@ -240,11 +257,16 @@ mod tests {
         };
         assert_eq!(d.tenant.as_str(), "acme:{eu}");
         assert_eq!(d.user.unwrap().as_str(), "alice");
-        assert_eq!((d.tier, d.model, d.response), ("free", "gpt-4o", false));
+        assert_eq!((d.tier, d.model, d.path), ("free", "gpt-4o", Path::Request));
         let response = [("tenant", "acme"), ("phase", "response")];
-        assert!(matches!(m.map(0, &response), Ok(Mapping::Budget(d)) if d.response));
+        assert!(matches!(m.map(0, &response), Ok(Mapping::Budget(d)) if d.path == Path::Response));
         let marked = [("tenant", "acme"), ("tokens-rule", "x")];
-        assert!(matches!(m.map(0, &marked), Ok(Mapping::Budget(d)) if d.response));
+        let Ok(Mapping::Budget(d)) = m.map(0, &marked) else {
+            panic!("mapped")
+        };
+        assert_eq!(d.path, Path::ByHits);
+        assert!(!d.path.charges_usage(0), "hits 0 is a check");
+        assert!(d.path.charges_usage(120), "more is tokens spent");
     }
 
     #[test]

@@ -24,6 +24,7 @@ both_stores!(
     response_path_charges_put_a_tenant_into_debt_that_checks_honour,
     several_descriptors_unmapped_ones_and_other_domains,
     bad_input_is_refused_whole_and_changes_nothing,
+    a_marked_descriptor_checks_at_zero_hits_and_charges_tokens_above,
 );
 
 const CONFIG: &str = r#"
@@ -430,6 +431,64 @@ async fn bad_input_is_refused_whole_and_changes_nothing(backend: Backend) {
     }
     // The valid descriptor before each bad one was never charged.
     assert_eq!(requests_left(&mut h, "acme", "free").await, 3);
+    h.stop().await;
+}
+
+/// Envoy Gateway sends one rule's descriptor on both paths, with its own
+/// keys: the tenant's header under `rule-0-match-0`, request cost 0, response
+/// cost the tokens. Marked by `response_keys`, hits 0 is a check and more is
+/// usage.
+const GATEWAY: &str = r#"
+[envoy]
+domain = "*"
+tenant = "rule-0-match-0"
+response_keys = ["rule-0-match-0"]
+default_tier = "pro"
+"#;
+
+async fn a_marked_descriptor_checks_at_zero_hits_and_charges_tokens_above(backend: Backend) {
+    let h = Harness::start(
+        backend,
+        &format!(
+            "{GATEWAY}\n{}",
+            CONFIG.replace("[envoy]\ndefault_tier = \"free\"\n", "")
+        ),
+    )
+    .await;
+    let mut c = envoy_client(&h).await;
+    let rule = |hits| {
+        descriptor(
+            &[
+                ("default/llm-route", "default/llm-route"),
+                ("rule-0-match-0", "acme"),
+            ],
+            Some(hits),
+        )
+    };
+    let domain = "default/eg/http";
+    assert_eq!(
+        ask(&mut c, request(domain, vec![rule(0)]))
+            .await
+            .overall_code(),
+        Code::Ok
+    );
+    let r = ask(&mut c, request(domain, vec![rule(150_000)])).await;
+    assert_eq!(r.overall_code(), Code::Ok, "usage is always OK: {r:#?}");
+    let r = ask(&mut c, request(domain, vec![rule(0)])).await;
+    assert_eq!(
+        r.overall_code(),
+        Code::OverLimit,
+        "the debt denies the check: {r:#?}"
+    );
+    assert!(
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .name
+            .starts_with("tenant tokens"),
+        "{r:#?}"
+    );
     h.stop().await;
 }
 

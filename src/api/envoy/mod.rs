@@ -5,8 +5,9 @@
 //!
 //! - request path, hits 0: a check (every request and token limit must have
 //!   room; nothing is taken); hits N: N requests taken, all levels or none;
-//! - response path (a `phase` = `response` entry, or a `response_keys` key),
-//!   hits N: N tokens charged at every level, into debt, always OK;
+//! - response path (a `phase` = `response` entry; or a `response_keys` key
+//!   and hits > 0), hits N: N tokens charged at every level, into debt,
+//!   always OK;
 //! - a domain not served, or a descriptor no key of which maps: OK, counted.
 //!
 //! Every descriptor is mapped and checked before the first is charged: a
@@ -99,14 +100,15 @@ fn plan<'a>(
 
 /// The charge a mapped descriptor asks for.
 fn charge_of(d: &Described<'_>, hits: u64) -> ChargeInput {
+    let usage = d.path.charges_usage(hits);
     ChargeInput {
         tenant: d.tenant.clone(),
         user: d.user.clone(),
         tier: d.tier.to_owned(),
         model: d.model.to_owned(),
-        requests: if d.response { 0 } else { hits },
-        tokens: if d.response { hits } else { 0 },
-        enforce: !d.response,
+        requests: if usage { 0 } else { hits },
+        tokens: if usage { hits } else { 0 },
+        enforce: !usage,
     }
 }
 
@@ -157,14 +159,15 @@ impl<S: Store> EnvoyApi<S> {
                 }
                 Mapping::Budget(d) => d,
             };
+            let usage = d.path.charges_usage(p.hits);
             let out = Box::pin(self.engine.charge(charge_of(d, p.hits))).await?;
-            let outcome = match (&out.denial, d.response) {
+            let outcome = match (&out.denial, usage) {
                 (Some(_), _) => "over_limit",
                 (None, true) => "charged",
                 (None, false) => "ok",
             };
             telemetry::envoy_descriptor(outcome, d.tier, out.denial.as_ref());
-            if d.response {
+            if usage {
                 telemetry::envoy_charged(d.tier, p.hits);
             }
             answer.add(&out);
