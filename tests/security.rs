@@ -635,3 +635,73 @@ async fn sighup_rotates_tokens_and_logs_no_secret() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Envoy's rate limit service sits behind the same authentication: no token
+/// is UNAUTHENTICATED, and a token bound to tenants may not charge another's
+/// descriptor — refused whole, the bound tenant's descriptor beside it
+/// untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_envoy_service_checks_tokens_and_their_tenants() {
+    use ctxbudget::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use ctxbudget::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use ctxbudget::envoy::service::ratelimit::v3::RateLimitRequest;
+    use ctxbudget::envoy::service::ratelimit::v3::rate_limit_response::Code as RlsCode;
+    use ctxbudget::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    let h = Harness::start(
+        Backend::Memory,
+        &format!("{TOKENS}\n[envoy]\ndefault_tier = \"free\"\n"),
+    )
+    .await;
+    let mut c = h.client.clone();
+    let channel = Channel::from_shared(format!("http://{}", h.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut envoy = RateLimitServiceClient::new(channel);
+    let of = |tenants: &[&str]| RateLimitRequest {
+        domain: "llm".into(),
+        descriptors: tenants
+            .iter()
+            .map(|t| RateLimitDescriptor {
+                entries: vec![
+                    Entry {
+                        key: "tenant".into(),
+                        value: t.to_string(),
+                    },
+                    Entry {
+                        key: "user".into(),
+                        value: "u".into(),
+                    },
+                ],
+                ..Default::default()
+            })
+            .collect(),
+        hits_addend: 0,
+    };
+    let before = requests_left(&mut c, "acme").await;
+    let e = envoy
+        .should_rate_limit(with_token(of(&["acme"]), None))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    let e = envoy
+        .should_rate_limit(with_token(of(&["acme", "globex"]), Some(NEW)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("gateway-acme"), "{e:?}");
+    assert_eq!(
+        requests_left(&mut c, "acme").await,
+        before,
+        "nothing charged"
+    );
+    let ok = envoy
+        .should_rate_limit(with_token(of(&["acme"]), Some(NEW)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ok.overall_code(), RlsCode::Ok);
+    assert_eq!(requests_left(&mut c, "acme").await, before - 1);
+    h.stop().await;
+}
