@@ -1,27 +1,28 @@
 //! Bootstrap: builds the store and engine from settings and serves gRPC on a
 //! listener until `shutdown` resolves. Tests call [`run`] with a port-0 listener.
+//! The services and the listener's TLS are in `grpc`.
 
 use crate::api::auth::Auth;
 use crate::api::{BudgetApi, EnvoyApi};
+use crate::config::Settings;
 use crate::config::repository::ConfigStore;
-use crate::config::{Settings, TlsFiles};
 use crate::domain::Limits;
 use crate::engine::{Engine, EngineSettings};
 use crate::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use crate::estimator::{Counter, Multipliers};
-use crate::pb;
 use crate::pb::budget_service_server::BudgetServiceServer;
 use crate::reload;
+
+mod grpc;
 use crate::store::keys::Keys;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisSettings, RedisStore};
 use crate::store::{Store, StoreError};
+use grpc::routes;
 use std::future::Future;
 use std::sync::Arc;
 use tokio::net::TcpListener;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::server::{Router, TcpIncoming};
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic::transport::server::TcpIncoming;
 
 /// The server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -120,6 +121,14 @@ async fn startup_limits(cfg: &ConfigStore, settings: &Settings) -> Result<Limits
         ),
     }
     let doc = cfg.load().await?;
+    if let Some(file_map) = &settings.seed.envoy
+        && doc.envoy.as_ref() != Some(file_map)
+    {
+        tracing::warn!(
+            "the [envoy] map of {source} differs from the one in Redis, which is used (change \
+             it with `ctxbudget envoy set`)"
+        );
+    }
     doc.limits().map_err(|e| {
         ServeError::Settings(format!(
             "the configuration in Redis (version {}) is invalid: {e}; fix it with `ctxbudget tiers set`",
@@ -272,66 +281,6 @@ fn background_tasks<S: Store>(
         });
     }
     tasks
-}
-
-/// The gRPC services: the budget service and Envoy's rate limit service
-/// behind authentication, health, and
-/// reflection in both versions (grpcurl speaks v1, while Python's
-/// grpcio-reflection and many older tools only speak v1alpha); over TLS when
-/// the settings name its files.
-fn routes<S: Store>(
-    engine: Arc<Engine<S>>,
-    settings: &Settings,
-    auth: Arc<Auth>,
-    health: tonic_health::pb::health_server::HealthServer<
-        impl tonic_health::pb::health_server::Health,
-    >,
-) -> Result<Router, ServeError> {
-    let reflection = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-    };
-    let reflection_v1 = reflection().build_v1()?;
-    let reflection_v1alpha = reflection().build_v1alpha()?;
-    let budget = BudgetServiceServer::new(BudgetApi::new(engine.clone()))
-        .max_decoding_message_size(settings.max_message_bytes);
-    let envoy = RateLimitServiceServer::new(EnvoyApi::new(engine))
-        .max_decoding_message_size(settings.max_message_bytes);
-    // Authentication runs on the headers, before the body is even decoded.
-    let budget = InterceptedService::new(budget, crate::api::auth::interceptor(auth.clone()));
-    let envoy = InterceptedService::new(envoy, crate::api::auth::interceptor(auth));
-    let mut builder = Server::builder();
-    if let Some(tls) = &settings.tls {
-        builder = builder.tls_config(tls_config(tls)?)?;
-    }
-    Ok(builder
-        .add_service(budget)
-        .add_service(envoy)
-        .add_service(health)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha))
-}
-
-/// The listener's TLS from its PEM files; with a client CA, clients must
-/// present a certificate it signed.
-fn tls_config(files: &TlsFiles) -> Result<ServerTlsConfig, ServeError> {
-    // rustls needs one process-wide crypto provider; ring is the one linked.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let read = |what: &str, path: &std::path::Path| {
-        std::fs::read(path).map_err(|e| {
-            ServeError::Settings(format!(
-                "cannot read the TLS {what} {}: {e}",
-                path.display()
-            ))
-        })
-    };
-    let identity = Identity::from_pem(read("certificate", &files.cert)?, read("key", &files.key)?);
-    let mut config = ServerTlsConfig::new().identity(identity);
-    if let Some(ca) = &files.client_ca {
-        config = config.client_ca_root(Certificate::from_pem(read("client CA", ca)?));
-    }
-    Ok(config)
 }
 
 /// Keeps this replica's estimator multipliers in step with the samples every

@@ -134,6 +134,26 @@ pub fn denial(
     headroom: f64,
     concurrency_retry_cap_ms: u64,
 ) -> Denial {
+    denial_by(
+        levels,
+        readings,
+        denied_mask,
+        |b| b.cost(cost),
+        headroom,
+        concurrency_retry_cap_ms,
+    )
+}
+
+/// [`denial`] with each bucket's cost from `cost_of`: for a call whose cost
+/// is no reservation's (a charge: N requests, one unit of room elsewhere).
+pub fn denial_by(
+    levels: &[LevelPlan],
+    readings: &[Reading],
+    denied_mask: DeniedChecks,
+    cost_of: impl Fn(&BucketSpec) -> u64,
+    headroom: f64,
+    concurrency_retry_cap_ms: u64,
+) -> Denial {
     let mut worst: Option<Denial> = None;
     for (i, c) in checked(levels, readings).enumerate() {
         if !denied_mask.contains(i) {
@@ -141,7 +161,7 @@ pub fn denial(
         }
         let d = match c {
             Checked::Bucket(plan, b, level) => {
-                bucket_denial(b, plan.group_of(b), level, cost, headroom)
+                bucket_denial(b, plan.group_of(b), level, cost_of(b), headroom)
             }
             Checked::Concurrency(plan, limit, active, earliest) => concurrency_denial(
                 plan,

@@ -3,7 +3,7 @@
 //! (context or request too large, a bucket or a concurrency limit that has
 //! no room), the sentence it carries, and when a retry could succeed.
 
-use super::bucket::{BucketSpec, Cost};
+use super::bucket::BucketSpec;
 pub use super::level::period_label;
 use super::level::{Dimension, Level};
 use super::level_plan::LevelPlan;
@@ -176,10 +176,9 @@ pub(super) fn bucket_denial(
     b: &BucketSpec,
     group: Option<&str>,
     level: f64,
-    cost: Cost,
+    cost: u64,
     headroom: f64,
 ) -> Denial {
-    let cost = b.cost(cost);
     let target = cost as f64 + b.floor(headroom);
     let wait_ms = b.wait_ms(level, target).max(1);
     let reason = match b.dimension {

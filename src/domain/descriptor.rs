@@ -142,9 +142,9 @@ impl DescriptorMap {
         self.domain == "*" || self.domain == domain
     }
 
-    /// Maps one descriptor's entries. A descriptor naming a user, tier, model
-    /// or phase but no tenant, a key twice, an invalid id or an unknown phase
-    /// is an error (`index` names the descriptor); one whose keys all map to
+    /// Maps one descriptor's entries. A descriptor naming a user, tier or
+    /// model but no tenant, a key twice, an invalid id or an unknown phase is
+    /// an error (`index` names the descriptor); one whose keys all map to
     /// nothing is [`Mapping::Unmapped`]. Entries with other keys are ignored.
     pub fn map<'a>(
         &'a self,

@@ -8,7 +8,7 @@
 use super::reply::warn_degraded;
 use super::{Engine, EngineError};
 use crate::config::FailurePolicy;
-use crate::domain::bucket::Cost;
+use crate::domain::bucket::BucketSpec;
 use crate::domain::budget::{ChargePlan, ChargeReply};
 use crate::domain::decision::{self, LimitState};
 use crate::domain::plan::{self, LevelPlan};
@@ -80,6 +80,10 @@ impl<S: Store> Engine<S> {
         if charge.levels.is_empty() {
             return Ok(out);
         }
+        if let Some(denial) = too_large(&charge) {
+            out.denial = Some(denial);
+            return Ok(out);
+        }
         let (charge, reply) = match self.guarded("charge", self.store.charge(&charge)).await {
             Err(e) if e.is_transient() && self.policy() != FailurePolicy::FailClosed => {
                 warn_degraded(self.policy().as_str(), &e.to_string());
@@ -102,11 +106,11 @@ impl<S: Store> Engine<S> {
                 readings,
                 denied_mask,
             } => {
-                let mut denial = decision::denial(
+                let mut denial = decision::denial_by(
                     &charge.levels,
                     &readings,
                     denied_mask,
-                    ROOM,
+                    |b| room(&charge, b),
                     0.0,
                     self.settings.concurrency_retry_ms,
                 );
@@ -152,11 +156,11 @@ impl<S: Store> Engine<S> {
                 readings,
                 denied_mask,
             }) => {
-                let denial = decision::denial(
+                let denial = decision::denial_by(
                     &shadow_charge.levels,
                     &readings,
                     denied_mask,
-                    ROOM,
+                    |b| room(&shadow_charge, b),
                     0.0,
                     self.settings.concurrency_retry_ms,
                 );
@@ -172,13 +176,28 @@ impl<S: Store> Engine<S> {
     }
 }
 
-/// What an enforced charge needs room for: one unit in every bucket (a
-/// retry waits until each denying bucket holds one again).
-const ROOM: Cost = Cost {
-    prompt: 1,
-    output: 0,
-    spend: 1,
-};
+/// What an enforced charge needs a bucket to hold: its cost, and at least one
+/// unit (a retry waits until each denying bucket holds that again).
+fn room(charge: &ChargePlan, b: &BucketSpec) -> u64 {
+    charge.cost(b.dimension).max(1)
+}
+
+/// An enforced charge no bucket could ever hold (more requests than a limit):
+/// refused before the store, since retrying cannot help.
+fn too_large(charge: &ChargePlan) -> Option<Denial> {
+    if !charge.enforce {
+        return None;
+    }
+    charge.levels.iter().find_map(|lp| {
+        let b = lp.buckets.iter().find(|b| room(charge, b) > b.limit)?;
+        Some(Denial::request_too_large(
+            b,
+            lp.group_of(b),
+            room(charge, b),
+            0.0,
+        ))
+    })
+}
 
 /// The levels' rate limits alone: no concurrency, no entries without a bucket.
 fn rate_levels(levels: Vec<LevelPlan>) -> Vec<LevelPlan> {

@@ -153,6 +153,12 @@ impl<S: Store> Engine<S> {
             .store(provisional, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// True while the limits in force are the file's, standing in until the
+    /// store's configuration is loaded.
+    pub fn is_provisional(&self) -> bool {
+        self.provisional.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The tier `tenant` has under `limits`, overrides applied. A tier the
     /// limits lack is INVALID_ARGUMENT, or UNAVAILABLE while they are
     /// provisional (the tier may exist in the store's configuration).

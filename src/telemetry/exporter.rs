@@ -184,6 +184,7 @@ fn register_tier(tier: &str) {
         .increment(0);
     };
     decided("none", "none");
+    counter!(ENVOY_CHARGED_TOKENS, "tier" => tier.to_owned()).increment(0);
     decided(Reason::ContextTooLarge.as_str(), "none");
     decided(Reason::RequestTooLarge.as_str(), "none");
     let by_level = [

@@ -25,7 +25,7 @@ use crate::domain::limits::MAX_COUNT;
 use crate::engine::{ChargeInput, Engine, EngineError};
 use crate::envoy::service::ratelimit::v3 as rls;
 use crate::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use crate::telemetry;
 use reply::Answer;
 use std::sync::Arc;
@@ -134,7 +134,20 @@ impl<S: Store> EnvoyApi<S> {
         let limits = self.engine.limits();
         let map = &limits.descriptors;
         let mut answer = Answer::new(map.headers);
+        // Until Redis's configuration is loaded the file's map stands in: a
+        // descriptor it cannot place may be one the live map places, so it is
+        // no OK to give.
+        let unsure = || {
+            EngineError::Store(StoreError::Unavailable(
+                "the [envoy] map in Redis has not been loaded yet (Redis does not answer), and \
+                 the configuration file's map does not place this request"
+                    .into(),
+            ))
+        };
         if !map.serves(&req.domain) {
+            if self.engine.is_provisional() {
+                return Err(unsure().into());
+            }
             reply::note_other_domain(&req.domain, &map.domain);
             for _ in &req.descriptors {
                 telemetry::envoy_descriptor("other_domain", "none", None);
@@ -144,9 +157,13 @@ impl<S: Store> EnvoyApi<S> {
         }
         let planned = plan(map, req)?;
         for p in &planned {
-            if let Mapping::Budget(d) = &p.mapping {
-                super::auth::check_tenant(request, d.tenant.as_str())?;
-                self.engine.check_tier(d.tier, d.tenant.as_str())?;
+            match &p.mapping {
+                Mapping::Budget(d) => {
+                    super::auth::check_tenant(request, d.tenant.as_str())?;
+                    self.engine.check_tier(d.tier, d.tenant.as_str())?;
+                }
+                Mapping::Unmapped if self.engine.is_provisional() => return Err(unsure().into()),
+                Mapping::Unmapped => {}
             }
         }
         for (i, p) in planned.iter().enumerate() {

@@ -84,7 +84,8 @@ impl Answer {
             if let Some((out, _)) = &self.headers_from {
                 headers = rate_limit_headers(out);
             }
-            if over {
+            // None when retrying cannot help (more than a limit holds).
+            if over && self.retry_after_ms > 0 {
                 headers.push(header("retry-after", self.retry_after_ms.div_ceil(1000)));
             }
         }
@@ -105,20 +106,25 @@ fn binding<'a>(
     dimension: Option<Dimension>,
 ) -> Option<&'a LimitState> {
     let of = |l: &&LimitState| dimension.is_none_or(|d| l.dimension == d);
+    let share = |l: &LimitState| l.remaining as f64 / l.limit.max(1) as f64;
+    let tightest = |a: &&LimitState, b: &&LimitState| share(a).total_cmp(&share(b));
+    // The denying limit; among calendar windows of one level and dimension
+    // (all of period 0), the one with the least left.
     if let Some(d) = denial
-        && let Some(l) = limits.iter().filter(of).find(|l| {
-            Some(l.level) == d.level
-                && Some(l.dimension) == d.dimension
-                && l.period_secs == d.period_secs
-                && l.model_group.as_ref().map(|g| g.name.as_str()) == d.model_group.as_deref()
-        })
+        && let Some(l) = limits
+            .iter()
+            .filter(of)
+            .filter(|l| {
+                Some(l.level) == d.level
+                    && Some(l.dimension) == d.dimension
+                    && l.period_secs == d.period_secs
+                    && l.model_group.as_ref().map(|g| g.name.as_str()) == d.model_group.as_deref()
+            })
+            .min_by(tightest)
     {
         return Some(l);
     }
-    limits.iter().filter(of).min_by(|a, b| {
-        let share = |l: &LimitState| l.remaining as f64 / l.limit.max(1) as f64;
-        share(a).total_cmp(&share(b))
-    })
+    limits.iter().filter(of).min_by(tightest)
 }
 
 /// `current_limit` of a limit: its name in words, its rate in Envoy's units.

@@ -494,7 +494,6 @@ impl Gen {
                 let ttl_ms = ttl_ms(&mut self.rng);
                 Op::Renew { id, levels, ttl_ms }
             }
-            61..=71 if self.rng.random_bool(0.4) => Op::Charge(self.charge()),
             61..=71 => {
                 let (tenant, user) = self.scope();
                 let keep_unlimited = self.rng.random_bool(0.3);
@@ -517,7 +516,8 @@ impl Gen {
                     .collect();
                 Op::Ledger(TenantId::parse(tenant).unwrap(), periods)
             }
-            74..=95 => Op::Advance(self.advance(now, expiries)),
+            74..=77 => Op::Charge(self.charge()),
+            78..=95 => Op::Advance(self.advance(now, expiries)),
             _ => {
                 let i = self.rng.random_range(0..6);
                 Op::Reconfigure(i, entry_plan(&mut self.rng, i))

@@ -1,0 +1,75 @@
+//! The gRPC services a replica serves, and the listener's TLS.
+
+use super::ServeError;
+use crate::api::auth::Auth;
+use crate::api::{BudgetApi, EnvoyApi};
+use crate::config::{Settings, TlsFiles};
+use crate::engine::Engine;
+use crate::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use crate::pb;
+use crate::pb::budget_service_server::BudgetServiceServer;
+use crate::store::Store;
+use std::sync::Arc;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::server::Router;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+
+/// The gRPC services: the budget service and Envoy's rate limit service
+/// behind authentication, health, and
+/// reflection in both versions (grpcurl speaks v1, while Python's
+/// grpcio-reflection and many older tools only speak v1alpha); over TLS when
+/// the settings name its files.
+pub(super) fn routes<S: Store>(
+    engine: Arc<Engine<S>>,
+    settings: &Settings,
+    auth: Arc<Auth>,
+    health: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+) -> Result<Router, ServeError> {
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
+    let budget = BudgetServiceServer::new(BudgetApi::new(engine.clone()))
+        .max_decoding_message_size(settings.max_message_bytes);
+    let envoy = RateLimitServiceServer::new(EnvoyApi::new(engine))
+        .max_decoding_message_size(settings.max_message_bytes);
+    // Authentication runs on the headers, before the body is even decoded.
+    let budget = InterceptedService::new(budget, crate::api::auth::interceptor(auth.clone()));
+    let envoy = InterceptedService::new(envoy, crate::api::auth::interceptor(auth));
+    let mut builder = Server::builder();
+    if let Some(tls) = &settings.tls {
+        builder = builder.tls_config(tls_config(tls)?)?;
+    }
+    Ok(builder
+        .add_service(budget)
+        .add_service(envoy)
+        .add_service(health)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha))
+}
+
+/// The listener's TLS from its PEM files; with a client CA, clients must
+/// present a certificate it signed.
+fn tls_config(files: &TlsFiles) -> Result<ServerTlsConfig, ServeError> {
+    // rustls needs one process-wide crypto provider; ring is the one linked.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let read = |what: &str, path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| {
+            ServeError::Settings(format!(
+                "cannot read the TLS {what} {}: {e}",
+                path.display()
+            ))
+        })
+    };
+    let identity = Identity::from_pem(read("certificate", &files.cert)?, read("key", &files.key)?);
+    let mut config = ServerTlsConfig::new().identity(identity);
+    if let Some(ca) = &files.client_ca {
+        config = config.client_ca_root(Certificate::from_pem(read("client CA", ca)?));
+    }
+    Ok(config)
+}
