@@ -359,6 +359,29 @@ async fn several_descriptors_unmapped_ones_and_other_domains(backend: Backend) {
         (Code::Ok, Code::OverLimit)
     );
     assert_eq!(requests_left(&mut h, "u", "free").await, 2);
+    // The request's hits_addend counts for descriptors without their own.
+    let mut two = request("llm", vec![descriptor(&[("tenant", "v")], None)]);
+    two.hits_addend = 2;
+    assert_eq!(ask(&mut c, two).await.overall_code(), Code::Ok);
+    assert_eq!(requests_left(&mut h, "v", "free").await, 1);
+    h.stop().await;
+}
+
+/// `headers = false`: statuses only, no headers, even on OVER_LIMIT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_can_be_turned_off() {
+    let config = CONFIG.replace("[envoy]\n", "[envoy]\nheaders = false\n");
+    let h = Harness::start(Backend::Memory, &config).await;
+    let mut c = envoy_client(&h).await;
+    let d = || descriptor(&[("tenant", "acme"), ("user", "alice")], Some(2));
+    assert_eq!(
+        ask(&mut c, request("llm", vec![d()])).await.overall_code(),
+        Code::Ok
+    );
+    let r = ask(&mut c, request("llm", vec![d()])).await;
+    assert_eq!(r.overall_code(), Code::OverLimit, "{r:#?}");
+    assert!(r.statuses[0].current_limit.is_some());
+    assert!(r.response_headers_to_add.is_empty(), "{r:#?}");
     h.stop().await;
 }
 

@@ -294,6 +294,66 @@ pub(super) fn note_unmapped(d: &RateLimitDescriptor) {
 mod tests {
     use super::*;
 
+    fn state(period_secs: u64, window: Option<crate::domain::window::Window>) -> LimitState {
+        LimitState {
+            level: crate::domain::Level::Tenant,
+            model_group: None,
+            dimension: Dimension::Requests,
+            period_secs,
+            window,
+            limit: 100,
+            remaining: -5,
+            reset_after_ms: 1500,
+        }
+    }
+
+    #[test]
+    fn limits_are_stated_in_envoys_units_and_named_exactly() {
+        let five_minutes = current_limit(&state(300, None));
+        assert_eq!(
+            (five_minutes.requests_per_unit, five_minutes.unit()),
+            (20, Unit::Minute)
+        );
+        assert_eq!(five_minutes.name, "tenant requests: 100 per 5m");
+        let hour = current_limit(&state(3600, None));
+        assert_eq!((hour.requests_per_unit, hour.unit()), (100, Unit::Hour));
+        let month = crate::domain::window::Window {
+            kind: WindowKind::Month,
+            tz: crate::domain::window::parse_zone("UTC").unwrap(),
+        };
+        let monthly = current_limit(&state(0, Some(month)));
+        assert_eq!(
+            (monthly.requests_per_unit, monthly.unit()),
+            (100, Unit::Month)
+        );
+        let s = state(60, None);
+        let out = ChargeOutcome {
+            denial: None,
+            limits: vec![s],
+            shadow_denial: None,
+            degraded: false,
+        };
+        let mut answer = Answer::new(true);
+        answer.add(&out);
+        let r = answer.finish();
+        assert_eq!(r.statuses[0].limit_remaining, 0, "debt shows as 0");
+        let reset = r.statuses[0].duration_until_reset.unwrap();
+        assert_eq!((reset.seconds, reset.nanos), (1, 500_000_000));
+        let h: Vec<(&str, &str)> = r
+            .response_headers_to_add
+            .iter()
+            .map(|h| (h.key.as_str(), h.value.as_str()))
+            .collect();
+        assert_eq!(
+            h,
+            [
+                ("x-ratelimit-limit-requests", "100"),
+                ("x-ratelimit-remaining-requests", "0"),
+                ("x-ratelimit-reset-requests", "1.5s")
+            ]
+        );
+    }
+
     #[test]
     fn durations_read_like_openai_headers() {
         for (ms, s) in [
