@@ -92,14 +92,7 @@ pub fn charge(now_us: i64, plan: &ChargePlan, levels: &mut [Option<StoredLevel>]
         let mut ttl = 0.0f64;
         for (hint, b) in lp.buckets.iter().enumerate() {
             let id = bucket_id(b);
-            let (k, l) = match s.position(id, hint) {
-                Some(k) => (k, s.level_at(b, k, now)),
-                None => {
-                    let level = b.limit as f64;
-                    s.buckets.push(BucketState { id, level, t: now });
-                    (s.buckets.len() - 1, level)
-                }
-            };
+            let (k, l) = s.read_bucket(b, hint, now);
             let c = plan.cost(b.dimension) as f64;
             if plan.enforce && b.denies(l, c.max(1.0), 0.0) {
                 denied.insert(i);

@@ -188,15 +188,7 @@ fn read_levels(plan: &ReservePlan, levels: &mut [Option<StoredLevel>], now: f64)
         }
         let mut s = stored.as_ref().map(|s| s.state.clone()).unwrap_or_default();
         for (hint, b) in lp.buckets.iter().enumerate() {
-            let id = bucket_id(b);
-            let (k, l) = match s.position(id, hint) {
-                Some(k) => (k, s.level_at(b, k, now)),
-                None => {
-                    let level = b.limit as f64;
-                    s.buckets.push(BucketState { id, level, t: now });
-                    (s.buckets.len() - 1, level)
-                }
-            };
+            let (k, l) = s.read_bucket(b, hint, now);
             // Room for output: what the bucket holds beyond its floor (and,
             // for tokens, beyond the prompt).
             let room = match b.dimension {

@@ -120,6 +120,21 @@ impl LevelState {
         }
     }
 
+    /// Where `bucket` is in this state and its level at `now`, appending it
+    /// full (stored at `now`) when the state lacks it: how reserve and charge
+    /// read each bucket (the Lua scripts repeat it inline: see `lua/charge.lua`).
+    pub fn read_bucket(&mut self, bucket: &BucketSpec, hint: usize, now: f64) -> (usize, f64) {
+        let id = bucket_id(bucket);
+        match self.position(id, hint) {
+            Some(k) => (k, self.level_at(bucket, k, now)),
+            None => {
+                let level = bucket.limit as f64;
+                self.buckets.push(BucketState { id, level, t: now });
+                (self.buckets.len() - 1, level)
+            }
+        }
+    }
+
     /// The level of `bucket` at `now`: refilled since it was stored, or full if
     /// the state does not have it. Lua: `l + el * lim / per`, capped.
     pub fn level_at(&self, bucket: &BucketSpec, hint: usize, now: f64) -> f64 {
