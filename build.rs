@@ -14,11 +14,18 @@ use std::{env, fs, path::PathBuf};
 mod layout;
 
 /// The scripts that run the budget algorithm.
-const BUDGET_SCRIPTS: [&str; 5] = ["reserve", "settle", "renew", "status", "charge"];
+const BUDGET_SCRIPTS: [&str; 6] = [
+    "reserve",
+    "settle",
+    "renew",
+    "status",
+    "charge",
+    "global_lease",
+];
 /// The scripts that write the usage ledger: `lua/ledger.lua` joins their prelude.
 const LEDGER_SCRIPTS: [&str; 2] = ["reserve", "settle"];
 /// The scripts that write level states: `lua/level.lua` joins their prelude.
-const LEVEL_SCRIPTS: [&str; 2] = ["reserve", "charge"];
+const LEVEL_SCRIPTS: [&str; 3] = ["reserve", "charge", "global_lease"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [

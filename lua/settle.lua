@@ -6,7 +6,8 @@
 --
 -- KEYS[1..n]  level hashes of the reservation, outermost first (every level, limited or not)
 -- KEYS[n+1]   reservation record
--- KEYS[n+2]   the estimator's samples (a list of doubles, newest first)
+-- KEYS[n+2]   the estimator's samples (a list of doubles, newest first); absent on a
+--             Redis Cluster, where the caller pushes the sample apart (another slot)
 -- ARGV[1]  spec: little-endian doubles
 --          n, mode (1 commit, 2 refund), actual tokens, actual prompt tokens (commit),
 --          samples kept, actual input tokens (the prompt less what the model group
@@ -21,10 +22,10 @@
 --          reservation's hourly and daily row fields (ledger.lua)
 --
 -- Returns
---   {1, amount, estimated, spend}  applied: commit → actual - reserved; refund →
---                           tokens returned; the prompt tokens the service had
---                           estimated (0 when the caller counted); the spend
---                           reserved (µ$)
+--   {1, amount, estimated, spend, granted}  applied: commit → actual - reserved;
+--                           refund → tokens returned; the prompt tokens the service
+--                           had estimated (0 when the caller counted); the spend
+--                           reserved (µ$); the output tokens granted
 --   {0, state, amount}   already settled ('C' committed | 'F' refunded), its amount
 --   {-1}                 no such reservation (never made, long gone, or id edited)
 --
@@ -167,8 +168,8 @@ for w = 1, #writes do
 end
 redis.call('SET', rkey, state .. string.sub(rec, REC_COST, REC_AMOUNT - 1)
   .. struct.pack('<d', amount) .. string.sub(rec, REC_ESTIMATED), 'PX', ARGV[3])
-if state == COMMITTED and estimated > 0 and spec[4] > 0 then
-  local samples = KEYS[nlev + 2]
+local samples = KEYS[nlev + 2]
+if state == COMMITTED and estimated > 0 and spec[4] > 0 and samples then
   redis.call('LPUSH', samples, struct.pack('<d', spec[4] / estimated))
   redis.call('LTRIM', samples, 0, spec[5] - 1)
   redis.call('PEXPIRE', samples, SAMPLES_TTL_MS)
@@ -185,4 +186,4 @@ if spec[9] > 0 then
   end
   ledger_add(ARGV[6], lat, ARGV[7], ARGV[8], d, spec[9], spec[10], now)
 end
-return {1, amount, estimated, spent}
+return {1, amount, estimated, spent, granted}

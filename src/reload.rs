@@ -72,18 +72,22 @@ pub async fn apply_from_redis<S: Store>(engine: &Engine<S>, cfg: &ConfigStore) -
 pub async fn watch_redis<S: Store>(engine: Arc<Engine<S>>, cfg: ConfigStore) {
     let mut backoff = Duration::from_millis(100);
     loop {
-        let subscription = match cfg.client().get_async_pubsub().await {
-            Ok(mut pubsub) => match pubsub.subscribe(cfg.channel()).await {
-                Ok(()) => Some(pubsub.into_on_message()),
+        // On a cluster there is no subscription: the version is checked every second.
+        let subscription = match cfg.client().map(|c| c.get_async_pubsub()) {
+            None => None,
+            Some(pubsub) => match pubsub.await {
+                Ok(mut pubsub) => match pubsub.subscribe(cfg.channel()).await {
+                    Ok(()) => Some(pubsub.into_on_message()),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot subscribe to configuration changes; checking the version every second");
+                        None
+                    }
+                },
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot subscribe to configuration changes; checking the version every second");
                     None
                 }
             },
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot subscribe to configuration changes; checking the version every second");
-                None
-            }
         };
         // A change may have been missed while (re)subscribing.
         apply_if_newer(&engine, &cfg).await;

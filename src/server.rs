@@ -14,9 +14,10 @@ use crate::pb::budget_service_server::BudgetServiceServer;
 use crate::reload;
 
 mod grpc;
+use crate::store::cluster::ClusterStore;
 use crate::store::keys::Keys;
 use crate::store::memory::MemoryStore;
-use crate::store::redis::{RedisSettings, RedisStore};
+use crate::store::redis::{Endpoint, RedisSettings, RedisStore};
 use crate::store::{Store, StoreError};
 use grpc::routes;
 use std::future::Future;
@@ -61,44 +62,62 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let keys = Keys::new(&settings.key_prefix).map_err(|e| ServeError::Settings(e.to_string()))?;
-    match &settings.redis_url {
-        Some(url) => {
-            let redis = RedisSettings {
-                url: url.clone(),
-                pool: settings.pool,
-                connections: settings.connections,
-                timeout: settings.store_timeout,
-                tls: settings.redis_tls.clone(),
-            };
-            let store = RedisStore::connect(&redis, keys, settings.retention).await?;
-            let cfg = ConfigStore::connect(url, &settings.redis_tls, &settings.key_prefix).await?;
-            let mut settings = settings;
-            let reachable = store.reachable();
-            let mut loaded = false;
-            if reachable {
-                match startup_limits(&cfg, &settings).await {
-                    Ok(limits) => {
-                        settings.limits = Arc::new(limits);
-                        loaded = true;
-                    }
-                    Err(ServeError::Store(e)) if e.is_transient() => {
-                        tracing::warn!(error = %e, "cannot read the configuration in Redis yet");
-                    }
-                    Err(e) => return Err(e),
-                }
+    let Some(endpoint) = Endpoint::of(settings.redis_url.as_deref(), &settings.cluster_nodes)
+    else {
+        let store = MemoryStore::new(keys, settings.retention);
+        return serve(store, &settings, listener, shutdown, None).await;
+    };
+    let redis = redis_settings(&settings);
+    let cfg = ConfigStore::connect(&endpoint, &settings.redis_tls, &settings.key_prefix).await?;
+    if endpoint.is_cluster() {
+        let store = ClusterStore::new(RedisStore::connect(&redis, keys, settings.retention).await?);
+        let (settings, start) = redis_start(settings, cfg, store.reachable()).await?;
+        serve(store, &settings, listener, shutdown, Some(start)).await
+    } else {
+        let store = RedisStore::connect(&redis, keys, settings.retention).await?;
+        let (settings, start) = redis_start(settings, cfg, store.reachable()).await?;
+        serve(store, &settings, listener, shutdown, Some(start)).await
+    }
+}
+
+/// The Redis (or Redis Cluster) store settings of `settings`.
+pub fn redis_settings(settings: &Settings) -> RedisSettings {
+    RedisSettings {
+        url: settings.redis_url.clone().unwrap_or_default(),
+        pool: settings.pool,
+        connections: settings.connections,
+        timeout: settings.store_timeout,
+        tls: settings.redis_tls.clone(),
+        cluster_nodes: settings.cluster_nodes.clone(),
+    }
+}
+
+/// What a Redis-backed replica starts with: the configuration in Redis when
+/// it answers (seeded from the file if empty), else the file's until it does.
+async fn redis_start(
+    mut settings: Settings,
+    cfg: ConfigStore,
+    reachable: bool,
+) -> Result<(Settings, RedisStart), ServeError> {
+    let mut loaded = false;
+    if reachable {
+        match startup_limits(&cfg, &settings).await {
+            Ok(limits) => {
+                settings.limits = Arc::new(limits);
+                loaded = true;
             }
-            let start = RedisStart {
-                config: cfg,
-                reachable,
-                loaded,
-            };
-            serve(store, &settings, listener, shutdown, Some(start)).await
-        }
-        None => {
-            let store = MemoryStore::new(keys, settings.retention);
-            serve(store, &settings, listener, shutdown, None).await
+            Err(ServeError::Store(e)) if e.is_transient() => {
+                tracing::warn!(error = %e, "cannot read the configuration in Redis yet");
+            }
+            Err(e) => return Err(e),
         }
     }
+    let start = RedisStart {
+        config: cfg,
+        reachable,
+        loaded,
+    };
+    Ok((settings, start))
 }
 
 /// The limits a Redis-backed replica starts with: Redis's configuration, seeded

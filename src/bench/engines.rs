@@ -41,6 +41,7 @@ pub(super) async fn redis_engine(
         connections,
         timeout: settings.store_timeout.max(Duration::from_secs(2)),
         tls: settings.redis_tls.clone(),
+        cluster_nodes: Vec::new(),
     };
     let keys = Keys::new(prefix).map_err(err)?;
     let store = RedisStore::connect(&redis, keys, settings.retention)

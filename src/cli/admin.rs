@@ -6,6 +6,8 @@
 use super::output::{print_document, print_json, rate_summary, table, toml_document};
 use crate::config::repository::{ConfigDoc, ConfigStore, Field, document};
 use crate::config::{FileConfig, LevelSection, TierSection, build_limits, parse_document};
+use crate::store::keys::Keys;
+use crate::store::redis::Endpoint;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use std::io::Read;
@@ -22,6 +24,15 @@ pub struct AdminArgs {
         global = true
     )]
     pub redis_url: Option<String>,
+    /// A Redis Cluster's nodes, comma-separated (instead of --redis-url).
+    #[arg(
+        long,
+        env = "CTXBUDGET_REDIS_CLUSTER_NODES",
+        hide_env_values = true,
+        value_delimiter = ',',
+        global = true
+    )]
+    pub redis_cluster_nodes: Vec<String>,
     /// PEM CA of a rediss:// server no public root signed.
     #[arg(long, env = "CTXBUDGET_REDIS_TLS_CA", global = true)]
     pub redis_tls_ca: Option<PathBuf>,
@@ -50,16 +61,35 @@ pub struct AdminArgs {
 impl AdminArgs {
     /// Connects to the configuration.
     pub async fn connect(&self) -> anyhow::Result<ConfigStore> {
-        let url = self.redis_url.as_deref().context(
+        let endpoint = self.endpoint().context(
             "the live configuration is in Redis: pass --redis-url or set CTXBUDGET_REDIS_URL \
-             (in memory mode, edit the configuration file and send the service SIGHUP)",
+             (or --redis-cluster-nodes / CTXBUDGET_REDIS_CLUSTER_NODES; in memory mode, edit \
+             the configuration file and send the service SIGHUP)",
         )?;
-        let tls = crate::store::redis::RedisTls {
+        Ok(ConfigStore::connect(&endpoint, &self.tls(), &self.key_prefix).await?)
+    }
+
+    /// The Redis (or Redis Cluster) named, if any.
+    pub fn endpoint(&self) -> Option<Endpoint> {
+        Endpoint::of(self.redis_url.as_deref(), &self.redis_cluster_nodes)
+    }
+
+    /// The TLS files named.
+    pub fn tls(&self) -> crate::store::redis::RedisTls {
+        crate::store::redis::RedisTls {
             ca: self.redis_tls_ca.clone(),
             cert: self.redis_tls_cert.clone(),
             key: self.redis_tls_key.clone(),
-        };
-        Ok(ConfigStore::connect(url, &tls, &self.key_prefix).await?)
+        }
+    }
+
+    /// The service's keys under `--key-prefix`, in the cluster layout on a cluster.
+    pub fn keys(&self) -> anyhow::Result<Keys> {
+        let keys = Keys::new(&self.key_prefix)?;
+        Ok(match self.endpoint().is_some_and(|e| e.is_cluster()) {
+            true => keys.clustered(),
+            false => keys,
+        })
     }
 
     /// The actor recorded in the audit log.

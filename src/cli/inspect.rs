@@ -9,7 +9,6 @@ use crate::domain::plan::{self, LevelPlan};
 use crate::domain::{
     BucketSpec, Level, LevelLimits, Limits as DomainLimits, ModelGroup, TenantId, Tier, UserId,
 };
-use crate::store::keys::Keys;
 use anyhow::Context;
 use clap::Args;
 use redis::AsyncCommands;
@@ -80,8 +79,8 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
     let who = Subject::parse(&args, &limits)?;
     let group = who.model.as_deref().and_then(|m| limits.group_of(m));
     let planned = planned(&limits, &who, group);
-    let keys = Keys::new(&args.admin.key_prefix)?;
-    let mut conn = cfg.client().get_multiplexed_async_connection().await?;
+    let keys = args.admin.keys()?;
+    let mut conn = cfg.connection();
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
     let now = (secs * 1_000_000 + micros) as f64;
 

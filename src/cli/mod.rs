@@ -127,6 +127,15 @@ pub struct ServeArgs {
     /// Redis URL (redis://, rediss://); without one the in-memory store is used.
     #[arg(long, env = "CTXBUDGET_REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
+    /// A Redis Cluster's nodes, comma-separated (redis://127.0.0.1:7000,…);
+    /// selects the cluster instead of --redis-url.
+    #[arg(
+        long,
+        env = "CTXBUDGET_REDIS_CLUSTER_NODES",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    pub redis_cluster_nodes: Vec<String>,
     /// TOML configuration; sections it defines replace the built-in defaults.
     #[arg(long, env = "CTXBUDGET_CONFIG")]
     pub config: Option<PathBuf>,
@@ -164,6 +173,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let overrides = Flags {
         listen: args.listen,
         redis_url: args.redis_url,
+        redis_cluster_nodes: args.redis_cluster_nodes,
         key_prefix: args.key_prefix,
     };
     let settings = config::load(args.config.as_deref(), overrides)?;

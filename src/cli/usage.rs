@@ -10,7 +10,7 @@ use crate::domain::budget::ledger::Row;
 use crate::domain::usage::{self, By, Line};
 use crate::domain::{Limits, TenantId, UserId};
 use crate::store::keys::Keys;
-use crate::store::redis::{RedisSettings, RedisStore};
+use crate::store::redis::{Endpoint, RedisSettings, RedisStore};
 use crate::store::{Retention, Store};
 use anyhow::Context;
 use clap::{Args, ValueEnum};
@@ -126,20 +126,22 @@ pub(super) fn group_label(group: &str) -> &str {
 
 /// The ledger's store: the service's Redis, for reading.
 pub(super) async fn ledger_store(admin: &AdminArgs) -> anyhow::Result<RedisStore> {
-    let url = admin.redis_url.as_deref().context(
-        "the usage ledger is in Redis: pass --redis-url or set CTXBUDGET_REDIS_URL (with the \
-         in-memory store the ledger lives inside the service process)",
+    let endpoint = admin.endpoint().context(
+        "the usage ledger is in Redis: pass --redis-url or set CTXBUDGET_REDIS_URL (or \
+         --redis-cluster-nodes; with the in-memory store the ledger lives inside the service \
+         process)",
     )?;
+    let (url, cluster_nodes) = match endpoint {
+        Endpoint::Single(url) => (url, Vec::new()),
+        Endpoint::Cluster(nodes) => (String::new(), nodes),
+    };
     let settings = RedisSettings {
-        url: url.to_owned(),
+        url,
         pool: Default::default(),
         connections: 1,
         timeout: Duration::from_secs(10),
-        tls: crate::store::redis::RedisTls {
-            ca: admin.redis_tls_ca.clone(),
-            cert: admin.redis_tls_cert.clone(),
-            key: admin.redis_tls_key.clone(),
-        },
+        tls: admin.tls(),
+        cluster_nodes,
     };
     // Reading only: the retention is never used.
     let retention = Retention {

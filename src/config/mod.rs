@@ -89,6 +89,8 @@ pub struct Flags {
     pub listen: Option<SocketAddr>,
     /// `--redis-url`.
     pub redis_url: Option<String>,
+    /// `--redis-cluster-nodes` (empty: not given).
+    pub redis_cluster_nodes: Vec<String>,
     /// `--key-prefix`.
     pub key_prefix: Option<String>,
 }

@@ -20,9 +20,8 @@ use super::{
 use crate::domain::{Limits, LimitsError};
 use crate::store::StoreError;
 use crate::store::keys::{config_audit, config_channel, config_field, config_hash};
-use crate::store::redis::{RedisTls, open_client, redact_url};
+use crate::store::redis::{Endpoint, RedisTls, SharedConn};
 use crate::store::scripts;
-use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -140,8 +139,10 @@ impl Field {
 /// The live configuration of one key prefix.
 #[derive(Clone)]
 pub struct ConfigStore {
-    client: redis::Client,
-    conn: ConnectionManager,
+    /// One Redis's client, for a subscription; `None` on a cluster (replicas
+    /// check the version every second instead).
+    client: Option<redis::Client>,
+    conn: SharedConn,
     hash: String,
     audit: String,
     channel: String,
@@ -149,26 +150,22 @@ pub struct ConfigStore {
 }
 
 impl ConfigStore {
-    /// Connects to the configuration under `prefix`.
-    pub async fn connect(url: &str, tls: &RedisTls, prefix: &str) -> Result<Self, StoreError> {
-        let shown = redact_url(url);
-        let client = open_client(url, tls)?;
-        // Lazy: a Redis that is down at start-up is reached once it answers
-        // (the connection manager reconnects by itself, briefly backing off,
-        // so a call during an outage fails within a few seconds).
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(std::time::Duration::from_secs(1)))
-            .set_number_of_retries(2)
-            .set_max_delay(std::time::Duration::from_secs(2));
-        let conn = redis::aio::ConnectionManager::new_lazy_with_config(client.clone(), config)
-            .map_err(|e| StoreError::Settings(format!("{shown}: {e}").into()))?;
+    /// Connects to the configuration under `prefix` (lazily: a Redis down at
+    /// start-up is reached once it answers).
+    pub async fn connect(
+        endpoint: &Endpoint,
+        tls: &RedisTls,
+        prefix: &str,
+    ) -> Result<Self, StoreError> {
+        let (conn, client) = endpoint.connect(tls)?;
+        let cluster = endpoint.is_cluster();
         Ok(ConfigStore {
             client,
             conn,
-            hash: config_hash(prefix),
-            audit: config_audit(prefix),
+            hash: config_hash(prefix, cluster),
+            audit: config_audit(prefix, cluster),
             channel: config_channel(prefix),
-            url: shown,
+            url: endpoint.shown(),
         })
     }
 
@@ -177,9 +174,14 @@ impl ConfigStore {
         &self.channel
     }
 
-    /// A client for a subscription of its own.
-    pub fn client(&self) -> &redis::Client {
-        &self.client
+    /// A client for a subscription of its own (one Redis only).
+    pub fn client(&self) -> Option<&redis::Client> {
+        self.client.as_ref()
+    }
+
+    /// The shared connection, for reads beside the configuration.
+    pub fn connection(&self) -> SharedConn {
+        self.conn.clone()
     }
 
     fn err(&self, e: redis::RedisError) -> StoreError {

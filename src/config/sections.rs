@@ -79,6 +79,10 @@ pub struct StoreSection {
     /// Redis URL; absent or empty selects the in-memory store.
     #[serde(default)]
     pub redis_url: Option<String>,
+    /// A Redis Cluster's seed nodes (`redis://host:port`, auth and TLS as for
+    /// `redis_url`); non-empty selects the cluster instead of `redis_url`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_nodes: Vec<String>,
     /// Prefix of every key.
     #[serde(default = "default_prefix")]
     pub key_prefix: String,

@@ -21,8 +21,10 @@ use std::time::Duration;
 pub struct Settings {
     /// gRPC listen address.
     pub listen: SocketAddr,
-    /// Redis URL; `None` selects the in-memory store.
+    /// Redis URL; `None` selects the in-memory store (unless `cluster_nodes`).
     pub redis_url: Option<String>,
+    /// A Redis Cluster's seed nodes; non-empty selects the cluster.
+    pub cluster_nodes: Vec<String>,
     /// Prefix of every key.
     pub key_prefix: String,
     /// Redis connection strategy.
@@ -94,6 +96,14 @@ impl std::fmt::Debug for Settings {
                     .as_deref()
                     .map(crate::store::redis::redact_url),
             )
+            .field(
+                "cluster_nodes",
+                &self
+                    .cluster_nodes
+                    .iter()
+                    .map(|n| crate::store::redis::redact_url(n))
+                    .collect::<Vec<_>>(),
+            )
             .field("key_prefix", &self.key_prefix)
             .field("pool", &self.pool)
             .field("connections", &self.connections)
@@ -141,6 +151,7 @@ const DAY_MS: u64 = 86_400_000;
 /// Where state lives, as the store section and flags say.
 struct StoreSettings {
     redis_url: Option<String>,
+    cluster_nodes: Vec<String>,
     key_prefix: String,
 }
 
@@ -184,6 +195,7 @@ impl FileConfig {
         Ok(Settings {
             listen: overrides.listen.unwrap_or(server.listen),
             redis_url: where_.redis_url,
+            cluster_nodes: where_.cluster_nodes,
             key_prefix: where_.key_prefix,
             pool: store.pool,
             connections: store.connections,
@@ -260,6 +272,27 @@ fn store_settings(store: &StoreSection, overrides: &Flags) -> Result<StoreSettin
         .clone()
         .or_else(|| store.redis_url.clone())
         .filter(|u| !u.trim().is_empty());
+    let cluster_nodes: Vec<String> = match overrides.redis_cluster_nodes.is_empty() {
+        false => overrides.redis_cluster_nodes.clone(),
+        true => store.cluster_nodes.clone(),
+    };
+    let cluster_nodes: Vec<String> = cluster_nodes
+        .into_iter()
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty())
+        .collect();
+    if let Some(bad) = cluster_nodes
+        .iter()
+        .find(|n| !(n.starts_with("redis://") || n.starts_with("rediss://")))
+    {
+        return Err(LimitsError::new(
+            "store.cluster_nodes",
+            format!(
+                "{} is not a redis:// or rediss:// URL",
+                crate::store::redis::redact_url(bad)
+            ),
+        ));
+    }
     let key_prefix = overrides
         .key_prefix
         .clone()
@@ -270,6 +303,7 @@ fn store_settings(store: &StoreSection, overrides: &Flags) -> Result<StoreSettin
     within("store.connections", store.connections as u64, 1, 256)?;
     Ok(StoreSettings {
         redis_url,
+        cluster_nodes,
         key_prefix,
     })
 }

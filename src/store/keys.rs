@@ -1,5 +1,8 @@
 //! Every store key and hash field name is built here, and only here.
 //!
+//! Size: the whole key layout (single Redis and cluster) is one contract,
+//! kept in one file with its tests.
+//!
 //! # Layout (prefix `ctxb:` by default)
 //! ```text
 //! ctxb:g                       hash   global level: buckets and leases
@@ -23,9 +26,14 @@
 //! encoding is injective, so no two (tenant, user) pairs share a key and no id
 //! can end the hash tag early or forge a separator. `{T}` is a Redis Cluster
 //! hash tag: all of a tenant's keys, its users' included, hash to one slot.
-//! That alone does not make the layout cluster-ready: the reserve script takes
-//! the untagged global key with them and settle the estimator's key, a
-//! CROSSSLOT error in a cluster. Cluster mode is not supported yet.
+//!
+//! # On a Redis Cluster ([`Keys::clustered`])
+//! No script touches two slots. The global level's keys carry the tag `{g}`
+//! (`ctxb:{g}`, `ctxb:{g}:m:<G>`, and `ctxb:{g}:x`, the slot releases sent
+//! to the replica that leased them: see `store::cluster`), so one script
+//! leases all of them at once, in a slot of its own; the budget scripts are
+//! given only a tenant's keys; an estimator sample is pushed apart from the
+//! settle script; the configuration's keys carry the tag `{cfg}`.
 //!
 //! # Live configuration (see `config::repository`)
 //! ```text
@@ -69,6 +77,9 @@ impl From<KeyPrefixError> for String {
 #[derive(Clone, Debug)]
 pub struct Keys {
     prefix: String,
+    /// The Redis Cluster layout: the global level and the configuration in
+    /// hash-tagged slots of their own.
+    cluster: bool,
 }
 
 impl Keys {
@@ -82,7 +93,27 @@ impl Keys {
         }
         Ok(Keys {
             prefix: prefix.to_owned(),
+            cluster: false,
         })
+    }
+
+    /// The same keys in the Redis Cluster layout (see the module docs).
+    pub fn clustered(self) -> Keys {
+        Keys {
+            cluster: true,
+            ..self
+        }
+    }
+
+    /// True for the Redis Cluster layout.
+    pub fn is_clustered(&self) -> bool {
+        self.cluster
+    }
+
+    /// The slot releases other replicas send to the replicas that leased the
+    /// global concurrency slots (cluster layout only).
+    pub fn global_messages(&self) -> String {
+        format!("{}{{g}}:x", self.prefix)
     }
 
     /// The prefix every key starts with.
@@ -97,6 +128,7 @@ impl Keys {
     /// The hash of one level for a tenant (and user, at the user level).
     pub fn level(&self, level: Level, tenant: &TenantId, user: Option<&UserId>) -> String {
         match (level, user) {
+            (Level::Global, _) if self.cluster => format!("{}{{g}}", self.prefix),
             (Level::Global, _) => format!("{}g", self.prefix),
             (Level::Tenant, _) | (Level::User, None) => format!("{}:t", self.tenant_tag(tenant)),
             (Level::User, Some(u)) => {
@@ -131,6 +163,7 @@ impl Keys {
     pub fn shadow(&self) -> Keys {
         Keys {
             prefix: format!("{}shadow:", self.prefix),
+            cluster: self.cluster,
         }
     }
 
@@ -211,14 +244,21 @@ pub fn lease_field(id: &ReservationId) -> String {
     format!("#{}", id.nonce_b64())
 }
 
-/// The hash of the live configuration under `prefix`.
-pub fn config_hash(prefix: &str) -> String {
-    format!("{prefix}cfg")
+/// The hash of the live configuration under `prefix` (hash-tagged on a
+/// cluster, so the change script's keys share a slot).
+pub fn config_hash(prefix: &str, cluster: bool) -> String {
+    match cluster {
+        true => format!("{prefix}{{cfg}}"),
+        false => format!("{prefix}cfg"),
+    }
 }
 
 /// The audit stream of configuration changes under `prefix`.
-pub fn config_audit(prefix: &str) -> String {
-    format!("{prefix}cfg:audit")
+pub fn config_audit(prefix: &str, cluster: bool) -> String {
+    match cluster {
+        true => format!("{prefix}{{cfg}}:audit"),
+        false => format!("{prefix}cfg:audit"),
+    }
 }
 
 /// The channel configuration changes are announced on under `prefix`.

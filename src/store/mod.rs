@@ -1,9 +1,11 @@
 //! Budget state: one [`Store`] trait, two implementations with the same
 //! semantics — [`memory::MemoryStore`] (the default: nothing to install) and
 //! [`redis::RedisStore`] (shared by every replica, changed only by the atomic Lua
-//! scripts in `lua/`). The conformance suite in `tests/` runs one set of
-//! behaviours against both.
+//! scripts in `lua/`); on a Redis Cluster, [`cluster::ClusterStore`] wraps
+//! the Redis store and leases the global level in chunks. The conformance
+//! suite in `tests/` runs one set of behaviours against all three.
 
+pub mod cluster;
 pub mod keys;
 pub mod memory;
 pub mod redis;

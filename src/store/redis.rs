@@ -5,18 +5,24 @@
 //! is no error: connections are made lazily and the breaker's probe checks it.
 //!
 //! This file owns the store type, its settings and its set-up. The rest:
-//! - `client`: the URL and TLS files as a [`redis::Client`] ([`open_client`]).
+//! - `client`: the URL and TLS files as a [`redis::Client`] ([`open_client`]),
+//!   or the cluster's nodes as a cluster client ([`open_cluster_client`]).
+//! - `endpoint`: one Redis or a cluster, and a shared connection to it, for
+//!   the live configuration and the CLI.
 //! - `pool`: multiplexed connections or a deadpool pool; PINGs for the probe.
 //! - `verify`: the once-per-store checks (version, scripts) and the probe.
 //! - `call`: one call under the store deadline, its error classified.
 //! - `reserve`, `settle`, `charge`, `reads`: each operation's KEYS and ARGV, and its reply.
+//! - `lease`: the global level's sync on a Redis Cluster (`store::cluster`).
 //! - `errors`: Redis errors as store errors (transient, maybe applied, wrong settings).
 //! - `wire`: the scripts' argument encoding and reply decoding.
 
 mod call;
 mod charge;
 mod client;
+mod endpoint;
 mod errors;
+mod lease;
 mod ledger;
 mod pool;
 mod reads;
@@ -25,8 +31,10 @@ mod settle;
 mod verify;
 mod wire;
 
-pub use client::{RedisTls, open_client};
+pub use client::{RedisTls, open_client, open_cluster_client};
+pub use endpoint::{Endpoint, SharedConn};
 pub use errors::redact_url;
+pub use lease::{LeaseCall, LeaseReply};
 pub use pool::PoolKind;
 
 use super::keys::Keys;
@@ -58,6 +66,27 @@ pub struct RedisSettings {
     pub timeout: Duration,
     /// Certificates for `rediss://` beyond the public roots.
     pub tls: RedisTls,
+    /// A Redis Cluster's seed nodes (`redis://host:port`, auth and TLS as for
+    /// `url`, which is then unused): non-empty selects cluster mode.
+    pub cluster_nodes: Vec<String>,
+}
+
+impl RedisSettings {
+    /// True when the settings name a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        !self.cluster_nodes.is_empty()
+    }
+
+    /// Where Redis is, passwords hidden: the URL, or the cluster's nodes.
+    pub fn shown(&self) -> String {
+        match self.is_cluster() {
+            false => redact_url(&self.url),
+            true => {
+                let nodes: Vec<String> = self.cluster_nodes.iter().map(|n| redact_url(n)).collect();
+                format!("Redis Cluster {}", nodes.join(","))
+            }
+        }
+    }
 }
 
 /// Budget state in Redis.
@@ -71,6 +100,7 @@ pub struct RedisStore {
     renew: Script,
     status: Script,
     charge: Script,
+    global_lease: Script,
     url: String,
     /// Redis answered the version check and loaded the scripts.
     verified: Arc<AtomicBool>,
@@ -87,7 +117,13 @@ impl RedisStore {
         keys: Keys,
         retention: Retention,
     ) -> Result<Self, StoreError> {
-        let url = redact_url(&settings.url);
+        let url = settings.shown();
+        if settings.is_cluster() {
+            let client = open_cluster_client(&settings.cluster_nodes, &settings.tls)?;
+            let connections = Connections::cluster(&client, settings.timeout);
+            return Self::with_connections(connections, settings, keys.clustered(), retention, url)
+                .await;
+        }
         if settings.pool == PoolKind::Deadpool && !settings.tls.is_empty() {
             // deadpool-redis rebuilds its clients from the URL and would drop
             // the certificates: refuse rather than connect without them.
@@ -99,6 +135,17 @@ impl RedisStore {
         }
         let client = open_client(&settings.url, &settings.tls)?;
         let connections = Connections::open(&client, settings, &url)?;
+        Self::with_connections(connections, settings, keys, retention, url).await
+    }
+
+    /// The store on `connections`, checked as [`RedisStore::connect`] says.
+    async fn with_connections(
+        connections: Connections,
+        settings: &RedisSettings,
+        keys: Keys,
+        retention: Retention,
+        url: String,
+    ) -> Result<Self, StoreError> {
         let store = RedisStore {
             connections: Arc::new(connections),
             keys,
@@ -109,6 +156,7 @@ impl RedisStore {
             renew: Script::new(scripts::RENEW),
             status: Script::new(scripts::STATUS),
             charge: Script::new(scripts::CHARGE),
+            global_lease: Script::new(scripts::GLOBAL_LEASE),
             url,
             verified: Arc::new(AtomicBool::new(false)),
         };
@@ -129,11 +177,22 @@ impl RedisStore {
     /// [`crate::store::memory::MemoryStore`] on a [`crate::domain::ManualClock`]
     /// see the same instants (the differential test). Never for serving: the
     /// scripts then read a key they are not given in `KEYS`.
+    ///
+    /// On a cluster each slot reads its own clock: `clock_key` followed by the
+    /// hash tag of the script's first key (`suite:clock{g}`), which the test
+    /// sets for every tag it uses.
     pub fn with_clock_key(mut self, clock_key: &str) -> Self {
+        let cluster = self.keys.is_clustered();
         let clocked = |script: &str| {
-            let clock = format!(
-                "local function clock_us() return tonumber(redis.call('GET', '{clock_key}')) end"
-            );
+            let clock = match cluster {
+                false => format!(
+                    "local function clock_us() return tonumber(redis.call('GET', '{clock_key}')) end"
+                ),
+                true => format!(
+                    "local function clock_us() return tonumber(redis.call('GET', '{clock_key}' .. \
+                     (string.match(KEYS[1], '{{[^}}]*}}') or ''))) end"
+                ),
+            };
             Script::new(&script.replacen(layout::SERVER_CLOCK, &clock, 1))
         };
         self.reserve = clocked(scripts::RESERVE);
@@ -141,7 +200,15 @@ impl RedisStore {
         self.renew = clocked(scripts::RENEW);
         self.status = clocked(scripts::STATUS);
         self.charge = clocked(scripts::CHARGE);
+        self.global_lease = clocked(scripts::GLOBAL_LEASE);
         self
+    }
+}
+
+impl RedisStore {
+    /// The keys this store uses.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
     }
 }
 
@@ -203,6 +270,7 @@ impl Store for RedisStore {
             renew: self.renew.clone(),
             status: self.status.clone(),
             charge: self.charge.clone(),
+            global_lease: self.global_lease.clone(),
             url: self.url.clone(),
             verified: self.verified.clone(),
         }
@@ -237,6 +305,7 @@ mod tests {
             connections: 2,
             timeout: Duration::from_millis(200),
             tls,
+            cluster_nodes: Vec::new(),
         }
     }
 

@@ -13,6 +13,8 @@ pub const RENEW: &str = include_str!(concat!(env!("OUT_DIR"), "/renew.lua"));
 pub const STATUS: &str = include_str!(concat!(env!("OUT_DIR"), "/status.lua"));
 /// Takes requests or tokens with no reservation behind them.
 pub const CHARGE: &str = include_str!(concat!(env!("OUT_DIR"), "/charge.lua"));
+/// A replica's sync with the global level on a Redis Cluster (leased chunks).
+pub const GLOBAL_LEASE: &str = include_str!(concat!(env!("OUT_DIR"), "/global_lease.lua"));
 
 /// Changes one configuration document (versioned, audited, announced).
 pub const CONFIG_SET: &str = include_str!("../../lua/config_set.lua");
@@ -35,6 +37,7 @@ mod tests {
             ("renew", RENEW),
             ("status", STATUS),
             ("charge", CHARGE),
+            ("global_lease", GLOBAL_LEASE),
         ] {
             assert!(
                 script.starts_with("#!lua"),

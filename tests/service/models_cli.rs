@@ -9,6 +9,7 @@ use crate::support;
 
 use ctxbudget::config::repository::ConfigStore;
 use ctxbudget::pb::{self, Dimension, Level, Reason};
+use ctxbudget::store::redis::Endpoint;
 use redis::Commands;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -154,7 +155,7 @@ async fn models_set_get_list_export_import_delete_round_trip() {
     assert_eq!(restored, saved);
 
     // The audit log names the group's field.
-    let cfg = ConfigStore::connect(&redis.url(), &Default::default(), "ctxb:")
+    let cfg = ConfigStore::connect(&Endpoint::Single(redis.url()), &Default::default(), "ctxb:")
         .await
         .unwrap();
     let history = cfg.history(20).await.unwrap();

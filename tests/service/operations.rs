@@ -10,6 +10,7 @@ use clap::Parser;
 use ctxbudget::cli::Cli;
 use ctxbudget::config::repository::ConfigStore;
 use ctxbudget::pb::{self, Dimension, Level, Reason};
+use ctxbudget::store::redis::Endpoint;
 use redis::Commands;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -324,7 +325,7 @@ async fn overrides_win_over_tiers_and_deleting_one_restores_the_tier() {
         100
     );
 
-    let cfg = ConfigStore::connect(&redis.url(), &Default::default(), "ctxb:")
+    let cfg = ConfigStore::connect(&Endpoint::Single(redis.url()), &Default::default(), "ctxb:")
         .await
         .unwrap();
     let history = cfg.history(10).await.unwrap();

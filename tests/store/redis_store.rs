@@ -551,6 +551,7 @@ async fn both_stores_count_lapsed_leases_alike() {
             connections: 1,
             timeout: Duration::from_secs(5),
             tls: Default::default(),
+            cluster_nodes: Vec::new(),
         },
         Keys::new(DEFAULT_PREFIX).unwrap(),
         s.retention,

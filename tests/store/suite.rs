@@ -11,6 +11,9 @@
 //! Redis TTL here is far longer than a test runs.
 
 use crate::support::RedisServer;
+use crate::support::cluster::RedisCluster;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ctxbudget::domain::bucket::BucketSpec;
 use ctxbudget::domain::bucket::Windowed;
 use ctxbudget::domain::budget::ledger::LedgerRetention;
@@ -20,6 +23,7 @@ use ctxbudget::domain::{
     ReservePlan, TenantId, UserId,
 };
 use ctxbudget::domain::{LevelLimits, ModelGroup};
+use ctxbudget::store::cluster::ClusterStore;
 use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::MemoryStore;
 use ctxbudget::store::redis::{RedisSettings, RedisStore};
@@ -30,8 +34,9 @@ use ctxbudget::store::{
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Generates, for each behaviour `name`, `memory::name` and `redis::name`
-/// (the behaviours and [`Ctx`] in scope where it is invoked).
+/// Generates, for each behaviour `name`, `memory::name`, `redis::name` and
+/// `cluster::name` (a three-master Redis Cluster, the global level leased:
+/// [`ClusterStore`]) — the behaviours and [`Ctx`] in scope where it is invoked.
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
         mod memory {
@@ -47,6 +52,14 @@ macro_rules! suite {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name(&super::Ctx::redis().await).await
+                }
+            )*
+        }
+        mod cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(&super::Ctx::cluster().await).await
                 }
             )*
         }
@@ -73,6 +86,9 @@ suite!(
     input_and_output_tokens_take_their_part_and_settle_to_usage,
     headroom_keeps_a_share_of_every_limit,
     a_calendar_window_resets_at_its_boundary_and_not_before,
+    a_global_limit_holds_across_tenants_and_a_tenant_denial_takes_nothing_from_it,
+    global_slots_free_on_settle_and_on_lapse,
+    a_global_overage_is_debt_the_next_reservation_honours,
 );
 
 const RETENTION: Retention = Retention {
@@ -91,8 +107,23 @@ const CLOCK_KEY: &str = "suite:clock";
 pub struct Ctx<S> {
     pub store: S,
     pub clock: ManualClock,
-    redis: Option<(RedisServer, ::redis::Client)>,
+    redis: Backing,
 }
+
+/// What a context's store runs on.
+enum Backing {
+    Memory,
+    /// The server is held to keep it running.
+    Redis(#[allow(dead_code)] RedisServer, ::redis::Client),
+    /// The clock is a key per hash tag: the global level's and each tenant's.
+    Cluster(
+        #[allow(dead_code)] RedisCluster,
+        ::redis::cluster::ClusterClient,
+    ),
+}
+
+/// The tenants the suite uses: each has its own clock key on a cluster.
+const TENANTS: [&str; 3] = ["acme", "beta", "gamma"];
 
 impl Ctx<MemoryStore<ManualClock>> {
     pub fn memory() -> Self {
@@ -101,7 +132,7 @@ impl Ctx<MemoryStore<ManualClock>> {
         Ctx {
             store: MemoryStore::with_clock(keys, RETENTION, clock.clone()),
             clock,
-            redis: None,
+            redis: Backing::Memory,
         }
     }
 }
@@ -115,6 +146,7 @@ impl Ctx<RedisStore> {
             connections: 2,
             timeout: Duration::from_secs(10),
             tls: Default::default(),
+            cluster_nodes: Vec::new(),
         };
         let keys = Keys::new(DEFAULT_PREFIX).unwrap();
         let store = RedisStore::connect(&settings, keys, RETENTION)
@@ -125,7 +157,35 @@ impl Ctx<RedisStore> {
         let ctx = Ctx {
             store,
             clock: ManualClock::new(1_800_000_000_000_000),
-            redis: Some((server, client)),
+            redis: Backing::Redis(server, client),
+        };
+        ctx.advance_ms(0).await;
+        ctx
+    }
+}
+
+impl Ctx<ClusterStore<ManualClock>> {
+    pub async fn cluster() -> Self {
+        let cluster = RedisCluster::start(false);
+        let settings = RedisSettings {
+            url: String::new(),
+            pool: Default::default(),
+            connections: 1,
+            timeout: Duration::from_secs(10),
+            tls: Default::default(),
+            cluster_nodes: cluster.urls(),
+        };
+        let keys = Keys::new(DEFAULT_PREFIX).unwrap();
+        let tenants = RedisStore::connect(&settings, keys, RETENTION)
+            .await
+            .unwrap()
+            .with_clock_key(CLOCK_KEY);
+        let clock = ManualClock::new(1_800_000_000_000_000);
+        let client = cluster.client();
+        let ctx = Ctx {
+            store: ClusterStore::with_clock(tenants, clock.clone()),
+            clock,
+            redis: Backing::Cluster(cluster, client),
         };
         ctx.advance_ms(0).await;
         ctx
@@ -136,14 +196,32 @@ impl<S: Store> Ctx<S> {
     /// Moves time for both the memory clock and the Redis clock key.
     pub async fn advance_ms(&self, ms: i64) {
         self.clock.advance_us(ms * 1000);
-        if let Some((_, client)) = &self.redis {
-            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-            ::redis::cmd("SET")
-                .arg(CLOCK_KEY)
-                .arg(self.clock.now_us())
-                .query_async::<()>(&mut conn)
-                .await
-                .unwrap();
+        match &self.redis {
+            Backing::Memory => {}
+            Backing::Redis(_, client) => {
+                let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+                ::redis::cmd("SET")
+                    .arg(CLOCK_KEY)
+                    .arg(self.clock.now_us())
+                    .query_async::<()>(&mut conn)
+                    .await
+                    .unwrap();
+            }
+            Backing::Cluster(_, client) => {
+                let mut conn = client.get_async_connection().await.unwrap();
+                let tags = TENANTS
+                    .iter()
+                    .map(|t| URL_SAFE_NO_PAD.encode(t))
+                    .chain(["g".to_string()]);
+                for tag in tags {
+                    ::redis::cmd("SET")
+                        .arg(format!("{CLOCK_KEY}{{{tag}}}"))
+                        .arg(self.clock.now_us())
+                        .query_async::<()>(&mut conn)
+                        .await
+                        .unwrap();
+                }
+            }
         }
     }
 
@@ -306,6 +384,7 @@ async fn commit_returns_surplus_and_charges_overage_as_debt<S: Store>(c: &Ctx<S>
         settled: Settled::Committed(delta),
         estimated_prompt_tokens: 0,
         reserved_spend: 0,
+        reserved_output: 100,
     };
     assert_eq!(c.commit(&a, 50, 40).await, applied(-150));
     assert_eq!(c.status(&a).await[1], bucket(950_000));
@@ -324,6 +403,7 @@ async fn refund_returns_request_tokens_and_slot<S: Store>(c: &Ctx<S>) {
         settled: Settled::Refunded(100),
         estimated_prompt_tokens: 0,
         reserved_spend: 0,
+        reserved_output: 40,
     };
     assert_eq!(c.refund(&p).await, refunded);
     let idle = Reading::Concurrency {
@@ -844,4 +924,136 @@ async fn a_calendar_window_resets_at_its_boundary_and_not_before<S: Store>(c: &C
         vec![bucket(3_000)],
         "capped at the limit"
     );
+}
+
+/// The global level: requests per hour, tokens per minute, a concurrency limit.
+fn global_level(requests: Option<u64>, tokens: Option<u64>, concurrency: Option<u64>) -> LevelPlan {
+    let bucket = |dimension, limit, period_secs| BucketSpec {
+        level: Level::Global,
+        dimension,
+        limit,
+        period_secs,
+        group: 0,
+        window: None,
+    };
+    let mut buckets = Vec::new();
+    buckets.extend(requests.map(|r| bucket(Dimension::Requests, r, 3600)));
+    buckets.extend(tokens.map(|t| bucket(Dimension::Tokens, t, 60)));
+    LevelPlan {
+        level: Level::Global,
+        group: None,
+        slots: false,
+        buckets,
+        concurrency,
+    }
+}
+
+/// [`plan`] for a user of `tenant`.
+fn plan_of(
+    tenant: &str,
+    user: &str,
+    levels: Vec<LevelPlan>,
+    prompt: u64,
+    output: u64,
+) -> ReservePlan {
+    let mut p = plan(user, levels, prompt, output);
+    p.id.tenant = TenantId::parse(tenant).unwrap();
+    p
+}
+
+async fn a_global_limit_holds_across_tenants_and_a_tenant_denial_takes_nothing_from_it<S: Store>(
+    c: &Ctx<S>,
+) {
+    let levels = vec![global_level(Some(3), None, None), user_level(1, 1000, None)];
+    assert!(allowed(
+        &c.reserve(&plan_of("beta", "bob", levels.clone(), 10, 10))
+            .await
+    ));
+    // Bob's second request is over his own limit: the global level keeps it.
+    let reply = c
+        .reserve(&plan_of("beta", "bob", levels.clone(), 10, 10))
+        .await;
+    let ReserveReply::Denied {
+        readings,
+        denied_mask,
+        ..
+    } = reply
+    else {
+        panic!("bob is over his limit: {reply:?}")
+    };
+    assert!(
+        denied_mask.contains(1) && !denied_mask.contains(0),
+        "{denied_mask:?}"
+    );
+    assert_eq!(readings[0], bucket(2000), "nothing taken globally");
+    for user in ["alice", "carol"] {
+        assert!(allowed(
+            &c.reserve(&plan_of("acme", user, levels.clone(), 10, 10))
+                .await
+        ));
+    }
+    let reply = c
+        .reserve(&plan_of("gamma", "dave", levels.clone(), 10, 10))
+        .await;
+    let ReserveReply::Denied { denied_mask, .. } = reply else {
+        panic!("the global limit is spent: {reply:?}")
+    };
+    assert!(
+        denied_mask.contains(0) && !denied_mask.contains(1),
+        "{denied_mask:?}"
+    );
+}
+
+async fn global_slots_free_on_settle_and_on_lapse<S: Store>(c: &Ctx<S>) {
+    let levels = vec![
+        global_level(None, None, Some(2)),
+        user_level(10, 1000, None),
+    ];
+    let a = plan_of("acme", "alice", levels.clone(), 10, 10);
+    let b = plan_of("beta", "bob", levels.clone(), 10, 10);
+    assert!(allowed(&c.reserve(&a).await) && allowed(&c.reserve(&b).await));
+    let reply = c
+        .reserve(&plan_of("gamma", "carol", levels.clone(), 10, 10))
+        .await;
+    let ReserveReply::Denied { denied_mask, .. } = reply else {
+        panic!("two slots, both taken: {reply:?}")
+    };
+    assert!(denied_mask.contains(0), "{denied_mask:?}");
+    c.refund(&a).await;
+    let d = plan_of("gamma", "carol", levels.clone(), 10, 10);
+    assert!(allowed(&c.reserve(&d).await), "the refund freed a slot");
+    // Both leases lapse unsettled (30 s, and any grace): their slots come back.
+    c.advance_ms(40_000).await;
+    let e = plan_of("acme", "erin", levels.clone(), 10, 10);
+    let reply = c.reserve(&e).await;
+    assert!(allowed(&reply), "{reply:?}");
+    assert_eq!(reply.reclaimed().at(Level::Global), 2);
+    assert!(allowed(
+        &c.reserve(&plan_of("beta", "fay", levels, 10, 10)).await
+    ));
+}
+
+async fn a_global_overage_is_debt_the_next_reservation_honours<S: Store>(c: &Ctx<S>) {
+    let levels = vec![
+        global_level(None, Some(1000), None),
+        user_level(10, 100_000, None),
+    ];
+    let a = plan_of("acme", "alice", levels.clone(), 100, 100);
+    assert!(allowed(&c.reserve(&a).await));
+    assert_eq!(
+        c.commit(&a, 1000, 100).await,
+        SettleReply::Applied {
+            settled: Settled::Committed(800),
+            estimated_prompt_tokens: 0,
+            reserved_spend: 0,
+            reserved_output: 100,
+        }
+    );
+    let b = plan_of("beta", "bob", levels, 100, 100);
+    let reply = c.reserve(&b).await;
+    let ReserveReply::Denied { denied_mask, .. } = reply else {
+        panic!("the overage spent the global tokens: {reply:?}")
+    };
+    assert!(denied_mask.contains(0), "{denied_mask:?}");
+    assert_eq!(c.status(&b).await[0], bucket(0));
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
+pub mod cluster;
 pub mod process;
 
 /// A `redis-server` child process on 127.0.0.1, killed on drop. Fault tests
@@ -78,15 +79,21 @@ impl RedisServer {
     /// Starts Redis on `port` (one a test kept free for it, e.g. to start the
     /// service before Redis).
     pub fn start_on(port: u16) -> Self {
+        Self::start_on_with(port, &[])
+    }
+
+    /// Starts Redis on `port` with extra `--name value` arguments.
+    pub fn start_on_with(port: u16, extra: &[&str]) -> Self {
         let dir =
             std::env::temp_dir().join(format!("ctxbudget-redis-{port}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir for redis");
-        let child = spawn_redis(port, &dir, &[]);
+        let args: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
+        let child = spawn_redis(port, &dir, &args);
         let mut server = RedisServer {
             child,
             port,
             dir,
-            args: Vec::new(),
+            args,
         };
         assert!(
             server.wait_ready(Duration::from_secs(10)),

@@ -10,6 +10,7 @@
 //! - [`record`]: a reservation's record.
 //! - [`level`]: a level as a store holds it (state, leases, expiry).
 //! - [`ledger`]: what an operation adds to the usage ledger.
+//! - [`share`]: a replica's leased share of the global level (Redis Cluster).
 //! - [`reserve`], [`settle`], [`renew`], [`status`], [`charge`]: the operations.
 //! - [`replies`]: what they answer.
 
@@ -22,6 +23,7 @@ pub mod renew;
 pub mod replies;
 pub mod reserve;
 pub mod settle;
+pub mod share;
 pub mod state;
 pub mod status;
 
@@ -32,4 +34,4 @@ pub use replies::{
     DeniedChecks, Reclaimed, RenewReply, ReserveReply, Retention, SettleReply, Settled,
 };
 pub use reserve::{Earlier, Reserved};
-pub use settle::{Settle, SettleOutcome, Usage};
+pub use settle::{Deltas, Settle, SettleOutcome, Usage};

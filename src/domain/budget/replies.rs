@@ -177,6 +177,8 @@ pub enum SettleReply {
         estimated_prompt_tokens: u64,
         /// The spend the reservation had reserved, µ$ (what a refund returns).
         reserved_spend: u64,
+        /// The output tokens it had been granted (of its reserved tokens).
+        reserved_output: u64,
     },
     /// Settled before; nothing changed.
     AlreadySettled(Settled),

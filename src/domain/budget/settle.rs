@@ -136,6 +136,7 @@ pub fn settle(
             settled,
             estimated_prompt_tokens: rec.estimated as u64,
             reserved_spend: rec.spend as u64,
+            reserved_output: rec.output as u64,
         },
         record: Some((settled_record, retention.record_ms)),
         sample,
@@ -162,46 +163,61 @@ fn unsettled(record: Option<&Record>, owner: u64) -> Result<&Record, SettleReply
 /// What settling moves per dimension: tokens (actual − reserved, or the whole
 /// cost back), input and output tokens likewise, and requests (one back on
 /// refund).
-#[derive(Clone, Copy)]
-struct Deltas {
-    dtok: f64,
-    dreq: f64,
-    din: f64,
-    dout: f64,
-    dspend: f64,
+/// Positive: taken (an overage); negative: returned.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Deltas {
+    /// Tokens.
+    pub dtok: f64,
+    /// Requests.
+    pub dreq: f64,
+    /// Input tokens.
+    pub din: f64,
+    /// Output tokens.
+    pub dout: f64,
+    /// Spend, µ$.
+    pub dspend: f64,
 }
 
 impl Deltas {
     /// What settling `rec` by `how` moves, and how it reads once settled.
     fn settling(how: Settle, rec: &Record) -> (Deltas, Settled) {
-        let prompt = rec.cost - rec.output;
+        Deltas::moving(how, rec.cost, rec.output, rec.spend)
+    }
+
+    /// What settling by `how` a reservation of `cost` tokens, `output` of
+    /// them granted output, and `spend` µ$ moves, and how it reads once
+    /// settled: the one rule both this module and a store that keeps a level
+    /// apart (the cluster's leased global level) follow.
+    pub fn moving(how: Settle, cost: f64, output: f64, spend: f64) -> (Deltas, Settled) {
+        let prompt = cost - output;
         match how {
             Settle::Refund => (
                 Deltas {
-                    dtok: -rec.cost,
+                    dtok: -cost,
                     dreq: -1.0,
                     din: -prompt,
-                    dout: -rec.output,
-                    dspend: -rec.spend,
+                    dout: -output,
+                    dspend: -spend,
                 },
-                Settled::Refunded(rec.cost as u64),
+                Settled::Refunded(cost as u64),
             ),
             Settle::Commit(usage) => {
-                let dtok = usage.tokens as f64 - rec.cost;
+                let dtok = usage.tokens as f64 - cost;
                 let completion = usage.tokens as f64 - usage.prompt as f64;
                 let deltas = Deltas {
                     dtok,
                     dreq: 0.0,
                     din: usage.input as f64 - prompt,
-                    dout: completion - rec.output,
-                    dspend: usage.cost as f64 - rec.spend,
+                    dout: completion - output,
+                    dspend: usage.cost as f64 - spend,
                 };
                 (deltas, Settled::Committed(dtok as i64))
             }
         }
     }
 
-    fn of(self, dimension: Dimension) -> f64 {
+    /// What settling moves in buckets of `dimension`.
+    pub fn of(self, dimension: Dimension) -> f64 {
         match dimension {
             Dimension::Tokens => self.dtok,
             Dimension::InputTokens => self.din,

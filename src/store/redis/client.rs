@@ -62,6 +62,61 @@ pub fn open_client(url: &str, tls: &RedisTls) -> Result<redis::Client, StoreErro
     })
 }
 
+/// A client for the Redis Cluster whose seed nodes are `nodes`, with
+/// TCP_NODELAY and `tls`'s certificates. Auth comes from the node URLs (every
+/// node of a cluster shares it). Errors name the nodes with passwords hidden.
+pub fn open_cluster_client(
+    nodes: &[String],
+    tls: &RedisTls,
+) -> Result<redis::cluster::ClusterClient, StoreError> {
+    let shown: Vec<String> = nodes.iter().map(|n| redact_url(n)).collect();
+    let shown = shown.join(",");
+    let mut infos = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        let info = node.as_str().into_connection_info().map_err(|e| {
+            StoreError::Settings(Detail::caused_by(
+                format!("invalid Redis Cluster node URL {}: {e}", redact_url(node)),
+                e,
+            ))
+        })?;
+        infos.push(info);
+    }
+    let secure = nodes.iter().filter(|n| n.starts_with("rediss://")).count();
+    if secure != 0 && secure != nodes.len() {
+        return Err(StoreError::Settings(
+            format!("Redis Cluster nodes {shown} mix redis:// and rediss://: use one").into(),
+        ));
+    }
+    if !tls.is_empty() && secure == 0 {
+        return Err(StoreError::Settings(
+            format!(
+                "TLS files are configured but the cluster nodes {shown} are not rediss:// URLs"
+            )
+            .into(),
+        ));
+    }
+    let nodelay = redis::io::tcp::TcpSettings::default().set_nodelay(true);
+    let mut builder = redis::cluster::ClusterClientBuilder::new(infos)
+        .tcp_settings(nodelay)
+        // A failover takes the cluster's node timeout and more: the store
+        // deadline cuts a call, and the breaker and failure policy answer.
+        .retries(2)
+        .min_retry_wait(10)
+        .max_retry_wait(200);
+    if !tls.is_empty() {
+        builder = builder.certs(redis::TlsCertificates {
+            client_tls: client_certificate(tls)?,
+            root_cert: tls.ca.as_deref().map(|ca| read_pem("CA", ca)).transpose()?,
+        });
+    }
+    builder.build().map_err(|e| {
+        StoreError::Settings(Detail::caused_by(
+            format!("Redis Cluster nodes {shown}: {e}"),
+            e,
+        ))
+    })
+}
+
 /// The client certificate and key, when both are configured.
 fn client_certificate(tls: &RedisTls) -> Result<Option<redis::ClientTlsConfig>, StoreError> {
     match (&tls.cert, &tls.key) {

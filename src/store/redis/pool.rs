@@ -3,6 +3,9 @@
 //! call onto one socket and reconnecting by itself after Redis restarts; or a
 //! deadpool-redis pool (`pool = "deadpool"`), which PINGs every connection it
 //! checks out — one extra round trip per call; `ctxbudget bench` measures both.
+//! On a Redis Cluster (`cluster_nodes`), one lazy cluster connection: it keeps
+//! one multiplexed connection per node, routes each call by its first key's
+//! slot, follows MOVED and ASK, and refreshes the slot map after a failover.
 //! This file hands out one connection per call and PINGs them all for the
 //! breaker's probe.
 
@@ -10,6 +13,7 @@ use super::RedisSettings;
 use super::errors::{Classify, pool_error};
 use crate::store::{Detail, StoreError};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -35,12 +39,14 @@ pub(super) enum Connections {
         next: AtomicUsize,
     },
     Deadpool(deadpool_redis::Pool),
+    Cluster(ClusterConnection),
 }
 
 /// One connection for one call.
 pub(super) enum Conn {
     Managed(ConnectionManager),
     Pooled(deadpool_redis::Connection),
+    Cluster(ClusterConnection),
 }
 
 impl ConnectionLike for Conn {
@@ -48,6 +54,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Managed(c) => c.req_packed_command(cmd),
             Conn::Pooled(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -60,6 +67,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Managed(c) => c.req_packed_commands(cmd, offset, count),
             Conn::Pooled(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
         }
     }
 
@@ -67,6 +75,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Managed(c) => c.get_db(),
             Conn::Pooled(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
         }
     }
 }
@@ -116,9 +125,20 @@ impl Connections {
         }
     }
 
+    /// One cluster connection to the nodes of `client` (made lazily, as the
+    /// multiplexed ones are). `timeout` bounds each node's connection set-up
+    /// and answer; the store deadline still governs every call.
+    pub(super) fn cluster(client: &redis::cluster::ClusterClient, timeout: Duration) -> Self {
+        let config = redis::cluster::ClusterConfig::new()
+            .set_connection_timeout(timeout.max(Duration::from_secs(1)))
+            .set_response_timeout(timeout.max(Duration::from_secs(1)));
+        Connections::Cluster(client.get_pending_async_connection_with_config(config))
+    }
+
     /// The next connection, round robin (or one checked out of the pool).
     pub(super) async fn next(&self) -> Result<Conn, RedisError> {
         match self {
+            Connections::Cluster(c) => Ok(Conn::Cluster(c.clone())),
             Connections::Multiplexed { conns, next } => {
                 let i = next.fetch_add(1, Ordering::Relaxed) % conns.len();
                 Ok(Conn::Managed(conns[i].clone()))
@@ -131,6 +151,7 @@ impl Connections {
     /// start-up checks.
     pub(super) async fn first(&self) -> Result<Conn, RedisError> {
         match self {
+            Connections::Cluster(c) => Ok(Conn::Cluster(c.clone())),
             Connections::Multiplexed { conns, .. } => Ok(Conn::Managed(conns[0].clone())),
             Connections::Deadpool(pool) => Ok(Conn::Pooled(pool.get().await.map_err(pool_error)?)),
         }
@@ -164,6 +185,15 @@ impl Connections {
                     result.map_err(|e| classify(url, e))?;
                 }
             }
+            Connections::Cluster(conn) => {
+                // PING goes to every master: the probe passes once each answers.
+                ping_until(deadline, attempt, || {
+                    let mut conn = conn.clone();
+                    async move { redis::cmd("PING").query_async::<()>(&mut conn).await }
+                })
+                .await
+                .map_err(|e| classify(url, e))?;
+            }
             Connections::Deadpool(pool) => {
                 // Checking a connection out PINGs it and replaces a broken one.
                 ping_until(deadline, attempt, || async {
@@ -184,6 +214,7 @@ impl Connections {
                 format!("{} multiplexed connections", conns.len())
             }
             Connections::Deadpool(pool) => format!("deadpool of {}", pool.status().max_size),
+            Connections::Cluster(_) => "a cluster connection".into(),
         }
     }
 }

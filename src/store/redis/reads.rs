@@ -45,14 +45,36 @@ impl RedisStore {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let mut pipe = redis::pipe();
-        for k in keys {
+        let range = |k: &String| {
+            let mut pipe = redis::pipe();
             pipe.cmd("LRANGE")
                 .arg(self.keys.estimator(k))
                 .arg(0)
                 .arg(-1);
-        }
-        let lists: Vec<Vec<Vec<u8>>> = self.query(&pipe).await?;
+            pipe
+        };
+        let lists: Vec<Vec<Vec<u8>>> = match self.keys.is_clustered() {
+            // Each list in its own slot: one read per list, side by side.
+            true => {
+                let pipes: Vec<redis::Pipeline> = keys.iter().map(range).collect();
+                let reads = pipes.iter().map(|p| self.query::<(Vec<Vec<u8>>,)>(p));
+                futures_util::future::try_join_all(reads)
+                    .await?
+                    .into_iter()
+                    .map(|(l,)| l)
+                    .collect()
+            }
+            false => {
+                let mut pipe = redis::pipe();
+                for k in keys {
+                    pipe.cmd("LRANGE")
+                        .arg(self.keys.estimator(k))
+                        .arg(0)
+                        .arg(-1);
+                }
+                self.query(&pipe).await?
+            }
+        };
         Ok(lists
             .into_iter()
             .map(|list| {

@@ -5,6 +5,7 @@
 use super::RedisStore;
 use super::wire::{DOUBLES, Spec, int_at, string_at, unexpected};
 use crate::domain::budget::Usage;
+use crate::domain::budget::layout::SAMPLES_TTL_MS;
 use crate::store::keys::{lease_field, ledger_fields};
 use crate::store::{RenewReply, SettleReply, Settled, Settlement, StoreError};
 use redis::{ScriptInvocation, Value};
@@ -43,7 +44,11 @@ impl RedisStore {
     ) -> Result<SettleReply, StoreError> {
         let mut inv = self.settle.prepare_invoke();
         self.settlement_keys(&s, &mut inv);
-        inv.key(self.keys.estimator(&s.id.estimator));
+        // On a cluster the samples' key is in another slot: pushed below.
+        let cluster = self.keys.is_clustered();
+        if !cluster {
+            inv.key(self.keys.estimator(&s.id.estimator));
+        }
         let mut spec = Spec::default();
         spec.push(s.levels.len() as f64)
             .push(mode.arg())
@@ -71,7 +76,43 @@ impl RedisStore {
                 .arg(day);
         }
         let reply = self.run(&inv).await?;
-        decode_settle(mode, &reply)
+        let reply = decode_settle(mode, &reply)?;
+        if let SettleReply::Applied {
+            estimated_prompt_tokens: estimated @ 1..,
+            ..
+        } = reply
+            && cluster
+            && mode == SettleMode::Commit
+            && usage.prompt > 0
+        {
+            self.push_sample(&s.id.estimator, usage.prompt as f64 / estimated as f64)
+                .await;
+        }
+        Ok(reply)
+    }
+
+    /// Adds an estimator sample as settle.lua does, in a call of its own (a
+    /// cluster keeps the samples in another slot than the reservation). A
+    /// sample that cannot be written is only logged: the commit stands.
+    async fn push_sample(&self, estimator: &str, sample: f64) {
+        let key = self.keys.estimator(estimator);
+        let mut pipe = redis::pipe();
+        pipe.cmd("LPUSH")
+            .arg(&key)
+            .arg(sample.to_le_bytes().as_slice())
+            .ignore()
+            .cmd("LTRIM")
+            .arg(&key)
+            .arg(0)
+            .arg(self.retention.samples as i64 - 1)
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(&key)
+            .arg(SAMPLES_TTL_MS)
+            .ignore();
+        if let Err(e) = self.query::<()>(&pipe).await {
+            tracing::warn!(error = %e, "an estimator sample was not stored");
+        }
     }
 
     /// Extends a live reservation's lease to `ttl_ms` from now.
@@ -125,6 +166,7 @@ fn decode_settle(mode: SettleMode, reply: &[Value]) -> Result<SettleReply, Store
             settled: settled(mode.state(), int_at(reply, 1)?),
             estimated_prompt_tokens: int_at(reply, 2)?.max(0) as u64,
             reserved_spend: int_at(reply, 3)?.max(0) as u64,
+            reserved_output: int_at(reply, 4)?.max(0) as u64,
         },
         0 => SettleReply::AlreadySettled(settled(&string_at(reply, 1)?, int_at(reply, 2)?)),
         -1 => SettleReply::NotFound,

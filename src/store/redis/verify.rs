@@ -64,12 +64,16 @@ impl RedisStore {
             .first()
             .await
             .map_err(|e| classify(&self.url, e))?;
-        let info: String = redis::cmd("INFO")
+        // One reply from a single Redis; one per node (a map) from a cluster.
+        let reply: redis::Value = redis::cmd("INFO")
             .arg("server")
             .query_async(&mut conn)
             .await
             .map_err(|e| classify(&self.url, e))?;
-        let (version, major) = redis_version(&info);
+        let mut infos = Vec::new();
+        info_texts(reply, &mut infos);
+        let oldest = infos.iter().map(|i| redis_version(i)).min_by_key(|v| v.1);
+        let (version, major) = oldest.unwrap_or(("unknown", 0));
         if major < 7 {
             return Err(StoreError::Protocol(
                 format!(
@@ -90,6 +94,7 @@ impl RedisStore {
             &self.renew,
             &self.status,
             &self.charge,
+            &self.global_lease,
         ] {
             let load = async {
                 let mut conn = self.connections.first().await?;
@@ -105,6 +110,18 @@ impl RedisStore {
                 .map_err(|e| classify(&self.url, e))?;
         }
         Ok(())
+    }
+}
+
+/// Every text in an INFO reply: one for a single Redis, one per node of a
+/// cluster (whose reply maps each node to its text).
+fn info_texts(reply: redis::Value, out: &mut Vec<String>) {
+    match reply {
+        redis::Value::BulkString(b) => out.push(String::from_utf8_lossy(&b).into_owned()),
+        redis::Value::SimpleString(s) | redis::Value::VerbatimString { text: s, .. } => out.push(s),
+        redis::Value::Map(pairs) => pairs.into_iter().for_each(|(_, v)| info_texts(v, out)),
+        redis::Value::Array(items) => items.into_iter().for_each(|v| info_texts(v, out)),
+        _ => {}
     }
 }
 

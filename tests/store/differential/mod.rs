@@ -228,6 +228,7 @@ async fn run_case(
             connections: 1,
             timeout: Duration::from_secs(30),
             tls: Default::default(),
+            cluster_nodes: Vec::new(),
         },
         keys,
         retention,

@@ -1,0 +1,163 @@
+#!lua
+-- global_lease.lua: one replica's sync with the global level on a Redis Cluster:
+-- give back or owe budget, lease chunks of every global bucket and concurrency
+-- slots, post and read the slot messages. The Rust side is
+-- src/domain/budget/share.rs (what to ask, and what the answer means);
+-- state layout as in reserve.lua. build.rs prepends the constants in capitals
+-- (src/domain/budget/layout.rs), clock_us() and lua/level.lua.
+--
+-- KEYS[1..n]  the global entries' hashes (all tagged {g}: one slot)
+-- KEYS[n+1]   the slot messages hash: field = a lease field ('#<nonce>'), value =
+--             doubles (the lease's new expiry, 0: settled; when posted), us
+-- ARGV[1]  spec: little-endian doubles: n, then per entry: bucket count b,
+--          concurrency limit (-1: none), slots to lease, slots to give back, until
+--          when (us) this replica's slots are counted, then b times: id, limit (a
+--          calendar window's start, end and next end follow, as in reserve.lua),
+--          want, give (given back when positive, owed as debt when negative)
+-- ARGV[2]  this replica's slots field ('c' followed by its id)
+-- ARGV[3]  '<' followed by at least as many 'd' as the longest state or spec
+-- ARGV[4]  how long (ms) a message is kept for its replica to read
+-- ARGV[5]  '1': read the messages   ARGV[6] p: messages to post   ARGV[7] q: to delete
+-- ARGV[8..7+2p]      p pairs: lease field, expiry (a packed double)
+-- ARGV[8+2p..7+2p+q] message fields to delete (matched by this replica earlier)
+--
+-- A bucket gives back first (capped at its limit, as a refund), then leases
+-- what it has up to want (never below 0: the last units are leased too). A
+-- slots entry counts every replica's live field (dropping lapsed ones), takes
+-- the slots given back off this replica's, and leases up to the limit.
+-- Returns {now, grants, state_1..state_n, [field, value]...}: grants = doubles,
+-- per entry: what each bucket leased, then the slots counted for this replica
+-- and for all; then, with ARGV[5] = '1', every message (lapsed ones dropped).
+
+local now = clock_us()
+local D = ARGV[3]
+local spec = {struct.unpack(string.sub(D, 1, #ARGV[1] / 8 + 1), ARGV[1])}
+local n = spec[1]
+local mine_field = ARGV[2]
+local grants, raws = {}, {}
+local p = 2
+for i = 1, n do
+  local nb, clim, want_slots, give_slots, until_us = spec[p], spec[p + 1], spec[p + 2], spec[p + 3], spec[p + 4]
+  p = p + 5
+  local raw = redis.call('HGET', KEYS[i], 's')
+  local s
+  if raw then
+    s = {struct.unpack(string.sub(D, 1, #raw / 8 + 1), raw)}
+    s[#s] = nil
+  else
+    s = {0, 0, 0}
+  end
+  local ttl = 0
+  for b = 1, nb do
+    local id, lim = spec[p], spec[p + 1]
+    local ws, we = 0, 0
+    if id % DIM >= WINDOWS then
+      ws, we = spec[p + 2], spec[p + 3]
+      if now >= we then ws, we = we, spec[p + 4] end
+      p = p + 5
+    else
+      p = p + 2
+    end
+    local want, give = spec[p], spec[p + 1]
+    p = p + 2
+    local k
+    for j = FIRST_BUCKET, #s - 2, BUCKET_WIDTH do
+      if s[j] == id then k = j break end
+    end
+    local l = lim
+    if k and we > 0 then
+      if s[k + 2] >= ws then l = s[k + 1] end
+    elseif k then
+      local el = now - s[k + 2]
+      if el < 0 then el = 0 end
+      l = s[k + 1] + el * lim / ((id % DIM) * 1e6)
+      if l > lim then l = lim end
+    else
+      k = #s + 1
+      s[k] = id
+    end
+    if give > 0 then
+      l = l + give
+      if l > lim then l = lim end
+    else
+      l = l + give
+    end
+    local got = 0
+    if want > 0 and l > 0 then
+      got = want
+      if l < got then got = l end
+    end
+    l = l - got
+    s[k + 1], s[k + 2] = l, now
+    grants[#grants + 1] = got
+    local full
+    if we > 0 then full = we - now
+    else full = (lim - l) * ((id % DIM) * 1e6) / lim end
+    if full > ttl then ttl = full end
+  end
+  if clim >= 0 then
+    local all = redis.call('HGETALL', KEYS[i])
+    local total, mine, dead = 0, 0, {}
+    for j = 1, #all, 2 do
+      local f = all[j]
+      if string.byte(f) == 99 then -- 'c'
+        local count, exp = struct.unpack('<dd', all[j + 1])
+        if exp <= now then
+          dead[#dead + 1] = f
+        elseif f == mine_field then
+          mine = count
+        else
+          total = total + count
+        end
+      end
+    end
+    if #dead > 0 then redis.call('HDEL', KEYS[i], unpack(dead)) end
+    mine = mine - give_slots
+    if mine < 0 then mine = 0 end
+    local room = clim - total - mine
+    local got = want_slots
+    if room < got then got = room end
+    if got < 0 then got = 0 end
+    mine = mine + got
+    if mine > 0 then
+      redis.call('HSET', KEYS[i], mine_field, struct.pack('<dd', mine, until_us))
+    else
+      redis.call('HDEL', KEYS[i], mine_field)
+    end
+    grants[#grants + 1] = mine
+    grants[#grants + 1] = total + mine
+    if until_us - now > ttl then ttl = until_us - now end
+  end
+  s = trim_foreign(s, nb, now)
+  raws[i] = write_level(KEYS[i], s, ttl, D, D, now)
+end
+
+local mkey = KEYS[n + 1]
+local posts, deletes = tonumber(ARGV[6]), tonumber(ARGV[7])
+local a = 8
+for _ = 1, posts do
+  redis.call('HSET', mkey, ARGV[a], ARGV[a + 1] .. struct.pack('<d', now))
+  a = a + 2
+end
+if posts > 0 then redis.call('PEXPIRE', mkey, ARGV[4]) end
+if deletes > 0 then redis.call('HDEL', mkey, unpack(ARGV, a, a + deletes - 1)) end
+
+local out = {now, struct.pack(string.sub(D, 1, #grants + 1), unpack(grants))}
+if #grants == 0 then out[2] = '' end
+for i = 1, n do out[#out + 1] = raws[i] end
+if ARGV[5] == '1' then
+  local keep_us = tonumber(ARGV[4]) * 1000
+  local msgs = redis.call('HGETALL', mkey)
+  local stale = {}
+  for j = 1, #msgs, 2 do
+    local _, at = struct.unpack('<dd', msgs[j + 1])
+    if at + keep_us < now then
+      stale[#stale + 1] = msgs[j]
+    else
+      out[#out + 1] = msgs[j]
+      out[#out + 1] = msgs[j + 1]
+    end
+  end
+  if #stale > 0 then redis.call('HDEL', mkey, unpack(stale)) end
+end
+return out

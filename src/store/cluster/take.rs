@@ -1,0 +1,145 @@
+//! Reserve and charge on a cluster: the global cost taken from the shares
+//! first (one sync and a second try when they fall short), then the tenant's
+//! slot; the global cost put back when the tenant level denies or the call
+//! surely failed.
+
+use super::Inner;
+use super::split::Split;
+use crate::domain::Clock;
+use crate::domain::budget::reserve::spend_rates;
+use crate::domain::budget::share::{self, Need};
+use crate::domain::{Level, ReservePlan};
+use crate::store::keys::lease_field;
+use crate::store::{ChargePlan, ChargeReply, Reclaimed, ReserveReply, Store, StoreError};
+
+impl<C: Clock> Inner<C> {
+    pub(super) async fn reserve(&self, plan: &ReservePlan) -> Result<ReserveReply, StoreError> {
+        let split = Split::of(&plan.levels);
+        if split.global.is_empty() {
+            return self.tenants.reserve(plan).await;
+        }
+        let keys = self.keys_of(&split, &plan.id.tenant);
+        let (sp, op) = spend_rates(plan);
+        let need = Need {
+            prompt: plan.prompt_tokens as f64,
+            max_output: plan.max_output_tokens as f64,
+            min_output: plan.min_output_tokens as f64,
+            sp,
+            op,
+            headroom: plan.headroom,
+        };
+        let lease = lease_field(&plan.id);
+        let mut reclaimed = 0;
+        let mut synced = false;
+        let taken = loop {
+            let now = self.now();
+            let exp = now + plan.lease_ttl_ms as f64 * 1000.0;
+            let (result, lapsed) = self.with_shares(&keys, |shares| {
+                share::take(&split.global, shares, &need, &lease, exp, now)
+            });
+            reclaimed += lapsed;
+            match result {
+                Ok(taken) => break taken,
+                Err(_) if !synced => {
+                    self.sync(&[]).await?;
+                    synced = true;
+                }
+                Err(short) => {
+                    let tenant = self
+                        .tenant_readings(&split, &plan.id.tenant, plan.id.user.as_ref())
+                        .await?;
+                    let global = self.global_readings(&split, &keys, self.now());
+                    let mut r = Reclaimed::default();
+                    r.add(Level::Global, reclaimed);
+                    return Ok(ReserveReply::Denied {
+                        readings: split.readings(global, tenant),
+                        denied_mask: split.global_checks(&short),
+                        reclaimed: r,
+                    });
+                }
+            }
+        };
+        let mut inner = split.tenant_plan(plan);
+        inner.max_output_tokens = taken.grant as u64;
+        inner.min_output_tokens = plan.min_output_tokens.min(inner.max_output_tokens);
+        let result = self.tenants.reserve(&inner).await;
+        let now = self.now();
+        let put_back = |granted: Option<f64>| {
+            self.with_shares(&keys, |shares| {
+                share::put_back(&split.global, shares, &taken, &need, granted, now)
+            })
+        };
+        let reply = match result {
+            // It may have been taken: keep the global cost (never overspent).
+            Err(e @ StoreError::Unanswered(_)) => return Err(e),
+            Err(e) => {
+                put_back(None);
+                return Err(e);
+            }
+            Ok(reply) => reply,
+        };
+        match &reply {
+            ReserveReply::Allowed { granted_output, .. } => put_back(Some(*granted_output as f64)),
+            _ => put_back(None),
+        }
+        let global = self.global_readings(&split, &keys, now);
+        Ok(split.reserve_reply(reply, global, reclaimed))
+    }
+
+    pub(super) async fn charge(&self, plan: &ChargePlan) -> Result<ChargeReply, StoreError> {
+        let split = Split::of(&plan.levels);
+        if split.global.is_empty() {
+            return self.tenants.charge(plan).await;
+        }
+        let keys = self.keys_of(&split, &plan.tenant);
+        let cost = |b: &crate::domain::BucketSpec| plan.cost(b.dimension) as f64;
+        let mut synced = false;
+        let took = loop {
+            let now = self.now();
+            let result = self.with_shares(&keys, |shares| {
+                share::charge(&split.global, shares, cost, plan.enforce, now)
+            });
+            match result {
+                Ok(took) => break took,
+                Err(_) if !synced => {
+                    self.sync(&[]).await?;
+                    synced = true;
+                }
+                Err(short) => {
+                    let tenant = self
+                        .tenant_readings(&split, &plan.tenant, plan.user.as_ref())
+                        .await?;
+                    let global = self.global_readings(&split, &keys, self.now());
+                    return Ok(ChargeReply::Denied {
+                        readings: split.readings(global, tenant),
+                        denied_mask: split.global_buckets(&short),
+                    });
+                }
+            }
+        };
+        let inner = ChargePlan {
+            levels: split.tenant.clone(),
+            ..plan.clone()
+        };
+        let result = self.tenants.charge(&inner).await;
+        let now = self.now();
+        let uncharge = || {
+            self.with_shares(&keys, |shares| {
+                share::uncharge(&split.global, shares, &took, now)
+            })
+        };
+        let reply = match result {
+            Err(e @ StoreError::Unanswered(_)) => return Err(e),
+            Err(e) => {
+                uncharge();
+                return Err(e);
+            }
+            Ok(reply) => reply,
+        };
+        if matches!(reply, ChargeReply::Denied { .. }) {
+            uncharge();
+        }
+        let global = self.global_readings(&split, &keys, now);
+        Ok(split.charge_reply(reply, global))
+    }
+}

@@ -1,0 +1,152 @@
+//! The global level's sync on a Redis Cluster (`lua/global_lease.lua`): what
+//! a replica gives back, owes and leases, and the slot messages it posts and
+//! reads — KEYS and ARGV from the shares' asks, the reply as grants.
+
+use super::RedisStore;
+use super::wire::{DOUBLES, Spec, int_at, state_at};
+use crate::domain::budget::share::{EntryAsk, EntryGrant};
+use crate::store::StoreError;
+use redis::Value;
+
+/// How long (ms) a slot message waits for its replica to read it.
+const MESSAGE_KEEP_MS: u64 = 60_000;
+
+/// One sync: the entries' keys and asks, and the messages.
+pub struct LeaseCall<'a> {
+    /// The global entries' keys, one per ask.
+    pub keys: &'a [String],
+    /// What each entry asks.
+    pub asks: &'a [EntryAsk],
+    /// This replica's slots field.
+    pub replica: &'a str,
+    /// Messages to post: lease field, new expiry (µs; 0: settled).
+    pub posts: &'a [(String, f64)],
+    /// Message fields this replica matched, to delete.
+    pub deletes: &'a [String],
+    /// Read the messages.
+    pub read: bool,
+}
+
+/// What the global key answered.
+#[derive(Debug)]
+pub struct LeaseReply {
+    /// The store's time (µs).
+    pub now: f64,
+    /// One per ask.
+    pub grants: Vec<EntryGrant>,
+    /// Every message: lease field, new expiry (µs; 0: settled).
+    pub messages: Vec<(String, f64)>,
+}
+
+impl RedisStore {
+    /// Runs one sync with the global level.
+    pub async fn lease_call(&self, call: &LeaseCall<'_>) -> Result<LeaseReply, StoreError> {
+        let mut inv = self.global_lease.prepare_invoke();
+        for key in call.keys {
+            inv.key(key);
+        }
+        inv.key(self.keys.global_messages());
+        let mut spec = Spec::default();
+        spec.push(call.asks.len() as f64);
+        for ask in call.asks {
+            spec.push(ask.buckets.len() as f64)
+                .push(ask.concurrency.map_or(-1.0, |c| c as f64))
+                .push(ask.want_slots)
+                .push(ask.give_slots)
+                .push(ask.slots_until);
+            for b in &ask.buckets {
+                spec.push(crate::domain::budget::state::bucket_id(&b.spec))
+                    .push(b.spec.limit as f64);
+                if let Some(w) = b.spec.window {
+                    spec.push(w.span.start_us as f64)
+                        .push(w.span.end_us as f64)
+                        .push(w.span.next_end_us as f64);
+                }
+                spec.push(b.want).push(b.give);
+            }
+        }
+        inv.arg(&spec.0)
+            .arg(call.replica)
+            .arg(DOUBLES)
+            .arg(MESSAGE_KEEP_MS)
+            .arg(if call.read { "1" } else { "0" })
+            .arg(call.posts.len())
+            .arg(call.deletes.len());
+        for (field, exp) in call.posts {
+            inv.arg(field.as_str()).arg(exp.to_le_bytes().as_slice());
+        }
+        for field in call.deletes {
+            inv.arg(field.as_str());
+        }
+        let reply = self.run(&inv).await?;
+        decode_lease(call.asks, &reply)
+    }
+}
+
+/// global_lease.lua's reply: the time, the grants, the states, the messages.
+fn decode_lease(asks: &[EntryAsk], reply: &[Value]) -> Result<LeaseReply, StoreError> {
+    let now = int_at(reply, 0)? as f64;
+    let packed = match reply.get(1) {
+        Some(Value::BulkString(b)) => b.as_slice(),
+        _ => &[],
+    };
+    let grants: Vec<f64> = packed
+        .chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().expect("chunks of 8")))
+        .collect();
+    let expected: usize = asks
+        .iter()
+        .map(|a| a.buckets.len() + if a.concurrency.is_some() { 2 } else { 0 })
+        .sum();
+    if grants.len() != expected || reply.len() < 2 + asks.len() {
+        return Err(StoreError::Protocol(
+            format!(
+                "global_lease.lua answered {} grants and {} values for {} asks (is the script \
+                 out of step with this binary?)",
+                grants.len(),
+                reply.len(),
+                asks.len()
+            )
+            .into(),
+        ));
+    }
+    let mut at = 0;
+    let mut out = Vec::with_capacity(asks.len());
+    for (i, ask) in asks.iter().enumerate() {
+        let granted = grants[at..at + ask.buckets.len()].to_vec();
+        at += ask.buckets.len();
+        let (mine, in_use) = match ask.concurrency {
+            Some(_) => {
+                at += 2;
+                (grants[at - 2], grants[at - 1])
+            }
+            None => (0.0, 0.0),
+        };
+        out.push(EntryGrant {
+            state: state_at(reply, 2 + i)?,
+            granted,
+            slots_mine: mine,
+            slots_in_use: in_use,
+        });
+    }
+    let mut messages = Vec::new();
+    let mut j = 2 + asks.len();
+    while j + 1 < reply.len() {
+        let (Value::BulkString(field), Value::BulkString(value)) = (&reply[j], &reply[j + 1])
+        else {
+            return Err(StoreError::Protocol(
+                "global_lease.lua answered a message that is not two strings".into(),
+            ));
+        };
+        let exp = value
+            .get(..8)
+            .map_or(0.0, |b| f64::from_le_bytes(b.try_into().expect("8 bytes")));
+        messages.push((String::from_utf8_lossy(field).into_owned(), exp));
+        j += 2;
+    }
+    Ok(LeaseReply {
+        now,
+        grants: out,
+        messages,
+    })
+}
