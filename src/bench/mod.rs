@@ -178,9 +178,12 @@ async fn report(
     redis: Option<&str>,
     command: String,
 ) -> Result<BenchReport, BenchError> {
+    // The calibration times each script on one Redis: not on a cluster.
     let calibration = match redis {
-        Some(url) => Some(calibrate::calibrate(bench.settings, url, bench.stamp).await?),
-        None => None,
+        Some(url) if redis_info::cluster_nodes(url).is_none() => {
+            Some(calibrate::calibrate(bench.settings, url, bench.stamp).await?)
+        }
+        _ => None,
     };
     let ceiling_ratio = (phases.len() == 2 && phases[0].reserve_per_sec > 0.0)
         .then(|| phases[1].reserve_per_sec / phases[0].reserve_per_sec);

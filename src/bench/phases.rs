@@ -3,13 +3,14 @@
 //! overspend-checked and costed in Redis CPU.
 
 use super::ledger::Ledger;
-use super::redis_info::commandstats;
-use super::report::{PhaseReport, RedisCost};
+use super::redis_info::{cluster_nodes, commandstats, masters_commandstats};
+use super::report::{MasterCost, PhaseReport, RedisCost};
 use super::run::{self, Drive};
 use super::target::{Api, Target};
 use super::workload::Workload;
 use super::{BenchArgs, BenchError, engines};
 use crate::config::Settings;
+use crate::store::cluster::global_counts;
 use crate::store::redis::redact_url;
 use std::sync::Arc;
 use tokio::sync::oneshot;
@@ -67,6 +68,11 @@ pub(super) struct MainPhase {
 impl Bench<'_> {
     /// The ceiling: the same workload as EVALSHA straight to Redis at `url`.
     pub async fn ceiling(&self, url: &str) -> Result<PhaseReport, BenchError> {
+        if cluster_nodes(url).is_some() {
+            return Err(BenchError(
+                "--ceiling runs one Redis, not a cluster: name one master's URL".into(),
+            ));
+        }
         let prefix = format!("ctxb:bench:{}:ceiling:", self.stamp);
         let engine = engines::redis_engine(self.settings, url, &prefix, self.connections).await?;
         let what = format!("EVALSHA straight to {} (no gRPC)", redact_url(url));
@@ -96,6 +102,13 @@ impl Bench<'_> {
 
     /// The engine in this process, over Redis at `url` or the memory store.
     async fn direct(&self, url: Option<String>) -> Result<MainPhase, BenchError> {
+        if url.as_deref().and_then(cluster_nodes).is_some() {
+            return Err(BenchError(
+                "--direct runs one Redis; drive a Redis Cluster with --embedded \
+                 redis-cluster://host:port,…"
+                    .into(),
+            ));
+        }
         let (what, target) = match &url {
             Some(u) => {
                 let prefix = format!("ctxb:bench:{}:direct:", self.stamp);
@@ -116,10 +129,17 @@ impl Bench<'_> {
         })
     }
 
-    /// A service in this process over Redis at `url` or the memory store.
+    /// A service in this process over Redis at `url` (a Redis Cluster for
+    /// `redis-cluster://host:port,…`) or the memory store.
     async fn embedded(&self, url: Option<String>) -> Result<MainPhase, BenchError> {
         let mut s = self.settings.clone();
-        s.redis_url = url.clone();
+        match url.as_deref().and_then(cluster_nodes) {
+            Some(nodes) => {
+                s.cluster_nodes = nodes;
+                s.redis_url = None;
+            }
+            None => s.redis_url = url.clone(),
+        }
         s.key_prefix = format!("ctxb:bench:{}:service:", self.stamp);
         s.connections = self.connections;
         let (addr, stop) = engines::embedded_server(s).await?;
@@ -189,7 +209,7 @@ impl Bench<'_> {
         }
         let ledger = Arc::new(ledger);
         let before = match redis {
-            Some(url) => Some(commandstats(url).await?),
+            Some(url) => Some(Reading::take(url).await?),
             None => None,
         };
         let run = run::phase(
@@ -201,7 +221,7 @@ impl Bench<'_> {
         )
         .await;
         let cost = match (redis, before) {
-            (Some(url), Some(before)) => Some(redis_cost(before, commandstats(url).await?)),
+            (Some(url), Some(before)) => Some(before.cost(&Reading::take(url).await?)),
             _ => None,
         };
         let checked = ledger.check(run.elapsed);
@@ -216,11 +236,71 @@ impl Bench<'_> {
     }
 }
 
-/// The Redis CPU between two `(calls, usec)` readings of `INFO commandstats`.
-fn redis_cost((calls0, usec0): (u64, u64), (calls1, usec1): (u64, u64)) -> RedisCost {
-    let calls = calls1.saturating_sub(calls0);
-    RedisCost {
-        calls,
-        usec_per_call: (usec1.saturating_sub(usec0)) as f64 / calls.max(1) as f64,
+/// What the bench reads of Redis before and after a phase: `INFO
+/// commandstats` (of every master, on a cluster), and on a cluster the global
+/// key's calls and the reservations that had a global limit.
+struct Reading {
+    /// (node, evalsha calls, usec): one entry for a single Redis.
+    nodes: Vec<(String, u64, u64)>,
+    /// On a cluster: this process's [`global_counts`].
+    global: Option<(u64, u64)>,
+}
+
+impl Reading {
+    async fn take(spec: &str) -> Result<Reading, BenchError> {
+        Ok(match cluster_nodes(spec) {
+            Some(nodes) => Reading {
+                nodes: masters_commandstats(&nodes).await?,
+                global: Some(global_counts()),
+            },
+            None => {
+                let (calls, usec) = commandstats(spec).await?;
+                Reading {
+                    nodes: vec![(redact_url(spec), calls, usec)],
+                    global: None,
+                }
+            }
+        })
+    }
+
+    /// The Redis CPU between this reading and `after`.
+    fn cost(&self, after: &Reading) -> RedisCost {
+        let mut masters: Vec<MasterCost> = after
+            .nodes
+            .iter()
+            .map(|(node, calls, usec)| {
+                let (c0, u0) = self
+                    .nodes
+                    .iter()
+                    .find(|(n, _, _)| n == node)
+                    .map_or((0, 0), |(_, c, u)| (*c, *u));
+                MasterCost {
+                    node: node.clone(),
+                    calls: calls.saturating_sub(c0),
+                    usec: usec.saturating_sub(u0),
+                    share: 0.0,
+                }
+            })
+            .collect();
+        let calls: u64 = masters.iter().map(|m| m.calls).sum();
+        let usec: u64 = masters.iter().map(|m| m.usec).sum();
+        for m in &mut masters {
+            m.share = m.usec as f64 / usec.max(1) as f64;
+        }
+        let global_calls_per_reservation = match (self.global, after.global) {
+            (Some((r0, g0)), Some((r1, g1))) => {
+                Some((g1 - g0) as f64 / (r1.saturating_sub(r0)).max(1) as f64)
+            }
+            _ => None,
+        };
+        RedisCost {
+            calls,
+            usec_per_call: usec as f64 / calls.max(1) as f64,
+            masters: match self.global {
+                Some(_) => masters,
+                None => Vec::new(),
+            },
+            global_calls_per_reservation,
+        }
     }
 }

@@ -2,6 +2,57 @@
 //! `INFO commandstats`, and the version for the machine line.
 
 use super::{BenchError, err};
+use crate::store::redis::cluster_masters;
+
+/// The scheme of a Redis Cluster store spec: `redis-cluster://h:p,h:p,…`.
+pub(super) const CLUSTER_SCHEME: &str = "redis-cluster://";
+
+/// The node URLs of a `redis-cluster://` spec; `None` for any other spec.
+pub(super) fn cluster_nodes(spec: &str) -> Option<Vec<String>> {
+    let nodes = spec.strip_prefix(CLUSTER_SCHEME)?;
+    Some(
+        nodes
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(|n| match n.contains("://") {
+                true => n.to_string(),
+                false => format!("redis://{n}"),
+            })
+            .collect(),
+    )
+}
+
+/// (address, evalsha calls, usec) of every master of the cluster one of
+/// `nodes` belongs to, from each master's `INFO commandstats`.
+pub(super) async fn masters_commandstats(
+    nodes: &[String],
+) -> Result<Vec<(String, u64, u64)>, BenchError> {
+    let mut listing = None;
+    for node in nodes {
+        let Ok(client) = redis::Client::open(node.as_str()) else {
+            continue;
+        };
+        if let Ok(mut conn) = client.get_multiplexed_async_connection().await
+            && let Ok(text) = redis::cmd("CLUSTER")
+                .arg("NODES")
+                .query_async::<String>(&mut conn)
+                .await
+        {
+            listing = Some(text);
+            break;
+        }
+    }
+    let listing = listing.ok_or_else(|| BenchError("no cluster node answers".into()))?;
+    let mut out = Vec::new();
+    for (host, port) in cluster_masters(&listing) {
+        let addr = format!("{host}:{port}");
+        let (calls, usec) = commandstats(&format!("redis://{addr}")).await?;
+        out.push((addr, calls, usec));
+    }
+    out.sort();
+    Ok(out)
+}
 
 /// (calls, usec) of `evalsha` from `INFO commandstats`.
 pub(super) async fn commandstats(url: &str) -> Result<(u64, u64), BenchError> {
@@ -45,7 +96,12 @@ pub(super) async fn machine(redis: Option<&str>) -> String {
         })
         .unwrap_or_else(|| "unknown CPU".into());
     let mut facts = format!("{cores} cores, {cpu}");
-    if let Some(url) = redis
+    let first = redis.map(|r| {
+        cluster_nodes(r)
+            .and_then(|n| n.into_iter().next())
+            .unwrap_or(r.to_string())
+    });
+    if let Some(url) = first.as_deref()
         && let Some(version) = redis_version(url).await
     {
         facts.push_str(&format!(", Redis {version}"));

@@ -36,6 +36,26 @@ pub struct RedisCost {
     pub calls: u64,
     /// Mean µs of Redis CPU per EVALSHA (reserve and settle scripts mixed).
     pub usec_per_call: f64,
+    /// On a Redis Cluster: each master's part.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub masters: Vec<MasterCost>,
+    /// On a Redis Cluster: calls to the global key per reservation (or
+    /// charge) that had a global limit, in this process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub global_calls_per_reservation: Option<f64>,
+}
+
+/// One master's script CPU in a phase.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct MasterCost {
+    /// `host:port`.
+    pub node: String,
+    /// EVALSHA calls.
+    pub calls: u64,
+    /// µs of script CPU.
+    pub usec: u64,
+    /// Its share of every master's script CPU.
+    pub share: f64,
 }
 
 /// One phase of a bench run.
@@ -131,6 +151,22 @@ impl PhaseReport {
                 "redis: {} EVALSHA, {:.1} µs of Redis CPU per call (reserve and settle mixed)",
                 r.calls, r.usec_per_call
             );
+            for m in &r.masters {
+                let _ = writeln!(
+                    out,
+                    "  master {}: {} EVALSHA, {} µs, {:.1}% of the script CPU",
+                    m.node,
+                    m.calls,
+                    m.usec,
+                    m.share * 100.0
+                );
+            }
+            if let Some(g) = r.global_calls_per_reservation {
+                let _ = writeln!(
+                    out,
+                    "  global key: {g:.4} calls per reservation with a global limit"
+                );
+            }
         }
         self.render_overspend(&mut out);
         out

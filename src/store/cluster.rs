@@ -33,7 +33,23 @@ use crate::domain::budget::ledger::{LedgerRow, Period};
 use crate::domain::budget::share::{SYNC_US, Share};
 use crate::domain::{Clock, LevelPlan, Readings, ReservePlan, SystemClock, TenantId};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// Reservations and charges with a global entry this process decided, and
+/// the calls it made to the global key: what the bench reports (global-key
+/// calls per reservation).
+static GLOBAL_DECISIONS: AtomicU64 = AtomicU64::new(0);
+static GLOBAL_CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// (reservations and charges with a global entry, calls to the global key)
+/// made by every cluster store in this process so far.
+pub fn global_counts() -> (u64, u64) {
+    (
+        GLOBAL_DECISIONS.load(Ordering::Relaxed),
+        GLOBAL_CALLS.load(Ordering::Relaxed),
+    )
+}
 
 /// Budget state on a Redis Cluster.
 pub struct ClusterStore<C: Clock + Clone = SystemClock> {
@@ -46,6 +62,9 @@ struct Inner<C> {
     state: Mutex<Shares>,
     /// One sync at a time.
     sync: tokio::sync::Mutex<()>,
+    /// Syncs finished: a reservation that found its share short syncs only
+    /// if none finished since it looked.
+    synced: AtomicU64,
     clock: C,
     /// This replica's slots field in the global key.
     replica: String,
@@ -79,6 +98,7 @@ impl<C: Clock + Clone> ClusterStore<C> {
             tenants,
             state: Mutex::new(Shares::default()),
             sync: tokio::sync::Mutex::new(()),
+            synced: AtomicU64::new(0),
             clock,
             replica: format!("c{:016x}", rand::random::<u64>()),
         });
@@ -89,7 +109,7 @@ impl<C: Clock + Clone> ClusterStore<C> {
             loop {
                 tick.tick().await;
                 let Some(inner) = weak.upgrade() else { break };
-                if let Err(e) = inner.sync(&[]).await {
+                if let Err(e) = inner.sync(&[], None).await {
                     tracing::debug!(error = %e, "global level sync failed; retrying");
                 }
             }
@@ -112,7 +132,7 @@ impl<C: Clock + Clone> ClusterStore<C> {
 
     /// Syncs with the global level now (tests: what the background task does).
     pub async fn sync_now(&self) -> Result<(), StoreError> {
-        self.inner.sync(&[]).await.map(|_| ())
+        self.inner.sync(&[], None).await.map(|_| ())
     }
 }
 

@@ -32,7 +32,7 @@ mod verify;
 mod wire;
 
 pub use client::{RedisTls, open_client, open_cluster_client};
-pub use endpoint::{Endpoint, SharedConn};
+pub use endpoint::{Endpoint, SharedConn, cluster_masters};
 pub use errors::redact_url;
 pub use lease::{LeaseCall, LeaseReply};
 pub use pool::PoolKind;

@@ -32,6 +32,7 @@ macro_rules! both_stores {
 }
 
 mod bench;
+mod cluster;
 mod conformance;
 mod envoy;
 mod estimator;

@@ -6,7 +6,7 @@
 //! - `suite`: one behaviour per test, generated for both stores
 //!   (`suite::memory::<test>` and `suite::redis::<test>`);
 //! - `ledger`: the usage ledger, the same way (`ledger::memory::<test>`…);
-//! - `memory_store`, `redis_store`: what only one store shows;
+//! - `memory_store`, `redis_store`, `cluster_store`: what only one store shows;
 //! - `properties`: invariants of the budget arithmetic (proptest).
 //!
 //! Run one part with `cargo nextest run --test store -E 'test(/^differential::/)'`.
@@ -17,6 +17,7 @@ mod support;
 #[macro_use]
 mod suite;
 
+mod cluster_store;
 mod differential;
 mod ledger;
 mod memory_store;

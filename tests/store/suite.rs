@@ -116,10 +116,7 @@ enum Backing {
     /// The server is held to keep it running.
     Redis(#[allow(dead_code)] RedisServer, ::redis::Client),
     /// The clock is a key per hash tag: the global level's and each tenant's.
-    Cluster(
-        #[allow(dead_code)] RedisCluster,
-        ::redis::cluster::ClusterClient,
-    ),
+    Cluster(RedisCluster, ::redis::cluster::ClusterClient),
 }
 
 /// The tenants the suite uses: each has its own clock key on a cluster.
@@ -193,6 +190,14 @@ impl Ctx<ClusterStore<ManualClock>> {
 }
 
 impl<S: Store> Ctx<S> {
+    /// The cluster behind the store, on a cluster.
+    pub fn redis_cluster(&self) -> Option<&RedisCluster> {
+        match &self.redis {
+            Backing::Cluster(cluster, _) => Some(cluster),
+            _ => None,
+        }
+    }
+
     /// Moves time for both the memory clock and the Redis clock key.
     pub async fn advance_ms(&self, ms: i64) {
         self.clock.advance_us(ms * 1000);

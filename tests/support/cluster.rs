@@ -53,6 +53,9 @@ impl RedisCluster {
                         &conf,
                         "--cluster-node-timeout",
                         "2000",
+                        // A replica may take over whatever its link's age.
+                        "--cluster-replica-validity-factor",
+                        "0",
                     ],
                 )
             })
@@ -98,7 +101,12 @@ impl RedisCluster {
                     .lines()
                     .filter(|l| l.contains("slave") && !l.contains("fail"))
                     .count();
-                info.contains("cluster_state:ok") && replicas >= 3 * replicas_each
+                let role: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut c)
+                    .unwrap_or_default();
+                let synced = !role.contains("role:slave") || role.contains("master_link_status:up");
+                info.contains("cluster_state:ok") && replicas >= 3 * replicas_each && synced
             });
             if ok {
                 return true;

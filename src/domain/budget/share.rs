@@ -13,8 +13,10 @@
 //!   nothing as the caller sees it. A bucket with a headroom floor also
 //!   checks the global level as last read plus what is held.
 //! - **Chunks.** A chunk is what 32 reservations of the recent average cost
-//!   take, at least one reservation's cost, and at most [`MAX_SHARE`] of the
-//!   limit: chunks grow with traffic and stay small against a small limit.
+//!   take or what a second of the recent spending takes, whichever is more,
+//!   at least one reservation's cost, and at most [`MAX_SHARE`] of the limit:
+//!   chunks grow with traffic and stay small against a small limit. A share
+//!   in use is topped up when half a chunk is left.
 //!   Redis gives what it has down to the floor, so the last units of a
 //!   limit are leased too.
 //! - **Returning.** Budget held longer than [`HOLD_US`] goes back to the
@@ -45,8 +47,10 @@ use std::collections::HashMap;
 
 /// The most of a limit one replica holds unspent.
 pub const MAX_SHARE: f64 = 0.05;
-/// A chunk covers this many reservations of the recent average cost.
+/// A chunk covers at least this many reservations of the recent average cost.
 pub const CHUNK_RESERVATIONS: f64 = 32.0;
+/// ... and at least this long (µs) of the recent spending rate.
+pub const CHUNK_US: f64 = 1_000_000.0;
 /// Budget held this long (µs) unspent goes back to the global key.
 pub const HOLD_US: f64 = 2_000_000.0;
 /// How often (µs) a replica syncs with the global key when it has something
@@ -101,6 +105,12 @@ struct Held {
     avg_cost: f64,
     /// The most a reservation that found too little asked for.
     wanted: f64,
+    /// Spent since the last ask.
+    spent: f64,
+    /// The recent spending rate (per µs), as of the last ask.
+    rate: f64,
+    /// When the last ask was made (µs).
+    asked_at: f64,
 }
 
 impl Slots {
@@ -213,6 +223,9 @@ impl Share {
                     window_end,
                     avg_cost: 0.0,
                     wanted: 0.0,
+                    spent: 0.0,
+                    rate: 0.0,
+                    asked_at: now,
                 });
                 self.held.len() - 1
             }
@@ -344,6 +357,7 @@ pub fn take(
             let c = b.cost(cost) as f64;
             let held = share.held_mut(b, now);
             held.amount -= c;
+            held.spent += c;
             held.avg_cost = match held.avg_cost {
                 0.0 => c,
                 avg => avg * 0.9 + c * 0.1,
@@ -439,6 +453,7 @@ pub fn charge(
                     let c = cost(b);
                     let held = share.held_mut(b, now);
                     held.amount -= c;
+                    held.spent += c;
                     if c > 0.0 {
                         held.avg_cost = match held.avg_cost {
                             0.0 => c,
@@ -509,7 +524,15 @@ impl Share {
             } else {
                 held.wanted
             };
+            // The rate since the last ask, smoothed.
+            let elapsed = now - held.asked_at;
+            if elapsed > 0.0 {
+                held.rate = held.rate * 0.5 + 0.5 * held.spent / elapsed;
+                held.spent = 0.0;
+                held.asked_at = now;
+            }
             let chunk = (avg * CHUNK_RESERVATIONS)
+                .max(held.rate * CHUNK_US)
                 .min(limit * MAX_SHARE)
                 .max(held.wanted)
                 .max(1.0);
@@ -522,7 +545,8 @@ impl Share {
                 give = held.amount - chunk;
             }
             let left = held.amount - give.max(0.0);
-            if held.wanted > 0.0 || (busy && left < chunk / 4.0) {
+            // Topped up before it runs dry while in use.
+            if held.wanted > 0.0 || (busy && left < chunk / 2.0) {
                 want = (chunk - left.max(0.0)).max(held.wanted - left.max(0.0));
             }
             if want > 0.0 || give != 0.0 {
@@ -542,7 +566,7 @@ impl Share {
             self.reclaim(now);
             let chunk = (limit as f64 * MAX_SHARE).floor().max(1.0);
             let s = &mut self.slots;
-            if s.wanted || (busy && s.free < 1.0) {
+            if s.wanted || (busy && s.free < (chunk / 4.0).max(1.0)) {
                 want_slots = (chunk - s.free).max(1.0);
             } else if !busy && s.free > 0.0 {
                 give_slots = s.free;

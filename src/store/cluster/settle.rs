@@ -120,7 +120,7 @@ impl<C: Clock> Inner<C> {
             .cloned()
             .zip(split.global.iter().map(|lp| (*lp).clone()))
             .collect();
-        self.sync(&observe).await?;
+        self.sync(&observe, None).await?;
         let global = self.global_readings(&split, &keys, self.now());
         Ok(split.readings(global, tenant))
     }

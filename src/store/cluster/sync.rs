@@ -10,6 +10,7 @@ use crate::domain::{LevelPlan, Readings, TenantId, UserId};
 use crate::store::redis::LeaseCall;
 use crate::store::{Scope, Store, StoreError};
 use std::sync::MutexGuard;
+use std::sync::atomic::Ordering;
 
 impl<C: Clock> Inner<C> {
     pub(super) fn now(&self) -> f64 {
@@ -41,9 +42,18 @@ impl<C: Clock> Inner<C> {
 
     /// One sync with the global key, when there is anything to ask, send or
     /// read; `observe` adds entries to read whatever they ask (a status
-    /// read). Returns whether a call was made.
-    pub(super) async fn sync(&self, observe: &[(String, LevelPlan)]) -> Result<bool, StoreError> {
+    /// read). With `unless_since`, a count of syncs finished: none is made if
+    /// another finished since (its caller saw the shares before it). Returns
+    /// whether a call was made.
+    pub(super) async fn sync(
+        &self,
+        observe: &[(String, LevelPlan)],
+        unless_since: Option<u64>,
+    ) -> Result<bool, StoreError> {
         let _one = self.sync.lock().await;
+        if unless_since.is_some_and(|seen| self.synced.load(Ordering::Acquire) != seen) {
+            return Ok(false);
+        }
         let now = self.now();
         let (keys, asks, posts, deletes, read) = {
             let mut st = self.lock();
@@ -84,9 +94,11 @@ impl<C: Clock> Inner<C> {
             deletes: &deletes,
             read,
         };
+        super::GLOBAL_CALLS.fetch_add(1, Ordering::Relaxed);
         let result = self.tenants.lease_call(&call).await;
         let mut st = self.lock();
         st.last_sync = now;
+        self.synced.fetch_add(1, Ordering::Release);
         match result {
             Ok(reply) => {
                 for ((key, ask), grant) in keys.iter().zip(&asks).zip(&reply.grants) {

@@ -11,6 +11,10 @@ use crate::domain::budget::share::{self, Need};
 use crate::domain::{Level, ReservePlan};
 use crate::store::keys::lease_field;
 use crate::store::{ChargePlan, ChargeReply, Reclaimed, ReserveReply, Store, StoreError};
+use std::sync::atomic::Ordering;
+
+/// Tries at taking from the shares, each after a sync (its own or another's).
+const MAX_TRIES: usize = 4;
 
 impl<C: Clock> Inner<C> {
     pub(super) async fn reserve(&self, plan: &ReservePlan) -> Result<ReserveReply, StoreError> {
@@ -18,6 +22,7 @@ impl<C: Clock> Inner<C> {
         if split.global.is_empty() {
             return self.tenants.reserve(plan).await;
         }
+        super::GLOBAL_DECISIONS.fetch_add(1, Ordering::Relaxed);
         let keys = self.keys_of(&split, &plan.id.tenant);
         let (sp, op) = spend_rates(plan);
         let need = Need {
@@ -30,8 +35,9 @@ impl<C: Clock> Inner<C> {
         };
         let lease = lease_field(&plan.id);
         let mut reclaimed = 0;
-        let mut synced = false;
+        let (mut synced, mut tries) = (false, 0);
         let taken = loop {
+            let seen = self.synced.load(Ordering::Acquire);
             let now = self.now();
             let exp = now + plan.lease_ttl_ms as f64 * 1000.0;
             let (result, lapsed) = self.with_shares(&keys, |shares| {
@@ -40,9 +46,11 @@ impl<C: Clock> Inner<C> {
             reclaimed += lapsed;
             match result {
                 Ok(taken) => break taken,
-                Err(_) if !synced => {
-                    self.sync(&[]).await?;
-                    synced = true;
+                // Short: sync (or wait for the sync under way) and try again;
+                // denied once a sync of its own found the global key short too.
+                Err(_) if !synced && tries < MAX_TRIES => {
+                    tries += 1;
+                    synced = self.sync(&[], Some(seen)).await?;
                 }
                 Err(short) => {
                     let tenant = self
@@ -91,19 +99,23 @@ impl<C: Clock> Inner<C> {
         if split.global.is_empty() {
             return self.tenants.charge(plan).await;
         }
+        super::GLOBAL_DECISIONS.fetch_add(1, Ordering::Relaxed);
         let keys = self.keys_of(&split, &plan.tenant);
         let cost = |b: &crate::domain::BucketSpec| plan.cost(b.dimension) as f64;
-        let mut synced = false;
+        let (mut synced, mut tries) = (false, 0);
         let took = loop {
+            let seen = self.synced.load(Ordering::Acquire);
             let now = self.now();
             let result = self.with_shares(&keys, |shares| {
                 share::charge(&split.global, shares, cost, plan.enforce, now)
             });
             match result {
                 Ok(took) => break took,
-                Err(_) if !synced => {
-                    self.sync(&[]).await?;
-                    synced = true;
+                // Short: sync (or wait for the sync under way) and try again;
+                // denied once a sync of its own found the global key short too.
+                Err(_) if !synced && tries < MAX_TRIES => {
+                    tries += 1;
+                    synced = self.sync(&[], Some(seen)).await?;
                 }
                 Err(short) => {
                     let tenant = self

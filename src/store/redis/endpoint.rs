@@ -114,3 +114,36 @@ impl ConnectionLike for SharedConn {
         }
     }
 }
+
+/// The live masters in a `CLUSTER NODES` reply, as (host, port).
+pub fn cluster_masters(nodes: &str) -> Vec<(String, u16)> {
+    nodes
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (addr, flags) = (fields.get(1)?, fields.get(2)?);
+            if !flags.contains("master") || flags.contains("fail") {
+                return None;
+            }
+            let addr = addr.split('@').next()?;
+            let (host, port) = addr.rsplit_once(':')?;
+            Some((host.to_string(), port.parse().ok()?))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cluster_masters;
+
+    #[test]
+    fn masters_are_read_from_cluster_nodes() {
+        let nodes = "a 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460\n\
+                     b 127.0.0.1:7001@17001 slave a 0 0 1 connected\n\
+                     c 127.0.0.1:7002@17002 master,fail - 0 0 2 disconnected 5461-10922\n";
+        assert_eq!(
+            cluster_masters(nodes),
+            vec![("127.0.0.1".to_string(), 7000)]
+        );
+    }
+}

@@ -87,6 +87,10 @@ pub(super) fn classify(url: &str, e: RedisError) -> StoreError {
                     | "TRYAGAIN"
                     | "CLUSTERDOWN"
                     | "READONLY"
+                    // A cluster's slots moving (a failover): the client
+                    // follows, and a call it gave up on is retried.
+                    | "MOVED"
+                    | "ASK"
                     | "NOAUTH"
                     | "WRONGPASS"
                     | "MISCONF"

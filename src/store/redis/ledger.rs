@@ -3,10 +3,12 @@
 //! reconciliation across tenants). The scripts write it (`lua/ledger.lua`).
 
 use super::RedisStore;
+use super::endpoint::cluster_masters;
 use crate::domain::TenantId;
 use crate::domain::budget::ledger::{LedgerRow, Period, Row};
 use crate::store::StoreError;
 use crate::store::keys::ledger_row;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
 /// Periods per pipeline: a long range is read in several round trips, each
 /// well inside the store deadline.
@@ -53,28 +55,89 @@ impl RedisStore {
         Ok(out)
     }
 
-    /// Every tenant with hourly (or daily) ledger rows, and which periods.
+    /// Every tenant with hourly (or daily) ledger rows, and which periods
+    /// (on a cluster, SCAN runs on every master).
     pub async fn ledger_keys(&self, hourly: bool) -> Result<Vec<(TenantId, Period)>, StoreError> {
         let pattern = self.keys.ledger_pattern(hourly);
-        let mut cursor = 0u64;
-        let mut out = Vec::new();
-        loop {
-            let mut pipe = redis::pipe();
-            pipe.cmd("SCAN")
-                .arg(cursor)
+        let scan = |cursor: u64| {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
                 .arg("MATCH")
                 .arg(&pattern)
                 .arg("COUNT")
                 .arg(1000);
-            let ((next, keys),): ((u64, Vec<String>),) = self.query(&pipe).await?;
-            out.extend(keys.iter().filter_map(|k| self.keys.parse_ledger(k)));
-            if next == 0 {
-                break;
+            scan
+        };
+        let mut out = Vec::new();
+        match self.connections.cluster_connection() {
+            None => {
+                self.scan_pages(&mut out, |cursor| async move {
+                    let mut pipe = redis::pipe();
+                    pipe.add_command(scan(cursor));
+                    let (page,): ((u64, Vec<String>),) = self.query(&pipe).await?;
+                    Ok(page)
+                })
+                .await?
             }
-            cursor = next;
+            Some(mut conn) => {
+                let err = |e: redis::RedisError| {
+                    StoreError::Unavailable(format!("{}: {e}", self.url).into())
+                };
+                let nodes: String = redis::cmd("CLUSTER")
+                    .arg("NODES")
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(err)?;
+                for (host, port) in cluster_masters(&nodes) {
+                    let conn = &conn;
+                    let host = &host;
+                    self.scan_pages(&mut out, |cursor| async move {
+                        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                            host: host.clone(),
+                            port,
+                        });
+                        let mut conn = conn.clone();
+                        let call = conn.route_command(scan(cursor), route);
+                        let reply = tokio::time::timeout(self.timeout, call)
+                            .await
+                            .map_err(|_| {
+                                StoreError::Unanswered(
+                                    format!("{host}:{port}: SCAN timed out").into(),
+                                )
+                            })?
+                            .map_err(err)?;
+                        redis::from_redis_value(reply).map_err(|e| {
+                            StoreError::Protocol(format!("{host}:{port}: SCAN: {e}").into())
+                        })
+                    })
+                    .await?;
+                }
+            }
         }
         out.sort();
         out.dedup();
         Ok(out)
+    }
+
+    /// Runs SCAN pages (`page(cursor)` → next cursor, keys) to the end,
+    /// adding the ledger keys found to `out`.
+    async fn scan_pages<F, Fut>(
+        &self,
+        out: &mut Vec<(TenantId, Period)>,
+        mut page: F,
+    ) -> Result<(), StoreError>
+    where
+        F: FnMut(u64) -> Fut,
+        Fut: std::future::Future<Output = Result<(u64, Vec<String>), StoreError>>,
+    {
+        let mut cursor = 0u64;
+        loop {
+            let (next, keys) = page(cursor).await?;
+            out.extend(keys.iter().filter_map(|k| self.keys.parse_ledger(k)));
+            if next == 0 {
+                return Ok(());
+            }
+            cursor = next;
+        }
     }
 }

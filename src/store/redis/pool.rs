@@ -207,6 +207,14 @@ impl Connections {
         Ok(())
     }
 
+    /// The cluster connection, on a cluster.
+    pub(super) fn cluster_connection(&self) -> Option<ClusterConnection> {
+        match self {
+            Connections::Cluster(c) => Some(c.clone()),
+            _ => None,
+        }
+    }
+
     /// `3 multiplexed connections`, `deadpool of 8`: for the start-up log.
     pub(super) fn describe(&self) -> String {
         match self {

@@ -45,18 +45,23 @@ impl RedisStore {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let range = |k: &String| {
-            let mut pipe = redis::pipe();
+        let lrange = |pipe: &mut redis::Pipeline, k: &String| {
             pipe.cmd("LRANGE")
                 .arg(self.keys.estimator(k))
                 .arg(0)
                 .arg(-1);
-            pipe
         };
         let lists: Vec<Vec<Vec<u8>>> = match self.keys.is_clustered() {
             // Each list in its own slot: one read per list, side by side.
             true => {
-                let pipes: Vec<redis::Pipeline> = keys.iter().map(range).collect();
+                let pipes: Vec<redis::Pipeline> = keys
+                    .iter()
+                    .map(|k| {
+                        let mut pipe = redis::pipe();
+                        lrange(&mut pipe, k);
+                        pipe
+                    })
+                    .collect();
                 let reads = pipes.iter().map(|p| self.query::<(Vec<Vec<u8>>,)>(p));
                 futures_util::future::try_join_all(reads)
                     .await?
@@ -66,12 +71,7 @@ impl RedisStore {
             }
             false => {
                 let mut pipe = redis::pipe();
-                for k in keys {
-                    pipe.cmd("LRANGE")
-                        .arg(self.keys.estimator(k))
-                        .arg(0)
-                        .arg(-1);
-                }
+                keys.iter().for_each(|k| lrange(&mut pipe, k));
                 self.query(&pipe).await?
             }
         };
