@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: formatting, unit tests, and the integration tests,
-# which start real redis-server processes on free ports; then the Python
+# which start real redis-server processes on free ports (a local Redis Cluster
+# among them); then the Python
 # client's tests (pytest) in a virtual environment under target/venv, against
 # the binary just built. Installs redis-server with apt-get when it is missing,
 # and the Python packages from the registry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "test.sh: redis-server not found; installing it with apt-get" >&2
+# redis-cli (Debian's redis-tools, which redis-server pulls in) forms the
+# local Redis Cluster of the cluster tests.
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+  echo "test.sh: redis-server or redis-cli not found; installing redis-server with apt-get" >&2
   sudo=""
   if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
   $sudo apt-get update -qq

@@ -28,8 +28,8 @@ use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::MemoryStore;
 use ctxbudget::store::redis::{RedisSettings, RedisStore};
 use ctxbudget::store::{
-    EXACT_LEASES, RenewReply, ReserveReply, Retention, Scope, SettleReply, Settled, Settlement,
-    Store, Usage,
+    ChargePlan, ChargeReply, EXACT_LEASES, RenewReply, ReserveReply, Retention, Scope, SettleReply,
+    Settled, Settlement, Store, Usage,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,6 +89,7 @@ suite!(
     a_global_limit_holds_across_tenants_and_a_tenant_denial_takes_nothing_from_it,
     global_slots_free_on_settle_and_on_lapse,
     a_global_overage_is_debt_the_next_reservation_honours,
+    charges_take_the_global_level_too,
 );
 
 const RETENTION: Retention = Retention {
@@ -164,29 +165,41 @@ impl Ctx<RedisStore> {
 impl Ctx<ClusterStore<ManualClock>> {
     pub async fn cluster() -> Self {
         let cluster = RedisCluster::start(false);
-        let settings = RedisSettings {
-            url: String::new(),
-            pool: Default::default(),
-            connections: 1,
-            timeout: Duration::from_secs(10),
-            tls: Default::default(),
-            cluster_nodes: cluster.urls(),
-        };
-        let keys = Keys::new(DEFAULT_PREFIX).unwrap();
-        let tenants = RedisStore::connect(&settings, keys, RETENTION)
-            .await
-            .unwrap()
-            .with_clock_key(CLOCK_KEY);
         let clock = ManualClock::new(1_800_000_000_000_000);
+        let store = cluster_store(&cluster, &clock).await;
         let client = cluster.client();
         let ctx = Ctx {
-            store: ClusterStore::with_clock(tenants, clock.clone()),
+            store,
             clock,
             redis: Backing::Cluster(cluster, client),
         };
         ctx.advance_ms(0).await;
         ctx
     }
+
+    /// Another replica's store on the same cluster and clock.
+    pub async fn another_replica(&self) -> ClusterStore<ManualClock> {
+        let cluster = self.redis_cluster().expect("a cluster");
+        cluster_store(cluster, &self.clock).await
+    }
+}
+
+/// A cluster store on `cluster`, its scripts and shares on `clock`.
+async fn cluster_store(cluster: &RedisCluster, clock: &ManualClock) -> ClusterStore<ManualClock> {
+    let settings = RedisSettings {
+        url: String::new(),
+        pool: Default::default(),
+        connections: 1,
+        timeout: Duration::from_secs(10),
+        tls: Default::default(),
+        cluster_nodes: cluster.urls(),
+    };
+    let keys = Keys::new(DEFAULT_PREFIX).unwrap();
+    let tenants = RedisStore::connect(&settings, keys, RETENTION)
+        .await
+        .unwrap()
+        .with_clock_key(CLOCK_KEY);
+    ClusterStore::with_clock(tenants, clock.clone())
 }
 
 impl<S: Store> Ctx<S> {
@@ -932,7 +945,11 @@ async fn a_calendar_window_resets_at_its_boundary_and_not_before<S: Store>(c: &C
 }
 
 /// The global level: requests per hour, tokens per minute, a concurrency limit.
-fn global_level(requests: Option<u64>, tokens: Option<u64>, concurrency: Option<u64>) -> LevelPlan {
+pub fn global_level(
+    requests: Option<u64>,
+    tokens: Option<u64>,
+    concurrency: Option<u64>,
+) -> LevelPlan {
     let bucket = |dimension, limit, period_secs| BucketSpec {
         level: Level::Global,
         dimension,
@@ -954,7 +971,7 @@ fn global_level(requests: Option<u64>, tokens: Option<u64>, concurrency: Option<
 }
 
 /// [`plan`] for a user of `tenant`.
-fn plan_of(
+pub fn plan_of(
     tenant: &str,
     user: &str,
     levels: Vec<LevelPlan>,
@@ -1061,4 +1078,38 @@ async fn a_global_overage_is_debt_the_next_reservation_honours<S: Store>(c: &Ctx
     };
     assert!(denied_mask.contains(0), "{denied_mask:?}");
     assert_eq!(c.status(&b).await[0], bucket(0));
+}
+
+async fn charges_take_the_global_level_too<S: Store>(c: &Ctx<S>) {
+    let levels = vec![
+        global_level(Some(2), Some(1000), None),
+        user_level(100, 100_000, None),
+    ];
+    let charge = |requests, tokens, enforce| ChargePlan {
+        tenant: TenantId::parse("acme").unwrap(),
+        user: Some(UserId::parse("alice").unwrap()),
+        levels: levels.clone(),
+        requests,
+        tokens,
+        enforce,
+    };
+    for _ in 0..2 {
+        let reply = c.store.charge(&charge(1, 0, true)).await.unwrap();
+        assert!(matches!(reply, ChargeReply::Charged { .. }), "{reply:?}");
+    }
+    let reply = c.store.charge(&charge(1, 0, true)).await.unwrap();
+    let ChargeReply::Denied { denied_mask, .. } = reply else {
+        panic!("two global requests an hour: {reply:?}")
+    };
+    assert!(
+        denied_mask.contains(0) && !denied_mask.contains(2),
+        "{denied_mask:?}"
+    );
+    // Usage already spent is taken into debt, at the global level too.
+    let reply = c.store.charge(&charge(0, 1500, false)).await.unwrap();
+    let ChargeReply::Charged { readings } = reply else {
+        panic!("a forced charge always takes: {reply:?}")
+    };
+    assert_eq!(readings[1], bucket(-500_000), "global tokens in debt");
+    assert_eq!(readings[3], bucket(98_500_000));
 }
