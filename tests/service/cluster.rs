@@ -91,6 +91,15 @@ const FAILOVER: &str = r#"
 [store]
 timeout_ms = 1000
 
+# Leases outlive the test however slow the machine: the replays are live.
+[reservations]
+default_lease_ttl_ms = 300000
+max_lease_ttl_ms = 300000
+idempotency_ttl_ms = 300000
+retention_ms = 300000
+retry_jitter_ms = 0
+concurrency_retry_ms = 1000
+
 [resilience]
 policy = "fail_closed"
 
