@@ -19,7 +19,8 @@
 -- ARGV[4]  how long (ms) a message is kept for its replica to read
 -- ARGV[5]  '1': read the messages   ARGV[6] p: messages to post   ARGV[7] q: to delete
 -- ARGV[8..7+2p]      p pairs: lease field, expiry (a packed double)
--- ARGV[8+2p..7+2p+q] message fields to delete (matched by this replica earlier)
+-- ARGV[8+2p..7+2p+2q] q pairs: a message this replica matched earlier, to delete:
+--          field, the value it read (a message posted again since is kept)
 --
 -- A bucket gives back first (capped at its limit, as a refund), then leases
 -- what it has up to want (never below 0: the last units are leased too). A
@@ -140,7 +141,10 @@ for _ = 1, posts do
   a = a + 2
 end
 if posts > 0 then redis.call('PEXPIRE', mkey, ARGV[4]) end
-if deletes > 0 then redis.call('HDEL', mkey, unpack(ARGV, a, a + deletes - 1)) end
+for _ = 1, deletes do
+  if redis.call('HGET', mkey, ARGV[a]) == ARGV[a + 1] then redis.call('HDEL', mkey, ARGV[a]) end
+  a = a + 2
+end
 
 local out = {now, struct.pack(string.sub(D, 1, #grants + 1), unpack(grants))}
 if #grants == 0 then out[2] = '' end

@@ -76,8 +76,8 @@ struct Shares {
     by_key: HashMap<String, Share>,
     /// Messages to post: lease field, new expiry (0: settled).
     outbox: Vec<(String, f64)>,
-    /// Messages matched here, to delete.
-    matched: Vec<String>,
+    /// Messages matched here, to delete: field, value read.
+    matched: Vec<(String, Vec<u8>)>,
     /// When the last sync ran (µs).
     last_sync: f64,
 }

@@ -95,6 +95,12 @@ impl Need {
 #[derive(Clone, Debug)]
 struct Held {
     id: f64,
+    /// The bucket as last planned (a key's buckets come from the plans of
+    /// every model group: each sync asks for all of them).
+    spec: BucketSpec,
+    /// Refunds and surpluses to give back with the next sync: never spent
+    /// here, so the global key caps them at its limit, as one Redis does.
+    returns: f64,
     /// What may be spent (negative: an overage owed to the global key).
     amount: f64,
     /// When what is held goes back (µs).
@@ -133,6 +139,8 @@ struct Slots {
     inflight: HashMap<String, f64>,
     /// A reservation found none free since the last sync.
     wanted: bool,
+    /// When an ask last sent their count's expiry (µs).
+    sent_at: f64,
 }
 
 /// One global entry's share (the level's buckets, or a model group's slots).
@@ -160,6 +168,8 @@ pub struct Taken {
     amounts: Vec<Vec<f64>>,
     /// Per entry: the lease field of the slot taken, if any.
     slots: Vec<Option<String>>,
+    /// When it was taken (µs).
+    at: f64,
 }
 
 /// One bucket of a sync: what to lease, what to give back.
@@ -218,6 +228,8 @@ impl Share {
             None => {
                 self.held.push(Held {
                     id,
+                    spec: *b,
+                    returns: 0.0,
                     amount: 0.0,
                     until: now + HOLD_US,
                     window_end,
@@ -231,8 +243,11 @@ impl Share {
             }
         };
         let held = &mut self.held[i];
-        if held.window_end != window_end {
+        held.spec = *b;
+        // Only forward: a caller with an older instant changes nothing.
+        if window_end > held.window_end {
             held.amount = 0.0;
+            held.returns = 0.0;
             held.window_end = window_end;
         }
         held
@@ -350,6 +365,7 @@ pub fn take(
         grant,
         amounts: Vec::with_capacity(entries.len()),
         slots: Vec::with_capacity(entries.len()),
+        at: now,
     };
     for (lp, share) in entries.iter().zip(shares.iter_mut()) {
         let mut amounts = Vec::with_capacity(lp.buckets.len());
@@ -389,7 +405,13 @@ pub fn put_back(
         for (k, b) in lp.buckets.iter().enumerate() {
             let took = taken.amounts[i][k];
             let keep = kept.map_or(0.0, |c| b.cost(c) as f64);
-            share.held_mut(b, now).amount += took - keep;
+            // Taken in a window that has ended: that budget ended with it.
+            let same_window = b
+                .window
+                .is_none_or(|w| w.span.at(taken.at).1 == w.span.at(now).1);
+            if same_window {
+                share.held_mut(b, now).amount += took - keep;
+            }
         }
         if granted.is_none()
             && let Some(lease) = &taken.slots[i]
@@ -400,14 +422,19 @@ pub fn put_back(
     }
 }
 
-/// Moves the shares by a settlement's `deltas` (an overage taken from what is
-/// held, into debt if need be; a surplus or refund held here until returned).
+/// Moves the shares by a settlement's `deltas`: an overage is taken from
+/// what is held, into debt if need be; a surplus or refund goes back to the
+/// global key with the next sync (capped there at the limit, as on one
+/// Redis), never spent here.
 pub fn settle(entries: &[&LevelPlan], shares: &mut [&mut Share], deltas: Deltas, now: f64) {
     for (lp, share) in entries.iter().zip(shares.iter_mut()) {
         for b in &lp.buckets {
             let d = deltas.of(b.dimension);
-            if d != 0.0 {
-                share.held_mut(b, now).amount -= d;
+            let held = share.held_mut(b, now);
+            if d > 0.0 {
+                held.amount -= d;
+            } else if d < 0.0 {
+                held.returns -= d;
             }
         }
     }
@@ -514,9 +541,11 @@ impl Share {
     pub fn ask(&mut self, lp: &LevelPlan, now: f64, renew: bool) -> Option<EntryAsk> {
         let busy = now - self.used_at < HOLD_US;
         let mut any = false;
-        let mut buckets = Vec::with_capacity(lp.buckets.len());
-        for b in &lp.buckets {
-            let held = self.held_mut(b, now);
+        let mut buckets = Vec::with_capacity(self.held.len());
+        // Every bucket held, whichever model group's plan it came with.
+        for i in 0..self.held.len() {
+            let b = self.held[i].spec;
+            let held = self.held_mut(&b, now);
             let limit = b.limit as f64;
             // No history yet: the reservation that wanted is the average.
             let avg = if held.avg_cost > 0.0 {
@@ -544,18 +573,20 @@ impl Share {
             } else if held.amount > 2.0 * chunk {
                 give = held.amount - chunk;
             }
-            let left = held.amount - give.max(0.0);
+            // Given back (or owed) as of now: reservations meanwhile see it gone.
+            held.amount -= give;
+            let left = held.amount.max(0.0);
             // Topped up before it runs dry while in use.
             if held.wanted > 0.0 || (busy && left < chunk / 2.0) {
-                want = (chunk - left.max(0.0)).max(held.wanted - left.max(0.0));
+                want = (chunk - left).max(held.wanted - left);
             }
+            give += held.returns;
+            held.returns = 0.0;
             if want > 0.0 || give != 0.0 {
                 any = true;
             }
-            // Given back (or owed) as of now: reservations meanwhile see it gone.
-            held.amount -= give;
             buckets.push(BucketAsk {
-                spec: *b,
+                spec: b,
                 want: want.max(0.0).ceil(),
                 give,
             });
@@ -575,7 +606,13 @@ impl Share {
             }
             s.free -= give_slots;
             slots_until = s.until(now);
-            any |= want_slots > 0.0 || give_slots > 0.0 || (renew && s.leased > 0.0);
+            // The global key counts this replica's slots under an expiry:
+            // renewed at least every second while it holds any.
+            let due = s.leased > 0.0 && (renew || now - s.sent_at >= 1e6);
+            any |= want_slots > 0.0 || give_slots > 0.0 || due;
+            if any {
+                s.sent_at = now;
+            }
         }
         any.then_some(EntryAsk {
             buckets,
@@ -614,12 +651,15 @@ impl Share {
     /// replica's slots): for a status read. Serves `lp` from now on.
     pub fn observe(&mut self, lp: &LevelPlan, now: f64) -> EntryAsk {
         self.plan.get_or_insert_with(|| lp.clone());
+        for b in &lp.buckets {
+            self.held_mut(b, now);
+        }
         EntryAsk {
-            buckets: lp
-                .buckets
+            buckets: self
+                .held
                 .iter()
-                .map(|b| BucketAsk {
-                    spec: *b,
+                .map(|h| BucketAsk {
+                    spec: h.spec,
                     want: 0.0,
                     give: 0.0,
                 })
@@ -807,7 +847,7 @@ mod tests {
     }
 
     #[test]
-    fn an_overage_is_owed_and_a_refund_is_held() {
+    fn an_overage_is_owed_and_a_refund_goes_home_unspent() {
         let lp = global(1000, None);
         let mut share = Share::default();
         let deltas = Deltas {
@@ -818,13 +858,30 @@ mod tests {
             dspend: 0.0,
         };
         settle(&[&lp], &mut [&mut share], deltas, 0.0);
-        assert_eq!(share.held_of(&lp.buckets[0]), 1.0);
+        assert_eq!(share.held_of(&lp.buckets[0]), 0.0, "a refund is not spent here");
+        let ask = share.ask(&lp, 0.0, false).unwrap();
+        assert_eq!(ask.buckets[0].give, 1.0, "it goes to the global key, capped there");
         let owed = Deltas {
             dreq: 3.0,
             ..deltas
         };
         settle(&[&lp], &mut [&mut share], owed, 0.0);
         let ask = share.ask(&lp, 0.0, false).unwrap();
-        assert_eq!(ask.buckets[0].give, -2.0, "the debt goes to the global key");
+        assert_eq!(ask.buckets[0].give, -3.0, "the debt goes to the global key");
+    }
+
+    #[test]
+    fn held_slots_renew_their_count_every_second_while_steady() {
+        let lp = global(1000, Some(100));
+        let mut share = Share::default();
+        let (mut level, mut slots) = (1000.0, 100.0);
+        let _ = take(&[&lp], &mut [&mut share], &NEED, "#a", 60e6, 0.0);
+        answer(&mut share, &lp, &mut level, &mut slots, 0.0);
+        take(&[&lp], &mut [&mut share], &NEED, "#a", 60e6, 0.0).0.unwrap();
+        // Steady: slots in use, some free, buckets topped up: nothing to change.
+        share.ask(&lp, 1.0, false);
+        assert!(share.ask(&lp, 2.0, false).is_none_or(|a| a.want_slots == 0.0));
+        let ask = share.ask(&lp, 1.1e6, false).expect("the count is renewed");
+        assert!(ask.slots_until >= 60e6 + SLOT_GRACE_US, "past the longest lease");
     }
 }

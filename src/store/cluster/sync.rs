@@ -96,6 +96,8 @@ impl<C: Clock> Inner<C> {
         };
         super::GLOBAL_CALLS.fetch_add(1, Ordering::Relaxed);
         let result = self.tenants.lease_call(&call).await;
+        // The answer is taken in at its own instant (a window may have ended).
+        let now = self.now();
         let mut st = self.lock();
         st.last_sync = now;
         self.synced.fetch_add(1, Ordering::Release);
@@ -106,13 +108,13 @@ impl<C: Clock> Inner<C> {
                         share.apply(ask, grant, now);
                     }
                 }
-                for (field, exp) in reply.messages {
+                for (field, exp, value) in reply.messages {
                     let mut mine = false;
                     for share in st.by_key.values_mut() {
                         mine |= share::renew(share, &field, exp);
                     }
                     if mine {
-                        st.matched.push(field);
+                        st.matched.push((field, value));
                     }
                 }
                 Ok(true)

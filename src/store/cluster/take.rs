@@ -79,7 +79,7 @@ impl<C: Clock> Inner<C> {
         };
         let reply = match result {
             // It may have been taken: keep the global cost (never overspent).
-            Err(e @ StoreError::Unanswered(_)) => return Err(e),
+            Err(e @ (StoreError::Unanswered(_) | StoreError::Protocol(_))) => return Err(e),
             Err(e) => {
                 put_back(None);
                 return Err(e);
@@ -141,7 +141,7 @@ impl<C: Clock> Inner<C> {
             })
         };
         let reply = match result {
-            Err(e @ StoreError::Unanswered(_)) => return Err(e),
+            Err(e @ (StoreError::Unanswered(_) | StoreError::Protocol(_))) => return Err(e),
             Err(e) => {
                 uncharge();
                 return Err(e);

@@ -21,8 +21,9 @@ pub struct LeaseCall<'a> {
     pub replica: &'a str,
     /// Messages to post: lease field, new expiry (µs; 0: settled).
     pub posts: &'a [(String, f64)],
-    /// Message fields this replica matched, to delete.
-    pub deletes: &'a [String],
+    /// Messages this replica matched, to delete: field, and the value read
+    /// (a message posted again since is kept).
+    pub deletes: &'a [(String, Vec<u8>)],
     /// Read the messages.
     pub read: bool,
 }
@@ -34,8 +35,8 @@ pub struct LeaseReply {
     pub now: f64,
     /// One per ask.
     pub grants: Vec<EntryGrant>,
-    /// Every message: lease field, new expiry (µs; 0: settled).
-    pub messages: Vec<(String, f64)>,
+    /// Every message: lease field, new expiry (µs; 0: settled), its value.
+    pub messages: Vec<(String, f64, Vec<u8>)>,
 }
 
 impl RedisStore {
@@ -75,8 +76,8 @@ impl RedisStore {
         for (field, exp) in call.posts {
             inv.arg(field.as_str()).arg(exp.to_le_bytes().as_slice());
         }
-        for field in call.deletes {
-            inv.arg(field.as_str());
+        for (field, value) in call.deletes {
+            inv.arg(field.as_str()).arg(value.as_slice());
         }
         let reply = self.run(&inv).await?;
         decode_lease(call.asks, &reply)
@@ -141,7 +142,7 @@ fn decode_lease(asks: &[EntryAsk], reply: &[Value]) -> Result<LeaseReply, StoreE
         let exp = value
             .get(..8)
             .map_or(0.0, |b| f64::from_le_bytes(b.try_into().expect("8 bytes")));
-        messages.push((String::from_utf8_lossy(field).into_owned(), exp));
+        messages.push((String::from_utf8_lossy(field).into_owned(), exp, value.clone()));
         j += 2;
     }
     Ok(LeaseReply {
