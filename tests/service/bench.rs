@@ -105,3 +105,32 @@ async fn a_ceiling_run_compares_and_calibrates_redis() {
     assert!(c.shape.contains("3 levels"), "{}", c.shape);
     assert!(report.render().contains("service / ceiling throughput"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_on_a_redis_cluster_reports_each_master_and_the_global_key() {
+    let cluster = support::cluster::RedisCluster::start(false);
+    let nodes: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let spec = format!("redis-cluster://{}", nodes.join(","));
+    let a = args(&["--concurrency", "8", "--embedded", &spec]);
+    let report = ctxbudget::bench::run(a, "test".into())
+        .await
+        .expect("bench runs on a cluster");
+    let phase = &report.phases[0];
+    assert!(phase.reserve_per_sec > 0.0);
+    assert!(phase.overspend.is_empty(), "{:?}", phase.overspend);
+    let redis = phase.redis.as_ref().expect("the cluster's script CPU");
+    assert_eq!(redis.masters.len(), 3, "{redis:?}");
+    let shares: f64 = redis.masters.iter().map(|m| m.share).sum();
+    assert!((shares - 1.0).abs() < 1e-9, "{redis:?}");
+    let per_reservation = redis
+        .global_calls_per_reservation
+        .expect("global-key calls");
+    assert!(
+        per_reservation > 0.0 && per_reservation < 1.0,
+        "{per_reservation}"
+    );
+}

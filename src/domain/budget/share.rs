@@ -858,9 +858,16 @@ mod tests {
             dspend: 0.0,
         };
         settle(&[&lp], &mut [&mut share], deltas, 0.0);
-        assert_eq!(share.held_of(&lp.buckets[0]), 0.0, "a refund is not spent here");
+        assert_eq!(
+            share.held_of(&lp.buckets[0]),
+            0.0,
+            "a refund is not spent here"
+        );
         let ask = share.ask(&lp, 0.0, false).unwrap();
-        assert_eq!(ask.buckets[0].give, 1.0, "it goes to the global key, capped there");
+        assert_eq!(
+            ask.buckets[0].give, 1.0,
+            "it goes to the global key, capped there"
+        );
         let owed = Deltas {
             dreq: 3.0,
             ..deltas
@@ -877,11 +884,20 @@ mod tests {
         let (mut level, mut slots) = (1000.0, 100.0);
         let _ = take(&[&lp], &mut [&mut share], &NEED, "#a", 60e6, 0.0);
         answer(&mut share, &lp, &mut level, &mut slots, 0.0);
-        take(&[&lp], &mut [&mut share], &NEED, "#a", 60e6, 0.0).0.unwrap();
+        take(&[&lp], &mut [&mut share], &NEED, "#a", 60e6, 0.0)
+            .0
+            .unwrap();
         // Steady: slots in use, some free, buckets topped up: nothing to change.
         share.ask(&lp, 1.0, false);
-        assert!(share.ask(&lp, 2.0, false).is_none_or(|a| a.want_slots == 0.0));
+        assert!(
+            share
+                .ask(&lp, 2.0, false)
+                .is_none_or(|a| a.want_slots == 0.0)
+        );
         let ask = share.ask(&lp, 1.1e6, false).expect("the count is renewed");
-        assert!(ask.slots_until >= 60e6 + SLOT_GRACE_US, "past the longest lease");
+        assert!(
+            ask.slots_until >= 60e6 + SLOT_GRACE_US,
+            "past the longest lease"
+        );
     }
 }

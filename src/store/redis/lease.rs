@@ -142,7 +142,11 @@ fn decode_lease(asks: &[EntryAsk], reply: &[Value]) -> Result<LeaseReply, StoreE
         let exp = value
             .get(..8)
             .map_or(0.0, |b| f64::from_le_bytes(b.try_into().expect("8 bytes")));
-        messages.push((String::from_utf8_lossy(field).into_owned(), exp, value.clone()));
+        messages.push((
+            String::from_utf8_lossy(field).into_owned(),
+            exp,
+            value.clone(),
+        ));
         j += 2;
     }
     Ok(LeaseReply {
