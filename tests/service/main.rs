@@ -8,8 +8,9 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-/// Generates `memory::<test>` and `redis::<test>` for every behaviour named:
-/// each an `async fn <test>(Backend)` of the calling module, run on both stores.
+/// Generates `memory::<test>`, `redis::<test>` and `cluster::<test>` for
+/// every behaviour named: each an `async fn <test>(Backend)` of the calling
+/// module, run on every store (a local three-master Redis Cluster the last).
 macro_rules! both_stores {
     ($($name:ident),* $(,)?) => {
         mod memory {
@@ -25,6 +26,14 @@ macro_rules! both_stores {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name(super::Backend::Redis).await
+                }
+            )*
+        }
+        mod cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Cluster).await
                 }
             )*
         }

@@ -193,6 +193,8 @@ impl Drop for RedisServer {
 pub enum Backend {
     Memory,
     Redis,
+    /// A local three-master Redis Cluster.
+    Cluster,
 }
 
 /// A running service and a client to it.
@@ -200,6 +202,8 @@ pub struct Harness {
     pub addr: SocketAddr,
     pub client: BudgetServiceClient<Channel>,
     pub redis: Option<RedisServer>,
+    /// The cluster behind a [`Backend::Cluster`] service.
+    pub cluster: Option<cluster::RedisCluster>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -236,8 +240,23 @@ pub fn settings(toml: &str, redis_url: Option<String>) -> Settings {
 impl Harness {
     /// Starts a service over `backend` configured by `toml`.
     pub async fn start(backend: Backend, toml: &str) -> Self {
+        if let Backend::Cluster = backend {
+            let cluster = cluster::RedisCluster::start(false);
+            let file = FileConfig::built_in()
+                .overlay(FileConfig::parse(TEST_RESERVATIONS, "test defaults").unwrap())
+                .overlay(FileConfig::parse(toml, "test config").expect("test config parses"));
+            let settings = file
+                .settings(Flags {
+                    redis_cluster_nodes: cluster.urls(),
+                    ..Flags::default()
+                })
+                .expect("test config is valid");
+            let mut h = Self::start_with(settings, None).await;
+            h.cluster = Some(cluster);
+            return h;
+        }
         let redis = match backend {
-            Backend::Memory => None,
+            Backend::Memory | Backend::Cluster => None,
             Backend::Redis => Some(RedisServer::start()),
         };
         let settings = settings(toml, redis.as_ref().map(RedisServer::url));
@@ -261,6 +280,7 @@ impl Harness {
             addr,
             client,
             redis,
+            cluster: None,
             shutdown: Some(tx),
             task: Some(task),
         }
