@@ -310,7 +310,10 @@ pub fn take(
     // The output the global level can grant: as much as every bucket holds.
     let mut room = need.max_output;
     for (lp, share) in entries.iter().zip(shares.iter_mut()) {
-        share.plan = Some((*lp).clone());
+        // Cloned only when the plan changed: not per reservation.
+        if share.plan.as_ref() != Some(*lp) {
+            share.plan = Some((*lp).clone());
+        }
         share.used_at = now;
         let lapsed = share.reclaim(now);
         // As reserve counts them: a group's slots only where the level has
@@ -455,7 +458,10 @@ pub fn charge(
     let mut short = Vec::new();
     let mut i = 0;
     for (lp, share) in entries.iter().zip(shares.iter_mut()) {
-        share.plan = Some((*lp).clone());
+        // Cloned only when the plan changed: not per reservation.
+        if share.plan.as_ref() != Some(*lp) {
+            share.plan = Some((*lp).clone());
+        }
         share.used_at = now;
         for b in &lp.buckets {
             let c = cost(b);

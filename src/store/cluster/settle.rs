@@ -8,7 +8,7 @@ use super::split::Split;
 use crate::domain::Clock;
 use crate::domain::budget::share;
 use crate::domain::budget::{Deltas, Settle};
-use crate::domain::{LevelPlan, Readings, ReservationId};
+use crate::domain::{Level, LevelPlan, Readings, ReservationId};
 use crate::store::keys::lease_field;
 use crate::store::{RenewReply, Scope, SettleReply, Settled, Settlement, Store, StoreError};
 
@@ -18,19 +18,21 @@ impl<C: Clock> Inner<C> {
         s: Settlement<'_>,
         how: Settle,
     ) -> Result<SettleReply, StoreError> {
+        if s.levels.iter().all(|lp| lp.level != Level::Global) {
+            return match how {
+                Settle::Commit(usage) => self.tenants.commit(s, usage).await,
+                Settle::Refund => self.tenants.refund(s).await,
+            };
+        }
         let split = Split::of(s.levels);
-        let levels = split.tenant.clone();
         let inner = Settlement {
             id: s.id,
-            levels: &levels,
+            levels: &split.tenant,
         };
         let reply = match how {
             Settle::Commit(usage) => self.tenants.commit(inner, usage).await?,
             Settle::Refund => self.tenants.refund(inner).await?,
         };
-        if split.global.is_empty() {
-            return Ok(reply);
-        }
         if let SettleReply::Applied {
             settled,
             reserved_spend,
@@ -77,11 +79,13 @@ impl<C: Clock> Inner<C> {
         s: Settlement<'_>,
         ttl_ms: u64,
     ) -> Result<RenewReply, StoreError> {
+        if s.levels.iter().all(|lp| lp.level != Level::Global) {
+            return self.tenants.renew(s, ttl_ms).await;
+        }
         let split = Split::of(s.levels);
-        let levels = split.tenant.clone();
         let inner = Settlement {
             id: s.id,
-            levels: &levels,
+            levels: &split.tenant,
         };
         let reply = self.tenants.renew(inner, ttl_ms).await?;
         if let RenewReply::Renewed { expires_in_ms } = reply

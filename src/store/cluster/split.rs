@@ -36,11 +36,21 @@ impl<'a> Split<'a> {
         split
     }
 
-    /// The plan with only the tenant's entries.
-    pub fn tenant_plan(&self, plan: &ReservePlan) -> ReservePlan {
+    /// The plan with only the tenant's entries (moved out of the split).
+    pub fn tenant_plan(&mut self, plan: &ReservePlan) -> ReservePlan {
         ReservePlan {
-            levels: self.tenant.clone(),
-            ..plan.clone()
+            id: plan.id.clone(),
+            levels: std::mem::take(&mut self.tenant),
+            model_group: plan.model_group.clone(),
+            headroom: plan.headroom,
+            price: plan.price,
+            prompt_tokens: plan.prompt_tokens,
+            max_output_tokens: plan.max_output_tokens,
+            min_output_tokens: plan.min_output_tokens,
+            estimated_prompt_tokens: plan.estimated_prompt_tokens,
+            lease_ttl_ms: plan.lease_ttl_ms,
+            idempotency_key: plan.idempotency_key.clone(),
+            fingerprint: plan.fingerprint,
         }
     }
 

@@ -60,9 +60,8 @@ impl<C: Clock> Inner<C> {
             let renew = now - st.last_sync >= 1e6;
             let mut keys = Vec::new();
             let mut asks: Vec<EntryAsk> = Vec::new();
-            for (key, lp) in observe {
+            for (key, _) in observe {
                 st.by_key.entry(key.clone()).or_default();
-                let _ = lp;
             }
             for (key, share) in st.by_key.iter_mut() {
                 let observed = observe.iter().find(|(k, _)| k == key);

@@ -18,7 +18,7 @@ const MAX_TRIES: usize = 4;
 
 impl<C: Clock> Inner<C> {
     pub(super) async fn reserve(&self, plan: &ReservePlan) -> Result<ReserveReply, StoreError> {
-        let split = Split::of(&plan.levels);
+        let mut split = Split::of(&plan.levels);
         if split.global.is_empty() {
             return self.tenants.reserve(plan).await;
         }
@@ -95,7 +95,7 @@ impl<C: Clock> Inner<C> {
     }
 
     pub(super) async fn charge(&self, plan: &ChargePlan) -> Result<ChargeReply, StoreError> {
-        let split = Split::of(&plan.levels);
+        let mut split = Split::of(&plan.levels);
         if split.global.is_empty() {
             return self.tenants.charge(plan).await;
         }
@@ -130,8 +130,12 @@ impl<C: Clock> Inner<C> {
             }
         };
         let inner = ChargePlan {
-            levels: split.tenant.clone(),
-            ..plan.clone()
+            tenant: plan.tenant.clone(),
+            user: plan.user.clone(),
+            levels: std::mem::take(&mut split.tenant),
+            requests: plan.requests,
+            tokens: plan.tokens,
+            enforce: plan.enforce,
         };
         let result = self.tenants.charge(&inner).await;
         let now = self.now();

@@ -10,6 +10,7 @@
 //! breaker's probe.
 
 use super::RedisSettings;
+use super::endpoint::SharedConn;
 use super::errors::{Classify, pool_error};
 use crate::store::{Detail, StoreError};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -42,19 +43,18 @@ pub(super) enum Connections {
     Cluster(ClusterConnection),
 }
 
-/// One connection for one call.
+/// One connection for one call: a shared (multiplexed or cluster) one, or
+/// one checked out of the pool.
 pub(super) enum Conn {
-    Managed(ConnectionManager),
+    Shared(SharedConn),
     Pooled(deadpool_redis::Connection),
-    Cluster(ClusterConnection),
 }
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Conn::Managed(c) => c.req_packed_command(cmd),
+            Conn::Shared(c) => c.req_packed_command(cmd),
             Conn::Pooled(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -65,17 +65,15 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Conn::Managed(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Shared(c) => c.req_packed_commands(cmd, offset, count),
             Conn::Pooled(c) => c.req_packed_commands(cmd, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            Conn::Managed(c) => c.get_db(),
+            Conn::Shared(c) => c.get_db(),
             Conn::Pooled(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
         }
     }
 }
@@ -138,10 +136,10 @@ impl Connections {
     /// The next connection, round robin (or one checked out of the pool).
     pub(super) async fn next(&self) -> Result<Conn, RedisError> {
         match self {
-            Connections::Cluster(c) => Ok(Conn::Cluster(c.clone())),
+            Connections::Cluster(c) => Ok(Conn::Shared(SharedConn::Cluster(c.clone()))),
             Connections::Multiplexed { conns, next } => {
                 let i = next.fetch_add(1, Ordering::Relaxed) % conns.len();
-                Ok(Conn::Managed(conns[i].clone()))
+                Ok(Conn::Shared(SharedConn::Single(conns[i].clone())))
             }
             Connections::Deadpool(pool) => Ok(Conn::Pooled(pool.get().await.map_err(pool_error)?)),
         }
@@ -151,8 +149,10 @@ impl Connections {
     /// start-up checks.
     pub(super) async fn first(&self) -> Result<Conn, RedisError> {
         match self {
-            Connections::Cluster(c) => Ok(Conn::Cluster(c.clone())),
-            Connections::Multiplexed { conns, .. } => Ok(Conn::Managed(conns[0].clone())),
+            Connections::Cluster(c) => Ok(Conn::Shared(SharedConn::Cluster(c.clone()))),
+            Connections::Multiplexed { conns, .. } => {
+                Ok(Conn::Shared(SharedConn::Single(conns[0].clone())))
+            }
             Connections::Deadpool(pool) => Ok(Conn::Pooled(pool.get().await.map_err(pool_error)?)),
         }
     }
