@@ -7,7 +7,7 @@ use crate::domain::{
     is_tier_name,
 };
 use crate::engine::{
-    EstimatorView, LevelLeases, Outcome, PromptInput, ReserveInput, ReserveOutcome, StatusOutcome,
+    Completion, EstimatorView, LevelLeases, Outcome, PromptInput, ReserveInput, ReserveOutcome, StatusOutcome,
 };
 use crate::estimator::{ChatMessage, Prompt};
 use crate::pb;
@@ -241,6 +241,23 @@ fn limit_status(s: &LimitState) -> pb::LimitStatus {
     }
 }
 
+/// A Commit's completion: the upstream's count, or the text to count when the
+/// upstream reported none. Both at once is ambiguous, so it is refused.
+pub fn completion(tokens: u64, text: String) -> Result<Completion, InvalidInput> {
+    match (tokens, text.is_empty()) {
+        (n, true) => Ok(Completion::Tokens(check_tokens("completion_tokens", n)?)),
+        (0, false) => Ok(Completion::Text(text)),
+        (n, false) => Err(InvalidInput::new(
+            "completion_text",
+            format!(
+                "sent with completion_tokens {n}: send the upstream's count in completion_tokens, \
+                 or the delivered text in completion_text when the upstream reported no usage, \
+                 not both"
+            ),
+        )),
+    }
+}
+
 /// The proto outcome.
 pub fn outcome(o: Outcome) -> pb::Outcome {
     match o {
@@ -258,6 +275,7 @@ fn reason(r: Reason) -> pb::Reason {
         Reason::ContextTooLarge => pb::Reason::ContextTooLarge,
         Reason::RequestTooLarge => pb::Reason::RequestTooLarge,
         Reason::BudgetExceeded => pb::Reason::BudgetExceeded,
+        Reason::Blocked => pb::Reason::Blocked,
     }
 }
 

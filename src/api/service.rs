@@ -121,7 +121,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
             let c = Box::pin(self.engine.commit(
                 &r.reservation_id,
                 r.prompt_tokens,
-                r.completion_tokens,
+                convert::completion(r.completion_tokens, r.completion_text)?,
                 r.cached_prompt_tokens,
             ))
             .await?;
@@ -132,6 +132,7 @@ impl<S: Store> BudgetService for BudgetApi<S> {
                 estimation_ratio: c.estimation_ratio,
                 estimation_error_tokens: c.estimation_error_tokens,
                 cost_micros: c.cost_micros,
+                completion_tokens: c.completion_tokens,
             })
         })
         .await

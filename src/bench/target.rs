@@ -4,7 +4,7 @@
 
 use super::workload::Item;
 use crate::domain::{Reason, TenantId, UserId};
-use crate::engine::{Engine, EngineError, PromptInput, ReserveInput};
+use crate::engine::{Completion, Engine, EngineError, PromptInput, ReserveInput};
 use crate::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use crate::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use crate::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -77,6 +77,7 @@ fn pb_reason_name(r: pb::Reason) -> &'static str {
         pb::Reason::ContextTooLarge => Reason::ContextTooLarge.as_str(),
         pb::Reason::RequestTooLarge => Reason::RequestTooLarge.as_str(),
         pb::Reason::BudgetExceeded => Reason::BudgetExceeded.as_str(),
+        pb::Reason::Blocked => Reason::Blocked.as_str(),
     }
 }
 
@@ -191,17 +192,18 @@ impl Target {
                     prompt_tokens: prompt,
                     completion_tokens: completion,
                     cached_prompt_tokens: 0,
+                    completion_text: String::new(),
                 })
                 .await
                 .map(drop)
                 .map_err(status_error),
             Target::Memory(e) => e
-                .commit(id, prompt, completion, 0)
+                .commit(id, prompt, Completion::Tokens(completion), 0)
                 .await
                 .map(drop)
                 .map_err(engine_error),
             Target::Redis(e) => e
-                .commit(id, prompt, completion, 0)
+                .commit(id, prompt, Completion::Tokens(completion), 0)
                 .await
                 .map(drop)
                 .map_err(engine_error),

@@ -25,6 +25,8 @@ pub enum Reason {
     RequestTooLarge,
     /// A spend limit lacks room for the request's worst-case cost.
     BudgetExceeded,
+    /// An operator blocked the tenant or the user.
+    Blocked,
 }
 
 impl Reason {
@@ -37,6 +39,7 @@ impl Reason {
             Reason::ContextTooLarge => "context_too_large",
             Reason::RequestTooLarge => "request_too_large",
             Reason::BudgetExceeded => "budget_exceeded",
+            Reason::Blocked => "blocked",
         }
     }
 }

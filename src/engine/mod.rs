@@ -23,7 +23,7 @@ mod status;
 pub use breaker::{Breaker, BreakerSettings, BreakerState};
 pub use charge::{ChargeInput, ChargeOutcome};
 pub use reserve::{PromptInput, ReserveInput, ReserveOutcome};
-pub use settle::{CommitOutcome, Outcome};
+pub use settle::{CommitOutcome, Completion, Outcome};
 pub use status::{EstimatorView, LevelLeases, StatusOutcome};
 
 use crate::config::FailurePolicy;

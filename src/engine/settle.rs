@@ -4,7 +4,9 @@ use super::shadow::ShadowSettle;
 use super::{Engine, EngineError};
 use crate::domain::budget::Usage;
 use crate::domain::plan::{self, LevelPlan};
+use crate::domain::tier::MAX_COUNT;
 use crate::domain::{InvalidInput, ReservationId};
+use crate::estimator::Prompt;
 use crate::store::{RenewReply, SettleReply, Settled, Settlement, Store};
 use crate::telemetry;
 
@@ -19,6 +21,15 @@ pub enum Outcome {
     Expired,
 }
 
+/// The completion a Commit reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// The upstream's own count.
+    Tokens(u64),
+    /// The text delivered, for the service to count (a stream without usage).
+    Text(String),
+}
+
 /// The answer to Commit.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CommitOutcome {
@@ -26,6 +37,8 @@ pub struct CommitOutcome {
     pub outcome: Outcome,
     /// Actual minus reserved tokens.
     pub token_delta: i64,
+    /// The completion tokens charged: as sent, or counted from the text.
+    pub completion_tokens: u64,
     /// Actual ÷ estimated prompt tokens when the service counted the prompt.
     pub estimation_ratio: f64,
     /// Actual minus estimated prompt tokens when the service counted it.
@@ -58,7 +71,7 @@ impl<S: Store> Engine<S> {
         self.local_levels(&levels)
     }
 
-    /// Commit: `prompt_tokens` + `completion_tokens` used, of which
+    /// Commit: `prompt_tokens` + the completion used, of which
     /// `cached_prompt_tokens` were read from the provider's prompt cache (left
     /// out of input-token limits where the model group says cached input does
     /// not count).
@@ -66,12 +79,15 @@ impl<S: Store> Engine<S> {
         &self,
         reservation_id: &str,
         prompt_tokens: u64,
-        completion_tokens: u64,
+        completion: Completion,
         cached_prompt_tokens: u64,
     ) -> Result<CommitOutcome, EngineError> {
         let id = ReservationId::parse(reservation_id)?;
         let prompt = plan::check_tokens("prompt_tokens", prompt_tokens)?;
-        let completion = plan::check_tokens("completion_tokens", completion_tokens)?;
+        let completion = match completion {
+            Completion::Tokens(n) => plan::check_tokens("completion_tokens", n)?,
+            Completion::Text(text) => self.count_completion(&id, text).await?,
+        };
         if cached_prompt_tokens > prompt {
             return Err(InvalidInput::new(
                 "cached_prompt_tokens",
@@ -96,6 +112,7 @@ impl<S: Store> Engine<S> {
         let mut out = CommitOutcome {
             outcome: Outcome::Applied,
             token_delta: 0,
+            completion_tokens: completion,
             estimation_ratio: 0.0,
             estimation_error_tokens: 0,
             cost_micros: 0,
@@ -130,6 +147,22 @@ impl<S: Store> Engine<S> {
             SettleReply::NotFound => return Err(not_found(reservation_id, id.local)),
         }
         Ok(out)
+    }
+
+    /// Counts a completion's text with the tokenizer the reservation's prompt
+    /// was counted with (its estimator key names the model or its family; a
+    /// caller-counted prompt falls back to the default encoding), exactly as a
+    /// prompt would be, stopping above the largest token count accepted.
+    async fn count_completion(
+        &self,
+        id: &ReservationId,
+        text: String,
+    ) -> Result<u64, EngineError> {
+        let (count, _) = self
+            .counter
+            .count(&id.estimator, Prompt::Text(text), MAX_COUNT)
+            .await;
+        Ok(plan::check_tokens("completion_text", count.tokens)?)
     }
 
     /// The usage as the reservation's buckets count it: cached prompt tokens

@@ -96,6 +96,7 @@ async fn usage_and_reconcile_read_exactly_what_the_service_charged() {
                 prompt_tokens: prompt,
                 completion_tokens: completion,
                 cached_prompt_tokens: cached,
+                ..Default::default()
             })
             .await
             .unwrap()

@@ -111,6 +111,7 @@ async fn commit(c: &mut Client, id: &str, prompt: u64, completion: u64, cached: 
         prompt_tokens: prompt,
         completion_tokens: completion,
         cached_prompt_tokens: cached,
+        ..Default::default()
     })
     .await
     .expect("commit");
@@ -218,6 +219,7 @@ async fn cached_prompt_tokens_leave_the_input_count_only_where_configured(backen
             prompt_tokens: 10,
             completion_tokens: 1,
             cached_prompt_tokens: 11,
+            ..Default::default()
         })
         .await
         .unwrap_err();

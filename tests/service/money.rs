@@ -61,6 +61,7 @@ async fn commit(c: &mut Client, id: &str, prompt: u64, cached: u64, completion: 
             prompt_tokens: prompt,
             completion_tokens: completion,
             cached_prompt_tokens: cached,
+            ..Default::default()
         })
         .await
         .expect("commit")
