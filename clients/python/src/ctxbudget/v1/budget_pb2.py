@@ -24,23 +24,23 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63txbudget/v1/budget.proto\x12\x0c\x63txbudget.v1\"6\n\x07Message\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\"\x83\x03\n\x16\x43heckAndReserveRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x0c\n\x04tier\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12\x1a\n\rprompt_tokens\x18\x05 \x01(\x04H\x00\x88\x01\x01\x12\x19\n\x11max_output_tokens\x18\x06 \x01(\x04\x12\x17\n\x0fidempotency_key\x18\x07 \x01(\t\x12\x19\n\x0clease_ttl_ms\x18\x08 \x01(\x04H\x01\x88\x01\x01\x12\'\n\x08messages\x18\t \x03(\x0b\x32\x15.ctxbudget.v1.Message\x12\x0e\n\x06prompt\x18\n \x01(\t\x12\x1c\n\x14\x61llow_reduced_output\x18\x0b \x01(\x08\x12\x19\n\x11min_output_tokens\x18\x0c \x01(\x04\x12(\n\x08priority\x18\r \x01(\x0e\x32\x16.ctxbudget.v1.PriorityB\x10\n\x0e_prompt_tokensB\x0f\n\r_lease_ttl_ms\"\xe6\x01\n\x0bLimitStatus\x12\"\n\x05level\x18\x01 \x01(\x0e\x32\x13.ctxbudget.v1.Level\x12*\n\tdimension\x18\x02 \x01(\x0e\x32\x17.ctxbudget.v1.Dimension\x12\x16\n\x0eperiod_seconds\x18\x03 \x01(\x04\x12\r\n\x05limit\x18\x04 \x01(\x04\x12\x11\n\tremaining\x18\x05 \x01(\x03\x12\x16\n\x0ereset_after_ms\x18\x06 \x01(\x04\x12\x13\n\x0bmodel_group\x18\x07 \x01(\t\x12\x0e\n\x06window\x18\x08 \x01(\t\x12\x10\n\x08timezone\x18\t \x01(\t\"\xc2\x05\n\x17\x43heckAndReserveResponse\x12\x0f\n\x07\x61llowed\x18\x01 \x01(\x08\x12\x16\n\x0ereservation_id\x18\x02 \x01(\t\x12$\n\x06reason\x18\x03 \x01(\x0e\x32\x14.ctxbudget.v1.Reason\x12+\n\x0elimiting_level\x18\x04 \x01(\x0e\x32\x13.ctxbudget.v1.Level\x12\x16\n\x0eretry_after_ms\x18\x05 \x01(\x04\x12\x17\n\x0freserved_tokens\x18\x06 \x01(\x04\x12)\n\x06limits\x18\x07 \x03(\x0b\x32\x19.ctxbudget.v1.LimitStatus\x12\x0e\n\x06\x64\x65tail\x18\x08 \x01(\t\x12\x33\n\x12limiting_dimension\x18\t \x01(\x0e\x32\x17.ctxbudget.v1.Dimension\x12\x1f\n\x17limiting_period_seconds\x18\n \x01(\x04\x12\x1b\n\x13lease_expires_in_ms\x18\x0b \x01(\x04\x12\x10\n\x08replayed\x18\x0c \x01(\x08\x12\x19\n\x11max_output_tokens\x18\r \x01(\x04\x12\x1f\n\x17\x65stimated_prompt_tokens\x18\x0e \x01(\x04\x12\x1c\n\x14\x65stimator_multiplier\x18\x0f \x01(\x01\x12!\n\x19granted_max_output_tokens\x18\x10 \x01(\x04\x12\x15\n\rshadow_denied\x18\x11 \x01(\x08\x12+\n\rshadow_reason\x18\x12 \x01(\x0e\x32\x14.ctxbudget.v1.Reason\x12\x32\n\x15shadow_limiting_level\x18\x13 \x01(\x0e\x32\x13.ctxbudget.v1.Level\x12\x15\n\rshadow_detail\x18\x14 \x01(\t\x12\x10\n\x08\x64\x65graded\x18\x15 \x01(\x08\x12\x1c\n\x14limiting_model_group\x18\x16 \x01(\t\"w\n\rCommitRequest\x12\x16\n\x0ereservation_id\x18\x01 \x01(\t\x12\x15\n\rprompt_tokens\x18\x02 \x01(\x04\x12\x19\n\x11\x63ompletion_tokens\x18\x03 \x01(\x04\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x04 \x01(\x04\"\x9d\x01\n\x0e\x43ommitResponse\x12&\n\x07outcome\x18\x01 \x01(\x0e\x32\x15.ctxbudget.v1.Outcome\x12\x13\n\x0btoken_delta\x18\x02 \x01(\x03\x12\x18\n\x10\x65stimation_ratio\x18\x03 \x01(\x01\x12\x1f\n\x17\x65stimation_error_tokens\x18\x04 \x01(\x03\x12\x13\n\x0b\x63ost_micros\x18\x05 \x01(\x04\"\'\n\rRefundRequest\x12\x16\n\x0ereservation_id\x18\x01 \x01(\t\"f\n\x0eRefundResponse\x12&\n\x07outcome\x18\x01 \x01(\x0e\x32\x15.ctxbudget.v1.Outcome\x12\x17\n\x0frefunded_tokens\x18\x02 \x01(\x04\x12\x13\n\x0b\x63ost_micros\x18\x03 \x01(\x04\"W\n\x11RenewLeaseRequest\x12\x16\n\x0ereservation_id\x18\x01 \x01(\t\x12\x19\n\x0clease_ttl_ms\x18\x02 \x01(\x04H\x00\x88\x01\x01\x42\x0f\n\r_lease_ttl_ms\"S\n\x12RenewLeaseResponse\x12&\n\x07outcome\x18\x01 \x01(\x0e\x32\x15.ctxbudget.v1.Outcome\x12\x15\n\rexpires_in_ms\x18\x02 \x01(\x04\"S\n\x10GetStatusRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x0c\n\x04tier\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\"e\n\x0bLevelLeases\x12\"\n\x05level\x18\x01 \x01(\x0e\x32\x13.ctxbudget.v1.Level\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\x04\x12\r\n\x05limit\x18\x03 \x01(\x04\x12\x13\n\x0bmodel_group\x18\x04 \x01(\t\"{\n\x11GetStatusResponse\x12)\n\x06limits\x18\x01 \x03(\x0b\x32\x19.ctxbudget.v1.LimitStatus\x12)\n\x06leases\x18\x02 \x03(\x0b\x32\x19.ctxbudget.v1.LevelLeases\x12\x10\n\x08\x64\x65graded\x18\x03 \x01(\x08\"$\n\x13GetEstimatorRequest\x12\r\n\x05model\x18\x01 \x01(\t\"o\n\x0e\x45stimatorState\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x12\n\nmultiplier\x18\x02 \x01(\x01\x12\x0f\n\x07samples\x18\x03 \x01(\x04\x12\x11\n\tp95_ratio\x18\x04 \x01(\x01\x12\x18\n\x10refreshed_ms_ago\x18\x05 \x01(\x04\"B\n\x14GetEstimatorResponse\x12*\n\x04keys\x18\x01 \x03(\x0b\x32\x1c.ctxbudget.v1.EstimatorState*\xcb\x01\n\x06Reason\x12\x16\n\x12REASON_UNSPECIFIED\x10\x00\x12\x17\n\x13REASON_RPM_EXCEEDED\x10\x01\x12\x17\n\x13REASON_TPM_EXCEEDED\x10\x02\x12\x1f\n\x1bREASON_CONCURRENCY_EXCEEDED\x10\x03\x12\x1c\n\x18REASON_CONTEXT_TOO_LARGE\x10\x04\x12\x1c\n\x18REASON_REQUEST_TOO_LARGE\x10\x05\x12\x1a\n\x16REASON_BUDGET_EXCEEDED\x10\x06*R\n\x05Level\x12\x15\n\x11LEVEL_UNSPECIFIED\x10\x00\x12\x10\n\x0cLEVEL_GLOBAL\x10\x01\x12\x10\n\x0cLEVEL_TENANT\x10\x02\x12\x0e\n\nLEVEL_USER\x10\x03*\xbd\x01\n\tDimension\x12\x19\n\x15\x44IMENSION_UNSPECIFIED\x10\x00\x12\x16\n\x12\x44IMENSION_REQUESTS\x10\x01\x12\x14\n\x10\x44IMENSION_TOKENS\x10\x02\x12\x19\n\x15\x44IMENSION_CONCURRENCY\x10\x03\x12\x1a\n\x16\x44IMENSION_INPUT_TOKENS\x10\x04\x12\x1b\n\x17\x44IMENSION_OUTPUT_TOKENS\x10\x05\x12\x13\n\x0f\x44IMENSION_SPEND\x10\x06*d\n\x08Priority\x12\x18\n\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x15\n\x11PRIORITY_CRITICAL\x10\x01\x12\x13\n\x0fPRIORITY_NORMAL\x10\x02\x12\x12\n\x0ePRIORITY_BATCH\x10\x03*i\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x13\n\x0fOUTCOME_APPLIED\x10\x01\x12\x1b\n\x17OUTCOME_ALREADY_SETTLED\x10\x02\x12\x13\n\x0fOUTCOME_EXPIRED\x10\x03\x32\xef\x03\n\rBudgetService\x12^\n\x0f\x43heckAndReserve\x12$.ctxbudget.v1.CheckAndReserveRequest\x1a%.ctxbudget.v1.CheckAndReserveResponse\x12\x43\n\x06\x43ommit\x12\x1b.ctxbudget.v1.CommitRequest\x1a\x1c.ctxbudget.v1.CommitResponse\x12\x43\n\x06Refund\x12\x1b.ctxbudget.v1.RefundRequest\x1a\x1c.ctxbudget.v1.RefundResponse\x12O\n\nRenewLease\x12\x1f.ctxbudget.v1.RenewLeaseRequest\x1a .ctxbudget.v1.RenewLeaseResponse\x12L\n\tGetStatus\x12\x1e.ctxbudget.v1.GetStatusRequest\x1a\x1f.ctxbudget.v1.GetStatusResponse\x12U\n\x0cGetEstimator\x12!.ctxbudget.v1.GetEstimatorRequest\x1a\".ctxbudget.v1.GetEstimatorResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63txbudget/v1/budget.proto\x12\x0c\x63txbudget.v1\"6\n\x07Message\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\"\x83\x03\n\x16\x43heckAndReserveRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x0c\n\x04tier\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12\x1a\n\rprompt_tokens\x18\x05 \x01(\x04H\x00\x88\x01\x01\x12\x19\n\x11max_output_tokens\x18\x06 \x01(\x04\x12\x17\n\x0fidempotency_key\x18\x07 \x01(\t\x12\x19\n\x0clease_ttl_ms\x18\x08 \x01(\x04H\x01\x88\x01\x01\x12\'\n\x08messages\x18\t \x03(\x0b\x32\x15.ctxbudget.v1.Message\x12\x0e\n\x06prompt\x18\n \x01(\t\x12\x1c\n\x14\x61llow_reduced_output\x18\x0b \x01(\x08\x12\x19\n\x11min_output_tokens\x18\x0c \x01(\x04\x12(\n\x08priority\x18\r \x01(\x0e\x32\x16.ctxbudget.v1.PriorityB\x10\n\x0e_prompt_tokensB\x0f\n\r_lease_ttl_ms\"\xe6\x01\n\x0bLimitStatus\x12\"\n\x05level\x18\x01 \x01(\x0e\x32\x13.ctxbudget.v1.Level\x12*\n\tdimension\x18\x02 \x01(\x0e\x32\x17.ctxbudget.v1.Dimension\x12\x16\n\x0eperiod_seconds\x18\x03 \x01(\x04\x12\r\n\x05limit\x18\x04 \x01(\x04\x12\x11\n\tremaining\x18\x05 \x01(\x03\x12\x16\n\x0ereset_after_ms\x18\x06 \x01(\x04\x12\x13\n\x0bmodel_group\x18\x07 \x01(\t\x12\x0e\n\x06window\x18\x08 \x01(\t\x12\x10\n\x08timezone\x18\t \x01(\t\"\xc2\x05\n\x17\x43heckAndReserveResponse\x12\x0f\n\x07\x61llowed\x18\x01 \x01(\x08\x12\x16\n\x0ereservation_id\x18\x02 \x01(\t\x12$\n\x06reason\x18\x03 \x01(\x0e\x32\x14.ctxbudget.v1.Reason\x12+\n\x0elimiting_level\x18\x04 \x01(\x0e\x32\x13.ctxbudget.v1.Level\x12\x16\n\x0eretry_after_ms\x18\x05 \x01(\x04\x12\x17\n\x0freserved_tokens\x18\x06 \x01(\x04\x12)\n\x06limits\x18\x07 \x03(\x0b\x32\x19.ctxbudget.v1.LimitStatus\x12\x0e\n\x06\x64\x65tail\x18\x08 \x01(\t\x12\x33\n\x12limiting_dimension\x18\t \x01(\x0e\x32\x17.ctxbudget.v1.Dimension\x12\x1f\n\x17limiting_period_seconds\x18\n \x01(\x04\x12\x1b\n\x13lease_expires_in_ms\x18\x0b \x01(\x04\x12\x10\n\x08replayed\x18\x0c \x01(\x08\x12\x19\n\x11max_output_tokens\x18\r \x01(\x04\x12\x1f\n\x17\x65stimated_prompt_tokens\x18\x0e \x01(\x04\x12\x1c\n\x14\x65stimator_multiplier\x18\x0f \x01(\x01\x12!\n\x19granted_max_output_tokens\x18\x10 \x01(\x04\x12\x15\n\rshadow_denied\x18\x11 \x01(\x08\x12+\n\rshadow_reason\x18\x12 \x01(\x0e\x32\x14.ctxbudget.v1.Reason\x12\x32\n\x15shadow_limiting_level\x18\x13 \x01(\x0e\x32\x13.ctxbudget.v1.Level\x12\x15\n\rshadow_detail\x18\x14 \x01(\t\x12\x10\n\x08\x64\x65graded\x18\x15 \x01(\x08\x12\x1c\n\x14limiting_model_group\x18\x16 \x01(\t\"\x90\x01\n\rCommitRequest\x12\x16\n\x0ereservation_id\x18\x01 \x01(\t\x12\x15\n\rprompt_tokens\x18\x02 \x01(\x04\x12\x19\n\x11\x63ompletion_tokens\x18\x03 \x01(\x04\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x04 \x01(\x04\x12\x17\n\x0f\x63ompletion_text\x18\x05 \x01(\t\"\xb8\x01\n\x0e\x43ommitResponse\x12&\n\x07outcome\x18\x01 \x01(\x0e\x32\x15.ctxbudget.v1.Outcome\x12\x13\n\x0btoken_delta\x18\x02 \x01(\x03\x12\x18\n\x10\x65stimation_ratio\x18\x03 \x01(\x01\x12\x1f\n\x17\x65stimation_error_tokens\x18\x04 \x01(\x03\x12\x13\n\x0b\x63ost_micros\x18\x05 \x01(\x04\x12\x19\n\x11\x63ompletion_tokens\x18\x06 \x01(\x04\"\'\n\rRefundRequest\x12\x16\n\x0ereservation_id\x18\x01 \x01(\t\"f\n\x0eRefundResponse\x12&\n\x07outcome\x18\x01 \x01(\x0e\x32\x15.ctxbudget.v1.Outcome\x12\x17\n\x0frefunded_tokens\x18\x02 \x01(\x04\x12\x13\n\x0b\x63ost_micros\x18\x03 \x01(\x04\"W\n\x11RenewLeaseRequest\x12\x16\n\x0ereservation_id\x18\x01 \x01(\t\x12\x19\n\x0clease_ttl_ms\x18\x02 \x01(\x04H\x00\x88\x01\x01\x42\x0f\n\r_lease_ttl_ms\"S\n\x12RenewLeaseResponse\x12&\n\x07outcome\x18\x01 \x01(\x0e\x32\x15.ctxbudget.v1.Outcome\x12\x15\n\rexpires_in_ms\x18\x02 \x01(\x04\"S\n\x10GetStatusRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x0c\n\x04tier\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\"e\n\x0bLevelLeases\x12\"\n\x05level\x18\x01 \x01(\x0e\x32\x13.ctxbudget.v1.Level\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\x04\x12\r\n\x05limit\x18\x03 \x01(\x04\x12\x13\n\x0bmodel_group\x18\x04 \x01(\t\"{\n\x11GetStatusResponse\x12)\n\x06limits\x18\x01 \x03(\x0b\x32\x19.ctxbudget.v1.LimitStatus\x12)\n\x06leases\x18\x02 \x03(\x0b\x32\x19.ctxbudget.v1.LevelLeases\x12\x10\n\x08\x64\x65graded\x18\x03 \x01(\x08\"$\n\x13GetEstimatorRequest\x12\r\n\x05model\x18\x01 \x01(\t\"o\n\x0e\x45stimatorState\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x12\n\nmultiplier\x18\x02 \x01(\x01\x12\x0f\n\x07samples\x18\x03 \x01(\x04\x12\x11\n\tp95_ratio\x18\x04 \x01(\x01\x12\x18\n\x10refreshed_ms_ago\x18\x05 \x01(\x04\"B\n\x14GetEstimatorResponse\x12*\n\x04keys\x18\x01 \x03(\x0b\x32\x1c.ctxbudget.v1.EstimatorState*\xdf\x01\n\x06Reason\x12\x16\n\x12REASON_UNSPECIFIED\x10\x00\x12\x17\n\x13REASON_RPM_EXCEEDED\x10\x01\x12\x17\n\x13REASON_TPM_EXCEEDED\x10\x02\x12\x1f\n\x1bREASON_CONCURRENCY_EXCEEDED\x10\x03\x12\x1c\n\x18REASON_CONTEXT_TOO_LARGE\x10\x04\x12\x1c\n\x18REASON_REQUEST_TOO_LARGE\x10\x05\x12\x1a\n\x16REASON_BUDGET_EXCEEDED\x10\x06\x12\x12\n\x0eREASON_BLOCKED\x10\x07*R\n\x05Level\x12\x15\n\x11LEVEL_UNSPECIFIED\x10\x00\x12\x10\n\x0cLEVEL_GLOBAL\x10\x01\x12\x10\n\x0cLEVEL_TENANT\x10\x02\x12\x0e\n\nLEVEL_USER\x10\x03*\xbd\x01\n\tDimension\x12\x19\n\x15\x44IMENSION_UNSPECIFIED\x10\x00\x12\x16\n\x12\x44IMENSION_REQUESTS\x10\x01\x12\x14\n\x10\x44IMENSION_TOKENS\x10\x02\x12\x19\n\x15\x44IMENSION_CONCURRENCY\x10\x03\x12\x1a\n\x16\x44IMENSION_INPUT_TOKENS\x10\x04\x12\x1b\n\x17\x44IMENSION_OUTPUT_TOKENS\x10\x05\x12\x13\n\x0f\x44IMENSION_SPEND\x10\x06*d\n\x08Priority\x12\x18\n\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x15\n\x11PRIORITY_CRITICAL\x10\x01\x12\x13\n\x0fPRIORITY_NORMAL\x10\x02\x12\x12\n\x0ePRIORITY_BATCH\x10\x03*i\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x13\n\x0fOUTCOME_APPLIED\x10\x01\x12\x1b\n\x17OUTCOME_ALREADY_SETTLED\x10\x02\x12\x13\n\x0fOUTCOME_EXPIRED\x10\x03\x32\xef\x03\n\rBudgetService\x12^\n\x0f\x43heckAndReserve\x12$.ctxbudget.v1.CheckAndReserveRequest\x1a%.ctxbudget.v1.CheckAndReserveResponse\x12\x43\n\x06\x43ommit\x12\x1b.ctxbudget.v1.CommitRequest\x1a\x1c.ctxbudget.v1.CommitResponse\x12\x43\n\x06Refund\x12\x1b.ctxbudget.v1.RefundRequest\x1a\x1c.ctxbudget.v1.RefundResponse\x12O\n\nRenewLease\x12\x1f.ctxbudget.v1.RenewLeaseRequest\x1a .ctxbudget.v1.RenewLeaseResponse\x12L\n\tGetStatus\x12\x1e.ctxbudget.v1.GetStatusRequest\x1a\x1f.ctxbudget.v1.GetStatusResponse\x12U\n\x0cGetEstimator\x12!.ctxbudget.v1.GetEstimatorRequest\x1a\".ctxbudget.v1.GetEstimatorResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ctxbudget.v1.budget_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REASON']._serialized_start=2564
-  _globals['_REASON']._serialized_end=2767
-  _globals['_LEVEL']._serialized_start=2769
-  _globals['_LEVEL']._serialized_end=2851
-  _globals['_DIMENSION']._serialized_start=2854
-  _globals['_DIMENSION']._serialized_end=3043
-  _globals['_PRIORITY']._serialized_start=3045
-  _globals['_PRIORITY']._serialized_end=3145
-  _globals['_OUTCOME']._serialized_start=3147
-  _globals['_OUTCOME']._serialized_end=3252
+  _globals['_REASON']._serialized_start=2617
+  _globals['_REASON']._serialized_end=2840
+  _globals['_LEVEL']._serialized_start=2842
+  _globals['_LEVEL']._serialized_end=2924
+  _globals['_DIMENSION']._serialized_start=2927
+  _globals['_DIMENSION']._serialized_end=3116
+  _globals['_PRIORITY']._serialized_start=3118
+  _globals['_PRIORITY']._serialized_end=3218
+  _globals['_OUTCOME']._serialized_start=3220
+  _globals['_OUTCOME']._serialized_end=3325
   _globals['_MESSAGE']._serialized_start=43
   _globals['_MESSAGE']._serialized_end=97
   _globals['_CHECKANDRESERVEREQUEST']._serialized_start=100
@@ -49,30 +49,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LIMITSTATUS']._serialized_end=720
   _globals['_CHECKANDRESERVERESPONSE']._serialized_start=723
   _globals['_CHECKANDRESERVERESPONSE']._serialized_end=1429
-  _globals['_COMMITREQUEST']._serialized_start=1431
-  _globals['_COMMITREQUEST']._serialized_end=1550
-  _globals['_COMMITRESPONSE']._serialized_start=1553
-  _globals['_COMMITRESPONSE']._serialized_end=1710
-  _globals['_REFUNDREQUEST']._serialized_start=1712
-  _globals['_REFUNDREQUEST']._serialized_end=1751
-  _globals['_REFUNDRESPONSE']._serialized_start=1753
-  _globals['_REFUNDRESPONSE']._serialized_end=1855
-  _globals['_RENEWLEASEREQUEST']._serialized_start=1857
-  _globals['_RENEWLEASEREQUEST']._serialized_end=1944
-  _globals['_RENEWLEASERESPONSE']._serialized_start=1946
-  _globals['_RENEWLEASERESPONSE']._serialized_end=2029
-  _globals['_GETSTATUSREQUEST']._serialized_start=2031
-  _globals['_GETSTATUSREQUEST']._serialized_end=2114
-  _globals['_LEVELLEASES']._serialized_start=2116
-  _globals['_LEVELLEASES']._serialized_end=2217
-  _globals['_GETSTATUSRESPONSE']._serialized_start=2219
-  _globals['_GETSTATUSRESPONSE']._serialized_end=2342
-  _globals['_GETESTIMATORREQUEST']._serialized_start=2344
-  _globals['_GETESTIMATORREQUEST']._serialized_end=2380
-  _globals['_ESTIMATORSTATE']._serialized_start=2382
-  _globals['_ESTIMATORSTATE']._serialized_end=2493
-  _globals['_GETESTIMATORRESPONSE']._serialized_start=2495
-  _globals['_GETESTIMATORRESPONSE']._serialized_end=2561
-  _globals['_BUDGETSERVICE']._serialized_start=3255
-  _globals['_BUDGETSERVICE']._serialized_end=3750
+  _globals['_COMMITREQUEST']._serialized_start=1432
+  _globals['_COMMITREQUEST']._serialized_end=1576
+  _globals['_COMMITRESPONSE']._serialized_start=1579
+  _globals['_COMMITRESPONSE']._serialized_end=1763
+  _globals['_REFUNDREQUEST']._serialized_start=1765
+  _globals['_REFUNDREQUEST']._serialized_end=1804
+  _globals['_REFUNDRESPONSE']._serialized_start=1806
+  _globals['_REFUNDRESPONSE']._serialized_end=1908
+  _globals['_RENEWLEASEREQUEST']._serialized_start=1910
+  _globals['_RENEWLEASEREQUEST']._serialized_end=1997
+  _globals['_RENEWLEASERESPONSE']._serialized_start=1999
+  _globals['_RENEWLEASERESPONSE']._serialized_end=2082
+  _globals['_GETSTATUSREQUEST']._serialized_start=2084
+  _globals['_GETSTATUSREQUEST']._serialized_end=2167
+  _globals['_LEVELLEASES']._serialized_start=2169
+  _globals['_LEVELLEASES']._serialized_end=2270
+  _globals['_GETSTATUSRESPONSE']._serialized_start=2272
+  _globals['_GETSTATUSRESPONSE']._serialized_end=2395
+  _globals['_GETESTIMATORREQUEST']._serialized_start=2397
+  _globals['_GETESTIMATORREQUEST']._serialized_end=2433
+  _globals['_ESTIMATORSTATE']._serialized_start=2435
+  _globals['_ESTIMATORSTATE']._serialized_end=2546
+  _globals['_GETESTIMATORRESPONSE']._serialized_start=2548
+  _globals['_GETESTIMATORRESPONSE']._serialized_end=2614
+  _globals['_BUDGETSERVICE']._serialized_start=3328
+  _globals['_BUDGETSERVICE']._serialized_end=3823
 # @@protoc_insertion_point(module_scope)

@@ -16,6 +16,7 @@ class Reason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REASON_CONTEXT_TOO_LARGE: _ClassVar[Reason]
     REASON_REQUEST_TOO_LARGE: _ClassVar[Reason]
     REASON_BUDGET_EXCEEDED: _ClassVar[Reason]
+    REASON_BLOCKED: _ClassVar[Reason]
 
 class Level(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -54,6 +55,7 @@ REASON_CONCURRENCY_EXCEEDED: Reason
 REASON_CONTEXT_TOO_LARGE: Reason
 REASON_REQUEST_TOO_LARGE: Reason
 REASON_BUDGET_EXCEEDED: Reason
+REASON_BLOCKED: Reason
 LEVEL_UNSPECIFIED: Level
 LEVEL_GLOBAL: Level
 LEVEL_TENANT: Level
@@ -185,30 +187,34 @@ class CheckAndReserveResponse(_message.Message):
     def __init__(self, allowed: _Optional[bool] = ..., reservation_id: _Optional[str] = ..., reason: _Optional[_Union[Reason, str]] = ..., limiting_level: _Optional[_Union[Level, str]] = ..., retry_after_ms: _Optional[int] = ..., reserved_tokens: _Optional[int] = ..., limits: _Optional[_Iterable[_Union[LimitStatus, _Mapping]]] = ..., detail: _Optional[str] = ..., limiting_dimension: _Optional[_Union[Dimension, str]] = ..., limiting_period_seconds: _Optional[int] = ..., lease_expires_in_ms: _Optional[int] = ..., replayed: _Optional[bool] = ..., max_output_tokens: _Optional[int] = ..., estimated_prompt_tokens: _Optional[int] = ..., estimator_multiplier: _Optional[float] = ..., granted_max_output_tokens: _Optional[int] = ..., shadow_denied: _Optional[bool] = ..., shadow_reason: _Optional[_Union[Reason, str]] = ..., shadow_limiting_level: _Optional[_Union[Level, str]] = ..., shadow_detail: _Optional[str] = ..., degraded: _Optional[bool] = ..., limiting_model_group: _Optional[str] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
-    __slots__ = ("reservation_id", "prompt_tokens", "completion_tokens", "cached_prompt_tokens")
+    __slots__ = ("reservation_id", "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "completion_text")
     RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHED_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TEXT_FIELD_NUMBER: _ClassVar[int]
     reservation_id: str
     prompt_tokens: int
     completion_tokens: int
     cached_prompt_tokens: int
-    def __init__(self, reservation_id: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ...) -> None: ...
+    completion_text: str
+    def __init__(self, reservation_id: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., completion_text: _Optional[str] = ...) -> None: ...
 
 class CommitResponse(_message.Message):
-    __slots__ = ("outcome", "token_delta", "estimation_ratio", "estimation_error_tokens", "cost_micros")
+    __slots__ = ("outcome", "token_delta", "estimation_ratio", "estimation_error_tokens", "cost_micros", "completion_tokens")
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     TOKEN_DELTA_FIELD_NUMBER: _ClassVar[int]
     ESTIMATION_RATIO_FIELD_NUMBER: _ClassVar[int]
     ESTIMATION_ERROR_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
     outcome: Outcome
     token_delta: int
     estimation_ratio: float
     estimation_error_tokens: int
     cost_micros: int
-    def __init__(self, outcome: _Optional[_Union[Outcome, str]] = ..., token_delta: _Optional[int] = ..., estimation_ratio: _Optional[float] = ..., estimation_error_tokens: _Optional[int] = ..., cost_micros: _Optional[int] = ...) -> None: ...
+    completion_tokens: int
+    def __init__(self, outcome: _Optional[_Union[Outcome, str]] = ..., token_delta: _Optional[int] = ..., estimation_ratio: _Optional[float] = ..., estimation_error_tokens: _Optional[int] = ..., cost_micros: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
 
 class RefundRequest(_message.Message):
     __slots__ = ("reservation_id",)
