@@ -45,6 +45,9 @@ pub struct ChargeOutcome {
     pub limits: Vec<LimitState>,
     /// What the quota in shadow would have denied, if anything.
     pub shadow_denial: Option<Denial>,
+    /// The quota in shadow's limits after its charge (empty when it was not
+    /// charged): what a rule under trial reports where no enforced limit does.
+    pub shadow_limits: Vec<LimitState>,
     /// Decided without the store (its failure policy applied).
     pub degraded: bool,
 }
@@ -75,15 +78,37 @@ impl<S: Store> Engine<S> {
             denial: None,
             limits: Vec::new(),
             shadow_denial: None,
+            shadow_limits: Vec::new(),
             degraded: false,
         };
-        if charge.levels.is_empty() {
-            return Ok(out);
-        }
         if let Some(denial) = too_large(&charge) {
             out.denial = Some(denial);
             return Ok(out);
         }
+        // A tier whose limits are all in shadow has nothing enforced to
+        // charge, but its quota in shadow is still charged and counted.
+        let charge = match charge.levels.is_empty() {
+            true => charge,
+            false => self.charge_enforced(charge, &mut out).await?,
+        };
+        // The quota in shadow sees what the enforced one served.
+        if let Some(shadow) = &tier.shadow
+            && out.denial.is_none()
+            && !out.degraded
+        {
+            (out.shadow_denial, out.shadow_limits) =
+                self.shadow_charge(&charge, shadow, &tier.name, group).await;
+        }
+        Ok(out)
+    }
+
+    /// Charges the enforced levels of `charge` (on the store, or by the
+    /// failure policy when it fails) into `out`; the plan as charged.
+    async fn charge_enforced(
+        &self,
+        charge: ChargePlan,
+        out: &mut ChargeOutcome,
+    ) -> Result<ChargePlan, EngineError> {
         let (charge, reply) = match self.guarded("charge", self.store.charge(&charge)).await {
             Err(e) if e.is_transient() && self.policy() != FailurePolicy::FailClosed => {
                 warn_degraded(self.policy().as_str(), &e.to_string());
@@ -119,30 +144,24 @@ impl<S: Store> Engine<S> {
                 out.denial = Some(denial);
             }
         }
-        // The quota in shadow sees what the enforced one served.
-        if let Some(shadow) = &tier.shadow
-            && out.denial.is_none()
-            && !out.degraded
-        {
-            out.shadow_denial = self.shadow_charge(&charge, shadow, &tier.name, group).await;
-        }
-        Ok(out)
+        Ok(charge)
     }
 
-    /// Charges `charge` against the quota in shadow; its would-be denial.
-    /// Store trouble here never touches the enforced decision.
+    /// Charges `charge` against the quota in shadow: its would-be denial and
+    /// its limits after the charge. Store trouble here never touches the
+    /// enforced decision.
     async fn shadow_charge(
         &self,
         charge: &ChargePlan,
         shadow: &ShadowLimits,
         tier: &str,
         group: Option<&std::sync::Arc<crate::domain::ModelGroup>>,
-    ) -> Option<Denial> {
+    ) -> (Option<Denial>, Vec<LimitState>) {
         let now = self.shadow.now_us();
         let has_user = charge.user.is_some();
         let levels = rate_levels(plan::shadow_levels(shadow, group, has_user, false, now));
         if levels.is_empty() {
-            return None;
+            return (None, Vec::new());
         }
         let shadow_charge = ChargePlan {
             levels,
@@ -165,12 +184,16 @@ impl<S: Store> Engine<S> {
                     self.settings.concurrency_retry_ms,
                 );
                 telemetry::shadow_denial(tier, &denial);
-                Some(denial)
+                let limits = decision::limit_states(&shadow_charge.levels, &readings);
+                (Some(denial), limits)
             }
-            Ok(ChargeReply::Charged { .. }) => None,
+            Ok(ChargeReply::Charged { readings }) => (
+                None,
+                decision::limit_states(&shadow_charge.levels, &readings),
+            ),
             Err(e) => {
                 tracing::warn!(error = %e, "shadow quota charge skipped");
-                None
+                (None, Vec::new())
             }
         }
     }

@@ -55,8 +55,14 @@ shadow = { tenant = { requests = [{ limit = 1, period = "1h" }] } }
 tenant = { tokens = [{ limit = 500, period = "1m" }] }
 "#;
 
-async fn envoy_client(h: &Harness) -> RateLimitServiceClient<Channel> {
-    let channel = Channel::from_shared(format!("http://{}", h.addr))
+pub(crate) async fn envoy_client(h: &Harness) -> RateLimitServiceClient<Channel> {
+    envoy_client_at(h.addr).await
+}
+
+pub(crate) async fn envoy_client_at(
+    addr: std::net::SocketAddr,
+) -> RateLimitServiceClient<Channel> {
+    let channel = Channel::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
         .await
@@ -66,7 +72,7 @@ async fn envoy_client(h: &Harness) -> RateLimitServiceClient<Channel> {
 
 /// A descriptor as Envoy builds it from `request_headers` and `generic_key`
 /// actions: the entries in action order.
-fn descriptor(entries: &[(&str, &str)], hits: Option<u64>) -> RateLimitDescriptor {
+pub(crate) fn descriptor(entries: &[(&str, &str)], hits: Option<u64>) -> RateLimitDescriptor {
     RateLimitDescriptor {
         entries: entries
             .iter()
@@ -81,7 +87,7 @@ fn descriptor(entries: &[(&str, &str)], hits: Option<u64>) -> RateLimitDescripto
     }
 }
 
-fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+pub(crate) fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
     RateLimitRequest {
         domain: domain.into(),
         descriptors,
@@ -90,11 +96,11 @@ fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequ
     }
 }
 
-async fn ask(c: &mut RateLimitServiceClient<Channel>, r: RateLimitRequest) -> RateLimitResponse {
+pub(crate) async fn ask(c: &mut RateLimitServiceClient<Channel>, r: RateLimitRequest) -> RateLimitResponse {
     c.should_rate_limit(r).await.unwrap().into_inner()
 }
 
-fn header<'a>(r: &'a RateLimitResponse, key: &str) -> Option<&'a str> {
+pub(crate) fn header<'a>(r: &'a RateLimitResponse, key: &str) -> Option<&'a str> {
     r.response_headers_to_add
         .iter()
         .find(|h| h.key == key)

@@ -44,6 +44,7 @@ mod bench;
 mod cluster;
 mod conformance;
 mod envoy;
+mod envoy_answers;
 mod estimator;
 mod hostile_input;
 mod ledger_cli;

@@ -3,10 +3,18 @@
 //! — the overall code (never UNKNOWN, which Envoy refuses), and, unless
 //! `[envoy] headers = false`, the `x-ratelimit-*` headers of docs/http.md and
 //! `retry-after` on OVER_LIMIT, which Envoy adds to its client's response.
+//!
+//! What is reported is the caller's own scope: the binding user or tenant
+//! limit, never the global level (the upstream account's size is the
+//! operator's business). A descriptor denied at the global level is
+//! OVER_LIMIT with `retry-after` and no limit; one that no limit of its scope
+//! binds reports `limit_remaining` 4294967295, as envoyproxy/ratelimit does.
+//! A rule under trial (a quota in shadow) is reported where no enforced limit
+//! of the caller's scope applies, with the code still OK.
 
 use crate::domain::decision::LimitState;
 use crate::domain::window::WindowKind;
-use crate::domain::{Denial, Dimension};
+use crate::domain::{Denial, Dimension, Level};
 use crate::engine::ChargeOutcome;
 use crate::envoy::config::core::v3::HeaderValue;
 use crate::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -38,34 +46,42 @@ impl Answer {
         }
     }
 
-    /// A descriptor nothing limits: OK, no limit.
+    /// A descriptor nothing limits: OK, with as much left as Envoy's field
+    /// holds (envoyproxy/ratelimit's answer for an unlimited descriptor).
     pub(super) fn unlimited(&mut self) {
         self.statuses.push(DescriptorStatus {
             code: Code::Ok as i32,
+            limit_remaining: u32::MAX,
             ..DescriptorStatus::default()
         });
     }
 
     /// A descriptor the engine decided.
     pub(super) fn add(&mut self, out: &ChargeOutcome) {
-        let binding = binding(&out.limits, out.denial.as_ref(), None);
-        let code = match out.denial {
-            Some(_) => Code::OverLimit,
-            None => Code::Ok,
+        let binding = binding(out, None);
+        let denied = out.denial.is_some();
+        let code = match denied {
+            true => Code::OverLimit,
+            false => Code::Ok,
+        };
+        let remaining = match (binding, denied) {
+            (Some(l), _) => clamp_u32(l.remaining.max(0) as u64),
+            // Denied where its size is not shown (the global level).
+            (None, true) => 0,
+            (None, false) => u32::MAX,
         };
         self.statuses.push(DescriptorStatus {
             code: code as i32,
             current_limit: binding.map(current_limit),
-            limit_remaining: binding.map_or(0, |l| clamp_u32(l.remaining.max(0) as u64)),
+            limit_remaining: remaining,
             duration_until_reset: binding.map(|l| duration(l.reset_after_ms)),
             quota: None,
         });
         if let Some(d) = &out.denial {
             self.retry_after_ms = self.retry_after_ms.max(d.retry_after_ms);
         }
-        let denied = out.denial.is_some();
         let replace = match &self.headers_from {
-            None => !out.limits.is_empty(),
+            None => binding.is_some() || denied,
             Some((_, was_denied)) => denied && !was_denied,
         };
         if replace {
@@ -98,14 +114,32 @@ impl Answer {
     }
 }
 
-/// The limit that binds a descriptor (of `dimension`, when given): the one
-/// that denied it, else the one with the least left for its size.
-fn binding<'a>(
+/// The limit of the caller's own scope that binds a descriptor (of
+/// `dimension`, when given): none when the global level denied it (its size
+/// is not shown); else the enforced limits', or when none of the caller's
+/// scope applies and nothing denied, those of the quota in shadow.
+fn binding(out: &ChargeOutcome, dimension: Option<Dimension>) -> Option<&LimitState> {
+    let denial = out.denial.as_ref();
+    if denial.is_some_and(|d| d.level == Some(Level::Global)) {
+        return None;
+    }
+    binding_in(&out.limits, denial, dimension).or_else(|| match denial {
+        None => binding_in(&out.shadow_limits, None, dimension),
+        Some(_) => None,
+    })
+}
+
+/// Among `limits` of the user and tenant levels (of `dimension`, when
+/// given): the one that denied, else the one with the least left for its
+/// size, the innermost level on a tie.
+fn binding_in<'a>(
     limits: &'a [LimitState],
     denial: Option<&Denial>,
     dimension: Option<Dimension>,
 ) -> Option<&'a LimitState> {
-    let of = |l: &&LimitState| dimension.is_none_or(|d| l.dimension == d);
+    let of = |l: &&LimitState| {
+        l.level != Level::Global && dimension.is_none_or(|d| l.dimension == d)
+    };
     let share = |l: &LimitState| l.remaining as f64 / l.limit.max(1) as f64;
     let tightest = |a: &&LimitState, b: &&LimitState| share(a).total_cmp(&share(b));
     // The denying limit; among calendar windows of one level and dimension
@@ -124,7 +158,8 @@ fn binding<'a>(
     {
         return Some(l);
     }
-    limits.iter().filter(of).min_by(tightest)
+    // Ties go to the innermost level (the user's), listed last.
+    limits.iter().rev().filter(of).min_by(tightest)
 }
 
 /// `current_limit` of a limit: its name in words, its rate in Envoy's units.
@@ -185,7 +220,7 @@ fn rate_limit_headers(out: &ChargeOutcome) -> Vec<HeaderValue> {
         (Dimension::Requests, "requests"),
         (Dimension::Tokens, "tokens"),
     ] {
-        if let Some(l) = binding(&out.limits, out.denial.as_ref(), Some(dimension)) {
+        if let Some(l) = binding(out, Some(dimension)) {
             headers.push(header(&format!("x-ratelimit-limit-{name}"), l.limit));
             headers.push(header(
                 &format!("x-ratelimit-remaining-{name}"),
@@ -331,6 +366,7 @@ mod tests {
             denial: None,
             limits: vec![s],
             shadow_denial: None,
+            shadow_limits: Vec::new(),
             degraded: false,
         };
         let mut answer = Answer::new(true);
