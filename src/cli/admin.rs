@@ -178,11 +178,34 @@ pub enum OverridesCmd {
         /// requests, tokens and concurrency as needed.
         file: PathBuf,
     },
-    /// Remove a tenant's override: its tier's limits apply again.
+    /// Remove a tenant's override: its tier's limits apply again (a block
+    /// stays until `overrides unblock`).
     Delete {
         /// The tenant.
         #[arg(long)]
         tenant: String,
+    },
+    /// Refuse all traffic of a tenant, or of one user of it, on every replica
+    /// within a second: CheckAndReserve denies with REASON_BLOCKED and the
+    /// reason, Envoy's ShouldRateLimit with OVER_LIMIT. Reservations made
+    /// before still commit, refund and renew.
+    Block {
+        /// The tenant.
+        tenant: String,
+        /// Only this user of the tenant.
+        #[arg(long)]
+        user: Option<String>,
+        /// Why, in a sentence: shown to the blocked caller in the denial.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Lift a block set with `overrides block`.
+    Unblock {
+        /// The tenant.
+        tenant: String,
+        /// Only this user's block.
+        #[arg(long)]
+        user: Option<String>,
     },
 }
 

@@ -3,6 +3,7 @@
 //! ledger's (`usage`, `reconcile`) and `health`.
 
 mod admin;
+mod block;
 mod envoy;
 mod health;
 mod history;

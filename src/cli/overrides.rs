@@ -3,6 +3,7 @@
 //! in force for the tenant on each tier, so what it inherits is never a guess.
 
 use super::admin::{AdminArgs, OverridesCmd, check_whole, read_input, write};
+use super::block;
 use super::output::{
     Effective, effective_lines, override_summary, print_document, print_json, table,
 };
@@ -23,8 +24,12 @@ pub async fn overrides(cmd: OverridesCmd, args: AdminArgs) -> anyhow::Result<()>
         OverridesCmd::Set { tenant, file } => {
             crate::domain::TenantId::parse(&tenant)
                 .map_err(|e| anyhow::anyhow!("--tenant: {}", e.message))?;
-            let section: OverrideSection = parse_document(&read_input(&file)?)
+            let mut section: OverrideSection = parse_document(&read_input(&file)?)
                 .map_err(|e| anyhow::anyhow!("overrides.{tenant}.{e}; nothing was written"))?;
+            // Blocks are lifted with `unblock` alone, never by a new deal.
+            if let Some(old) = doc.overrides.get(&tenant) {
+                block::keep_blocks(old, &mut section);
+            }
             section
                 .to_domain(&tenant)
                 .map_err(|e| anyhow::anyhow!("{e}; nothing was written"))?;
@@ -34,10 +39,40 @@ pub async fn overrides(cmd: OverridesCmd, args: AdminArgs) -> anyhow::Result<()>
             write(&cfg, Field::Override(tenant), value, &args).await?;
         }
         OverridesCmd::Delete { tenant } => {
-            if doc.overrides.remove(&tenant).is_none() {
+            let Some(old) = doc.overrides.remove(&tenant) else {
                 bail!("tenant {tenant} has no override");
+            };
+            let mut left = OverrideSection::default();
+            block::keep_blocks(&old, &mut left);
+            let value = (!left.is_empty()).then(|| document(&left));
+            if value.is_some() {
+                eprintln!(
+                    "tenant {tenant}'s limits are its tier's again; its block stays (lift it \
+                     with `ctxbudget overrides unblock`)"
+                );
             }
-            write(&cfg, Field::Override(tenant), None, &args).await?;
+            write(&cfg, Field::Override(tenant), value, &args).await?;
+        }
+        OverridesCmd::Block {
+            tenant,
+            user,
+            reason,
+        } => {
+            let section = block::block(&doc, &tenant, user.as_deref(), &reason)?;
+            doc.overrides.insert(tenant.clone(), section.clone());
+            check_whole(&doc)?;
+            write(
+                &cfg,
+                Field::Override(tenant),
+                Some(document(&section)),
+                &args,
+            )
+            .await?;
+        }
+        OverridesCmd::Unblock { tenant, user } => {
+            let section = block::unblock(&doc, &tenant, user.as_deref())?;
+            let value = (!section.is_empty()).then(|| document(&section));
+            write(&cfg, Field::Override(tenant), value, &args).await?;
         }
     }
     Ok(())
@@ -56,11 +91,31 @@ fn list(doc: &ConfigDoc, args: &AdminArgs) -> anyhow::Result<()> {
                 override_summary(&o.tenant),
                 override_summary(&o.user),
                 if o.shadow.is_some() { "yes" } else { "-" }.into(),
+                blocked(o),
             ]
         })
         .collect();
-    table(&["TENANT", "TENANT LIMITS", "USER LIMITS", "SHADOW"], &rows);
+    table(
+        &[
+            "TENANT",
+            "TENANT LIMITS",
+            "USER LIMITS",
+            "SHADOW",
+            "BLOCKED",
+        ],
+        &rows,
+    );
     Ok(())
+}
+
+/// The BLOCKED column: the tenant, or how many of its users.
+fn blocked(o: &OverrideSection) -> String {
+    match (o.blocked.is_some(), o.blocked_users.len()) {
+        (true, _) => "tenant".into(),
+        (false, 0) => "-".into(),
+        (false, 1) => "1 user".into(),
+        (false, n) => format!("{n} users"),
+    }
 }
 
 /// `overrides get --json`: the document as stored and the limits in force.

@@ -11,10 +11,12 @@
 
 use super::limits::{RateSection, rates};
 use super::money::{SpendSection, spend_rates};
+use crate::domain::block::Blocks;
 use crate::domain::{LevelOverride, LimitsError, Override, Setting, ShadowOverride};
 use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
 use serde::de::{self, IntoDeserializer, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -157,9 +159,25 @@ pub struct OverrideSection {
     /// The quota in shadow, laid over the tier's the same way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shadow: Option<ShadowOverrideSection>,
+    /// The whole tenant refused, with the operator's reason
+    /// (`ctxbudget overrides block`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked: Option<String>,
+    /// Users of the tenant refused: user id → the operator's reason.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub blocked_users: BTreeMap<String, String>,
 }
 
 impl OverrideSection {
+    /// True when it holds neither limits nor blocks: nothing to keep.
+    pub fn is_empty(&self) -> bool {
+        self.tenant.is_empty()
+            && self.user.is_empty()
+            && self.shadow.is_none()
+            && self.blocked.is_none()
+            && self.blocked_users.is_empty()
+    }
+
     /// The domain override of `tenant`, validated.
     pub fn to_domain(&self, tenant: &str) -> Result<Override, LimitsError> {
         let path = format!("overrides.{tenant}");
@@ -173,6 +191,10 @@ impl OverrideSection {
             tenant: self.tenant.to_domain(&format!("{path}.tenant"))?,
             user: self.user.to_domain(&format!("{path}.user"))?,
             shadow: self.shadow.as_ref().map(shadow).transpose()?,
+            blocks: Blocks {
+                tenant: self.blocked.clone(),
+                users: self.blocked_users.clone(),
+            },
         };
         o.validate(&path)?;
         Ok(o)

@@ -7,6 +7,7 @@
 //! takes an explicit [`Setting::Unlimited`]. Leaving a kind out can therefore
 //! never remove a limit by accident.
 
+use super::block::Blocks;
 use super::tier::{LevelLimits, LimitsError, Rate, ShadowLimits, Tier, user_within_tenant};
 
 /// What an override says about one kind of limit at one level.
@@ -147,6 +148,8 @@ pub struct Override {
     /// The quota in shadow, laid over the tier's the same way (a tier without
     /// one counts as a shadow quota with no limits).
     pub shadow: Option<ShadowOverride>,
+    /// The tenant, or users of it, refused outright by an operator.
+    pub blocks: Blocks,
 }
 
 impl Override {
@@ -156,6 +159,7 @@ impl Override {
     /// binds, as every level is enforced.
     pub fn validate(&self, path: &str) -> Result<(), LimitsError> {
         check_levels(path, &self.tenant, &self.user)?;
+        self.blocks.validate(path)?;
         if let Some(s) = &self.shadow {
             check_levels(&format!("{path}.shadow"), &s.tenant, &s.user)?;
         }

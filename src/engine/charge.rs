@@ -57,6 +57,20 @@ impl<S: Store> Engine<S> {
     pub async fn charge(&self, input: ChargeInput) -> Result<ChargeOutcome, EngineError> {
         let limits = self.limits();
         let tier = self.resolve_tier(&limits, &input.tier, input.tenant.as_str())?;
+        // A blocked scope is refused on the request path; usage already spent
+        // (the response path) is still charged.
+        let user = input.user.as_ref().map(UserId::as_str);
+        if input.enforce
+            && let Some(denial) = limits.blocked(input.tenant.as_str(), user)
+        {
+            return Ok(ChargeOutcome {
+                denial: Some(denial),
+                limits: Vec::new(),
+                shadow_denial: None,
+                shadow_limits: Vec::new(),
+                degraded: false,
+            });
+        }
         let group = limits.group_of(&input.model);
         let now_us = self.store.now_us();
         let scope = plan::Scope {

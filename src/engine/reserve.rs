@@ -88,6 +88,20 @@ struct Counted {
 }
 
 impl ReserveOutcome {
+    /// Refused before anything is counted or reserved: the scope is blocked.
+    fn blocked(denial: Denial) -> Self {
+        ReserveOutcome {
+            denial: Some(denial),
+            ..ReserveOutcome::counted(&Counted {
+                raw: 0,
+                reserve: 0,
+                estimated: 0,
+                estimator: String::new(),
+                multiplier: 1.0,
+            })
+        }
+    }
+
     /// Nothing decided yet, the prompt counted.
     fn counted(counted: &Counted) -> Self {
         ReserveOutcome {
@@ -113,6 +127,11 @@ impl<S: Store> Engine<S> {
     pub async fn reserve(&self, input: ReserveInput) -> Result<ReserveOutcome, EngineError> {
         let limits = self.limits();
         let tier = self.resolve_tier(&limits, &input.tier, input.tenant.as_str())?;
+        let user = input.user.as_ref().map(UserId::as_str);
+        if let Some(denial) = limits.blocked(input.tenant.as_str(), user) {
+            telemetry::decision(&tier.name, Some(&denial), 0);
+            return Ok(ReserveOutcome::blocked(denial));
+        }
         let (req, counted) = self.count(input, &tier).await;
         let model = req.model.clone();
         let mut out = ReserveOutcome::counted(&counted);

@@ -187,6 +187,8 @@ fn register_tier(tier: &str) {
     counter!(ENVOY_CHARGED_TOKENS, "tier" => tier.to_owned()).increment(0);
     decided(Reason::ContextTooLarge.as_str(), "none");
     decided(Reason::RequestTooLarge.as_str(), "none");
+    decided(Reason::Blocked.as_str(), "tenant");
+    decided(Reason::Blocked.as_str(), "user");
     let by_level = [
         Reason::RequestsExceeded,
         Reason::TokensExceeded,

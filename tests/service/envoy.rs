@@ -59,9 +59,7 @@ pub(crate) async fn envoy_client(h: &Harness) -> RateLimitServiceClient<Channel>
     envoy_client_at(h.addr).await
 }
 
-pub(crate) async fn envoy_client_at(
-    addr: std::net::SocketAddr,
-) -> RateLimitServiceClient<Channel> {
+pub(crate) async fn envoy_client_at(addr: std::net::SocketAddr) -> RateLimitServiceClient<Channel> {
     let channel = Channel::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
@@ -96,7 +94,10 @@ pub(crate) fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> Ra
     }
 }
 
-pub(crate) async fn ask(c: &mut RateLimitServiceClient<Channel>, r: RateLimitRequest) -> RateLimitResponse {
+pub(crate) async fn ask(
+    c: &mut RateLimitServiceClient<Channel>,
+    r: RateLimitRequest,
+) -> RateLimitResponse {
     c.should_rate_limit(r).await.unwrap().into_inner()
 }
 

@@ -59,11 +59,21 @@ async fn a_tier_all_in_shadow_reports_and_charges_its_trial_rule(backend: Backen
     let mut left = Vec::new();
     for _ in 0..4 {
         let r = ask(&mut c, request("llm", vec![trial()])).await;
-        assert_eq!(r.overall_code(), Code::Ok, "a rule in shadow never denies: {r:#?}");
+        assert_eq!(
+            r.overall_code(),
+            Code::Ok,
+            "a rule in shadow never denies: {r:#?}"
+        );
         let s = &r.statuses[0];
         assert_eq!(s.code(), Code::Ok);
-        let limit = s.current_limit.as_ref().expect("the rule under trial is reported");
-        assert!(limit.name.contains("tenant requests: 2 per 1h"), "{limit:?}");
+        let limit = s
+            .current_limit
+            .as_ref()
+            .expect("the rule under trial is reported");
+        assert!(
+            limit.name.contains("tenant requests: 2 per 1h"),
+            "{limit:?}"
+        );
         assert_eq!(
             header(&r, "x-ratelimit-limit-requests"),
             Some("2"),
@@ -72,7 +82,11 @@ async fn a_tier_all_in_shadow_reports_and_charges_its_trial_rule(backend: Backen
         left.push(s.limit_remaining);
     }
     // Charged until it would deny, then no longer charged (as if enforced).
-    assert_eq!(left, [1, 0, 0, 0], "the shadow bucket is charged as enforcing would");
+    assert_eq!(
+        left,
+        [1, 0, 0, 0],
+        "the shadow bucket is charged as enforcing would"
+    );
 
     // A tier with no rule at all: unlimited, as envoyproxy/ratelimit answers.
     let open = descriptor(&[("tenant", "zeta"), ("tier", "open")], None);
@@ -81,7 +95,11 @@ async fn a_tier_all_in_shadow_reports_and_charges_its_trial_rule(backend: Backen
     assert_eq!(r.statuses[0].limit_remaining, u32::MAX, "{r:#?}");
     assert!(r.statuses[0].current_limit.is_none());
     // An unmapped descriptor too.
-    let r = ask(&mut c, request("llm", vec![descriptor(&[("other", "x")], None)])).await;
+    let r = ask(
+        &mut c,
+        request("llm", vec![descriptor(&[("other", "x")], None)]),
+    )
+    .await;
     assert_eq!(r.statuses[0].limit_remaining, u32::MAX, "{r:#?}");
     h.stop().await;
 }
@@ -95,13 +113,29 @@ async fn headers_show_the_callers_scope_and_never_the_account(backend: Backend) 
     assert_eq!(r.overall_code(), Code::Ok);
     let limit = r.statuses[0].current_limit.as_ref().unwrap();
     assert!(limit.name.starts_with("user requests"), "{limit:?}");
-    assert_eq!(header(&r, "x-ratelimit-limit-requests"), Some("40"), "{r:#?}");
-    assert_eq!(header(&r, "x-ratelimit-limit-tokens"), Some("50000"), "{r:#?}");
+    assert_eq!(
+        header(&r, "x-ratelimit-limit-requests"),
+        Some("40"),
+        "{r:#?}"
+    );
+    assert_eq!(
+        header(&r, "x-ratelimit-limit-tokens"),
+        Some("50000"),
+        "{r:#?}"
+    );
     // The tenant alone: the tenant's limits.
     let acme = || descriptor(&[("tenant", "acme")], None);
     let r = ask(&mut c, request("llm", vec![acme()])).await;
-    assert_eq!(header(&r, "x-ratelimit-limit-requests"), Some("50"), "{r:#?}");
-    assert_eq!(header(&r, "x-ratelimit-limit-tokens"), Some("5000000"), "{r:#?}");
+    assert_eq!(
+        header(&r, "x-ratelimit-limit-requests"),
+        Some("50"),
+        "{r:#?}"
+    );
+    assert_eq!(
+        header(&r, "x-ratelimit-limit-tokens"),
+        Some("5000000"),
+        "{r:#?}"
+    );
     // A tenant on a tier with no limits of its own: nothing of the account.
     let open = || descriptor(&[("tenant", "other"), ("tier", "open")], None);
     let r = ask(&mut c, request("llm", vec![open()])).await;
@@ -117,7 +151,10 @@ async fn headers_show_the_callers_scope_and_never_the_account(backend: Backend) 
     let r = ask(&mut c, request("llm", vec![alice()])).await;
     assert_eq!(r.overall_code(), Code::OverLimit, "{r:#?}");
     let s = &r.statuses[0];
-    assert!(s.current_limit.is_none(), "the account's size is not shown: {s:?}");
+    assert!(
+        s.current_limit.is_none(),
+        "the account's size is not shown: {s:?}"
+    );
     assert_eq!(s.limit_remaining, 0);
     let retry: u64 = header(&r, "retry-after").expect("a retry").parse().unwrap();
     assert!(retry > 0);

@@ -286,6 +286,16 @@ impl Harness {
         }
     }
 
+    /// The operator CLI's flags that reach this service's store: none for
+    /// the memory store (which has no shared configuration).
+    pub fn store_args(&self) -> Option<Vec<String>> {
+        if let Some(r) = &self.redis {
+            return Some(vec!["--redis-url".into(), r.url()]);
+        }
+        let c = self.cluster.as_ref()?;
+        Some(vec!["--redis-cluster-nodes".into(), c.urls().join(",")])
+    }
+
     /// Stops the server and waits for it to finish.
     pub async fn stop(mut self) {
         if let Some(tx) = self.shutdown.take() {

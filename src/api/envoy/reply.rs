@@ -137,9 +137,8 @@ fn binding_in<'a>(
     denial: Option<&Denial>,
     dimension: Option<Dimension>,
 ) -> Option<&'a LimitState> {
-    let of = |l: &&LimitState| {
-        l.level != Level::Global && dimension.is_none_or(|d| l.dimension == d)
-    };
+    let of =
+        |l: &&LimitState| l.level != Level::Global && dimension.is_none_or(|d| l.dimension == d);
     let share = |l: &LimitState| l.remaining as f64 / l.limit.max(1) as f64;
     let tightest = |a: &&LimitState, b: &&LimitState| share(a).total_cmp(&share(b));
     // The denying limit; among calendar windows of one level and dimension
