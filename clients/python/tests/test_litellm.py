@@ -1,11 +1,15 @@
 """ctxbudget as a LiteLLM proxy hook (``ctxbudget.litellm``), with the real
 ``litellm[proxy]``: two proxy instances share one ctxbudget on Redis, in
 front of the mock upstream, and 200 concurrent requests meet exact limits —
-concurrency, requests per minute, tokens per minute — across both."""
+concurrency, requests per minute, tokens per minute — across both. Also:
+the granted output cap reaches the upstream in the chat, Responses and
+Anthropic formats; ctxbudget's errors answer 400 / 503, not 500; a stream
+that breaks after chunks went out commits what was delivered."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import socket
@@ -54,6 +58,11 @@ max_context_tokens = 100000
 default_max_output_tokens = 20
 tenant = { tokens = [{ limit = 1000000, window = "day" }] }
 
+[tiers.fmt]
+max_context_tokens = 100000
+default_max_output_tokens = 18
+tenant = { tokens = [{ limit = 1000000, window = "day" }] }
+
 [tiers.tpm]
 max_context_tokens = 100000
 default_max_output_tokens = 20
@@ -75,6 +84,18 @@ model_list:
       api_key: sk-upstream
       max_retries: 0
       extra_headers: {{x-mock-status: "500"}}
+  - model_name: gpt-4o-cut
+    litellm_params:
+      model: openai/gpt-4o
+      api_base: {upstream}/v1
+      api_key: sk-upstream
+      max_retries: 0
+      extra_headers: {{x-mock-break-after: "2", x-mock-no-usage: "1"}}
+  - model_name: claude-mock
+    litellm_params:
+      model: anthropic/claude-3-5-sonnet-20240620
+      api_base: {upstream}
+      api_key: sk-upstream
 litellm_settings:
 {callbacks}
   num_retries: 0
@@ -256,6 +277,135 @@ def test_a_stream_commits_its_final_usage_and_a_failure_refunds(setup):
     while tenant_tokens_left(service, "stream", "stream") != before - usage.total_tokens and time.time() < deadline:
         time.sleep(0.05)
     assert tenant_tokens_left(service, "stream", "stream") == before - usage.total_tokens, "the failed call was refunded"
+
+
+def wait_for(check, seconds=10):
+    deadline = time.time() + seconds
+    while not check() and time.time() < deadline:
+        time.sleep(0.05)
+
+
+def test_the_granted_output_cap_reaches_the_upstream_in_every_format(setup):
+    """Chat completions, the Responses API and Anthropic-format messages
+    (to an Anthropic model, and translated to an OpenAI one): the upstream
+    receives the cap ctxbudget granted — the tier's default of 18 when the
+    caller named none, else the caller's — and the usage each answers is
+    what is committed."""
+    service, upstream, proxies, *_ = setup
+    httpx.post(upstream.url + "/reset")
+    before = tenant_tokens_left(service, "fmt", "fmt")
+    auth = {"Authorization": "Bearer sk-fmt"}
+    chat = [{"role": "user", "content": "Say something about output caps."}]
+    chat_path, responses_path, messages_path = "/v1/chat/completions", "/v1/responses", "/v1/messages"
+    # (path, body, the cap the upstream must see, where LiteLLM sends it).
+    calls = [
+        ("/v1/chat/completions", {"model": "gpt-4o", "messages": chat}, 18, {chat_path}),
+        ("/v1/chat/completions", {"model": "gpt-4o", "messages": chat, "max_tokens": 7}, 7, {chat_path}),
+        ("/v1/chat/completions", {"model": "gpt-4o", "messages": chat, "max_completion_tokens": 9}, 9, {chat_path}),
+        ("/v1/responses", {"model": "gpt-4o", "input": "Say something about output caps."}, 18, {responses_path}),
+        ("/v1/responses", {"model": "gpt-4o", "instructions": "Be brief.", "max_output_tokens": 17,
+                           "input": [{"role": "user", "content": [{"type": "input_text", "text": "Caps?"}]}]}, 17,
+         {responses_path}),
+        ("/v1/messages", {"model": "claude-mock", "max_tokens": 17, "system": "Be brief.", "messages": chat}, 17,
+         {messages_path}),
+        # Anthropic's format to an OpenAI model: LiteLLM translates it (to
+        # the Responses API in 1.110).
+        ("/v1/messages", {"model": "gpt-4o", "max_tokens": 16, "messages": chat}, 16, {chat_path, responses_path}),
+    ]
+    for path, body, want, reached in calls:
+        reply = httpx.post(proxies[0].url + path, json=body, headers=auth, timeout=60)
+        assert reply.status_code == 200, (path, body, reply.text)
+        got = httpx.get(upstream.url + "/received").json()[-1]
+        cap = got["body"].get("max_output_tokens") or got["body"].get("max_tokens") or got["body"].get("max_completion_tokens")
+        assert got["path"] in reached and cap == want, (path, body, got)
+        assert "ctxbudget" not in json.dumps(got["body"]), ("the hook's keys stay in LiteLLM", got)
+        s = stats(upstream)
+        billed = s["prompt_tokens"] + s["completion_tokens"]
+        wait_for(lambda: before - tenant_tokens_left(service, "fmt", "fmt") == billed)
+        assert before - tenant_tokens_left(service, "fmt", "fmt") == billed, ("the usage answered is committed", path, body, reply.json())
+    assert len(httpx.get(upstream.url + "/received").json()) == len(calls)
+
+
+def test_ctxbudget_errors_answer_400_for_the_caller_not_500(setup):
+    service, upstream, proxies, *_ = setup
+    httpx.post(upstream.url + "/reset")
+    for key, says in (("sk-badtier", "unknown tier"), ("sk-badid", "tenant_id")):
+        reply = httpx.post(proxies[0].url + "/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                           json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, timeout=60)
+        assert reply.status_code == 400, (key, reply.status_code, reply.text)
+        assert says in reply.text, reply.text
+    assert stats(upstream)["requests"] == 0, "never reached the upstream"
+
+
+def reserved_prompt(service, tier, model, messages) -> int:
+    """The prompt as the hook's reservation reserved it (a probe, refunded)."""
+    from ctxbudget import BudgetClient
+
+    with BudgetClient(service.target) as c:
+        probe = c.check_and_reserve(tenant="probe", tier=tier, model=model, messages=messages, max_output_tokens=1)
+        c.refund(probe.reservation_id)
+        return probe.reserved_tokens - probe.granted_max_output_tokens
+
+
+def counted(service, tier, text) -> int:
+    from ctxbudget import BudgetClient
+
+    with BudgetClient(service.target) as c:
+        probe = c.check_and_reserve(tenant="probe", tier=tier, model="gpt-4o", prompt=text, max_output_tokens=1)
+        c.refund(probe.reservation_id)
+        return probe.estimated_prompt_tokens
+
+
+def test_a_stream_that_breaks_after_chunks_went_out_commits_what_was_delivered(setup):
+    """The upstream drops the connection after two chunks, without usage:
+    LiteLLM reports the call failed, but the provider bills it — committed
+    as the prompt reserved and the delivered text, counted by ctxbudget."""
+    service, upstream, proxies, *_ = setup
+    messages = [{"role": "user", "content": "Stream me something, then break."}]
+    before = tenant_tokens_left(service, "cut", "stream")
+    prompt = reserved_prompt(service, "stream", "gpt-4o-cut", messages)
+    with httpx.stream("POST", proxies[1].url + "/v1/chat/completions", headers={"Authorization": "Bearer sk-cut"},
+                      json={"model": "gpt-4o-cut", "messages": messages, "stream": True}, timeout=60) as s:
+        lines = [line for line in s.iter_lines() if line.startswith("data: {")]
+    events = [json.loads(line[6:]) for line in lines]
+    assert any("error" in e for e in events), f"LiteLLM reports the break in the stream: {events}"
+    delivered = "".join((c.get("delta") or {}).get("content") or "" for e in events for c in e.get("choices") or [])
+    assert delivered == "All right, here ", events
+    want = prompt + counted(service, "stream", delivered)
+    wait_for(lambda: before - tenant_tokens_left(service, "cut", "stream") == want)
+    assert before - tenant_tokens_left(service, "cut", "stream") == want, "committed, not refunded"
+
+
+def test_the_hook_answers_503_when_ctxbudget_does_not_answer_or_lets_the_call_through():
+    """The hook's pre-call hook against an unreachable ctxbudget: 503 with
+    Retry-After failing closed; failing open, the request as the caller sent
+    it (no max_tokens of 0 when it named none)."""
+    from fastapi import HTTPException
+    from litellm.proxy._types import UserAPIKeyAuth
+
+    from ctxbudget import AsyncBudgetClient
+    from ctxbudget.litellm import CtxBudgetHook
+
+    key = UserAPIKeyAuth(api_key="k", team_id="acme", user_id="u", metadata={"tier": "t"})
+    nowhere = f"127.0.0.1:{free_port()}"
+
+    async def run():
+        async with AsyncBudgetClient(nowhere, timeout=0.5) as client:
+            with pytest.raises(HTTPException) as e:
+                await CtxBudgetHook(client=client).async_pre_call_hook(
+                    key, None, {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, "acompletion")
+            assert e.value.status_code == 503 and e.value.headers == {"Retry-After": "1"}
+        async with AsyncBudgetClient(nowhere, timeout=0.5, on_unavailable="allow") as client:
+            hook = CtxBudgetHook(client=client)
+            for call, data in (("acompletion", {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}),
+                               ("aresponses", {"model": "gpt-4o", "input": "hi"}),
+                               ("anthropic_messages", {"model": "claude", "max_tokens": 5,
+                                                       "messages": [{"role": "user", "content": "hi"}]})):
+                sent = json.loads(json.dumps(data))
+                assert await hook.async_pre_call_hook(key, None, data, call) == sent, call
+            assert not hook._open
+
+    asyncio.run(run())
 
 
 def test_litellms_own_limiter_for_comparison(setup, capsys):

@@ -1,7 +1,7 @@
 """ctxbudget's Python client: request, token and concurrency budgets for LLM
 gateways.
 
-    from ctxbudget import AsyncBudgetClient, BudgetDenied
+    from ctxbudget import AsyncBudgetClient, BudgetError
 
     client = AsyncBudgetClient("127.0.0.1:50051")
     try:
@@ -9,26 +9,39 @@ gateways.
                                       messages=messages, max_output_tokens=1024) as r:
             reply = await upstream(messages, max_tokens=r.granted_max_output_tokens)
             r.set_usage(reply.usage.prompt_tokens, reply.usage.completion_tokens)
-    except BudgetDenied as d:
-        return Response(status_code=d.http_status, headers=d.headers)
+    except BudgetError as e:   # BudgetDenied (429/413/403), BudgetUnavailable (503), ...
+        return Response(status_code=e.http_status, headers=e.headers)
 """
 
-from ._common import ReservationState, Tls, Usage, reserve_request
+from ._common import PriorityName, ReservationState, ReserveFields, Tls, Usage, reserve_request
 from .aio import AsyncBudgetClient
-from .client import BudgetClient
-from .errors import BudgetDenied, BudgetError, BudgetUnavailable
+from .client import BudgetClient, KeepAlive
+from .errors import (
+    BudgetDenied,
+    BudgetError,
+    BudgetInvalidArgument,
+    BudgetNotFound,
+    BudgetPermissionDenied,
+    BudgetUnavailable,
+)
 from .http import duration, http_status_and_headers
 from .retry import RETRY_STATUSES, RetryPolicy, retry, retry_async
 from .v1 import budget_pb2 as pb
 
 __all__ = [
+    "RETRY_STATUSES",
     "AsyncBudgetClient",
     "BudgetClient",
     "BudgetDenied",
     "BudgetError",
+    "BudgetInvalidArgument",
+    "BudgetNotFound",
+    "BudgetPermissionDenied",
     "BudgetUnavailable",
-    "RETRY_STATUSES",
+    "KeepAlive",
+    "PriorityName",
     "ReservationState",
+    "ReserveFields",
     "RetryPolicy",
     "Tls",
     "Usage",

@@ -1,21 +1,57 @@
-"""What the sync and async clients share: channel options, request building,
-the unavailable policy, and a reservation's state."""
+"""What the sync and async clients share: channel options, the typed fields
+of a reservation and the request built from them, deadlines, and a
+reservation's state (what was granted, what reached the caller, what to
+settle)."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Literal, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, Protocol, TypedDict
 
 import grpc
+import grpc.aio
 
-from .errors import BudgetDenied, BudgetUnavailable
+from .errors import BudgetDenied
 from .http import http_status_and_headers
 from .v1 import budget_pb2 as pb
 
 OnUnavailable = Literal["deny", "allow"]
+#: The priority names ``priority=`` takes (or a ``pb.Priority`` value).
+PriorityName = Literal["critical", "normal", "batch"]
+_PRIORITIES = {"critical": pb.PRIORITY_CRITICAL, "normal": pb.PRIORITY_NORMAL, "batch": pb.PRIORITY_BATCH}
 
-# Codes that mean "ctxbudget did not decide": the unavailable policy applies.
-UNAVAILABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+class _ReserveRequired(TypedDict):
+    tier: str
+
+
+class ReserveFields(_ReserveRequired, total=False):
+    """The keyword arguments of ``check_and_reserve``, ``reserve`` and
+    ``reservation`` (both clients), so that a type checker catches a
+    misspelled one. The tenant and user go by the client's short names or the
+    proto's (``tenant=`` or ``tenant_id=``, ``user=`` or ``user_id=``); the
+    prompt is exactly one of ``messages``, ``prompt`` and ``prompt_tokens``.
+    """
+
+    tenant: str
+    tenant_id: str
+    user: str
+    user_id: str
+    model: str
+    messages: Iterable[Mapping[str, Any] | pb.Message]
+    prompt: str
+    prompt_tokens: int
+    max_output_tokens: int
+    idempotency_key: str
+    lease_ttl_ms: int
+    allow_reduced_output: bool
+    min_output_tokens: int
+    priority: PriorityName | int
+
+
+#: Every name ``ReserveFields`` accepts.
+FIELD_NAMES = ReserveFields.__required_keys__ | ReserveFields.__optional_keys__
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,43 +75,102 @@ class Tls:
         return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
 
 
+class SyncStub(Protocol):
+    """The generated ``BudgetServiceStub`` on a blocking channel, typed."""
+
+    CheckAndReserve: grpc.UnaryUnaryMultiCallable[pb.CheckAndReserveRequest, pb.CheckAndReserveResponse]
+    Commit: grpc.UnaryUnaryMultiCallable[pb.CommitRequest, pb.CommitResponse]
+    Refund: grpc.UnaryUnaryMultiCallable[pb.RefundRequest, pb.RefundResponse]
+    RenewLease: grpc.UnaryUnaryMultiCallable[pb.RenewLeaseRequest, pb.RenewLeaseResponse]
+    GetStatus: grpc.UnaryUnaryMultiCallable[pb.GetStatusRequest, pb.GetStatusResponse]
+    GetEstimator: grpc.UnaryUnaryMultiCallable[pb.GetEstimatorRequest, pb.GetEstimatorResponse]
+
+
+class AsyncStub(Protocol):
+    """The generated ``BudgetServiceStub`` on an asyncio channel, typed."""
+
+    CheckAndReserve: grpc.aio.UnaryUnaryMultiCallable[pb.CheckAndReserveRequest, pb.CheckAndReserveResponse]
+    Commit: grpc.aio.UnaryUnaryMultiCallable[pb.CommitRequest, pb.CommitResponse]
+    Refund: grpc.aio.UnaryUnaryMultiCallable[pb.RefundRequest, pb.RefundResponse]
+    RenewLease: grpc.aio.UnaryUnaryMultiCallable[pb.RenewLeaseRequest, pb.RenewLeaseResponse]
+    GetStatus: grpc.aio.UnaryUnaryMultiCallable[pb.GetStatusRequest, pb.GetStatusResponse]
+    GetEstimator: grpc.aio.UnaryUnaryMultiCallable[pb.GetEstimatorRequest, pb.GetEstimatorResponse]
+
+
 def metadata(token: str | None) -> tuple[tuple[str, str], ...] | None:
     return (("authorization", f"Bearer {token}"),) if token else None
 
 
-def _text(content: Any) -> str:
-    """An OpenAI message content (a string, or a list of parts) as text."""
+def check_timeout(timeout: float | None, what: str = "timeout") -> float | None:
+    """``timeout`` if it is a usable deadline (seconds above 0) or None;
+    else ValueError: a deadline of 0 would fail every call unanswered."""
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"{what}={timeout!r}: a deadline in seconds above 0 (None: the client's default)")
+    return timeout
+
+
+def check_on_unavailable(policy: str) -> OnUnavailable:
+    if policy == "deny":
+        return "deny"
+    if policy == "allow":
+        return "allow"
+    raise ValueError(f"on_unavailable={policy!r}: 'deny' or 'allow'")
+
+
+def text_of(content: Any) -> str:
+    """A message's content as text: a string, or a list of parts (OpenAI's
+    ``text`` / ``input_text`` / ``output_text`` parts, Anthropic's ``text``
+    blocks; images and tools are not text)."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     parts = []
     for part in content:
-        if isinstance(part, Mapping) and part.get("type") == "text":
-            parts.append(str(part.get("text", "")))
+        if isinstance(part, str):
+            parts.append(part)
+        elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
+            parts.append(part["text"])
     return "\n".join(parts)
 
 
-def messages_of(messages: Iterable[Any]) -> list[pb.Message]:
+def messages_of(messages: Iterable[Mapping[str, Any] | pb.Message]) -> list[pb.Message]:
     out = []
     for m in messages:
         if isinstance(m, pb.Message):
             out.append(m)
         else:
-            out.append(pb.Message(role=str(m.get("role", "")), content=_text(m.get("content")), name=str(m.get("name") or "")))
+            out.append(pb.Message(role=str(m.get("role", "")), content=text_of(m.get("content")), name=str(m.get("name") or "")))
     return out
 
 
-_PRIORITIES = {"critical": pb.PRIORITY_CRITICAL, "normal": pb.PRIORITY_NORMAL, "batch": pb.PRIORITY_BATCH}
+def _alias(short: str | None, long: str | None, name: str) -> str | None:
+    if short is not None and long is not None and short != long:
+        raise TypeError(f"{name}={short!r} and {name}_id={long!r}: pass one of them")
+    return short if short is not None else long
+
+
+def _priority(priority: PriorityName | int) -> str:
+    """The ``Priority`` name of ``priority``."""
+    if isinstance(priority, str):
+        if priority not in _PRIORITIES:
+            raise ValueError(f"priority={priority!r}: one of {', '.join(map(repr, _PRIORITIES))} (or a pb.Priority value)")
+        return pb.Priority.Name(_PRIORITIES[priority])
+    try:
+        return pb.Priority.Name(priority)
+    except ValueError:
+        raise ValueError(f"priority={priority!r}: one of {', '.join(map(repr, _PRIORITIES))} (or a pb.Priority value)") from None
 
 
 def reserve_request(
     *,
-    tenant: str,
-    user: str = "",
     tier: str,
+    tenant: str | None = None,
+    tenant_id: str | None = None,
+    user: str | None = None,
+    user_id: str | None = None,
     model: str = "",
-    messages: Iterable[Any] | None = None,
+    messages: Iterable[Mapping[str, Any] | pb.Message] | None = None,
     prompt: str | None = None,
     prompt_tokens: int | None = None,
     max_output_tokens: int = 0,
@@ -83,35 +178,51 @@ def reserve_request(
     lease_ttl_ms: int | None = None,
     allow_reduced_output: bool = False,
     min_output_tokens: int = 0,
-    priority: str | int | None = None,
+    priority: PriorityName | int | None = None,
 ) -> pb.CheckAndReserveRequest:
-    """A ``CheckAndReserveRequest``: the prompt as ``messages``, a ``prompt``
-    string, or its token count (``prompt_tokens``)."""
+    """A ``CheckAndReserveRequest`` from ``ReserveFields``: the tenant as
+    ``tenant`` or ``tenant_id``, the user as ``user`` or ``user_id``, and the
+    prompt as ``messages``, a ``prompt`` string, or its token count
+    (``prompt_tokens``)."""
+    the_tenant = _alias(tenant, tenant_id, "tenant")
+    if the_tenant is None:
+        raise TypeError("reserve_request() missing the tenant: tenant= (or tenant_id=)")
     if sum(x is not None for x in (messages, prompt, prompt_tokens)) != 1:
         raise ValueError("pass exactly one of messages, prompt or prompt_tokens")
     req = pb.CheckAndReserveRequest(
-        tenant_id=tenant,
-        user_id=user or "",
+        tenant_id=the_tenant,
+        user_id=_alias(user, user_id, "user") or "",
         tier=tier,
         model=model or "",
         max_output_tokens=max_output_tokens,
         idempotency_key=idempotency_key,
         allow_reduced_output=allow_reduced_output,
         min_output_tokens=min_output_tokens,
+        priority=_priority(priority) if priority is not None else None,
     )
     if messages is not None:
         req.messages.extend(messages_of(messages))
     elif prompt is not None:
         req.prompt = prompt
-    else:
+    elif prompt_tokens is not None:
         req.prompt_tokens = prompt_tokens
     if lease_ttl_ms is not None:
         req.lease_ttl_ms = lease_ttl_ms
-    if isinstance(priority, str):
-        req.priority = _PRIORITIES[priority]
-    elif priority is not None:
-        req.priority = priority
     return req
+
+
+def request_of(request: pb.CheckAndReserveRequest | None, fields: Mapping[str, Any]) -> pb.CheckAndReserveRequest:
+    """The request a ``check_and_reserve`` call means: the message given, or
+    one built from its keyword fields (an unknown name is a TypeError that
+    lists the known ones)."""
+    if request is not None:
+        if fields:
+            raise TypeError("pass a CheckAndReserveRequest or its fields as keywords, not both")
+        return request
+    unknown = sorted(set(fields) - FIELD_NAMES)
+    if unknown:
+        raise TypeError(f"unknown field(s) {', '.join(unknown)}: the fields are {', '.join(sorted(FIELD_NAMES))}")
+    return reserve_request(**fields)
 
 
 def denied(response: pb.CheckAndReserveResponse) -> BudgetDenied:
@@ -119,30 +230,42 @@ def denied(response: pb.CheckAndReserveResponse) -> BudgetDenied:
     return BudgetDenied(response, status, headers)
 
 
-def unavailable(policy: OnUnavailable, error: grpc.RpcError) -> None:
-    """Raises unless ``policy`` lets the request through without a budget."""
-    if policy == "allow":
-        return
-    raise BudgetUnavailable(f"{error.code().name}: {error.details()}") from error
-
-
 @dataclasses.dataclass
 class Usage:
+    """The upstream's own count of a call: what Commit charges."""
+
     prompt_tokens: int
     completion_tokens: int
     cached_prompt_tokens: int = 0
 
 
 class ReservationState:
-    """A reservation the context manager holds: what was granted, and the
-    usage to commit."""
+    """A reservation held across an upstream call: what was granted, the
+    usage to commit, and the output that reached the caller.
 
-    def __init__(self, response: pb.CheckAndReserveResponse | None, max_output_tokens: int):
+    How it settles (``settle()``, or leaving a ``reservation()`` block):
+
+    - ``set_usage`` was called: commit that usage.
+    - else output reached the caller (``record_output``): commit the prompt as
+      reserved and the completion as the text delivered, which the service
+      counts (``completion_text``) — a stream cut short, or one whose upstream
+      sent no usage, is billed by the provider all the same.
+    - else (nothing reached the caller, or the call failed before any output):
+      refund.
+    """
+
+    def __init__(
+        self,
+        response: pb.CheckAndReserveResponse | None,
+        max_output_tokens: int = 0,
+    ):
         #: The full response (None when ctxbudget was unreachable and
         #: ``on_unavailable="allow"`` let the call through).
         self.response = response
         self._max_output_tokens = max_output_tokens
         self.usage: Usage | None = None
+        self._output: list[str] = []
+        self._delivered = False
         #: The Commit's (or Refund's) response, once settled.
         self.settled: pb.CommitResponse | pb.RefundResponse | None = None
 
@@ -151,11 +274,21 @@ class ReservationState:
         return self.response.reservation_id if self.response else None
 
     @property
-    def granted_max_output_tokens(self) -> int:
-        """What goes upstream as ``max_tokens``."""
+    def granted_max_output_tokens(self) -> int | None:
+        """What goes upstream as ``max_tokens`` (``max_output_tokens``…).
+        None for a call let through unbudgeted (``on_unavailable="allow"``)
+        whose caller asked for no limit: send none upstream, not 0."""
         if self.response is None:
-            return self._max_output_tokens
+            return self._max_output_tokens or None
         return self.response.granted_max_output_tokens
+
+    @property
+    def reserved_prompt_tokens(self) -> int:
+        """The prompt as reserved: the caller's ``prompt_tokens``, or the
+        service's count × its estimator's multiplier, rounded up."""
+        if self.response is None:
+            return 0
+        return max(self.response.reserved_tokens - self.response.granted_max_output_tokens, 0)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -163,17 +296,48 @@ class ReservationState:
         return http_status_and_headers(self.response)[1] if self.response else {}
 
     def set_usage(self, prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int = 0) -> None:
-        """The real usage: committed when the block exits cleanly."""
+        """The upstream's usage: committed when the call settles."""
         self.usage = Usage(prompt_tokens, completion_tokens, cached_prompt_tokens)
 
-    def commit_request(self) -> pb.CommitRequest:
-        assert self.usage is not None and self.response is not None
-        return pb.CommitRequest(
-            reservation_id=self.response.reservation_id,
-            prompt_tokens=self.usage.prompt_tokens,
-            completion_tokens=self.usage.completion_tokens,
-            cached_prompt_tokens=self.usage.cached_prompt_tokens,
-        )
+    def record_output(self, text: str = "") -> None:
+        """Output reached the caller (a streamed chunk; ``text`` is its part
+        of the completion). From then on the call commits — the usage when
+        ``set_usage`` is given, else the prompt as reserved and the text
+        recorded — instead of refunding."""
+        self._delivered = True
+        if text:
+            self._output.append(text)
+
+    @property
+    def output_delivered(self) -> bool:
+        """Whether any output reached the caller (``record_output``)."""
+        return self._delivered
+
+    @property
+    def completion_text(self) -> str:
+        """The text recorded with ``record_output``."""
+        return "".join(self._output)
+
+    def commit_request(self, *, failed: bool = False) -> pb.CommitRequest | None:
+        """What settling sends: a Commit, or None for a Refund (see the
+        class's doc). ``failed``: the upstream call failed, so a usage given
+        counts only if output had reached the caller."""
+        if self.response is None:
+            return None
+        if self.usage is not None and (self._delivered or not failed):
+            return pb.CommitRequest(
+                reservation_id=self.response.reservation_id,
+                prompt_tokens=self.usage.prompt_tokens,
+                completion_tokens=self.usage.completion_tokens,
+                cached_prompt_tokens=self.usage.cached_prompt_tokens,
+            )
+        if self._delivered:
+            return pb.CommitRequest(
+                reservation_id=self.response.reservation_id,
+                prompt_tokens=self.reserved_prompt_tokens,
+                completion_text=self.completion_text,
+            )
+        return None
 
     @property
     def lease_ttl_ms(self) -> int:

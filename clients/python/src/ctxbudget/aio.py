@@ -1,31 +1,47 @@
 """``AsyncBudgetClient``: every RPC of ctxbudget on an asyncio gRPC channel,
-and ``reservation()`` as an ``async with`` block."""
+``reserve()`` / ``settle()``, and ``reservation()`` as an ``async with``
+block."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, AsyncIterator
+import sys
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 import grpc.aio
 
 from ._common import (
-    UNAVAILABLE_CODES,
+    AsyncStub,
     OnUnavailable,
     ReservationState,
+    ReserveFields,
     Tls,
+    check_on_unavailable,
+    check_timeout,
     denied,
     metadata,
-    reserve_request,
-    unavailable,
+    request_of,
 )
+from .errors import BudgetError, BudgetUnavailable, error_of
 from .v1 import budget_pb2 as pb
 from .v1 import budget_pb2_grpc as rpc
 
+if TYPE_CHECKING:
+    if sys.version_info >= (3, 11):
+        from typing import Self, Unpack
+    else:
+        from typing_extensions import Self, Unpack
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
 
 class AsyncBudgetClient:
-    """The asyncio twin of ``BudgetClient`` (same arguments)."""
+    """The asyncio twin of ``BudgetClient`` (same arguments, same methods,
+    awaited)."""
 
     def __init__(
         self,
@@ -37,20 +53,18 @@ class AsyncBudgetClient:
         on_unavailable: OnUnavailable = "deny",
         channel: grpc.aio.Channel | None = None,
     ):
-        if on_unavailable not in ("deny", "allow"):
-            raise ValueError(f"on_unavailable={on_unavailable!r}: 'deny' or 'allow'")
+        self.on_unavailable: OnUnavailable = check_on_unavailable(on_unavailable)
+        self.timeout: float = check_timeout(timeout) or 2.0
         self._target, self._tls = target, tls
         # Made on first use, in the event loop that uses it (an asyncio
         # channel belongs to the loop it was made in: a client built at
         # import time would otherwise fail in the server's loop).
         self._channel: grpc.aio.Channel | None = channel
-        self._stub_: rpc.BudgetServiceStub | None = rpc.BudgetServiceStub(channel) if channel else None
+        self._stub_: AsyncStub | None = rpc.BudgetServiceStub(channel) if channel else None
         self._metadata = metadata(token)
-        self.timeout = timeout
-        self.on_unavailable: OnUnavailable = on_unavailable
 
     @property
-    def _stub(self) -> rpc.BudgetServiceStub:
+    def _stub(self) -> AsyncStub:
         if self._stub_ is None:
             if self._tls is None:
                 self._channel = grpc.aio.insecure_channel(self._target)
@@ -64,31 +78,48 @@ class AsyncBudgetClient:
             await self._channel.close()
         self._channel, self._stub_ = None, None
 
-    async def __aenter__(self) -> AsyncBudgetClient:
+    async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
-        return await method(request, timeout=timeout or self.timeout, metadata=self._metadata)
+    async def _call(self, method: grpc.aio.UnaryUnaryMultiCallable[Req, Resp], request: Req, timeout: float | None) -> Resp:
+        deadline = self.timeout if check_timeout(timeout) is None else timeout
+        try:
+            return await method(request, timeout=deadline, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise error_of(e) from e
 
-    async def check_and_reserve(self, request: pb.CheckAndReserveRequest | None = None, *, timeout: float | None = None, **fields: Any) -> pb.CheckAndReserveResponse:
-        if request is None:
-            request = reserve_request(**fields)
-        return await self._call(self._stub.CheckAndReserve, request, timeout)
+    async def check_and_reserve(
+        self,
+        request: pb.CheckAndReserveRequest | None = None,
+        *,
+        timeout: float | None = None,
+        **fields: Unpack[ReserveFields],
+    ) -> pb.CheckAndReserveResponse:
+        """See ``BudgetClient.check_and_reserve``."""
+        return await self._call(self._stub.CheckAndReserve, request_of(request, fields), timeout)
 
-    async def commit(self, reservation_id: str, prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int = 0, *, timeout: float | None = None) -> pb.CommitResponse:
-        return await self._call(
-            self._stub.Commit,
-            pb.CommitRequest(
-                reservation_id=reservation_id,
-                prompt_tokens=prompt_tokens,
-                completion_tokens=completion_tokens,
-                cached_prompt_tokens=cached_prompt_tokens,
-            ),
-            timeout,
+    async def commit(
+        self,
+        reservation_id: str,
+        prompt_tokens: int,
+        completion_tokens: int = 0,
+        cached_prompt_tokens: int = 0,
+        *,
+        completion_text: str = "",
+        timeout: float | None = None,
+    ) -> pb.CommitResponse:
+        """See ``BudgetClient.commit``."""
+        req = pb.CommitRequest(
+            reservation_id=reservation_id,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cached_prompt_tokens=cached_prompt_tokens,
+            completion_text=completion_text,
         )
+        return await self._call(self._stub.Commit, req, timeout)
 
     async def refund(self, reservation_id: str, *, timeout: float | None = None) -> pb.RefundResponse:
         return await self._call(self._stub.Refund, pb.RefundRequest(reservation_id=reservation_id), timeout)
@@ -109,63 +140,60 @@ class AsyncBudgetClient:
     async def get_estimator(self, model: str = "", *, timeout: float | None = None) -> pb.GetEstimatorResponse:
         return await self._call(self._stub.GetEstimator, pb.GetEstimatorRequest(model=model), timeout)
 
-    async def reserve(self, **fields: Any) -> ReservationState:
-        """Reserves, raising ``BudgetDenied`` when denied (or
-        ``BudgetUnavailable`` per ``on_unavailable``): the first half of
-        ``reservation()``, for callers whose call outlives one block (a
-        streamed response). Settle it with ``settle()``."""
+    async def reserve(self, *, timeout: float | None = None, **fields: Unpack[ReserveFields]) -> ReservationState:
+        """See ``BudgetClient.reserve``."""
+        request = request_of(None, fields)
         try:
-            response = await self.check_and_reserve(**fields)
-        except grpc.aio.AioRpcError as e:
-            if e.code() not in UNAVAILABLE_CODES:
+            response = await self._call(self._stub.CheckAndReserve, request, timeout)
+        except BudgetUnavailable:
+            if self.on_unavailable == "deny":
                 raise
-            unavailable(self.on_unavailable, e)
-            return ReservationState(None, fields.get("max_output_tokens", 0))
+            return ReservationState(None, request.max_output_tokens)
         if not response.allowed:
             raise denied(response)
-        return ReservationState(response, fields.get("max_output_tokens", 0))
+        return ReservationState(response, request.max_output_tokens)
 
     async def settle(self, r: ReservationState, *, failed: bool = False) -> None:
-        """Commits ``r``'s usage, or refunds when ``failed`` or without usage.
-        A refund's error is swallowed (the lease lapses on its own); a
-        commit's is raised."""
+        """See ``BudgetClient.settle``."""
         if r.response is None or r.settled is not None:
             return
-        if failed or r.usage is None:
-            try:
-                r.settled = await self.refund(r.reservation_id)
-            except grpc.aio.AioRpcError:
-                pass
+        commit = r.commit_request(failed=failed)
+        if commit is None:
+            with contextlib.suppress(BudgetError):
+                r.settled = await self.refund(r.response.reservation_id)
             return
-        r.settled = await self._call(self._stub.Commit, r.commit_request(), None)
+        r.settled = await self._call(self._stub.Commit, commit, None)
 
     @contextlib.asynccontextmanager
-    async def reservation(self, **fields: Any) -> AsyncIterator[ReservationState]:
+    async def reservation(self, *, timeout: float | None = None, **fields: Unpack[ReserveFields]) -> AsyncIterator[ReservationState]:
         """``async with client.reservation(...) as r:`` — see
         ``BudgetClient.reservation``."""
-        r = await self.reserve(**fields)
+        r = await self.reserve(timeout=timeout, **fields)
         renewer = self.keep_alive(r)
         try:
             yield r
         except BaseException:
             await self.stop_keep_alive(renewer)
-            await self.settle(r, failed=True)
+            with contextlib.suppress(BudgetError):
+                await self.settle(r, failed=True)
             raise
         await self.stop_keep_alive(renewer)
         await self.settle(r)
 
     def keep_alive(self, r: ReservationState) -> asyncio.Task[None] | None:
-        """Renews ``r``'s lease at a third of its TTL until cancelled."""
+        """Renews ``r``'s lease at a third of its TTL until cancelled (None:
+        nothing to renew)."""
         every = r.renew_every_s()
-        if every is None:
+        reservation_id = r.reservation_id
+        if every is None or reservation_id is None:
             return None
 
         async def run() -> None:
             while True:
                 await asyncio.sleep(every)
                 try:
-                    renewed = await self.renew_lease(r.reservation_id, r.lease_ttl_ms)
-                except grpc.aio.AioRpcError:
+                    renewed = await self.renew_lease(reservation_id, r.lease_ttl_ms)
+                except BudgetError:
                     continue
                 if renewed.outcome != pb.OUTCOME_APPLIED:
                     return  # settled, lapsed or gone: nothing left to keep alive

@@ -1,16 +1,24 @@
 """Decisions to HTTP, as docs/http.md defines them.
 
 ``http_status_and_headers(response)`` answers the status a gateway returns
-and the headers it sends: 200 (forward) or 429 / 413, ``Retry-After`` on a
-429, and OpenAI's ``x-ratelimit-limit|remaining|reset-requests|tokens``.
+and the headers it sends: 200 (forward), 429 / 413 / 403, ``Retry-After`` on
+a 429, and OpenAI's ``x-ratelimit-limit|remaining|reset-requests|tokens``.
 
-Which limit feeds the headers when several apply: when denied, the entry of
-the binding limit (``limiting_level``, ``limiting_model_group``,
-``limiting_dimension``, and ``limiting_period_seconds``); when allowed,
-among the entries of the dimension (the all-model ones and those of the
-request's model group), the one with the least ``remaining / limit``.
+The headers describe the caller's own scope: only the user's and the
+tenant's limits feed them, never the global level (the size of the provider
+account is not the gateway's customer's to see). Which of those entries:
+when denied at the user or tenant level, the entry of the binding limit
+(``limiting_level``, ``limiting_model_group``, ``limiting_dimension``,
+``limiting_period_seconds``); otherwise, among the user and tenant entries of
+the dimension (the all-model ones and those of the request's model group),
+the one with the least ``remaining / limit``. A dimension without such an
+entry gets no headers. A denial at the global level is a 429 with
+``Retry-After`` only (a 413 with no headers when the request can never fit).
 Negative ``remaining`` (debt) shows as 0; the reset is OpenAI's duration
 format (``20ms``, ``6s``, ``1m30s``).
+
+A blocked tenant or user (``REASON_BLOCKED``) is a 403 without
+``Retry-After``: retrying cannot help until an operator unblocks it.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ import math
 from .v1 import budget_pb2 as pb
 
 _HEADER_DIMENSIONS = (("requests", pb.DIMENSION_REQUESTS), ("tokens", pb.DIMENSION_TOKENS))
+#: The levels whose limits the headers may show: the caller's own.
+_CALLER_LEVELS = (pb.LEVEL_TENANT, pb.LEVEL_USER)
 
 
 def duration(ms: int) -> str:
@@ -40,40 +50,61 @@ def duration(ms: int) -> str:
     return out + f"{seconds}s"
 
 
-def _binding(response: pb.CheckAndReserveResponse, dimension: int) -> pb.LimitStatus | None:
-    """The entry of ``dimension`` that feeds the headers."""
-    entries = [l for l in response.limits if l.dimension == dimension]
+def _share_left(entry: pb.LimitStatus) -> float:
+    return max(entry.remaining, 0) / entry.limit if entry.limit else math.inf
+
+
+def _binding(response: pb.CheckAndReserveResponse, dimension: pb.Dimension) -> pb.LimitStatus | None:
+    """The user or tenant entry of ``dimension`` that feeds the headers."""
+    entries = [e for e in response.limits if e.dimension == dimension and e.level in _CALLER_LEVELS]
     if not response.allowed and response.limiting_dimension == dimension:
-        for l in entries:
+        for e in entries:
             if (
-                l.level == response.limiting_level
-                and l.model_group == response.limiting_model_group
-                and l.period_seconds == response.limiting_period_seconds
+                e.level == response.limiting_level
+                and e.model_group == response.limiting_model_group
+                and e.period_seconds == response.limiting_period_seconds
             ):
-                return l
+                return e
     if not entries:
         return None
     # Least share left; ties to the outer level (the order the service lists them).
-    return min(entries, key=lambda l: (max(l.remaining, 0) / l.limit) if l.limit else math.inf)
+    return min(entries, key=_share_left)
+
+
+def _headers(response: pb.CheckAndReserveResponse) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for name, dimension in _HEADER_DIMENSIONS:
+        e = _binding(response, dimension)
+        if e is None:
+            continue
+        headers[f"x-ratelimit-limit-{name}"] = str(e.limit)
+        headers[f"x-ratelimit-remaining-{name}"] = str(max(e.remaining, 0))
+        headers[f"x-ratelimit-reset-{name}"] = duration(e.reset_after_ms)
+    return headers
 
 
 def http_status_and_headers(response: pb.CheckAndReserveResponse) -> tuple[int, dict[str, str]]:
     """The HTTP status and headers for a ``CheckAndReserveResponse``."""
-    headers: dict[str, str] = {}
-    for name, dimension in _HEADER_DIMENSIONS:
-        l = _binding(response, dimension)
-        if l is None:
-            continue
-        headers[f"x-ratelimit-limit-{name}"] = str(l.limit)
-        headers[f"x-ratelimit-remaining-{name}"] = str(max(l.remaining, 0))
-        headers[f"x-ratelimit-reset-{name}"] = duration(l.reset_after_ms)
     if response.allowed:
-        return 200, headers
+        return 200, _headers(response)
+    if response.reason == pb.REASON_BLOCKED:
+        # An operator's block: no limit to report, and no retry can pass.
+        return 403, {}
     if response.reason == pb.REASON_CONTEXT_TOO_LARGE:
         # The request must shrink: no limit to report.
         return 413, {}
+    if response.limiting_level == pb.LEVEL_GLOBAL:
+        # The provider account's limit: when to retry, never its size.
+        if response.reason == pb.REASON_REQUEST_TOO_LARGE:
+            return 413, {}
+        return 429, {"Retry-After": _retry_after(response)}
+    headers = _headers(response)
     if response.reason == pb.REASON_REQUEST_TOO_LARGE:
         # It can never fit: no Retry-After (a client retrying 429s would loop).
         return 413, headers
-    headers["Retry-After"] = str(math.ceil(response.retry_after_ms / 1000))
+    headers["Retry-After"] = _retry_after(response)
     return 429, headers
+
+
+def _retry_after(response: pb.CheckAndReserveResponse) -> str:
+    return str(math.ceil(response.retry_after_ms / 1000))

@@ -12,11 +12,19 @@ variables, which LiteLLM's ``environment_variables:`` block can set)::
       CTXBUDGET_TIER_FROM: "metadata.tier"
       CTXBUDGET_DEFAULT_TIER: "free"
 
-Before each chat or text completion the hook reserves with ctxbudget and
-sends ``max_tokens`` = what was granted; a denial refuses the call with HTTP
-429 (or 413) and ``Retry-After`` / ``x-ratelimit-*`` headers. After a success
-it commits the real usage (for a stream, the usage LiteLLM assembled from its
-final chunk); after a failure it refunds.
+Before each chat or text completion, Responses API call
+(``/v1/responses``) or Anthropic-format message (``/v1/messages``) the hook
+reserves with ctxbudget and caps the call's output at what was granted
+(``max_tokens`` / ``max_completion_tokens``, ``max_output_tokens`` for the
+Responses API); a denial refuses the call with HTTP 429 (or 413, or 403 for
+a blocked tenant) and ``Retry-After`` / ``x-ratelimit-*`` headers, and any
+other ctxbudget error maps as ``ctxbudget.errors`` says (400 for the caller's
+mistakes such as an unknown tier or a malformed id, 503 when ctxbudget does
+not answer). After a success it commits the real usage (for a stream, the
+usage LiteLLM assembled from its final chunk). A call that fails before any
+output reached the caller is refunded; a stream that fails after chunks went
+out is committed — the prompt as reserved and the completion counted by
+ctxbudget from the text delivered — since the provider bills it.
 
 When LiteLLM's own retries are on, a failed attempt is logged as a failure
 and a later attempt of the same call may still succeed: so a logged failure
@@ -44,29 +52,42 @@ Settings (environment):
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import uuid
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from fastapi import HTTPException
 
+from ._common import ReservationState, check_on_unavailable, text_of
 from .aio import AsyncBudgetClient
-from .errors import BudgetDenied, BudgetUnavailable
+from .errors import BudgetDenied, BudgetError
 
 try:
     from litellm.integrations.custom_logger import CustomLogger
 except ImportError as e:  # pragma: no cover - the hook is for the proxy only
     raise ImportError("ctxbudget.litellm needs LiteLLM: pip install 'litellm[proxy]'") from e
 
+_CHAT_CALLS = {"completion", "acompletion", "text_completion", "atext_completion"}
+_RESPONSES_CALLS = {"responses", "aresponses"}
+_ANTHROPIC_CALLS = {"anthropic_messages", "aanthropic_messages"}
 # The calls that carry a prompt and produce tokens.
-BUDGETED_CALLS = {"completion", "acompletion", "text_completion", "atext_completion", "responses", "aresponses"}
+BUDGETED_CALLS = _CHAT_CALLS | _RESPONSES_CALLS | _ANTHROPIC_CALLS
 _KEY = "ctxbudget_reservation_id"
 # The hook's own handle on a call, in the call's metadata: LiteLLM's call id
 # can be set by the caller (x-litellm-call-id), so it is not trusted.
 _TOKEN = "ctxbudget_hook_token"
-#: How long after a logged failure the reservation is refunded unless the
+# Where LiteLLM keeps a call's metadata: "metadata", or "litellm_metadata" on
+# the routes where "metadata" is a field of the provider's API.
+_METADATA = ("litellm_metadata", "metadata")
+#: How long after a logged failure the reservation is settled unless the
 #: call's retry succeeds first (seconds).
 REFUND_AFTER_S = 30.0
+#: How long after a stream ended early (the caller gone, the upstream cut)
+#: the reservation is settled unless LiteLLM reports the call first: its
+#: failure hook, or the success event it sends for a disconnected stream.
+STREAM_SETTLE_AFTER_S = 5.0
 
 
 def _lookup(path: str, key: Any, data: dict[str, Any]) -> str:
@@ -84,6 +105,41 @@ def _lookup(path: str, key: Any, data: dict[str, Any]) -> str:
     return "" if value is None else str(value)
 
 
+def _output_field(call_type: str, data: Mapping[str, Any]) -> str:
+    """The request field that caps the call's output."""
+    if call_type in _RESPONSES_CALLS:
+        return "max_output_tokens"
+    if call_type in _CHAT_CALLS and "max_completion_tokens" in data:
+        return "max_completion_tokens"
+    return "max_tokens"
+
+
+def _prompt(call_type: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The prompt to count, as ``messages=`` or ``prompt=``."""
+    messages: list[dict[str, Any]] = []
+    if call_type in _ANTHROPIC_CALLS and data.get("system"):
+        messages.append({"role": "system", "content": text_of(data["system"])})
+    if call_type in _RESPONSES_CALLS:
+        if data.get("instructions"):
+            messages.append({"role": "system", "content": str(data["instructions"])})
+        items = data.get("input")
+        if isinstance(items, str) or items is None:
+            messages.append({"role": "user", "content": items or ""})
+        else:
+            for item in items:
+                if not isinstance(item, Mapping):
+                    messages.append({"role": "user", "content": str(item)})
+                elif "content" in item:
+                    messages.append({"role": str(item.get("role") or "user"), "content": text_of(item["content"])})
+                else:  # a tool call or its output
+                    messages.append({"role": "tool", "content": str(item.get("output") or item.get("arguments") or "")})
+        return {"messages": messages}
+    if data.get("messages") is not None:
+        return {"messages": messages + [dict(m) for m in data["messages"]]}
+    text = data.get("prompt") or data.get("input") or ""
+    return {"prompt": text if isinstance(text, str) else " ".join(map(str, text))}
+
+
 class CtxBudgetHook(CustomLogger):
     """The LiteLLM proxy hook (``callbacks: ctxbudget.litellm.handler``)."""
 
@@ -91,8 +147,9 @@ class CtxBudgetHook(CustomLogger):
         super().__init__()
         self._client = client
         self._settings = settings
-        # Reservations in flight in this process, by LiteLLM's call id.
-        self._open: dict[str, Any] = {}
+        # Reservations in flight in this process, by the hook's token: the
+        # reservation and the task that renews (or later settles) it.
+        self._open: dict[str, tuple[ReservationState, asyncio.Task[None] | None]] = {}
 
     def _setting(self, name: str, default: str) -> str:
         return self._settings.get(name) or os.environ.get(f"CTXBUDGET_{name.upper()}") or default
@@ -106,7 +163,7 @@ class CtxBudgetHook(CustomLogger):
                 self._setting("target", "127.0.0.1:50051"),
                 token=self._setting("token", "") or None,
                 timeout=float(self._setting("timeout", "2")),
-                on_unavailable=self._setting("on_unavailable", "deny"),  # type: ignore[arg-type]
+                on_unavailable=check_on_unavailable(self._setting("on_unavailable", "deny")),
             )
         return self._client
 
@@ -118,109 +175,187 @@ class CtxBudgetHook(CustomLogger):
         tier = _lookup(self._setting("tier_from", "metadata.tier"), key, data) or self._setting("default_tier", "default")
         return tenant, user, tier
 
-    async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: Any) -> dict:
-        # The caller's request metadata merges into data["metadata"]: never
-        # trust a reservation id found there.
-        if isinstance(data.get("metadata"), dict):
-            data["metadata"].pop(_KEY, None)
-            data["metadata"].pop(_TOKEN, None)
-        if str(call_type) not in BUDGETED_CALLS:
+    async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: Any) -> dict[str, Any]:
+        # The caller's request metadata merges into LiteLLM's: never trust a
+        # reservation id found there.
+        for name in _METADATA:
+            if isinstance(data.get(name), dict):
+                data[name].pop(_KEY, None)
+                data[name].pop(_TOKEN, None)
+        call = str(getattr(call_type, "value", call_type))
+        if call not in BUDGETED_CALLS:
             return data
         tenant, user, tier = self._who(user_api_key_dict, data)
-        asked = data.get("max_completion_tokens") or data.get("max_tokens") or 0
-        prompt: dict[str, Any]
-        if data.get("messages") is not None:
-            prompt = {"messages": data["messages"]}
-        else:
-            text = data.get("prompt") or data.get("input") or ""
-            prompt = {"prompt": text if isinstance(text, str) else " ".join(map(str, text))}
+        field = _output_field(call, data)
+        asked = (data.get("max_completion_tokens") or data.get("max_tokens")) if call in _CHAT_CALLS else data.get(field)
         try:
             r = await self.client.reserve(
                 tenant=tenant, user=user, tier=tier, model=str(data.get("model") or ""),
-                max_output_tokens=int(asked), **prompt,
+                max_output_tokens=int(asked or 0), **_prompt(call, data),
             )
         except BudgetDenied as d:
             raise HTTPException(status_code=d.http_status, detail=d.response.detail or d.reason, headers=d.headers) from d
-        except BudgetUnavailable as u:
-            raise HTTPException(status_code=503, detail=str(u), headers=u.headers) from u
-        if r.reservation_id is None:
-            return data  # ctxbudget unreachable, on_unavailable = allow
-        field = "max_completion_tokens" if "max_completion_tokens" in data else "max_tokens"
-        data[field] = r.granted_max_output_tokens
+        except BudgetError as e:
+            raise HTTPException(status_code=e.http_status, detail=str(e), headers=e.headers or None) from e
+        granted = r.granted_max_output_tokens
+        if r.reservation_id is None or granted is None:
+            return data  # ctxbudget unreachable, on_unavailable = allow: the caller's own cap, if any
+        data[field] = granted
         token = uuid.uuid4().hex
-        meta = data.setdefault("metadata", {})
+        # LiteLLM's own metadata: "litellm_metadata" on the routes whose
+        # "metadata" is the provider's (the Responses API, /v1/messages),
+        # which must not carry the hook's keys upstream.
+        meta = data.setdefault("litellm_metadata" if isinstance(data.get("litellm_metadata"), dict) else "metadata", {})
         meta[_KEY], meta[_TOKEN] = r.reservation_id, token
         self._open[token] = (r, self.client.keep_alive(r))
         return data
+
+    async def async_post_call_streaming_iterator_hook(
+        self, user_api_key_dict: Any, response: Any, request_data: dict[str, Any]
+    ) -> AsyncIterator[Any]:
+        """Passes a stream through, recording the text each chunk carried to
+        the caller: a stream that ends early commits what was delivered."""
+        token = self._token(request_data)
+        found = self._open.get(token)
+        finished = False
+        try:
+            async for chunk in response:
+                yield chunk
+                if found is not None:
+                    found[0].record_output(_chunk_text(chunk))
+            finished = True
+        finally:
+            if not finished and found is not None and self._open.get(token, (None,))[0] is found[0]:
+                # Cut short (the caller gone, or the upstream broken):
+                # LiteLLM's own report of the call settles it first if it
+                # comes; else this does.
+                self._settle_later(token, found[0], STREAM_SETTLE_AFTER_S)
 
     @staticmethod
     def _token(call: dict[str, Any]) -> str:
         """The hook's token of a call, from the metadata it wrote (in the
         request data, or in a logging event's litellm_params)."""
-        for meta in ((call.get("litellm_params") or {}).get("metadata"), call.get("metadata")):
+        params = call.get("litellm_params") or {}
+        for meta in (*(params.get(name) for name in _METADATA), *(call.get(name) for name in _METADATA)):
             if isinstance(meta, dict) and meta.get(_TOKEN):
                 return str(meta[_TOKEN])
         return ""
 
-    def _take(self, call: dict[str, Any]) -> Any:
+    def _take(self, call: dict[str, Any]) -> ReservationState | None:
         """The reservation of a finished call (the same token for every
         attempt), if this process holds it."""
         found = self._open.pop(self._token(call), None)
-        if found is not None:
-            r, task = found
-            if task is not None:
-                task.cancel()
-        return found
-
-    async def async_log_success_event(self, kwargs: dict, response_obj: Any, start_time: Any, end_time: Any) -> None:
-        found = self._take(kwargs)
         if found is None:
+            return None
+        r, task = found
+        if task is not None:
+            task.cancel()
+        return r
+
+    def _settle_later(self, token: str, r: ReservationState, delay: float) -> None:
+        """Stops renewing ``r`` and settles it (as failed) after ``delay``
+        seconds, unless the call is settled first."""
+        _, task = self._open[token]
+        if task is not None:
+            task.cancel()
+
+        async def settle_later() -> None:
+            await asyncio.sleep(delay)
+            if self._open.get(token, (None,))[0] is r:
+                del self._open[token]
+                await self.client.settle(r, failed=True)
+
+        self._open[token] = (r, asyncio.get_running_loop().create_task(settle_later()))
+
+    async def async_log_success_event(self, kwargs: dict[str, Any], response_obj: Any, start_time: Any, end_time: Any) -> None:
+        r = self._take(kwargs)
+        if r is None:
             return
-        r, _ = found
         usage = _usage(kwargs, response_obj)
         if usage is not None:
             r.set_usage(*usage)
         await self.client.settle(r)
 
-    async def async_log_failure_event(self, kwargs: dict, response_obj: Any, start_time: Any, end_time: Any) -> None:
+    async def async_log_failure_event(self, kwargs: dict[str, Any], response_obj: Any, start_time: Any, end_time: Any) -> None:
         # An attempt failed; a retry of the same call may still succeed.
-        call_id = self._token(kwargs)
-        found = self._open.get(call_id)
-        if found is None:
-            return
-        r, task = found
-        if task is not None:
-            task.cancel()
-
-        async def refund_later() -> None:
-            await asyncio.sleep(REFUND_AFTER_S)
-            if self._open.get(call_id, (None,))[0] is r:
-                del self._open[call_id]
-                await self.client.settle(r, failed=True)
-
-        self._open[call_id] = (r, asyncio.get_running_loop().create_task(refund_later()))
-
-    async def async_post_call_failure_hook(self, request_data: dict, original_exception: Exception, user_api_key_dict: Any, traceback_str: str | None = None) -> None:
-        # The call failed for good (after LiteLLM's retries): refund now.
-        found = self._take(request_data)
+        token = self._token(kwargs)
+        found = self._open.get(token)
         if found is not None:
-            await self.client.settle(found[0], failed=True)
+            self._settle_later(token, found[0], REFUND_AFTER_S)
+
+    async def async_post_call_failure_hook(
+        self, request_data: dict[str, Any], original_exception: Exception, user_api_key_dict: Any, traceback_str: str | None = None
+    ) -> None:
+        # The call failed for good (after LiteLLM's retries): refund now, or
+        # commit what a stream had delivered before it broke.
+        r = self._take(request_data)
+        if r is not None:
+            await self.client.settle(r, failed=True)
+
+
+def _get(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def _chunk_text(chunk: Any) -> str:
+    """The completion text a streamed chunk carries: a chat or text
+    completion chunk, a Responses API text delta, or an Anthropic
+    ``content_block_delta`` (as objects, or as raw server-sent events)."""
+    if isinstance(chunk, bytes):
+        chunk = chunk.decode("utf-8", errors="replace")
+    if isinstance(chunk, str):
+        out = []
+        for line in chunk.splitlines():
+            if line.startswith("data:"):
+                try:
+                    out.append(_chunk_text(json.loads(line[5:].strip())))
+                except ValueError:
+                    continue
+        return "".join(out)
+    kind = _get(chunk, "type")
+    if kind == "response.output_text.delta":
+        return str(_get(chunk, "delta") or "")
+    if kind == "content_block_delta":
+        return str(_get(_get(chunk, "delta"), "text") or "")
+    out = []
+    for choice in _get(chunk, "choices") or []:
+        delta = _get(choice, "delta")
+        text = _get(delta, "content") if delta is not None else _get(choice, "text")
+        if isinstance(text, str):
+            out.append(text)
+    return "".join(out)
+
+
+def _usage_of(usage: Any) -> tuple[int, int, int] | None:
+    """(prompt, completion, cached prompt) tokens from a usage in OpenAI's
+    chat shape, the Responses API's, or Anthropic's (whose input_tokens
+    leave out the cache reads and writes)."""
+    prompt, completion = _get(usage, "prompt_tokens"), _get(usage, "completion_tokens")
+    cache_read = _get(usage, "cache_read_input_tokens") or 0
+    if prompt is not None or completion is not None:
+        details = _get(usage, "prompt_tokens_details")
+        cached = (_get(details, "cached_tokens") if details else 0) or cache_read
+        return int(prompt or 0), int(completion or 0), int(cached or 0)
+    inputs, outputs = _get(usage, "input_tokens"), _get(usage, "output_tokens")
+    if inputs is None and outputs is None:
+        return None
+    cache_write = _get(usage, "cache_creation_input_tokens") or 0
+    if cache_read or cache_write:
+        return int(inputs or 0) + int(cache_read) + int(cache_write), int(outputs or 0), int(cache_read)
+    details = _get(usage, "input_tokens_details")
+    cached = (_get(details, "cached_tokens") if details else 0) or 0
+    return int(inputs or 0), int(outputs or 0), int(cached)
 
 
 def _usage(kwargs: dict[str, Any], response_obj: Any) -> tuple[int, int, int] | None:
     """(prompt, completion, cached prompt) tokens of a finished call: the
     response's usage, or for a stream the one LiteLLM assembled."""
     for source in (kwargs.get("async_complete_streaming_response"), kwargs.get("complete_streaming_response"), response_obj):
-        usage = getattr(source, "usage", None) if source is not None else None
-        if usage is None and isinstance(source, dict):
-            usage = source.get("usage")
+        usage = _get(source, "usage") if source is not None else None
         if usage:
-            get = (lambda k: usage.get(k)) if isinstance(usage, dict) else (lambda k: getattr(usage, k, None))
-            details = get("prompt_tokens_details")
-            cached = (details.get("cached_tokens") if isinstance(details, dict) else getattr(details, "cached_tokens", 0)) if details else 0
-            prompt = get("prompt_tokens") or get("input_tokens") or 0
-            completion = get("completion_tokens") or get("output_tokens") or 0
-            return int(prompt), int(completion), int(cached or 0)
+            found = _usage_of(usage)
+            if found is not None and any(found):
+                return found
     slo = kwargs.get("standard_logging_object") or {}
     if slo.get("total_tokens"):
         return int(slo.get("prompt_tokens", 0)), int(slo.get("completion_tokens", 0)), 0

@@ -24,7 +24,8 @@ import email.utils
 import random
 import time
 import uuid
-from typing import Any, Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504, 529})
 NEVER_RETRIED = frozenset({400, 401, 403, 404, 422})
@@ -133,8 +134,9 @@ def retry(
     key = idempotency_key or uuid.uuid4().hex
     attempt = 0
     while True:
+        outcome: T | Exception
         try:
-            outcome: Any = call(key)
+            outcome = call(key)
         except Exception as e:  # noqa: BLE001 - classified below
             outcome = e
         wait = _decide(policy, attempt, outcome)
@@ -157,8 +159,9 @@ async def retry_async(
     key = idempotency_key or uuid.uuid4().hex
     attempt = 0
     while True:
+        outcome: T | Exception
         try:
-            outcome: Any = await call(key)
+            outcome = await call(key)
         except Exception as e:  # noqa: BLE001 - classified below
             outcome = e
         wait = _decide(policy, attempt, outcome)
