@@ -35,7 +35,8 @@ else
 fi
 
 # The Python client (clients/python) and the example gateway, against the
-# binary the Rust tests built.
+# binary the Rust tests built: ruff and mypy --strict over the package, then
+# pytest.
 cargo build --quiet
 venv=target/venv
 if [ ! -x "$venv/bin/python" ]; then
@@ -43,6 +44,11 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 pip=("$venv/bin/pip" install --quiet --disable-pip-version-check)
 "${pip[@]}" -e "clients/python[test]"
+# The client package linted and type-checked strictly (settings in
+# clients/python/pyproject.toml; the generated stubs are checked against, not
+# linted).
+"$venv/bin/ruff" check --no-cache clients/python/src/ctxbudget
+"$venv/bin/mypy" --config-file clients/python/pyproject.toml --strict --cache-dir target/mypy-cache clients/python/src/ctxbudget
 # The LiteLLM hook's tests run the real proxy. "litellm[proxy]" resolves to
 # 1.108.x here (the newer proxy extra needs a package the registry lacks);
 # litellm 1.110.2 installed on top of it runs the proxy.

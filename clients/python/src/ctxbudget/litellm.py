@@ -26,19 +26,28 @@ output reached the caller is refunded; a stream that fails after chunks went
 out is committed — the prompt as reserved and the completion counted by
 ctxbudget from the text delivered — since the provider bills it.
 
+Streams pass through the hook's iterator hook, which records the text of
+every chunk that reached the caller. A caller that disconnects mid-stream is
+reported by LiteLLM as a success with the usage of the chunks so far
+(committed); a stream that stops without any report is settled
+``STREAM_SETTLE_AFTER_S`` later (committed if anything was delivered, else
+refunded).
+
 When LiteLLM's own retries are on, a failed attempt is logged as a failure
 and a later attempt of the same call may still succeed: so a logged failure
-only stops renewing the lease and schedules a refund ``REFUND_AFTER_S``
-later, which a success (commit) or the proxy's final failure hook (refund at
-once) overtakes. Reservations are found by LiteLLM's call id, never by
-anything the caller sent: a caller's own ``metadata`` key of the hook's name
-is dropped.
+only stops renewing the lease and schedules the settle ``REFUND_AFTER_S``
+later, which a success (commit) or the proxy's final failure hook (at once)
+overtakes. Reservations are found by a token the hook writes into LiteLLM's
+own metadata (``litellm_metadata`` on the routes whose ``metadata`` is the
+provider's, so it never goes upstream), never by anything the caller sent: a
+caller's own metadata key of the hook's names is dropped.
 
 Settings (environment):
 
 - ``CTXBUDGET_TARGET`` (``127.0.0.1:50051``), ``CTXBUDGET_TOKEN`` (bearer),
-  ``CTXBUDGET_TIMEOUT`` (seconds, 2), ``CTXBUDGET_ON_UNAVAILABLE``
-  (``deny``: 503, or ``allow``: let calls through unbudgeted).
+  ``CTXBUDGET_TIMEOUT`` (seconds above 0, 2), ``CTXBUDGET_ON_UNAVAILABLE``
+  (``deny``: 503, or ``allow``: let calls through unbudgeted, with the
+  caller's own output cap or none).
 - ``CTXBUDGET_TENANT_FROM``, ``CTXBUDGET_USER_FROM``, ``CTXBUDGET_TIER_FROM``:
   which field of the caller's key names each, from LiteLLM's
   ``UserAPIKeyAuth``: an attribute (``team_id``, ``user_id``, ``key_alias``,
