@@ -76,6 +76,14 @@ def test_headers_never_show_the_global_level():
     assert "x-ratelimit-limit-requests" not in h, "requests are limited only at the global level: no headers"
 
 
+def test_a_tie_goes_to_the_users_limit():
+    r = pb.CheckAndReserveResponse(allowed=True, limits=[
+        limit(pb.LEVEL_TENANT, pb.DIMENSION_REQUESTS, 100, 50, 6000),
+        limit(pb.LEVEL_USER, pb.DIMENSION_REQUESTS, 10, 5, 3000),
+    ])
+    assert http_status_and_headers(r)[1]["x-ratelimit-limit-requests"] == "10"
+
+
 def test_a_denial_at_the_global_level_is_a_429_with_retry_after_only():
     r = pb.CheckAndReserveResponse(
         allowed=False, reason=pb.REASON_TPM_EXCEEDED, limiting_level=pb.LEVEL_GLOBAL,

@@ -11,9 +11,10 @@ when denied at the user or tenant level, the entry of the binding limit
 (``limiting_level``, ``limiting_model_group``, ``limiting_dimension``,
 ``limiting_period_seconds``); otherwise, among the user and tenant entries of
 the dimension (the all-model ones and those of the request's model group),
-the one with the least ``remaining / limit``. A dimension without such an
-entry gets no headers. A denial at the global level is a 429 with
-``Retry-After`` only (a 413 with no headers when the request can never fit).
+the one with the least ``remaining / limit`` (the user's on a tie). A
+dimension without such an entry gets no headers. A denial at the global
+level is a 429 with ``Retry-After`` only (a 413 with no headers when the
+request can never fit).
 Negative ``remaining`` (debt) shows as 0; the reset is OpenAI's duration
 format (``20ms``, ``6s``, ``1m30s``).
 
@@ -67,8 +68,8 @@ def _binding(response: pb.CheckAndReserveResponse, dimension: pb.Dimension) -> p
                 return e
     if not entries:
         return None
-    # Least share left; ties to the outer level (the order the service lists them).
-    return min(entries, key=_share_left)
+    # Least share left; the user's on a tie.
+    return min(entries, key=lambda e: (_share_left(e), e.level != pb.LEVEL_USER))
 
 
 def _headers(response: pb.CheckAndReserveResponse) -> dict[str, str]:
