@@ -3,7 +3,7 @@
 //! gives each budget script in `lua/` its prelude: the constants of
 //! `src/domain/budget/layout.rs` (the Rust algorithm's own), the clock, and
 //! for the scripts that write the usage ledger `lua/ledger.lua`, for those that
-//! write level states `lua/level.lua`.
+//! read level states `lua/state.lua`, for those that write them `lua/level.lua`.
 
 use prost::Message;
 use std::fmt::Write as _;
@@ -24,6 +24,8 @@ const BUDGET_SCRIPTS: [&str; 6] = [
 ];
 /// The scripts that write the usage ledger: `lua/ledger.lua` joins their prelude.
 const LEDGER_SCRIPTS: [&str; 2] = ["reserve", "settle"];
+/// The scripts that read level states: `lua/state.lua` joins their prelude.
+const STATE_SCRIPTS: [&str; 5] = ["reserve", "settle", "renew", "charge", "global_lease"];
 /// The scripts that write level states: `lua/level.lua` joins their prelude.
 const LEVEL_SCRIPTS: [&str; 3] = ["reserve", "charge", "global_lease"];
 
@@ -80,6 +82,9 @@ fn with_prelude(script: &str, name: &str) -> Result<String, Box<dyn std::error::
     writeln!(out, "{}", layout::SERVER_CLOCK)?;
     if LEDGER_SCRIPTS.contains(&name) {
         out.push_str(&fs::read_to_string("lua/ledger.lua")?);
+    }
+    if STATE_SCRIPTS.contains(&name) {
+        out.push_str(&fs::read_to_string("lua/state.lua")?);
     }
     if LEVEL_SCRIPTS.contains(&name) {
         out.push_str(&fs::read_to_string("lua/level.lua")?);

@@ -42,8 +42,9 @@ for i = 1, nlev do
     if #raw ~= (#fmt - 1) * 8 then fmt = string.sub(D, 1, #raw / 8 + 1) end
     s = {struct.unpack(fmt, raw)}
     s[#s] = nil
+    if s[4] ~= STATE_V then s = upgrade(s) end
   else
-    raw, s = '', {0, 0, 0}
+    raw, s = '', {0, 0, 0, STATE_V}
   end
   local ns, ttl = #s, 0
   local q = p + 1
@@ -60,21 +61,25 @@ for i = 1, nlev do
     local k = FIRST_BUCKET + (b - 1) * BUCKET_WIDTH
     if s[k] ~= id then
       k = nil
-      for j = FIRST_BUCKET, ns - 2, BUCKET_WIDTH do
+      for j = FIRST_BUCKET, ns - 3, BUCKET_WIDTH do
         if s[j] == id then k = j break end
       end
     end
     local l = lim
-    if k and we > 0 then
-      if s[k + 2] >= ws then l = s[k + 1] end
-    elseif k then
-      local el = now - s[k + 2]
-      if el < 0 then el = 0 end
-      l = s[k + 1] + el * lim / ((id % DIM) * 1e6)
-      if l > lim then l = lim end
+    if k then
+      l = s[k + 1]
+      if s[k + 3] ~= lim then l = rebase(l, s[k + 3], lim) end
+      if we > 0 then
+        if s[k + 2] < ws then l = lim end
+      else
+        local el = now - s[k + 2]
+        if el < 0 then el = 0 end
+        l = l + el * lim / ((id % DIM) * 1e6)
+        if l > lim then l = lim end
+      end
     else
       k = #s + 1
-      s[k], s[k + 1], s[k + 2] = id, lim, now
+      s[k], s[k + 1], s[k + 2], s[k + 3] = id, lim, now, lim
     end
     local kind = (id % GROUP - id % DIM) / DIM
     local c = 0
@@ -88,7 +93,7 @@ for i = 1, nlev do
     end
     ci = ci + 1
     l = l - c
-    s[k + 1], s[k + 2] = l, now
+    s[k + 1], s[k + 2], s[k + 3] = l, now, lim
     local full
     if we > 0 then full = we - now
     else full = (lim - l) * ((id % DIM) * 1e6) / lim end

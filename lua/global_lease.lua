@@ -45,8 +45,9 @@ for i = 1, n do
   if raw then
     s = {struct.unpack(string.sub(D, 1, #raw / 8 + 1), raw)}
     s[#s] = nil
+    if s[4] ~= STATE_V then s = upgrade(s) end
   else
-    s = {0, 0, 0}
+    s = {0, 0, 0, STATE_V}
   end
   local ttl = 0
   for b = 1, nb do
@@ -62,17 +63,21 @@ for i = 1, n do
     local want, give = spec[p], spec[p + 1]
     p = p + 2
     local k
-    for j = FIRST_BUCKET, #s - 2, BUCKET_WIDTH do
+    for j = FIRST_BUCKET, #s - 3, BUCKET_WIDTH do
       if s[j] == id then k = j break end
     end
     local l = lim
-    if k and we > 0 then
-      if s[k + 2] >= ws then l = s[k + 1] end
-    elseif k then
-      local el = now - s[k + 2]
-      if el < 0 then el = 0 end
-      l = s[k + 1] + el * lim / ((id % DIM) * 1e6)
-      if l > lim then l = lim end
+    if k then
+      l = s[k + 1]
+      if s[k + 3] ~= lim then l = rebase(l, s[k + 3], lim) end
+      if we > 0 then
+        if s[k + 2] < ws then l = lim end
+      else
+        local el = now - s[k + 2]
+        if el < 0 then el = 0 end
+        l = l + el * lim / ((id % DIM) * 1e6)
+        if l > lim then l = lim end
+      end
     else
       k = #s + 1
       s[k] = id
@@ -89,7 +94,7 @@ for i = 1, n do
       if l < got then got = l end
     end
     l = l - got
-    s[k + 1], s[k + 2] = l, now
+    s[k + 1], s[k + 2], s[k + 3] = l, now, lim
     grants[#grants + 1] = got
     local full
     if we > 0 then full = we - now

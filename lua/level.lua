@@ -7,16 +7,16 @@
 local function trim_foreign(s, nb, now)
   if (#s - FIRST_BUCKET + 1) / BUCKET_WIDTH - nb <= MAX_FOREIGN then return s end
   local ts = {}
-  for j = FIRST_BUCKET, #s - 2, BUCKET_WIDTH do
+  for j = FIRST_BUCKET, #s - 3, BUCKET_WIDTH do
     if s[j + 2] ~= now then ts[#ts + 1] = s[j + 2] end
   end
   -- Trim only when more than MAX_FOREIGN were touched before now.
   if #ts <= MAX_FOREIGN then return s end
   table.sort(ts, function(a, b) return a > b end)
-  local cutoff, kept = ts[MAX_FOREIGN], {s[1], s[2], s[3]}
-  for j = FIRST_BUCKET, #s - 2, BUCKET_WIDTH do
+  local cutoff, kept = ts[MAX_FOREIGN], {s[1], s[2], s[3], s[4]}
+  for j = FIRST_BUCKET, #s - 3, BUCKET_WIDTH do
     if s[j + 2] == now or s[j + 2] >= cutoff then
-      kept[#kept + 1], kept[#kept + 2], kept[#kept + 3] = s[j], s[j + 1], s[j + 2]
+      kept[#kept + 1], kept[#kept + 2], kept[#kept + 3], kept[#kept + 4] = s[j], s[j + 1], s[j + 2], s[j + 3]
     end
   end
   return kept

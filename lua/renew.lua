@@ -35,10 +35,11 @@ local writes = {}
 for i = 1, nlev do
   if bit.band(mask, spec[2 + i]) ~= 0 and redis.call('HEXISTS', KEYS[i], ARGV[2]) == 1 then
     local raw = redis.call('HGET', KEYS[i], 's')
-    local s = {0, 0, 0}
+    local s = {0, 0, 0, STATE_V}
     if raw then
       s = {struct.unpack(string.sub(D, 1, #raw / 8 + 1), raw)}
       s[#s] = nil
+      if s[4] ~= STATE_V then s = upgrade(s) end
     end
     -- A shorter lease may now be the earliest to lapse.
     local lower, grow = s[2] == 0 or exp < s[2], now + keep > s[3]

@@ -41,8 +41,10 @@
 --          prefix, the reservation's hourly and daily row fields (ledger.lua)
 --
 -- Level hash: field 's' = state, little-endian doubles: n (live leases), e (lower
--- bound of the earliest lease expiry, 0: none), x (the key's expiry, us), then per
--- bucket: id, level, time of level (us). Fields '#<nonce>' = lease expiry (double).
+-- bound of the earliest lease expiry, 0: none), x (the key's expiry, us), the
+-- format STATE_V, then per bucket: id, level, time of level (us), the limit the
+-- level was stored under (a state of the earlier format is upgraded as read:
+-- state.lua). Fields '#<nonce>' = lease expiry (double).
 -- Buckets this call does not know (another replica's configuration) pass through.
 -- Record: 'R' | cost, lease expiry (doubles) | tail | estimated prompt tokens, granted
 -- output, spend reserved in uUSD, when it entered the ledger (us, 0: it did not) (doubles).
@@ -117,8 +119,9 @@ for i = 1, nlev do
     if #raw ~= (#fmt - 1) * 8 then fmt = string.sub(D, 1, #raw / 8 + 1) end
     s = {struct.unpack(fmt, raw)}
     s[#s] = nil -- struct.unpack's last value is the next read position
+    if s[4] ~= STATE_V then s = upgrade(s) end
   else
-    raw, s = '', {0, 0, 0}
+    raw, s = '', {0, 0, 0, STATE_V}
   end
   local ns = #s
   local q = p + 3
@@ -136,22 +139,27 @@ for i = 1, nlev do
     local k = FIRST_BUCKET + (b - 1) * BUCKET_WIDTH
     if s[k] ~= id then
       k = nil
-      for j = FIRST_BUCKET, ns - 2, BUCKET_WIDTH do
+      for j = FIRST_BUCKET, ns - 3, BUCKET_WIDTH do
         if s[j] == id then k = j break end
       end
     end
     local l = lim
-    if k and we > 0 then
-      -- No refill within a window; full again in a new one.
-      if s[k + 2] >= ws then l = s[k + 1] end
-    elseif k then
-      local el = now - s[k + 2]
-      if el < 0 then el = 0 end
-      l = s[k + 1] + el * lim / ((id % DIM) * 1e6)
-      if l > lim then l = lim end
+    if k then
+      -- Stored under another limit: keep what was used.
+      l = s[k + 1]
+      if s[k + 3] ~= lim then l = rebase(l, s[k + 3], lim) end
+      if we > 0 then
+        -- No refill within a window; full again in a new one.
+        if s[k + 2] < ws then l = lim end
+      else
+        local el = now - s[k + 2]
+        if el < 0 then el = 0 end
+        l = l + el * lim / ((id % DIM) * 1e6)
+        if l > lim then l = lim end
+      end
     else
       k = #s + 1
-      s[k], s[k + 1], s[k + 2] = id, lim, now
+      s[k], s[k + 1], s[k + 2], s[k + 3] = id, lim, now, lim
     end
     -- Room for output: what the bucket holds beyond its floor (and, for
     -- tokens, beyond the prompt).
@@ -236,7 +244,7 @@ for i = 1, nlev do
     ci = ci + 1
     l = l - c
     local k = ks[bi + b]
-    s[k + 1], s[k + 2] = l, now
+    s[k + 1], s[k + 2], s[k + 3] = l, now, lim
     -- How long the key must live for this bucket: until full again, or
     -- until its window ends (it is full in the next).
     local full

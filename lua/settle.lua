@@ -101,10 +101,11 @@ for i = 1, nlev do
     and (exp > now or redis.call('HEXISTS', KEYS[i], ARGV[2]) == 1)
   if touched or holds then
     local raw = redis.call('HGET', KEYS[i], 's')
-    local s = {0, 0, 0}
+    local s = {0, 0, 0, STATE_V}
     if raw then
       s = {struct.unpack(string.sub(D, 1, #raw / 8 + 1), raw)}
       s[#s] = nil
+      if s[4] ~= STATE_V then s = upgrade(s) end
     end
     if holds and s[1] > 0 then s[1] = s[1] - 1 end
     -- The last lease goes: no earliest expiry left.
@@ -125,24 +126,28 @@ for i = 1, nlev do
       local d = delta(id)
       if d ~= 0 then
         local k
-        for j = FIRST_BUCKET, #s - 2, BUCKET_WIDTH do
+        for j = FIRST_BUCKET, #s - 3, BUCKET_WIDTH do
           if s[j] == id then k = j break end
         end
         local l = lim
-        if k and we > 0 then
-          if s[k + 2] >= ws then l = s[k + 1] end
-        elseif k then
-          local el = now - s[k + 2]
-          if el < 0 then el = 0 end
-          l = s[k + 1] + el * lim / per
-          if l > lim then l = lim end
+        if k then
+          l = s[k + 1]
+          if s[k + 3] ~= lim then l = rebase(l, s[k + 3], lim) end
+          if we > 0 then
+            if s[k + 2] < ws then l = lim end
+          else
+            local el = now - s[k + 2]
+            if el < 0 then el = 0 end
+            l = l + el * lim / per
+            if l > lim then l = lim end
+          end
         else
           k = #s + 1
           s[k] = id
         end
         l = l - d
         if d < 0 and l > lim then l = lim end
-        s[k + 1], s[k + 2] = l, now
+        s[k + 1], s[k + 2], s[k + 3] = l, now, lim
         local full
         if we > 0 then full = we - now else full = (lim - l) * per / lim end
         if full > ttl then ttl = full end

@@ -152,63 +152,6 @@ pub enum GlobalCmd {
     },
 }
 
-/// `ctxbudget overrides ...`.
-#[derive(Debug, Subcommand)]
-pub enum OverridesCmd {
-    /// List the tenants with an override.
-    List,
-    /// Show a tenant's override as a TOML document that `overrides set` takes
-    /// back, and the limits in force for the tenant on each tier.
-    Get {
-        /// The tenant.
-        #[arg(long)]
-        tenant: String,
-        /// Show the limits in force on this tier only.
-        #[arg(long)]
-        tier: Option<String>,
-    },
-    /// Give a tenant its own limits from a TOML or JSON document (`-`: stdin):
-    /// what it names replaces the tier's limit of that kind, `"unlimited"`
-    /// removes one, everything else stays the tier's.
-    Set {
-        /// The tenant.
-        #[arg(long)]
-        tenant: String,
-        /// The document: tenant, user and optionally shadow levels, each with
-        /// requests, tokens and concurrency as needed.
-        file: PathBuf,
-    },
-    /// Remove a tenant's override: its tier's limits apply again (a block
-    /// stays until `overrides unblock`).
-    Delete {
-        /// The tenant.
-        #[arg(long)]
-        tenant: String,
-    },
-    /// Refuse all traffic of a tenant, or of one user of it, on every replica
-    /// within a second: CheckAndReserve denies with REASON_BLOCKED and the
-    /// reason, Envoy's ShouldRateLimit with OVER_LIMIT. Reservations made
-    /// before still commit, refund and renew.
-    Block {
-        /// The tenant.
-        tenant: String,
-        /// Only this user of the tenant.
-        #[arg(long)]
-        user: Option<String>,
-        /// Why, in a sentence: shown to the blocked caller in the denial.
-        #[arg(long)]
-        reason: String,
-    },
-    /// Lift a block set with `overrides block`.
-    Unblock {
-        /// The tenant.
-        tenant: String,
-        /// Only this user's block.
-        #[arg(long)]
-        user: Option<String>,
-    },
-}
-
 pub(super) fn read_input(file: &PathBuf) -> anyhow::Result<String> {
     if file.as_os_str() == "-" {
         let mut text = String::new();

@@ -128,7 +128,7 @@ pub(super) fn bucket_rows(
         let id = BucketId::decode(b.id);
         let (level_now, full_in_ms) = match spec {
             Some(s) => {
-                let l = s.level_now(b.level, b.t, now);
+                let l = s.level_now(b.level, b.limit, b.t, now);
                 (l, Some(s.reset_after_ms(l)))
             }
             None => (b.level, None),

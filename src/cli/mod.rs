@@ -16,11 +16,12 @@ mod prices;
 mod reconcile;
 mod usage;
 
-pub use admin::{AdminArgs, GlobalCmd, OverridesCmd, TiersCmd};
+pub use admin::{AdminArgs, GlobalCmd, TiersCmd};
 pub use envoy::EnvoyCmd;
 pub use health::HealthArgs;
 pub use inspect::InspectArgs;
 pub use models::ModelsCmd;
+pub use overrides::OverridesCmd;
 pub use prices::PricesCmd;
 pub use reconcile::ReconcileArgs;
 pub use usage::UsageArgs;

@@ -2,16 +2,27 @@
 //! tenant, at once (`ctxbudget overrides block`), short of deleting its tier —
 //! envoyproxy/ratelimit's `requests_per_unit: 0`, LiteLLM's blocked keys.
 //! Stored with the tenant's override; every API refuses the blocked scope
-//! with [`Reason::Blocked`], while reservations made before the block still
-//! settle.
+//! (`Denial::blocked`, reason `Blocked`), while reservations made before the
+//! block still settle.
 
-use super::denial::{Denial, Reason};
 use super::level::Level;
 use super::tier::LimitsError;
 use std::collections::BTreeMap;
 
 /// Longest reason an operator may give, in characters.
 pub const MAX_REASON_CHARS: usize = 500;
+
+/// A request refused by a block: at which level, whose scope, and the
+/// operator's reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal<'a> {
+    /// Tenant or user.
+    pub level: Level,
+    /// The scope in words: `tenant acme`, `user bob of tenant acme`.
+    pub who: String,
+    /// Why, as the operator said it.
+    pub reason: &'a str,
+}
 
 /// What of a tenant is blocked, and why.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -28,19 +39,23 @@ impl Blocks {
         self.tenant.is_none() && self.users.is_empty()
     }
 
-    /// The refusal of a request of `tenant` (and `user`), if its scope is
-    /// blocked: the tenant's block first, as it covers every user.
-    pub fn refusal(&self, tenant: &str, user: Option<&str>) -> Option<Denial> {
+    /// The block that refuses a request of `tenant` (and `user`), if its
+    /// scope is blocked: the tenant's first, as it covers every user.
+    pub fn refusal(&self, tenant: &str, user: Option<&str>) -> Option<Refusal<'_>> {
         if let Some(reason) = &self.tenant {
-            return Some(blocked(Level::Tenant, &format!("tenant {tenant}"), reason));
+            return Some(Refusal {
+                level: Level::Tenant,
+                who: format!("tenant {tenant}"),
+                reason,
+            });
         }
         let user = user?;
         let reason = self.users.get(user)?;
-        Some(blocked(
-            Level::User,
-            &format!("user {user} of tenant {tenant}"),
+        Some(Refusal {
+            level: Level::User,
+            who: format!("user {user} of tenant {tenant}"),
             reason,
-        ))
+        })
     }
 
     /// Checks the reasons and user ids; `path` prefixes field names.
@@ -80,23 +95,6 @@ pub fn check_reason(field: &str, reason: &str) -> Result<(), LimitsError> {
     Ok(())
 }
 
-/// The refusal of a blocked scope: no level's limit, no retry (waiting
-/// cannot help), the operator's reason in the detail.
-fn blocked(level: Level, who: &str, reason: &str) -> Denial {
-    Denial {
-        reason: Reason::Blocked,
-        level: Some(level),
-        dimension: None,
-        period_secs: 0,
-        model_group: None,
-        retry_after_ms: 0,
-        detail: format!(
-            "{who} is blocked by the operator: {reason}; retrying cannot help until the \
-             operator lifts the block"
-        ),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,20 +105,14 @@ mod tests {
         assert!(b.refusal("acme", Some("alice")).is_none());
         b.users.insert("alice".into(), "abuse report 42".into());
         let d = b.refusal("acme", Some("alice")).unwrap();
-        assert_eq!(
-            (d.reason, d.level, d.retry_after_ms),
-            (Reason::Blocked, Some(Level::User), 0)
-        );
-        assert!(d.detail.contains("abuse report 42"), "{}", d.detail);
+        assert_eq!((d.level, d.reason), (Level::User, "abuse report 42"));
+        assert_eq!(d.who, "user alice of tenant acme");
         assert!(b.refusal("acme", Some("bob")).is_none());
         assert!(b.refusal("acme", None).is_none());
         b.tenant = Some("unpaid invoice".into());
         let d = b.refusal("acme", Some("bob")).unwrap();
-        assert_eq!(d.level, Some(Level::Tenant));
-        assert!(
-            d.detail
-                .contains("tenant acme is blocked by the operator: unpaid invoice")
-        );
+        assert_eq!((d.level, d.reason), (Level::Tenant, "unpaid invoice"));
+        assert_eq!(d.who, "tenant acme");
     }
 
     #[test]

@@ -80,15 +80,36 @@ impl BucketSpec {
         level - cost < self.floor(headroom)
     }
 
-    /// The level at `now` (µs) of a bucket stored at `stored` at time `t`: a
-    /// windowed bucket stored before its window began is full, otherwise as
-    /// stored; a rolling one refilled since. Lua: `if s[k+2] < ws then l = lim`
-    /// for windows, the refill otherwise.
-    pub fn level_now(&self, stored: f64, t: f64, now: f64) -> f64 {
+    /// The level at `now` (µs) of a bucket stored at `stored` at time `t`
+    /// under the limit `was`: a windowed bucket stored before its window
+    /// began is full, otherwise as stored; a rolling one refilled since —
+    /// both [`Self::rebase`]d first when the limit changed. Lua: `if s[k+2] <
+    /// ws then l = lim` for windows, the refill otherwise.
+    pub fn level_now(&self, stored: f64, was: f64, t: f64, now: f64) -> f64 {
         match self.window {
             Some(w) if t < w.span.at(now).0 => self.limit as f64,
-            Some(_) => stored,
-            None => self.refill(stored, (now - t) as i64),
+            Some(_) => self.rebase(stored, was),
+            None => self.refill(self.rebase(stored, was), (now - t) as i64),
+        }
+    }
+
+    /// The level of a bucket stored at `level` under the limit `was`, now
+    /// that the limit is this one: what was used is kept, so the level grows
+    /// by the difference when the limit grew (never above the new limit) and
+    /// shrinks by it when the limit dropped (never below zero, though debt
+    /// already there stays). `was` 0 is unknown (a state stored before
+    /// buckets kept their limit): the level as stored. Lua: `rebase` in
+    /// `lua/state.lua`, called where `s[k+3] ~= lim`.
+    pub fn rebase(&self, level: f64, was: f64) -> f64 {
+        let limit = self.limit as f64;
+        if was == limit || was <= 0.0 {
+            return level;
+        }
+        let rebased = level + (limit - was);
+        if limit > was {
+            rebased.min(limit)
+        } else {
+            rebased.max(level.min(0.0))
         }
     }
 
@@ -210,6 +231,36 @@ mod tests {
         assert_eq!(b.settle(500.0, -300.0), 600.0);
         assert_eq!(b.settle(700.0, 50.0), 650.0, "an overage never caps");
         assert_eq!(b.until_full_us(-600.0), 120_000_000);
+    }
+
+    #[test]
+    fn a_change_of_limit_keeps_what_was_used() {
+        let pro = tpm(1000);
+        assert_eq!(
+            pro.rebase(300.0, 400.0),
+            900.0,
+            "100 used of 400: 900 of 1000 left"
+        );
+        assert_eq!(pro.rebase(400.0, 400.0), 1000.0, "nothing used: full");
+        assert_eq!(pro.rebase(-50.0, 400.0), 550.0, "debt counts as used");
+        let free = tpm(100);
+        assert_eq!(
+            free.rebase(350.0, 400.0),
+            50.0,
+            "50 used of 400: 50 of 100 left"
+        );
+        assert_eq!(
+            free.rebase(200.0, 400.0),
+            0.0,
+            "more used than the new limit: 0"
+        );
+        assert_eq!(
+            free.rebase(-20.0, 400.0),
+            -20.0,
+            "debt is kept, never deepened"
+        );
+        assert_eq!(free.rebase(70.0, 0.0), 70.0, "an unknown limit: as stored");
+        assert_eq!(free.rebase(70.0, 100.0), 70.0);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! (context or request too large, a bucket or a concurrency limit that has
 //! no room), the sentence it carries, and when a retry could succeed.
 
+use super::block::Refusal;
 use super::bucket::BucketSpec;
 pub use super::level::period_label;
 use super::level::{Dimension, Level};
@@ -65,6 +66,24 @@ pub struct Denial {
 }
 
 impl Denial {
+    /// A request of a blocked scope: no level's limit, no retry (waiting
+    /// cannot help), the operator's reason in the detail.
+    pub fn blocked(r: &Refusal<'_>) -> Self {
+        Denial {
+            reason: Reason::Blocked,
+            level: Some(r.level),
+            dimension: None,
+            period_secs: 0,
+            model_group: None,
+            retry_after_ms: 0,
+            detail: format!(
+                "{} is blocked by the operator: {}; retrying cannot help until the operator \
+                 lifts the block",
+                r.who, r.reason
+            ),
+        }
+    }
+
     /// Prompt + output exceed the max context — the tier's, or the model
     /// group's context window when that is smaller: the request must shrink.
     pub fn context_too_large(

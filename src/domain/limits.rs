@@ -8,7 +8,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::denial::Denial;
 use super::descriptor::DescriptorMap;
 use super::ids::InvalidInput;
 pub use super::level::{Dimension, Level};
@@ -100,12 +99,6 @@ impl Limits {
             o.validate(&format!("overrides.{tenant}"))?;
         }
         Ok(())
-    }
-
-    /// The refusal of a request of `tenant` (and `user`) whose scope an
-    /// operator blocked, if it is.
-    pub fn blocked(&self, tenant: &str, user: Option<&str>) -> Option<Denial> {
-        self.overrides.get(tenant)?.blocks.refusal(tenant, user)
     }
 
     /// Looks a tier up by name, as configured.

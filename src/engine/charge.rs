@@ -61,7 +61,7 @@ impl<S: Store> Engine<S> {
         // (the response path) is still charged.
         let user = input.user.as_ref().map(UserId::as_str);
         if input.enforce
-            && let Some(denial) = limits.blocked(input.tenant.as_str(), user)
+            && let Some(denial) = super::blocked(&limits, input.tenant.as_str(), user)
         {
             return Ok(ChargeOutcome {
                 denial: Some(denial),

@@ -117,6 +117,13 @@ pub struct Engine<S> {
     provisional: std::sync::atomic::AtomicBool,
 }
 
+/// The refusal of a request of `tenant` (and `user`) whose scope an operator
+/// blocked (`ctxbudget overrides block`), if it is.
+fn blocked(limits: &Limits, tenant: &str, user: Option<&str>) -> Option<crate::domain::Denial> {
+    let refusal = limits.overrides.get(tenant)?.blocks.refusal(tenant, user)?;
+    Some(crate::domain::Denial::blocked(&refusal))
+}
+
 impl<S: Store> Engine<S> {
     /// An engine over `store` enforcing `limits`, counting prompts with
     /// `counter` and correcting counts with `multipliers`.

@@ -128,7 +128,7 @@ impl<S: Store> Engine<S> {
         let limits = self.limits();
         let tier = self.resolve_tier(&limits, &input.tier, input.tenant.as_str())?;
         let user = input.user.as_ref().map(UserId::as_str);
-        if let Some(denial) = limits.blocked(input.tenant.as_str(), user) {
+        if let Some(denial) = super::blocked(&limits, input.tenant.as_str(), user) {
             telemetry::decision(&tier.name, Some(&denial), 0);
             return Ok(ReserveOutcome::blocked(denial));
         }

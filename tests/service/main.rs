@@ -49,6 +49,7 @@ mod envoy_answers;
 mod estimator;
 mod hostile_input;
 mod ledger_cli;
+mod limit_changes;
 mod models;
 mod models_cli;
 mod money;

@@ -16,6 +16,7 @@
 //! - this file: the service and the request's validation.
 //! - `reply`: descriptor statuses and response headers from outcomes.
 
+mod notes;
 mod reply;
 
 use super::service::{span, timed_with};
@@ -148,7 +149,7 @@ impl<S: Store> EnvoyApi<S> {
             if self.engine.is_provisional() {
                 return Err(unsure().into());
             }
-            reply::note_other_domain(&req.domain, &map.domain);
+            notes::note_other_domain(&req.domain, &map.domain);
             for _ in &req.descriptors {
                 telemetry::envoy_descriptor("other_domain", "none", None);
                 answer.unlimited();
@@ -169,7 +170,7 @@ impl<S: Store> EnvoyApi<S> {
         for (i, p) in planned.iter().enumerate() {
             let d = match &p.mapping {
                 Mapping::Unmapped => {
-                    reply::note_unmapped(&req.descriptors[i]);
+                    notes::note_unmapped(&req.descriptors[i]);
                     telemetry::envoy_descriptor("unmapped", "none", None);
                     answer.unlimited();
                     continue;

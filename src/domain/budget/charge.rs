@@ -99,7 +99,12 @@ pub fn charge(now_us: i64, plan: &ChargePlan, levels: &mut [Option<StoredLevel>]
             }
             i += 1;
             let level = l - c;
-            s.buckets[k] = BucketState { id, level, t: now };
+            s.buckets[k] = BucketState {
+                id,
+                level,
+                t: now,
+                limit: b.limit as f64,
+            };
             ttl = ttl.max(b.keep_us(level, now));
         }
         after.push((s, ttl));

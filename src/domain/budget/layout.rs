@@ -46,11 +46,22 @@ pub const OUTPUT_DIMENSION: f64 = 4.0;
 pub const SPEND_DIMENSION: f64 = 5.0;
 
 /// A level state is little-endian doubles: this many first (`n` live leases,
-/// `e` earliest lease expiry, `x` the key's expiry; Lua's `s[1]`, `s[2]`,
-/// `s[3]`), then [`BUCKET_WIDTH`] per bucket.
-pub const STATE_HEAD: usize = 3;
-/// Doubles per bucket in a level state: id, level, time of level.
-pub const BUCKET_WIDTH: usize = 3;
+/// `e` earliest lease expiry, `x` the key's expiry, and [`STATE_FORMAT`];
+/// Lua's `s[1]` to `s[4]`), then [`BUCKET_WIDTH`] per bucket.
+pub const STATE_HEAD: usize = 4;
+/// Doubles per bucket in a level state: id, level, time of level, and the
+/// limit the level was stored under (a change of limit keeps what was used).
+pub const BUCKET_WIDTH: usize = 4;
+/// The fourth double of a level state: its format. A state without it (its
+/// fourth double is a bucket id, at least [`DIMENSION_SCALE`], or absent) was
+/// written before buckets kept their limit: [`STATE_HEAD_V1`] doubles, then
+/// [`BUCKET_WIDTH_V1`] per bucket, read as this format with every limit
+/// unknown (0: the level is taken as stored under the current limit).
+pub const STATE_FORMAT: f64 = 2.0;
+/// The head of a state written before [`STATE_FORMAT`] existed.
+pub const STATE_HEAD_V1: usize = 3;
+/// Doubles per bucket in a state written before [`STATE_FORMAT`] existed.
+pub const BUCKET_WIDTH_V1: usize = 3;
 
 /// A reservation record, byte by byte (1-based offsets, as Lua's `string.sub`
 /// counts): state, cost, lease expiry | lease mask, owner tag, fingerprint,
@@ -120,6 +131,9 @@ pub const LUA_CONSTANTS: &[(&str, f64)] = &[
     ("EXACT_LEASES", EXACT_LEASES as f64),
     ("FIRST_BUCKET", (STATE_HEAD + 1) as f64),
     ("BUCKET_WIDTH", BUCKET_WIDTH as f64),
+    ("STATE_V", STATE_FORMAT),
+    ("HEAD_V1", STATE_HEAD_V1 as f64),
+    ("WIDTH_V1", BUCKET_WIDTH_V1 as f64),
     ("DIM", DIMENSION_SCALE),
     ("GROUP", GROUP_SCALE),
     ("WINDOWS", WINDOW_PERIODS),

@@ -267,6 +267,7 @@ fn check(plan: &ReservePlan, read: &mut Read, grant: f64, now: f64) -> (DeniedCh
                 id: bucket_id(b),
                 level,
                 t: now,
+                limit: b.limit as f64,
             };
             ttl = ttl.max(b.keep_us(level, now));
         }

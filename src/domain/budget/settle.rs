@@ -261,12 +261,18 @@ fn settle_level(
                     id,
                     level: 0.0,
                     t: 0.0,
+                    limit: 0.0,
                 });
                 (st.buckets.len() - 1, b.limit as f64)
             }
         };
         let level = b.settle(l, delta);
-        st.buckets[k] = BucketState { id, level, t: now };
+        st.buckets[k] = BucketState {
+            id,
+            level,
+            t: now,
+            limit: b.limit as f64,
+        };
         ttl = ttl.max(b.keep_us(level, now));
     }
     if holds {

@@ -1,23 +1,30 @@
 //! The state of one level, exactly as the Lua scripts pack it into the `s` field
 //! of a level hash: little-endian doubles
-//! `n, e, x, then per bucket: id, level, time`. The budget algorithm works on
+//! `n, e, x, format, then per bucket: id, level, time, limit`. The budget
+//! algorithm works on
 //! this structure, and both stores turn state into readings with one function
 //! here.
 //!
 //! - `n`: live concurrency leases; `e`: lower bound of the earliest lease expiry
-//!   (µs, 0 = none); `x`: the expiry the key was last given (µs).
+//!   (µs, 0 = none); `x`: the expiry the key was last given (µs); `format`:
+//!   [`STATE_FORMAT`] (a state without it is read by the shim in
+//!   [`LevelState::decode`]).
 //! - bucket `id` = group tag × 10⁸ + dimension × 10⁷ + period in seconds
 //!   (dimension 1 = requests, 2 = tokens, 3 = input tokens, 4 = output
 //!   tokens; tag 0 = all models), so a script knows a bucket's period and
 //!   dimension from its id alone, and a model group's buckets share the
 //!   level's state without colliding with the all-model ones.
 //! - `level` may be negative (debt) and is a float: refill is continuous.
+//! - `limit`: the limit the level was stored under, so a change of limit
+//!   (a tier change, an override, a live `tiers set`) keeps what was used
+//!   ([`BucketSpec::rebase`]); 0 when unknown.
 //! - Buckets the current configuration does not name stay in the state untouched
 //!   (another replica may still use them during a configuration rollout).
 
 use super::layout::{
-    BUCKET_WIDTH, DIMENSION_SCALE, GROUP_SCALE, INPUT_DIMENSION, OUTPUT_DIMENSION,
-    REQUESTS_DIMENSION, SPEND_DIMENSION, STATE_HEAD, TOKENS_DIMENSION, WINDOW_PERIODS,
+    BUCKET_WIDTH, BUCKET_WIDTH_V1, DIMENSION_SCALE, GROUP_SCALE, INPUT_DIMENSION, OUTPUT_DIMENSION,
+    REQUESTS_DIMENSION, SPEND_DIMENSION, STATE_FORMAT, STATE_HEAD, STATE_HEAD_V1, TOKENS_DIMENSION,
+    WINDOW_PERIODS,
 };
 use crate::domain::bucket::to_milli;
 use crate::domain::{BucketSpec, Dimension, LevelPlan, Reading, Readings};
@@ -31,6 +38,8 @@ pub struct BucketState {
     pub level: f64,
     /// When `level` was computed (µs).
     pub t: f64,
+    /// The limit `level` was stored under; 0 when unknown.
+    pub limit: f64,
 }
 
 /// One level hash's `s` field.
@@ -69,30 +78,38 @@ impl LevelState {
         if bytes.is_empty() {
             return Ok(None);
         }
-        let doubles = bytes.len() / 8;
-        if !bytes.len().is_multiple_of(8)
-            || doubles < STATE_HEAD
-            || !(doubles - STATE_HEAD).is_multiple_of(BUCKET_WIDTH)
-        {
-            return Err(format!(
-                "level state of {} bytes is not n, e, x and buckets",
+        let garbage = || {
+            format!(
+                "level state of {} bytes is not n, e, x, format and buckets",
                 bytes.len()
-            ));
+            )
+        };
+        if !bytes.len().is_multiple_of(8) || bytes.len() < 8 * STATE_HEAD_V1 {
+            return Err(garbage());
         }
         let d: Vec<f64> = bytes
             .chunks_exact(8)
             .map(|c| f64::from_le_bytes(c.try_into().expect("chunks of 8")))
             .collect();
+        // Before the format double, the fourth was the first bucket's id.
+        let (head, width) = match d.get(STATE_HEAD - 1) {
+            Some(&f) if f == STATE_FORMAT => (STATE_HEAD, BUCKET_WIDTH),
+            _ => (STATE_HEAD_V1, BUCKET_WIDTH_V1),
+        };
+        if !(d.len() - head).is_multiple_of(width) {
+            return Err(garbage());
+        }
         Ok(Some(LevelState {
             n: d[0],
             e: d[1],
             x: d[2],
-            buckets: d[STATE_HEAD..]
-                .chunks_exact(BUCKET_WIDTH)
+            buckets: d[head..]
+                .chunks_exact(width)
                 .map(|b| BucketState {
                     id: b[0],
                     level: b[1],
                     t: b[2],
+                    limit: b.get(3).copied().unwrap_or(0.0),
                 })
                 .collect(),
         }))
@@ -101,11 +118,11 @@ impl LevelState {
     /// Packs the state as the scripts store it.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(8 * (STATE_HEAD + BUCKET_WIDTH * self.buckets.len()));
-        for v in [self.n, self.e, self.x] {
+        for v in [self.n, self.e, self.x, STATE_FORMAT] {
             out.extend_from_slice(&v.to_le_bytes());
         }
         for b in &self.buckets {
-            for v in [b.id, b.level, b.t] {
+            for v in [b.id, b.level, b.t, b.limit] {
                 out.extend_from_slice(&v.to_le_bytes());
             }
         }
@@ -129,7 +146,12 @@ impl LevelState {
             Some(k) => (k, self.level_at(bucket, k, now)),
             None => {
                 let level = bucket.limit as f64;
-                self.buckets.push(BucketState { id, level, t: now });
+                self.buckets.push(BucketState {
+                    id,
+                    level,
+                    t: now,
+                    limit: level,
+                });
                 (self.buckets.len() - 1, level)
             }
         }
@@ -141,7 +163,7 @@ impl LevelState {
         match self.position(bucket_id(bucket), hint) {
             Some(i) => {
                 let b = &self.buckets[i];
-                bucket.level_now(b.level, b.t, now)
+                bucket.level_now(b.level, b.limit, b.t, now)
             }
             None => bucket.limit as f64,
         }
@@ -217,12 +239,33 @@ mod tests {
                 id: 2e7 + 60.0,
                 level: -0.1,
                 t: 1.4e15,
+                limit: 600.0,
             }],
         };
-        assert_eq!(LevelState::decode(&s.encode()).unwrap(), Some(s));
+        assert_eq!(LevelState::decode(&s.encode()).unwrap(), Some(s.clone()));
         assert_eq!(LevelState::decode(b"").unwrap(), None);
         assert!(LevelState::decode(&[0u8; 30]).is_err());
         assert!(LevelState::decode(&[0u8; 32]).is_err());
+        // A state of the format before buckets kept their limit: read with
+        // the limit unknown, written back in the current format.
+        let v1: Vec<u8> = [2.0, 1.5e15, 1.6e15, 2e7 + 60.0, -0.1, 1.4e15]
+            .iter()
+            .flat_map(|v: &f64| v.to_le_bytes())
+            .collect();
+        let old = LevelState::decode(&v1).unwrap().unwrap();
+        assert_eq!(old.buckets[0].limit, 0.0);
+        assert_eq!((old.n, old.buckets[0].level), (2.0, -0.1));
+        let empty_v1: Vec<u8> = [0.0f64, 0.0, 1.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert!(
+            LevelState::decode(&empty_v1)
+                .unwrap()
+                .unwrap()
+                .buckets
+                .is_empty()
+        );
     }
 
     #[test]
@@ -240,6 +283,7 @@ mod tests {
                 id: bucket_id(&tpm),
                 level: 0.0,
                 t: 0.0,
+                limit: 600.0,
             }],
             ..LevelState::default()
         };

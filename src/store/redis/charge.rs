@@ -4,6 +4,7 @@
 
 use super::RedisStore;
 use super::wire::{DOUBLES, Spec, denied_at, doubles, int_at, state_at, unexpected};
+use crate::domain::budget::layout::{BUCKET_WIDTH, STATE_HEAD};
 use crate::domain::budget::state;
 use crate::domain::budget::{ChargePlan, ChargeReply};
 use crate::store::StoreError;
@@ -26,7 +27,7 @@ impl RedisStore {
         }
         inv.arg(&spec.0).arg(DOUBLES).arg(doubles(spec.count()));
         for lp in &plan.levels {
-            inv.arg(doubles(3 + 3 * lp.buckets.len()));
+            inv.arg(doubles(STATE_HEAD + BUCKET_WIDTH * lp.buckets.len()));
         }
         let reply = self.run(&inv).await?;
         let nlev = plan.levels.len();

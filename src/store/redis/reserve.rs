@@ -6,7 +6,7 @@ use super::RedisStore;
 use super::wire::{
     DOUBLES, Spec, denied_at, doubles, int_at, record_tail, state_at, string_at, unexpected,
 };
-use crate::domain::budget::layout::{RECLAIM_BITS, RECLAIM_CAP};
+use crate::domain::budget::layout::{BUCKET_WIDTH, RECLAIM_BITS, RECLAIM_CAP, STATE_HEAD};
 use crate::domain::budget::ledger::LedgerRetention;
 use crate::domain::budget::reserve::{counts_reclaims, spend_rates};
 use crate::domain::budget::state;
@@ -51,7 +51,7 @@ impl RedisStore {
             .arg(DOUBLES)
             .arg(doubles(spec.count()));
         for lp in &plan.levels {
-            inv.arg(doubles(3 + 3 * lp.buckets.len()));
+            inv.arg(doubles(STATE_HEAD + BUCKET_WIDTH * lp.buckets.len()));
         }
         if self.retention.ledger.is_some() {
             let (hour, day) = ledger_fields(&id.group, id.user.as_ref());

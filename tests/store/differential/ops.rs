@@ -518,9 +518,20 @@ impl Gen {
             }
             74..=77 => Op::Charge(self.charge()),
             78..=95 => Op::Advance(self.advance(now, expiries)),
-            _ => {
+            96..=97 => {
                 let i = self.rng.random_range(0..6);
                 Op::Reconfigure(i, entry_plan(&mut self.rng, i))
+            }
+            _ => {
+                // The same buckets under other limits (a tier change, an
+                // override, a live `tiers set`): what was used is kept.
+                let i = self.rng.random_range(0..6);
+                let mut plan = self.config[i].clone();
+                for b in &mut plan.buckets {
+                    let scale = *pick(&mut self.rng, &[0.1, 0.5, 0.9, 1.1, 2.0, 10.0]);
+                    b.limit = ((b.limit as f64 * scale) as u64).max(1);
+                }
+                Op::Reconfigure(i, plan)
             }
         }
     }

@@ -1,0 +1,33 @@
+-- state.lua: reading a level's state, shared by the scripts that read one
+-- (reserve.lua, settle.lua, renew.lua, charge.lua, global_lease.lua); build.rs
+-- prepends it to them. The Rust side is LevelState::decode (the format shim)
+-- and BucketSpec::rebase (src/domain/).
+
+-- s in the current format: a state written before buckets kept their limit
+-- (no STATE_V in s[4]: HEAD_V1 doubles, then WIDTH_V1 per bucket) gets each
+-- bucket's limit as 0, unknown (its level is taken as stored under the limit
+-- of the day).
+local function upgrade(s)
+  local u = {s[1], s[2], s[3], STATE_V}
+  for j = HEAD_V1 + 1, #s - WIDTH_V1 + 1, WIDTH_V1 do
+    u[#u + 1], u[#u + 2], u[#u + 3], u[#u + 4] = s[j], s[j + 1], s[j + 2], 0
+  end
+  return u
+end
+
+-- The level l of a bucket stored under the limit was, under the limit lim:
+-- what was used is kept. Grown: l + the difference, never above lim. Dropped:
+-- l - the difference, never below zero (debt already there stays). Callers
+-- call it only where was ~= lim; was 0 is unknown: l as stored.
+local function rebase(l, was, lim)
+  if was <= 0 then return l end
+  local r = l + (lim - was)
+  if lim > was then
+    if r > lim then r = lim end
+  else
+    local floor = l
+    if floor > 0 then floor = 0 end
+    if r < floor then r = floor end
+  end
+  return r
+end
