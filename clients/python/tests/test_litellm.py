@@ -63,6 +63,11 @@ max_context_tokens = 100000
 default_max_output_tokens = 18
 tenant = { tokens = [{ limit = 1000000, window = "day" }] }
 
+[tiers.gone]
+max_context_tokens = 100000
+default_max_output_tokens = 20
+tenant = { tokens = [{ limit = 1000000, window = "day" }], concurrency = 2 }
+
 [tiers.tpm]
 max_context_tokens = 100000
 default_max_output_tokens = 20
@@ -91,6 +96,13 @@ model_list:
       api_key: sk-upstream
       max_retries: 0
       extra_headers: {{x-mock-break-after: "2", x-mock-no-usage: "1"}}
+  - model_name: gpt-4o-slow
+    litellm_params:
+      model: openai/gpt-4o
+      api_base: {upstream}/v1
+      api_key: sk-upstream
+      max_retries: 0
+      extra_headers: {{x-mock-delay-ms: "4000"}}
   - model_name: claude-mock
     litellm_params:
       model: anthropic/claude-3-5-sonnet-20240620
@@ -374,6 +386,33 @@ def test_a_stream_that_breaks_after_chunks_went_out_commits_what_was_delivered(s
     want = prompt + counted(service, "stream", delivered)
     wait_for(lambda: before - tenant_tokens_left(service, "cut", "stream") == want)
     assert before - tenant_tokens_left(service, "cut", "stream") == want, "committed, not refunded"
+
+
+def test_a_caller_gone_mid_stream_is_billed_and_frees_its_slot(setup):
+    """The caller reads one chunk of a slow stream and hangs up: the call is
+    settled (LiteLLM reports the partial stream; the hook commits it), not
+    left holding its concurrency slot or refunded."""
+    from ctxbudget import BudgetClient, pb
+
+    service, upstream, proxies, *_ = setup
+
+    def state():
+        with BudgetClient(service.target) as c:
+            s = c.get_status("gone", "gone")
+            get = lambda d: next(e.remaining for e in s.limits if e.level == pb.LEVEL_TENANT and e.dimension == d)  # noqa: E731
+            return get(pb.DIMENSION_TOKENS), get(pb.DIMENSION_CONCURRENCY)
+
+    tokens, slots = state()
+    with httpx.stream("POST", proxies[0].url + "/v1/chat/completions", headers={"Authorization": "Bearer sk-gone"},
+                      json={"model": "gpt-4o-slow", "messages": [{"role": "user", "content": "Go slowly."}], "stream": True},
+                      timeout=60) as s:
+        lines = s.iter_lines()
+        assert next(line for line in lines if line.startswith("data: {"))
+        assert state()[1] == slots - 1, "a slot held while streaming"
+    wait_for(lambda: state() != (tokens, slots - 1) and state()[1] == slots, seconds=15)
+    left, free = state()
+    assert free == slots, "the slot came back"
+    assert 0 < tokens - left < 100, f"billed for the partial stream, not refunded: {tokens - left}"
 
 
 def test_the_hook_answers_503_when_ctxbudget_does_not_answer_or_lets_the_call_through():
