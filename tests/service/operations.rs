@@ -340,7 +340,7 @@ async fn overrides_win_over_tiers_and_deleting_one_restores_the_tier() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn changing_a_limit_keeps_levels_and_debt() {
+async fn changing_a_limit_keeps_what_was_used_and_debt() {
     let redis = RedisServer::start();
     let tier = r#"
 [tiers.t]
@@ -386,14 +386,14 @@ user = { requests = [{ limit = 10, period = "30d" }], tokens = [{ limit = 1000, 
     let requests = limit(&s.limits, Level::User, Dimension::Requests, 30 * 86_400);
     assert_eq!(
         (requests.limit, requests.remaining),
-        (8, 5),
-        "the level is kept, not reset"
+        (8, 3),
+        "what was used is kept (5 of 10: 3 of 8 left), not what was left"
     );
     let tokens = limit(&s.limits, Level::User, Dimension::Tokens, 30 * 86_400);
     assert_eq!(
         (tokens.limit, tokens.remaining),
-        (2000, -500),
-        "debt stays debt"
+        (2000, 500),
+        "debt counts as used: 1,500 used of 2,000"
     );
     ctl(&redis, &["tiers", "set", "t", &set(3)]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1100)).await;
@@ -401,8 +401,8 @@ user = { requests = [{ limit = 10, period = "30d" }], tokens = [{ limit = 1000, 
     let requests = limit(&s.limits, Level::User, Dimension::Requests, 30 * 86_400);
     assert_eq!(
         (requests.limit, requests.remaining),
-        (3, 3),
-        "clamped to the new capacity"
+        (3, 0),
+        "more used than the new limit: 0 left, never negative"
     );
     let _ = std::fs::remove_dir_all(dir);
 }
