@@ -415,6 +415,25 @@ def test_a_caller_gone_mid_stream_is_billed_and_frees_its_slot(setup):
     assert 0 < tokens - left < 100, f"billed for the partial stream, not refunded: {tokens - left}"
 
 
+def test_a_blocked_tenant_gets_a_403_with_the_operators_reason(setup):
+    """``ctxbudget overrides block``: the hook answers 403 with the reason,
+    and no Retry-After (waiting cannot help)."""
+    from conftest import binary
+
+    service, upstream, proxies, redis, _ = setup
+    subprocess.run([binary(), "overrides", "block", "blocked", "--reason", "unpaid invoice 42", "--redis-url", redis.url],
+                   check=True, capture_output=True)
+
+    def ask():
+        return httpx.post(proxies[0].url + "/v1/chat/completions", headers={"Authorization": "Bearer sk-blocked"},
+                          json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, timeout=60)
+
+    wait_for(lambda: ask().status_code == 403)
+    reply = ask()
+    assert reply.status_code == 403, reply.text
+    assert "unpaid invoice 42" in reply.text and "retry-after" not in reply.headers, (reply.text, dict(reply.headers))
+
+
 def test_the_hook_answers_503_when_ctxbudget_does_not_answer_or_lets_the_call_through():
     """The hook's pre-call hook against an unreachable ctxbudget: 503 with
     Retry-After failing closed; failing open, the request as the caller sent
