@@ -4,7 +4,9 @@
 
 use super::admin::AdminArgs;
 use super::inspect_rows::{BucketRow, LeaseRow, bucket_rows, lease_rows};
-use super::output::{Effective, effective_lines, level_section, limits_summary, print_json, table};
+use super::output::{
+    Effective, effective_lines, level_section, limits_summary, outln, print_json, table,
+};
 use crate::domain::plan::{self, LevelPlan};
 use crate::domain::{
     BucketSpec, Level, LevelLimits, Limits as DomainLimits, ModelGroup, TenantId, Tier, UserId,
@@ -230,15 +232,15 @@ impl Subject {
 fn print_text(report: &Report, in_force: Option<InForce<'_>>) {
     print_heading(report);
     if let Some(f) = in_force {
-        println!("limits in force:");
-        println!("  global  {}", limits_summary(f.global));
+        outln!("limits in force:");
+        outln!("  global  {}", limits_summary(f.global));
         if let Some(g) = f.group {
-            println!("  model {} global  {}", g.name, limits_summary(&g.global));
+            outln!("  model {} global  {}", g.name, limits_summary(&g.global));
         }
         for line in effective_lines(f.tier) {
-            println!("  {line}");
+            outln!("  {line}");
         }
-        println!();
+        outln!();
     }
     let rows: Vec<Vec<String>> = report.buckets.iter().map(bucket_cells).collect();
     table(
@@ -247,7 +249,7 @@ fn print_text(report: &Report, in_force: Option<InForce<'_>>) {
         ],
         &rows,
     );
-    println!();
+    outln!();
     let rows: Vec<Vec<String>> = report
         .leases
         .iter()
@@ -262,7 +264,7 @@ fn print_text(report: &Report, in_force: Option<InForce<'_>>) {
         .collect();
     table(&["LEVEL", "MODEL", "LEASE", "EXPIRES IN"], &rows);
     if report.tier.is_none() {
-        println!("\n(pass --tier to see the limits in force and levels refilled to now)");
+        outln!("\n(pass --tier to see the limits in force and levels refilled to now)");
     }
 }
 
@@ -273,7 +275,7 @@ fn print_heading(report: &Report) {
         (Some(m), Some(g)) => format!(", model {m} (group {g})"),
         (Some(m), None) => format!(", model {m} (in no model group)"),
     };
-    println!(
+    outln!(
         "tenant {}{}{}{model} — configuration version {}{}",
         report.tenant,
         report

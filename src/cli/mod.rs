@@ -193,6 +193,7 @@ async fn bench(args: crate::bench::BenchArgs) -> anyhow::Result<()> {
     telemetry::init_logging(LogFormat::Text);
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let report = crate::bench::run(args, command).await?;
+    output::write_out(&report.render());
     if report.overspent() {
         anyhow::bail!(
             "the service granted more than its limits allow (see the overspend lines above)"

@@ -5,7 +5,7 @@
 //! `domain::reconcile`.
 
 use super::admin::AdminArgs;
-use super::output::{print_json, table};
+use super::output::{Stdout, count, outln, print_json, table};
 use super::usage::{Format, group_label, ledger_store, live_limits, usd};
 use crate::domain::TenantId;
 use crate::domain::budget::ledger::{Period, Row};
@@ -176,11 +176,12 @@ pub async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
         Format::Table => print_table(&compared, by_tenant.len()),
     }
     if flagged > 0 {
+        let drift = if flagged == 1 { "drifts" } else { "drift" };
         anyhow::bail!(
-            "{flagged} of {} rows drift more than {}% from the provider's usage (flagged above): \
+            "{flagged} of {} {drift} more than {}% from the provider's usage (flagged above): \
              check the unsettled count (usage that never came back), model groups without a \
              price, and the export's columns",
-            compared.len(),
+            count(compared.len(), "row", "rows"),
             pct(max_drift)
         );
     }
@@ -229,7 +230,7 @@ fn shown(c: &Compared) -> Shown {
 }
 
 fn print_csv(rows: &[Compared]) -> anyhow::Result<()> {
-    let mut w = csv::Writer::from_writer(std::io::stdout());
+    let mut w = csv::Writer::from_writer(Stdout);
     for c in rows {
         let hour = hour_label(c);
         w.serialize(CsvRow {
@@ -303,5 +304,8 @@ fn print_table(rows: &[Compared], tenants: usize) {
         ],
         &cells,
     );
-    println!("({tenants} tenants in the ledger for the range)");
+    outln!(
+        "({} in the ledger for the range)",
+        count(tenants, "tenant", "tenants")
+    );
 }

@@ -4,7 +4,7 @@
 //! inside the service process and this command cannot reach it.
 
 use super::admin::AdminArgs;
-use super::output::{print_json, table};
+use super::output::{Stdout, print_json, table};
 use crate::config::repository::ConfigStore;
 use crate::domain::budget::ledger::Row;
 use crate::domain::usage::{self, By, Line};
@@ -236,7 +236,7 @@ fn line(l: &Line, by: By) -> Shown {
 }
 
 fn print_csv(lines: &[Shown]) -> anyhow::Result<()> {
-    let mut w = csv::Writer::from_writer(std::io::stdout());
+    let mut w = csv::Writer::from_writer(Stdout);
     for l in lines {
         w.serialize(l)?;
     }

@@ -274,7 +274,7 @@ async fn usage_and_reconcile_read_exactly_what_the_service_charged() {
     }
     let (ok, out, err) = reconcile(&export(Some("claude-sonnet-4")));
     assert!(!ok, "a changed row fails the command: {out}");
-    assert!(err.contains("drift more than 1%"), "{err}");
+    assert!(err.contains("1 of 3 rows drifts more than 1%"), "{err}");
     let report = json(&out);
     let flagged: Vec<&str> = report["rows"]
         .as_array()

@@ -41,6 +41,7 @@ macro_rules! both_stores {
 }
 
 mod bench;
+mod cli_output;
 mod cluster;
 mod conformance;
 mod envoy;
