@@ -7,7 +7,8 @@ use crate::domain::{
     is_tier_name,
 };
 use crate::engine::{
-    Completion, EstimatorView, LevelLeases, Outcome, PromptInput, ReserveInput, ReserveOutcome, StatusOutcome,
+    Completion, EstimatorView, LevelLeases, Outcome, PromptInput, ReserveInput, ReserveOutcome,
+    StatusOutcome,
 };
 use crate::estimator::{ChatMessage, Prompt};
 use crate::pb;

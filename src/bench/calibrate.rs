@@ -3,13 +3,13 @@
 //! tier, then 1,000 commits, in three rounds; the report takes each script's
 //! median.
 
-use crate::engine::Completion;
 use super::redis_info::commandstats;
 use super::report::Calibration;
 use super::{BenchError, engines, err};
 use crate::config::Settings;
 use crate::domain::Priority;
 use crate::domain::{TenantId, UserId};
+use crate::engine::Completion;
 use crate::engine::{Engine, PromptInput, ReserveInput};
 use crate::store::redis::RedisStore;
 use std::sync::Arc;
@@ -160,7 +160,9 @@ impl Calls {
     /// Commits each of `ids`, `IN_FLIGHT` at once.
     async fn commit_all(&self, ids: &[String]) -> Result<(), BenchError> {
         for chunk in ids.chunks(IN_FLIGHT) {
-            let calls = chunk.iter().map(|id| self.engine.commit(id, 1000, Completion::Tokens(300), 0));
+            let calls = chunk
+                .iter()
+                .map(|id| self.engine.commit(id, 1000, Completion::Tokens(300), 0));
             for out in futures_util::future::join_all(calls).await {
                 out.map_err(err)?;
             }

@@ -153,11 +153,7 @@ impl<S: Store> Engine<S> {
     /// was counted with (its estimator key names the model or its family; a
     /// caller-counted prompt falls back to the default encoding), exactly as a
     /// prompt would be, stopping above the largest token count accepted.
-    async fn count_completion(
-        &self,
-        id: &ReservationId,
-        text: String,
-    ) -> Result<u64, EngineError> {
+    async fn count_completion(&self, id: &ReservationId, text: String) -> Result<u64, EngineError> {
         let (count, _) = self
             .counter
             .count(&id.estimator, Prompt::Text(text), MAX_COUNT)
