@@ -79,6 +79,9 @@ fn pct(share: f64) -> f64 {
 struct Shown {
     hour: String,
     model_group: String,
+    /// In the ungrouped row: the groups whose usage was compared in it (see
+    /// `domain::reconcile::regroup`).
+    folded_groups: Vec<String>,
     input_tokens: ShownMetric,
     cached_input_tokens: Option<ShownMetric>,
     output_tokens: ShownMetric,
@@ -156,7 +159,8 @@ pub async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let compared = compare(&ours, &theirs, max_drift);
+    let sides = reconcile::regroup(ours, theirs, |g| limits.models.contains_key(g));
+    let compared = compare(&sides, max_drift);
     let flagged = compared.iter().filter(|c| c.flagged).count();
     let format = if args.admin.json {
         Format::Json
@@ -173,7 +177,7 @@ pub async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
             flagged,
         })?,
         Format::Csv => print_csv(&compared)?,
-        Format::Table => print_table(&compared, by_tenant.len()),
+        Format::Table => print_table(&compared, by_tenant.len(), !limits.models.is_empty()),
     }
     if flagged > 0 {
         let drift = if flagged == 1 { "drifts" } else { "drift" };
@@ -220,6 +224,7 @@ fn shown(c: &Compared) -> Shown {
     Shown {
         hour: hour_label(c),
         model_group: c.model_group.clone(),
+        folded_groups: c.folded.clone(),
         input_tokens: c.input.into(),
         cached_input_tokens: c.cached.map(Into::into),
         output_tokens: c.output.into(),
@@ -256,7 +261,8 @@ fn print_csv(rows: &[Compared]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_table(rows: &[Compared], tenants: usize) {
+/// The rows in words; `grouped`: the configuration has model groups.
+fn print_table(rows: &[Compared], tenants: usize, grouped: bool) {
     let pair = |m: &Metric| format!("{} / {}", m.ours, m.theirs);
     let drift = |m: &Metric| {
         m.drift
@@ -269,7 +275,10 @@ fn print_table(rows: &[Compared], tenants: usize) {
         .map(|c| {
             vec![
                 hour_label(c),
-                group_label(&c.model_group).to_owned(),
+                std::iter::once(group_label(&c.model_group, grouped))
+                    .chain(c.folded.iter().map(String::as_str))
+                    .collect::<Vec<_>>()
+                    .join(" + "),
                 pair(&c.input),
                 drift(&c.input),
                 opt(&c.cached, &pair),
