@@ -7,6 +7,7 @@ mod envoy;
 mod health;
 mod history;
 mod inspect;
+mod inspect_ids;
 mod inspect_rows;
 mod models;
 mod output;
