@@ -54,6 +54,7 @@ mod money;
 mod observability;
 mod operations;
 mod prices_cli;
+mod quickstart;
 mod server;
 mod tokenizer;
 mod windows;
