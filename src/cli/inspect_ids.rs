@@ -97,7 +97,7 @@ impl Candidates {
 /// with no record under this tenant (another tenant's lease at the global
 /// level) is absent.
 pub(super) async fn owners(
-    conn: &mut (impl AsyncCommands + Send),
+    conn: &mut impl AsyncCommands,
     keys: &Keys,
     tenant: &TenantId,
     nonces: &[String],
