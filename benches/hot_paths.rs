@@ -21,6 +21,7 @@ fn request(i: u64) -> ReserveRequest {
         model: "gpt-4o".into(),
         headroom: 0.0,
         prompt_tokens: 1000,
+        prompt_more_than: None,
         prompt_reserve: 1000,
         estimated_prompt_tokens: 0,
         estimator: String::new(),

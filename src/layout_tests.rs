@@ -1,5 +1,6 @@
-//! Keeps the source layout honest: no import cycle between modules, and no
-//! file past 400 lines unless its module doc says why (a `//! Size:` line).
+//! Keeps the source layout honest: no import cycle between modules, no
+//! file past 400 lines unless its module doc says why (a `//! Size:` line),
+//! and no output to stdout but through `cli::output`.
 //!
 //! The modules are the crate's top-level ones, except that each of
 //! `domain`'s submodules is a module of its own (the domain must stay a tree
@@ -260,6 +261,41 @@ fn long_files_say_why_they_are_long() {
         offenders.is_empty(),
         "files past {MAX_LINES} lines whose module doc has no `Size:` line saying why \
          (split them, or explain): {offenders:?}"
+    );
+}
+
+#[test]
+fn only_the_cli_output_module_writes_to_stdout() {
+    // `println!` panics on a closed pipe (`ctxbudget inspect … | head`);
+    // `cli::output::Stdout` ends the command quietly instead.
+    // This file names the macros it looks for.
+    let allowed = [
+        src().join("cli").join("output.rs"),
+        src().join("layout_tests.rs"),
+    ];
+    let mut offenders = Vec::new();
+    for file in sources(&src()) {
+        let code = without_tests(&std::fs::read_to_string(&file).expect("a readable source"));
+        let writes = [
+            "println!",
+            "print!(",
+            "io::stdout().lock()",
+            "from_writer(std::io::stdout",
+        ];
+        if !allowed.contains(&file)
+            && code.lines().any(|l| {
+                writes
+                    .iter()
+                    .any(|w| l.contains(w) && !l.contains(&format!("e{w}")))
+            })
+        {
+            offenders.push(file.display().to_string());
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "these files print to stdout themselves; use `cli::output::outln!` or \
+         `cli::output::Stdout`: {offenders:?}"
     );
 }
 

@@ -1,6 +1,7 @@
 //! Bootstrap: builds the store and engine from settings and serves gRPC on a
 //! listener until `shutdown` resolves. Tests call [`run`] with a port-0 listener.
-//! The services and the listener's TLS are in `grpc`.
+//! The services and the listener's TLS are in `grpc`; the refusal of an
+//! oversized request, in words that name the setting, in `message_limit`.
 
 use crate::api::auth::Auth;
 use crate::api::{BudgetApi, EnvoyApi};
@@ -14,6 +15,7 @@ use crate::pb::budget_service_server::BudgetServiceServer;
 use crate::reload;
 
 mod grpc;
+mod message_limit;
 use crate::store::cluster::ClusterStore;
 use crate::store::keys::Keys;
 use crate::store::memory::MemoryStore;

@@ -53,6 +53,26 @@ pub enum Refusal {
     /// The message does not decode as the request it should be.
     #[error("{0}")]
     Undecodable(String),
+    /// The message is larger than `[server] max_message_bytes` (`found`: its
+    /// size, when known).
+    #[error(
+        "the request is {} over this server's limit of {limit} bytes \
+         ([server] max_message_bytes in its configuration file, 16 MiB by default): \
+         send a smaller prompt, or ask the operator to raise the limit",
+        size(.found)
+    )]
+    MessageTooLarge {
+        /// The message's size in bytes, when known.
+        found: Option<u64>,
+        /// The limit in bytes.
+        limit: usize,
+    },
+}
+
+/// A message's size for [`Refusal::MessageTooLarge`]: `1048576 bytes,` or,
+/// unknown, `larger than allowed:`.
+fn size(found: &Option<u64>) -> String {
+    found.map_or("larger than allowed:".into(), |n| format!("{n} bytes,"))
 }
 
 /// Maps a refusal of the gRPC layer to its status.
@@ -64,5 +84,9 @@ pub fn refusal_status(refusal: Refusal) -> Status {
         Refusal::PermissionDenied(message) => Status::permission_denied(message),
         // The caller sent bytes that are no valid request: fix the client.
         Refusal::Undecodable(message) => Status::invalid_argument(message),
+        // Too large to read at all (gRPC's code for a size over a limit, as
+        // tonic answers it): the caller must send less, or the operator raise
+        // the setting the message names.
+        e @ Refusal::MessageTooLarge { .. } => Status::out_of_range(e.to_string()),
     }
 }

@@ -11,5 +11,5 @@ mod service;
 pub mod validate;
 
 pub use envoy::EnvoyApi;
-pub use errors::to_status;
+pub use errors::{Refusal, refusal_status, to_status};
 pub use service::BudgetApi;

@@ -94,6 +94,7 @@ fn check_reserve(request: pb::CheckAndReserveRequest) -> Result<(), String> {
         model: input.model,
         headroom: 0.0,
         prompt_tokens: prompt,
+        prompt_more_than: None,
         prompt_reserve: prompt,
         estimated_prompt_tokens: 0,
         estimator: String::new(),

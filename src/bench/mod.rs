@@ -118,7 +118,7 @@ fn unix_ms() -> u128 {
         .map_or(0, |d| d.as_millis())
 }
 
-/// Runs the bench and returns its report (already printed).
+/// Runs the bench and returns its report (the command prints it: `render`).
 pub async fn run(args: BenchArgs, command: String) -> Result<BenchReport, BenchError> {
     let settings = config::load(args.config.as_deref(), Flags::default()).map_err(err)?;
     if args.api == target::Api::Envoy && (args.direct.is_some() || args.ceiling.is_some()) {
@@ -151,7 +151,6 @@ pub async fn run(args: BenchArgs, command: String) -> Result<BenchReport, BenchE
     phases.push(phase);
     let redis_seen = args.ceiling.clone().or(url);
     let report = report(&bench, phases, redis_seen.as_deref(), command).await?;
-    print!("{}", report.render());
     write_outputs(&report, &args)?;
     Ok(report)
 }

@@ -222,7 +222,9 @@ impl PhaseReport {
             );
             return;
         }
-        let _ = writeln!(out, "OVERSPEND in {} buckets:", self.overspend.len());
+        let n = self.overspend.len();
+        let noun = if n == 1 { "bucket" } else { "buckets" };
+        let _ = writeln!(out, "OVERSPEND in {n} {noun}:");
         for o in self.overspend.iter().take(20) {
             let _ = writeln!(
                 out,

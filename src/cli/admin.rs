@@ -3,7 +3,9 @@
 //! part of the whole configuration — before anything is written; then written,
 //! versioned, audited and announced in one step.
 
-use super::output::{print_document, print_json, rate_summary, table, toml_document};
+use super::output::{
+    outln, print_document, print_json, rate_summary, table, toml_document, write_out,
+};
 use crate::config::repository::{ConfigDoc, ConfigStore, Field, document};
 use crate::config::{FileConfig, LevelSection, TierSection, build_limits, parse_document};
 use crate::store::keys::Keys;
@@ -185,7 +187,7 @@ pub(super) async fn write(
             (_, true, true) => "created",
             _ => "updated",
         };
-        println!(
+        outln!(
             "{what} {field} (configuration version {version}); every replica applies it within a second"
         );
     }
@@ -251,7 +253,7 @@ fn list_tiers(doc: &ConfigDoc, args: &AdminArgs) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    println!("configuration version {}", doc.version);
+    outln!("configuration version {}", doc.version);
     table(
         &[
             "TIER", "CONTEXT", "OUTPUT", "TENANT", "USER", "SHADOW", "MODELS",
@@ -310,7 +312,7 @@ fn export_tiers(doc: ConfigDoc, args: &AdminArgs) -> anyhow::Result<()> {
         tiers: Some(doc.tiers),
         ..FileConfig::default()
     };
-    print!("{}", toml_document(&file)?);
+    write_out(&toml_document(&file)?);
     Ok(())
 }
 

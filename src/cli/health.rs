@@ -2,6 +2,7 @@
 //! SERVING, and exits 0 only if it is. A container healthcheck that needs
 //! nothing but the binary (the slim image has no `grpc_health_probe`).
 
+use super::output::outln;
 use anyhow::{Context, bail};
 use std::time::Duration;
 use tonic::transport::Channel;
@@ -46,7 +47,7 @@ pub async fn health(args: HealthArgs) -> anyhow::Result<()> {
         })?;
     match reply.into_inner().status() {
         ServingStatus::Serving => {
-            println!("{addr}: SERVING");
+            outln!("{addr}: SERVING");
             Ok(())
         }
         status => bail!("{addr}: {}", status.as_str_name()),

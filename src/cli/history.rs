@@ -7,7 +7,7 @@
 //! ```
 
 use super::admin::AdminArgs;
-use super::output::print_json;
+use super::output::{outln, print_json};
 use crate::config::repository::{AuditEntry, ConfigStore};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -19,7 +19,7 @@ pub async fn history(cfg: &ConfigStore, limit: usize, args: &AdminArgs) -> anyho
         return print_json(&entries);
     }
     if entries.is_empty() {
-        println!("(no changes recorded)");
+        outln!("(no changes recorded)");
     }
     for e in &entries {
         let what = match (e.old.is_empty(), e.new.is_empty()) {
@@ -28,7 +28,7 @@ pub async fn history(cfg: &ConfigStore, limit: usize, args: &AdminArgs) -> anyho
             (false, true) => "deleted",
             (false, false) => "updated",
         };
-        println!(
+        outln!(
             "{} UTC  {}  {}  version {} ({what})",
             utc(e.at_ms),
             e.actor,
@@ -36,7 +36,7 @@ pub async fn history(cfg: &ConfigStore, limit: usize, args: &AdminArgs) -> anyho
             e.version
         );
         for line in changes(&e.old, &e.new) {
-            println!("    {line}");
+            outln!("    {line}");
         }
     }
     Ok(())

@@ -1,10 +1,14 @@
 //! `ctxbudget inspect`: a tenant's (and user's) live state in Redis — every
-//! bucket's level now, debt, when it is full again, and the live leases with
-//! their expiry; model groups' buckets and slots named by group.
+//! bucket's level now, debt, when it is full again, and the tenant's live
+//! leases with their expiry and reservation ids (`rsv_…`, as gateways log
+//! them: `inspect_ids`); model groups' buckets and slots named by group.
 
 use super::admin::AdminArgs;
+use super::inspect_ids::{Candidates, owners};
 use super::inspect_rows::{BucketRow, LeaseRow, bucket_rows, lease_rows};
-use super::output::{Effective, effective_lines, level_section, limits_summary, print_json, table};
+use super::output::{
+    Effective, count, effective_lines, level_section, limits_summary, outln, print_json, table,
+};
 use crate::domain::plan::{self, LevelPlan};
 use crate::domain::{
     BucketSpec, Level, LevelLimits, Limits as DomainLimits, ModelGroup, TenantId, Tier, UserId,
@@ -13,7 +17,7 @@ use anyhow::Context;
 use clap::Args;
 use redis::AsyncCommands;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// `ctxbudget inspect` flags.
@@ -66,7 +70,10 @@ struct Report {
     /// The limits in force (with `--tier`): the tier with the override laid over it.
     limits: Option<Limits>,
     buckets: Vec<BucketRow>,
+    /// The tenant's leases, at every level.
     leases: Vec<LeaseRow>,
+    /// Leases at the global level that are other tenants' (not listed).
+    other_tenants_leases: usize,
 }
 
 /// `ctxbudget inspect`.
@@ -102,6 +109,7 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         }),
         buckets: Vec::new(),
         leases: Vec::new(),
+        other_tenants_leases: 0,
     };
     for level in who.levels() {
         let key = keys.level(level, &who.tenant, who.user.as_ref());
@@ -124,6 +132,7 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
                 .extend(lease_rows(level, Some(&g.name), &fields, now));
         }
     }
+    name_leases(&mut report, &mut conn, &keys, &who, &limits).await?;
     if args.admin.json {
         return print_json(&report);
     }
@@ -133,6 +142,44 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         group,
     });
     print_text(&report, in_force);
+    Ok(())
+}
+
+/// Keeps the tenant's own leases (the global level's hash holds every
+/// tenant's) and gives each its reservation id where it can be rebuilt.
+async fn name_leases(
+    report: &mut Report,
+    conn: &mut crate::store::redis::SharedConn,
+    keys: &crate::store::keys::Keys,
+    who: &Subject,
+    limits: &DomainLimits,
+) -> anyhow::Result<()> {
+    let nonces: BTreeSet<&String> = report.leases.iter().map(|l| &l.nonce).collect();
+    let nonces: Vec<String> = nonces.into_iter().cloned().collect();
+    let owners = owners(conn, keys, &who.tenant, &nonces).await?;
+    let before = report.leases.len();
+    report
+        .leases
+        .retain(|l| l.level != Level::Global.as_str() || owners.contains_key(&l.nonce));
+    report.other_tenants_leases = before - report.leases.len();
+    let candidates = Candidates::new(limits, who.user.as_ref(), who.model.as_deref());
+    let mut ids: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for lease in &mut report.leases {
+        let Some(&owner) = owners.get(&lease.nonce) else {
+            continue;
+        };
+        let id = ids.entry(lease.nonce.clone()).or_insert_with(|| {
+            candidates
+                .rebuild(
+                    &who.tenant,
+                    &lease.nonce,
+                    owner,
+                    lease.model_group.as_deref(),
+                )
+                .map(|id| id.to_string())
+        });
+        lease.reservation_id = id.clone();
+    }
     Ok(())
 }
 
@@ -230,15 +277,15 @@ impl Subject {
 fn print_text(report: &Report, in_force: Option<InForce<'_>>) {
     print_heading(report);
     if let Some(f) = in_force {
-        println!("limits in force:");
-        println!("  global  {}", limits_summary(f.global));
+        outln!("limits in force:");
+        outln!("  global  {}", limits_summary(f.global));
         if let Some(g) = f.group {
-            println!("  model {} global  {}", g.name, limits_summary(&g.global));
+            outln!("  model {} global  {}", g.name, limits_summary(&g.global));
         }
         for line in effective_lines(f.tier) {
-            println!("  {line}");
+            outln!("  {line}");
         }
-        println!();
+        outln!();
     }
     let rows: Vec<Vec<String>> = report.buckets.iter().map(bucket_cells).collect();
     table(
@@ -247,7 +294,7 @@ fn print_text(report: &Report, in_force: Option<InForce<'_>>) {
         ],
         &rows,
     );
-    println!();
+    outln!();
     let rows: Vec<Vec<String>> = report
         .leases
         .iter()
@@ -255,14 +302,29 @@ fn print_text(report: &Report, in_force: Option<InForce<'_>>) {
             vec![
                 l.level.into(),
                 l.model_group.clone().unwrap_or_else(|| "-".into()),
-                l.reservation.clone(),
+                l.reservation_id
+                    .clone()
+                    .unwrap_or_else(|| format!("nonce {}", l.nonce)),
                 format!("{} ms", l.expires_in_ms),
             ]
         })
         .collect();
-    table(&["LEVEL", "MODEL", "LEASE", "EXPIRES IN"], &rows);
+    table(&["LEVEL", "MODEL", "RESERVATION", "EXPIRES IN"], &rows);
+    if report.leases.iter().any(|l| l.reservation_id.is_none()) {
+        outln!(
+            "(a lease shown by its nonce: inspect could not rebuild its id — a user's other \
+             than --user's (pass --user), or an [estimator] key of the service's file; \
+             see docs/operations.md)"
+        );
+    }
+    if report.other_tenants_leases > 0 {
+        outln!(
+            "({} of other tenants at the global level not shown)",
+            count(report.other_tenants_leases, "lease", "leases")
+        );
+    }
     if report.tier.is_none() {
-        println!("\n(pass --tier to see the limits in force and levels refilled to now)");
+        outln!("\n(pass --tier to see the limits in force and levels refilled to now)");
     }
 }
 
@@ -273,7 +335,7 @@ fn print_heading(report: &Report) {
         (Some(m), Some(g)) => format!(", model {m} (group {g})"),
         (Some(m), None) => format!(", model {m} (in no model group)"),
     };
-    println!(
+    outln!(
         "tenant {}{}{}{model} — configuration version {}{}",
         report.tenant,
         report

@@ -45,8 +45,12 @@ pub(super) struct LeaseRow {
     pub level: &'static str,
     /// The model group whose slots hold it (`None`: the level's own).
     pub model_group: Option<String>,
-    /// The end of the reservation's nonce.
-    pub reservation: String,
+    /// The reservation's id as its client holds it (`rsv_…`), when `inspect`
+    /// could rebuild it (see `inspect_ids`).
+    pub reservation_id: Option<String>,
+    /// The reservation's nonce (base64url): the lease's name in the hash and
+    /// the key of the reservation's record.
+    pub nonce: String,
     /// Until the lease lapses (negative: lapsed, not yet reclaimed).
     pub expires_in_ms: i64,
 }
@@ -169,7 +173,8 @@ pub(super) fn lease_rows(
             rows.push(LeaseRow {
                 level: level.as_str(),
                 model_group: group.map(str::to_string),
-                reservation: format!("…{}", &nonce[nonce.len().saturating_sub(8)..]),
+                reservation_id: None,
+                nonce: nonce.to_owned(),
                 expires_in_ms: ((expires - now) / 1000.0).round() as i64,
             });
         }

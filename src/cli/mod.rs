@@ -8,6 +8,7 @@ mod envoy;
 mod health;
 mod history;
 mod inspect;
+mod inspect_ids;
 mod inspect_rows;
 mod models;
 mod output;
@@ -195,6 +196,7 @@ async fn bench(args: crate::bench::BenchArgs) -> anyhow::Result<()> {
     telemetry::init_logging(LogFormat::Text);
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let report = crate::bench::run(args, command).await?;
+    output::write_out(&report.render());
     if report.overspent() {
         anyhow::bail!(
             "the service granted more than its limits allow (see the overspend lines above)"

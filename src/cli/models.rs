@@ -5,7 +5,9 @@
 //! a tier still limits cannot be deleted.
 
 use super::admin::{AdminArgs, check_whole, read_input, write};
-use super::output::{print_document, print_json, rate_summary, table, toml_document};
+use super::output::{
+    outln, print_document, print_json, rate_summary, table, toml_document, write_out,
+};
 use crate::config::repository::{ConfigDoc, ConfigStore, Field, document};
 use crate::config::{FileConfig, ModelSection, parse_document};
 use anyhow::{Context, bail};
@@ -95,7 +97,7 @@ fn list(doc: &ConfigDoc, args: &AdminArgs) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    println!("configuration version {}", doc.version);
+    outln!("configuration version {}", doc.version);
     table(
         &["GROUP", "MATCH", "CONTEXT", "CACHED COUNTS", "GLOBAL"],
         &rows,
@@ -189,7 +191,7 @@ fn export(doc: ConfigDoc, args: &AdminArgs) -> anyhow::Result<()> {
         models: Some(doc.models),
         ..FileConfig::default()
     };
-    print!("{}", toml_document(&file)?);
+    write_out(&toml_document(&file)?);
     Ok(())
 }
 

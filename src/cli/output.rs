@@ -1,5 +1,11 @@
 //! Output of the operator commands: aligned tables and plain sentences for
 //! people, JSON for scripts, and documents that the `set` commands take back.
+//!
+//! Every byte a command prints goes through [`Stdout`] (the [`outln!`] macro,
+//! or a CSV writer over it; a layout test keeps `println!` out of the crate):
+//! a reader that goes away early (`ctxbudget inspect … | head`) ends the
+//! command quietly with status 0, as it would end `cat` or `grep`, instead of
+//! a panic on the broken pipe.
 
 use crate::config::{
     LevelOverrideSection, LevelSection, ModelLimitsSection, RateSection, ShadowSection,
@@ -8,10 +14,74 @@ use crate::config::{
 use crate::domain::{LevelLimits, ModelLimits, Rate, Setting, Tier};
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::io::{self, Write};
+
+/// Standard output for the commands. A write the reader closed the pipe on
+/// (`EPIPE`) ends the process at once with status 0: the reader has all it
+/// wanted (`| head`), so there is nothing to report. Any other write error is
+/// returned (to a CSV writer) or reported by [`outln!`].
+///
+/// Why not restore the default `SIGPIPE` action instead: it would also kill
+/// the process, silently, on a write to a Redis or gRPC connection its peer
+/// closed, and `serve` must never die of that.
+pub struct Stdout;
+
+impl Stdout {
+    fn quiet<T>(result: io::Result<T>) -> io::Result<T> {
+        if let Err(e) = &result
+            && e.kind() == io::ErrorKind::BrokenPipe
+        {
+            std::process::exit(0);
+        }
+        result
+    }
+}
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        Self::quiet(io::stdout().lock().write(buf))
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        Self::quiet(io::stdout().lock().write_all(buf))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Self::quiet(io::stdout().lock().flush())
+    }
+}
+
+/// Writes `text` to [`Stdout`]; a write error other than a closed pipe ends
+/// the process with status 1 and the error (a full disk under `> file`).
+pub fn write_out(text: &str) {
+    if let Err(e) = Stdout.write_all(text.as_bytes()) {
+        eprintln!("error: cannot write to standard output: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// `println!` for the commands: one line to [`Stdout`] (see [`write_out`]).
+macro_rules! outln {
+    () => {
+        $crate::cli::output::write_out("\n")
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::output::write_out(&format!("{}\n", format_args!($($arg)*)))
+    };
+}
+pub(crate) use outln;
+
+/// `n` and a noun, in the singular for one: `1 tenant`, `2 tenants`.
+pub fn count(n: usize, singular: &str, plural: &str) -> String {
+    match n {
+        1 => format!("1 {singular}"),
+        n => format!("{n} {plural}"),
+    }
+}
 
 /// Prints `value` as pretty JSON.
 pub fn print_json<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    outln!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
 
@@ -20,11 +90,11 @@ pub fn print_json<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
 pub fn print_document<T: Serialize>(comments: &[String], section: &T) -> anyhow::Result<()> {
     for line in comments {
         match line.is_empty() {
-            true => println!("#"),
-            false => println!("# {line}"),
+            true => outln!("#"),
+            false => outln!("# {line}"),
         }
     }
-    print!("{}", toml_document(section)?);
+    write_out(&toml_document(section)?);
     Ok(())
 }
 
@@ -83,14 +153,14 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) {
             .zip(&widths)
             .map(|(c, w)| format!("{c:<w$}"))
             .collect();
-        println!("{}", padded.join("  ").trim_end());
+        outln!("{}", padded.join("  ").trim_end());
     };
     line(headers.iter().map(|h| h.to_string()).collect());
     for row in rows {
         line(row.clone());
     }
     if rows.is_empty() {
-        println!("(none)");
+        outln!("(none)");
     }
 }
 

@@ -3,7 +3,7 @@
 //! validated, versioned, audited and announced like `ctxbudget tiers`.
 
 use super::admin::{AdminArgs, check_whole, read_input, write};
-use super::output::{print_document, print_json, table, toml_document};
+use super::output::{outln, print_document, print_json, table, toml_document, write_out};
 use crate::config::repository::{ConfigDoc, Field, document};
 use crate::config::{FileConfig, PriceSection, parse_document};
 use anyhow::{Context, bail};
@@ -103,7 +103,7 @@ pub async fn prices(cmd: PricesCmd, args: AdminArgs) -> anyhow::Result<()> {
                 prices: Some(doc.prices),
                 ..FileConfig::default()
             };
-            print!("{}", toml_document(&file)?);
+            write_out(&toml_document(&file)?);
             Ok(())
         }
     }
@@ -127,7 +127,7 @@ fn list(doc: &ConfigDoc, args: &AdminArgs) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    println!(
+    outln!(
         "configuration version {}; USD per million tokens",
         doc.version
     );

@@ -5,7 +5,7 @@
 //! `domain::reconcile`.
 
 use super::admin::AdminArgs;
-use super::output::{print_json, table};
+use super::output::{Stdout, count, outln, print_json, table};
 use super::usage::{Format, group_label, ledger_store, live_limits, usd};
 use crate::domain::TenantId;
 use crate::domain::budget::ledger::{Period, Row};
@@ -79,6 +79,9 @@ fn pct(share: f64) -> f64 {
 struct Shown {
     hour: String,
     model_group: String,
+    /// In the ungrouped row: the groups whose usage was compared in it (see
+    /// `domain::reconcile::regroup`).
+    folded_groups: Vec<String>,
     input_tokens: ShownMetric,
     cached_input_tokens: Option<ShownMetric>,
     output_tokens: ShownMetric,
@@ -156,7 +159,8 @@ pub async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let compared = compare(&ours, &theirs, max_drift);
+    let sides = reconcile::regroup(ours, theirs, |g| limits.models.contains_key(g));
+    let compared = compare(&sides, max_drift);
     let flagged = compared.iter().filter(|c| c.flagged).count();
     let format = if args.admin.json {
         Format::Json
@@ -173,14 +177,15 @@ pub async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
             flagged,
         })?,
         Format::Csv => print_csv(&compared)?,
-        Format::Table => print_table(&compared, by_tenant.len()),
+        Format::Table => print_table(&compared, by_tenant.len(), !limits.models.is_empty()),
     }
     if flagged > 0 {
+        let drift = if flagged == 1 { "drifts" } else { "drift" };
         anyhow::bail!(
-            "{flagged} of {} rows drift more than {}% from the provider's usage (flagged above): \
+            "{flagged} of {} {drift} more than {}% from the provider's usage (flagged above): \
              check the unsettled count (usage that never came back), model groups without a \
              price, and the export's columns",
-            compared.len(),
+            count(compared.len(), "row", "rows"),
             pct(max_drift)
         );
     }
@@ -219,6 +224,7 @@ fn shown(c: &Compared) -> Shown {
     Shown {
         hour: hour_label(c),
         model_group: c.model_group.clone(),
+        folded_groups: c.folded.clone(),
         input_tokens: c.input.into(),
         cached_input_tokens: c.cached.map(Into::into),
         output_tokens: c.output.into(),
@@ -229,7 +235,7 @@ fn shown(c: &Compared) -> Shown {
 }
 
 fn print_csv(rows: &[Compared]) -> anyhow::Result<()> {
-    let mut w = csv::Writer::from_writer(std::io::stdout());
+    let mut w = csv::Writer::from_writer(Stdout);
     for c in rows {
         let hour = hour_label(c);
         w.serialize(CsvRow {
@@ -255,7 +261,8 @@ fn print_csv(rows: &[Compared]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_table(rows: &[Compared], tenants: usize) {
+/// The rows in words; `grouped`: the configuration has model groups.
+fn print_table(rows: &[Compared], tenants: usize, grouped: bool) {
     let pair = |m: &Metric| format!("{} / {}", m.ours, m.theirs);
     let drift = |m: &Metric| {
         m.drift
@@ -268,7 +275,10 @@ fn print_table(rows: &[Compared], tenants: usize) {
         .map(|c| {
             vec![
                 hour_label(c),
-                group_label(&c.model_group).to_owned(),
+                std::iter::once(group_label(&c.model_group, grouped))
+                    .chain(c.folded.iter().map(String::as_str))
+                    .collect::<Vec<_>>()
+                    .join(" + "),
                 pair(&c.input),
                 drift(&c.input),
                 opt(&c.cached, &pair),
@@ -303,5 +313,8 @@ fn print_table(rows: &[Compared], tenants: usize) {
         ],
         &cells,
     );
-    println!("({tenants} tenants in the ledger for the range)");
+    outln!(
+        "({} in the ledger for the range)",
+        count(tenants, "tenant", "tenants")
+    );
 }

@@ -4,7 +4,7 @@
 //! inside the service process and this command cannot reach it.
 
 use super::admin::AdminArgs;
-use super::output::{print_json, table};
+use super::output::{Stdout, print_json, table};
 use crate::config::repository::ConfigStore;
 use crate::domain::budget::ledger::Row;
 use crate::domain::usage::{self, By, Line};
@@ -118,10 +118,15 @@ pub(super) fn usd(micros: u64) -> String {
     format!("{}.{:06}", micros / 1_000_000, micros % 1_000_000)
 }
 
-/// A model group's name as reports show it ("": requests whose model is in
-/// no group).
-pub(super) fn group_label(group: &str) -> &str {
-    if group.is_empty() { "(none)" } else { group }
+/// A model group's name as reports show it. "" holds the calls whose model
+/// was in no group when they were made: `all models` while the configuration
+/// has no groups (`grouped` false), else `other models`.
+pub(super) fn group_label(group: &str, grouped: bool) -> &str {
+    match (group, grouped) {
+        ("", false) => "all models",
+        ("", true) => "other models",
+        (g, _) => g,
+    }
 }
 
 /// The ledger's store: the service's Redis, for reading.
@@ -196,8 +201,12 @@ pub async fn usage(args: UsageArgs) -> anyhow::Result<()> {
     let from = usage::parse_instant(&args.from).context("--from")?;
     let to = usage::parse_instant(&args.to).context("--to")?;
     let periods = usage::periods(from, to, args.by)?;
+    // The groups name the rows; without a readable configuration, the
+    // ungrouped row is still `other models`.
+    let limits = live_limits(&args.admin).await;
+    let grouped = limits.as_ref().map_or(true, |(_, l)| !l.models.is_empty());
     let group = match &args.model {
-        Some(m) => Some(group_named(&live_limits(&args.admin).await?.1, m)?),
+        Some(m) => Some(group_named(&limits?.1, m)?),
         None => None,
     };
     let store = ledger_store(&args.admin).await?;
@@ -225,7 +234,7 @@ pub async fn usage(args: UsageArgs) -> anyhow::Result<()> {
         }),
         Format::Csv => print_csv(&shown),
         Format::Table => {
-            print_table(&shown, &Shown::of("total".into(), "", &total));
+            print_table(&shown, &Shown::of("total".into(), "", &total), grouped);
             Ok(())
         }
     }
@@ -236,7 +245,7 @@ fn line(l: &Line, by: By) -> Shown {
 }
 
 fn print_csv(lines: &[Shown]) -> anyhow::Result<()> {
-    let mut w = csv::Writer::from_writer(std::io::stdout());
+    let mut w = csv::Writer::from_writer(Stdout);
     for l in lines {
         w.serialize(l)?;
     }
@@ -265,11 +274,11 @@ const CSV_HEADER: [&str; 14] = [
     "estimate_error_pct",
 ];
 
-fn print_table(lines: &[Shown], total: &Shown) {
+fn print_table(lines: &[Shown], total: &Shown, grouped: bool) {
     let cells = |l: &Shown| {
         vec![
             l.period.clone(),
-            group_label(&l.model_group).to_owned(),
+            group_label(&l.model_group, grouped).to_owned(),
             l.requests.to_string(),
             l.refunds.to_string(),
             l.unsettled.to_string(),

@@ -86,8 +86,11 @@ impl Denial {
 
     /// Prompt + output exceed the max context — the tier's, or the model
     /// group's context window when that is smaller: the request must shrink.
+    /// `prompt` is the count and, when counting stopped early, the bound it
+    /// passed (see [`crate::domain::plan::ReserveRequest::prompt_more_than`]):
+    /// the detail then says "more than" the bound rather than quote the count.
     pub fn context_too_large(
-        prompt: u64,
+        prompt: (u64, Option<u64>),
         output: u64,
         tier: &Tier,
         group: Option<&ModelGroup>,
@@ -112,10 +115,16 @@ impl Denial {
             period_secs: 0,
             model_group,
             retry_after_ms: 0,
-            detail: format!(
-                "prompt {prompt} + output {output} tokens exceed the {bound} of {limit} \
-                 tokens; shorten the prompt or lower max_output_tokens"
-            ),
+            detail: match prompt {
+                (_, Some(more_than)) => format!(
+                    "the prompt alone has more than {more_than} tokens (counting stopped \
+                     there), over the {bound} of {limit} tokens; shorten the prompt"
+                ),
+                (prompt, None) => format!(
+                    "prompt {prompt} + output {output} tokens exceed the {bound} of {limit} \
+                     tokens; shorten the prompt or lower max_output_tokens"
+                ),
+            },
         }
     }
 

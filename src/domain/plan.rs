@@ -62,6 +62,10 @@ pub struct ReserveRequest {
     /// The prompt's tokens as counted (the caller's count, or the service's raw
     /// count): what the max-context check uses.
     pub prompt_tokens: u64,
+    /// Set when the service stopped counting early, once the prompt had more
+    /// than this many tokens (the tier's max context): `prompt_tokens` is then
+    /// where counting stopped, not the prompt's size, and a denial says so.
+    pub prompt_more_than: Option<u64>,
     /// Prompt tokens to reserve: the caller's count, or the service's count
     /// corrected by the adaptive multiplier.
     pub prompt_reserve: u64,
@@ -187,7 +191,12 @@ pub fn prepare(
     let max_context = max_context(&tier, group.as_deref());
     if req.prompt_tokens + min_output > max_context {
         return Ok(refused(
-            Denial::context_too_large(req.prompt_tokens, max_output, &tier, group.as_deref()),
+            Denial::context_too_large(
+                (req.prompt_tokens, req.prompt_more_than),
+                max_output,
+                &tier,
+                group.as_deref(),
+            ),
             max_output,
         ));
     }
@@ -352,6 +361,7 @@ mod tests {
             model: "m".into(),
             headroom: 0.0,
             prompt_tokens: prompt,
+            prompt_more_than: None,
             prompt_reserve: prompt,
             estimated_prompt_tokens: 0,
             estimator: String::new(),

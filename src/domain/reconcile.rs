@@ -5,17 +5,20 @@
 //!
 //! Both sides are summed per (hour, model group): the provider's model names
 //! map to groups by the groups' patterns (a name that is a group's own name
-//! maps to it; one matching no group goes to the ungrouped row, ""). A
-//! metric's drift is |ours − theirs| ÷ theirs; when theirs is 0 it is 0 if
-//! ours is too, else unbounded. A row is flagged when any metric it has on the
-//! provider's side drifts more than the allowed share.
+//! maps to it; one matching no group goes to the ungrouped row, ""). The
+//! ledger recorded each call under the groups of its time, the provider's
+//! rows are grouped by today's, so [`regroup`] lets the two meet where the
+//! groups changed in between. A metric's drift is |ours − theirs| ÷ theirs;
+//! when theirs is 0 it is 0 if ours is too, else unbounded. A row is flagged
+//! when any metric it has on the provider's side drifts more than the allowed
+//! share.
 
 mod export;
 
 pub use export::{Columns, Positions, ProviderRow, parse_usd, provider_row};
 
 use crate::domain::budget::ledger::Row;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A provider export or a reconciliation setting that cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -88,6 +91,8 @@ pub struct Compared {
     pub hour_us: i64,
     /// The model group ("": none).
     pub model_group: String,
+    /// In the ungrouped row: the groups whose usage [`regroup`] compared in it.
+    pub folded: Vec<String>,
     /// Prompt tokens vs input tokens.
     pub input: Metric,
     /// Cached (when the export has them).
@@ -103,15 +108,65 @@ pub struct Compared {
     pub flagged: bool,
 }
 
-/// Compares the ledger's hourly rows (`ours`, per (hour, group)) with the
-/// provider's (`theirs`), flagging drift above `max_drift` (a share: 0.01).
-pub fn compare(
-    ours: &BTreeMap<(i64, String), Row>,
-    theirs: &BTreeMap<(i64, String), Theirs>,
-    max_drift: f64,
-) -> Vec<Compared> {
-    let keys: std::collections::BTreeSet<&(i64, String)> =
-        ours.keys().chain(theirs.keys()).collect();
+/// Both sides per (hour, model group), ready to compare.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sides {
+    /// The ledger's hourly rows.
+    pub ours: BTreeMap<(i64, String), Row>,
+    /// The provider's, summed.
+    pub theirs: BTreeMap<(i64, String), Theirs>,
+    /// Per hour: the groups whose rows were moved into its ungrouped row.
+    pub folded: BTreeMap<i64, BTreeSet<String>>,
+}
+
+/// Lets the two sides meet where the model groups changed between a call
+/// and the reconciliation; both moves go to the hour's ungrouped row (""):
+/// - the ledger's row of a group the configuration no longer has (`known`
+///   says which it has): today the provider's rows of those models cannot
+///   be grouped under it;
+/// - the provider's row of a group the ledger has no row for in that hour,
+///   when the ledger has an ungrouped row then: the calls were made before
+///   the group existed, and recorded as ungrouped.
+///
+/// Usage that reached only one side still drifts: the ungrouped row then
+/// differs by it (and names the groups moved into it).
+pub fn regroup(
+    ours: BTreeMap<(i64, String), Row>,
+    theirs: BTreeMap<(i64, String), Theirs>,
+    known: impl Fn(&str) -> bool,
+) -> Sides {
+    let mut sides = Sides::default();
+    for ((hour, group), row) in ours {
+        let group = match group.is_empty() || known(&group) {
+            true => group,
+            false => {
+                sides.folded.entry(hour).or_default().insert(group);
+                String::new()
+            }
+        };
+        sides.ours.entry((hour, group)).or_default().add(&row);
+    }
+    for ((hour, group), usage) in theirs {
+        let recorded_ungrouped = !group.is_empty()
+            && !sides.ours.contains_key(&(hour, group.clone()))
+            && sides.ours.contains_key(&(hour, String::new()));
+        let group = match recorded_ungrouped {
+            false => group,
+            true => {
+                sides.folded.entry(hour).or_default().insert(group);
+                String::new()
+            }
+        };
+        sides.theirs.entry((hour, group)).or_default().add(&usage);
+    }
+    sides
+}
+
+/// Compares the ledger's hourly rows with the provider's, flagging drift
+/// above `max_drift` (a share: 0.01).
+pub fn compare(sides: &Sides, max_drift: f64) -> Vec<Compared> {
+    let (ours, theirs) = (&sides.ours, &sides.theirs);
+    let keys: BTreeSet<&(i64, String)> = ours.keys().chain(theirs.keys()).collect();
     keys.into_iter()
         .map(|key| {
             let o = ours.get(key).copied().unwrap_or_default();
@@ -133,9 +188,14 @@ pub fn compare(
                 || output.over(max_drift)
                 || cached.is_some_and(|m| m.over(max_drift))
                 || cost.is_some_and(|m| m.over(max_drift));
+            let folded = match key.1.is_empty() {
+                true => sides.folded.get(&key.0),
+                false => None,
+            };
             Compared {
                 hour_us: key.0,
                 model_group: key.1.clone(),
+                folded: folded.map_or(Vec::new(), |f| f.iter().cloned().collect()),
                 input,
                 cached,
                 output,
@@ -216,17 +276,73 @@ mod tests {
                 },
             ),
         ]);
-        let rows = compare(&ours, &theirs, 0.01);
+        let sides = regroup(ours, theirs, |_| true);
+        let rows = compare(&sides, 0.01);
         assert_eq!(rows.len(), 3);
         assert!(!rows[0].flagged, "0.5% is within 1%");
         assert_eq!(rows[0].cached, None, "no cached column in the export");
         assert!(!rows[1].flagged, "nothing on either side");
         assert!(rows[2].flagged, "theirs only: 100% drift");
-        assert!(
-            compare(&ours, &theirs, 0.001)[0].flagged,
-            "0.5% is over 0.1%"
-        );
+        assert!(compare(&sides, 0.001)[0].flagged, "0.5% is over 0.1%");
         assert_eq!(parse_max_drift("1%").unwrap(), 0.01);
         assert!(parse_max_drift("lots").is_err());
+    }
+
+    #[test]
+    fn usage_recorded_under_other_groups_meets_in_the_ungrouped_row() {
+        let row = |prompt: f64| Row {
+            prompt_tokens: prompt,
+            ..Row::default()
+        };
+        let billed = |input: u64| Theirs {
+            input_tokens: input,
+            cached_input_tokens: Some(0),
+            cost_micros: Some(0),
+            ..Theirs::default()
+        };
+        let key = |hour: i64, g: &str| (hour * HOUR_US, g.to_string());
+        let ours = BTreeMap::from([
+            // Hour 0: gpt-4o had no group yet; hour 1: it had.
+            (key(0, ""), row(1_000.0)),
+            (key(1, "gpt-4o"), row(500.0)),
+            // Hour 2: a group deleted since.
+            (key(2, "old"), row(70.0)),
+            // Hour 3: only other models reached the ledger.
+            (key(3, ""), row(10.0)),
+        ]);
+        let theirs = BTreeMap::from([
+            (key(0, "gpt-4o"), billed(1_000)),
+            (key(1, "gpt-4o"), billed(500)),
+            (key(2, ""), billed(70)),
+            (key(3, ""), billed(10)),
+            (key(3, "gpt-4o"), billed(99)),
+            // Hour 4: no ungrouped usage in the ledger to meet.
+            (key(4, "gpt-4o"), billed(5)),
+        ]);
+        let sides = regroup(ours, theirs, |g| g == "gpt-4o");
+        let compared = compare(&sides, 0.01);
+        let rows: Vec<(i64, &str, Vec<&str>, bool)> = compared
+            .iter()
+            .map(|c| {
+                let folded = c.folded.iter().map(String::as_str).collect();
+                (
+                    c.hour_us / HOUR_US,
+                    c.model_group.as_str(),
+                    folded,
+                    c.flagged,
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                (0, "", vec!["gpt-4o"], false),
+                (1, "gpt-4o", vec![], false),
+                (2, "", vec!["old"], false),
+                (3, "", vec!["gpt-4o"], true),
+                (4, "gpt-4o", vec![], true),
+            ],
+            "usage that reached one side only still drifts"
+        );
     }
 }

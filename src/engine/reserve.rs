@@ -81,6 +81,8 @@ pub struct ReserveOutcome {
 /// The prompt after counting.
 struct Counted {
     raw: u64,
+    /// Counting stopped early, above this many tokens.
+    more_than: Option<u64>,
     reserve: u64,
     estimated: u64,
     estimator: String,
@@ -94,6 +96,7 @@ impl ReserveOutcome {
             denial: Some(denial),
             ..ReserveOutcome::counted(&Counted {
                 raw: 0,
+                more_than: None,
                 reserve: 0,
                 estimated: 0,
                 estimator: String::new(),
@@ -247,6 +250,7 @@ impl<S: Store> Engine<S> {
         let counted = match input.prompt {
             PromptInput::Tokens(n) => Counted {
                 raw: n,
+                more_than: None,
                 reserve: n,
                 estimated: 0,
                 estimator: String::new(),
@@ -263,6 +267,7 @@ impl<S: Store> Engine<S> {
                 let reserve = (count.tokens as f64 * multiplier).ceil() as u64;
                 Counted {
                     raw: count.tokens,
+                    more_than: count.exceeded.then_some(tier.max_context_tokens),
                     reserve,
                     estimated: count.tokens,
                     estimator,
@@ -277,6 +282,7 @@ impl<S: Store> Engine<S> {
             model: input.model,
             headroom: self.settings.priorities.headroom(input.priority),
             prompt_tokens: counted.raw,
+            prompt_more_than: counted.more_than,
             prompt_reserve: counted.reserve,
             estimated_prompt_tokens: counted.estimated,
             estimator: counted.estimator.clone(),

@@ -1,6 +1,7 @@
 //! The gRPC services a replica serves, and the listener's TLS.
 
 use super::ServeError;
+use super::message_limit::MessageLimit;
 use crate::api::auth::Auth;
 use crate::api::{BudgetApi, EnvoyApi};
 use crate::config::{Settings, TlsFiles};
@@ -41,6 +42,8 @@ pub(super) fn routes<S: Store>(
     // Authentication runs on the headers, before the body is even decoded.
     let budget = InterceptedService::new(budget, crate::api::auth::interceptor(auth.clone()));
     let envoy = InterceptedService::new(envoy, crate::api::auth::interceptor(auth));
+    let budget = MessageLimit::new(budget, settings.max_message_bytes);
+    let envoy = MessageLimit::new(envoy, settings.max_message_bytes);
     let mut builder = Server::builder();
     if let Some(tls) = &settings.tls {
         builder = builder.tls_config(tls_config(tls)?)?;

@@ -238,3 +238,41 @@ async fn hostile_requests_get_invalid_argument_or_a_bounded_decision() {
     assert!(ok.allowed);
     h.stop().await;
 }
+
+/// A prompt far over the max context is counted only until it passes the
+/// limit: the denial says "more than" the limit, never the count where it
+/// stopped; a prompt counted in full (the caller's count) is quoted exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_prompt_is_denied_as_more_than_the_max_context() {
+    let h = Harness::start(Backend::Memory, "").await;
+    let mut c = h.client.clone();
+    let huge = pb::CheckAndReserveRequest {
+        prompt_tokens: None,
+        prompt: "lorem ipsum dolor sit amet ".repeat(40_000),
+        ..support::reserve("a", "u", "free", 0, 100)
+    };
+    assert!(huge.prompt.len() > 1_000_000);
+    let d = c.check_and_reserve(huge).await.unwrap().into_inner();
+    assert_eq!(d.reason(), pb::Reason::ContextTooLarge, "{d:?}");
+    assert!(
+        d.detail.contains("more than 32000 tokens")
+            && d.detail.contains("free tier's max context of 32000 tokens")
+            && !d.detail.contains("32001"),
+        "{}",
+        d.detail
+    );
+    let counted = c
+        .check_and_reserve(support::reserve("a", "u", "free", 32_001, 100))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(counted.reason(), pb::Reason::ContextTooLarge);
+    assert!(
+        counted
+            .detail
+            .starts_with("prompt 32001 + output 100 tokens exceed"),
+        "{}",
+        counted.detail
+    );
+    h.stop().await;
+}

@@ -4,7 +4,7 @@
 //! against a provider export made from the same traffic shows no drift — and
 //! flags, failing, the one row an edit changed.
 
-use crate::operations::{ctl_binary, ctl_ok, temp_dir};
+use crate::operations::{ctl_binary, ctl_ok, document, temp_dir};
 use crate::support;
 
 use ctxbudget::pb;
@@ -192,7 +192,7 @@ async fn usage_and_reconcile_read_exactly_what_the_service_charged() {
         &["usage", "--tenant", "acme", "--from", &from, "--to", &to],
     );
     assert!(
-        table.contains("claude") && table.contains("(none)"),
+        table.contains("claude") && table.contains("other models"),
         "{table}"
     );
     let (ok, _, err) = ctl_binary(
@@ -274,7 +274,7 @@ async fn usage_and_reconcile_read_exactly_what_the_service_charged() {
     }
     let (ok, out, err) = reconcile(&export(Some("claude-sonnet-4")));
     assert!(!ok, "a changed row fails the command: {out}");
-    assert!(err.contains("drift more than 1%"), "{err}");
+    assert!(err.contains("1 of 3 rows drifts more than 1%"), "{err}");
     let report = json(&out);
     let flagged: Vec<&str> = report["rows"]
         .as_array()
@@ -284,5 +284,91 @@ async fn usage_and_reconcile_read_exactly_what_the_service_charged() {
         .map(|r| r["model_group"].as_str().unwrap())
         .collect();
     assert_eq!(flagged, ["claude"], "only the edited row: {report}");
+    h.stop().await;
+}
+
+/// Usage recorded before its model group existed: `usage` shows it as `all
+/// models` while no group is configured, then as `other models`; `reconcile`
+/// compares the provider's rows of the new group with it — no drift, the
+/// group named in the row — and counts "1 tenant".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_recorded_before_its_model_group_existed_is_no_drift() {
+    let redis = RedisServer::start();
+    let mut h = Harness::start_with(settings("", Some(redis.url())), None).await;
+    if 3600 - now_secs() % 3600 < 30 {
+        tokio::time::sleep(Duration::from_secs(3600 - now_secs() % 3600 + 1)).await;
+    }
+    let hour = now_secs() - now_secs() % 3600;
+    let (mut input, mut output) = (0, 0);
+    for i in 0..3u64 {
+        let r = h
+            .client
+            .check_and_reserve(reserve("solo", "u", "pro", 1_000, 100))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(r.allowed, "{r:?}");
+        let (prompt, completion) = (990 + i, 90 + i);
+        h.client
+            .commit(pb::CommitRequest {
+                reservation_id: r.reservation_id,
+                prompt_tokens: prompt,
+                completion_tokens: completion,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        (input, output) = (input + prompt, output + completion);
+    }
+    let (from, to) = (date(hour - 86_400), date(hour + 2 * 86_400));
+    let range = ["--from", from.as_str(), "--to", to.as_str()];
+    let usage = || {
+        ctl_ok(
+            &redis,
+            &[&["usage", "--tenant", "solo"][..], &range].concat(),
+        )
+    };
+    let before = usage();
+    assert!(
+        before.contains("all models") && !before.contains("(none)"),
+        "{before}"
+    );
+
+    let dir = temp_dir("reconcile-regrouped");
+    let group = document(&dir, "g.toml", "match = [\"gpt-4o\"]\n");
+    ctl_ok(&redis, &["models", "set", "gpt-4o", &group]);
+    let after = usage();
+    assert!(after.contains("other models"), "{after}");
+
+    let export = document(
+        &dir,
+        "export.csv",
+        &format!("hour_start,model,input_tokens,output_tokens\n{hour},gpt-4o,{input},{output}\n"),
+    );
+    let reconcile = |format: &str| {
+        let args = [
+            &["reconcile", "--provider-usage", &export, "--format", format][..],
+            &range,
+        ]
+        .concat();
+        ctl_binary(&redis, &args)
+    };
+    let (ok, out, err) = reconcile("json");
+    assert!(ok, "no drift: {out}{err}");
+    let report = json(&out);
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{report:#}");
+    assert_eq!(rows[0]["model_group"], "");
+    assert_eq!(rows[0]["folded_groups"], serde_json::json!(["gpt-4o"]));
+    assert_eq!(rows[0]["input_tokens"]["ours"], input);
+    assert_eq!(rows[0]["output_tokens"]["drift_pct"], 0.0);
+    let (ok, table, err) = reconcile("table");
+    assert!(ok, "{table}{err}");
+    assert!(
+        table.contains("other models + gpt-4o")
+            && table.contains("(1 tenant in the ledger for the range)"),
+        "{table}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
     h.stop().await;
 }

@@ -42,6 +42,7 @@ macro_rules! both_stores {
 
 mod bench;
 mod blocks;
+mod cli_output;
 mod cluster;
 mod conformance;
 mod envoy;
@@ -56,6 +57,7 @@ mod money;
 mod observability;
 mod operations;
 mod prices_cli;
+mod quickstart;
 mod server;
 mod tokenizer;
 mod windows;

@@ -522,7 +522,7 @@ async fn inspect_shows_a_model_groups_buckets_and_slots_against_their_limits() {
     let text = ctl_ok(
         &redis,
         &[
-            "inspect", "--tenant", "acme", "--tier", "pro", "--model", "gpt-4o",
+            "inspect", "--tenant", "acme", "--user", "u", "--tier", "pro", "--model", "gpt-4o",
         ],
     );
     for line in [
@@ -543,9 +543,10 @@ async fn inspect_shows_a_model_groups_buckets_and_slots_against_their_limits() {
         "{row}"
     );
     assert!(
-        text.lines()
-            .any(|l| l.starts_with("tenant") && l.contains("gpt-4o") && l.contains('…')),
-        "the lease in the group's slots, by name:\n{text}"
+        text.lines().any(|l| l.starts_with("tenant")
+            && l.contains("gpt-4o")
+            && l.contains(&r.reservation_id)),
+        "the lease in the group's slots, by name and reservation id:\n{text}"
     );
 
     // Without --model every group's buckets still know their limits.

@@ -87,7 +87,53 @@ async fn requests_above_the_message_limit_are_refused_clearly() {
         prompt: "x".repeat(100 * 1024),
         ..Default::default()
     };
+    let size = prost::Message::encoded_len(&request);
     let err = h.client.check_and_reserve(request).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::OutOfRange, "{err:?}");
-    assert!(err.message().contains("too large"), "{}", err.message());
+    // The size, the limit, and the setting that raises it.
+    for words in [
+        &format!("the request is {size} bytes"),
+        "limit of 65536 bytes",
+        "[server] max_message_bytes",
+    ] {
+        assert!(
+            err.message().contains(words),
+            "{words:?}: {}",
+            err.message()
+        );
+    }
+    // Envoy's rate limit service says the same.
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", h.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    use ctxbudget::envoy::service::ratelimit::v3 as rls;
+    let mut envoy = rls::rate_limit_service_client::RateLimitServiceClient::new(channel);
+    let err = envoy
+        .should_rate_limit(rls::RateLimitRequest {
+            domain: "x".repeat(100 * 1024),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::OutOfRange, "{err:?}");
+    assert!(
+        err.message().contains("[server] max_message_bytes"),
+        "{}",
+        err.message()
+    );
+    // A request under the limit is served as ever.
+    let small = ctxbudget::pb::CheckAndReserveRequest {
+        prompt_tokens: Some(10),
+        ..support::reserve("acme", "u", "free", 10, 10)
+    };
+    assert!(
+        h.client
+            .check_and_reserve(small)
+            .await
+            .unwrap()
+            .into_inner()
+            .allowed
+    );
 }

@@ -42,6 +42,7 @@ user = { requests = [{ limit = 10, period = "1m" }], concurrency = 1 }
             model: "m".into(),
             headroom: 0.0,
             prompt_tokens: 90,
+            prompt_more_than: None,
             prompt_reserve: 90,
             estimated_prompt_tokens: 0,
             estimator: String::new(),

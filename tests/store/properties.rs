@@ -108,6 +108,7 @@ impl World {
             model: "m".into(),
             headroom: 0.0,
             prompt_tokens: prompt,
+            prompt_more_than: None,
             prompt_reserve: prompt,
             estimated_prompt_tokens: 0,
             estimator: String::new(),

@@ -501,6 +501,7 @@ async fn both_stores_count_lapsed_leases_alike() {
             model: "m".into(),
             headroom: 0.0,
             prompt_tokens: 10,
+            prompt_more_than: None,
             prompt_reserve: 10,
             estimated_prompt_tokens: 0,
             estimator: String::new(),

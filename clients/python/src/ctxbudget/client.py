@@ -156,15 +156,21 @@ class BudgetClient:
         return self._call(self._stub.Commit, req, timeout)
 
     def refund(self, reservation_id: str, *, timeout: float | None = None) -> pb.RefundResponse:
+        """Return a reservation's request and tokens and free its slot
+        (idempotent)."""
         return self._call(self._stub.Refund, pb.RefundRequest(reservation_id=reservation_id), timeout)
 
     def renew_lease(self, reservation_id: str, lease_ttl_ms: int | None = None, *, timeout: float | None = None) -> pb.RenewLeaseResponse:
+        """Extend a live reservation's concurrency lease (``lease_ttl_ms``
+        from now; None: the service's default)."""
         req = pb.RenewLeaseRequest(reservation_id=reservation_id)
         if lease_ttl_ms is not None:
             req.lease_ttl_ms = lease_ttl_ms
         return self._call(self._stub.RenewLease, req, timeout)
 
     def get_status(self, tenant: str, tier: str, user: str = "", model: str = "", *, timeout: float | None = None) -> pb.GetStatusResponse:
+        """Read the budgets of a tenant (and user, and model group) without
+        reserving anything."""
         return self._call(
             self._stub.GetStatus,
             pb.GetStatusRequest(tenant_id=tenant, user_id=user, tier=tier, model=model),
@@ -172,6 +178,8 @@ class BudgetClient:
         )
 
     def get_estimator(self, model: str = "", *, timeout: float | None = None) -> pb.GetEstimatorResponse:
+        """The adaptive token estimator's multipliers and samples (one
+        model's key, or every key)."""
         return self._call(self._stub.GetEstimator, pb.GetEstimatorRequest(model=model), timeout)
 
     def reserve(self, *, timeout: float | None = None, **fields: Unpack[ReserveFields]) -> ReservationState:
