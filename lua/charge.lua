@@ -39,7 +39,7 @@ for i = 1, nlev do
   local s
   local fmt = ARGV[3 + i]
   if raw then
-    if #raw ~= (#fmt - 1) * 8 then fmt = string.sub(D, 1, #raw / 8 + 1) end
+    if #raw ~= (#fmt - 1) * 8 then fmt = fmt_of(D, #raw / 8) end
     s = {struct.unpack(fmt, raw)}
     s[#s] = nil
     if s[4] ~= STATE_V then s = upgrade(s) end

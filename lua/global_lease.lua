@@ -43,7 +43,7 @@ for i = 1, n do
   local raw = redis.call('HGET', KEYS[i], 's')
   local s
   if raw then
-    s = {struct.unpack(string.sub(D, 1, #raw / 8 + 1), raw)}
+    s = {struct.unpack(fmt_of(D, #raw / 8), raw)}
     s[#s] = nil
     if s[4] ~= STATE_V then s = upgrade(s) end
   else

@@ -30,7 +30,7 @@ local function write_level(key, s, ttl, fmt, D, now, lease, expiry)
   if ttl > MAX_TTL then ttl = MAX_TTL end
   local grow = now + ttl > s[3]
   if grow then s[3] = now + 2 * ttl + TTL_SLACK end
-  if #s ~= #fmt - 1 then fmt = string.sub(D, 1, #s + 1) end
+  if #s ~= #fmt - 1 then fmt = fmt_of(D, #s) end
   local raw = struct.pack(fmt, unpack(s))
   if expiry then
     redis.call('HSET', key, 's', raw, lease, expiry)

@@ -37,7 +37,7 @@ for i = 1, nlev do
     local raw = redis.call('HGET', KEYS[i], 's')
     local s = {0, 0, 0, STATE_V}
     if raw then
-      s = {struct.unpack(string.sub(D, 1, #raw / 8 + 1), raw)}
+      s = {struct.unpack(fmt_of(D, #raw / 8), raw)}
       s[#s] = nil
       if s[4] ~= STATE_V then s = upgrade(s) end
     end
@@ -45,7 +45,7 @@ for i = 1, nlev do
     local lower, grow = s[2] == 0 or exp < s[2], now + keep > s[3]
     if lower then s[2] = exp end
     if grow then s[3] = now + 2 * keep + TTL_SLACK end
-    writes[#writes + 1] = {KEYS[i], lower or grow, struct.pack(string.sub(D, 1, #s + 1), unpack(s)), grow, s[3]}
+    writes[#writes + 1] = {KEYS[i], lower or grow, struct.pack(fmt_of(D, #s), unpack(s)), grow, s[3]}
   end
 end
 

@@ -116,7 +116,7 @@ for i = 1, nlev do
   local s
   local fmt = ARGV[7 + i]
   if raw then
-    if #raw ~= (#fmt - 1) * 8 then fmt = string.sub(D, 1, #raw / 8 + 1) end
+    if #raw ~= (#fmt - 1) * 8 then fmt = fmt_of(D, #raw / 8) end
     s = {struct.unpack(fmt, raw)}
     s[#s] = nil -- struct.unpack's last value is the next read position
     if s[4] ~= STATE_V then s = upgrade(s) end
@@ -199,10 +199,10 @@ for i = 1, nlev do
       for j = 1, #dead, 1000 do
         redis.call('HDEL', KEYS[i], unpack(dead, j, math.min(j + 999, #dead)))
       end
-      local old = {struct.unpack(string.sub(D, 1, #raw / 8 + 1), raw)}
+      local old = {struct.unpack(fmt_of(D, #raw / 8), raw)}
       old[#old] = nil
       old[1], old[2] = n, e
-      raw = struct.pack(string.sub(D, 1, #old + 1), unpack(old))
+      raw = struct.pack(fmt_of(D, #old), unpack(old))
       redis.call('HSET', KEYS[i], 's', raw)
       s[1], s[2] = n, e
     end

@@ -10,7 +10,7 @@
 --             Redis Cluster, where the caller pushes the sample apart (another slot)
 -- ARGV[1]  spec: little-endian doubles
 --          n, mode (1 commit, 2 refund), actual tokens, actual prompt tokens (commit),
---          samples kept, actual input tokens (the prompt less what the model group
+--          samples kept (0: the prompt is no upstream count, no sample), actual input tokens (the prompt less what the model group
 --          does not count: cached tokens), actual cost (µ$), cached prompt tokens,
 --          hret and dret (ledger rows' retention past their hour and day, µs; 0:
 --          no ledger), then per level:
@@ -103,7 +103,7 @@ for i = 1, nlev do
     local raw = redis.call('HGET', KEYS[i], 's')
     local s = {0, 0, 0, STATE_V}
     if raw then
-      s = {struct.unpack(string.sub(D, 1, #raw / 8 + 1), raw)}
+      s = {struct.unpack(fmt_of(D, #raw / 8), raw)}
       s[#s] = nil
       if s[4] ~= STATE_V then s = upgrade(s) end
     end
@@ -156,7 +156,7 @@ for i = 1, nlev do
     if ttl > MAX_TTL then ttl = MAX_TTL end
     local grow = now + ttl > s[3]
     if grow then s[3] = now + 2 * ttl + TTL_SLACK end
-    writes[#writes + 1] = {KEYS[i], holds, struct.pack(string.sub(D, 1, #s + 1), unpack(s)), grow, s[3]}
+    writes[#writes + 1] = {KEYS[i], holds, struct.pack(fmt_of(D, #s), unpack(s)), grow, s[3]}
   end
   p = after
 end
@@ -174,7 +174,7 @@ end
 redis.call('SET', rkey, state .. string.sub(rec, REC_COST, REC_AMOUNT - 1)
   .. struct.pack('<d', amount) .. string.sub(rec, REC_ESTIMATED), 'PX', ARGV[3])
 local samples = KEYS[nlev + 2]
-if state == COMMITTED and estimated > 0 and spec[4] > 0 and samples then
+if state == COMMITTED and estimated > 0 and spec[4] > 0 and spec[5] > 0 and samples then
   redis.call('LPUSH', samples, struct.pack('<d', spec[4] / estimated))
   redis.call('LTRIM', samples, 0, spec[5] - 1)
   redis.call('PEXPIRE', samples, SAMPLES_TTL_MS)

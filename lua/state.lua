@@ -3,6 +3,14 @@
 -- prepends it to them. The Rust side is LevelState::decode (the format shim)
 -- and BucketSpec::rebase (src/domain/).
 
+-- The struct format of n doubles: a slice of D (the caller's '<ddd…'), or
+-- built when a state outgrows it (a level crowded with other configurations'
+-- buckets).
+local function fmt_of(D, n)
+  if n < #D then return string.sub(D, 1, n + 1) end
+  return '<' .. string.rep('d', n)
+end
+
 -- s in the current format: a state written before buckets kept their limit
 -- (no STATE_V in s[4]: HEAD_V1 doubles, then WIDTH_V1 per bucket) gets each
 -- bucket's limit as 0, unknown (its level is taken as stored under the limit

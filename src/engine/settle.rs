@@ -84,9 +84,11 @@ impl<S: Store> Engine<S> {
     ) -> Result<CommitOutcome, EngineError> {
         let id = ReservationId::parse(reservation_id)?;
         let prompt = plan::check_tokens("prompt_tokens", prompt_tokens)?;
-        let completion = match completion {
-            Completion::Tokens(n) => plan::check_tokens("completion_tokens", n)?,
-            Completion::Text(text) => self.count_completion(&id, text).await?,
+        // A count of the delivered text comes with a prompt the gateway only
+        // knew as reserved: nothing for the estimator to learn from.
+        let (completion, learn) = match completion {
+            Completion::Tokens(n) => (plan::check_tokens("completion_tokens", n)?, true),
+            Completion::Text(text) => (self.count_completion(&id, text).await?, false),
         };
         if cached_prompt_tokens > prompt {
             return Err(InvalidInput::new(
@@ -99,7 +101,10 @@ impl<S: Store> Engine<S> {
             )
             .into());
         }
-        let usage = self.usage(&id, prompt, completion, cached_prompt_tokens);
+        let usage = Usage {
+            learn,
+            ..self.usage(&id, prompt, completion, cached_prompt_tokens)
+        };
         let levels = self.settlement_levels(&id);
         let s = Settlement {
             id: &id,
@@ -129,7 +134,7 @@ impl<S: Store> Engine<S> {
                 if let Settled::Committed(delta) = settled {
                     out.token_delta = delta;
                 }
-                if estimated_prompt_tokens > 0 {
+                if estimated_prompt_tokens > 0 && learn {
                     out.estimation_ratio = prompt as f64 / estimated_prompt_tokens as f64;
                     out.estimation_error_tokens = prompt as i64 - estimated_prompt_tokens as i64;
                     telemetry::estimation(&id.estimator, out.estimation_ratio);
@@ -176,6 +181,7 @@ impl<S: Store> Engine<S> {
             input: prompt - uncounted,
             cached,
             cost: price.actual(prompt, cached, completion),
+            learn: true,
         }
     }
 

@@ -45,6 +45,7 @@ mod blocks;
 mod cli_output;
 mod cluster;
 mod conformance;
+mod cut_streams;
 mod envoy;
 mod envoy_answers;
 mod estimator;

@@ -94,6 +94,7 @@ async fn each_reservation_enters_once_and_moves_once_to_its_outcome<S: Store>(c:
     let usage = Usage {
         cached: 300,
         cost: 4_250,
+        learn: true,
         ..Usage::new(1_300, 1_100)
     };
     assert!(matches!(

@@ -852,6 +852,7 @@ async fn input_and_output_tokens_take_their_part_and_settle_to_usage<S: Store>(c
         input: 100,
         cached: 200,
         cost: 0,
+        learn: true,
     };
     assert!(matches!(
         c.commit_usage(&p, usage).await,

@@ -273,6 +273,7 @@ mod tests {
         let usage = Usage {
             cached: 300,
             cost: 4_250,
+            learn: true,
             ..Usage::new(1_700, 1_100)
         };
         let commit = settled(taken + 2.0 * 60e6, Settle::Commit(usage), &record(taken));

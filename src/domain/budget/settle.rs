@@ -35,6 +35,10 @@ pub struct Usage {
     pub cached: u64,
     /// What the usage cost at the model group's price, µ$.
     pub cost: u64,
+    /// `prompt` is the upstream's own count, so it teaches the estimator; not
+    /// when the gateway only knew the prompt as reserved (a stream cut short,
+    /// settled with its delivered text).
+    pub learn: bool,
 }
 
 impl Usage {
@@ -46,6 +50,7 @@ impl Usage {
             input: prompt,
             cached: 0,
             cost: 0,
+            learn: true,
         }
     }
 }
@@ -121,7 +126,7 @@ pub fn settle(
         Settled::Committed(_) => (RecordState::Committed, deltas.dtok),
     };
     let sample = match how {
-        Settle::Commit(usage) if rec.estimated > 0.0 && usage.prompt > 0 => {
+        Settle::Commit(usage) if rec.estimated > 0.0 && usage.prompt > 0 && usage.learn => {
             Some(usage.prompt as f64 / rec.estimated)
         }
         _ => None,

@@ -54,7 +54,11 @@ impl RedisStore {
             .push(mode.arg())
             .push(usage.tokens as f64)
             .push(usage.prompt as f64)
-            .push(self.retention.samples as f64)
+            // No samples kept: no sample pushed (settle.lua).
+            .push(match usage.learn {
+                true => self.retention.samples as f64,
+                false => 0.0,
+            })
             .push(usage.input as f64)
             .push(usage.cost as f64)
             .push(usage.cached as f64)
@@ -84,6 +88,7 @@ impl RedisStore {
             && cluster
             && mode == SettleMode::Commit
             && usage.prompt > 0
+            && usage.learn
         {
             self.push_sample(&s.id.estimator, usage.prompt as f64 / estimated as f64)
                 .await;

@@ -271,9 +271,9 @@ async fn run_case(
 }
 
 /// A level state holding more buckets than any configuration has: foreign
-/// buckets up to the cap (3 doubles of header, 3 per bucket).
+/// buckets up to the cap (4 doubles of header, 4 per bucket).
 fn crowded(v: &Stored) -> bool {
-    matches!(v, Stored::Hash(f) if f.get("s").is_some_and(|s| s.len() / 8 >= 3 + 3 * 17))
+    matches!(v, Stored::Hash(f) if f.get("s").is_some_and(|s| s.len() / 8 >= 4 + 4 * 17))
 }
 
 /// Runs `op` on both stores and compares what they answer.
@@ -346,6 +346,7 @@ async fn step(
             input,
             cached,
             cost,
+            learn,
         } => {
             let s = Settlement { id, levels };
             let usage = Usage {
@@ -354,6 +355,7 @@ async fn step(
                 input: *input,
                 cached: *cached,
                 cost: *cost,
+                learn: *learn,
             };
             let m = memory.commit(s, usage).await.unwrap();
             count(seen, settled("commit", &m));

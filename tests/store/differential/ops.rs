@@ -39,6 +39,8 @@ pub enum Op {
         input: u64,
         cached: u64,
         cost: u64,
+        /// The prompt is the upstream's count (an estimator sample).
+        learn: bool,
     },
     Refund {
         id: ReservationId,
@@ -473,6 +475,7 @@ impl Gen {
                     1 => r.random_range(0..=1_000),
                     _ => r.random_range(0..=5_000_000),
                 };
+                let learn = r.random_bool(0.8);
                 Op::Commit {
                     id,
                     levels,
@@ -481,6 +484,7 @@ impl Gen {
                     input,
                     cached,
                     cost,
+                    learn,
                 }
             }
             45..=51 => {
