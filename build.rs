@@ -36,8 +36,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/envoy/service/ratelimit/v3/rls.proto",
     ];
     println!("cargo:rerun-if-changed=proto");
-    for script in fs::read_dir("lua")? {
-        println!("cargo:rerun-if-changed={}", script?.path().display());
+    for dir in ["lua", "lua/splice"] {
+        for script in fs::read_dir(dir)? {
+            println!("cargo:rerun-if-changed={}", script?.path().display());
+        }
     }
 
     println!("cargo:rerun-if-changed=src/domain/budget/layout.rs");
@@ -89,6 +91,31 @@ fn with_prelude(script: &str, name: &str) -> Result<String, Box<dyn std::error::
     if LEVEL_SCRIPTS.contains(&name) {
         out.push_str(&fs::read_to_string("lua/level.lua")?);
     }
-    out.push_str(body);
+    out.push_str(&splice(body, name)?);
+    Ok(out)
+}
+
+/// `body` with each `--@splice NAME` line replaced by `lua/splice/NAME.lua`
+/// (its comment lines left out), indented as the marker: one rule written
+/// once and inlined where it runs, at no function call's cost.
+fn splice(body: &str, script: &str) -> Result<String, Box<dyn std::error::Error>> {
+    let mut out = String::with_capacity(body.len() * 2);
+    for line in body.lines() {
+        let Some(name) = line.trim_start().strip_prefix("--@splice ") else {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        };
+        let indent = &line[..line.len() - line.trim_start().len()];
+        let path = format!("lua/splice/{}.lua", name.trim());
+        let snippet = fs::read_to_string(&path)
+            .map_err(|e| format!("lua/{script}.lua splices {path}: {e}"))?;
+        for l in snippet
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("--"))
+        {
+            writeln!(out, "{indent}{l}")?;
+        }
+    }
     Ok(out)
 }

@@ -22,9 +22,8 @@
 --   {0, now, state..., mask}  denied; nothing changed; mask as in reserve.lua
 -- A state is '' for a level never written. Concurrency leases are not touched.
 --
--- The bucket read below repeats reserve.lua's, inline on purpose: as a shared
--- function in level.lua it cost 1.8% more Redis instructions per reserve and
--- settle call (callgrind, docs/benchmarks.md), the calls alone.
+-- The bucket read is lua/splice/bucket_level.lua, spliced inline by build.rs
+-- (as a shared function it cost 1.8% more Redis instructions per call).
 
 local now = clock_us()
 local D = ARGV[2]
@@ -65,22 +64,7 @@ for i = 1, nlev do
         if s[j] == id then k = j break end
       end
     end
-    local l = lim
-    if k then
-      l = s[k + 1]
-      if s[k + 3] ~= lim then l = rebase(l, s[k + 3], lim) end
-      if we > 0 then
-        if s[k + 2] < ws then l = lim end
-      else
-        local el = now - s[k + 2]
-        if el < 0 then el = 0 end
-        l = l + el * lim / ((id % DIM) * 1e6)
-        if l > lim then l = lim end
-      end
-    else
-      k = #s + 1
-      s[k], s[k + 1], s[k + 2], s[k + 3] = id, lim, now, lim
-    end
+    --@splice bucket_level
     local kind = (id % GROUP - id % DIM) / DIM
     local c = 0
     if kind == REQUESTS then c = r elseif kind == TOKENS then c = t end

@@ -66,22 +66,7 @@ for i = 1, n do
     for j = FIRST_BUCKET, #s - 3, BUCKET_WIDTH do
       if s[j] == id then k = j break end
     end
-    local l = lim
-    if k then
-      l = s[k + 1]
-      if s[k + 3] ~= lim then l = rebase(l, s[k + 3], lim) end
-      if we > 0 then
-        if s[k + 2] < ws then l = lim end
-      else
-        local el = now - s[k + 2]
-        if el < 0 then el = 0 end
-        l = l + el * lim / ((id % DIM) * 1e6)
-        if l > lim then l = lim end
-      end
-    else
-      k = #s + 1
-      s[k] = id
-    end
+    --@splice bucket_level
     if give > 0 then
       l = l + give
       if l > lim then l = lim end

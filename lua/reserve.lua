@@ -143,24 +143,7 @@ for i = 1, nlev do
         if s[j] == id then k = j break end
       end
     end
-    local l = lim
-    if k then
-      -- Stored under another limit: keep what was used.
-      l = s[k + 1]
-      if s[k + 3] ~= lim then l = rebase(l, s[k + 3], lim) end
-      if we > 0 then
-        -- No refill within a window; full again in a new one.
-        if s[k + 2] < ws then l = lim end
-      else
-        local el = now - s[k + 2]
-        if el < 0 then el = 0 end
-        l = l + el * lim / ((id % DIM) * 1e6)
-        if l > lim then l = lim end
-      end
-    else
-      k = #s + 1
-      s[k], s[k + 1], s[k + 2], s[k + 3] = id, lim, now, lim
-    end
+    --@splice bucket_level
     -- Room for output: what the bucket holds beyond its floor (and, for
     -- tokens, beyond the prompt).
     local kind = (id % GROUP - id % DIM) / DIM

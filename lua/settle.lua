@@ -129,22 +129,7 @@ for i = 1, nlev do
         for j = FIRST_BUCKET, #s - 3, BUCKET_WIDTH do
           if s[j] == id then k = j break end
         end
-        local l = lim
-        if k then
-          l = s[k + 1]
-          if s[k + 3] ~= lim then l = rebase(l, s[k + 3], lim) end
-          if we > 0 then
-            if s[k + 2] < ws then l = lim end
-          else
-            local el = now - s[k + 2]
-            if el < 0 then el = 0 end
-            l = l + el * lim / per
-            if l > lim then l = lim end
-          end
-        else
-          k = #s + 1
-          s[k] = id
-        end
+        --@splice bucket_level
         l = l - d
         if d < 0 and l > lim then l = lim end
         s[k + 1], s[k + 2], s[k + 3] = l, now, lim

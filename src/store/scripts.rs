@@ -79,4 +79,54 @@ mod tests {
             })
             .collect()
     }
+
+    /// The lines of a spliced rule (`lua/splice/`) worth recognising: code,
+    /// not comments, long enough to be the rule's own.
+    fn rule_lines(snippet: &str) -> Vec<&str> {
+        snippet
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.starts_with("--") && l.len() >= 30)
+            .collect()
+    }
+
+    /// A rule written once in `lua/splice/` reaches every script that asks
+    /// for it, and no script in `lua/` carries its own copy of it: a copy
+    /// would drift from the one the Rust algorithm is held to.
+    #[test]
+    fn no_script_carries_its_own_copy_of_a_spliced_rule() {
+        let lua = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
+        let rule = include_str!("../../lua/splice/bucket_level.lua");
+        let lines = rule_lines(rule);
+        assert!(lines.len() >= 3, "the rule has lines to look for");
+        for entry in std::fs::read_dir(lua).expect("lua/ is readable") {
+            let path = entry.expect("an entry").path();
+            if path.extension().is_none_or(|e| e != "lua") {
+                continue;
+            }
+            let source = std::fs::read_to_string(&path).expect("a script");
+            for line in source.lines().map(str::trim) {
+                assert!(
+                    !lines.contains(&line),
+                    "{} carries its own copy of lua/splice/bucket_level.lua ({line:?}): \
+                     write `--@splice bucket_level` instead",
+                    path.display()
+                );
+            }
+        }
+        for (name, built) in [
+            ("reserve", RESERVE),
+            ("settle", SETTLE),
+            ("charge", CHARGE),
+            ("global_lease", GLOBAL_LEASE),
+        ] {
+            assert!(
+                !built.contains("--@splice"),
+                "{name}: a marker left unspliced"
+            );
+            for line in &lines {
+                assert!(built.contains(line), "{name} lacks the spliced {line:?}");
+            }
+        }
+    }
 }
