@@ -17,6 +17,7 @@
 -- ARGV[4..3+n]  the struct format of each level's state as this call's buckets make it
 --
 -- Returns
+--   (tags REPLY_ALLOWED 1 and REPLY_DENIED 0, from src/domain/budget/layout.rs)
 --   {1, now, state...}        charged (or, r = t = 0, checked: nothing written);
 --                             each level's state after
 --   {0, now, state..., mask}  denied; nothing changed; mask as in reserve.lua
@@ -88,11 +89,11 @@ for i = 1, nlev do
 end
 
 if denied then
-  local out = {0, now, unpack(raws)}
+  local out = {REPLY_DENIED, now, unpack(raws)}
   out[#out + 1] = struct.pack('<dddddddd', unpack(dm))
   return out
 end
-if r == 0 and t == 0 then return {1, now, unpack(raws)} end
+if r == 0 and t == 0 then return {REPLY_ALLOWED, now, unpack(raws)} end
 
 p = 5
 for i = 1, nlev do
@@ -104,4 +105,4 @@ for i = 1, nlev do
   end
   p = q
 end
-return {1, now, unpack(raws)}
+return {REPLY_ALLOWED, now, unpack(raws)}

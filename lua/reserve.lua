@@ -39,6 +39,8 @@
 --          (ARGV[6] serves any other length, e.g. with buckets passing through)
 -- ARGV[8+n], ARGV[9+n], ARGV[10+n]  with the ledger on: the tenant's ledger key
 --          prefix, the reservation's hourly and daily row fields (ledger.lua)
+-- ARGV[#ARGV]  the tenant's record key prefix: a record key is it and a nonce
+--          (for an idempotent replay, whose entry holds the nonce)
 --
 -- Level hash: field 's' = state, little-endian doubles: n (live leases), e (lower
 -- bound of the earliest lease expiry, 0: none), x (the key's expiry, us), the
@@ -51,7 +53,8 @@
 -- With the ledger on, a reservation taken enters its tenant's hourly and daily rows
 -- as one unsettled reservation with its tokens (settle.lua moves it).
 --
--- Returns
+-- Returns (the tags first: REPLY_ALLOWED 1, REPLY_DENIED 0, REPLY_REPLAYED 2,
+-- REPLY_KEY_CONFLICT 3, REPLY_KEY_SPENT 4, from src/domain/budget/layout.rs)
 --   {1, now, granted output, state..., [reclaimed]}        allowed; each level's state after
 --                                                          taking the cost
 --   {0, now, granted output, state..., mask, [reclaimed]}  denied; nothing changed; states as
@@ -88,15 +91,15 @@ local replay
 if ARGV[4] ~= '0' then
   local nonce = redis.call('GET', KEYS[nlev + 2])
   if nonce then
-    local rec = redis.call('GET', string.sub(KEYS[nlev + 1], 1, -23) .. nonce)
+    local rec = redis.call('GET', ARGV[#ARGV] .. nonce)
     if rec then
       local fp = REC_FINGERPRINT - REC_MASK + 1 -- where the tail holds it
       if string.sub(rec, REC_FINGERPRINT, REC_FINGERPRINT + 7) ~= string.sub(ARGV[5], fp, fp + 7) then
-        return {3}
+        return {REPLY_KEY_CONFLICT}
       end
       local c, ex = struct.unpack('<dd', rec, REC_COST)
       local st = string.sub(rec, 1, 1)
-      if st ~= RESERVED or ex <= now then return {4, st} end
+      if st ~= RESERVED or ex <= now then return {REPLY_KEY_SPENT, st} end
       local left = (ex - now) / 1000
       left = left + (-left) % 1
       if left < 0 then left = 0 end
@@ -245,9 +248,9 @@ for i = 1, nlev do
 end
 
 if replay or denied then
-  local out = {0, now, grant, unpack(raws)}
+  local out = {REPLY_DENIED, now, grant, unpack(raws)}
   if replay then
-    out[1], out[3] = 2, 0
+    out[1], out[3] = REPLY_REPLAYED, 0
     out[#out + 1], out[#out + 2], out[#out + 3] = replay[1], replay[2], replay[3]
   else
     out[#out + 1] = struct.pack('<dddddddd', unpack(dm))
@@ -287,6 +290,6 @@ end
 if ARGV[4] ~= '0' then
   redis.call('SET', KEYS[nlev + 2], string.sub(ARGV[2], 2), 'PX', ARGV[4])
 end
-local out = {1, now, grant, unpack(raws)}
+local out = {REPLY_ALLOWED, now, grant, unpack(raws)}
 if reclaimed > 0 then out[#out + 1] = reclaimed end
 return out

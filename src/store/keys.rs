@@ -149,7 +149,14 @@ impl Keys {
 
     /// The record of one reservation.
     pub fn record(&self, id: &ReservationId) -> String {
-        format!("{}:r:{}", self.tenant_tag(&id.tenant), id.nonce_b64())
+        format!("{}{}", self.record_prefix(&id.tenant), id.nonce_b64())
+    }
+
+    /// What every record key of `tenant` starts with, the nonce following:
+    /// reserve.lua finds an idempotent replay's record from it and the
+    /// nonce its idempotency entry holds.
+    pub fn record_prefix(&self, tenant: &TenantId) -> String {
+        format!("{}:r:", self.tenant_tag(tenant))
     }
 
     /// The idempotency entry of one key within a tenant.

@@ -120,6 +120,19 @@ pub const STATE_COMMITTED: u8 = b'C';
 /// Record state byte: refunded.
 pub const STATE_REFUNDED: u8 = b'F';
 
+/// The first value of reserve.lua's and charge.lua's replies: denied,
+/// nothing changed.
+pub const REPLY_DENIED: i64 = 0;
+/// Reply tag: allowed, taken.
+pub const REPLY_ALLOWED: i64 = 1;
+/// Reply tag (reserve.lua): an idempotent replay of an earlier reservation.
+pub const REPLY_REPLAYED: i64 = 2;
+/// Reply tag (reserve.lua): the idempotency key was used for another request.
+pub const REPLY_KEY_CONFLICT: i64 = 3;
+/// Reply tag (reserve.lua): the idempotency key's reservation was settled or
+/// its lease lapsed: nothing to replay.
+pub const REPLY_KEY_SPENT: i64 = 4;
+
 /// Every constant the budget scripts receive, by its Lua name.
 pub const LUA_CONSTANTS: &[(&str, f64)] = &[
     ("MAX_TTL", MAX_TTL_US),
@@ -158,6 +171,11 @@ pub const LUA_CONSTANTS: &[(&str, f64)] = &[
     ("HOUR_US", HOUR_US),
     ("LEDGER_MIN_LIFE", LEDGER_MIN_LIFE_US),
     ("DAY_US", DAY_US),
+    ("REPLY_DENIED", REPLY_DENIED as f64),
+    ("REPLY_ALLOWED", REPLY_ALLOWED as f64),
+    ("REPLY_REPLAYED", REPLY_REPLAYED as f64),
+    ("REPLY_KEY_CONFLICT", REPLY_KEY_CONFLICT as f64),
+    ("REPLY_KEY_SPENT", REPLY_KEY_SPENT as f64),
 ];
 
 /// Every string constant the budget scripts receive, by its Lua name.

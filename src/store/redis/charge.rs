@@ -4,7 +4,7 @@
 
 use super::RedisStore;
 use super::wire::{DOUBLES, Spec, denied_at, doubles, int_at, state_at, unexpected};
-use crate::domain::budget::layout::{BUCKET_WIDTH, STATE_HEAD};
+use crate::domain::budget::layout::{BUCKET_WIDTH, REPLY_ALLOWED, REPLY_DENIED, STATE_HEAD};
 use crate::domain::budget::state;
 use crate::domain::budget::{ChargePlan, ChargeReply};
 use crate::store::StoreError;
@@ -37,8 +37,8 @@ impl RedisStore {
             .collect::<Result<Vec<_>, _>>()?;
         let readings = state::readings(&plan.levels, &states, &[], now);
         match int_at(&reply, 0)? {
-            1 => Ok(ChargeReply::Charged { readings }),
-            0 => Ok(ChargeReply::Denied {
+            REPLY_ALLOWED => Ok(ChargeReply::Charged { readings }),
+            REPLY_DENIED => Ok(ChargeReply::Denied {
                 readings,
                 denied_mask: denied_at(&reply, 2 + nlev)?,
             }),

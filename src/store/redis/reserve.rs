@@ -6,7 +6,10 @@ use super::RedisStore;
 use super::wire::{
     DOUBLES, Spec, denied_at, doubles, int_at, record_tail, state_at, string_at, unexpected,
 };
-use crate::domain::budget::layout::{BUCKET_WIDTH, RECLAIM_BITS, RECLAIM_CAP, STATE_HEAD};
+use crate::domain::budget::layout::{
+    BUCKET_WIDTH, RECLAIM_BITS, RECLAIM_CAP, REPLY_ALLOWED, REPLY_DENIED, REPLY_KEY_CONFLICT,
+    REPLY_KEY_SPENT, REPLY_REPLAYED, STATE_HEAD,
+};
 use crate::domain::budget::ledger::LedgerRetention;
 use crate::domain::budget::reserve::{counts_reclaims, spend_rates};
 use crate::domain::budget::state;
@@ -59,6 +62,8 @@ impl RedisStore {
                 .arg(hour)
                 .arg(day);
         }
+        // Last, wherever the optional arguments before it end.
+        inv.arg(self.keys.record_prefix(&id.tenant));
         inv
     }
 }
@@ -93,8 +98,8 @@ fn decode_reserve(plan: &ReservePlan, reply: &[Value]) -> Result<ReserveReply, S
     let nlev = plan.levels.len();
     let tag = int_at(reply, 0)?;
     match tag {
-        3 => return Ok(ReserveReply::IdempotencyConflict),
-        4 => {
+        REPLY_KEY_CONFLICT => return Ok(ReserveReply::IdempotencyConflict),
+        REPLY_KEY_SPENT => {
             return Ok(ReserveReply::IdempotencySpent {
                 settled: string_at(reply, 1)? != "R",
             });
@@ -109,17 +114,17 @@ fn decode_reserve(plan: &ReservePlan, reply: &[Value]) -> Result<ReserveReply, S
     let readings = state::readings(&plan.levels, &states, &[], now);
     let reclaimed = reclaimed(plan, reply, tag)?;
     Ok(match tag {
-        1 => ReserveReply::Allowed {
+        REPLY_ALLOWED => ReserveReply::Allowed {
             readings,
             granted_output,
             reclaimed,
         },
-        0 => ReserveReply::Denied {
+        REPLY_DENIED => ReserveReply::Denied {
             readings,
             denied_mask: denied_at(reply, 3 + nlev)?,
             reclaimed,
         },
-        2 => ReserveReply::Replayed {
+        REPLY_REPLAYED => ReserveReply::Replayed {
             nonce: string_at(reply, 3 + nlev)?,
             tokens: int_at(reply, 4 + nlev)? as u64,
             lease_expires_in_ms: int_at(reply, 5 + nlev)?.max(0) as u64,
@@ -134,8 +139,8 @@ fn decode_reserve(plan: &ReservePlan, reply: &[Value]) -> Result<ReserveReply, S
 /// [`RECLAIM_BITS`] bits per level (global, tenant, user), after the tag's extras.
 fn reclaimed(plan: &ReservePlan, reply: &[Value], tag: i64) -> Result<Reclaimed, StoreError> {
     let extras = match tag {
-        1 => 0,
-        0 => 1,
+        REPLY_ALLOWED => 0,
+        REPLY_DENIED => 1,
         _ => 3,
     };
     let base = 3 + plan.levels.len() + extras;
