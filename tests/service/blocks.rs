@@ -15,7 +15,7 @@ use ctxbudget::pb::{self, Level, Outcome, Reason};
 use std::time::{Duration, Instant};
 use support::{Backend, Harness, reserve};
 
-both_stores!(a_blocked_scope_is_refused_everywhere_and_old_reservations_settle);
+on_every_store!(a_blocked_scope_is_refused_everywhere_and_old_reservations_settle);
 
 const CONFIG: &str = r#"
 [envoy]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use support::{Backend, Harness, limit, reserve};
 use tonic::Code;
 
-both_stores!(
+on_every_store!(
     allowed_reservation_reports_every_limit,
     user_request_limit_denies_with_reason_level_and_retry,
     tenant_token_limit_denies_at_tenant_level,

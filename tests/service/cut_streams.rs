@@ -9,7 +9,7 @@ use crate::support;
 use ctxbudget::pb::{self, Dimension, Level, Outcome};
 use support::{Backend, Harness};
 
-both_stores!(delivered_text_is_counted_and_charged_and_teaches_nothing);
+on_every_store!(delivered_text_is_counted_and_charged_and_teaches_nothing);
 
 const CONFIG: &str = r#"
 [tiers.t]

@@ -19,7 +19,7 @@ use support::process::Service;
 use support::{Backend, Harness, RedisServer, reserve, settings};
 use tonic::transport::Channel;
 
-both_stores!(
+on_every_store!(
     request_path_checks_deny_at_the_right_level_with_headers,
     response_path_charges_put_a_tenant_into_debt_that_checks_honour,
     several_descriptors_unmapped_ones_and_other_domains,

@@ -14,7 +14,7 @@ use std::time::Duration;
 use support::process::Service;
 use support::{Backend, Harness, RedisServer};
 
-both_stores!(
+on_every_store!(
     a_tier_all_in_shadow_reports_and_charges_its_trial_rule,
     headers_show_the_callers_scope_and_never_the_account,
 );

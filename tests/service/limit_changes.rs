@@ -12,7 +12,7 @@ use ctxbudget::pb::{self, Dimension, Level, Reason};
 use std::time::{Duration, Instant};
 use support::{Backend, Harness, reserve};
 
-both_stores!(
+on_every_store!(
     a_tenant_moved_to_another_tier_keeps_its_use,
     live_changes_of_a_limit_keep_the_use,
 );

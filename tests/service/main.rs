@@ -11,7 +11,7 @@ mod support;
 /// Generates `memory::<test>`, `redis::<test>` and `cluster::<test>` for
 /// every behaviour named: each an `async fn <test>(Backend)` of the calling
 /// module, run on every store (a local three-master Redis Cluster the last).
-macro_rules! both_stores {
+macro_rules! on_every_store {
     ($($name:ident),* $(,)?) => {
         mod memory {
             $(

@@ -11,7 +11,7 @@ use ctxbudget::pb::{self, Dimension, Level, Priority, Reason};
 use support::{Backend, Harness, reserve};
 use tonic::Code;
 
-both_stores!(
+on_every_store!(
     a_model_group_is_denied_at_its_global_tpm_while_another_model_passes,
     claude_is_denied_on_output_tokens_while_input_has_room,
     cached_prompt_tokens_leave_the_input_count_only_where_configured,

@@ -11,7 +11,7 @@ use ctxbudget::pb::{self, Dimension, Level, Reason};
 use support::{Backend, Harness, reserve};
 use tonic::Code;
 
-both_stores!(
+on_every_store!(
     a_monthly_budget_denies_once_committed_spend_reaches_it,
     a_refund_returns_the_reserved_spend,
     a_model_without_a_price_costs_nothing_or_is_refused,

@@ -10,7 +10,7 @@ use ctxbudget::domain::{Clock, SystemClock};
 use ctxbudget::pb::{Dimension, Level, Reason};
 use support::{Backend, Harness, reserve};
 
-both_stores!(a_monthly_limit_denies_until_the_month_ends_in_its_zone);
+on_every_store!(a_monthly_limit_denies_until_the_month_ends_in_its_zone);
 
 const MONTHLY: &str = r#"
 [tiers.t]
