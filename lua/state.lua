@@ -1,7 +1,6 @@
 -- state.lua: reading a level's state, shared by the scripts that read one
 -- (reserve.lua, settle.lua, renew.lua, charge.lua, global_lease.lua); build.rs
--- prepends it to them. The Rust side is LevelState::decode (the format shim)
--- and BucketSpec::rebase (src/domain/).
+-- prepends it to them. The Rust side is LevelState::decode (the format shim).
 
 -- The struct format of n doubles: a slice of D (the caller's '<ddd…'), or
 -- built when a state outgrows it (a level crowded with other configurations'
@@ -21,21 +20,4 @@ local function upgrade(s)
     u[#u + 1], u[#u + 2], u[#u + 3], u[#u + 4] = s[j], s[j + 1], s[j + 2], 0
   end
   return u
-end
-
--- The level l of a bucket stored under the limit was, under the limit lim:
--- what was used is kept. Grown: l + the difference, never above lim. Dropped:
--- l - the difference, never below zero (debt already there stays). Callers
--- call it only where was ~= lim; was 0 is unknown: l as stored.
-local function rebase(l, was, lim)
-  if was <= 0 then return l end
-  local r = l + (lim - was)
-  if lim > was then
-    if r > lim then r = lim end
-  else
-    local floor = l
-    if floor > 0 then floor = 0 end
-    if r < floor then r = floor end
-  end
-  return r
 end

@@ -94,23 +94,19 @@ impl BucketSpec {
     }
 
     /// The level of a bucket stored at `level` under the limit `was`, now
-    /// that the limit is this one: what was used is kept, so the level grows
-    /// by the difference when the limit grew (never above the new limit) and
-    /// shrinks by it when the limit dropped (never below zero, though debt
-    /// already there stays). `was` 0 is unknown (a state stored before
-    /// buckets kept their limit): the level as stored. Lua: `rebase` in
-    /// `lua/state.lua`, called where `s[k+3] ~= lim`.
+    /// that the limit is this one: what was used is kept, so the level moves
+    /// by the difference — up when the limit grew, down when it dropped. Use
+    /// beyond a lowered limit stays owed (the level below zero, as debt), so
+    /// moving between limits never forgives use, whatever the order; a level
+    /// is never above its limit, so it never is above the new one either.
+    /// `was` 0 is unknown (a state stored before buckets kept their limit):
+    /// the level as stored. Lua: in `lua/splice/bucket_level.lua`.
     pub fn rebase(&self, level: f64, was: f64) -> f64 {
         let limit = self.limit as f64;
         if was == limit || was <= 0.0 {
             return level;
         }
-        let rebased = level + (limit - was);
-        if limit > was {
-            rebased.min(limit)
-        } else {
-            rebased.max(level.min(0.0))
-        }
+        level + (limit - was)
     }
 
     /// How long (µs) a key holding this bucket at `level` must live from
@@ -251,14 +247,12 @@ mod tests {
         );
         assert_eq!(
             free.rebase(200.0, 400.0),
-            0.0,
-            "more used than the new limit: 0"
+            -100.0,
+            "200 used: 100 owed, not forgiven"
         );
-        assert_eq!(
-            free.rebase(-20.0, 400.0),
-            -20.0,
-            "debt is kept, never deepened"
-        );
+        assert_eq!(free.rebase(-20.0, 400.0), -320.0, "debt stays owed");
+        // Down and back up again: nothing is lost either way.
+        assert_eq!(pro.rebase(free.rebase(200.0, 400.0), 100.0), 800.0);
         assert_eq!(free.rebase(70.0, 0.0), 70.0, "an unknown limit: as stored");
         assert_eq!(free.rebase(70.0, 100.0), 70.0);
     }

@@ -1,8 +1,10 @@
 //! A change of limit keeps what was used, not what was left: a tenant moved
 //! to a bigger tier gets the bigger allowance less its use, and to a smaller
-//! one the smaller allowance less its use, never below zero. The same for a
-//! live `tiers set`, an override, and the global level (on a cluster, the
-//! share each replica leases from it). On every store.
+//! one the smaller allowance less its use — below zero, owed like debt, when
+//! it used more — so moving back and forth forgives nothing. The same for a
+//! live `tiers set`, an override with a reservation in flight, and the global
+//! level (on a cluster, the share each replica leases from it). On every
+//! store.
 
 use crate::support;
 
@@ -99,10 +101,11 @@ async fn a_tenant_moved_to_another_tier_keeps_its_use(backend: Backend) {
         100_000,
         "after a request on pro",
     );
-    // Moved down below its use: 0 left, never negative, and denied.
+    // Moved down below its use: 3,100 used of 1,000, so 2,100 owed, and
+    // denied.
     assert_left(
         left(&mut h, "acme", "tiny", Level::Tenant).await,
-        0,
+        -2100,
         1000,
         "moved to tiny",
     );
@@ -177,7 +180,16 @@ async fn live_changes_of_a_limit_keep_the_use(backend: Backend) {
         8000,
         "tiers set raised the limit",
     );
-    // An override that lowers it below the use: 0 left.
+    // A reservation in flight, then an override that lowers the limit below
+    // the use: what the settle returns is counted against the use, so
+    // nothing is forgiven when the limit comes back.
+    let r = h
+        .client
+        .check_and_reserve(reserve("acme", "", "free", 1000, 100))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.allowed, "{r:#?}");
     let lower = doc(
         "acme.toml",
         "tenant = { tokens = [{ limit = 1500, period = \"1d\" }] }\n",
@@ -186,12 +198,34 @@ async fn live_changes_of_a_limit_keep_the_use(backend: Backend) {
     until_limit(&mut h, "acme", "free", Level::Tenant, 1500).await;
     assert_left(
         left(&mut h, "acme", "free", Level::Tenant).await,
-        0,
+        -1600,
         1500,
-        "an override lowered it below the use",
+        "an override lowered it below the use (2,000 used, 1,100 in flight)",
+    );
+    h.client
+        .commit(pb::CommitRequest {
+            reservation_id: r.reservation_id,
+            prompt_tokens: 200,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_left(
+        left(&mut h, "acme", "free", Level::Tenant).await,
+        -700,
+        1500,
+        "the commit settled 200 of the 1,100 reserved: 2,200 used",
+    );
+    ctl(&h, &["overrides", "delete", "--tenant", "acme"]).await;
+    until_limit(&mut h, "acme", "free", Level::Tenant, 8000).await;
+    assert_left(
+        left(&mut h, "acme", "free", Level::Tenant).await,
+        5800,
+        8000,
+        "the limit back: 2,200 used, nothing forgiven",
     );
 
-    // The global level: 2000 used of 50000 (the share of a cluster replica
+    // The global level: 2,200 used of 50,000 (the share of a cluster replica
     // holds some of it leased, and gives it back as its chunks change).
     let raised = doc(
         "global.toml",
@@ -202,8 +236,8 @@ async fn live_changes_of_a_limit_keep_the_use(backend: Backend) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let got = left(&mut h, "other", "pro", Level::Global).await;
-        if got.0 >= 88_000 {
-            assert_left(got, 88_000, 90_000, "global set raised the account");
+        if got.0 >= 87_800 {
+            assert_left(got, 87_800, 90_000, "global set raised the account");
             break;
         }
         assert!(

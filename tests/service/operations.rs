@@ -401,8 +401,8 @@ user = { requests = [{ limit = 10, period = "30d" }], tokens = [{ limit = 1000, 
     let requests = limit(&s.limits, Level::User, Dimension::Requests, 30 * 86_400);
     assert_eq!(
         (requests.limit, requests.remaining),
-        (3, 0),
-        "more used than the new limit: 0 left, never negative"
+        (3, -2),
+        "more used than the new limit: the excess is owed, not forgiven"
     );
     let _ = std::fs::remove_dir_all(dir);
 }
