@@ -54,8 +54,12 @@ pub enum OverridesCmd {
     /// reason, Envoy's ShouldRateLimit with OVER_LIMIT. Reservations made
     /// before still commit, refund and renew.
     Block {
-        /// The tenant.
-        tenant: String,
+        /// The tenant (or `--tenant`, as the other verbs take it).
+        #[arg(required_unless_present = "tenant_flag")]
+        tenant: Option<String>,
+        /// The tenant, as `--tenant`.
+        #[arg(long = "tenant", id = "tenant_flag", conflicts_with = "tenant")]
+        tenant_flag: Option<String>,
         /// Only this user of the tenant.
         #[arg(long)]
         user: Option<String>,
@@ -65,8 +69,12 @@ pub enum OverridesCmd {
     },
     /// Lift a block set with `overrides block`.
     Unblock {
-        /// The tenant.
-        tenant: String,
+        /// The tenant (or `--tenant`, as the other verbs take it).
+        #[arg(required_unless_present = "tenant_flag")]
+        tenant: Option<String>,
+        /// The tenant, as `--tenant`.
+        #[arg(long = "tenant", id = "tenant_flag", conflicts_with = "tenant")]
+        tenant_flag: Option<String>,
         /// Only this user's block.
         #[arg(long)]
         user: Option<String>,
@@ -114,9 +122,11 @@ pub async fn overrides(cmd: OverridesCmd, args: AdminArgs) -> anyhow::Result<()>
         }
         OverridesCmd::Block {
             tenant,
+            tenant_flag,
             user,
             reason,
         } => {
+            let tenant = one_tenant(tenant, tenant_flag)?;
             let section = block::block(&doc, &tenant, user.as_deref(), &reason)?;
             doc.overrides.insert(tenant.clone(), section.clone());
             check_whole(&doc)?;
@@ -128,7 +138,12 @@ pub async fn overrides(cmd: OverridesCmd, args: AdminArgs) -> anyhow::Result<()>
             )
             .await?;
         }
-        OverridesCmd::Unblock { tenant, user } => {
+        OverridesCmd::Unblock {
+            tenant,
+            tenant_flag,
+            user,
+        } => {
+            let tenant = one_tenant(tenant, tenant_flag)?;
             let section = block::unblock(&doc, &tenant, user.as_deref())?;
             let value = (!section.is_empty()).then(|| document(&section));
             write(&cfg, Field::Override(tenant), value, &args).await?;
@@ -165,6 +180,13 @@ fn list(doc: &ConfigDoc, args: &AdminArgs) -> anyhow::Result<()> {
         &rows,
     );
     Ok(())
+}
+
+/// The tenant of `block`/`unblock`, given as TENANT or `--tenant`.
+fn one_tenant(positional: Option<String>, flag: Option<String>) -> anyhow::Result<String> {
+    positional
+        .or(flag)
+        .context("name the tenant: `overrides block TENANT` or `--tenant TENANT`")
 }
 
 /// The BLOCKED column: the tenant, or how many of its users.

@@ -15,7 +15,7 @@ pub const MAX_REASON_CHARS: usize = 500;
 /// A request refused by a block: at which level, whose scope, and the
 /// operator's reason.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal<'a> {
+pub struct BlockedScope<'a> {
     /// Tenant or user.
     pub level: Level,
     /// The scope in words: `tenant acme`, `user bob of tenant acme`.
@@ -41,9 +41,9 @@ impl Blocks {
 
     /// The block that refuses a request of `tenant` (and `user`), if its
     /// scope is blocked: the tenant's first, as it covers every user.
-    pub fn refusal(&self, tenant: &str, user: Option<&str>) -> Option<Refusal<'_>> {
+    pub fn refusal(&self, tenant: &str, user: Option<&str>) -> Option<BlockedScope<'_>> {
         if let Some(reason) = &self.tenant {
-            return Some(Refusal {
+            return Some(BlockedScope {
                 level: Level::Tenant,
                 who: format!("tenant {tenant}"),
                 reason,
@@ -51,7 +51,7 @@ impl Blocks {
         }
         let user = user?;
         let reason = self.users.get(user)?;
-        Some(Refusal {
+        Some(BlockedScope {
             level: Level::User,
             who: format!("user {user} of tenant {tenant}"),
             reason,

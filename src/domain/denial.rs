@@ -3,7 +3,7 @@
 //! (context or request too large, a bucket or a concurrency limit that has
 //! no room), the sentence it carries, and when a retry could succeed.
 
-use super::block::Refusal;
+use super::block::BlockedScope;
 use super::bucket::BucketSpec;
 pub use super::level::period_label;
 use super::level::{Dimension, Level};
@@ -68,7 +68,7 @@ pub struct Denial {
 impl Denial {
     /// A request of a blocked scope: no level's limit, no retry (waiting
     /// cannot help), the operator's reason in the detail.
-    pub fn blocked(r: &Refusal<'_>) -> Self {
+    pub fn blocked(r: &BlockedScope<'_>) -> Self {
         Denial {
             reason: Reason::Blocked,
             level: Some(r.level),
@@ -151,14 +151,23 @@ impl Denial {
             period_secs: bucket.period_secs,
             model_group: group.map(str::to_owned),
             retry_after_ms: 0,
-            detail: format!(
-                "this request needs {cost} {} but the {} limit is {} per {}{kept}; \
-                 retrying cannot help: shorten the prompt or lower max_output_tokens",
-                unit(bucket.dimension),
-                limit_name(bucket.level, group, bucket.dimension),
-                bucket.limit,
-                bucket.period_label()
-            ),
+            detail: match bucket.level {
+                // The upstream account's size is not the caller's business.
+                Level::Global => format!(
+                    "this request needs more {} than the {} can ever hold{kept}; retrying \
+                     cannot help: shorten the prompt or lower max_output_tokens",
+                    unit(bucket.dimension),
+                    limit_name(bucket.level, group, bucket.dimension),
+                ),
+                _ => format!(
+                    "this request needs {cost} {} but the {} limit is {} per {}{kept}; \
+                     retrying cannot help: shorten the prompt or lower max_output_tokens",
+                    unit(bucket.dimension),
+                    limit_name(bucket.level, group, bucket.dimension),
+                    bucket.limit,
+                    bucket.period_label()
+                ),
+            },
         }
     }
 }
@@ -174,7 +183,9 @@ fn unit(dimension: Dimension) -> &'static str {
     }
 }
 
-/// "tenant gpt-4o output-token limit", for sentences.
+/// "tenant gpt-4o output-token", for sentences ("… limit"); at the global
+/// level "upstream account's gpt-4o output-token budget", named without its
+/// size.
 fn limit_name(level: Level, group: Option<&str>, dimension: Dimension) -> String {
     let what = match dimension {
         Dimension::Requests => "request",
@@ -184,9 +195,11 @@ fn limit_name(level: Level, group: Option<&str>, dimension: Dimension) -> String
         Dimension::Spend => "spend",
         Dimension::Concurrency => "concurrency",
     };
-    match group {
-        Some(g) => format!("{level} {g} {what}"),
-        None => format!("{level} {what}"),
+    match (level, group) {
+        (Level::Global, Some(g)) => format!("upstream account's {g} {what} budget"),
+        (Level::Global, None) => format!("upstream account's {what} budget"),
+        (_, Some(g)) => format!("{level} {g} {what}"),
+        (_, None) => format!("{level} {what}"),
     }
 }
 
@@ -225,15 +238,23 @@ pub(super) fn bucket_denial(
         period_secs: b.period_secs,
         model_group: group.map(str::to_owned),
         retry_after_ms: wait_ms,
-        detail: format!(
-            "{} limit of {} per {} reached{note}: this request needs {cost}, {} \
-             left; retry in {}",
-            limit_name(b.level, group, b.dimension),
-            b.limit,
-            b.period_label(),
-            level.floor() as i64,
-            duration_label(wait_ms)
-        ),
+        detail: match b.level {
+            // The upstream account's size is not the caller's business.
+            Level::Global => format!(
+                "the {} is used up for now{note}; retry in {}",
+                limit_name(b.level, group, b.dimension),
+                duration_label(wait_ms)
+            ),
+            _ => format!(
+                "{} limit of {} per {} reached{note}: this request needs {cost}, {} \
+                 left; retry in {}",
+                limit_name(b.level, group, b.dimension),
+                b.limit,
+                b.period_label(),
+                level.floor() as i64,
+                duration_label(wait_ms)
+            ),
+        },
     }
 }
 
@@ -265,14 +286,23 @@ pub(super) fn concurrency_denial(
         period_secs: 0,
         model_group: group.map(str::to_owned),
         retry_after_ms: wait_ms,
-        detail: format!(
-            "{} limit of {} reached{note} ({} in flight); retry in {} or once a request \
-             in flight is committed or refunded",
-            limit_name(plan.level, group, Dimension::Concurrency),
-            slots.limit,
-            slots.active,
-            duration_label(wait_ms)
-        ),
+        detail: match plan.level {
+            // The upstream account's size is not the caller's business.
+            Level::Global => format!(
+                "the {} is reached{note}; retry in {} or once a request in flight is \
+                 committed or refunded",
+                limit_name(plan.level, group, Dimension::Concurrency),
+                duration_label(wait_ms)
+            ),
+            _ => format!(
+                "{} limit of {} reached{note} ({} in flight); retry in {} or once a \
+                 request in flight is committed or refunded",
+                limit_name(plan.level, group, Dimension::Concurrency),
+                slots.limit,
+                slots.active,
+                duration_label(wait_ms)
+            ),
+        },
     }
 }
 

@@ -213,9 +213,20 @@ async fn a_blocked_scope_is_refused_everywhere_and_old_reservations_settle(backe
             .overall_code(),
         Code::OverLimit
     );
-    ctl(&h, &["overrides", "unblock", "acme", "--user", "mallory"])
-        .await
-        .unwrap();
+    // `--tenant`, as the other `overrides` verbs take it, works too.
+    ctl(
+        &h,
+        &[
+            "overrides",
+            "unblock",
+            "--tenant",
+            "acme",
+            "--user",
+            "mallory",
+        ],
+    )
+    .await
+    .unwrap();
     until_blocked(&mut h, "acme", "mallory", false).await;
     let _ = std::fs::remove_dir_all(dir);
     h.stop().await;

@@ -164,6 +164,29 @@ async fn headers_show_the_callers_scope_and_never_the_account(backend: Backend) 
             .all(|h| !h.key.starts_with("x-ratelimit")),
         "no sizes: {r:#?}"
     );
+    // CheckAndReserve's denial says why and when, without the account's size.
+    let mut h = h;
+    let d = h
+        .client
+        .check_and_reserve(support::reserve("acme", "alice", "free", 10, 10))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        !d.allowed && d.limiting_level() == ctxbudget::pb::Level::Global,
+        "{d:#?}"
+    );
+    assert!(
+        d.detail
+            .contains("upstream account's request budget is used up")
+            && d.retry_after_ms > 0,
+        "{d:#?}"
+    );
+    assert!(
+        !d.detail.contains("of 5") && !d.detail.contains("left"),
+        "{}",
+        d.detail
+    );
     h.stop().await;
 }
 

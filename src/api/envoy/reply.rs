@@ -27,9 +27,10 @@ use crate::envoy::service::ratelimit::v3::rate_limit_response::{
 pub(super) struct Answer {
     with_headers: bool,
     statuses: Vec<DescriptorStatus>,
-    /// The outcome the headers come from: the first denied, else the first
-    /// with limits.
-    headers_from: Option<(ChargeOutcome, bool)>,
+    /// The outcome the headers come from: the first denied that shows a
+    /// limit of the caller's scope (else the first denied), else the first
+    /// with such a limit; with whether it was denied and shows one.
+    headers_from: Option<(ChargeOutcome, bool, bool)>,
     retry_after_ms: u64,
 }
 
@@ -77,12 +78,13 @@ impl Answer {
         if let Some(d) = &out.denial {
             self.retry_after_ms = self.retry_after_ms.max(d.retry_after_ms);
         }
+        let shown = binding.is_some();
         let replace = match &self.headers_from {
-            None => binding.is_some() || denied,
-            Some((_, was_denied)) => denied && !was_denied,
+            None => shown || denied,
+            Some((_, was_denied, was_shown)) => denied && (!was_denied || (shown && !was_shown)),
         };
         if replace {
-            self.headers_from = Some((out.clone(), denied));
+            self.headers_from = Some((out.clone(), denied, shown));
         }
     }
 
@@ -94,7 +96,7 @@ impl Answer {
             .any(|s| s.code == Code::OverLimit as i32);
         let mut headers = Vec::new();
         if self.with_headers {
-            if let Some((out, _)) = &self.headers_from {
+            if let Some((out, _, _)) = &self.headers_from {
                 headers = rate_limit_headers(out);
             }
             // None when retrying cannot help (more than a limit holds).
