@@ -3,7 +3,8 @@
 -- behind them (no record, no lease). The Redis port of
 -- src/domain/budget/charge.rs, held to it by tests/store/differential/; state
 -- layout as in reserve.lua. build.rs prepends the constants in capitals
--- (src/domain/budget/layout.rs), clock_us() and lua/level.lua.
+-- (src/domain/budget/layout.rs), clock_us(), lua/state.lua and lua/level.lua,
+-- and splices lua/splice/bucket_level.lua.
 --
 -- KEYS[1..n]  level hashes, outermost first
 -- ARGV[1]  spec: little-endian doubles: n, requests r, tokens t, enforce (1 or 0),

@@ -4,7 +4,8 @@
 -- slots, post and read the slot messages. The Rust side is
 -- src/domain/budget/share.rs (what to ask, and what the answer means);
 -- state layout as in reserve.lua. build.rs prepends the constants in capitals
--- (src/domain/budget/layout.rs), clock_us() and lua/level.lua.
+-- (src/domain/budget/layout.rs), clock_us(), lua/state.lua and lua/level.lua,
+-- and splices lua/splice/bucket_level.lua.
 --
 -- KEYS[1..n]  the global entries' hashes (all tagged {g}: one slot)
 -- KEYS[n+1]   the slot messages hash: field = a lease field ('#<nonce>'), value =

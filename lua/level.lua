@@ -1,5 +1,5 @@
 -- level.lua: writing a level's state, shared by the scripts that write one
--- (reserve.lua, charge.lua); build.rs prepends it to them. The Rust side is
+-- (reserve.lua, charge.lua, global_lease.lua); build.rs prepends it to them. The Rust side is
 -- StoredLevel::store and drop_foreign (src/domain/budget/).
 
 -- s, keeping the buckets touched now (this call's, or another's this instant)

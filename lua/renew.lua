@@ -2,7 +2,7 @@
 -- renew.lua: extend (or shorten) a live reservation's concurrency lease. The
 -- Redis port of src/domain/budget/renew.rs, held to it by tests/store/differential/;
 -- state layout as in reserve.lua. build.rs prepends the constants in capitals
--- (src/domain/budget/layout.rs) and clock_us().
+-- (src/domain/budget/layout.rs), clock_us() and lua/state.lua.
 --
 -- KEYS[1..n]  level hashes of the reservation, outermost first
 -- KEYS[n+1]   reservation record

@@ -3,7 +3,8 @@
 -- lease at every level, all or nothing. The Redis port of the one algorithm,
 -- src/domain/budget/reserve.rs, held to it by tests/store/differential/; state layout
 -- in src/domain/budget/state.rs. build.rs prepends the constants in capitals
--- (src/domain/budget/layout.rs) and clock_us().
+-- (src/domain/budget/layout.rs), clock_us(), lua/ledger.lua, lua/state.lua and
+-- lua/level.lua, and splices lua/splice/bucket_level.lua.
 --
 -- KEYS[1..n]  level hashes, outermost first (only levels with a limit)
 -- KEYS[n+1]   reservation record

@@ -2,7 +2,8 @@
 -- settle.lua: Commit (the real usage) or Refund (nothing used) one reservation.
 -- The Redis port of src/domain/budget/settle.rs, held to it by
 -- tests/store/differential/; state layout as in reserve.lua. build.rs prepends the
--- constants in capitals (src/domain/budget/layout.rs) and clock_us().
+-- constants in capitals (src/domain/budget/layout.rs), clock_us(), lua/ledger.lua
+-- and lua/state.lua, and splices lua/splice/bucket_level.lua.
 --
 -- KEYS[1..n]  level hashes of the reservation, outermost first (every level, limited or not)
 -- KEYS[n+1]   reservation record
