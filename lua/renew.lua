@@ -10,7 +10,8 @@
 -- ARGV[2]  lease field '#<nonce>'   ARGV[3] record retention (ms)   ARGV[4] owner tag (8 bytes)
 -- ARGV[5]  '<' followed by at least as many 'd' as the longest state or spec
 --
--- Returns {1, expires_in_ms} renewed; {0} already settled; {2} the lease had
+-- Returns (tags REPLY_APPLIED 1, REPLY_SETTLED_BEFORE 0, REPLY_EXPIRED 2, REPLY_NOT_FOUND
+-- -1, from src/domain/budget/layout.rs) {1, expires_in_ms} renewed; {0} already settled; {2} the lease had
 -- already lapsed (its slot is not re-taken); {-1} no such reservation.
 -- Every level is read before anything is written.
 
@@ -19,13 +20,13 @@ local spec = {struct.unpack(string.sub(D, 1, #ARGV[1] / 8 + 1), ARGV[1])}
 local nlev, ttl = spec[1], spec[2]
 local rkey = KEYS[nlev + 1]
 local rec = redis.call('GET', rkey)
-if not rec then return {-1} end
-if string.sub(rec, REC_OWNER, REC_OWNER + 7) ~= ARGV[4] then return {-1} end
-if string.sub(rec, 1, 1) ~= RESERVED then return {0} end
+if not rec then return {REPLY_NOT_FOUND} end
+if string.sub(rec, REC_OWNER, REC_OWNER + 7) ~= ARGV[4] then return {REPLY_NOT_FOUND} end
+if string.sub(rec, 1, 1) ~= RESERVED then return {REPLY_SETTLED_BEFORE} end
 
 local now = clock_us()
 local _, ex = struct.unpack('<dd', rec, REC_COST)
-if ex <= now then return {2} end
+if ex <= now then return {REPLY_EXPIRED} end
 
 local exp = now + ttl
 local keep = ttl
@@ -66,4 +67,4 @@ local ms = ttl / 1000 + (-ttl / 1000) % 1
 redis.call('SET', rkey, RESERVED .. string.sub(rec, REC_COST, REC_LEASE_EXPIRY - 1) .. expbin
   .. string.sub(rec, REC_MASK),
   'PX', ms + tonumber(ARGV[3]))
-return {1, ms}
+return {REPLY_APPLIED, ms}

@@ -22,7 +22,8 @@
 -- ARGV[6], ARGV[7], ARGV[8]  with the ledger on: the tenant's ledger key prefix, the
 --          reservation's hourly and daily row fields (ledger.lua)
 --
--- Returns
+-- Returns (the tags first: REPLY_APPLIED 1, REPLY_SETTLED_BEFORE 0, REPLY_NOT_FOUND -1,
+-- from src/domain/budget/layout.rs)
 --   {1, amount, estimated, spend, granted}  applied: commit → actual - reserved;
 --                           refund → tokens returned; the prompt tokens the service
 --                           had estimated (0 when the caller counted); the spend
@@ -53,10 +54,10 @@ local spec = {struct.unpack(string.sub(D, 1, #ARGV[1] / 8 + 1), ARGV[1])}
 local nlev = spec[1]
 local rkey = KEYS[nlev + 1]
 local rec = redis.call('GET', rkey)
-if not rec then return {-1} end
-if string.sub(rec, REC_OWNER, REC_OWNER + 7) ~= ARGV[4] then return {-1} end
+if not rec then return {REPLY_NOT_FOUND} end
+if string.sub(rec, REC_OWNER, REC_OWNER + 7) ~= ARGV[4] then return {REPLY_NOT_FOUND} end
 local state = string.sub(rec, 1, 1)
-if state ~= RESERVED then return {0, state, struct.unpack('<d', rec, REC_AMOUNT)} end
+if state ~= RESERVED then return {REPLY_SETTLED_BEFORE, state, struct.unpack('<d', rec, REC_AMOUNT)} end
 
 local now = clock_us()
 local cost, exp = struct.unpack('<dd', rec, REC_COST)
@@ -177,4 +178,4 @@ if spec[9] > 0 then
   end
   ledger_add(ARGV[6], lat, ARGV[7], ARGV[8], d, spec[9], spec[10], now)
 end
-return {1, amount, estimated, spent, granted}
+return {REPLY_APPLIED, amount, estimated, spent, granted}

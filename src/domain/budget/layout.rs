@@ -133,6 +133,16 @@ pub const REPLY_KEY_CONFLICT: i64 = 3;
 /// its lease lapsed: nothing to replay.
 pub const REPLY_KEY_SPENT: i64 = 4;
 
+/// The first value of settle.lua's and renew.lua's replies: the
+/// reservation is unknown (or not this caller's to settle).
+pub const REPLY_NOT_FOUND: i64 = -1;
+/// Reply tag (settle, renew): settled before; nothing changed.
+pub const REPLY_SETTLED_BEFORE: i64 = 0;
+/// Reply tag (settle, renew): applied.
+pub const REPLY_APPLIED: i64 = 1;
+/// Reply tag (renew): the lease had lapsed; nothing renewed.
+pub const REPLY_EXPIRED: i64 = 2;
+
 /// Every constant the budget scripts receive, by its Lua name.
 pub const LUA_CONSTANTS: &[(&str, f64)] = &[
     ("MAX_TTL", MAX_TTL_US),
@@ -176,6 +186,10 @@ pub const LUA_CONSTANTS: &[(&str, f64)] = &[
     ("REPLY_REPLAYED", REPLY_REPLAYED as f64),
     ("REPLY_KEY_CONFLICT", REPLY_KEY_CONFLICT as f64),
     ("REPLY_KEY_SPENT", REPLY_KEY_SPENT as f64),
+    ("REPLY_NOT_FOUND", REPLY_NOT_FOUND as f64),
+    ("REPLY_SETTLED_BEFORE", REPLY_SETTLED_BEFORE as f64),
+    ("REPLY_APPLIED", REPLY_APPLIED as f64),
+    ("REPLY_EXPIRED", REPLY_EXPIRED as f64),
 ];
 
 /// Every string constant the budget scripts receive, by its Lua name.

@@ -5,7 +5,9 @@
 use super::RedisStore;
 use super::wire::{DOUBLES, Spec, int_at, string_at, unexpected};
 use crate::domain::budget::Usage;
-use crate::domain::budget::layout::SAMPLES_TTL_MS;
+use crate::domain::budget::layout::{
+    REPLY_APPLIED, REPLY_EXPIRED, REPLY_NOT_FOUND, REPLY_SETTLED_BEFORE, SAMPLES_TTL_MS,
+};
 use crate::store::keys::{lease_field, ledger_fields};
 use crate::store::{RenewReply, SettleReply, Settled, Settlement, StoreError};
 use redis::{ScriptInvocation, Value};
@@ -141,12 +143,12 @@ impl RedisStore {
             .arg(DOUBLES);
         let reply = self.run(&inv).await?;
         Ok(match int_at(&reply, 0)? {
-            1 => RenewReply::Renewed {
+            REPLY_APPLIED => RenewReply::Renewed {
                 expires_in_ms: int_at(&reply, 1)? as u64,
             },
-            0 => RenewReply::AlreadySettled,
-            2 => RenewReply::Expired,
-            -1 => RenewReply::NotFound,
+            REPLY_SETTLED_BEFORE => RenewReply::AlreadySettled,
+            REPLY_EXPIRED => RenewReply::Expired,
+            REPLY_NOT_FOUND => RenewReply::NotFound,
             other => return Err(unexpected("renew", other)),
         })
     }
@@ -167,14 +169,16 @@ fn decode_settle(mode: SettleMode, reply: &[Value]) -> Result<SettleReply, Store
         _ => Settled::Committed(amount),
     };
     Ok(match int_at(reply, 0)? {
-        1 => SettleReply::Applied {
+        REPLY_APPLIED => SettleReply::Applied {
             settled: settled(mode.state(), int_at(reply, 1)?),
             estimated_prompt_tokens: int_at(reply, 2)?.max(0) as u64,
             reserved_spend: int_at(reply, 3)?.max(0) as u64,
             reserved_output: int_at(reply, 4)?.max(0) as u64,
         },
-        0 => SettleReply::AlreadySettled(settled(&string_at(reply, 1)?, int_at(reply, 2)?)),
-        -1 => SettleReply::NotFound,
+        REPLY_SETTLED_BEFORE => {
+            SettleReply::AlreadySettled(settled(&string_at(reply, 1)?, int_at(reply, 2)?))
+        }
+        REPLY_NOT_FOUND => SettleReply::NotFound,
         other => return Err(unexpected("settle", other)),
     })
 }
