@@ -8,8 +8,6 @@
 use crate::envoy::{ask, descriptor, envoy_client, request};
 use crate::support;
 
-use clap::Parser;
-use ctxbudget::cli::Cli;
 use ctxbudget::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use ctxbudget::pb::{self, Level, Outcome, Reason};
 use std::time::{Duration, Instant};
@@ -35,16 +33,6 @@ blocked_users = { mallory = "abuse report 42" }
 [overrides.shut]
 blocked = "unpaid invoice"
 "#;
-
-/// Runs the operator CLI against the harness's store.
-async fn ctl(h: &Harness, args: &[&str]) -> anyhow::Result<()> {
-    let store = h.store_args().expect("a shared store");
-    let mut argv = vec!["ctxbudget"];
-    argv.extend_from_slice(args);
-    argv.extend(store.iter().map(String::as_str));
-    argv.extend_from_slice(&["--actor", "test-operator"]);
-    ctxbudget::cli::run(Cli::try_parse_from(argv)?).await
-}
 
 async fn try_reserve(h: &mut Harness, tenant: &str, user: &str) -> pb::CheckAndReserveResponse {
     h.client
@@ -105,22 +93,17 @@ async fn a_blocked_scope_is_refused_everywhere_and_old_reservations_settle(backe
     }
 
     // Bad input is refused and writes nothing.
-    let err = ctl(&h, &["overrides", "block", "acme", "--reason", ""]).await;
+    let err = h.ctl(&["overrides", "block", "acme", "--reason", ""]).await;
     assert!(
         err.unwrap_err().to_string().contains("reason"),
         "an empty reason"
     );
-    let err = ctl(&h, &["overrides", "unblock", "acme"])
-        .await
-        .unwrap_err();
+    let err = h.ctl(&["overrides", "unblock", "acme"]).await.unwrap_err();
     assert!(err.to_string().contains("not blocked"), "{err}");
 
-    ctl(
-        &h,
-        &["overrides", "block", "acme", "--reason", "unpaid invoice"],
-    )
-    .await
-    .unwrap();
+    h.ctl(&["overrides", "block", "acme", "--reason", "unpaid invoice"])
+        .await
+        .unwrap();
     until_blocked(&mut h, "acme", "bob", true).await;
     let r = try_reserve(&mut h, "acme", "alice").await;
     assert_blocked(&r, Level::Tenant, "unpaid invoice");
@@ -176,7 +159,7 @@ async fn a_blocked_scope_is_refused_everywhere_and_old_reservations_settle(backe
         "deal.toml",
         "tenant = { requests = [{ limit = 500, period = \"1h\" }] }\n",
     );
-    ctl(&h, &["overrides", "set", "--tenant", "acme", &deal])
+    h.ctl(&["overrides", "set", "--tenant", "acme", &deal])
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -184,22 +167,19 @@ async fn a_blocked_scope_is_refused_everywhere_and_old_reservations_settle(backe
         try_reserve(&mut h, "acme", "alice").await.reason(),
         Reason::Blocked
     );
-    ctl(&h, &["overrides", "unblock", "acme"]).await.unwrap();
+    h.ctl(&["overrides", "unblock", "acme"]).await.unwrap();
     until_blocked(&mut h, "acme", "alice", false).await;
 
     // One user: only that user.
-    ctl(
-        &h,
-        &[
-            "overrides",
-            "block",
-            "acme",
-            "--user",
-            "mallory",
-            "--reason",
-            "abuse report 42",
-        ],
-    )
+    h.ctl(&[
+        "overrides",
+        "block",
+        "acme",
+        "--user",
+        "mallory",
+        "--reason",
+        "abuse report 42",
+    ])
     .await
     .unwrap();
     until_blocked(&mut h, "acme", "mallory", true).await;
@@ -214,17 +194,14 @@ async fn a_blocked_scope_is_refused_everywhere_and_old_reservations_settle(backe
         Code::OverLimit
     );
     // `--tenant`, as the other `overrides` verbs take it, works too.
-    ctl(
-        &h,
-        &[
-            "overrides",
-            "unblock",
-            "--tenant",
-            "acme",
-            "--user",
-            "mallory",
-        ],
-    )
+    h.ctl(&[
+        "overrides",
+        "unblock",
+        "--tenant",
+        "acme",
+        "--user",
+        "mallory",
+    ])
     .await
     .unwrap();
     until_blocked(&mut h, "acme", "mallory", false).await;

@@ -8,8 +8,6 @@
 
 use crate::support;
 
-use clap::Parser;
-use ctxbudget::cli::Cli;
 use ctxbudget::pb::{self, Dimension, Level, Reason};
 use std::time::{Duration, Instant};
 use support::{Backend, Harness, reserve};
@@ -133,18 +131,6 @@ async fn a_tenant_moved_to_another_tier_keeps_its_use(backend: Backend) {
     h.stop().await;
 }
 
-/// Runs the operator CLI against the harness's store.
-async fn ctl(h: &Harness, args: &[&str]) {
-    let store = h.store_args().expect("a shared store");
-    let mut argv = vec!["ctxbudget"];
-    argv.extend_from_slice(args);
-    argv.extend(store.iter().map(String::as_str));
-    argv.extend_from_slice(&["--actor", "test-operator"]);
-    ctxbudget::cli::run(Cli::try_parse_from(argv).unwrap())
-        .await
-        .unwrap();
-}
-
 /// Waits until the tokens limit the service applies is `limit`.
 async fn until_limit(h: &mut Harness, tenant: &str, tier: &str, level: Level, limit: u64) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -172,7 +158,7 @@ async fn live_changes_of_a_limit_keep_the_use(backend: Backend) {
         "max_context_tokens = 100000\ndefault_max_output_tokens = 100\n\
          tenant = { tokens = [{ limit = 8000, period = \"1d\" }] }\n",
     );
-    ctl(&h, &["tiers", "set", "free", &raised]).await;
+    h.ctl(&["tiers", "set", "free", &raised]).await.unwrap();
     until_limit(&mut h, "acme", "free", Level::Tenant, 8000).await;
     assert_left(
         left(&mut h, "acme", "free", Level::Tenant).await,
@@ -194,7 +180,9 @@ async fn live_changes_of_a_limit_keep_the_use(backend: Backend) {
         "acme.toml",
         "tenant = { tokens = [{ limit = 1500, period = \"1d\" }] }\n",
     );
-    ctl(&h, &["overrides", "set", "--tenant", "acme", &lower]).await;
+    h.ctl(&["overrides", "set", "--tenant", "acme", &lower])
+        .await
+        .unwrap();
     until_limit(&mut h, "acme", "free", Level::Tenant, 1500).await;
     assert_left(
         left(&mut h, "acme", "free", Level::Tenant).await,
@@ -216,7 +204,9 @@ async fn live_changes_of_a_limit_keep_the_use(backend: Backend) {
         1500,
         "the commit settled 200 of the 1,100 reserved: 2,200 used",
     );
-    ctl(&h, &["overrides", "delete", "--tenant", "acme"]).await;
+    h.ctl(&["overrides", "delete", "--tenant", "acme"])
+        .await
+        .unwrap();
     until_limit(&mut h, "acme", "free", Level::Tenant, 8000).await;
     assert_left(
         left(&mut h, "acme", "free", Level::Tenant).await,
@@ -231,7 +221,7 @@ async fn live_changes_of_a_limit_keep_the_use(backend: Backend) {
         "global.toml",
         "tokens = [{ limit = 90000, period = \"1d\" }]\n",
     );
-    ctl(&h, &["global", "set", &raised]).await;
+    h.ctl(&["global", "set", &raised]).await.unwrap();
     until_limit(&mut h, "other", "pro", Level::Global, 90_000).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

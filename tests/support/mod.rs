@@ -296,6 +296,18 @@ impl Harness {
         Some(vec!["--redis-cluster-nodes".into(), c.urls().join(",")])
     }
 
+    /// Runs the operator CLI (`ctxbudget ARGS…`) against this service's
+    /// shared store, as `test-operator`.
+    pub async fn ctl(&self, args: &[&str]) -> anyhow::Result<()> {
+        use clap::Parser;
+        let store = self.store_args().expect("a shared store");
+        let mut argv = vec!["ctxbudget"];
+        argv.extend_from_slice(args);
+        argv.extend(store.iter().map(String::as_str));
+        argv.extend_from_slice(&["--actor", "test-operator"]);
+        ctxbudget::cli::run(ctxbudget::cli::Cli::try_parse_from(argv)?).await
+    }
+
     /// Stops the server and waits for it to finish.
     pub async fn stop(mut self) {
         if let Some(tx) = self.shutdown.take() {
