@@ -180,14 +180,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         key_prefix: args.key_prefix,
     };
     let settings = config::load(args.config.as_deref(), overrides)?;
+    // The gRPC listener first: once /metrics answers, every listener is
+    // bound, and a port already taken has ended the process.
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", settings.listen))?;
     if let Some(addr) = args.metrics_listen {
         telemetry::serve_metrics(addr, &settings)
             .with_context(|| format!("cannot serve metrics on {addr}"))?;
         tracing::info!("metrics at http://{addr}/metrics");
     }
-    let listener = tokio::net::TcpListener::bind(settings.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", settings.listen))?;
     server::run(settings, listener, shutdown_signal()).await?;
     Ok(())
 }

@@ -79,7 +79,9 @@ impl Service {
             dir: dir.to_path_buf(),
         };
         let deadline = Instant::now() + Duration::from_secs(20);
-        while service.scrape().is_none() {
+        // The binary binds gRPC before /metrics; both must answer here, as a
+        // port lost to another test between our pick and the bind ends it.
+        while service.scrape().is_none() || !service.accepts_grpc() {
             if let Ok(Some(status)) = service.child.try_wait() {
                 return Err(format!("{status}:\n{}", service.log()));
             }
@@ -87,6 +89,11 @@ impl Service {
             std::thread::sleep(Duration::from_millis(20));
         }
         Ok(service)
+    }
+
+    /// Whether the gRPC port accepts a connection.
+    fn accepts_grpc(&self) -> bool {
+        std::net::TcpStream::connect_timeout(&self.addr, Duration::from_secs(2)).is_ok()
     }
 
     /// The text of `GET /metrics`, if it answers.
