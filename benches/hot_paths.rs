@@ -75,11 +75,7 @@ fn benches(c: &mut Criterion) {
                 &sample.levels,
                 &readings,
                 0b110.into(),
-                Cost {
-                    prompt: 1000,
-                    output: 500,
-                    spend: 0,
-                },
+                Cost::reservation(1000, 500, 0),
                 0.0,
                 1000,
             ))

@@ -8,6 +8,7 @@
 //! doubles; stores report levels as whole thousandths ("milli" units).
 
 use super::limits::{Dimension, Level};
+use super::price::SpendRates;
 use super::window::{Span, Window};
 
 /// One bucket as the store sees it: which level and dimension, and its rate.
@@ -38,16 +39,63 @@ pub struct Windowed {
     pub span: Span,
 }
 
-/// What one reservation asks of the buckets: its prompt and output tokens,
-/// and what they cost (µ$).
+/// What one operation moves in the buckets of each dimension: a
+/// reservation's cost ([`Cost::reservation`]), a charge's, or, in doubles
+/// and negative where it gives back, a settle's correction. [`Cost::of`] is
+/// the one mapping from a bucket's dimension to what it takes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Cost {
-    /// Prompt tokens.
-    pub prompt: u64,
-    /// Output tokens.
-    pub output: u64,
-    /// Their price at the model group's prices, µ$ (0 without a price).
-    pub spend: u64,
+pub struct Cost<T = u64> {
+    /// From request (and concurrency) buckets.
+    pub requests: T,
+    /// From (all-)token buckets.
+    pub tokens: T,
+    /// From input-token buckets.
+    pub input: T,
+    /// From output-token buckets.
+    pub output: T,
+    /// From spend buckets, µ$.
+    pub spend: T,
+}
+
+impl<T: Copy> Cost<T> {
+    /// What this takes from a bucket of `dimension` (Lua:
+    /// `lua/splice/reservation_cost.lua` for a reservation).
+    pub fn of(&self, dimension: Dimension) -> T {
+        match dimension {
+            Dimension::Requests | Dimension::Concurrency => self.requests,
+            Dimension::Tokens => self.tokens,
+            Dimension::InputTokens => self.input,
+            Dimension::OutputTokens => self.output,
+            Dimension::Spend => self.spend,
+        }
+    }
+}
+
+impl<T: Copy + std::ops::Add<Output = T> + From<u8>> Cost<T> {
+    /// A reservation's cost: one request, its `prompt` and `output` tokens,
+    /// and their `spend` (µ$, [`crate::domain::price::SpendRates::spend`]).
+    pub fn reservation(prompt: T, output: T, spend: T) -> Self {
+        Cost {
+            requests: T::from(1),
+            tokens: prompt + output,
+            input: prompt,
+            output,
+            spend,
+        }
+    }
+}
+
+impl Cost<f64> {
+    /// What moving from `self` to `to` changes in each dimension.
+    pub fn change_to(self, to: Cost<f64>) -> Cost<f64> {
+        Cost {
+            requests: to.requests - self.requests,
+            tokens: to.tokens - self.tokens,
+            input: to.input - self.input,
+            output: to.output - self.output,
+            spend: to.spend - self.spend,
+        }
+    }
 }
 
 impl BucketSpec {
@@ -58,12 +106,22 @@ impl BucketSpec {
 
     /// What one reservation of `cost` takes from this bucket.
     pub fn cost(&self, cost: Cost) -> u64 {
+        cost.of(self.dimension)
+    }
+
+    /// How many output tokens this bucket leaves room for beside the
+    /// prompt, given `above_floor`, what it holds beyond the floor of the
+    /// request's headroom: the tokens of a token bucket past the prompt,
+    /// an output bucket's tokens, what a spend bucket's µ$ pay for at
+    /// `rates`; `None` when the bucket does not bound the output. The one
+    /// output-room rule of reserve and of the cluster's share (Lua:
+    /// `lua/splice/output_room.lua`).
+    pub fn output_room(&self, above_floor: f64, prompt: f64, rates: SpendRates) -> Option<f64> {
         match self.dimension {
-            Dimension::Tokens => cost.prompt + cost.output,
-            Dimension::InputTokens => cost.prompt,
-            Dimension::OutputTokens => cost.output,
-            Dimension::Spend => cost.spend,
-            Dimension::Requests | Dimension::Concurrency => 1,
+            Dimension::Tokens => Some(above_floor - prompt),
+            Dimension::OutputTokens => Some(above_floor),
+            Dimension::Spend => rates.output_within(above_floor),
+            Dimension::Requests | Dimension::InputTokens | Dimension::Concurrency => None,
         }
     }
 

@@ -139,11 +139,11 @@ impl ReservePlan {
 
     /// The cost with `output` tokens granted.
     pub fn cost_with(&self, output: u64) -> Cost {
-        Cost {
-            prompt: self.prompt_tokens,
+        Cost::reservation(
+            self.prompt_tokens,
             output,
-            spend: self.price.worst_case(self.prompt_tokens, output),
-        }
+            self.price.worst_case(self.prompt_tokens, output),
+        )
     }
 
     /// The same request against a quota in shadow: other levels, same id, no
@@ -214,11 +214,11 @@ pub fn prepare(
         .and_then(|g| limits.prices.get(&g.name))
         .copied()
         .unwrap_or_default();
-    let smallest = Cost {
-        prompt: req.prompt_reserve,
-        output: min_output,
-        spend: price.worst_case(req.prompt_reserve, min_output),
-    };
+    let smallest = Cost::reservation(
+        req.prompt_reserve,
+        min_output,
+        price.worst_case(req.prompt_reserve, min_output),
+    );
     if let Some(denial) = too_large(&levels, smallest, req.headroom) {
         return Ok(refused(denial, max_output));
     }

@@ -26,12 +26,10 @@ pub struct Price {
 
 impl Price {
     /// What a reservation of `prompt` and `output` tokens may cost at most
-    /// (every prompt token at the uncached price), µ$.
+    /// (every prompt token at the uncached price), µ$: the reservation's
+    /// spend as every store computes it ([`SpendRates::spend`]).
     pub fn worst_case(&self, prompt: u64, output: u64) -> u64 {
-        ceil_micros(
-            u128::from(prompt) * u128::from(self.input)
-                + u128::from(output) * u128::from(self.output),
-        )
+        SpendRates::new(*self, prompt).spend(output as f64) as u64
     }
 
     /// What the usage cost, µ$: `cached` of the `prompt` tokens at the cached
@@ -60,6 +58,40 @@ impl Price {
             }
         }
         Ok(())
+    }
+}
+
+/// What a reservation's spend is made of, in the doubles the stores and
+/// their scripts compute with: the prompt at the input price (tokens × µ$
+/// per million: `sp` in the scripts) and the output price (µ$ per million:
+/// `op`). Exact while tokens × price stays below 2⁵³ (any real price).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SpendRates {
+    /// The prompt at the input price, µ$ × 10⁶.
+    pub prompt: f64,
+    /// The output price, µ$ per million tokens.
+    pub output: f64,
+}
+
+impl SpendRates {
+    /// The rates of `prompt` tokens and any output at `price`.
+    pub fn new(price: Price, prompt: u64) -> Self {
+        SpendRates {
+            prompt: prompt as f64 * price.input as f64,
+            output: price.output as f64,
+        }
+    }
+
+    /// What the prompt and `output` tokens cost, µ$, rounded up once: the
+    /// one spend rule of a reservation (Lua: `lua/splice/reservation_spend.lua`).
+    pub fn spend(&self, output: f64) -> f64 {
+        ((self.prompt + output * self.output) / 1e6).ceil()
+    }
+
+    /// The most output tokens that `left` µ$ pay for beside the prompt
+    /// (whole µ$ only), or `None` when output is free.
+    pub fn output_within(&self, left: f64) -> Option<f64> {
+        (self.output > 0.0).then(|| ((left.floor() * 1e6 - self.prompt) / self.output).floor())
     }
 }
 

@@ -95,38 +95,69 @@ mod tests {
     /// would drift from the one the Rust algorithm is held to.
     #[test]
     fn no_script_carries_its_own_copy_of_a_spliced_rule() {
-        let lua = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
-        let rule = include_str!("../../lua/splice/bucket_level.lua");
-        let lines = rule_lines(rule);
-        assert!(lines.len() >= 3, "the rule has lines to look for");
-        for entry in std::fs::read_dir(lua).expect("lua/ is readable") {
-            let path = entry.expect("an entry").path();
-            if path.extension().is_none_or(|e| e != "lua") {
-                continue;
-            }
-            let source = std::fs::read_to_string(&path).expect("a script");
-            for line in source.lines().map(str::trim) {
-                assert!(
-                    !lines.contains(&line),
-                    "{} carries its own copy of lua/splice/bucket_level.lua ({line:?}): \
-                     write `--@splice bucket_level` instead",
-                    path.display()
-                );
-            }
-        }
-        for (name, built) in [
+        let root = env!("CARGO_MANIFEST_DIR");
+        let built = [
             ("reserve", RESERVE),
             ("settle", SETTLE),
+            ("renew", RENEW),
+            ("status", STATUS),
             ("charge", CHARGE),
             ("global_lease", GLOBAL_LEASE),
-        ] {
+        ];
+        let scripts = lua_files(&format!("{root}/lua"));
+        let rules = lua_files(&format!("{root}/lua/splice"));
+        assert!(rules.len() >= 4, "the spliced rules are found: {rules:?}");
+        for (rule, snippet) in &rules {
+            let lines = rule_lines(snippet);
+            assert!(!lines.is_empty(), "{rule} has lines to look for");
+            let marker = format!("--@splice {rule}");
+            let mut spliced = 0;
+            for (script, source) in &scripts {
+                for line in source.lines().map(str::trim) {
+                    assert!(
+                        !lines.contains(&line),
+                        "lua/{script}.lua carries its own copy of lua/splice/{rule}.lua \
+                         ({line:?}): write `{marker}` instead"
+                    );
+                }
+                if !source.lines().any(|l| l.trim() == marker) {
+                    continue;
+                }
+                spliced += 1;
+                let (_, text) = built
+                    .iter()
+                    .find(|(name, _)| name == script)
+                    .expect("a script that splices is a budget script");
+                for line in &lines {
+                    assert!(text.contains(line), "{script} lacks the spliced {line:?}");
+                }
+            }
+            assert!(spliced > 0, "lua/splice/{rule}.lua is spliced nowhere");
+        }
+        for (name, text) in built {
             assert!(
-                !built.contains("--@splice"),
+                !text.contains("--@splice"),
                 "{name}: a marker left unspliced"
             );
-            for line in &lines {
-                assert!(built.contains(line), "{name} lacks the spliced {line:?}");
-            }
         }
+    }
+
+    /// The `.lua` files directly in `dir`, by name without the extension.
+    fn lua_files(dir: &str) -> Vec<(String, String)> {
+        let mut files: Vec<(String, String)> = std::fs::read_dir(dir)
+            .expect("a readable lua directory")
+            .map(|e| e.expect("an entry").path())
+            .filter(|p| p.extension().is_some_and(|e| e == "lua"))
+            .map(|p| {
+                let name = p
+                    .file_stem()
+                    .expect("a name")
+                    .to_string_lossy()
+                    .into_owned();
+                (name, std::fs::read_to_string(&p).expect("a script"))
+            })
+            .collect();
+        files.sort();
+        files
     }
 }

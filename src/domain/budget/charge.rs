@@ -15,6 +15,7 @@ use super::level::StoredLevel;
 use super::replies::DeniedChecks;
 use super::reserve::drop_foreign;
 use super::state::{self, BucketState, bucket_id};
+use crate::domain::bucket::Cost;
 use crate::domain::{Dimension, LevelPlan, Readings, TenantId, UserId};
 
 /// What to charge, and where.
@@ -41,11 +42,12 @@ impl ChargePlan {
     /// spend buckets: one number of tokens says nothing of its split or
     /// price).
     pub fn cost(&self, dimension: Dimension) -> u64 {
-        match dimension {
-            Dimension::Requests => self.requests,
-            Dimension::Tokens => self.tokens,
-            _ => 0,
-        }
+        let cost = Cost {
+            requests: self.requests,
+            tokens: self.tokens,
+            ..Cost::default()
+        };
+        cost.of(dimension)
     }
 
     /// True when the charge writes nothing even when allowed.

@@ -20,7 +20,9 @@ use super::level::StoredLevel;
 use super::record::{Record, RecordState};
 use super::replies::{DeniedChecks, Reclaimed, ReserveReply, Retention};
 use super::state::{self, BucketState, LevelState, bucket_id, ceil_ms};
-use crate::domain::{Dimension, LevelPlan, ReservePlan};
+use crate::domain::bucket::Cost;
+use crate::domain::price::SpendRates;
+use crate::domain::{LevelPlan, ReservePlan};
 
 /// An earlier reservation under the request's idempotency key.
 #[derive(Clone, Copy, Debug)]
@@ -139,7 +141,7 @@ fn new_record(plan: &ReservePlan, grant: f64, exp: f64, ledger_at: f64) -> Recor
         amount: 0.0,
         estimated: plan.estimated_prompt_tokens as f64,
         output: grant,
-        spend: spend_of(plan, grant),
+        spend: spend_rates(plan).spend(grant),
         ledger_at,
     }
 }
@@ -169,6 +171,7 @@ fn replay_of(
 /// has passed.
 fn read_levels(plan: &ReservePlan, levels: &mut [Option<StoredLevel>], now: f64) -> Read {
     let prompt = plan.prompt_tokens as f64;
+    let rates = spend_rates(plan);
     let mut read = Read {
         after: Vec::with_capacity(plan.levels.len()),
         buckets: Vec::with_capacity(plan.levels.iter().map(|l| l.buckets.len()).sum()),
@@ -189,19 +192,10 @@ fn read_levels(plan: &ReservePlan, levels: &mut [Option<StoredLevel>], now: f64)
         let mut s = stored.as_ref().map(|s| s.state.clone()).unwrap_or_default();
         for (hint, b) in lp.buckets.iter().enumerate() {
             let (k, l) = s.read_bucket(b, hint, now);
-            // Room for output: what the bucket holds beyond its floor (and,
-            // for tokens, beyond the prompt).
-            let room = match b.dimension {
-                Dimension::Tokens => l - prompt - b.floor(plan.headroom),
-                Dimension::OutputTokens => l - b.floor(plan.headroom),
-                Dimension::Spend if plan.price.output > 0 => {
-                    let (sp, op) = spend_rates(plan);
-                    let left = (l - b.floor(plan.headroom)).floor();
-                    ((left * 1e6 - sp) / op).floor()
-                }
-                _ => read.room,
-            };
-            if room < read.room {
+            let above_floor = l - b.floor(plan.headroom);
+            if let Some(room) = b.output_room(above_floor, prompt, rates)
+                && room < read.room
+            {
                 read.room = room;
             }
             read.buckets.push((k, l));
@@ -211,20 +205,9 @@ fn read_levels(plan: &ReservePlan, levels: &mut [Option<StoredLevel>], now: f64)
     read
 }
 
-/// The plan's spend rates as the scripts receive them: the prompt at the
-/// input price (µ$ × 10⁶) and the output price (µ$ per 10⁶ tokens).
-pub fn spend_rates(plan: &ReservePlan) -> (f64, f64) {
-    (
-        plan.prompt_tokens as f64 * plan.price.input as f64,
-        plan.price.output as f64,
-    )
-}
-
-/// What `grant` output tokens and the prompt cost, µ$, rounded up once.
-/// Lua: `math.ceil((sp + grant * op) / 1e6)`.
-fn spend_of(plan: &ReservePlan, grant: f64) -> f64 {
-    let (sp, op) = spend_rates(plan);
-    ((sp + grant * op) / 1e6).ceil()
+/// The plan's spend rates, as the scripts receive them (`sp`, `op`).
+pub fn spend_rates(plan: &ReservePlan) -> SpendRates {
+    SpendRates::new(plan.price, plan.prompt_tokens)
 }
 
 /// Whether entry `i`'s lapsed leases count in the reclaimed figures: a
@@ -242,22 +225,16 @@ pub fn counts_reclaims(levels: &[LevelPlan], i: usize) -> bool {
 /// states. Returns the denied checks and each level's time to
 /// refill (µs).
 fn check(plan: &ReservePlan, read: &mut Read, grant: f64, now: f64) -> (DeniedChecks, Vec<f64>) {
-    let prompt = plan.prompt_tokens as f64;
     let h = plan.headroom;
-    let spend = spend_of(plan, grant);
+    let spend = spend_rates(plan).spend(grant);
+    let cost = Cost::reservation(plan.prompt_tokens as f64, grant, spend);
     let (mut denied, mut i) = (DeniedChecks::default(), 0);
     let mut ttls = Vec::with_capacity(plan.levels.len());
     let mut found = read.buckets.iter();
     for (lp, s) in plan.levels.iter().zip(&mut read.after) {
         let mut ttl = 0.0f64;
         for (b, &(k, l)) in lp.buckets.iter().zip(found.by_ref()) {
-            let c = match b.dimension {
-                Dimension::Tokens => prompt + grant,
-                Dimension::InputTokens => prompt,
-                Dimension::OutputTokens => grant,
-                Dimension::Spend => spend,
-                Dimension::Requests | Dimension::Concurrency => 1.0,
-            };
+            let c = cost.of(b.dimension);
             if b.denies(l, c, h) {
                 denied.insert(i);
             }
@@ -336,7 +313,7 @@ pub(super) fn drop_foreign(s: &mut LevelState, known: usize, now: f64) {
 mod tests {
     use super::*;
     use crate::domain::budget::layout::RECLAIM_CAP;
-    use crate::domain::{BucketSpec, Level, ReservationId, TenantId};
+    use crate::domain::{BucketSpec, Dimension, Level, ReservationId, TenantId};
 
     const NOW: i64 = 1_800_000_000_000_000;
 

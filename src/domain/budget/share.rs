@@ -42,7 +42,8 @@
 use super::settle::Deltas;
 use super::state::{LevelState, bucket_id};
 use crate::domain::bucket::{Cost, to_milli};
-use crate::domain::{BucketSpec, Dimension, LevelPlan, Reading};
+use crate::domain::price::SpendRates;
+use crate::domain::{BucketSpec, LevelPlan, Reading};
 use std::collections::HashMap;
 
 /// The most of a limit one replica holds unspent.
@@ -83,10 +84,15 @@ pub struct Need {
 impl Need {
     /// The cost with `output` output tokens granted.
     pub fn cost(&self, output: f64) -> Cost {
-        Cost {
-            prompt: self.prompt as u64,
-            output: output as u64,
-            spend: ((self.sp + output * self.op) / 1e6).ceil().max(0.0) as u64,
+        let spend = self.rates().spend(output);
+        Cost::reservation(self.prompt as u64, output as u64, spend as u64)
+    }
+
+    /// The spend rates of the prompt and the output.
+    pub fn rates(&self) -> SpendRates {
+        SpendRates {
+            prompt: self.sp,
+            output: self.op,
         }
     }
 }
@@ -325,15 +331,9 @@ pub fn take(
         for (hint, b) in lp.buckets.iter().enumerate() {
             share.held_mut(b, now);
             let can = share.spendable(b, hint, need.headroom, now);
-            let r = match b.dimension {
-                Dimension::Tokens => can - need.prompt,
-                Dimension::OutputTokens => can,
-                Dimension::Spend if need.op > 0.0 => {
-                    ((can.floor() * 1e6 - need.sp) / need.op).floor()
-                }
-                _ => continue,
-            };
-            room = room.min(r);
+            if let Some(r) = b.output_room(can, need.prompt, need.rates()) {
+                room = room.min(r);
+            }
         }
     }
     let grant = room.floor().max(need.min_output).min(need.max_output);
@@ -729,7 +729,7 @@ impl Share {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::Level;
+    use crate::domain::{Dimension, Level};
 
     fn global(requests: u64, concurrency: Option<u64>) -> LevelPlan {
         LevelPlan {

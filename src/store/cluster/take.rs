@@ -8,6 +8,7 @@ use super::split::Split;
 use crate::domain::Clock;
 use crate::domain::budget::reserve::spend_rates;
 use crate::domain::budget::share::{self, Need};
+use crate::domain::price::SpendRates;
 use crate::domain::{Level, ReservePlan};
 use crate::store::keys::lease_field;
 use crate::store::{ChargePlan, ChargeReply, Reclaimed, ReserveReply, Store, StoreError};
@@ -24,7 +25,10 @@ impl<C: Clock> Inner<C> {
         }
         super::GLOBAL_DECISIONS.fetch_add(1, Ordering::Relaxed);
         let keys = self.keys_of(&split, &plan.id.tenant);
-        let (sp, op) = spend_rates(plan);
+        let SpendRates {
+            prompt: sp,
+            output: op,
+        } = spend_rates(plan);
         let need = Need {
             prompt: plan.prompt_tokens as f64,
             max_output: plan.max_output_tokens as f64,

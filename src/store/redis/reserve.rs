@@ -13,6 +13,7 @@ use crate::domain::budget::layout::{
 use crate::domain::budget::ledger::LedgerRetention;
 use crate::domain::budget::reserve::{counts_reclaims, spend_rates};
 use crate::domain::budget::state;
+use crate::domain::price::SpendRates;
 use crate::domain::{Level, ReservePlan};
 use crate::store::keys::{lease_field, ledger_fields};
 use crate::store::{Reclaimed, ReserveReply, StoreError};
@@ -78,7 +79,10 @@ fn reserve_spec(plan: &ReservePlan, ledger: Option<LedgerRetention>) -> Spec {
         .push(plan.lease_ttl_ms as f64 * 1000.0)
         .push(plan.estimated_prompt_tokens as f64)
         .push(plan.headroom);
-    let (sp, op) = spend_rates(plan);
+    let SpendRates {
+        prompt: sp,
+        output: op,
+    } = spend_rates(plan);
     spec.push(sp).push(op).ledger(ledger);
     for (i, lp) in plan.levels.iter().enumerate() {
         let weight = match counts_reclaims(&plan.levels, i) {
