@@ -8,6 +8,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each step's wall time, on stderr, so a slow CI run says where it went.
+step_started=$SECONDS
+step() {
+  echo "test.sh: $1 took $((SECONDS - step_started)) s" >&2
+  step_started=$SECONDS
+}
+
 # redis-cli (Debian's redis-tools, which redis-server pulls in) forms the
 # local Redis Cluster of the cluster tests.
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
@@ -25,14 +32,17 @@ fi
 echo "test.sh: $(redis-server --version)"
 
 cargo fmt --all -- --check
+step "setup and cargo fmt"
 
 if cargo nextest --version >/dev/null 2>&1; then
   # Doc tests first: the run then closes on nextest's summary of every test.
   cargo test --doc
+  step "doc tests (and the library's build)"
   cargo nextest run --all-targets --no-fail-fast
 else
   cargo test --all-targets --no-fail-fast
 fi
+step "Rust tests (build and run)"
 
 # The Python client (clients/python) and the example gateway, against the
 # binary the Rust tests built: ruff and mypy --strict over the package, then
@@ -44,6 +54,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 pip=("$venv/bin/pip" install --quiet --disable-pip-version-check)
 "${pip[@]}" -e "clients/python[test]"
+step "Python environment"
 # The client package linted and type-checked strictly (settings in
 # clients/python/pyproject.toml; the generated stubs are checked against, not
 # linted).
@@ -56,4 +67,6 @@ if ! "$venv/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(m.vers
   "${pip[@]}" "litellm[proxy]"
   "${pip[@]}" "litellm==1.110.2" semver
 fi
+step "ruff, mypy and LiteLLM's install"
 CTXBUDGET_BIN="$PWD/target/debug/ctxbudget" "$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests
+step "Python tests"
