@@ -7,7 +7,7 @@
 
 use super::convert;
 use crate::domain::plan::{self, LeasePolicy, Prepared, ReserveRequest};
-use crate::domain::{Limits, ReservationId, TenantId};
+use crate::domain::{Limits, ReservationId};
 use crate::engine::PromptInput;
 use crate::pb;
 use crate::store::keys::{DEFAULT_PREFIX, Keys, lease_field};
@@ -52,24 +52,23 @@ pub fn check_bytes(data: &[u8]) -> Result<Rpc, String> {
         }
         Rpc::Commit => {
             let r = pb::CommitRequest::decode(body).map_err(decode_error)?;
-            check_reservation_id(&r.reservation_id)?;
+            let r = convert::commit_request(r).map_err(|e| e.to_string())?;
+            check_reservation_id(&r.id);
         }
         Rpc::Refund => {
             let r = pb::RefundRequest::decode(body).map_err(decode_error)?;
-            check_reservation_id(&r.reservation_id)?;
+            check_reservation_id(&parse_id(&r.reservation_id)?);
         }
         Rpc::RenewLease => {
             let r = pb::RenewLeaseRequest::decode(body).map_err(decode_error)?;
-            check_reservation_id(&r.reservation_id)?;
+            check_reservation_id(&parse_id(&r.reservation_id)?);
         }
         Rpc::GetStatus => {
             let r = pb::GetStatusRequest::decode(body).map_err(decode_error)?;
-            let tenant = TenantId::parse(&r.tenant_id).map_err(|e| e.to_string())?;
-            let user = convert::optional_user(&r.user_id).map_err(|e| e.to_string())?;
-            convert::check_tier(&r.tier).map_err(|e| e.to_string())?;
+            let r = convert::status_request(r).map_err(|e| e.to_string())?;
             let keys = keys();
             for level in [crate::domain::Level::Tenant, crate::domain::Level::User] {
-                check_key(&keys.level(level, &tenant, user.as_ref()));
+                check_key(&keys.level(level, &r.tenant, r.user.as_ref()));
             }
         }
     }
@@ -123,16 +122,20 @@ fn check_reserve(request: pb::CheckAndReserveRequest) -> Result<(), String> {
     }
 }
 
-fn check_reservation_id(id: &str) -> Result<(), String> {
-    let id = ReservationId::parse(id).map_err(|e| e.to_string())?;
-    check_key(&keys().record(&id));
-    assert!(lease_field(&id).starts_with('#'));
+fn parse_id(id: &str) -> Result<ReservationId, String> {
+    ReservationId::parse(id).map_err(|e| e.to_string())
+}
+
+/// A parsed id's invariants: its record key, its lease field, and its
+/// printed form parsing back to it.
+fn check_reservation_id(id: &ReservationId) {
+    check_key(&keys().record(id));
+    assert!(lease_field(id).starts_with('#'));
     assert_eq!(
         ReservationId::parse(&id.to_string()).as_ref(),
-        Ok(&id),
+        Ok(id),
         "a parsed id prints back to an equal id"
     );
-    Ok(())
 }
 
 /// Key invariants: under the prefix, and (for a tenant's keys) exactly one

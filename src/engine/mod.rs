@@ -1,6 +1,7 @@
-//! The budget engine: takes validated requests, counts prompts, plans them
-//! against the current limits, asks the store, and turns the store's readings
-//! into decisions. Knows nothing of gRPC; `api/` translates around it.
+//! The budget engine: takes validated requests (parsed in `api/`: typed ids,
+//! counts and usage), counts prompts, plans them against the current limits,
+//! asks the store, and turns the store's readings into decisions. Knows
+//! nothing of gRPC; `api/` translates around it.
 //!
 //! - [`reserve`]: CheckAndReserve, from the prompt to the store's reply.
 //! - [`reply`]: the store's reply explained, and the decision recorded.
@@ -23,8 +24,8 @@ mod status;
 pub use breaker::{Breaker, BreakerSettings, BreakerState};
 pub use charge::{ChargeInput, ChargeOutcome};
 pub use reserve::{PromptInput, ReserveInput, ReserveOutcome};
-pub use settle::{CommitOutcome, Completion, Outcome};
-pub use status::{EstimatorView, LevelLeases, StatusOutcome};
+pub use settle::{CommitOutcome, CommitRequest, Completion, Outcome, RefundOutcome, RenewOutcome};
+pub use status::{EstimatorView, LevelLeases, StatusOutcome, StatusRequest};
 
 use crate::config::FailurePolicy;
 use crate::domain::plan::{LeasePolicy, LevelPlan, ReservePlan};
