@@ -3,16 +3,15 @@
 //! Field validation errors name the proto field.
 
 use crate::domain::decision::LimitState;
-use crate::domain::plan::check_tokens;
+use crate::domain::plan::{ReserveRequest, check_tokens};
 use crate::domain::{
-    Dimension, IdempotencyKey, InvalidInput, Level, Priority, Reason, ReservationId, TenantId,
-    UserId, is_tier_name,
+    ChatMessage, Dimension, IdempotencyKey, InvalidInput, Level, Priority, Prompt, PromptInput,
+    Reason, ReservationId, TenantId, UserId, is_tier_name,
 };
 use crate::engine::{
-    CommitOutcome, CommitRequest, Completion, EstimatorView, LevelLeases, Outcome, PromptInput,
-    RefundOutcome, RenewOutcome, ReserveInput, ReserveOutcome, StatusOutcome, StatusRequest,
+    CommitOutcome, CommitRequest, Completion, EstimatorView, LevelLeases, Outcome, RefundOutcome,
+    RenewOutcome, ReserveOutcome, StatusOutcome, StatusRequest,
 };
-use crate::estimator::{ChatMessage, Prompt};
 use crate::pb;
 
 /// Longest model name accepted, in bytes.
@@ -22,7 +21,7 @@ const MAX_MODEL_BYTES: usize = 256;
 pub const MAX_MESSAGES: usize = 100_000;
 
 /// A CheckAndReserve request, validated.
-pub fn reserve_request(r: pb::CheckAndReserveRequest) -> Result<ReserveInput, InvalidInput> {
+pub fn reserve_request(r: pb::CheckAndReserveRequest) -> Result<ReserveRequest, InvalidInput> {
     let tenant = TenantId::parse(&r.tenant_id)?;
     let user = optional_user(&r.user_id)?;
     check_tier(&r.tier)?;
@@ -61,7 +60,7 @@ pub fn reserve_request(r: pb::CheckAndReserveRequest) -> Result<ReserveInput, In
         true => Some(check_tokens("min_output_tokens", r.min_output_tokens)?),
         false => None,
     };
-    Ok(ReserveInput {
+    Ok(ReserveRequest {
         tenant,
         user,
         tier: r.tier,

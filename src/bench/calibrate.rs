@@ -7,8 +7,9 @@ use super::redis_info::commandstats;
 use super::report::Calibration;
 use super::{BenchError, engines, err};
 use crate::config::Settings;
-use crate::domain::{Priority, ReservationId, TenantId, UserId};
-use crate::engine::{CommitRequest, Completion, Engine, PromptInput, ReserveInput};
+use crate::domain::plan::ReserveRequest;
+use crate::domain::{Priority, PromptInput, ReservationId, TenantId, UserId};
+use crate::engine::{CommitRequest, Completion, Engine};
 use crate::store::redis::RedisStore;
 use std::sync::Arc;
 
@@ -95,8 +96,8 @@ struct Calls {
 
 impl Calls {
     /// Reservation `i`: one of 100 users of 10 tenants.
-    fn request(&self, i: u64) -> Result<ReserveInput, BenchError> {
-        Ok(ReserveInput {
+    fn request(&self, i: u64) -> Result<ReserveRequest, BenchError> {
+        Ok(ReserveRequest {
             tenant: TenantId::parse(&format!("c{}", i % 10)).map_err(err)?,
             user: Some(UserId::parse(&format!("u{}", i % 100)).map_err(err)?),
             tier: self.tier.clone(),

@@ -3,8 +3,9 @@
 //! ceiling, and the memory store's own speed).
 
 use super::workload::Item;
-use crate::domain::{Reason, ReservationId, TenantId, UserId};
-use crate::engine::{CommitRequest, Completion, Engine, EngineError, PromptInput, ReserveInput};
+use crate::domain::plan::ReserveRequest;
+use crate::domain::{PromptInput, Reason, ReservationId, TenantId, UserId};
+use crate::engine::{CommitRequest, Completion, Engine, EngineError};
 use crate::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use crate::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use crate::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -288,7 +289,7 @@ async fn engine_reserve<S: Store>(
     item: &Item,
     tier: &str,
 ) -> Result<Reply, String> {
-    let req = ReserveInput {
+    let req = ReserveRequest {
         tenant: TenantId::parse(&item.tenant_id()).map_err(|e| e.to_string())?,
         user: Some(UserId::parse(&item.user_id()).map_err(|e| e.to_string())?),
         tier: tier.to_string(),

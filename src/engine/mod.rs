@@ -23,7 +23,7 @@ mod status;
 
 pub use breaker::{Breaker, BreakerSettings, BreakerState};
 pub use charge::{ChargeInput, ChargeOutcome};
-pub use reserve::{PromptInput, ReserveInput, ReserveOutcome};
+pub use reserve::ReserveOutcome;
 pub use settle::{CommitOutcome, CommitRequest, Completion, Outcome, RefundOutcome, RenewOutcome};
 pub use status::{EstimatorView, LevelLeases, StatusOutcome, StatusRequest};
 

@@ -4,11 +4,10 @@
 
 use super::shadow::ShadowSettle;
 use super::{Engine, EngineError};
-use crate::domain::ReservationId;
 use crate::domain::budget::Usage;
 use crate::domain::plan::{self, LevelPlan};
 use crate::domain::tier::MAX_COUNT;
-use crate::estimator::Prompt;
+use crate::domain::{Prompt, ReservationId};
 use crate::store::{RenewReply, SettleReply, Settled, Settlement, Store};
 use crate::telemetry;
 
