@@ -3,8 +3,9 @@
 //! asks the store, and turns the store's readings into decisions. Knows
 //! nothing of gRPC; `api/` translates around it.
 //!
-//! - [`reserve`]: CheckAndReserve, from the prompt to the store's reply.
-//! - [`reply`]: the store's reply explained, and the decision recorded.
+//! - [`reserve`]: CheckAndReserve, from the request to the store's reply.
+//! - [`reply`]: its answer, built from the plan, the reply and the prompt's
+//!   count; the decision recorded.
 //! - [`settle`]: Commit, Refund, RenewLease.
 //! - [`charge`]: charges with no reservation (Envoy's rate limit protocol).
 //! - [`shadow`]: quotas in shadow, evaluated and reported but never enforced.
@@ -23,7 +24,7 @@ mod status;
 
 pub use breaker::{Breaker, BreakerSettings, BreakerState};
 pub use charge::{ChargeInput, ChargeOutcome};
-pub use reserve::ReserveOutcome;
+pub use reply::ReserveOutcome;
 pub use settle::{CommitOutcome, CommitRequest, Completion, Outcome, RefundOutcome, RenewOutcome};
 pub use status::{EstimatorView, LevelLeases, StatusOutcome, StatusRequest};
 

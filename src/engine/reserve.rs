@@ -3,77 +3,19 @@
 
 use super::BreakerState;
 use super::cancel::CancelGuard;
-use super::reply::{record_decision, warn_degraded};
+use super::reply::{self, Answered, ReserveOutcome, record_decision, warn_degraded};
 use super::shadow::{ShadowCheck, ShadowSettle};
 use super::{Engine, EngineError};
 use crate::config::FailurePolicy;
 use crate::domain::decision::{self, LimitState};
 use crate::domain::plan::{self, Prepared, ReservePlan, ReserveRequest, Terms};
-use crate::domain::{Denial, Level, Limits, Prompt, PromptCount, PromptInput, Tier, UserId};
+use crate::domain::{Level, Limits, Prompt, PromptCount, PromptInput, Tier, UserId};
 use crate::store::{ReserveReply, Scope, Store, StoreError};
 use crate::telemetry;
 use std::sync::Arc;
 
-/// The answer to CheckAndReserve.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ReserveOutcome {
-    /// `None` when allowed; the refusal otherwise.
-    pub denial: Option<Denial>,
-    /// The reservation id when allowed.
-    pub reservation_id: Option<String>,
-    /// Prompt + output tokens reserved (or that would have been).
-    pub reserved_tokens: u64,
-    /// Output tokens asked for (the request's, or the tier's default).
-    pub max_output_tokens: u64,
-    /// Output tokens granted: `max_output_tokens`, or less with reduced output.
-    pub granted_max_output_tokens: u64,
-    /// The service's raw prompt count (0 when the caller counted).
-    pub estimated_prompt_tokens: u64,
-    /// The correction applied to the count (1 for caller counts).
-    pub estimator_multiplier: f64,
-    /// Every limit that applied.
-    pub limits: Vec<LimitState>,
-    /// When allowed: milliseconds until the lease lapses.
-    pub lease_expires_in_ms: u64,
-    /// An idempotency key returned an earlier reservation.
-    pub replayed: bool,
-    /// What the quota in shadow would have denied, if anything.
-    pub shadow_denial: Option<Denial>,
-    /// Decided without the store (its failure policy applied).
-    pub degraded: bool,
-}
-
-impl ReserveOutcome {
-    /// Refused before anything is counted or reserved: the scope is blocked.
-    fn blocked(denial: Denial) -> Self {
-        ReserveOutcome {
-            denial: Some(denial),
-            ..ReserveOutcome::counted(&PromptCount::given(0))
-        }
-    }
-
-    /// Nothing decided yet, the prompt counted.
-    fn counted(counted: &PromptCount) -> Self {
-        ReserveOutcome {
-            denial: None,
-            reservation_id: None,
-            reserved_tokens: 0,
-            max_output_tokens: 0,
-            granted_max_output_tokens: 0,
-            estimated_prompt_tokens: counted.estimated,
-            estimator_multiplier: counted.multiplier,
-            limits: Vec::new(),
-            lease_expires_in_ms: 0,
-            replayed: false,
-            shadow_denial: None,
-            degraded: false,
-        }
-    }
-}
-
 impl<S: Store> Engine<S> {
-    /// CheckAndReserve: count, plan, check the quota in shadow, reserve (or,
-    /// degraded, reserve locally), and explain the store's reply.
+    /// CheckAndReserve: resolve the tier, count, plan, and reserve.
     pub async fn reserve(&self, mut req: ReserveRequest) -> Result<ReserveOutcome, EngineError> {
         let limits = self.limits();
         let tier = self.resolve_tier(&limits, &req.tier, req.tenant.as_str())?;
@@ -83,7 +25,6 @@ impl<S: Store> Engine<S> {
             return Ok(ReserveOutcome::blocked(denial));
         }
         let count = self.count(&mut req, &tier).await;
-        let mut out = ReserveOutcome::counted(&count);
         let terms = Terms {
             limits: &limits,
             tier: &tier,
@@ -92,27 +33,33 @@ impl<S: Store> Engine<S> {
             now_us: self.store.now_us(),
         };
         let plan = match plan::prepare(&req, &count, &terms)? {
-            Prepared::Plan(plan) => {
-                // Every later line of this call names the reservation.
-                tracing::Span::current().record("reservation", tracing::field::display(&plan.id));
-                self.check_price(&plan, &req.model, &limits)?;
-                plan
-            }
+            Prepared::Plan(plan) => plan,
             Prepared::Refused {
                 denial,
                 tokens,
                 max_output_tokens,
             } => {
-                out.denial = Some(denial);
-                out.reserved_tokens = tokens;
-                out.max_output_tokens = max_output_tokens;
-                return Ok(self.refused(out, &req, &limits, &tier).await);
+                telemetry::decision(&tier.name, Some(&denial), 0);
+                let now = self.limits_now(&req, &limits, &tier).await;
+                let out = ReserveOutcome::refused(denial, tokens, max_output_tokens, &count, now);
+                return Ok(out);
             }
         };
-        out.max_output_tokens = plan.max_output_tokens;
-        out.reserved_tokens = plan.tokens();
-        out.granted_max_output_tokens = plan.max_output_tokens;
-        let shadow = self.shadow_if_healthy(&plan, &tier).await;
+        // Every later line of this call names the reservation.
+        tracing::Span::current().record("reservation", tracing::field::display(&plan.id));
+        self.check_price(&plan, &req.model, &limits)?;
+        self.reserve_plan(plan, &tier, &count).await
+    }
+
+    /// The store's part of CheckAndReserve: check the quota in shadow,
+    /// reserve (or, degraded, reserve locally), and explain the reply.
+    async fn reserve_plan(
+        &self,
+        plan: ReservePlan,
+        tier: &Tier,
+        count: &PromptCount,
+    ) -> Result<ReserveOutcome, EngineError> {
+        let shadow = self.shadow_if_healthy(&plan, tier).await;
         let life =
             std::time::Duration::from_millis(plan.lease_ttl_ms + self.settings.retention.record_ms);
         // Until the caller has its answer, a reservation the store may have
@@ -123,22 +70,38 @@ impl<S: Store> Engine<S> {
             .guard(&plan.id, life, plan.idempotency_key.is_none());
         let reply = self.guarded("reserve", self.store.reserve(&plan)).await;
         self.cancel_if_unanswered(&reply, &plan, life, &mut guard);
-        let (plan, reply) = self.or_degraded(plan, reply, &mut out).await;
+        let (plan, reply, degraded) = self.or_degraded(plan, reply).await;
+        let mut shadow_denial = None;
         if let Some(shadow) = shadow {
             let served = matches!(reply, Ok(ReserveReply::Allowed { .. }));
             if shadow.taken && !served {
                 self.shadow_settle(&plan.id, ShadowSettle::Refund).await;
             }
-            out.shadow_denial = shadow.denial;
+            shadow_denial = shadow.denial;
         }
         let reply = reply?;
-        if !out.degraded {
+        if !degraded {
             let reclaimed = reply.reclaimed();
             for level in [Level::Global, Level::Tenant, Level::User] {
                 telemetry::leases_expired(level.as_str(), reclaimed.at(level));
             }
         }
-        self.explain(&mut out, &plan, reply)?;
+        let denied = matches!(reply, ReserveReply::Denied { .. });
+        let how = Answered {
+            degraded,
+            shadow_denial,
+            concurrency_retry_ms: self.settings.concurrency_retry_ms,
+            jitter_ms: if denied {
+                reply::jitter(self.settings.retry_jitter_ms)
+            } else {
+                0
+            },
+        };
+        let out = reply::outcome(&plan, reply, count, how)?;
+        if let (true, Some(id)) = (out.replayed, &out.reservation_id) {
+            // The earlier reservation, not the plan's id, is the one answered.
+            tracing::Span::current().record("reservation", id.as_str());
+        }
         record_decision(&tier.name, &plan, &out);
         guard.disarm();
         Ok(out)
@@ -222,17 +185,15 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    /// A request refused before the store (`out` carries the denial):
-    /// retrying cannot help, but the caller still gets the limits to build its
-    /// headers from; without the store, it gets none.
-    async fn refused(
+    /// The limits of `req`'s scope as they stand, for a request refused
+    /// before the store: retrying cannot help, but the caller still gets the
+    /// limits to build its headers from; without the store, it gets none.
+    async fn limits_now(
         &self,
-        mut out: ReserveOutcome,
         req: &ReserveRequest,
         limits: &Limits,
         tier: &Tier,
-    ) -> ReserveOutcome {
-        telemetry::decision(&tier.name, out.denial.as_ref(), 0);
+    ) -> Vec<LimitState> {
         let planned = plan::Scope {
             tier: Some(tier),
             group: limits.group_of(&req.model),
@@ -244,14 +205,13 @@ impl<S: Store> Engine<S> {
             tenant: &req.tenant,
             user: req.user.as_ref(),
         };
-        out.limits = match self
+        match self
             .guarded("status", self.store.status(status, &levels, false))
             .await
         {
             Ok(readings) => decision::limit_states(&levels, &readings),
             Err(_) => Vec::new(),
-        };
-        out
+        }
     }
 
     /// After the store call: a reservation the caller will not get is queued
@@ -283,25 +243,23 @@ impl<S: Store> Engine<S> {
     }
 
     /// The store's reply, or — when it failed and the policy allows — the
-    /// local store's, for the plan the local store enforces (`out` is marked
-    /// degraded).
+    /// local store's, for the plan the local store enforces; true when
+    /// degraded so.
     async fn or_degraded(
         &self,
         plan: ReservePlan,
         reply: Result<ReserveReply, StoreError>,
-        out: &mut ReserveOutcome,
-    ) -> (ReservePlan, Result<ReserveReply, StoreError>) {
+    ) -> (ReservePlan, Result<ReserveReply, StoreError>, bool) {
         match reply {
             Err(e) if e.is_transient() && self.policy() != FailurePolicy::FailClosed => {
                 // Degraded: decide from this replica's memory and say so.
                 warn_degraded(self.policy().as_str(), &e.to_string());
                 telemetry::degraded(self.policy().as_str());
                 let plan = self.local_plan(&plan);
-                out.degraded = true;
                 let reply = self.local.reserve(&plan).await;
-                (plan, reply)
+                (plan, reply, true)
             }
-            other => (plan, other),
+            other => (plan, other, false),
         }
     }
 
