@@ -1,4 +1,5 @@
-//! Turning a validated request and the configured limits into a reservation plan:
+//! Turning a validated request, its prompt's count and the configured limits
+//! (the request's tier already resolved, [`Terms`]) into a reservation plan:
 //! which buckets and concurrency limits apply at which level, and what it costs.
 //! Requests that can never fit (context too large, more tokens than a bucket can
 //! hold) are refused here, before any store is asked.
@@ -6,8 +7,9 @@
 //! Which levels a request passes through is [`super::level_plan`]'s, re-exported
 //! here.
 //!
-//! Size: planning is one flow (tier, model group, context, output bounds,
-//! levels, refusals, fingerprint); over half the file is its tests.
+//! Size: planning is one flow (model group, context, output bounds, headroom,
+//! levels, refusals, fingerprint) with its request type; over half the file is
+//! its tests.
 
 use super::bucket::Cost;
 use super::decision::Denial;
