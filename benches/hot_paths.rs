@@ -6,8 +6,10 @@ use ctxbudget::config::FileConfig;
 use ctxbudget::domain::bucket::Cost;
 use ctxbudget::domain::budget::ledger::LedgerRetention;
 use ctxbudget::domain::budget::state::LevelState;
-use ctxbudget::domain::plan::{self, LeasePolicy, Prepared, ReserveRequest};
-use ctxbudget::domain::{Level, Reading, TenantId, UserId, decision};
+use ctxbudget::domain::plan::{self, LeasePolicy, Prepared, ReserveRequest, Terms};
+use ctxbudget::domain::{
+    Level, Priorities, Priority, PromptCount, PromptInput, Reading, TenantId, UserId, decision,
+};
 use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::MemoryStore;
 use ctxbudget::store::{Retention, Settlement, Store, Usage};
@@ -19,28 +21,32 @@ fn request(i: u64) -> ReserveRequest {
         user: Some(UserId::parse(&format!("user-{}", i % 10_000)).unwrap()),
         tier: "enterprise".into(),
         model: "gpt-4o".into(),
-        headroom: 0.0,
-        prompt_tokens: 1000,
-        prompt_more_than: None,
-        prompt_reserve: 1000,
-        estimated_prompt_tokens: 0,
-        estimator: String::new(),
+        prompt: PromptInput::Tokens(1000),
         max_output_tokens: 500,
         min_output_tokens: None,
         idempotency_key: None,
         lease_ttl_ms: None,
-        now_us: 0,
+        priority: Priority::Normal,
     }
 }
 
 fn benches(c: &mut Criterion) {
     let settings = FileConfig::built_in().settings(Default::default()).unwrap();
     let limits = settings.limits.clone();
-    let leases = LeasePolicy {
-        default_ttl_ms: 120_000,
-        max_ttl_ms: 900_000,
+    let tier = limits.tier("enterprise").unwrap().clone();
+    let terms = Terms {
+        limits: &limits,
+        tier: &tier,
+        leases: LeasePolicy {
+            default_ttl_ms: 120_000,
+            max_ttl_ms: 900_000,
+        },
+        priorities: Priorities::default(),
+        now_us: 0,
     };
-    let Prepared::Plan(sample) = plan::prepare(request(1), &limits, &leases).unwrap() else {
+    let count = PromptCount::given(1000);
+    let prepare = |i| plan::prepare(&request(i), &count, &terms).unwrap();
+    let Prepared::Plan(sample) = prepare(1) else {
         panic!("the sample request plans");
     };
     let readings: Vec<Reading> = sample
@@ -63,7 +69,7 @@ fn benches(c: &mut Criterion) {
         let mut i = 0;
         b.iter(|| {
             i += 1;
-            black_box(plan::prepare(request(i), &limits, &leases).unwrap())
+            black_box(prepare(i))
         })
     });
     c.bench_function("decision/limit_states", |b| {
@@ -123,7 +129,7 @@ fn benches(c: &mut Criterion) {
         let mut i = 0;
         b.iter(|| {
             i += 1;
-            let Prepared::Plan(p) = plan::prepare(request(i), &limits, &leases).unwrap() else {
+            let Prepared::Plan(p) = prepare(i) else {
                 unreachable!()
             };
             rt.block_on(async {

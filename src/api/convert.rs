@@ -1,16 +1,17 @@
-//! Protobuf ↔ domain conversions. Field validation errors name the proto field.
+//! Protobuf ↔ domain conversions: every request's fields parsed and
+//! validated here, once, into the engine's typed requests; every answer back.
+//! Field validation errors name the proto field.
 
 use crate::domain::decision::LimitState;
-use crate::domain::plan::check_tokens;
+use crate::domain::plan::{ReserveRequest, check_tokens};
 use crate::domain::{
-    Dimension, IdempotencyKey, InvalidInput, Level, Priority, Reason, TenantId, UserId,
-    is_tier_name,
+    ChatMessage, Dimension, IdempotencyKey, InvalidInput, Level, Priority, Prompt, PromptInput,
+    Reason, ReservationId, TenantId, UserId, is_tier_name,
 };
 use crate::engine::{
-    Completion, EstimatorView, LevelLeases, Outcome, PromptInput, ReserveInput, ReserveOutcome,
-    StatusOutcome,
+    CommitOutcome, CommitRequest, Completion, EstimatorView, LevelLeases, Outcome, RefundOutcome,
+    RenewOutcome, ReserveOutcome, StatusOutcome, StatusRequest,
 };
-use crate::estimator::{ChatMessage, Prompt};
 use crate::pb;
 
 /// Longest model name accepted, in bytes.
@@ -20,7 +21,7 @@ const MAX_MODEL_BYTES: usize = 256;
 pub const MAX_MESSAGES: usize = 100_000;
 
 /// A CheckAndReserve request, validated.
-pub fn reserve_request(r: pb::CheckAndReserveRequest) -> Result<ReserveInput, InvalidInput> {
+pub fn reserve_request(r: pb::CheckAndReserveRequest) -> Result<ReserveRequest, InvalidInput> {
     let tenant = TenantId::parse(&r.tenant_id)?;
     let user = optional_user(&r.user_id)?;
     check_tier(&r.tier)?;
@@ -59,7 +60,7 @@ pub fn reserve_request(r: pb::CheckAndReserveRequest) -> Result<ReserveInput, In
         true => Some(check_tokens("min_output_tokens", r.min_output_tokens)?),
         false => None,
     };
-    Ok(ReserveInput {
+    Ok(ReserveRequest {
         tenant,
         user,
         tier: r.tier,
@@ -113,9 +114,47 @@ fn messages(list: Vec<pb::Message>) -> Result<Vec<ChatMessage>, InvalidInput> {
         .collect()
 }
 
-/// A model name as a request gives it: at most 256 bytes, no control characters.
-pub fn check_model(model: &str) -> Result<(), InvalidInput> {
-    check_label("model", model)
+/// A Commit request, validated: the reservation id, the counts, and the
+/// cached part of the prompt no larger than the prompt.
+pub fn commit_request(r: pb::CommitRequest) -> Result<CommitRequest, InvalidInput> {
+    let completion = completion(r.completion_tokens, r.completion_text)?;
+    let id = ReservationId::parse(&r.reservation_id)?;
+    let prompt = check_tokens("prompt_tokens", r.prompt_tokens)?;
+    let cached = r.cached_prompt_tokens;
+    if cached > prompt {
+        return Err(InvalidInput::new(
+            "cached_prompt_tokens",
+            format!(
+                "{cached} is above prompt_tokens {prompt}: cached tokens are part of the prompt \
+                 (OpenAI's prompt_tokens_details.cached_tokens); send at most prompt_tokens"
+            ),
+        ));
+    }
+    Ok(CommitRequest {
+        id,
+        prompt_tokens: prompt,
+        completion,
+        cached_prompt_tokens: cached,
+    })
+}
+
+/// A GetStatus request, validated.
+pub fn status_request(r: pb::GetStatusRequest) -> Result<StatusRequest, InvalidInput> {
+    let tenant = TenantId::parse(&r.tenant_id)?;
+    let user = optional_user(&r.user_id)?;
+    check_tier(&r.tier)?;
+    Ok(StatusRequest {
+        tenant,
+        user,
+        tier: r.tier,
+        model: optional_model(r.model)?,
+    })
+}
+
+/// An optional model name (GetStatus, GetEstimator): empty means none.
+pub fn optional_model(model: String) -> Result<Option<String>, InvalidInput> {
+    check_label("model", &model)?;
+    Ok((!model.is_empty()).then_some(model))
 }
 
 /// A short label (model, role, name): at most 256 bytes, no control characters.
@@ -130,7 +169,7 @@ fn check_label(field: &'static str, value: &str) -> Result<(), InvalidInput> {
 }
 
 /// A tier name as a request names it: 1-64 characters of a-z, A-Z, 0-9, `-_.`.
-pub fn check_tier(tier: &str) -> Result<(), InvalidInput> {
+fn check_tier(tier: &str) -> Result<(), InvalidInput> {
     if tier.is_empty() {
         return Err(InvalidInput::new(
             "tier",
@@ -150,7 +189,7 @@ pub fn check_tier(tier: &str) -> Result<(), InvalidInput> {
 }
 
 /// An optional user id: empty means none.
-pub fn optional_user(user_id: &str) -> Result<Option<UserId>, InvalidInput> {
+fn optional_user(user_id: &str) -> Result<Option<UserId>, InvalidInput> {
     match user_id {
         "" => Ok(None),
         u => UserId::parse(u).map(Some),
@@ -244,7 +283,7 @@ fn limit_status(s: &LimitState) -> pb::LimitStatus {
 
 /// A Commit's completion: the upstream's count, or the text to count when the
 /// upstream reported none. Both at once is ambiguous, so it is refused.
-pub fn completion(tokens: u64, text: String) -> Result<Completion, InvalidInput> {
+fn completion(tokens: u64, text: String) -> Result<Completion, InvalidInput> {
     match (tokens, text.is_empty()) {
         (n, true) => Ok(Completion::Tokens(check_tokens("completion_tokens", n)?)),
         (0, false) => Ok(Completion::Text(text)),
@@ -259,8 +298,36 @@ pub fn completion(tokens: u64, text: String) -> Result<Completion, InvalidInput>
     }
 }
 
-/// The proto outcome.
-pub fn outcome(o: Outcome) -> pb::Outcome {
+/// The response to Commit.
+pub fn commit_response(c: CommitOutcome) -> pb::CommitResponse {
+    pb::CommitResponse {
+        outcome: outcome(c.outcome) as i32,
+        token_delta: c.token_delta,
+        estimation_ratio: c.estimation_ratio,
+        estimation_error_tokens: c.estimation_error_tokens,
+        cost_micros: c.cost_micros,
+        completion_tokens: c.completion_tokens,
+    }
+}
+
+/// The response to Refund.
+pub fn refund_response(r: RefundOutcome) -> pb::RefundResponse {
+    pb::RefundResponse {
+        outcome: outcome(r.outcome) as i32,
+        refunded_tokens: r.refunded_tokens,
+        cost_micros: r.cost_micros,
+    }
+}
+
+/// The response to RenewLease.
+pub fn renew_response(r: RenewOutcome) -> pb::RenewLeaseResponse {
+    pb::RenewLeaseResponse {
+        outcome: outcome(r.outcome) as i32,
+        expires_in_ms: r.expires_in_ms,
+    }
+}
+
+fn outcome(o: Outcome) -> pb::Outcome {
     match o {
         Outcome::Applied => pb::Outcome::Applied,
         Outcome::AlreadySettled => pb::Outcome::AlreadySettled,

@@ -1,12 +1,12 @@
-//! The `ctxbudget.v1.BudgetService` implementation: validate, call the engine,
-//! convert back, time the call.
+//! The `ctxbudget.v1.BudgetService` implementation: validate (every field
+//! parsed by `convert`, once), call the engine, convert back, time the call.
 //!
 //! Engine calls are awaited boxed: an engine future is a few KB, and each layer
 //! above it (the handler's block, `timed`, tonic's boxed future) would hold and
 //! copy it again; boxed, it is copied once.
 
 use super::{auth, convert};
-use crate::domain::{ReservationId, TenantId};
+use crate::domain::ReservationId;
 use crate::engine::{Engine, EngineError};
 use crate::pb;
 use crate::pb::budget_service_server::BudgetService;
@@ -117,23 +117,10 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         admit(&request, tenant.as_deref())?;
         let span = span("Commit", Some(&request.get_ref().reservation_id));
         timed("Commit", span, async {
-            let r = request.into_inner();
-            let c = Box::pin(self.engine.commit(
-                &r.reservation_id,
-                r.prompt_tokens,
-                convert::completion(r.completion_tokens, r.completion_text)?,
-                r.cached_prompt_tokens,
-            ))
-            .await?;
+            let req = convert::commit_request(request.into_inner())?;
+            let c = Box::pin(self.engine.commit(req)).await?;
             tracing::debug!(outcome = ?c.outcome, token_delta = c.token_delta, "commit");
-            Ok(pb::CommitResponse {
-                outcome: convert::outcome(c.outcome) as i32,
-                token_delta: c.token_delta,
-                estimation_ratio: c.estimation_ratio,
-                estimation_error_tokens: c.estimation_error_tokens,
-                cost_micros: c.cost_micros,
-                completion_tokens: c.completion_tokens,
-            })
+            Ok(convert::commit_response(c))
         })
         .await
     }
@@ -146,15 +133,15 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         admit(&request, tenant.as_deref())?;
         let span = span("Refund", Some(&request.get_ref().reservation_id));
         timed("Refund", span, async {
-            let r = request.into_inner();
-            let (outcome, refunded_tokens, cost_micros) =
-                Box::pin(self.engine.refund(&r.reservation_id)).await?;
-            tracing::debug!(?outcome, refunded_tokens, cost_micros, "refund");
-            Ok(pb::RefundResponse {
-                outcome: convert::outcome(outcome) as i32,
-                refunded_tokens,
-                cost_micros,
-            })
+            let id = ReservationId::parse(&request.get_ref().reservation_id)?;
+            let r = Box::pin(self.engine.refund(&id)).await?;
+            tracing::debug!(
+                outcome = ?r.outcome,
+                refunded_tokens = r.refunded_tokens,
+                cost_micros = r.cost_micros,
+                "refund"
+            );
+            Ok(convert::refund_response(r))
         })
         .await
     }
@@ -167,14 +154,11 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         admit(&request, tenant.as_deref())?;
         let span = span("RenewLease", Some(&request.get_ref().reservation_id));
         timed("RenewLease", span, async {
-            let r = request.into_inner();
-            let (outcome, expires_in_ms) =
-                Box::pin(self.engine.renew(&r.reservation_id, r.lease_ttl_ms)).await?;
-            tracing::debug!(?outcome, expires_in_ms, "renew");
-            Ok(pb::RenewLeaseResponse {
-                outcome: convert::outcome(outcome) as i32,
-                expires_in_ms,
-            })
+            let r = request.get_ref();
+            let id = ReservationId::parse(&r.reservation_id)?;
+            let r = Box::pin(self.engine.renew(&id, r.lease_ttl_ms)).await?;
+            tracing::debug!(outcome = ?r.outcome, expires_in_ms = r.expires_in_ms, "renew");
+            Ok(convert::renew_response(r))
         })
         .await
     }
@@ -185,10 +169,8 @@ impl<S: Store> BudgetService for BudgetApi<S> {
     ) -> Result<Response<pb::GetEstimatorResponse>, Status> {
         admit(&request, None)?;
         timed("GetEstimator", span("GetEstimator", None), async {
-            let r = request.into_inner();
-            convert::check_model(&r.model)?;
-            let model = (!r.model.is_empty()).then_some(r.model.as_str());
-            let views = Box::pin(self.engine.estimators(model)).await?;
+            let model = convert::optional_model(request.into_inner().model)?;
+            let views = Box::pin(self.engine.estimators(model.as_deref())).await?;
             Ok(convert::estimator_response(views))
         })
         .await
@@ -200,13 +182,8 @@ impl<S: Store> BudgetService for BudgetApi<S> {
     ) -> Result<Response<pb::GetStatusResponse>, Status> {
         admit(&request, Some(&request.get_ref().tenant_id))?;
         timed("GetStatus", span("GetStatus", None), async {
-            let r = request.into_inner();
-            let tenant = TenantId::parse(&r.tenant_id)?;
-            let user = convert::optional_user(&r.user_id)?;
-            convert::check_tier(&r.tier)?;
-            convert::check_model(&r.model)?;
-            let model = (!r.model.is_empty()).then_some(r.model.as_str());
-            let out = Box::pin(self.engine.status(&tenant, user.as_ref(), &r.tier, model)).await?;
+            let req = convert::status_request(request.into_inner())?;
+            let out = Box::pin(self.engine.status(&req)).await?;
             Ok(convert::status_response(out))
         })
         .await

@@ -6,9 +6,8 @@
 //! input's size calls for.
 
 use super::convert;
-use crate::domain::plan::{self, LeasePolicy, Prepared, ReserveRequest};
-use crate::domain::{Limits, ReservationId, TenantId};
-use crate::engine::PromptInput;
+use crate::domain::plan::{self, LeasePolicy, Prepared, Terms};
+use crate::domain::{Limits, Priorities, PromptCount, PromptInput, ReservationId};
 use crate::pb;
 use crate::store::keys::{DEFAULT_PREFIX, Keys, lease_field};
 use prost::Message;
@@ -52,24 +51,23 @@ pub fn check_bytes(data: &[u8]) -> Result<Rpc, String> {
         }
         Rpc::Commit => {
             let r = pb::CommitRequest::decode(body).map_err(decode_error)?;
-            check_reservation_id(&r.reservation_id)?;
+            let r = convert::commit_request(r).map_err(|e| e.to_string())?;
+            check_reservation_id(&r.id);
         }
         Rpc::Refund => {
             let r = pb::RefundRequest::decode(body).map_err(decode_error)?;
-            check_reservation_id(&r.reservation_id)?;
+            check_reservation_id(&parse_id(&r.reservation_id)?);
         }
         Rpc::RenewLease => {
             let r = pb::RenewLeaseRequest::decode(body).map_err(decode_error)?;
-            check_reservation_id(&r.reservation_id)?;
+            check_reservation_id(&parse_id(&r.reservation_id)?);
         }
         Rpc::GetStatus => {
             let r = pb::GetStatusRequest::decode(body).map_err(decode_error)?;
-            let tenant = TenantId::parse(&r.tenant_id).map_err(|e| e.to_string())?;
-            let user = convert::optional_user(&r.user_id).map_err(|e| e.to_string())?;
-            convert::check_tier(&r.tier).map_err(|e| e.to_string())?;
+            let r = convert::status_request(r).map_err(|e| e.to_string())?;
             let keys = keys();
             for level in [crate::domain::Level::Tenant, crate::domain::Level::User] {
-                check_key(&keys.level(level, &tenant, user.as_ref()));
+                check_key(&keys.level(level, &r.tenant, r.user.as_ref()));
             }
         }
     }
@@ -77,38 +75,32 @@ pub fn check_bytes(data: &[u8]) -> Result<Rpc, String> {
 }
 
 fn check_reserve(request: pb::CheckAndReserveRequest) -> Result<(), String> {
-    let input = convert::reserve_request(request).map_err(|e| e.to_string())?;
+    let request = convert::reserve_request(request).map_err(|e| e.to_string())?;
     let keys = keys();
-    if let Some(key) = &input.idempotency_key {
-        check_key(&keys.idempotency(&input.tenant, key));
+    if let Some(key) = &request.idempotency_key {
+        check_key(&keys.idempotency(&request.tenant, key));
     }
     // Counting text is the estimator's (bounded by the message size); a
     // caller's count goes straight to the plan.
-    let PromptInput::Tokens(prompt) = input.prompt else {
+    let PromptInput::Tokens(prompt) = request.prompt else {
         return Ok(());
     };
-    let request = ReserveRequest {
-        tenant: input.tenant,
-        user: input.user,
-        tier: input.tier,
-        model: input.model,
-        headroom: 0.0,
-        prompt_tokens: prompt,
-        prompt_more_than: None,
-        prompt_reserve: prompt,
-        estimated_prompt_tokens: 0,
-        estimator: String::new(),
-        max_output_tokens: input.max_output_tokens,
-        min_output_tokens: input.min_output_tokens,
-        idempotency_key: input.idempotency_key,
-        lease_ttl_ms: input.lease_ttl_ms,
+    let limits = limits();
+    let tier = limits
+        .resolve_known(&request.tier, request.tenant.as_str())
+        .map_err(|e| e.to_string())?;
+    let terms = Terms {
+        limits,
+        tier: &tier,
+        leases: LeasePolicy {
+            default_ttl_ms: 120_000,
+            max_ttl_ms: 600_000,
+        },
+        priorities: Priorities::default(),
         now_us: 0,
     };
-    let leases = LeasePolicy {
-        default_ttl_ms: 120_000,
-        max_ttl_ms: 600_000,
-    };
-    match plan::prepare(request, limits(), &leases).map_err(|e| e.to_string())? {
+    let count = PromptCount::given(prompt);
+    match plan::prepare(&request, &count, &terms).map_err(|e| e.to_string())? {
         Prepared::Plan(plan) => {
             for level in &plan.levels {
                 check_key(&keys.plan_level(level, &plan.id.tenant, plan.id.user.as_ref()));
@@ -123,16 +115,20 @@ fn check_reserve(request: pb::CheckAndReserveRequest) -> Result<(), String> {
     }
 }
 
-fn check_reservation_id(id: &str) -> Result<(), String> {
-    let id = ReservationId::parse(id).map_err(|e| e.to_string())?;
-    check_key(&keys().record(&id));
-    assert!(lease_field(&id).starts_with('#'));
+fn parse_id(id: &str) -> Result<ReservationId, String> {
+    ReservationId::parse(id).map_err(|e| e.to_string())
+}
+
+/// A parsed id's invariants: its record key, its lease field, and its
+/// printed form parsing back to it.
+fn check_reservation_id(id: &ReservationId) {
+    check_key(&keys().record(id));
+    assert!(lease_field(id).starts_with('#'));
     assert_eq!(
         ReservationId::parse(&id.to_string()).as_ref(),
-        Ok(&id),
+        Ok(id),
         "a parsed id prints back to an equal id"
     );
-    Ok(())
 }
 
 /// Key invariants: under the prefix, and (for a tenant's keys) exactly one

@@ -7,10 +7,9 @@ use super::redis_info::commandstats;
 use super::report::Calibration;
 use super::{BenchError, engines, err};
 use crate::config::Settings;
-use crate::domain::Priority;
-use crate::domain::{TenantId, UserId};
-use crate::engine::Completion;
-use crate::engine::{Engine, PromptInput, ReserveInput};
+use crate::domain::plan::ReserveRequest;
+use crate::domain::{Priority, PromptInput, ReservationId, TenantId, UserId};
+use crate::engine::{CommitRequest, Completion, Engine};
 use crate::store::redis::RedisStore;
 use std::sync::Arc;
 
@@ -97,8 +96,8 @@ struct Calls {
 
 impl Calls {
     /// Reservation `i`: one of 100 users of 10 tenants.
-    fn request(&self, i: u64) -> Result<ReserveInput, BenchError> {
-        Ok(ReserveInput {
+    fn request(&self, i: u64) -> Result<ReserveRequest, BenchError> {
+        Ok(ReserveRequest {
             tenant: TenantId::parse(&format!("c{}", i % 10)).map_err(err)?,
             user: Some(UserId::parse(&format!("u{}", i % 100)).map_err(err)?),
             tier: self.tier.clone(),
@@ -117,6 +116,7 @@ impl Calls {
         for i in 0..100 {
             let reply = self.engine.reserve(self.request(i)?).await.map_err(err)?;
             if let Some(id) = reply.reservation_id {
+                let id = ReservationId::parse(&id).map_err(err)?;
                 self.engine.refund(&id).await.map_err(err)?;
             }
         }
@@ -160,11 +160,17 @@ impl Calls {
     /// Commits each of `ids`, `IN_FLIGHT` at once.
     async fn commit_all(&self, ids: &[String]) -> Result<(), BenchError> {
         for chunk in ids.chunks(IN_FLIGHT) {
-            let calls = chunk
-                .iter()
-                .map(|id| self.engine.commit(id, 1000, Completion::Tokens(300), 0));
+            let calls = chunk.iter().map(|id| async move {
+                let req = CommitRequest {
+                    id: ReservationId::parse(id).map_err(err)?,
+                    prompt_tokens: 1000,
+                    completion: Completion::Tokens(300),
+                    cached_prompt_tokens: 0,
+                };
+                self.engine.commit(req).await.map_err(err)
+            });
             for out in futures_util::future::join_all(calls).await {
-                out.map_err(err)?;
+                out?;
             }
         }
         Ok(())

@@ -3,8 +3,9 @@
 //! ceiling, and the memory store's own speed).
 
 use super::workload::Item;
-use crate::domain::{Reason, TenantId, UserId};
-use crate::engine::{Completion, Engine, EngineError, PromptInput, ReserveInput};
+use crate::domain::plan::ReserveRequest;
+use crate::domain::{PromptInput, Reason, ReservationId, TenantId, UserId};
+use crate::engine::{CommitRequest, Completion, Engine, EngineError};
 use crate::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use crate::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use crate::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -198,12 +199,12 @@ impl Target {
                 .map(drop)
                 .map_err(status_error),
             Target::Memory(e) => e
-                .commit(id, prompt, Completion::Tokens(completion), 0)
+                .commit(commit_request(id, prompt, completion)?)
                 .await
                 .map(drop)
                 .map_err(engine_error),
             Target::Redis(e) => e
-                .commit(id, prompt, Completion::Tokens(completion), 0)
+                .commit(commit_request(id, prompt, completion)?)
                 .await
                 .map(drop)
                 .map_err(engine_error),
@@ -222,8 +223,16 @@ impl Target {
                 .await
                 .map(drop)
                 .map_err(status_error),
-            Target::Memory(e) => e.refund(id).await.map(drop).map_err(engine_error),
-            Target::Redis(e) => e.refund(id).await.map(drop).map_err(engine_error),
+            Target::Memory(e) => e
+                .refund(&parse_id(id)?)
+                .await
+                .map(drop)
+                .map_err(engine_error),
+            Target::Redis(e) => e
+                .refund(&parse_id(id)?)
+                .await
+                .map(drop)
+                .map_err(engine_error),
         }
     }
 }
@@ -256,6 +265,21 @@ fn envoy_request(item: &Item, tier: &str, tokens: Option<u64>) -> RateLimitReque
     }
 }
 
+/// A reservation id the engine issued, parsed as the API would.
+fn parse_id(id: &str) -> Result<ReservationId, String> {
+    ReservationId::parse(id).map_err(|e| e.to_string())
+}
+
+/// The Commit of `id` with the upstream's counts, as the API would parse it.
+fn commit_request(id: &str, prompt: u64, completion: u64) -> Result<CommitRequest, String> {
+    Ok(CommitRequest {
+        id: parse_id(id)?,
+        prompt_tokens: prompt,
+        completion: Completion::Tokens(completion),
+        cached_prompt_tokens: 0,
+    })
+}
+
 /// The model every bench request names: a model group matching it adds its
 /// limits to the run (and to the overspend check).
 pub const BENCH_MODEL: &str = "bench";
@@ -265,7 +289,7 @@ async fn engine_reserve<S: Store>(
     item: &Item,
     tier: &str,
 ) -> Result<Reply, String> {
-    let req = ReserveInput {
+    let req = ReserveRequest {
         tenant: TenantId::parse(&item.tenant_id()).map_err(|e| e.to_string())?,
         user: Some(UserId::parse(&item.user_id()).map_err(|e| e.to_string())?),
         tier: tier.to_string(),

@@ -87,7 +87,7 @@ impl Denial {
     /// Prompt + output exceed the max context — the tier's, or the model
     /// group's context window when that is smaller: the request must shrink.
     /// `prompt` is the count and, when counting stopped early, the bound it
-    /// passed (see [`crate::domain::plan::ReserveRequest::prompt_more_than`]):
+    /// passed (see [`crate::domain::prompt::PromptCount::more_than`]):
     /// the detail then says "more than" the bound rather than quote the count.
     pub fn context_too_large(
         prompt: (u64, Option<u64>),

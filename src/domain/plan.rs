@@ -1,4 +1,5 @@
-//! Turning a validated request and the configured limits into a reservation plan:
+//! Turning a validated request, its prompt's count and the configured limits
+//! (the request's tier already resolved, [`Terms`]) into a reservation plan:
 //! which buckets and concurrency limits apply at which level, and what it costs.
 //! Requests that can never fit (context too large, more tokens than a bucket can
 //! hold) are refused here, before any store is asked.
@@ -6,8 +7,9 @@
 //! Which levels a request passes through is [`super::level_plan`]'s, re-exported
 //! here.
 //!
-//! Size: planning is one flow (tier, model group, context, output bounds,
-//! levels, refusals, fingerprint); over half the file is its tests.
+//! Size: planning is one flow (model group, context, output bounds, headroom,
+//! levels, refusals, fingerprint) with its request type; over half the file is
+//! its tests.
 
 use super::bucket::Cost;
 use super::decision::Denial;
@@ -16,6 +18,8 @@ pub use super::level_plan::{LevelPlan, Scope, levels, shadow_levels};
 use super::limits::Limits;
 use super::model::ModelGroup;
 use super::price::Price;
+use super::priority::{Priorities, Priority};
+use super::prompt::{PromptCount, PromptInput};
 use super::tier::{MAX_COUNT, Tier};
 use std::sync::Arc;
 
@@ -46,7 +50,10 @@ impl LeasePolicy {
     }
 }
 
-/// A CheckAndReserve request after field validation and prompt counting.
+/// A CheckAndReserve request, fields validated (in `api/`): what the caller
+/// asked for, its prompt as given. The one request type from the API to the
+/// plan: the engine counts the prompt ([`PromptCount`], kept beside the
+/// request) and [`prepare`] plans the two.
 #[derive(Clone, Debug)]
 pub struct ReserveRequest {
     /// The customer.
@@ -55,25 +62,11 @@ pub struct ReserveRequest {
     pub user: Option<UserId>,
     /// The tier name.
     pub tier: String,
-    /// The model: picks the model group, and is part of the fingerprint.
+    /// The upstream model: picks the tokenizer, the estimator key and the
+    /// model group, and is part of the fingerprint.
     pub model: String,
-    /// The share of every limit this request's priority must leave.
-    pub headroom: f64,
-    /// The prompt's tokens as counted (the caller's count, or the service's raw
-    /// count): what the max-context check uses.
-    pub prompt_tokens: u64,
-    /// Set when the service stopped counting early, once the prompt had more
-    /// than this many tokens (the tier's max context): `prompt_tokens` is then
-    /// where counting stopped, not the prompt's size, and a denial says so.
-    pub prompt_more_than: Option<u64>,
-    /// Prompt tokens to reserve: the caller's count, or the service's count
-    /// corrected by the adaptive multiplier.
-    pub prompt_reserve: u64,
-    /// The service's raw count, kept for the estimator's samples; 0 when the
-    /// caller counted.
-    pub estimated_prompt_tokens: u64,
-    /// The estimator key the count belongs to; empty when the caller counted.
-    pub estimator: String,
+    /// The prompt.
+    pub prompt: PromptInput,
     /// Output tokens; 0 means the tier's default.
     pub max_output_tokens: u64,
     /// With reduced output allowed: the fewest output tokens worth granting.
@@ -82,6 +75,22 @@ pub struct ReserveRequest {
     pub idempotency_key: Option<IdempotencyKey>,
     /// Requested lease length.
     pub lease_ttl_ms: Option<u64>,
+    /// How much the request matters: picks the headroom it must leave.
+    pub priority: Priority,
+}
+
+/// What a request is planned under, besides the request and its count.
+#[derive(Clone, Copy)]
+pub struct Terms<'a> {
+    /// The limits in force.
+    pub limits: &'a Limits,
+    /// The request's tier under `limits`, the tenant's overrides applied:
+    /// resolved once, by the caller, before the prompt is counted.
+    pub tier: &'a Tier,
+    /// Lease lengths.
+    pub leases: LeasePolicy,
+    /// The share of every limit each priority must leave.
+    pub priorities: Priorities,
     /// When (µs, the store's clock): where calendar windows' boundaries fall.
     pub now_us: i64,
 }
@@ -173,40 +182,41 @@ pub enum Prepared {
     },
 }
 
-/// Plans a reservation of `req` under `limits`.
+/// Plans a reservation of `req`, its prompt counted as `count`, under `terms`.
 pub fn prepare(
-    req: ReserveRequest,
-    limits: &Limits,
-    leases: &LeasePolicy,
+    req: &ReserveRequest,
+    count: &PromptCount,
+    terms: &Terms<'_>,
 ) -> Result<Prepared, InvalidInput> {
-    let tier = limits.resolve_known(&req.tier, req.tenant.as_str())?;
+    let Terms { limits, tier, .. } = *terms;
     let group = limits.group_of(&req.model).cloned();
-    let lease_ttl_ms = leases.ttl_ms("lease_ttl_ms", req.lease_ttl_ms)?;
-    let (max_output, min_output) = output_bounds(&req, &tier)?;
+    let lease_ttl_ms = terms.leases.ttl_ms("lease_ttl_ms", req.lease_ttl_ms)?;
+    let (max_output, min_output) = output_bounds(req, tier)?;
+    let headroom = terms.priorities.headroom(req.priority);
     let refused = |denial, max_output: u64| Prepared::Refused {
         denial,
-        tokens: req.prompt_reserve + max_output,
+        tokens: count.reserve + max_output,
         max_output_tokens: max_output,
     };
-    let max_context = max_context(&tier, group.as_deref());
-    if req.prompt_tokens + min_output > max_context {
+    let max_context = max_context(tier, group.as_deref());
+    if count.tokens + min_output > max_context {
         return Ok(refused(
             Denial::context_too_large(
-                (req.prompt_tokens, req.prompt_more_than),
+                (count.tokens, count.more_than),
                 max_output,
-                &tier,
+                tier,
                 group.as_deref(),
             ),
             max_output,
         ));
     }
     // With reduced output allowed, the context caps what may be granted.
-    let max_output = max_output.min(max_context - req.prompt_tokens);
+    let max_output = max_output.min(max_context - count.tokens);
     let scope = Scope {
-        tier: Some(&tier),
+        tier: Some(tier),
         group: group.as_ref(),
         has_user: req.user.is_some(),
-        now_us: req.now_us,
+        now_us: terms.now_us,
     };
     let levels = levels(limits, scope, false);
     let price = group
@@ -215,29 +225,34 @@ pub fn prepare(
         .copied()
         .unwrap_or_default();
     let smallest = Cost::reservation(
-        req.prompt_reserve,
+        count.reserve,
         min_output,
-        price.worst_case(req.prompt_reserve, min_output),
+        price.worst_case(count.reserve, min_output),
     );
-    if let Some(denial) = too_large(&levels, smallest, req.headroom) {
+    if let Some(denial) = too_large(&levels, smallest, headroom) {
         return Ok(refused(denial, max_output));
     }
-    let fingerprint = fingerprint(&req, max_output);
+    let fingerprint = fingerprint(req, count.tokens, headroom, max_output);
     let group_name = group.as_ref().map_or(String::new(), |g| g.name.clone());
-    let id = ReservationId::generate(req.tenant, req.user, req.tier, req.estimator)
-        .with_group(group_name);
+    let id = ReservationId::generate(
+        req.tenant.clone(),
+        req.user.clone(),
+        req.tier.clone(),
+        count.estimator.clone(),
+    )
+    .with_group(group_name);
     Ok(Prepared::Plan(ReservePlan {
         id,
         levels,
         model_group: group,
-        headroom: req.headroom,
+        headroom,
         price,
-        prompt_tokens: req.prompt_reserve,
+        prompt_tokens: count.reserve,
         max_output_tokens: max_output,
         min_output_tokens: min_output.min(max_output),
-        estimated_prompt_tokens: req.estimated_prompt_tokens,
+        estimated_prompt_tokens: count.estimated,
         lease_ttl_ms,
-        idempotency_key: req.idempotency_key,
+        idempotency_key: req.idempotency_key.clone(),
         fingerprint,
     }))
 }
@@ -281,21 +296,22 @@ fn too_large(levels: &[LevelPlan], smallest: Cost, headroom: f64) -> Option<Deni
     })
 }
 
-/// Digest of what makes two requests "the same" for idempotency.
-fn fingerprint(req: &ReserveRequest, max_output: u64) -> u64 {
+/// Digest of what makes two requests "the same" for idempotency: `prompt`
+/// is the prompt's count (before any correction).
+fn fingerprint(req: &ReserveRequest, prompt: u64, headroom: f64, max_output: u64) -> u64 {
     let mut h = Fnv::new();
     h.write(req.user.as_ref().map_or("", |u| u.as_str()).as_bytes());
     h.write(&[0xff]);
     h.write(req.tier.as_bytes());
     h.write(&[0xff]);
     h.write(req.model.as_bytes());
-    h.write_u64(req.prompt_tokens);
+    h.write_u64(prompt);
     h.write_u64(max_output);
     h.write_u64(req.min_output_tokens.unwrap_or(0));
     // A retry at another priority is another request; the default (no
     // headroom) hashes as before, so fingerprints of old records still match.
-    if req.headroom != 0.0 {
-        h.write_u64(req.headroom.to_bits());
+    if headroom != 0.0 {
+        h.write_u64(headroom.to_bits());
     }
     h.finish()
 }
@@ -313,7 +329,7 @@ pub fn check_tokens(field: &'static str, n: u64) -> Result<u64, InvalidInput> {
 
 #[cfg(test)]
 mod tests_support {
-    pub use super::tests::{LEASES, limits, request};
+    pub use super::tests::{limits, plan, request};
 }
 
 #[cfg(test)]
@@ -359,38 +375,47 @@ mod tests {
             user: Some(UserId::parse("u").unwrap()),
             tier: "free".into(),
             model: "m".into(),
-            headroom: 0.0,
-            prompt_tokens: prompt,
-            prompt_more_than: None,
-            prompt_reserve: prompt,
-            estimated_prompt_tokens: 0,
-            estimator: String::new(),
+            prompt: PromptInput::Tokens(prompt),
             max_output_tokens: output,
             min_output_tokens: None,
             idempotency_key: None,
             lease_ttl_ms: None,
-            now_us: 0,
+            priority: Priority::Normal,
         }
     }
 
-    pub const LEASES: LeasePolicy = LeasePolicy {
-        default_ttl_ms: 1000,
-        max_ttl_ms: 5000,
-    };
+    /// Plans `req` (a caller's count) under `limits`, its tier resolved.
+    pub fn plan(req: &ReserveRequest, limits: &Limits) -> Result<Prepared, InvalidInput> {
+        let PromptInput::Tokens(prompt) = req.prompt else {
+            panic!("the tests send their own counts");
+        };
+        let tier = limits.resolve_known(&req.tier, req.tenant.as_str())?;
+        let terms = Terms {
+            limits,
+            tier: &tier,
+            leases: LeasePolicy {
+                default_ttl_ms: 1000,
+                max_ttl_ms: 5000,
+            },
+            priorities: Priorities::default(),
+            now_us: 0,
+        };
+        prepare(req, &PromptCount::given(prompt), &terms)
+    }
 
     #[test]
     fn unlimited_levels_are_skipped_and_default_output_applies() {
-        let Prepared::Plan(plan) = prepare(request(50, 0), &limits(), &LEASES).unwrap() else {
+        let Prepared::Plan(p) = plan(&request(50, 0), &limits()).unwrap() else {
             panic!("expected a plan");
         };
-        assert_eq!(plan.levels.len(), 1, "only the user level has limits");
-        assert_eq!(plan.tokens(), 150);
-        assert_eq!(plan.lease_mask(), Level::User.bit());
+        assert_eq!(p.levels.len(), 1, "only the user level has limits");
+        assert_eq!(p.tokens(), 150);
+        assert_eq!(p.lease_mask(), Level::User.bit());
     }
 
     #[test]
     fn hopeless_requests_are_refused_before_the_store() {
-        let refused = |prompt, output| match prepare(request(prompt, output), &limits(), &LEASES) {
+        let refused = |prompt, output| match plan(&request(prompt, output), &limits()) {
             Ok(Prepared::Refused { denial, tokens, .. }) => (denial, tokens),
             other => panic!("expected a refusal, got {other:?}"),
         };
@@ -405,13 +430,10 @@ mod tests {
     fn unknown_tier_and_long_lease_are_invalid() {
         let mut r = request(1, 1);
         r.tier = "gold".into();
-        assert_eq!(prepare(r, &limits(), &LEASES).unwrap_err().field, "tier");
+        assert_eq!(plan(&r, &limits()).unwrap_err().field, "tier");
         let mut r = request(1, 1);
         r.lease_ttl_ms = Some(5001);
-        assert_eq!(
-            prepare(r, &limits(), &LEASES).unwrap_err().field,
-            "lease_ttl_ms"
-        );
+        assert_eq!(plan(&r, &limits()).unwrap_err().field, "lease_ttl_ms");
     }
 }
 
@@ -428,15 +450,12 @@ mod reduced_output {
         big.tiers.insert("free".into(), std::sync::Arc::new(tier));
         let mut r = request(7900, 1000);
         r.min_output_tokens = Some(50);
-        let Prepared::Plan(plan) = prepare(r, &big, &LEASES).unwrap() else {
+        let Prepared::Plan(p) = plan(&r, &big).unwrap() else {
             panic!("fits with reduced output");
         };
-        assert_eq!((plan.max_output_tokens, plan.min_output_tokens), (100, 50));
+        assert_eq!((p.max_output_tokens, p.min_output_tokens), (100, 50));
         let mut r = request(10, 100);
         r.min_output_tokens = Some(101);
-        assert_eq!(
-            prepare(r, &limits(), &LEASES).unwrap_err().field,
-            "min_output_tokens"
-        );
+        assert_eq!(plan(&r, &limits()).unwrap_err().field, "min_output_tokens");
     }
 }

@@ -94,11 +94,11 @@ impl Cancellations {
     }
 
     /// A guard that cancels `id` if dropped before [`CancelGuard::disarm`]
-    /// (`armed` false: it never does).
-    pub(super) fn guard(&self, id: ReservationId, life: Duration, armed: bool) -> CancelGuard<'_> {
+    /// (`armed` false: it never does, and holds no copy of the id).
+    pub(super) fn guard(&self, id: &ReservationId, life: Duration, armed: bool) -> CancelGuard<'_> {
         CancelGuard {
             cancels: self,
-            id: armed.then_some(id),
+            id: armed.then(|| id.clone()),
             life,
         }
     }

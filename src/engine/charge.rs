@@ -5,7 +5,7 @@
 //! protocol has no release call), checks the quota in shadow, and answers
 //! from the store or, when it fails, by the failure policy.
 
-use super::reply::warn_degraded;
+use super::reply::{jitter, warn_degraded};
 use super::{Engine, EngineError};
 use crate::config::FailurePolicy;
 use crate::domain::bucket::BucketSpec;
@@ -153,7 +153,7 @@ impl<S: Store> Engine<S> {
                     0.0,
                     self.settings.concurrency_retry_ms,
                 );
-                denial.retry_after_ms += self.jitter();
+                denial.retry_after_ms += jitter(self.settings.retry_jitter_ms);
                 out.limits = decision::limit_states(&charge.levels, &readings);
                 out.denial = Some(denial);
             }

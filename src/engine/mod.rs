@@ -1,9 +1,11 @@
-//! The budget engine: takes validated requests, counts prompts, plans them
-//! against the current limits, asks the store, and turns the store's readings
-//! into decisions. Knows nothing of gRPC; `api/` translates around it.
+//! The budget engine: takes validated requests (parsed in `api/`: typed ids,
+//! counts and usage), counts prompts, plans them against the current limits,
+//! asks the store, and turns the store's readings into decisions. Knows
+//! nothing of gRPC; `api/` translates around it.
 //!
-//! - [`reserve`]: CheckAndReserve, from the prompt to the store's reply.
-//! - [`reply`]: the store's reply explained, and the decision recorded.
+//! - [`reserve`]: CheckAndReserve, from the request to the store's reply.
+//! - [`reply`]: its answer, built from the plan, the reply and the prompt's
+//!   count; the decision recorded.
 //! - [`settle`]: Commit, Refund, RenewLease.
 //! - [`charge`]: charges with no reservation (Envoy's rate limit protocol).
 //! - [`shadow`]: quotas in shadow, evaluated and reported but never enforced.
@@ -22,9 +24,9 @@ mod status;
 
 pub use breaker::{Breaker, BreakerSettings, BreakerState};
 pub use charge::{ChargeInput, ChargeOutcome};
-pub use reserve::{PromptInput, ReserveInput, ReserveOutcome};
-pub use settle::{CommitOutcome, Completion, Outcome};
-pub use status::{EstimatorView, LevelLeases, StatusOutcome};
+pub use reply::ReserveOutcome;
+pub use settle::{CommitOutcome, CommitRequest, Completion, Outcome, RefundOutcome, RenewOutcome};
+pub use status::{EstimatorView, LevelLeases, StatusOutcome, StatusRequest};
 
 use crate::config::FailurePolicy;
 use crate::domain::plan::{LeasePolicy, LevelPlan, ReservePlan};

@@ -1,105 +1,221 @@
-//! The store's reply to a reservation, explained: the outcome the caller
-//! gets (limits, the denial and when to retry, the reservation replayed), and
-//! the decision counted and logged.
+//! The answer to CheckAndReserve, [`ReserveOutcome`], and the one place it is
+//! built: [`outcome`], a pure function of the plan, the store's reply and the
+//! prompt's count; before any store call, [`ReserveOutcome::blocked`] and
+//! [`ReserveOutcome::refused`]. Also the decision counted and logged.
 
-use super::reserve::ReserveOutcome;
-use super::{Engine, EngineError};
-use crate::domain::decision;
+use super::EngineError;
+use crate::domain::budget::{DeniedChecks, ReserveReply};
+use crate::domain::decision::{self, LimitState, Reading};
 use crate::domain::plan::ReservePlan;
-use crate::domain::{Dimension, InvalidInput, Level};
-use crate::store::{ReserveReply, Store, StoreError};
+use crate::domain::{Denial, Dimension, InvalidInput, Level, PromptCount};
+use crate::store::StoreError;
 use crate::telemetry;
 
-impl<S: Store> Engine<S> {
-    /// Fills `out` from the store's reply to `plan`. A spent or conflicting
-    /// idempotency key is an error, not a decision.
-    pub(super) fn explain(
-        &self,
-        out: &mut ReserveOutcome,
-        plan: &ReservePlan,
-        reply: ReserveReply,
-    ) -> Result<(), EngineError> {
-        match reply {
-            ReserveReply::Allowed {
-                readings,
-                granted_output,
-                ..
-            } => {
-                out.limits = decision::limit_states(&plan.levels, &readings);
-                out.reservation_id = Some(plan.id.to_string());
-                out.granted_max_output_tokens = granted_output;
-                out.reserved_tokens = plan.prompt_tokens + granted_output;
-                out.lease_expires_in_ms = plan.lease_ttl_ms;
-            }
-            ReserveReply::Denied {
-                readings,
-                denied_mask,
-                ..
-            } => {
-                let cost = plan.cost_with(plan.min_output_tokens);
-                let mut denial = decision::denial(
-                    &plan.levels,
-                    &readings,
-                    denied_mask,
-                    cost,
-                    plan.headroom,
-                    self.settings.concurrency_retry_ms,
-                );
-                denial.retry_after_ms += self.jitter();
-                out.limits = decision::limit_states(&plan.levels, &readings);
-                out.denial = Some(denial);
-                out.granted_max_output_tokens = 0;
-            }
-            ReserveReply::Replayed {
-                nonce,
-                tokens,
-                lease_expires_in_ms,
-                readings,
-                ..
-            } => {
-                out.limits = decision::limit_states(&plan.levels, &readings);
-                replayed(out, plan, &nonce, tokens, lease_expires_in_ms)?;
-            }
-            ReserveReply::IdempotencySpent { settled } => return Err(spent_key(settled)),
-            ReserveReply::IdempotencyConflict => {
-                return Err(InvalidInput::new(
-                    "idempotency_key",
-                    "was already used for a different request of this tenant; use a new key per \
-                     logical request",
-                )
-                .into());
-            }
+/// The answer to CheckAndReserve.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReserveOutcome {
+    /// `None` when allowed; the refusal otherwise.
+    pub denial: Option<Denial>,
+    /// The reservation id when allowed.
+    pub reservation_id: Option<String>,
+    /// Prompt + output tokens reserved (or that would have been).
+    pub reserved_tokens: u64,
+    /// Output tokens asked for (the request's, or the tier's default).
+    pub max_output_tokens: u64,
+    /// Output tokens granted: `max_output_tokens`, or less with reduced output.
+    pub granted_max_output_tokens: u64,
+    /// The service's raw prompt count (0 when the caller counted).
+    pub estimated_prompt_tokens: u64,
+    /// The correction applied to the count (1 for caller counts).
+    pub estimator_multiplier: f64,
+    /// Every limit that applied.
+    pub limits: Vec<LimitState>,
+    /// When allowed: milliseconds until the lease lapses.
+    pub lease_expires_in_ms: u64,
+    /// An idempotency key returned an earlier reservation.
+    pub replayed: bool,
+    /// What the quota in shadow would have denied, if anything.
+    pub shadow_denial: Option<Denial>,
+    /// Decided without the store (its failure policy applied).
+    pub degraded: bool,
+}
+
+impl ReserveOutcome {
+    /// Refused before anything is counted or reserved: the scope is blocked.
+    pub(super) fn blocked(denial: Denial) -> Self {
+        ReserveOutcome {
+            denial: Some(denial),
+            reservation_id: None,
+            reserved_tokens: 0,
+            max_output_tokens: 0,
+            granted_max_output_tokens: 0,
+            estimated_prompt_tokens: 0,
+            estimator_multiplier: 1.0,
+            limits: Vec::new(),
+            lease_expires_in_ms: 0,
+            replayed: false,
+            shadow_denial: None,
+            degraded: false,
         }
-        Ok(())
     }
 
-    pub(super) fn jitter(&self) -> u64 {
-        match self.settings.retry_jitter_ms {
-            0 => 0,
-            j => rand::random_range(0..=j),
+    /// Refused before the store, the prompt counted as `count`: the request
+    /// can never fit (`tokens` asked for, `max_output_tokens` of them output).
+    /// `limits` as read for the caller's headers.
+    pub(super) fn refused(
+        denial: Denial,
+        tokens: u64,
+        max_output_tokens: u64,
+        count: &PromptCount,
+        limits: Vec<LimitState>,
+    ) -> Self {
+        ReserveOutcome {
+            denial: Some(denial),
+            reservation_id: None,
+            reserved_tokens: tokens,
+            max_output_tokens,
+            granted_max_output_tokens: 0,
+            estimated_prompt_tokens: count.estimated,
+            estimator_multiplier: count.multiplier,
+            limits,
+            lease_expires_in_ms: 0,
+            replayed: false,
+            shadow_denial: None,
+            degraded: false,
         }
     }
 }
 
-/// Fills `out` for an idempotency key that returned an earlier reservation
-/// (its nonce as stored).
-fn replayed(
-    out: &mut ReserveOutcome,
+/// How the store's reply came, besides the plan, the reply and the count.
+#[derive(Clone, Debug)]
+pub(super) struct Answered {
+    /// Decided on this replica's memory, the store unavailable (its failure
+    /// policy applied).
+    pub degraded: bool,
+    /// What the quota in shadow would have denied, if anything.
+    pub shadow_denial: Option<Denial>,
+    /// Longest retry_after suggested for a full concurrency limit.
+    pub concurrency_retry_ms: u64,
+    /// Added to a denial's retry_after: random, drawn by the caller.
+    pub jitter_ms: u64,
+}
+
+/// The answer to CheckAndReserve from the store's `reply` to `plan`, the
+/// prompt counted as `count`. Pure, so it is tested without a store. A spent
+/// or conflicting idempotency key is an error, not a decision; so is a stored
+/// nonce that does not decode.
+pub(super) fn outcome(
     plan: &ReservePlan,
-    nonce: &str,
-    tokens: u64,
-    lease_expires_in_ms: u64,
-) -> Result<(), StoreError> {
-    let id = plan.id.with_nonce_b64(nonce).ok_or_else(|| {
-        StoreError::Protocol(format!("stored idempotency nonce {nonce:?} is malformed").into())
-    })?;
-    out.reservation_id = Some(id.to_string());
-    tracing::Span::current().record("reservation", tracing::field::display(&id));
-    out.reserved_tokens = tokens;
-    out.granted_max_output_tokens = tokens.saturating_sub(plan.prompt_tokens);
-    out.lease_expires_in_ms = lease_expires_in_ms;
-    out.replayed = true;
-    Ok(())
+    reply: ReserveReply,
+    count: &PromptCount,
+    how: Answered,
+) -> Result<ReserveOutcome, EngineError> {
+    let retry = (how.concurrency_retry_ms, how.jitter_ms);
+    // Nothing reserved: what every answer but an allowed or replayed one says.
+    let none = ReserveOutcome {
+        denial: None,
+        reservation_id: None,
+        reserved_tokens: plan.tokens(),
+        max_output_tokens: plan.max_output_tokens,
+        granted_max_output_tokens: 0,
+        estimated_prompt_tokens: count.estimated,
+        estimator_multiplier: count.multiplier,
+        limits: Vec::new(),
+        lease_expires_in_ms: 0,
+        replayed: false,
+        shadow_denial: how.shadow_denial,
+        degraded: how.degraded,
+    };
+    Ok(match reply {
+        ReserveReply::Allowed {
+            readings,
+            granted_output,
+            ..
+        } => ReserveOutcome {
+            reservation_id: Some(plan.id.to_string()),
+            reserved_tokens: plan.prompt_tokens + granted_output,
+            granted_max_output_tokens: granted_output,
+            limits: decision::limit_states(&plan.levels, &readings),
+            lease_expires_in_ms: plan.lease_ttl_ms,
+            ..none
+        },
+        ReserveReply::Denied {
+            readings,
+            denied_mask,
+            ..
+        } => ReserveOutcome {
+            denial: Some(denial(plan, &readings, denied_mask, retry)),
+            limits: decision::limit_states(&plan.levels, &readings),
+            ..none
+        },
+        ReserveReply::Replayed {
+            nonce,
+            tokens,
+            lease_expires_in_ms,
+            readings,
+            ..
+        } => {
+            // The earlier reservation, under its nonce as stored.
+            let id = plan
+                .id
+                .with_nonce_b64(&nonce)
+                .ok_or_else(|| malformed(&nonce))?;
+            ReserveOutcome {
+                reservation_id: Some(id.to_string()),
+                reserved_tokens: tokens,
+                granted_max_output_tokens: tokens.saturating_sub(plan.prompt_tokens),
+                limits: decision::limit_states(&plan.levels, &readings),
+                lease_expires_in_ms,
+                replayed: true,
+                ..none
+            }
+        }
+        ReserveReply::IdempotencySpent { settled } => return Err(spent_key(settled)),
+        ReserveReply::IdempotencyConflict => return Err(conflicting_key()),
+    })
+}
+
+/// The denial of `plan` the store's checks (`denied_mask` over `readings`)
+/// name, its retry_after capped for concurrency and jittered.
+fn denial(
+    plan: &ReservePlan,
+    readings: &[Reading],
+    denied_mask: DeniedChecks,
+    (concurrency_retry_ms, jitter_ms): (u64, u64),
+) -> Denial {
+    let mut denial = decision::denial(
+        &plan.levels,
+        readings,
+        denied_mask,
+        plan.cost_with(plan.min_output_tokens),
+        plan.headroom,
+        concurrency_retry_ms,
+    );
+    denial.retry_after_ms += jitter_ms;
+    denial
+}
+
+/// Up to `max_ms` of random jitter for a retry_after (0 for none).
+pub(super) fn jitter(max_ms: u64) -> u64 {
+    match max_ms {
+        0 => 0,
+        j => rand::random_range(0..=j),
+    }
+}
+
+/// The error for a replayed reservation whose stored nonce does not decode.
+fn malformed(nonce: &str) -> StoreError {
+    StoreError::Protocol(format!("stored idempotency nonce {nonce:?} is malformed").into())
+}
+
+/// The error for an idempotency key another request of the tenant used.
+fn conflicting_key() -> EngineError {
+    InvalidInput::new(
+        "idempotency_key",
+        "was already used for a different request of this tenant; use a new key per logical \
+         request",
+    )
+    .into()
 }
 
 /// The error for an idempotency key whose reservation is settled or lapsed.
@@ -166,3 +282,6 @@ pub(super) fn warn_degraded(policy: &'static str, why: &str) {
         tracing::debug!(policy, error = why, "deciding without the store");
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -3,164 +3,63 @@
 
 use super::BreakerState;
 use super::cancel::CancelGuard;
-use super::reply::{record_decision, warn_degraded};
+use super::reply::{self, Answered, ReserveOutcome, record_decision, warn_degraded};
 use super::shadow::{ShadowCheck, ShadowSettle};
 use super::{Engine, EngineError};
 use crate::config::FailurePolicy;
 use crate::domain::decision::{self, LimitState};
-use crate::domain::plan::{self, Prepared, ReservePlan, ReserveRequest};
-use crate::domain::{Denial, IdempotencyKey, Level, Limits, Priority, TenantId, Tier, UserId};
-use crate::estimator::Prompt;
+use crate::domain::plan::{self, Prepared, ReservePlan, ReserveRequest, Terms};
+use crate::domain::{Level, Limits, Prompt, PromptCount, PromptInput, Tier, UserId};
 use crate::store::{ReserveReply, Scope, Store, StoreError};
 use crate::telemetry;
 use std::sync::Arc;
 
-/// The prompt as the caller gave it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PromptInput {
-    /// The caller's own count, used as is.
-    Tokens(u64),
-    /// Text or chat messages the service counts.
-    Text(Prompt),
-}
-
-/// A CheckAndReserve request, fields validated.
-#[derive(Clone, Debug)]
-pub struct ReserveInput {
-    /// The customer.
-    pub tenant: TenantId,
-    /// The user, if user-level limits apply.
-    pub user: Option<UserId>,
-    /// The tier name.
-    pub tier: String,
-    /// The upstream model: picks the tokenizer and the estimator key.
-    pub model: String,
-    /// The prompt.
-    pub prompt: PromptInput,
-    /// Output tokens; 0 means the tier's default.
-    pub max_output_tokens: u64,
-    /// With reduced output allowed: the fewest output tokens worth granting.
-    pub min_output_tokens: Option<u64>,
-    /// Makes a retried call return the first reservation.
-    pub idempotency_key: Option<IdempotencyKey>,
-    /// Requested lease length.
-    pub lease_ttl_ms: Option<u64>,
-    /// How much the request matters: picks the headroom it must leave.
-    pub priority: Priority,
-}
-
-/// The answer to CheckAndReserve.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ReserveOutcome {
-    /// `None` when allowed; the refusal otherwise.
-    pub denial: Option<Denial>,
-    /// The reservation id when allowed.
-    pub reservation_id: Option<String>,
-    /// Prompt + output tokens reserved (or that would have been).
-    pub reserved_tokens: u64,
-    /// Output tokens asked for (the request's, or the tier's default).
-    pub max_output_tokens: u64,
-    /// Output tokens granted: `max_output_tokens`, or less with reduced output.
-    pub granted_max_output_tokens: u64,
-    /// The service's raw prompt count (0 when the caller counted).
-    pub estimated_prompt_tokens: u64,
-    /// The correction applied to the count (1 for caller counts).
-    pub estimator_multiplier: f64,
-    /// Every limit that applied.
-    pub limits: Vec<LimitState>,
-    /// When allowed: milliseconds until the lease lapses.
-    pub lease_expires_in_ms: u64,
-    /// An idempotency key returned an earlier reservation.
-    pub replayed: bool,
-    /// What the quota in shadow would have denied, if anything.
-    pub shadow_denial: Option<Denial>,
-    /// Decided without the store (its failure policy applied).
-    pub degraded: bool,
-}
-
-/// The prompt after counting.
-struct Counted {
-    raw: u64,
-    /// Counting stopped early, above this many tokens.
-    more_than: Option<u64>,
-    reserve: u64,
-    estimated: u64,
-    estimator: String,
-    multiplier: f64,
-}
-
-impl ReserveOutcome {
-    /// Refused before anything is counted or reserved: the scope is blocked.
-    fn blocked(denial: Denial) -> Self {
-        ReserveOutcome {
-            denial: Some(denial),
-            ..ReserveOutcome::counted(&Counted {
-                raw: 0,
-                more_than: None,
-                reserve: 0,
-                estimated: 0,
-                estimator: String::new(),
-                multiplier: 1.0,
-            })
-        }
-    }
-
-    /// Nothing decided yet, the prompt counted.
-    fn counted(counted: &Counted) -> Self {
-        ReserveOutcome {
-            denial: None,
-            reservation_id: None,
-            reserved_tokens: 0,
-            max_output_tokens: 0,
-            granted_max_output_tokens: 0,
-            estimated_prompt_tokens: counted.estimated,
-            estimator_multiplier: counted.multiplier,
-            limits: Vec::new(),
-            lease_expires_in_ms: 0,
-            replayed: false,
-            shadow_denial: None,
-            degraded: false,
-        }
-    }
-}
-
 impl<S: Store> Engine<S> {
-    /// CheckAndReserve: count, plan, check the quota in shadow, reserve (or,
-    /// degraded, reserve locally), and explain the store's reply.
-    pub async fn reserve(&self, input: ReserveInput) -> Result<ReserveOutcome, EngineError> {
+    /// CheckAndReserve: resolve the tier, count, plan, and reserve.
+    pub async fn reserve(&self, mut req: ReserveRequest) -> Result<ReserveOutcome, EngineError> {
         let limits = self.limits();
-        let tier = self.resolve_tier(&limits, &input.tier, input.tenant.as_str())?;
-        let user = input.user.as_ref().map(UserId::as_str);
-        if let Some(denial) = super::blocked(&limits, input.tenant.as_str(), user) {
+        let tier = self.resolve_tier(&limits, &req.tier, req.tenant.as_str())?;
+        let user = req.user.as_ref().map(UserId::as_str);
+        if let Some(denial) = super::blocked(&limits, req.tenant.as_str(), user) {
             telemetry::decision(&tier.name, Some(&denial), 0);
             return Ok(ReserveOutcome::blocked(denial));
         }
-        let (req, counted) = self.count(input, &tier).await;
-        let model = req.model.clone();
-        let mut out = ReserveOutcome::counted(&counted);
-        let scope = (req.tenant.clone(), req.user.clone());
-        let plan = match plan::prepare(req, &limits, &self.settings.leases)? {
-            Prepared::Plan(plan) => {
-                // Every later line of this call names the reservation.
-                tracing::Span::current().record("reservation", tracing::field::display(&plan.id));
-                self.check_price(&plan, &model, &limits)?;
-                plan
-            }
+        let count = self.count(&mut req, &tier).await;
+        let terms = Terms {
+            limits: &limits,
+            tier: &tier,
+            leases: self.settings.leases,
+            priorities: self.settings.priorities,
+            now_us: self.store.now_us(),
+        };
+        let plan = match plan::prepare(&req, &count, &terms)? {
+            Prepared::Plan(plan) => plan,
             Prepared::Refused {
                 denial,
                 tokens,
                 max_output_tokens,
             } => {
-                out.denial = Some(denial);
-                out.reserved_tokens = tokens;
-                out.max_output_tokens = max_output_tokens;
-                return Ok(self.refused(out, &limits, &tier, &scope, &model).await);
+                telemetry::decision(&tier.name, Some(&denial), 0);
+                let now = self.limits_now(&req, &limits, &tier).await;
+                let out = ReserveOutcome::refused(denial, tokens, max_output_tokens, &count, now);
+                return Ok(out);
             }
         };
-        out.max_output_tokens = plan.max_output_tokens;
-        out.reserved_tokens = plan.tokens();
-        out.granted_max_output_tokens = plan.max_output_tokens;
-        let shadow = self.shadow_if_healthy(&plan, &tier).await;
+        // Every later line of this call names the reservation.
+        tracing::Span::current().record("reservation", tracing::field::display(&plan.id));
+        self.check_price(&plan, &req.model, &limits)?;
+        self.reserve_plan(plan, &tier, &count).await
+    }
+
+    /// The store's part of CheckAndReserve: check the quota in shadow,
+    /// reserve (or, degraded, reserve locally), and explain the reply.
+    async fn reserve_plan(
+        &self,
+        plan: ReservePlan,
+        tier: &Tier,
+        count: &PromptCount,
+    ) -> Result<ReserveOutcome, EngineError> {
+        let shadow = self.shadow_if_healthy(&plan, tier).await;
         let life =
             std::time::Duration::from_millis(plan.lease_ttl_ms + self.settings.retention.record_ms);
         // Until the caller has its answer, a reservation the store may have
@@ -168,25 +67,41 @@ impl<S: Store> Engine<S> {
         // reset stream); with an idempotency key, the caller's retry returns it.
         let mut guard = self
             .cancels
-            .guard(plan.id.clone(), life, plan.idempotency_key.is_none());
+            .guard(&plan.id, life, plan.idempotency_key.is_none());
         let reply = self.guarded("reserve", self.store.reserve(&plan)).await;
         self.cancel_if_unanswered(&reply, &plan, life, &mut guard);
-        let (plan, reply) = self.or_degraded(plan, reply, &mut out).await;
+        let (plan, reply, degraded) = self.or_degraded(plan, reply).await;
+        let mut shadow_denial = None;
         if let Some(shadow) = shadow {
             let served = matches!(reply, Ok(ReserveReply::Allowed { .. }));
             if shadow.taken && !served {
                 self.shadow_settle(&plan.id, ShadowSettle::Refund).await;
             }
-            out.shadow_denial = shadow.denial;
+            shadow_denial = shadow.denial;
         }
         let reply = reply?;
-        if !out.degraded {
+        if !degraded {
             let reclaimed = reply.reclaimed();
             for level in [Level::Global, Level::Tenant, Level::User] {
                 telemetry::leases_expired(level.as_str(), reclaimed.at(level));
             }
         }
-        self.explain(&mut out, &plan, reply)?;
+        let denied = matches!(reply, ReserveReply::Denied { .. });
+        let how = Answered {
+            degraded,
+            shadow_denial,
+            concurrency_retry_ms: self.settings.concurrency_retry_ms,
+            jitter_ms: if denied {
+                reply::jitter(self.settings.retry_jitter_ms)
+            } else {
+                0
+            },
+        };
+        let out = reply::outcome(&plan, reply, count, how)?;
+        if let (true, Some(id)) = (out.replayed, &out.reservation_id) {
+            // The earlier reservation, not the plan's id, is the one answered.
+            tracing::Span::current().record("reservation", id.as_str());
+        }
         record_decision(&tier.name, &plan, &out);
         guard.disarm();
         Ok(out)
@@ -244,88 +159,59 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    /// The request with its prompt counted (when the caller did not) and the
-    /// count corrected by the estimator's multiplier.
-    async fn count(&self, input: ReserveInput, tier: &Tier) -> (ReserveRequest, Counted) {
-        let counted = match input.prompt {
-            PromptInput::Tokens(n) => Counted {
-                raw: n,
-                more_than: None,
-                reserve: n,
-                estimated: 0,
-                estimator: String::new(),
-                multiplier: 1.0,
-            },
-            PromptInput::Text(prompt) => {
-                let (count, method) = self
-                    .counter
-                    .count(&input.model, prompt, tier.max_context_tokens)
-                    .await;
-                telemetry::counted(method.kind(), count.tokens);
-                let estimator = self.counter.rules().estimator_key(&input.model).to_string();
-                let multiplier = self.multiplier(&estimator).await;
-                let reserve = (count.tokens as f64 * multiplier).ceil() as u64;
-                Counted {
-                    raw: count.tokens,
-                    more_than: count.exceeded.then_some(tier.max_context_tokens),
-                    reserve,
-                    estimated: count.tokens,
-                    estimator,
-                    multiplier,
-                }
-            }
+    /// The request's prompt counted (a caller's count is used as is), the
+    /// count corrected by the estimator's multiplier. Text goes to the counter
+    /// (a long one to another thread), so it leaves the request: nothing after
+    /// counting reads it.
+    async fn count(&self, req: &mut ReserveRequest, tier: &Tier) -> PromptCount {
+        let prompt = match &mut req.prompt {
+            PromptInput::Tokens(n) => return PromptCount::given(*n),
+            PromptInput::Text(prompt) => std::mem::replace(prompt, Prompt::Text(String::new())),
         };
-        let req = ReserveRequest {
-            tenant: input.tenant,
-            user: input.user,
-            tier: input.tier,
-            model: input.model,
-            headroom: self.settings.priorities.headroom(input.priority),
-            prompt_tokens: counted.raw,
-            prompt_more_than: counted.more_than,
-            prompt_reserve: counted.reserve,
-            estimated_prompt_tokens: counted.estimated,
-            estimator: counted.estimator.clone(),
-            max_output_tokens: input.max_output_tokens,
-            min_output_tokens: input.min_output_tokens,
-            idempotency_key: input.idempotency_key,
-            lease_ttl_ms: input.lease_ttl_ms,
-            now_us: self.store.now_us(),
-        };
-        (req, counted)
+        let (count, method) = self
+            .counter
+            .count(&req.model, prompt, tier.max_context_tokens)
+            .await;
+        telemetry::counted(method.kind(), count.tokens);
+        let estimator = self.counter.rules().estimator_key(&req.model).to_string();
+        let multiplier = self.multiplier(&estimator).await;
+        PromptCount {
+            tokens: count.tokens,
+            more_than: count.exceeded.then_some(tier.max_context_tokens),
+            reserve: (count.tokens as f64 * multiplier).ceil() as u64,
+            estimated: count.tokens,
+            estimator,
+            multiplier,
+        }
     }
 
-    /// A request refused before the store (`out` carries the denial):
-    /// retrying cannot help, but the caller still gets the limits to build its
-    /// headers from; without the store, it gets none.
-    async fn refused(
+    /// The limits of `req`'s scope as they stand, for a request refused
+    /// before the store: retrying cannot help, but the caller still gets the
+    /// limits to build its headers from; without the store, it gets none.
+    async fn limits_now(
         &self,
-        mut out: ReserveOutcome,
+        req: &ReserveRequest,
         limits: &Limits,
         tier: &Tier,
-        scope: &(TenantId, Option<UserId>),
-        model: &str,
-    ) -> ReserveOutcome {
-        telemetry::decision(&tier.name, out.denial.as_ref(), 0);
+    ) -> Vec<LimitState> {
         let planned = plan::Scope {
             tier: Some(tier),
-            group: limits.group_of(model),
-            has_user: scope.1.is_some(),
+            group: limits.group_of(&req.model),
+            has_user: req.user.is_some(),
             now_us: self.store.now_us(),
         };
         let levels = plan::levels(limits, planned, false);
         let status = Scope {
-            tenant: &scope.0,
-            user: scope.1.as_ref(),
+            tenant: &req.tenant,
+            user: req.user.as_ref(),
         };
-        out.limits = match self
+        match self
             .guarded("status", self.store.status(status, &levels, false))
             .await
         {
             Ok(readings) => decision::limit_states(&levels, &readings),
             Err(_) => Vec::new(),
-        };
-        out
+        }
     }
 
     /// After the store call: a reservation the caller will not get is queued
@@ -357,25 +243,23 @@ impl<S: Store> Engine<S> {
     }
 
     /// The store's reply, or — when it failed and the policy allows — the
-    /// local store's, for the plan the local store enforces (`out` is marked
-    /// degraded).
+    /// local store's, for the plan the local store enforces; true when
+    /// degraded so.
     async fn or_degraded(
         &self,
         plan: ReservePlan,
         reply: Result<ReserveReply, StoreError>,
-        out: &mut ReserveOutcome,
-    ) -> (ReservePlan, Result<ReserveReply, StoreError>) {
+    ) -> (ReservePlan, Result<ReserveReply, StoreError>, bool) {
         match reply {
             Err(e) if e.is_transient() && self.policy() != FailurePolicy::FailClosed => {
                 // Degraded: decide from this replica's memory and say so.
                 warn_degraded(self.policy().as_str(), &e.to_string());
                 telemetry::degraded(self.policy().as_str());
                 let plan = self.local_plan(&plan);
-                out.degraded = true;
                 let reply = self.local.reserve(&plan).await;
-                (plan, reply)
+                (plan, reply, true)
             }
-            other => (plan, other),
+            other => (plan, other, false),
         }
     }
 

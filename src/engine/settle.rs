@@ -1,12 +1,13 @@
 //! Commit, Refund and RenewLease: settling a reservation by its id alone.
+//! Each takes its request's fields parsed (in `api/`) and answers with a
+//! struct: [`CommitOutcome`], [`RefundOutcome`], [`RenewOutcome`].
 
 use super::shadow::ShadowSettle;
 use super::{Engine, EngineError};
 use crate::domain::budget::Usage;
 use crate::domain::plan::{self, LevelPlan};
 use crate::domain::tier::MAX_COUNT;
-use crate::domain::{InvalidInput, ReservationId};
-use crate::estimator::Prompt;
+use crate::domain::{Prompt, ReservationId};
 use crate::store::{RenewReply, SettleReply, Settled, Settlement, Store};
 use crate::telemetry;
 
@@ -30,6 +31,21 @@ pub enum Completion {
     Text(String),
 }
 
+/// A Commit, fields validated (in `api/`): the reservation, and the usage
+/// the upstream reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitRequest {
+    /// The reservation to settle.
+    pub id: ReservationId,
+    /// Prompt tokens used (at most 2^40).
+    pub prompt_tokens: u64,
+    /// The completion: the upstream's count, or the text to count.
+    pub completion: Completion,
+    /// Of `prompt_tokens`, those read from the provider's prompt cache (at
+    /// most `prompt_tokens`).
+    pub cached_prompt_tokens: u64,
+}
+
 /// The answer to Commit.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CommitOutcome {
@@ -45,6 +61,26 @@ pub struct CommitOutcome {
     pub estimation_error_tokens: i64,
     /// What the usage cost at the model group's price, µ$ (0 unless applied).
     pub cost_micros: u64,
+}
+
+/// The answer to Refund.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RefundOutcome {
+    /// Applied or already settled.
+    pub outcome: Outcome,
+    /// The tokens returned (by this call, or by the refund before it).
+    pub refunded_tokens: u64,
+    /// The spend returned, µ$ (0 unless applied).
+    pub cost_micros: u64,
+}
+
+/// The answer to RenewLease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RenewOutcome {
+    /// Applied, already settled, or expired.
+    pub outcome: Outcome,
+    /// Milliseconds until the renewed lease lapses (0 unless applied).
+    pub expires_in_ms: u64,
 }
 
 impl<S: Store> Engine<S> {
@@ -75,32 +111,19 @@ impl<S: Store> Engine<S> {
     /// `cached_prompt_tokens` were read from the provider's prompt cache (left
     /// out of input-token limits where the model group says cached input does
     /// not count).
-    pub async fn commit(
-        &self,
-        reservation_id: &str,
-        prompt_tokens: u64,
-        completion: Completion,
-        cached_prompt_tokens: u64,
-    ) -> Result<CommitOutcome, EngineError> {
-        let id = ReservationId::parse(reservation_id)?;
-        let prompt = plan::check_tokens("prompt_tokens", prompt_tokens)?;
+    pub async fn commit(&self, req: CommitRequest) -> Result<CommitOutcome, EngineError> {
+        let CommitRequest {
+            id,
+            prompt_tokens: prompt,
+            completion,
+            cached_prompt_tokens,
+        } = req;
         // A count of the delivered text comes with a prompt the gateway only
         // knew as reserved: nothing for the estimator to learn from.
         let (completion, learn) = match completion {
-            Completion::Tokens(n) => (plan::check_tokens("completion_tokens", n)?, true),
+            Completion::Tokens(n) => (n, true),
             Completion::Text(text) => (self.count_completion(&id, text).await?, false),
         };
-        if cached_prompt_tokens > prompt {
-            return Err(InvalidInput::new(
-                "cached_prompt_tokens",
-                format!(
-                    "{cached_prompt_tokens} is above prompt_tokens {prompt}: cached tokens are \
-                     part of the prompt (OpenAI's prompt_tokens_details.cached_tokens); send \
-                     at most prompt_tokens"
-                ),
-            )
-            .into());
-        }
         let usage = Usage {
             learn,
             ..self.usage(&id, prompt, completion, cached_prompt_tokens)
@@ -114,44 +137,48 @@ impl<S: Store> Engine<S> {
             true => self.local.commit(s, usage).await?,
             false => self.guarded("commit", self.store.commit(s, usage)).await?,
         };
-        let mut out = CommitOutcome {
-            outcome: Outcome::Applied,
-            token_delta: 0,
-            completion_tokens: completion,
-            estimation_ratio: 0.0,
-            estimation_error_tokens: 0,
-            cost_micros: 0,
+        let delta = |settled| match settled {
+            Settled::Committed(delta) => delta,
+            _ => 0,
         };
-        if matches!(reply, SettleReply::Applied { .. }) {
-            out.cost_micros = usage.cost;
-        }
         match reply {
             SettleReply::Applied {
                 settled,
                 estimated_prompt_tokens,
                 ..
             } => {
-                if let Settled::Committed(delta) = settled {
-                    out.token_delta = delta;
-                }
-                if estimated_prompt_tokens > 0 && learn {
-                    out.estimation_ratio = prompt as f64 / estimated_prompt_tokens as f64;
-                    out.estimation_error_tokens = prompt as i64 - estimated_prompt_tokens as i64;
-                    telemetry::estimation(&id.estimator, out.estimation_ratio);
-                }
-                telemetry::committed(&id.tier, prompt + completion, out.token_delta);
+                let token_delta = delta(settled);
+                let (estimation_ratio, estimation_error_tokens) =
+                    match estimated_prompt_tokens > 0 && learn {
+                        true => {
+                            let ratio = prompt as f64 / estimated_prompt_tokens as f64;
+                            telemetry::estimation(&id.estimator, ratio);
+                            (ratio, prompt as i64 - estimated_prompt_tokens as i64)
+                        }
+                        false => (0.0, 0),
+                    };
+                telemetry::committed(&id.tier, prompt + completion, token_delta);
                 telemetry::cost(id.tenant.as_str(), &id.group, usage.cost);
                 self.shadow_settle(&id, ShadowSettle::Commit(usage)).await;
+                Ok(CommitOutcome {
+                    outcome: Outcome::Applied,
+                    token_delta,
+                    completion_tokens: completion,
+                    estimation_ratio,
+                    estimation_error_tokens,
+                    cost_micros: usage.cost,
+                })
             }
-            SettleReply::AlreadySettled(settled) => {
-                out.outcome = Outcome::AlreadySettled;
-                if let Settled::Committed(delta) = settled {
-                    out.token_delta = delta;
-                }
-            }
-            SettleReply::NotFound => return Err(not_found(reservation_id, id.local)),
+            SettleReply::AlreadySettled(settled) => Ok(CommitOutcome {
+                outcome: Outcome::AlreadySettled,
+                token_delta: delta(settled),
+                completion_tokens: completion,
+                estimation_ratio: 0.0,
+                estimation_error_tokens: 0,
+                cost_micros: 0,
+            }),
+            SettleReply::NotFound => Err(not_found(&id)),
         }
-        Ok(out)
     }
 
     /// Counts a completion's text with the tokenizer the reservation's prompt
@@ -185,18 +212,19 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    /// Refund: the outcome, the tokens returned, and the spend returned (µ$,
-    /// 0 unless applied).
-    pub async fn refund(&self, reservation_id: &str) -> Result<(Outcome, u64, u64), EngineError> {
-        let id = ReservationId::parse(reservation_id)?;
-        let (reply, refunded) = self.refund_id(&id).await?;
-        match reply {
-            SettleReply::Applied { reserved_spend, .. } => {
-                Ok((Outcome::Applied, refunded, reserved_spend))
-            }
-            SettleReply::AlreadySettled(_) => Ok((Outcome::AlreadySettled, refunded, 0)),
-            SettleReply::NotFound => Err(not_found(reservation_id, id.local)),
-        }
+    /// Refund.
+    pub async fn refund(&self, id: &ReservationId) -> Result<RefundOutcome, EngineError> {
+        let (reply, refunded_tokens) = self.refund_id(id).await?;
+        let (outcome, cost_micros) = match reply {
+            SettleReply::Applied { reserved_spend, .. } => (Outcome::Applied, reserved_spend),
+            SettleReply::AlreadySettled(_) => (Outcome::AlreadySettled, 0),
+            SettleReply::NotFound => return Err(not_found(id)),
+        };
+        Ok(RefundOutcome {
+            outcome,
+            refunded_tokens,
+            cost_micros,
+        })
     }
 
     /// Refunds a parsed reservation id: the store's reply and the tokens
@@ -230,39 +258,44 @@ impl<S: Store> Engine<S> {
         Ok((reply, refunded))
     }
 
-    /// RenewLease.
+    /// RenewLease: for `lease_ttl_ms` more (absent or 0: the default).
     pub async fn renew(
         &self,
-        reservation_id: &str,
+        id: &ReservationId,
         lease_ttl_ms: Option<u64>,
-    ) -> Result<(Outcome, u64), EngineError> {
-        let id = ReservationId::parse(reservation_id)?;
+    ) -> Result<RenewOutcome, EngineError> {
         let ttl = self.settings.leases.ttl_ms("lease_ttl_ms", lease_ttl_ms)?;
-        let levels = self.settlement_levels(&id);
+        let levels = self.settlement_levels(id);
         let s = Settlement {
-            id: &id,
+            id,
             levels: &levels,
         };
         let reply = match id.local {
             true => self.local.renew(s, ttl).await?,
             false => self.guarded("renew", self.store.renew(s, ttl)).await?,
         };
-        match reply {
+        let (outcome, expires_in_ms) = match reply {
             RenewReply::Renewed { expires_in_ms } => {
-                self.shadow_settle(&id, ShadowSettle::Renew { ttl_ms: ttl })
+                self.shadow_settle(id, ShadowSettle::Renew { ttl_ms: ttl })
                     .await;
-                Ok((Outcome::Applied, expires_in_ms))
+                (Outcome::Applied, expires_in_ms)
             }
-            RenewReply::AlreadySettled => Ok((Outcome::AlreadySettled, 0)),
-            RenewReply::Expired => Ok((Outcome::Expired, 0)),
-            RenewReply::NotFound => Err(not_found(reservation_id, id.local)),
-        }
+            RenewReply::AlreadySettled => (Outcome::AlreadySettled, 0),
+            RenewReply::Expired => (Outcome::Expired, 0),
+            RenewReply::NotFound => return Err(not_found(id)),
+        };
+        Ok(RenewOutcome {
+            outcome,
+            expires_in_ms,
+        })
     }
 }
 
-fn not_found(id: &str, local: bool) -> EngineError {
-    let shown: String = id.chars().take(80).collect();
-    if local {
+/// The error for a reservation the store does not have (as the caller sent
+/// it: a parsed id prints back as it was sent).
+fn not_found(id: &ReservationId) -> EngineError {
+    let shown: String = id.to_string().chars().take(80).collect();
+    if id.local {
         return EngineError::NotFound(format!(
             "reservation {shown} was made in degraded mode (the shared store was unavailable) \
              and lives only in the memory of the replica that made it, which is not this one or \

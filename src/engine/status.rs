@@ -10,6 +10,19 @@ use crate::domain::plan;
 use crate::domain::{Level, Reading, TenantId, UserId};
 use crate::store::{Scope, Store, StoreError};
 
+/// A GetStatus, fields validated (in `api/`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatusRequest {
+    /// The customer.
+    pub tenant: TenantId,
+    /// The user, for user-level limits too.
+    pub user: Option<UserId>,
+    /// The tier name.
+    pub tier: String,
+    /// A model: its group's limits too.
+    pub model: Option<String>,
+}
+
 /// Live leases at one level (of all models, or of one model group).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LevelLeases {
@@ -50,24 +63,21 @@ pub struct EstimatorView {
 }
 
 impl<S: Store> Engine<S> {
-    /// GetStatus: every limit of the scope; with `model`, its group's too.
-    pub async fn status(
-        &self,
-        tenant: &TenantId,
-        user: Option<&UserId>,
-        tier: &str,
-        model: Option<&str>,
-    ) -> Result<StatusOutcome, EngineError> {
+    /// GetStatus: every limit of the scope; with a model, its group's too.
+    pub async fn status(&self, req: &StatusRequest) -> Result<StatusOutcome, EngineError> {
         let limits = self.limits();
-        let tier = self.resolve_tier(&limits, tier, tenant.as_str())?;
+        let tier = self.resolve_tier(&limits, &req.tier, req.tenant.as_str())?;
         let scope = plan::Scope {
             tier: Some(&tier),
-            group: model.and_then(|m| limits.group_of(m)),
-            has_user: user.is_some(),
+            group: req.model.as_deref().and_then(|m| limits.group_of(m)),
+            has_user: req.user.is_some(),
             now_us: self.store.now_us(),
         };
         let levels = plan::levels(&limits, scope, false);
-        let scope = Scope { tenant, user };
+        let scope = Scope {
+            tenant: &req.tenant,
+            user: req.user.as_ref(),
+        };
         let mut degraded = false;
         let (levels, readings) = match self
             .guarded("status", self.store.status(scope, &levels, true))

@@ -9,38 +9,8 @@
 use super::encoding::{Encoding, Method};
 use super::heuristic;
 
-/// One chat message.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChatMessage {
-    /// `system`, `user`, `assistant`, `tool`...
-    pub role: String,
-    /// The text.
-    pub content: String,
-    /// Optional participant name.
-    pub name: Option<String>,
-}
-
-/// A prompt to count.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Prompt {
-    /// Plain text.
-    Text(String),
-    /// Chat messages, counted with the chat format's overhead.
-    Messages(Vec<ChatMessage>),
-}
-
-impl Prompt {
-    /// Bytes of text to count: decides whether counting leaves the executor.
-    pub fn bytes(&self) -> usize {
-        match self {
-            Prompt::Text(t) => t.len(),
-            Prompt::Messages(m) => m
-                .iter()
-                .map(|m| m.role.len() + m.content.len() + m.name.as_ref().map_or(0, String::len))
-                .sum(),
-        }
-    }
-}
+/// What is counted: the domain's prompt types, re-exported where they are counted.
+pub use crate::domain::prompt::{ChatMessage, Prompt};
 
 /// OpenAI's chat format (cookbook `num_tokens_from_messages`, for gpt-3.5-turbo
 /// and later): every message costs 3 tokens besides its fields…

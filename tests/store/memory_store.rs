@@ -1,8 +1,10 @@
 //! Behaviour only the memory store can show directly: with a hand-moved clock,
 //! idle state disappears exactly when Redis keys would expire.
 
-use ctxbudget::domain::plan::{LeasePolicy, Prepared, ReserveRequest, prepare};
-use ctxbudget::domain::{ManualClock, TenantId, UserId};
+use ctxbudget::domain::plan::{LeasePolicy, Prepared, ReserveRequest, Terms, prepare};
+use ctxbudget::domain::{
+    ManualClock, Priorities, Priority, PromptCount, PromptInput, TenantId, UserId,
+};
 use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::MemoryStore;
 use ctxbudget::store::{ReserveReply, Retention, SettleReply, Settlement, Store};
@@ -34,25 +36,28 @@ user = { requests = [{ limit = 10, period = "1m" }], concurrency = 1 }
         default_ttl_ms: 5_000,
         max_ttl_ms: 5_000,
     };
+    let tier = settings.limits.tier("t").unwrap().clone();
     for i in 0..1000 {
         let req = ReserveRequest {
             tenant: TenantId::parse(&format!("tenant-{i}")).unwrap(),
             user: Some(UserId::parse("u").unwrap()),
             tier: "t".into(),
             model: "m".into(),
-            headroom: 0.0,
-            prompt_tokens: 90,
-            prompt_more_than: None,
-            prompt_reserve: 90,
-            estimated_prompt_tokens: 0,
-            estimator: String::new(),
+            prompt: PromptInput::Tokens(90),
             max_output_tokens: 10,
             min_output_tokens: None,
             idempotency_key: None,
             lease_ttl_ms: None,
+            priority: Priority::Normal,
+        };
+        let terms = Terms {
+            limits: &settings.limits,
+            tier: &tier,
+            leases,
+            priorities: Priorities::default(),
             now_us: 0,
         };
-        let Prepared::Plan(plan) = prepare(req, &settings.limits, &leases).unwrap() else {
+        let Prepared::Plan(plan) = prepare(&req, &PromptCount::given(90), &terms).unwrap() else {
             panic!("planned");
         };
         assert!(matches!(

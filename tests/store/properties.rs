@@ -14,9 +14,11 @@ use ctxbudget::domain::Level;
 use ctxbudget::domain::bucket::BucketSpec;
 use ctxbudget::domain::decision::Reading;
 use ctxbudget::domain::plan::{
-    LeasePolicy, LevelPlan, Prepared, ReservePlan, ReserveRequest, prepare,
+    LeasePolicy, LevelPlan, Prepared, ReservePlan, ReserveRequest, Terms, prepare,
 };
-use ctxbudget::domain::{Dimension, ManualClock, TenantId};
+use ctxbudget::domain::{
+    Dimension, ManualClock, Priorities, Priority, PromptCount, PromptInput, TenantId,
+};
 use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::MemoryStore;
 use ctxbudget::store::{ReserveReply, Retention, Scope, SettleReply, Settlement, Store};
@@ -106,23 +108,24 @@ impl World {
             user: None,
             tier: "p".into(),
             model: "m".into(),
-            headroom: 0.0,
-            prompt_tokens: prompt,
-            prompt_more_than: None,
-            prompt_reserve: prompt,
-            estimated_prompt_tokens: 0,
-            estimator: String::new(),
+            prompt: PromptInput::Tokens(prompt),
             max_output_tokens: output,
             min_output_tokens: None,
             idempotency_key: None,
             lease_ttl_ms: None,
+            priority: Priority::Normal,
+        };
+        let terms = Terms {
+            limits: &self.settings.limits,
+            tier: self.settings.limits.tier("p").unwrap(),
+            leases: LeasePolicy {
+                default_ttl_ms: LEASE_MS,
+                max_ttl_ms: LEASE_MS,
+            },
+            priorities: Priorities::default(),
             now_us: 0,
         };
-        let leases = LeasePolicy {
-            default_ttl_ms: LEASE_MS,
-            max_ttl_ms: LEASE_MS,
-        };
-        match prepare(req, &self.settings.limits, &leases).unwrap() {
+        match prepare(&req, &PromptCount::given(prompt), &terms).unwrap() {
             Prepared::Plan(plan) => Some(plan),
             Prepared::Refused { .. } => None,
         }

@@ -487,7 +487,8 @@ user = { tokens = [{ limit = 100000000, period = "1d" }] }
 /// `ctxbudget_leases_expired_total`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_stores_count_lapsed_leases_alike() {
-    use ctxbudget::domain::plan::{LeasePolicy, Prepared, ReserveRequest, prepare};
+    use ctxbudget::domain::plan::{LeasePolicy, Prepared, ReserveRequest, Terms, prepare};
+    use ctxbudget::domain::{Priorities, Priority, PromptCount, PromptInput};
     use ctxbudget::store::memory::MemoryStore;
     use ctxbudget::store::redis::{RedisSettings, RedisStore};
     use ctxbudget::store::{Reclaimed, ReserveReply, Store};
@@ -499,23 +500,24 @@ async fn both_stores_count_lapsed_leases_alike() {
             user: Some(UserId::parse(user).unwrap()),
             tier: "t".into(),
             model: "m".into(),
-            headroom: 0.0,
-            prompt_tokens: 10,
-            prompt_more_than: None,
-            prompt_reserve: 10,
-            estimated_prompt_tokens: 0,
-            estimator: String::new(),
+            prompt: PromptInput::Tokens(10),
             max_output_tokens: 10,
             min_output_tokens: None,
             idempotency_key: None,
             lease_ttl_ms: Some(ttl),
+            priority: Priority::Normal,
+        };
+        let terms = Terms {
+            limits: &s.limits,
+            tier: s.limits.tier("t").unwrap(),
+            leases: LeasePolicy {
+                default_ttl_ms: 400,
+                max_ttl_ms: 1000,
+            },
+            priorities: Priorities::default(),
             now_us: 0,
         };
-        let leases = LeasePolicy {
-            default_ttl_ms: 400,
-            max_ttl_ms: 1000,
-        };
-        match prepare(req, &s.limits, &leases).unwrap() {
+        match prepare(&req, &PromptCount::given(10), &terms).unwrap() {
             Prepared::Plan(p) => p,
             Prepared::Refused { .. } => panic!("planned"),
         }
