@@ -385,7 +385,7 @@ async fn step(
             let global = Episode::before(memory, levels, &id.tenant, clock.now_us());
             let m = memory.commit(s, usage).await.unwrap();
             count(seen, settled("commit", &m));
-            same("commit", m.clone(), redis.commit(s, usage).await.unwrap())?;
+            same("commit", m, redis.commit(s, usage).await.unwrap())?;
             if let Some(mut ep) = global {
                 ep.settle(Settle::Commit(usage), &m, seen);
                 let e = ep.compare(memory, false, seen).await;
@@ -397,7 +397,7 @@ async fn step(
             let global = Episode::before(memory, levels, &id.tenant, clock.now_us());
             let m = memory.refund(s).await.unwrap();
             count(seen, settled("refund", &m));
-            same("refund", m.clone(), redis.refund(s).await.unwrap())?;
+            same("refund", m, redis.refund(s).await.unwrap())?;
             if let Some(mut ep) = global {
                 ep.settle(Settle::Refund, &m, seen);
                 let e = ep.compare(memory, false, seen).await;
