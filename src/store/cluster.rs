@@ -1,6 +1,6 @@
 //! The Redis Cluster store: a [`RedisStore`] in the cluster layout for the
 //! tenants' levels, and the global level as this replica's leased share
-//! ([`crate::domain::budget::share`]) — so no script touches two slots and no
+//! ([`share`]) — so no script touches two slots and no
 //! reservation touches the global key.
 //!
 //! Every operation splits its plan: the global entries are decided here, in
@@ -13,12 +13,15 @@
 //! budget to give back, debt to pay, slot messages to send or read, or a
 //! share running low.
 //!
+//! - [`share`]: the share's arithmetic (take, put back, settle, what a sync
+//!   asks and what its answer changes), pure: no I/O.
 //! - `split`: which entries of a plan are global, and how the two halves'
 //!   readings and denied checks go back into plan order.
 //! - `sync`: the shares' lock and the sync with the global key.
 //! - `take`: reserve and charge; `settle`: commit, refund, renew, status.
 
 mod settle;
+pub mod share;
 mod split;
 mod sync;
 mod take;
@@ -30,8 +33,8 @@ use super::{
 };
 use crate::domain::budget::Settle;
 use crate::domain::budget::ledger::{LedgerRow, Period};
-use crate::domain::budget::share::{SYNC_US, Share};
 use crate::domain::{Clock, LevelPlan, Readings, ReservePlan, SystemClock, TenantId};
+use share::{SYNC_US, Share};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -34,7 +34,7 @@ mod wire;
 pub use client::{RedisTls, open_client, open_cluster_client};
 pub use endpoint::{Endpoint, SharedConn, cluster_masters};
 pub use errors::redact_url;
-pub use lease::{LeaseCall, LeaseReply};
+pub use lease::{BucketAsk, EntryAsk, EntryGrant, LeaseCall, LeaseReply};
 pub use pool::PoolKind;
 
 use super::keys::Keys;

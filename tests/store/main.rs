@@ -2,7 +2,9 @@
 //! binary (one link of the library):
 //!
 //! - `differential`: random operation sequences on the memory store and on a
-//!   real Redis, every reply, status read and key compared exactly;
+//!   real Redis, every reply, status read and key compared exactly (and the
+//!   Redis Cluster store's global share held to the memory store's global
+//!   level);
 //! - `suite`: one behaviour per test, generated for both stores
 //!   (`suite::memory::<test>` and `suite::redis::<test>`);
 //! - `ledger`: the usage ledger, the same way (`ledger::memory::<test>`…);

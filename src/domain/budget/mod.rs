@@ -10,7 +10,6 @@
 //! - [`record`]: a reservation's record.
 //! - [`level`]: a level as a store holds it (state, leases, expiry).
 //! - [`ledger`]: what an operation adds to the usage ledger.
-//! - [`share`]: a replica's leased share of the global level (Redis Cluster).
 //! - [`reserve`], [`settle`], [`renew`], [`status`], [`charge`]: the operations.
 //! - [`replies`]: what they answer.
 
@@ -23,7 +22,6 @@ pub mod renew;
 pub mod replies;
 pub mod reserve;
 pub mod settle;
-pub mod share;
 pub mod state;
 pub mod status;
 

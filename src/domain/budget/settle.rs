@@ -18,7 +18,8 @@ use super::level::StoredLevel;
 use super::record::{Record, RecordState};
 use super::replies::{Retention, SettleReply, Settled};
 use super::state::{BucketState, bucket_id};
-use crate::domain::{Dimension, LevelPlan};
+use crate::domain::LevelPlan;
+use crate::domain::bucket::Cost;
 
 /// What the upstream reported using, as the buckets count it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,7 +124,7 @@ pub fn settle(
     }
     let (state, amount) = match settled {
         Settled::Refunded(_) => (RecordState::Refunded, rec.cost),
-        Settled::Committed(_) => (RecordState::Committed, deltas.dtok),
+        Settled::Committed(_) => (RecordState::Committed, deltas.tokens),
     };
     let sample = match how {
         Settle::Commit(usage) if rec.estimated > 0.0 && usage.prompt > 0 && usage.learn => {
@@ -165,23 +166,10 @@ fn unsettled(record: Option<&Record>, owner: u64) -> Result<&Record, SettleReply
     }
 }
 
-/// What settling moves per dimension: tokens (actual − reserved, or the whole
-/// cost back), input and output tokens likewise, and requests (one back on
-/// refund).
+/// What settling moves per dimension: what was used less what was reserved
+/// ([`Cost::change_to`]), so the whole reservation back on a refund.
 /// Positive: taken (an overage); negative: returned.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Deltas {
-    /// Tokens.
-    pub dtok: f64,
-    /// Requests.
-    pub dreq: f64,
-    /// Input tokens.
-    pub din: f64,
-    /// Output tokens.
-    pub dout: f64,
-    /// Spend, µ$.
-    pub dspend: f64,
-}
+pub type Deltas = Cost<f64>;
 
 impl Deltas {
     /// What settling `rec` by `how` moves, and how it reads once settled.
@@ -192,43 +180,27 @@ impl Deltas {
     /// What settling by `how` a reservation of `cost` tokens, `output` of
     /// them granted output, and `spend` µ$ moves, and how it reads once
     /// settled: the one rule both this module and a store that keeps a level
-    /// apart (the cluster's leased global level) follow.
+    /// apart (the cluster's leased global level) follow. A reservation's
+    /// cost per dimension is [`Cost::reservation`]'s; a commit's usage is one
+    /// request, its tokens, input, completion and cost; a refund uses nothing.
     pub fn moving(how: Settle, cost: f64, output: f64, spend: f64) -> (Deltas, Settled) {
-        let prompt = cost - output;
+        let reserved = Cost::reservation(cost - output, output, spend);
         match how {
             Settle::Refund => (
-                Deltas {
-                    dtok: -cost,
-                    dreq: -1.0,
-                    din: -prompt,
-                    dout: -output,
-                    dspend: -spend,
-                },
+                reserved.change_to(Cost::default()),
                 Settled::Refunded(cost as u64),
             ),
             Settle::Commit(usage) => {
-                let dtok = usage.tokens as f64 - cost;
-                let completion = usage.tokens as f64 - usage.prompt as f64;
-                let deltas = Deltas {
-                    dtok,
-                    dreq: 0.0,
-                    din: usage.input as f64 - prompt,
-                    dout: completion - output,
-                    dspend: usage.cost as f64 - spend,
+                let used = Cost {
+                    requests: 1.0,
+                    tokens: usage.tokens as f64,
+                    input: usage.input as f64,
+                    output: usage.tokens as f64 - usage.prompt as f64,
+                    spend: usage.cost as f64,
                 };
-                (deltas, Settled::Committed(dtok as i64))
+                let deltas = reserved.change_to(used);
+                (deltas, Settled::Committed(deltas.tokens as i64))
             }
-        }
-    }
-
-    /// What settling moves in buckets of `dimension`.
-    pub fn of(self, dimension: Dimension) -> f64 {
-        match dimension {
-            Dimension::Tokens => self.dtok,
-            Dimension::InputTokens => self.din,
-            Dimension::OutputTokens => self.dout,
-            Dimension::Spend => self.dspend,
-            Dimension::Requests | Dimension::Concurrency => self.dreq,
         }
     }
 }

@@ -4,13 +4,13 @@
 //! the global readings refreshed for a status read.
 
 use super::Inner;
+use super::share;
 use super::split::Split;
 use crate::domain::Clock;
-use crate::domain::budget::share;
 use crate::domain::budget::{Deltas, Settle};
 use crate::domain::{Level, LevelPlan, Readings, ReservationId};
 use crate::store::keys::lease_field;
-use crate::store::{RenewReply, Scope, SettleReply, Settled, Settlement, Store, StoreError};
+use crate::store::{RenewReply, Scope, SettleReply, Settlement, Store, StoreError};
 
 impl<C: Clock> Inner<C> {
     pub(super) async fn settle(
@@ -33,20 +33,7 @@ impl<C: Clock> Inner<C> {
             Settle::Commit(usage) => self.tenants.commit(inner, usage).await?,
             Settle::Refund => self.tenants.refund(inner).await?,
         };
-        if let SettleReply::Applied {
-            settled,
-            reserved_spend,
-            reserved_output,
-            ..
-        } = reply
-        {
-            let cost = match (settled, how) {
-                (Settled::Refunded(c), _) => c as f64,
-                (Settled::Committed(amount), Settle::Commit(u)) => u.tokens as f64 - amount as f64,
-                (Settled::Committed(_), Settle::Refund) => 0.0,
-            };
-            let (deltas, _) =
-                Deltas::moving(how, cost, reserved_output as f64, reserved_spend as f64);
+        if let Some(deltas) = share::deltas(how, &reply) {
             self.settled(&split, s.id, deltas, 0.0);
         }
         Ok(reply)
@@ -92,14 +79,7 @@ impl<C: Clock> Inner<C> {
             && !split.global.is_empty()
         {
             let exp = self.now() + expires_in_ms as f64 * 1000.0;
-            let none = Deltas {
-                dtok: 0.0,
-                dreq: 0.0,
-                din: 0.0,
-                dout: 0.0,
-                dspend: 0.0,
-            };
-            self.settled(&split, s.id, none, exp);
+            self.settled(&split, s.id, Deltas::default(), exp);
         }
         Ok(reply)
     }

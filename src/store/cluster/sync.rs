@@ -2,12 +2,12 @@
 //! (`lua/global_lease.lua`) and what its answer changes, and the global
 //! half's keys and readings.
 
+use super::share::{self, Share};
 use super::split::Split;
 use super::{Inner, Shares};
 use crate::domain::Clock;
-use crate::domain::budget::share::{self, EntryAsk, Share};
 use crate::domain::{LevelPlan, Readings, TenantId, UserId};
-use crate::store::redis::LeaseCall;
+use crate::store::redis::{EntryAsk, LeaseCall};
 use crate::store::{Scope, Store, StoreError};
 use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;

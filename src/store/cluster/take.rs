@@ -4,11 +4,9 @@
 //! surely failed.
 
 use super::Inner;
+use super::share::{self, Need};
 use super::split::Split;
 use crate::domain::Clock;
-use crate::domain::budget::reserve::spend_rates;
-use crate::domain::budget::share::{self, Need};
-use crate::domain::price::SpendRates;
 use crate::domain::{Level, ReservePlan};
 use crate::store::keys::lease_field;
 use crate::store::{ChargePlan, ChargeReply, Reclaimed, ReserveReply, Store, StoreError};
@@ -25,18 +23,7 @@ impl<C: Clock> Inner<C> {
         }
         super::GLOBAL_DECISIONS.fetch_add(1, Ordering::Relaxed);
         let keys = self.keys_of(&split, &plan.id.tenant);
-        let SpendRates {
-            prompt: sp,
-            output: op,
-        } = spend_rates(plan);
-        let need = Need {
-            prompt: plan.prompt_tokens as f64,
-            max_output: plan.max_output_tokens as f64,
-            min_output: plan.min_output_tokens as f64,
-            sp,
-            op,
-            headroom: plan.headroom,
-        };
+        let need = Need::of(plan);
         let lease = lease_field(&plan.id);
         let mut reclaimed = 0;
         let (mut synced, mut tries) = (false, 0);

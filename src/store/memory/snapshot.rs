@@ -1,8 +1,10 @@
 //! The memory store's keys as Redis holds them: what the differential test
-//! compares with a Redis database key for key.
+//! compares with a Redis database key for key; and one level as the store
+//! holds it, where the test's cluster-share column starts from.
 
 use super::MemoryStore;
 use crate::domain::Clock;
+use crate::domain::budget::StoredLevel;
 use std::collections::BTreeMap;
 
 /// One key's value in Redis's terms: what [`MemoryStore::snapshot`] reports.
@@ -17,6 +19,14 @@ pub enum Stored {
 }
 
 impl<C: Clock> MemoryStore<C> {
+    /// The level hash `key` holds now (`None`: none, or expired), exactly:
+    /// the differential test seeds the cluster's share with it.
+    pub fn stored_level(&self, key: &str) -> Option<StoredLevel> {
+        let now = self.clock.now_us();
+        let d = self.lock(now);
+        d.levels.get(key).filter(|l| l.expires_at_us > now).cloned()
+    }
+
     /// Every live key with its value in Redis's encoding and its expiry (µs of
     /// this store's clock): the differential test compares it with Redis.
     pub fn snapshot(&self) -> BTreeMap<String, (Stored, i64)> {

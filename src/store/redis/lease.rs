@@ -1,15 +1,60 @@
 //! The global level's sync on a Redis Cluster (`lua/global_lease.lua`): what
 //! a replica gives back, owes and leases, and the slot messages it posts and
 //! reads — KEYS and ARGV from the shares' asks, the reply as grants.
+//!
+//! The asks and grants are the script's contract, so they are defined here,
+//! beside their encoding; the cluster's share
+//! ([`crate::store::cluster::share`]) fills in the asks and takes in the
+//! grants.
 
 use super::RedisStore;
 use super::wire::{DOUBLES, Spec, int_at, state_at};
-use crate::domain::budget::share::{EntryAsk, EntryGrant};
+use crate::domain::BucketSpec;
+use crate::domain::budget::state::LevelState;
 use crate::store::StoreError;
 use redis::Value;
 
 /// How long (ms) a slot message waits for its replica to read it.
 const MESSAGE_KEEP_MS: u64 = 60_000;
+
+/// One bucket of a sync: what to lease, what to give back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BucketAsk {
+    /// The bucket.
+    pub spec: BucketSpec,
+    /// How much to lease.
+    pub want: f64,
+    /// Given back (positive) or owed as debt (negative).
+    pub give: f64,
+}
+
+/// One global entry of a sync.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EntryAsk {
+    /// The entry's buckets.
+    pub buckets: Vec<BucketAsk>,
+    /// The concurrency limit; `None`: no slots.
+    pub concurrency: Option<u64>,
+    /// Slots to lease.
+    pub want_slots: f64,
+    /// Slots to give back.
+    pub give_slots: f64,
+    /// Until when (µs) Redis counts this replica's slots.
+    pub slots_until: f64,
+}
+
+/// What the global key answered for one entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EntryGrant {
+    /// Its state after the call.
+    pub state: Option<LevelState>,
+    /// Per bucket of the ask: what was leased.
+    pub granted: Vec<f64>,
+    /// What the key counts for this replica now.
+    pub slots_mine: f64,
+    /// What it counts for every replica.
+    pub slots_in_use: f64,
+}
 
 /// One sync: the entries' keys and asks, and the messages.
 pub struct LeaseCall<'a> {

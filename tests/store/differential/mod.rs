@@ -5,6 +5,11 @@
 //! keys with byte-equal values: the Lua scripts are the Redis port of
 //! `src/domain/budget/`, and this holds them to it.
 //!
+//! A third column holds the Redis Cluster store's global share (its own
+//! take, put-back, settle and give-back arithmetic) to the memory store's
+//! global level on the same operations: see [`share`] for how, and for what
+//! a leased share may legitimately do otherwise.
+//!
 //! # One clock for both
 //! The scripts read "now" from [`keys::CLOCK_KEY`]
 //! ([`RedisStore::with_clock_key`]), written with the memory store's instant
@@ -37,8 +42,10 @@
 
 mod keys;
 mod ops;
+mod share;
 
 use crate::support::RedisServer;
+use ctxbudget::domain::budget::Settle;
 use ctxbudget::domain::budget::ledger::LedgerRetention;
 use ctxbudget::domain::{Clock, LevelPlan, ManualClock, Reading};
 use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
@@ -51,6 +58,7 @@ use ctxbudget::store::{
 use ops::{Gen, Op, entry_plan, pick};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use share::Episode;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -71,7 +79,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_and_redis_agree_on_random_sequences() {
+async fn memory_redis_and_the_cluster_share_agree_on_random_sequences() {
     let cases = env_u64("CTXBUDGET_DIFF_CASES", DEFAULT_CASES);
     let seed = env_u64("CTXBUDGET_DIFF_SEED", DEFAULT_SEED);
     let server = RedisServer::start();
@@ -126,7 +134,7 @@ async fn memory_and_redis_agree_on_random_sequences() {
 type Seen = BTreeMap<&'static str, u64>;
 
 /// The answers a default run must reach.
-const MUST_SEE: [&str; 23] = [
+const MUST_SEE: [&str; 32] = [
     "status exact at the most leases read whole",
     "a level keeping the most foreign buckets",
     "status exact",
@@ -150,6 +158,15 @@ const MUST_SEE: [&str; 23] = [
     "charge checked",
     "charge taken",
     "charge forced",
+    "share took the global grant",
+    "share took more, another level granting less",
+    "share short where memory denied",
+    "share put back, another level denying",
+    "share charged",
+    "share short of a charge",
+    "share uncharged, another level denying",
+    "share settled",
+    "share gave back or owed",
 ];
 
 fn count(seen: &mut Seen, what: &'static str) {
@@ -296,6 +313,7 @@ async fn step(
     match op {
         Op::Reserve(plans) => {
             for (j, plan) in plans.iter().enumerate() {
+                let global = Episode::before(memory, &plan.levels, &plan.id.tenant, clock.now_us());
                 let m = memory.reserve(plan).await.unwrap();
                 let r = redis.reserve(plan).await.unwrap();
                 let m2 = m.clone();
@@ -331,6 +349,13 @@ async fn step(
                     count(seen, "reserve reclaimed leases");
                 }
                 same(&format!("reserve {j} of {}", plans.len()), m2, r)?;
+                if let Some(mut ep) = global {
+                    let what = format!("reserve {j} of {}", plans.len());
+                    ep.reserve(plan, &m, seen).map_err(|e| on_share(&what, e))?;
+                    ep.compare(memory, true, seen)
+                        .await
+                        .map_err(|e| on_share(&what, e))?;
+                }
                 g.issued.push(plan.clone());
                 if matches!(m, ReserveReply::Allowed { .. }) {
                     let expiry = clock.now_us() + plan.lease_ttl_ms as i64 * 1000;
@@ -357,15 +382,27 @@ async fn step(
                 cost: *cost,
                 learn: *learn,
             };
+            let global = Episode::before(memory, levels, &id.tenant, clock.now_us());
             let m = memory.commit(s, usage).await.unwrap();
             count(seen, settled("commit", &m));
             same("commit", m, redis.commit(s, usage).await.unwrap())?;
+            if let Some(mut ep) = global {
+                ep.settle(Settle::Commit(usage), &m, seen);
+                let e = ep.compare(memory, false, seen).await;
+                e.map_err(|e| on_share("commit", e))?;
+            }
         }
         Op::Refund { id, levels } => {
             let s = Settlement { id, levels };
+            let global = Episode::before(memory, levels, &id.tenant, clock.now_us());
             let m = memory.refund(s).await.unwrap();
             count(seen, settled("refund", &m));
             same("refund", m, redis.refund(s).await.unwrap())?;
+            if let Some(mut ep) = global {
+                ep.settle(Settle::Refund, &m, seen);
+                let e = ep.compare(memory, false, seen).await;
+                e.map_err(|e| on_share("refund", e))?;
+            }
         }
         Op::Renew { id, levels, ttl_ms } => {
             let s = Settlement { id, levels };
@@ -411,6 +448,7 @@ async fn step(
             )?;
         }
         Op::Charge(plan) => {
+            let global = Episode::before(memory, &plan.levels, &plan.tenant, clock.now_us());
             let m = memory.charge(plan).await.unwrap();
             count(
                 seen,
@@ -421,7 +459,13 @@ async fn step(
                     (_, false, _) => "charge forced",
                 },
             );
-            same("charge", m, redis.charge(plan).await.unwrap())?;
+            same("charge", m.clone(), redis.charge(plan).await.unwrap())?;
+            if let Some(mut ep) = global {
+                ep.charge(plan, &m, seen)
+                    .map_err(|e| on_share("charge", e))?;
+                let e = ep.compare(memory, false, seen).await;
+                e.map_err(|e| on_share("charge", e))?;
+            }
         }
         Op::Samples(keys) => {
             let bits = |v: Vec<Vec<f64>>| -> Vec<Vec<u64>> {
@@ -456,6 +500,11 @@ async fn step(
         }
     }
     Ok(())
+}
+
+/// A divergence of the cluster share's column, said as such.
+fn on_share(what: &str, e: String) -> String {
+    format!("{what}, the cluster share against memory's global level:\n    {e}")
 }
 
 /// One line per operation for the failure log.
