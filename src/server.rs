@@ -352,8 +352,7 @@ async fn report_health<S: Store>(
     engine: Arc<Engine<S>>,
     health: tonic_health::server::HealthReporter,
 ) {
-    use crate::config::FailurePolicy;
-    use crate::engine::BreakerState;
+    use crate::engine::{BreakerState, FailurePolicy};
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
     let mut serving = true;
     loop {

@@ -8,9 +8,9 @@
 //! - [`limits`]: rates, levels and tiers as written → domain limits.
 //! - [`models`]: model groups, tiers' per-group limits and priorities as written.
 //! - [`overrides`]: tenants' overrides as written.
-//! - [`estimation`], [`resilience`], [`auth`]: those sections, with the
-//!   settings they validate into (the breaker's and the failure policy among
-//!   them; the engine and the gRPC layer take them from here).
+//! - [`estimation`], [`resilience`], [`auth`]: those sections, and how they
+//!   validate into the settings of the estimator, the engine (its breaker and
+//!   failure policy) and the gRPC layer.
 //! - [`settings`]: [`Settings`], built section by section.
 //! - [`input`]: operator documents (TOML or JSON) with errors naming fields.
 //! - [`repository`]: the live configuration held in Redis.
@@ -41,7 +41,7 @@ pub use models::{ModelLimitsSection, ModelSection, PrioritiesSection};
 pub use money::{MoneySection, PriceSection, SpendSection};
 pub use overrides::{LevelOverrideSection, OverrideSection, ShadowOverrideSection, UNLIMITED};
 pub use repository::ConfigDoc;
-pub use resilience::{BreakerSettings, FailurePolicy, ResilienceSection};
+pub use resilience::ResilienceSection;
 pub use sections::{FileConfig, ReservationsSection, ServerSection, StoreSection};
 pub use settings::{Settings, TlsFiles};
 
@@ -211,6 +211,7 @@ pub fn load(path: Option<&Path>, overrides: Flags) -> Result<Settings, ConfigErr
 mod tests {
     use super::*;
     use crate::domain::Rate;
+    use crate::engine::FailurePolicy;
     use std::time::Duration;
 
     #[test]

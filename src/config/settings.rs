@@ -3,12 +3,13 @@
 //! function, in the file's order, so the first bad field is the one reported.
 
 use super::{
-    BreakerSettings, ConfigDoc, ConfigError, FailurePolicy, FileConfig, Flags, ReservationsSection,
-    ServerSection, StoreSection, TokenSection, validate_tokens,
+    ConfigDoc, ConfigError, FileConfig, Flags, ReservationsSection, ServerSection, StoreSection,
+    TokenSection, validate_tokens,
 };
 use crate::domain::budget::ledger::LedgerRetention;
 use crate::domain::plan::LeasePolicy;
 use crate::domain::{Limits, LimitsError, Priorities};
+use crate::engine::{BreakerSettings, FailurePolicy};
 use crate::store::Retention;
 use crate::store::redis::{PoolKind, RedisTls};
 use std::net::SocketAddr;

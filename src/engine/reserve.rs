@@ -2,11 +2,11 @@
 //! count with the adaptive multiplier, plan, reserve, and explain the result.
 
 use super::BreakerState;
+use super::FailurePolicy;
 use super::cancel::CancelGuard;
 use super::reply::{record_decision, warn_degraded};
 use super::shadow::{ShadowCheck, ShadowSettle};
 use super::{Engine, EngineError};
-use crate::config::FailurePolicy;
 use crate::domain::decision::{self, LimitState};
 use crate::domain::plan::{self, Prepared, ReservePlan, ReserveRequest};
 use crate::domain::{Denial, IdempotencyKey, Level, Limits, Priority, TenantId, Tier, UserId};
