@@ -5,7 +5,8 @@
 //!
 //! - [`sections`]: the file's schema, and the server, store and reservations
 //!   sections.
-//! - [`limits`]: rates, levels and tiers as written → domain limits.
+//! - [`rates`]: rates and periods as written; [`level`]: one level's limits.
+//! - [`limits`]: tiers as written, and every limit section → domain limits.
 //! - [`models`]: model groups, tiers' per-group limits and priorities as written.
 //! - [`overrides`]: tenants' overrides as written.
 //! - [`estimation`], [`resilience`], [`auth`]: those sections, and how they
@@ -19,10 +20,12 @@ pub mod auth;
 pub mod envoy;
 pub mod estimation;
 mod input;
+pub mod level;
 pub mod limits;
 pub mod models;
 pub mod money;
 pub mod overrides;
+pub mod rates;
 pub mod repository;
 pub mod resilience;
 pub mod sections;
@@ -32,14 +35,13 @@ pub use auth::{AuthSection, MIN_TOKEN_LEN, TokenSection, validate_tokens};
 pub use envoy::EnvoySection;
 pub use estimation::EstimatorSection;
 pub use input::{Document, DocumentError, parse_document};
-pub(crate) use limits::rates;
-pub use limits::{
-    LevelSection, LimitSections, Period, PeriodError, RateSection, ShadowSection, TierSection,
-    build_limits, period_seconds,
-};
+pub use level::LevelSection;
+pub use limits::{LimitSections, ShadowSection, TierSection, build_limits};
 pub use models::{ModelLimitsSection, ModelSection, PrioritiesSection};
 pub use money::{MoneySection, PriceSection, SpendSection};
 pub use overrides::{LevelOverrideSection, OverrideSection, ShadowOverrideSection, UNLIMITED};
+pub(crate) use rates::rates;
+pub use rates::{Period, PeriodError, RateSection, period_seconds};
 pub use repository::ConfigDoc;
 pub use resilience::ResilienceSection;
 pub use sections::{FileConfig, ReservationsSection, ServerSection, StoreSection};

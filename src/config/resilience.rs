@@ -2,7 +2,7 @@
 //! policy and the circuit breaker's settings — as written, and validated into
 //! the engine's [`FailurePolicy`] and [`BreakerSettings`].
 
-use super::settings::within;
+use super::input::within;
 use crate::domain::LimitsError;
 use crate::engine::{BreakerSettings, FailurePolicy};
 use serde::{Deserialize, Serialize};

@@ -2,6 +2,7 @@
 //! flags. Each section is turned into its settings and checked by its own
 //! function, in the file's order, so the first bad field is the one reported.
 
+use super::input::within;
 use super::{
     ConfigDoc, ConfigError, FileConfig, Flags, ReservationsSection, ServerSection, StoreSection,
     TokenSection, validate_tokens,
@@ -132,18 +133,6 @@ impl From<&Settings> for crate::telemetry::KnownSeries {
                 .collect(),
             initial_multiplier: settings.adaptive.initial,
         }
-    }
-}
-
-/// `field`'s `value` is between `min` and `max`, or the error says so.
-pub(super) fn within(field: &str, value: u64, min: u64, max: u64) -> Result<(), LimitsError> {
-    if (min..=max).contains(&value) {
-        Ok(())
-    } else {
-        Err(LimitsError::new(
-            field,
-            format!("must be between {min} and {max}, got {value}"),
-        ))
     }
 }
 
