@@ -220,7 +220,7 @@ pub async fn tiers(cmd: TiersCmd, args: AdminArgs) -> anyhow::Result<()> {
         }
         TiersCmd::Import { file } => import_tiers(&cfg, doc, &file, &args).await,
         TiersCmd::Export => export_tiers(doc, &args),
-        TiersCmd::History { limit } => super::history::history(&cfg, limit, &args).await,
+        TiersCmd::History { limit } => super::history::history(&cfg, limit, args.json).await,
     }
 }
 
