@@ -11,10 +11,10 @@
 //! keeps the last good one.
 
 use crate::api::auth::Auth;
-use crate::config::repository::ConfigStore;
-use crate::config::{FileConfig, Flags};
+use crate::config::{ConfigDoc, FileConfig, Flags};
 use crate::engine::Engine;
 use crate::store::Store;
+use crate::store::config_repo::ConfigStore;
 use futures_util::StreamExt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,7 +29,7 @@ pub const VERSION_CHECK: Duration = Duration::from_secs(1);
 /// Loads the configuration from Redis and applies it if it validates.
 /// Returns the version now applied.
 pub async fn apply_from_redis<S: Store>(engine: &Engine<S>, cfg: &ConfigStore) -> Option<u64> {
-    let doc = match cfg.load().await {
+    let doc = match cfg.load().await.and_then(ConfigDoc::from_stored) {
         Ok(doc) => doc,
         Err(e) => {
             tracing::warn!(error = %e, "cannot read the configuration; keeping the current one");

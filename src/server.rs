@@ -5,8 +5,7 @@
 
 use crate::api::auth::Auth;
 use crate::api::{BudgetApi, EnvoyApi};
-use crate::config::Settings;
-use crate::config::repository::ConfigStore;
+use crate::config::{ConfigDoc, Settings};
 use crate::domain::Limits;
 use crate::engine::{Engine, EngineSettings};
 use crate::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
@@ -17,6 +16,7 @@ use crate::reload;
 mod grpc;
 mod message_limit;
 use crate::store::cluster::ClusterStore;
+use crate::store::config_repo::ConfigStore;
 use crate::store::keys::Keys;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{Endpoint, RedisSettings, RedisStore};
@@ -132,7 +132,7 @@ async fn startup_limits(cfg: &ConfigStore, settings: &Settings) -> Result<Limits
             p.display().to_string()
         });
     let actor = format!("ctxbudget serve (seed from {source})");
-    match cfg.seed(&settings.seed, &actor).await? {
+    match cfg.seed(&settings.seed.documents(), &actor).await? {
         Some(version) => tracing::info!(
             "Redis held no tiers: seeded it from {source} (configuration version {version})"
         ),
@@ -141,7 +141,7 @@ async fn startup_limits(cfg: &ConfigStore, settings: &Settings) -> Result<Limits
              (change them with `ctxbudget tiers|global|overrides`)"
         ),
     }
-    let doc = cfg.load().await?;
+    let doc = ConfigDoc::from_stored(cfg.load().await?)?;
     if let Some(file_map) = &settings.seed.envoy
         && doc.envoy.as_ref() != Some(file_map)
     {

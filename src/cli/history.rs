@@ -7,7 +7,7 @@
 //! ```
 
 use super::output::{outln, print_json};
-use crate::config::repository::{AuditEntry, ConfigStore};
+use crate::store::config_repo::{AuditEntry, ConfigStore};
 use serde_json::Value;
 use std::collections::BTreeMap;
 

@@ -5,10 +5,11 @@
 
 use super::admin::AdminArgs;
 use super::output::{Stdout, print_json, table};
-use crate::config::repository::ConfigStore;
+use crate::config::ConfigDoc;
 use crate::domain::budget::ledger::Row;
 use crate::domain::usage::{self, By, Line};
 use crate::domain::{Limits, TenantId, UserId};
+use crate::store::config_repo::ConfigStore;
 use crate::store::keys::Keys;
 use crate::store::redis::{Endpoint, RedisSettings, RedisStore};
 use crate::store::{Retention, Store};
@@ -162,9 +163,7 @@ pub(super) async fn ledger_store(admin: &AdminArgs) -> anyhow::Result<RedisStore
 /// The live configuration's limits (model groups, to name a model's group).
 pub(super) async fn live_limits(admin: &AdminArgs) -> anyhow::Result<(ConfigStore, Limits)> {
     let cfg = admin.connect().await?;
-    let limits = cfg
-        .load()
-        .await?
+    let limits = ConfigDoc::from_stored(cfg.load().await?)?
         .limits()
         .map_err(|e| anyhow::anyhow!("the stored configuration is invalid: {e}"))?;
     Ok((cfg, limits))

@@ -14,7 +14,8 @@
 //!   failure policy) and the gRPC layer.
 //! - [`settings`]: [`Settings`], built section by section.
 //! - [`input`]: operator documents (TOML or JSON) with errors naming fields.
-//! - [`repository`]: the live configuration held in Redis.
+//! - [`live`]: the live configuration's documents (kept in Redis by
+//!   `store::config_repo`) as sections.
 
 pub mod auth;
 pub mod envoy;
@@ -22,11 +23,11 @@ pub mod estimation;
 mod input;
 pub mod level;
 pub mod limits;
+pub mod live;
 pub mod models;
 pub mod money;
 pub mod overrides;
 pub mod rates;
-pub mod repository;
 pub mod resilience;
 pub mod sections;
 pub mod settings;
@@ -37,12 +38,12 @@ pub use estimation::EstimatorSection;
 pub use input::{Document, DocumentError, parse_document};
 pub use level::LevelSection;
 pub use limits::{LimitSections, ShadowSection, TierSection, build_limits};
+pub use live::ConfigDoc;
 pub use models::{ModelLimitsSection, ModelSection, PrioritiesSection};
 pub use money::{MoneySection, PriceSection, SpendSection};
 pub use overrides::{LevelOverrideSection, OverrideSection, ShadowOverrideSection, UNLIMITED};
 pub(crate) use rates::rates;
 pub use rates::{Period, PeriodError, RateSection, period_seconds};
-pub use repository::ConfigDoc;
 pub use resilience::ResilienceSection;
 pub use sections::{FileConfig, ReservationsSection, ServerSection, StoreSection};
 pub use settings::{Settings, TlsFiles};
