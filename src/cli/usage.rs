@@ -4,6 +4,7 @@
 //! inside the service process and this command cannot reach it.
 
 use super::admin::AdminArgs;
+use super::flags::parse_instant;
 use super::output::{Stdout, print_json, table};
 use crate::config::ConfigDoc;
 use crate::domain::budget::ledger::Row;
@@ -197,8 +198,8 @@ pub async fn usage(args: UsageArgs) -> anyhow::Result<()> {
     if user.is_some() && args.by == By::Hour {
         anyhow::bail!("a user's usage is kept per day: use --by day or --by month");
     }
-    let from = usage::parse_instant(&args.from).context("--from")?;
-    let to = usage::parse_instant(&args.to).context("--to")?;
+    let from = parse_instant(&args.from).context("--from")?;
+    let to = parse_instant(&args.to).context("--to")?;
     let periods = usage::periods(from, to, args.by)?;
     // The groups name the rows; without a readable configuration, the
     // ungrouped row is still `other models`.
