@@ -11,6 +11,7 @@ use crate::domain::budget::share::{self, Need};
 use crate::domain::{Level, ReservePlan};
 use crate::store::keys::lease_field;
 use crate::store::{ChargePlan, ChargeReply, Reclaimed, ReserveReply, Store, StoreError};
+use crate::telemetry;
 use std::sync::atomic::Ordering;
 
 /// Tries at taking from the shares, each after a sync (its own or another's).
@@ -22,7 +23,7 @@ impl<C: Clock> Inner<C> {
         if split.global.is_empty() {
             return self.tenants.reserve(plan).await;
         }
-        super::GLOBAL_DECISIONS.fetch_add(1, Ordering::Relaxed);
+        telemetry::cluster_global_decision();
         let keys = self.keys_of(&split, &plan.id.tenant);
         let (sp, op) = spend_rates(plan);
         let need = Need {
@@ -99,7 +100,7 @@ impl<C: Clock> Inner<C> {
         if split.global.is_empty() {
             return self.tenants.charge(plan).await;
         }
-        super::GLOBAL_DECISIONS.fetch_add(1, Ordering::Relaxed);
+        telemetry::cluster_global_decision();
         let keys = self.keys_of(&split, &plan.tenant);
         let cost = |b: &crate::domain::BucketSpec| plan.cost(b.dimension) as f64;
         let (mut synced, mut tries) = (false, 0);
