@@ -18,5 +18,6 @@ pub mod validate;
 mod validate_tests;
 
 pub use envoy::EnvoyApi;
+pub use envoy::descriptor::LiveMap;
 pub use errors::{Refusal, refusal_status, to_status};
 pub use service::BudgetApi;

@@ -1,6 +1,6 @@
 //! Tiers and quotas in shadow as written, and the whole of the limits —
-//! global limits, model groups, prices, tiers, overrides and the `[envoy]`
-//! map — built and validated into domain limits.
+//! global limits, model groups, prices, tiers and overrides — built and
+//! validated into domain limits, the `[envoy]` map checked against them.
 
 use super::OverrideSection;
 use super::envoy::EnvoySection;
@@ -98,7 +98,9 @@ pub struct LimitSections<'a> {
     pub envoy: Option<&'a EnvoySection>,
 }
 
-/// Validated limits from the written sections.
+/// Validated limits from the written sections. The `[envoy]` map is checked
+/// with them (its default tier among their tiers), though it is not part of
+/// them: the Envoy service holds it (`api::envoy::LiveMap`).
 pub fn build_limits(sections: LimitSections<'_>, version: u64) -> Result<Limits, LimitsError> {
     let LimitSections {
         global,
@@ -108,12 +110,13 @@ pub fn build_limits(sections: LimitSections<'_>, version: u64) -> Result<Limits,
         overrides,
         envoy,
     } = sections;
+    let envoy = envoy.cloned().unwrap_or_default();
+    envoy.validate()?;
     let global = global.cloned().unwrap_or_default().to_domain("global")?;
     let mut limits = Limits {
         global,
         models: model_groups(models)?,
         prices: prices(price_sections)?,
-        descriptors: envoy.cloned().unwrap_or_default().to_domain()?,
         version,
         ..Limits::default()
     };
@@ -128,5 +131,16 @@ pub fn build_limits(sections: LimitSections<'_>, version: u64) -> Result<Limits,
             .insert(tenant.clone(), Arc::new(o.to_domain(tenant)?));
     }
     limits.validate()?;
+    if let Some(tier) = &envoy.default_tier
+        && !limits.tiers.contains_key(tier)
+    {
+        return Err(LimitsError::new(
+            "envoy.default_tier",
+            format!(
+                "there is no tier {tier:?} (known tiers: {})",
+                limits.tier_names()
+            ),
+        ));
+    }
     Ok(limits)
 }

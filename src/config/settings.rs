@@ -4,8 +4,8 @@
 
 use super::input::within;
 use super::{
-    ConfigDoc, ConfigError, FileConfig, Flags, ReservationsSection, ServerSection, StoreSection,
-    TokenSection, validate_tokens,
+    ConfigDoc, ConfigError, EnvoySection, FileConfig, Flags, ReservationsSection, ServerSection,
+    StoreSection, TokenSection, validate_tokens,
 };
 use crate::domain::budget::ledger::LedgerRetention;
 use crate::domain::plan::LeasePolicy;
@@ -47,6 +47,9 @@ pub struct Settings {
     pub concurrency_retry_ms: u64,
     /// Every limit.
     pub limits: Arc<Limits>,
+    /// How Envoy's descriptors map to levels (`[envoy]`), validated with the
+    /// limits.
+    pub envoy: EnvoySection,
     /// The share of every limit each priority class must leave.
     pub priorities: Priorities,
     /// `[money] require_price`.
@@ -200,6 +203,7 @@ impl FileConfig {
             retry_jitter_ms: res.retry_jitter_ms,
             concurrency_retry_ms: res.concurrency_retry_ms,
             limits: Arc::new(limits),
+            envoy: self.envoy.clone().unwrap_or_default(),
             priorities,
             require_price,
             max_message_bytes: server.max_message_bytes,
