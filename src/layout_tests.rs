@@ -1,252 +1,182 @@
-//! Keeps the source layout honest: no import cycle between modules, no
-//! file past 400 lines unless its module doc says why (a `//! Size:` line),
-//! and no output to stdout but through `cli::output`.
+//! Keeps the source layout honest:
 //!
-//! The modules are the crate's top-level ones, except that each of
-//! `domain`'s submodules is a module of its own (the domain must stay a tree
-//! of small parts). A reference is any `crate::…` path, and `super::…` or
-//! `self::…` resolved against the file's own module, outside `#[cfg(test)]`
-//! items and `//` comments. Function length is not checked here.
+//! - **Layers.** Every top-level module has a rank, its item's place in the
+//!   `# Layout` list of `src/lib.rs` (lowest first; the modules one item names
+//!   share its rank), and refers to no module of a higher rank.
+//! - **No circle of files** inside a module: no file uses a file that uses it
+//!   back, directly or around a longer loop. A file's uses of its own
+//!   submodules (`mod x;`, `x::f()`, `pub use x::Y`) are how it owns them, not
+//!   uses.
+//! - No file past 400 lines unless its module doc says why (a `//! Size:`
+//!   line), and no output to stdout but through `cli::output`.
+//!
+//! What counts as a reference is in [`scan`]. This module, compiled for tests
+//! only, is outside the layers. Function length is not checked here.
 
+mod scan;
+
+use scan::{Source, Tree, references};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Longest file that needs no `Size:` line.
 const MAX_LINES: usize = 400;
 
-/// Every `.rs` file under `dir`, sorted.
-fn sources(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut dirs = vec![dir.to_path_buf()];
-    while let Some(d) = dirs.pop() {
-        for entry in std::fs::read_dir(&d).expect("src is readable") {
-            let path = entry.expect("a directory entry").path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
-/// The module path of a file: `src/domain/plan.rs` → `[domain, plan]`,
-/// `src/api/mod.rs` → `[api]`, `src/lib.rs` → `[]`.
-fn module_path(src: &Path, file: &Path) -> Vec<String> {
-    let rel = file.strip_prefix(src).expect("under src");
-    let mut parts: Vec<String> = rel
-        .iter()
-        .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
-        .collect();
-    if matches!(
-        parts.last().map(String::as_str),
-        Some("mod" | "lib" | "main")
-    ) {
-        parts.pop();
-    }
-    parts
-}
-
-/// The node a module path belongs to: its top-level module, or
-/// `domain::<submodule>`. `None` for the crate root and generated code.
-fn node(path: &[String]) -> Option<String> {
-    let top = path.first()?;
-    if top == "pb" {
-        return None;
-    }
-    match path.get(1) {
-        Some(sub) if top == "domain" && sub.starts_with(|c: char| c.is_ascii_lowercase()) => {
-            Some(format!("domain::{sub}"))
-        }
-        _ => Some(top.clone()),
-    }
-}
-
-/// `text` without `#[cfg(test)]` items and without `//` comment lines.
-fn without_tests(text: &str) -> String {
-    let text: String = text
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("//"))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    let mut out = String::new();
-    let mut rest = text.as_str();
-    while let Some(at) = rest.find("#[cfg(test)]") {
-        out.push_str(&rest[..at]);
-        let item = &rest[at..];
-        // The item ends at its first `;` or, if a `{` comes first, at the
-        // brace that closes it.
-        let end = match (item.find('{'), item.find(';')) {
-            (Some(open), semi) if semi.is_none_or(|s| open < s) => {
-                let mut depth = 0usize;
-                let mut close = item.len();
-                for (i, c) in item[open..].char_indices() {
-                    match c {
-                        '{' => depth += 1,
-                        '}' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                close = open + i + 1;
-                                break;
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                close
-            }
-            (_, Some(semi)) => semi + 1,
-            _ => item.len(),
-        };
-        rest = &item[end..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// The module paths `code`, written in module `here`, refers to.
-fn references(here: &[String], code: &str) -> Vec<Vec<String>> {
-    let mut out = Vec::new();
-    let bytes = code.as_bytes();
-    for start in ["crate::", "super::", "self::"] {
-        let mut from = 0;
-        while let Some(found) = code[from..].find(start) {
-            let at = from + found;
-            from = at + start.len();
-            let boundary =
-                at == 0 || !(bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_');
-            if !boundary {
-                continue;
-            }
-            let base: Vec<String> = match start {
-                "crate::" => Vec::new(),
-                // In `a/mod.rs` (module `a`) and `a/b.rs` (module `a::b`)
-                // alike, `super` is the module's parent.
-                "super::" => here[..here.len().saturating_sub(1)].to_vec(),
-                _ => here.to_vec(),
-            };
-            for tail in paths_after(&code[from..]) {
-                let mut path = base.clone();
-                path.extend(tail);
-                out.push(path);
-            }
-        }
-    }
-    out
-}
-
-/// The paths a `use` tail starts with: `a::b::C` → `[[a, b, C]]`, `{a, b::c}`
-/// → `[[a], [b, c]]` (two segments at most matter for nodes).
-fn paths_after(tail: &str) -> Vec<Vec<String>> {
-    let ident = |s: &str| -> String {
-        s.chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect()
-    };
-    if let Some(group) = tail.strip_prefix('{') {
-        let inner = &group[..group.find('}').unwrap_or(group.len())];
-        return inner
-            .split(',')
-            .map(str::trim)
-            .filter(|p| !p.is_empty())
-            .map(|p| p.split("::").take(2).map(ident).collect())
-            .collect();
-    }
-    let first = ident(tail);
-    if first.is_empty() {
-        return Vec::new();
-    }
-    let mut path = vec![first.clone()];
-    if let Some(next) = tail[first.len()..].strip_prefix("::") {
-        let second = ident(next);
-        if !second.is_empty() {
-            path.push(second);
-        }
-    }
-    vec![path]
-}
-
-/// Module → the modules it refers to, over every source under `src`.
-fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for file in sources(src) {
-        let here = module_path(src, &file);
-        let Some(from) = node(&here) else { continue };
-        let text = std::fs::read_to_string(&file).expect("a readable source");
-        let edges = graph.entry(from.clone()).or_default();
-        for path in references(&here, &without_tests(&text)) {
-            if let Some(to) = node(&path)
-                && to != from
-            {
-                edges.insert(to);
-            }
-        }
-    }
-    graph
-}
-
-/// A cycle in `graph`, as the modules along it, if there is one.
-fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
-    fn visit(
-        n: &str,
-        graph: &BTreeMap<String, BTreeSet<String>>,
-        stack: &mut Vec<String>,
-        done: &mut BTreeSet<String>,
-    ) -> Option<Vec<String>> {
-        if let Some(at) = stack.iter().position(|s| s == n) {
-            let mut cycle = stack[at..].to_vec();
-            cycle.push(n.to_string());
-            return Some(cycle);
-        }
-        if done.contains(n) {
-            return None;
-        }
-        stack.push(n.to_string());
-        for next in graph.get(n).into_iter().flatten() {
-            if let Some(cycle) = visit(next, graph, stack, done) {
-                return Some(cycle);
-            }
-        }
-        stack.pop();
-        done.insert(n.to_string());
-        None
-    }
-    let mut done = BTreeSet::new();
-    graph
-        .keys()
-        .find_map(|n| visit(n, graph, &mut Vec::new(), &mut done))
-}
-
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
+/// The sources the layout rules apply to: all but the crate root and this module.
+fn layered(tree: &Tree) -> impl Iterator<Item = (usize, &Source)> {
+    (tree.sources.iter().enumerate()).filter(|(_, s)| s.top().is_some_and(|t| t != "layout_tests"))
+}
+
+/// Module → rank, from the items of the `# Layout` list in `lib_rs`: each
+/// `- ` item is one rank, above the items before it, and names its modules in
+/// links before its colon (``- [`pb`] and [`envoy`]: …``).
+fn ranks(lib_rs: &str) -> BTreeMap<String, usize> {
+    let list = lib_rs
+        .lines()
+        .skip_while(|l| l.trim() != "//! # Layout")
+        .skip(1)
+        .take_while(|l| l.starts_with("//!") && !l.starts_with("//! #"));
+    let items = list.filter_map(|l| l.trim_start_matches("//!").trim().strip_prefix("- "));
+    let mut ranks = BTreeMap::new();
+    for (rank, item) in items.enumerate() {
+        let named = item.split(':').next().unwrap_or_default();
+        for module in named.split("[`").skip(1) {
+            let module = module.split('`').next().unwrap_or_default();
+            ranks.insert(module.to_string(), rank);
+        }
+    }
+    ranks
+}
+
+/// The circles in `uses` (file → the files it uses): each set of files that
+/// reach one another, found from every file.
+fn circles(uses: &BTreeMap<usize, BTreeSet<usize>>) -> BTreeSet<BTreeSet<usize>> {
+    let reach = |from: usize| {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![from];
+        while let Some(f) = todo.pop() {
+            for &next in uses.get(&f).into_iter().flatten() {
+                if seen.insert(next) {
+                    todo.push(next);
+                }
+            }
+        }
+        seen
+    };
+    let reached: BTreeMap<usize, BTreeSet<usize>> = uses.keys().map(|&f| (f, reach(f))).collect();
+    reached
+        .iter()
+        .filter(|(f, r)| r.contains(f))
+        .map(|(f, r)| {
+            (r.iter().copied())
+                .filter(|g| reached.get(g).is_some_and(|back| back.contains(f)))
+                .collect()
+        })
+        .collect()
+}
+
 #[test]
-fn no_module_imports_one_that_imports_it_back() {
-    let graph = graph(&src());
-    assert!(
-        graph.contains_key("domain::plan") && graph.contains_key("engine"),
-        "the scan found the modules: {:?}",
-        graph.keys().collect::<Vec<_>>()
-    );
-    if let Some(cycle) = find_cycle(&graph) {
-        panic!(
-            "import cycle: {}; move the shared item to the module both can import",
-            cycle.join(" → ")
+fn every_module_has_a_rank_in_the_layout_of_lib_rs() {
+    let tree = Tree::read(&src());
+    let ranks = ranks(&std::fs::read_to_string(src().join("lib.rs")).expect("lib.rs"));
+    for module in ["domain", "engine", "cli", "pb"] {
+        assert!(
+            ranks.contains_key(module),
+            "the Layout list names {module}: {ranks:?}"
         );
     }
+    let unranked: BTreeSet<&str> = layered(&tree)
+        .filter_map(|(_, s)| s.top())
+        .filter(|top| !ranks.contains_key(*top))
+        .collect();
+    assert!(
+        unranked.is_empty(),
+        "modules missing from the `# Layout` list of src/lib.rs (add each where it \
+         belongs: above every module it imports, below every one that imports it): \
+         {unranked:?}"
+    );
+}
+
+#[test]
+fn no_module_uses_a_higher_layer() {
+    let tree = Tree::read(&src());
+    let ranks = ranks(&std::fs::read_to_string(src().join("lib.rs")).expect("lib.rs"));
+    let mut upward = Vec::new();
+    for (_, source) in layered(&tree) {
+        let from = source.top().expect("layered");
+        let Some(&rank) = ranks.get(from) else {
+            continue;
+        };
+        for r in references(&source.module, &source.code) {
+            let Some(to) = r.path.first() else { continue };
+            if let Some(&higher) = ranks.get(to).filter(|&&to_rank| to_rank > rank) {
+                upward.push(format!(
+                    "{}: `{}` — {from} (rank {rank}) uses {to} (rank {higher})",
+                    source.name, r.written
+                ));
+            }
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "imports that run up the layers of src/lib.rs's `# Layout` (move the item to the \
+         lowest layer that uses it at run time):\n  {}",
+        upward.join("\n  ")
+    );
+}
+
+#[test]
+fn no_file_uses_a_file_that_uses_it_back() {
+    let tree = Tree::read(&src());
+    let mut uses: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
+    let mut how: BTreeMap<(usize, usize), String> = BTreeMap::new();
+    for (i, source) in layered(&tree) {
+        uses.entry(i).or_default();
+        for r in references(&source.module, &source.code) {
+            let Some(j) = tree.file_of(&r.path) else {
+                continue;
+            };
+            let target = &tree.sources[j];
+            let own_submodule = target.module.starts_with(&source.module);
+            if target.top() == source.top() && !own_submodule {
+                uses.entry(i).or_default().insert(j);
+                how.entry((i, j)).or_insert(r.written);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    for circle in circles(&uses) {
+        let names: Vec<&str> = circle
+            .iter()
+            .map(|&f| tree.sources[f].name.as_str())
+            .collect();
+        let steps: Vec<String> = (how.iter())
+            .filter(|((a, b), _)| circle.contains(a) && circle.contains(b))
+            .map(|((a, b), written)| {
+                let (a, b) = (&tree.sources[*a].name, &tree.sources[*b].name);
+                format!("{a} → {b} (`{written}`)")
+            })
+            .collect();
+        found.push(format!("{}: {}", names.join(", "), steps.join("; ")));
+    }
+    assert!(
+        found.is_empty(),
+        "files that use one another (move what both need into one of them, or into a \
+         file both use):\n  {}",
+        found.join("\n  ")
+    );
 }
 
 #[test]
 fn long_files_say_why_they_are_long() {
     let mut offenders = Vec::new();
-    for file in sources(&src()) {
-        let text = std::fs::read_to_string(&file).expect("a readable source");
-        let lines = text.lines().count();
-        let explained = text
-            .lines()
+    for source in &Tree::read(&src()).sources {
+        let lines = source.text.lines().count();
+        let explained = (source.text.lines())
             .take_while(|l| l.starts_with("//!") || l.trim().is_empty())
             .any(|l| {
                 l.trim_start_matches("//!")
@@ -254,7 +184,7 @@ fn long_files_say_why_they_are_long() {
                     .starts_with("Size:")
             });
         if lines > MAX_LINES && !explained {
-            offenders.push(format!("{} ({lines} lines)", file.display()));
+            offenders.push(format!("{} ({lines} lines)", source.name));
         }
     }
     assert!(
@@ -268,30 +198,19 @@ fn long_files_say_why_they_are_long() {
 fn only_the_cli_output_module_writes_to_stdout() {
     // `println!` panics on a closed pipe (`ctxbudget inspect … | head`);
     // `cli::output::Stdout` ends the command quietly instead.
-    // This file names the macros it looks for.
-    let allowed = [
-        src().join("cli").join("output.rs"),
-        src().join("layout_tests.rs"),
+    let writes = [
+        "println!",
+        "print!(",
+        "io::stdout().lock()",
+        "from_writer(std::io::stdout",
     ];
-    let mut offenders = Vec::new();
-    for file in sources(&src()) {
-        let code = without_tests(&std::fs::read_to_string(&file).expect("a readable source"));
-        let writes = [
-            "println!",
-            "print!(",
-            "io::stdout().lock()",
-            "from_writer(std::io::stdout",
-        ];
-        if !allowed.contains(&file)
-            && code.lines().any(|l| {
-                writes
-                    .iter()
-                    .any(|w| l.contains(w) && !l.contains(&format!("e{w}")))
-            })
-        {
-            offenders.push(file.display().to_string());
-        }
-    }
+    let writes_to_stdout =
+        |line: &str| (writes.iter()).any(|w| line.contains(w) && !line.contains(&format!("e{w}")));
+    let offenders: Vec<String> = layered(&Tree::read(&src()))
+        .filter(|(_, s)| s.name != "cli/output.rs")
+        .filter(|(_, s)| s.code.lines().any(writes_to_stdout))
+        .map(|(_, s)| s.name.clone())
+        .collect();
     assert!(
         offenders.is_empty(),
         "these files print to stdout themselves; use `cli::output::outln!` or \
@@ -300,23 +219,38 @@ fn only_the_cli_output_module_writes_to_stdout() {
 }
 
 #[test]
-fn the_scanner_sees_through_tests_comments_and_groups() {
-    let code = "use crate::a::B;\n// use crate::c;\nuse super::{d, e::F};\n\
-                #[cfg(test)]\nmod tests { use crate::g; fn f() { if x { } } }\nuse crate::h;\n";
-    let here = vec!["domain".to_string(), "plan".to_string()];
-    let refs: Vec<Option<String>> = references(&here, &without_tests(code))
+fn the_scanner_reads_nested_groups_aliases_and_super() {
+    let code = "use crate::a::B;\n// use crate::c;\nuse super::{d, e::{F, G as H}};\n\
+                #[cfg(test)]\nmod tests { use crate::g; fn f() { if x { } } }\n\
+                fn f() { super::super::i::J::new() }\n";
+    let here: Vec<String> = ["domain", "budget", "plan"].map(String::from).into();
+    let found: Vec<String> = references(&here, &scan::without_tests(code))
         .iter()
-        .map(|p| node(p))
+        .map(|r| r.path.join("::"))
         .collect();
-    let want = ["a", "h", "domain::d", "domain::e"].map(|s| Some(s.to_string()));
-    assert_eq!(refs.len(), want.len(), "{refs:?}");
-    for w in want {
-        assert!(refs.contains(&w), "{w:?} in {refs:?}");
-    }
-    let cyclic: BTreeMap<String, BTreeSet<String>> = [
-        ("a".to_string(), BTreeSet::from(["b".to_string()])),
-        ("b".to_string(), BTreeSet::from(["a".to_string()])),
-    ]
-    .into();
-    assert!(find_cycle(&cyclic).is_some());
+    let want = [
+        "a::B",
+        "domain::budget::d",
+        "domain::budget::e::F",
+        "domain::budget::e::G",
+        "domain::i::J::new",
+    ];
+    assert_eq!(found, want);
+    let (_, alias) = &scan::use_tree("e::{F, G as H}")[1];
+    assert_eq!(alias, "H");
+}
+
+#[test]
+fn ranks_follow_the_layout_list_and_circles_are_found() {
+    let lib = "//! # Layout\n//! - [`a`]: lowest,\n//!   still a.\n\
+               //! - [`b`] and [`c`]: above [`a`].\n//! # Other\n//! - [`d`]: not a layer.\n";
+    let want = BTreeMap::from([("a".to_string(), 0), ("b".into(), 1), ("c".into(), 1)]);
+    assert_eq!(ranks(lib), want);
+    let uses = BTreeMap::from([
+        (0, BTreeSet::from([1])),
+        (1, BTreeSet::from([2])),
+        (2, BTreeSet::from([0, 3])),
+        (3, BTreeSet::new()),
+    ]);
+    assert_eq!(circles(&uses), BTreeSet::from([BTreeSet::from([0, 1, 2])]));
 }

@@ -4,8 +4,10 @@
 //! real usage afterwards.
 //!
 //! # Layout
-//! Each module depends only on those above it in this list (no cycles: the
-//! layout test in `src/layout_tests.rs` fails on one).
+//! The modules in layers, lowest first: each imports only modules listed
+//! before it (the modules one item names share a layer). `src/layout_tests.rs`
+//! reads the ranks from this list and fails on an import that runs up it, and
+//! on files of one module that use one another.
 //! - [`domain`]: pure, no I/O. Levels, tiers and limits; bucket arithmetic;
 //!   plans and decisions; and [`domain::budget`], the one algorithm of every
 //!   store operation (reserve, settle, renew, status) with the constants and
@@ -14,19 +16,23 @@
 //! - [`store`]: the [`store::Store`] trait; the memory store (a map, a lock and
 //!   TTLs around [`domain::budget`]), the Redis store (client, pool, one file
 //!   per call, reply decoding, error classification), the Lua scripts, every
-//!   Redis key.
+//!   Redis key; the live configuration's documents in Redis (`config_repo`).
 //! - [`estimator`]: token counting and the adaptive multiplier.
-//! - [`config`]: defaults, TOML file, env and flags → validated settings, one
-//!   file per section; the live configuration held in Redis (`repository`).
 //! - [`engine`]: request → plan → store → decision over any store; the circuit
-//!   breaker, degraded mode, shadow quotas, cancellations.
-//! - [`api`]: the tonic service; protobuf conversion, authentication, and the
-//!   one mapping of errors to `tonic::Status`.
+//!   breaker and its settings, the failure policy, degraded mode, shadow
+//!   quotas, cancellations.
+//! - [`config`]: defaults, TOML file, env and flags → validated settings for
+//!   every layer below, one file per section; the live configuration's
+//!   documents as sections.
+//! - [`pb`] and [`envoy`]: the generated protobuf types (`ctxbudget.v1`, and
+//!   the part of Envoy's API served), client and server.
+//! - [`api`]: the tonic services (ctxbudget's, and Envoy's with its descriptor
+//!   vocabulary); protobuf conversion, authentication, and the one mapping of
+//!   errors to `tonic::Status`.
 //! - [`reload`]: configuration changes without a restart (Redis watch, SIGHUP).
 //! - [`server`]: bootstrap; `run(settings, listener, shutdown)`.
 //! - [`bench`]: `ctxbudget bench`, the load generator and overspend check.
 //! - [`cli`]: the `ctxbudget` command line.
-//! - [`pb`]: the generated `ctxbudget.v1` protobuf types, client and server.
 #![forbid(unsafe_code)]
 
 pub mod api;

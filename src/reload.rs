@@ -10,11 +10,13 @@
 //! A configuration that does not validate is logged and ignored: the replica
 //! keeps the last good one.
 
+use crate::api::LiveMap;
 use crate::api::auth::Auth;
-use crate::config::repository::ConfigStore;
-use crate::config::{FileConfig, Flags};
+use crate::config::{ConfigDoc, EnvoySection, FileConfig, Flags};
+use crate::domain::Limits;
 use crate::engine::Engine;
 use crate::store::Store;
+use crate::store::config_repo::ConfigStore;
 use futures_util::StreamExt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,10 +28,40 @@ static REJECTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 /// How often the stored version is compared with the applied one.
 pub const VERSION_CHECK: Duration = Duration::from_secs(1);
 
+/// What a configuration is applied to: the engine's limits and the Envoy
+/// service's descriptor map, validated together.
+pub struct Live<S> {
+    /// The engine, whose limits change.
+    pub engine: Arc<Engine<S>>,
+    /// The Envoy service's `[envoy]` map.
+    pub envoy_map: Arc<LiveMap>,
+}
+
+impl<S> Clone for Live<S> {
+    fn clone(&self) -> Self {
+        Live {
+            engine: self.engine.clone(),
+            envoy_map: self.envoy_map.clone(),
+        }
+    }
+}
+
+impl<S: Store> Live<S> {
+    /// Puts `limits` and `envoy` in force (no longer provisional). The map
+    /// goes first, so the Envoy service is never left with the file's map
+    /// once the limits are the store's; a descriptor mapped in between meets
+    /// the old limits, as any request racing a change may.
+    pub fn apply(&self, limits: Limits, envoy: &EnvoySection) {
+        self.envoy_map.replace(envoy);
+        self.engine.set_limits(Arc::new(limits));
+    }
+}
+
 /// Loads the configuration from Redis and applies it if it validates.
 /// Returns the version now applied.
-pub async fn apply_from_redis<S: Store>(engine: &Engine<S>, cfg: &ConfigStore) -> Option<u64> {
-    let doc = match cfg.load().await {
+pub async fn apply_from_redis<S: Store>(live: &Live<S>, cfg: &ConfigStore) -> Option<u64> {
+    let engine = &live.engine;
+    let doc = match cfg.load().await.and_then(ConfigDoc::from_stored) {
         Ok(doc) => doc,
         Err(e) => {
             tracing::warn!(error = %e, "cannot read the configuration; keeping the current one");
@@ -47,7 +79,7 @@ pub async fn apply_from_redis<S: Store>(engine: &Engine<S>, cfg: &ConfigStore) -
                     "applied configuration version {version}"
                 );
             }
-            engine.set_limits(Arc::new(limits));
+            live.apply(limits, &doc.envoy.clone().unwrap_or_default());
             Some(version)
         }
         Err(e) => {
@@ -69,7 +101,7 @@ pub async fn apply_from_redis<S: Store>(engine: &Engine<S>, cfg: &ConfigStore) -
 }
 
 /// Follows configuration changes in Redis until the task is aborted.
-pub async fn watch_redis<S: Store>(engine: Arc<Engine<S>>, cfg: ConfigStore) {
+pub async fn watch_redis<S: Store>(live: Live<S>, cfg: ConfigStore) {
     let mut backoff = Duration::from_millis(100);
     loop {
         // On a cluster there is no subscription: the version is checked every second.
@@ -90,7 +122,7 @@ pub async fn watch_redis<S: Store>(engine: Arc<Engine<S>>, cfg: ConfigStore) {
             },
         };
         // A change may have been missed while (re)subscribing.
-        apply_if_newer(&engine, &cfg).await;
+        apply_if_newer(&live, &cfg).await;
         let mut tick = tokio::time::interval(VERSION_CHECK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         match subscription {
@@ -98,7 +130,7 @@ pub async fn watch_redis<S: Store>(engine: Arc<Engine<S>>, cfg: ConfigStore) {
                 tokio::select! {
                     message = messages.next() => match message {
                         Some(_) => {
-                            apply_from_redis(&engine, &cfg).await;
+                            apply_from_redis(&live, &cfg).await;
                             backoff = Duration::from_millis(100);
                         }
                         None => {
@@ -106,7 +138,7 @@ pub async fn watch_redis<S: Store>(engine: Arc<Engine<S>>, cfg: ConfigStore) {
                             break;
                         }
                     },
-                    _ = tick.tick() => apply_if_newer(&engine, &cfg).await,
+                    _ = tick.tick() => apply_if_newer(&live, &cfg).await,
                 }
             },
             None => {
@@ -114,7 +146,7 @@ pub async fn watch_redis<S: Store>(engine: Arc<Engine<S>>, cfg: ConfigStore) {
                 let until = tokio::time::Instant::now() + backoff.max(VERSION_CHECK);
                 while tokio::time::Instant::now() < until {
                     tick.tick().await;
-                    apply_if_newer(&engine, &cfg).await;
+                    apply_if_newer(&live, &cfg).await;
                 }
             }
         }
@@ -123,10 +155,10 @@ pub async fn watch_redis<S: Store>(engine: Arc<Engine<S>>, cfg: ConfigStore) {
     }
 }
 
-async fn apply_if_newer<S: Store>(engine: &Engine<S>, cfg: &ConfigStore) {
+async fn apply_if_newer<S: Store>(live: &Live<S>, cfg: &ConfigStore) {
     match cfg.version().await {
-        Ok(v) if v != engine.limits().version => {
-            apply_from_redis(engine, cfg).await;
+        Ok(v) if v != live.engine.limits().version => {
+            apply_from_redis(live, cfg).await;
         }
         Ok(_) => {}
         Err(e) => tracing::debug!(error = %e, "configuration version check failed"),
@@ -137,7 +169,7 @@ async fn apply_if_newer<S: Store>(engine: &Engine<S>, cfg: &ConfigStore) {
 /// file's caller tokens, and reloads the limits — from Redis in Redis mode,
 /// from the file in memory mode.
 pub async fn on_sighup<S: Store>(
-    engine: Arc<Engine<S>>,
+    live: Live<S>,
     file: Option<PathBuf>,
     redis: Option<ConfigStore>,
     auth: Arc<Auth>,
@@ -149,15 +181,15 @@ pub async fn on_sighup<S: Store>(
             return;
         };
         while hup.recv().await.is_some() {
-            reload_file(&engine, file.as_deref(), redis.is_none(), &auth);
+            reload_file(&live, file.as_deref(), redis.is_none(), &auth);
             if let Some(cfg) = &redis {
-                apply_from_redis(&engine, cfg).await;
+                apply_from_redis(&live, cfg).await;
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = (engine, file, redis, auth);
+        let _ = (live, file, redis, auth);
         std::future::pending::<()>().await;
     }
 }
@@ -167,7 +199,7 @@ pub async fn on_sighup<S: Store>(
 /// they live there). Other settings (listen address, store, TLS) need a
 /// restart. A file that does not validate changes nothing.
 pub fn reload_file<S: Store>(
-    engine: &Engine<S>,
+    live: &Live<S>,
     file: Option<&std::path::Path>,
     limits: bool,
     auth: &Auth,
@@ -194,7 +226,7 @@ pub fn reload_file<S: Store>(
                     overrides = limits.overrides.len(),
                     "reloaded tiers, global limits and overrides (other settings apply at restart)"
                 );
-                engine.set_limits(Arc::new(limits));
+                live.apply(limits, &settings.envoy);
             }
         }
         Err(e) => tracing::error!(error = %e, "reload failed; keeping the current configuration"),

@@ -4,19 +4,19 @@
 //! oversized request, in words that name the setting, in `message_limit`.
 
 use crate::api::auth::Auth;
-use crate::api::{BudgetApi, EnvoyApi};
-use crate::config::Settings;
-use crate::config::repository::ConfigStore;
+use crate::api::{BudgetApi, EnvoyApi, LiveMap};
+use crate::config::{ConfigDoc, EnvoySection, Settings};
 use crate::domain::Limits;
 use crate::engine::{Engine, EngineSettings};
 use crate::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use crate::estimator::{Counter, Multipliers};
 use crate::pb::budget_service_server::BudgetServiceServer;
-use crate::reload;
+use crate::reload::{self, Live};
 
 mod grpc;
 mod message_limit;
 use crate::store::cluster::ClusterStore;
+use crate::store::config_repo::ConfigStore;
 use crate::store::keys::Keys;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{Endpoint, RedisSettings, RedisStore};
@@ -104,8 +104,9 @@ async fn redis_start(
     let mut loaded = false;
     if reachable {
         match startup_limits(&cfg, &settings).await {
-            Ok(limits) => {
+            Ok((limits, envoy)) => {
                 settings.limits = Arc::new(limits);
+                settings.envoy = envoy;
                 loaded = true;
             }
             Err(ServeError::Store(e)) if e.is_transient() => {
@@ -122,9 +123,13 @@ async fn redis_start(
     Ok((settings, start))
 }
 
-/// The limits a Redis-backed replica starts with: Redis's configuration, seeded
-/// first from the file (or the built-in defaults) if Redis holds no tier yet.
-async fn startup_limits(cfg: &ConfigStore, settings: &Settings) -> Result<Limits, ServeError> {
+/// The limits and `[envoy]` map a Redis-backed replica starts with: Redis's
+/// configuration, seeded first from the file (or the built-in defaults) if
+/// Redis holds no tier yet.
+async fn startup_limits(
+    cfg: &ConfigStore,
+    settings: &Settings,
+) -> Result<(Limits, EnvoySection), ServeError> {
     let source = settings
         .config_path
         .as_ref()
@@ -132,7 +137,7 @@ async fn startup_limits(cfg: &ConfigStore, settings: &Settings) -> Result<Limits
             p.display().to_string()
         });
     let actor = format!("ctxbudget serve (seed from {source})");
-    match cfg.seed(&settings.seed, &actor).await? {
+    match cfg.seed(&settings.seed.documents(), &actor).await? {
         Some(version) => tracing::info!(
             "Redis held no tiers: seeded it from {source} (configuration version {version})"
         ),
@@ -141,7 +146,7 @@ async fn startup_limits(cfg: &ConfigStore, settings: &Settings) -> Result<Limits
              (change them with `ctxbudget tiers|global|overrides`)"
         ),
     }
-    let doc = cfg.load().await?;
+    let doc = ConfigDoc::from_stored(cfg.load().await?)?;
     if let Some(file_map) = &settings.seed.envoy
         && doc.envoy.as_ref() != Some(file_map)
     {
@@ -150,32 +155,29 @@ async fn startup_limits(cfg: &ConfigStore, settings: &Settings) -> Result<Limits
              it with `ctxbudget envoy set`)"
         );
     }
-    doc.limits().map_err(|e| {
+    let limits = doc.limits().map_err(|e| {
         ServeError::Settings(format!(
             "the configuration in Redis (version {}) is invalid: {e}; fix it with `ctxbudget tiers set`",
             doc.version
         ))
-    })
+    })?;
+    Ok((limits, doc.envoy.unwrap_or_default()))
 }
 
 /// For a replica that started before Redis answered: seeds and loads the
 /// configuration once Redis answers (until then it decides with the file's),
 /// then follows its changes.
-async fn load_when_reachable<S: Store>(
-    engine: Arc<Engine<S>>,
-    cfg: ConfigStore,
-    settings: Settings,
-) {
+async fn load_when_reachable<S: Store>(live: Live<S>, cfg: ConfigStore, settings: Settings) {
     let mut backoff = std::time::Duration::from_millis(100);
     loop {
         match startup_limits(&cfg, &settings).await {
-            Ok(limits) => {
+            Ok((limits, envoy)) => {
                 tracing::info!(
                     version = limits.version,
                     "Redis answers: applied configuration version {}",
                     limits.version
                 );
-                engine.set_limits(Arc::new(limits));
+                live.apply(limits, &envoy);
                 break;
             }
             Err(ServeError::Store(e)) if e.is_transient() => {
@@ -191,7 +193,7 @@ async fn load_when_reachable<S: Store>(
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(std::time::Duration::from_millis(500));
     }
-    reload::watch_redis(engine, cfg).await;
+    reload::watch_redis(live, cfg).await;
 }
 
 /// An engine over `store` as `settings` configure it.
@@ -252,7 +254,11 @@ pub async fn serve<S: Store>(
     }
     // Load the tokenizers in the background: the first long prompt should not pay.
     tokio::task::spawn_blocking(crate::estimator::count::warm_up);
-    let mut tasks = background_tasks(&engine, settings, &auth, redis);
+    let live = Live {
+        engine: engine.clone(),
+        envoy_map: Arc::new(LiveMap::new(&settings.envoy)),
+    };
+    let mut tasks = background_tasks(&live, settings, &auth, redis);
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<BudgetServiceServer<BudgetApi<S>>>()
@@ -261,7 +267,7 @@ pub async fn serve<S: Store>(
         .set_serving::<RateLimitServiceServer<EnvoyApi<S>>>()
         .await;
     tasks.push(tokio::spawn(report_health(engine.clone(), health)));
-    let served = routes(engine, settings, auth, health_service)?
+    let served = routes(engine, live.envoy_map, settings, auth, health_service)?
         .serve_with_incoming_shutdown(
             TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown,
@@ -279,23 +285,23 @@ pub async fn serve<S: Store>(
 /// and with Redis the configuration watch (or, when Redis has not answered
 /// yet, the load that precedes it).
 fn background_tasks<S: Store>(
-    engine: &Arc<Engine<S>>,
+    live: &Live<S>,
     settings: &Settings,
     auth: &Arc<Auth>,
     redis: Option<RedisStart>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut tasks = engine_tasks(engine);
+    let mut tasks = engine_tasks(&live.engine);
     tasks.push(tokio::spawn(reload::on_sighup(
-        engine.clone(),
+        live.clone(),
         settings.config_path.clone(),
         redis.as_ref().map(|r| r.config.clone()),
         auth.clone(),
     )));
     if let Some(start) = redis {
         tasks.push(match start.loaded {
-            true => tokio::spawn(reload::watch_redis(engine.clone(), start.config)),
+            true => tokio::spawn(reload::watch_redis(live.clone(), start.config)),
             false => tokio::spawn(load_when_reachable(
-                engine.clone(),
+                live.clone(),
                 start.config,
                 settings.clone(),
             )),
@@ -352,8 +358,7 @@ async fn report_health<S: Store>(
     engine: Arc<Engine<S>>,
     health: tonic_health::server::HealthReporter,
 ) {
-    use crate::config::FailurePolicy;
-    use crate::engine::BreakerState;
+    use crate::engine::{BreakerState, FailurePolicy};
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
     let mut serving = true;
     loop {

@@ -22,6 +22,7 @@ pub use logging::{LogFormat, init_logging};
 
 use crate::domain::Denial;
 use metrics::{counter, gauge, histogram};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Decisions, labelled `result` (allowed|denied), `reason`, `level` and `tier`.
 pub const DECISIONS: &str = "ctxbudget_decisions_total";
@@ -111,6 +112,41 @@ pub fn envoy_descriptor(outcome: &'static str, tier: &str, denial: Option<&Denia
 /// Counts tokens a response-path descriptor charged.
 pub fn envoy_charged(tier: &str, tokens: u64) {
     counter!(ENVOY_CHARGED_TOKENS, "tier" => tier.to_owned()).increment(tokens);
+}
+
+/// On a Redis Cluster: reservations and charges with a global entry, decided
+/// from this replica's leased share of the global level.
+pub const CLUSTER_GLOBAL_DECISIONS: &str = "ctxbudget_cluster_global_decisions_total";
+/// On a Redis Cluster: this replica's calls to the global key (lease syncs,
+/// `lua/global_lease.lua`).
+pub const CLUSTER_GLOBAL_CALLS: &str = "ctxbudget_cluster_global_key_calls_total";
+
+/// The process's totals of [`CLUSTER_GLOBAL_DECISIONS`] and
+/// [`CLUSTER_GLOBAL_CALLS`], which `ctxbudget bench` reads without a metrics
+/// recorder.
+static CLUSTER_GLOBAL: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Counts one reservation or charge with a global entry on a Redis Cluster.
+pub fn cluster_global_decision() {
+    counter!(CLUSTER_GLOBAL_DECISIONS).increment(1);
+    CLUSTER_GLOBAL[0].fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts one call to the global key on a Redis Cluster.
+pub fn cluster_global_call() {
+    counter!(CLUSTER_GLOBAL_CALLS).increment(1);
+    CLUSTER_GLOBAL[1].fetch_add(1, Ordering::Relaxed);
+}
+
+/// (reservations and charges with a global entry, calls to the global key)
+/// made by every cluster store in this process so far: the bench's global-key
+/// calls per reservation.
+pub fn cluster_global_counts() -> (u64, u64) {
+    let [decisions, calls] = &CLUSTER_GLOBAL;
+    (
+        decisions.load(Ordering::Relaxed),
+        calls.load(Ordering::Relaxed),
+    )
 }
 
 /// Calls refused by authentication, labelled `code` (UNAUTHENTICATED,

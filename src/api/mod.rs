@@ -8,8 +8,16 @@ mod convert;
 pub mod envoy;
 mod errors;
 mod service;
+/// What the service does with a request's bytes before any store call, as one
+/// function: the fuzz target's entry (`fuzz/`). Compiled only under `cargo
+/// fuzz` (which sets `--cfg fuzzing`) and for the unit tests, so it is no
+/// part of the library's API.
+#[cfg(any(fuzzing, test))]
 pub mod validate;
+#[cfg(test)]
+mod validate_tests;
 
 pub use envoy::EnvoyApi;
+pub use envoy::descriptor::LiveMap;
 pub use errors::{Refusal, refusal_status, to_status};
 pub use service::BudgetApi;

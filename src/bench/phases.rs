@@ -10,8 +10,8 @@ use super::target::{Api, Target};
 use super::workload::Workload;
 use super::{BenchArgs, BenchError, engines};
 use crate::config::Settings;
-use crate::store::cluster::global_counts;
 use crate::store::redis::redact_url;
+use crate::telemetry::cluster_global_counts;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
@@ -242,7 +242,7 @@ impl Bench<'_> {
 struct Reading {
     /// (node, evalsha calls, usec): one entry for a single Redis.
     nodes: Vec<(String, u64, u64)>,
-    /// On a cluster: this process's [`global_counts`].
+    /// On a cluster: this process's [`cluster_global_counts`].
     global: Option<(u64, u64)>,
 }
 
@@ -251,7 +251,7 @@ impl Reading {
         Ok(match cluster_nodes(spec) {
             Some(nodes) => Reading {
                 nodes: masters_commandstats(&nodes).await?,
-                global: Some(global_counts()),
+                global: Some(cluster_global_counts()),
             },
             None => {
                 let (calls, usec) = commandstats(spec).await?;

@@ -6,8 +6,9 @@
 use super::output::{
     outln, print_document, print_json, rate_summary, table, toml_document, write_out,
 };
-use crate::config::repository::{ConfigDoc, ConfigStore, Field, document};
+use crate::config::live::{ConfigDoc, document};
 use crate::config::{FileConfig, LevelSection, TierSection, build_limits, parse_document};
+use crate::store::config_repo::{ConfigStore, Field};
 use crate::store::keys::Keys;
 use crate::store::redis::Endpoint;
 use anyhow::{Context, bail};
@@ -197,7 +198,7 @@ pub(super) async fn write(
 /// `ctxbudget tiers ...`.
 pub async fn tiers(cmd: TiersCmd, args: AdminArgs) -> anyhow::Result<()> {
     let cfg = args.connect().await?;
-    let mut doc = cfg.load().await?;
+    let mut doc = ConfigDoc::from_stored(cfg.load().await?)?;
     match cmd {
         TiersCmd::List => list_tiers(&doc, &args),
         TiersCmd::Get { name } => get_tier(&doc, &name, &args),
@@ -220,7 +221,7 @@ pub async fn tiers(cmd: TiersCmd, args: AdminArgs) -> anyhow::Result<()> {
         }
         TiersCmd::Import { file } => import_tiers(&cfg, doc, &file, &args).await,
         TiersCmd::Export => export_tiers(doc, &args),
-        TiersCmd::History { limit } => super::history::history(&cfg, limit, &args).await,
+        TiersCmd::History { limit } => super::history::history(&cfg, limit, args.json).await,
     }
 }
 
@@ -324,7 +325,7 @@ fn no_tier(name: &str, doc: &ConfigDoc) -> String {
 /// `ctxbudget global ...`.
 pub async fn global(cmd: GlobalCmd, args: AdminArgs) -> anyhow::Result<()> {
     let cfg = args.connect().await?;
-    let mut doc = cfg.load().await?;
+    let mut doc = ConfigDoc::from_stored(cfg.load().await?)?;
     match cmd {
         GlobalCmd::Get => {
             let global = doc.global.unwrap_or_default();

@@ -3,8 +3,8 @@
 //! (`overrides set`) or deleting the override never lifts a block by accident:
 //! only `unblock` does.
 
+use crate::config::ConfigDoc;
 use crate::config::OverrideSection;
-use crate::config::repository::ConfigDoc;
 use crate::domain::block::{Blocks, check_reason};
 use crate::domain::{TenantId, UserId};
 use anyhow::bail;

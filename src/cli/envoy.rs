@@ -5,8 +5,9 @@
 
 use super::admin::{AdminArgs, check_whole, read_input, write};
 use super::output::{print_document, print_json};
-use crate::config::repository::{Field, document};
+use crate::config::live::{ConfigDoc, document};
 use crate::config::{EnvoySection, parse_document};
+use crate::store::config_repo::Field;
 use clap::Subcommand;
 use std::path::PathBuf;
 
@@ -28,7 +29,7 @@ pub enum EnvoyCmd {
 /// `ctxbudget envoy ...`.
 pub async fn envoy(cmd: EnvoyCmd, args: AdminArgs) -> anyhow::Result<()> {
     let cfg = args.connect().await?;
-    let mut doc = cfg.load().await?;
+    let mut doc = ConfigDoc::from_stored(cfg.load().await?)?;
     match cmd {
         EnvoyCmd::Get => {
             let stored = doc.envoy.is_some();

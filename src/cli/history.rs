@@ -6,16 +6,15 @@
 //!     user.requests: [{"limit":60,"period":"1m"}] → [{"limit":40,"period":"1m"}]
 //! ```
 
-use super::admin::AdminArgs;
 use super::output::{outln, print_json};
-use crate::config::repository::{AuditEntry, ConfigStore};
+use crate::store::config_repo::{AuditEntry, ConfigStore};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// Prints the newest `limit` audit entries.
-pub async fn history(cfg: &ConfigStore, limit: usize, args: &AdminArgs) -> anyhow::Result<()> {
+/// Prints the newest `limit` audit entries (as JSON with `json`: `--json`).
+pub async fn history(cfg: &ConfigStore, limit: usize, json: bool) -> anyhow::Result<()> {
     let entries: Vec<AuditEntry> = cfg.history(limit).await?;
-    if args.json {
+    if json {
         return print_json(&entries);
     }
     if entries.is_empty() {

@@ -9,6 +9,7 @@ use super::inspect_rows::{BucketRow, LeaseRow, bucket_rows, lease_rows};
 use super::output::{
     Effective, count, effective_lines, level_section, limits_summary, outln, print_json, table,
 };
+use crate::config::ConfigDoc;
 use crate::domain::plan::{self, LevelPlan};
 use crate::domain::{
     BucketSpec, Level, LevelLimits, Limits as DomainLimits, ModelGroup, TenantId, Tier, UserId,
@@ -79,7 +80,7 @@ struct Report {
 /// `ctxbudget inspect`.
 pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
     let cfg = args.admin.connect().await?;
-    let doc = cfg.load().await?;
+    let doc = ConfigDoc::from_stored(cfg.load().await?)?;
     let limits = doc
         .limits()
         .map_err(|e| anyhow::anyhow!("the stored configuration is invalid: {e}"))?;

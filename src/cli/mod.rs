@@ -5,6 +5,7 @@
 mod admin;
 mod block;
 mod envoy;
+mod flags;
 mod health;
 mod history;
 mod inspect;

@@ -8,8 +8,9 @@ use super::admin::{AdminArgs, check_whole, read_input, write};
 use super::output::{
     outln, print_document, print_json, rate_summary, table, toml_document, write_out,
 };
-use crate::config::repository::{ConfigDoc, ConfigStore, Field, document};
+use crate::config::live::{ConfigDoc, document};
 use crate::config::{FileConfig, ModelSection, parse_document};
+use crate::store::config_repo::{ConfigStore, Field};
 use anyhow::{Context, bail};
 use clap::Subcommand;
 use std::collections::BTreeMap;
@@ -50,7 +51,7 @@ pub enum ModelsCmd {
 /// `ctxbudget models ...`.
 pub async fn models(cmd: ModelsCmd, args: AdminArgs) -> anyhow::Result<()> {
     let cfg = args.connect().await?;
-    let mut doc = cfg.load().await?;
+    let mut doc = ConfigDoc::from_stored(cfg.load().await?)?;
     match cmd {
         ModelsCmd::List => list(&doc, &args),
         ModelsCmd::Get { name } => get(&doc, &name, &args),

@@ -7,9 +7,10 @@ use super::block;
 use super::output::{
     Effective, effective_lines, override_summary, print_document, print_json, table,
 };
-use crate::config::repository::{ConfigDoc, Field, document};
+use crate::config::live::{ConfigDoc, document};
 use crate::config::{OverrideSection, parse_document};
 use crate::domain::Limits;
+use crate::store::config_repo::Field;
 use anyhow::{Context, bail};
 use clap::Subcommand;
 use serde::Serialize;
@@ -84,7 +85,7 @@ pub enum OverridesCmd {
 /// `ctxbudget overrides ...`.
 pub async fn overrides(cmd: OverridesCmd, args: AdminArgs) -> anyhow::Result<()> {
     let cfg = args.connect().await?;
-    let mut doc = cfg.load().await?;
+    let mut doc = ConfigDoc::from_stored(cfg.load().await?)?;
     match cmd {
         OverridesCmd::List => list(&doc, &args)?,
         OverridesCmd::Get { tenant, tier } => get(&doc, &tenant, tier.as_deref(), &args)?,

@@ -4,8 +4,9 @@
 
 use super::admin::{AdminArgs, check_whole, read_input, write};
 use super::output::{outln, print_document, print_json, table, toml_document, write_out};
-use crate::config::repository::{ConfigDoc, Field, document};
+use crate::config::live::{ConfigDoc, document};
 use crate::config::{FileConfig, PriceSection, parse_document};
+use crate::store::config_repo::Field;
 use anyhow::{Context, bail};
 use clap::Subcommand;
 use std::path::PathBuf;
@@ -45,7 +46,7 @@ pub enum PricesCmd {
 /// `ctxbudget prices ...`.
 pub async fn prices(cmd: PricesCmd, args: AdminArgs) -> anyhow::Result<()> {
     let cfg = args.connect().await?;
-    let mut doc = cfg.load().await?;
+    let mut doc = ConfigDoc::from_stored(cfg.load().await?)?;
     match cmd {
         PricesCmd::List => list(&doc, &args),
         PricesCmd::Get { group } => {

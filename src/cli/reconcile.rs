@@ -5,13 +5,12 @@
 //! `domain::reconcile`.
 
 use super::admin::AdminArgs;
+use super::flags::{parse_instant, parse_max_drift};
 use super::output::{Stdout, count, outln, print_json, table};
 use super::usage::{Format, group_label, ledger_store, live_limits, usd};
 use crate::domain::TenantId;
 use crate::domain::budget::ledger::{Period, Row};
-use crate::domain::reconcile::{
-    self, Columns, Compared, Metric, Positions, compare, parse_max_drift, sum_theirs,
-};
+use crate::domain::reconcile::{self, Columns, Compared, Metric, Positions, compare, sum_theirs};
 use crate::domain::usage::{self, By};
 use crate::store::Store;
 use anyhow::Context;
@@ -123,8 +122,8 @@ struct Report<'a> {
 
 /// Runs `ctxbudget reconcile`.
 pub async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
-    let from = usage::parse_instant(&args.from).context("--from")?;
-    let to = usage::parse_instant(&args.to).context("--to")?;
+    let from = parse_instant(&args.from).context("--from")?;
+    let to = parse_instant(&args.to).context("--to")?;
     let hours = usage::periods(from, to, By::Hour)?;
     let max_drift = parse_max_drift(&args.max_drift)?;
     let columns = Columns::with_mapping(&args.columns)?;

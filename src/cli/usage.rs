@@ -4,11 +4,13 @@
 //! inside the service process and this command cannot reach it.
 
 use super::admin::AdminArgs;
+use super::flags::parse_instant;
 use super::output::{Stdout, print_json, table};
-use crate::config::repository::ConfigStore;
+use crate::config::ConfigDoc;
 use crate::domain::budget::ledger::Row;
 use crate::domain::usage::{self, By, Line};
 use crate::domain::{Limits, TenantId, UserId};
+use crate::store::config_repo::ConfigStore;
 use crate::store::keys::Keys;
 use crate::store::redis::{Endpoint, RedisSettings, RedisStore};
 use crate::store::{Retention, Store};
@@ -162,9 +164,7 @@ pub(super) async fn ledger_store(admin: &AdminArgs) -> anyhow::Result<RedisStore
 /// The live configuration's limits (model groups, to name a model's group).
 pub(super) async fn live_limits(admin: &AdminArgs) -> anyhow::Result<(ConfigStore, Limits)> {
     let cfg = admin.connect().await?;
-    let limits = cfg
-        .load()
-        .await?
+    let limits = ConfigDoc::from_stored(cfg.load().await?)?
         .limits()
         .map_err(|e| anyhow::anyhow!("the stored configuration is invalid: {e}"))?;
     Ok((cfg, limits))
@@ -198,8 +198,8 @@ pub async fn usage(args: UsageArgs) -> anyhow::Result<()> {
     if user.is_some() && args.by == By::Hour {
         anyhow::bail!("a user's usage is kept per day: use --by day or --by month");
     }
-    let from = usage::parse_instant(&args.from).context("--from")?;
-    let to = usage::parse_instant(&args.to).context("--to")?;
+    let from = parse_instant(&args.from).context("--from")?;
+    let to = parse_instant(&args.to).context("--to")?;
     let periods = usage::periods(from, to, args.by)?;
     // The groups name the rows; without a readable configuration, the
     // ungrouped row is still `other models`.

@@ -15,69 +15,110 @@
 //! ```
 
 use crate::domain::LimitsError;
-use crate::domain::descriptor::DescriptorMap;
 use serde::{Deserialize, Serialize};
 
-/// `[envoy]` as written; every key has a default.
+/// `[envoy]` as written; every key has a default. Validated with the limits
+/// ([`super::build_limits`]); `api::envoy` maps descriptors by it.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct EnvoySection {
-    /// The rate limit domain served ("*": all).
+    /// The rate limit domain served; `*` serves every domain. Requests for
+    /// another domain are answered OK and counted, as envoyproxy/ratelimit
+    /// answers a domain it has no configuration for.
     pub domain: String,
-    /// The tenant's entry key.
+    /// The entry key that carries the tenant id.
     pub tenant: String,
-    /// The user's entry key.
+    /// The entry key that carries the user id (optional in a descriptor).
     pub user: String,
-    /// The tier's entry key.
+    /// The entry key that carries the tier (optional: else `default_tier`).
     pub tier: String,
-    /// The model's entry key.
+    /// The entry key that carries the model (optional: all-model limits only).
     pub model: String,
-    /// The phase entry's key.
+    /// The entry key whose value `response` marks a response-path charge.
     pub phase: String,
-    /// The tier of descriptors without a tier entry.
+    /// The tier of descriptors without a tier entry; `None`: such a
+    /// descriptor is an error.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default_tier: Option<String>,
-    /// Rate limit headers in the responses.
+    /// Add `x-ratelimit-*` and `retry-after` headers to the responses.
     pub headers: bool,
-    /// Keys that mark a response-path descriptor.
+    /// Entry keys that mark a descriptor whose path its hits tell: 0 is a
+    /// request-path check, more a response-path charge of tokens (for proxies
+    /// that send the same descriptor on both paths, such as Envoy Gateway's
+    /// rules with a request cost of 0). May be the tenant key itself.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub response_keys: Vec<String>,
 }
 
 impl Default for EnvoySection {
     fn default() -> Self {
-        let d = DescriptorMap::default();
         EnvoySection {
-            domain: d.domain,
-            tenant: d.tenant,
-            user: d.user,
-            tier: d.tier,
-            model: d.model,
-            phase: d.phase,
-            default_tier: d.default_tier,
-            headers: d.headers,
-            response_keys: d.response_keys,
+            domain: "llm".into(),
+            tenant: "tenant".into(),
+            user: "user".into(),
+            tier: "tier".into(),
+            model: "model".into(),
+            phase: "phase".into(),
+            default_tier: None,
+            headers: true,
+            response_keys: Vec::new(),
         }
     }
 }
 
 impl EnvoySection {
-    /// The validated map (the default tier is checked against the tiers with
-    /// the rest of the limits).
-    pub fn to_domain(&self) -> Result<DescriptorMap, LimitsError> {
-        let map = DescriptorMap {
-            domain: self.domain.clone(),
-            tenant: self.tenant.clone(),
-            user: self.user.clone(),
-            tier: self.tier.clone(),
-            model: self.model.clone(),
-            phase: self.phase.clone(),
-            default_tier: self.default_tier.clone(),
-            headers: self.headers,
-            response_keys: self.response_keys.clone(),
+    /// Checks the map: keys non-empty and distinct; the domain non-empty. (The
+    /// default tier is checked against the tiers by [`super::build_limits`].)
+    pub fn validate(&self) -> Result<(), LimitsError> {
+        let bad =
+            |name: &str, problem: String| Err(LimitsError::new(format!("envoy.{name}"), problem));
+        if self.domain.is_empty() {
+            return bad(
+                "domain",
+                "must not be empty (\"*\" serves every domain)".into(),
+            );
+        }
+        let keys = [
+            ("tenant", &self.tenant),
+            ("user", &self.user),
+            ("tier", &self.tier),
+            ("model", &self.model),
+            ("phase", &self.phase),
+        ];
+        for (i, (name, key)) in keys.iter().enumerate() {
+            if key.is_empty() {
+                return bad(name, "must name a descriptor entry key".into());
+            }
+            if let Some((other, _)) = keys[..i].iter().find(|(_, k)| k == key) {
+                return bad(
+                    name,
+                    format!("is {key:?} like envoy.{other}: each names a different entry"),
+                );
+            }
+        }
+        if self.response_keys.iter().any(String::is_empty) {
+            return bad("response_keys", "must not hold an empty key".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_map_needs_distinct_keys() {
+        let clash = EnvoySection {
+            user: "tenant".into(),
+            ..EnvoySection::default()
         };
-        map.validate("envoy")
-            .map_err(|(field, problem)| LimitsError::new(field, problem))?;
-        Ok(map)
+        assert_eq!(clash.validate().unwrap_err().field, "envoy.user");
+        assert!(EnvoySection::default().validate().is_ok());
+        let empty = EnvoySection {
+            domain: String::new(),
+            ..EnvoySection::default()
+        };
+        assert!(empty.validate().is_err());
     }
 }

@@ -1,7 +1,7 @@
 //! `[estimator]`: token counting and the adaptive multiplier, as written and
 //! as validated.
 
-use super::settings::within;
+use super::input::within;
 use crate::domain::LimitsError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -1,7 +1,9 @@
 //! Parsing what operators write — a tier, an override, the global limits or a
 //! whole configuration — as TOML or JSON, with errors that name the field at
-//! fault (`tenant.requests[0].limit: invalid value: integer `-5`, expected u64`).
+//! fault (`tenant.requests[0].limit: invalid value: integer `-5`, expected u64`),
+//! and the range check every numeric setting goes through ([`within`]).
 
+use crate::domain::LimitsError;
 use serde::de::DeserializeOwned;
 
 /// A document's format, guessed from its first character.
@@ -63,6 +65,18 @@ fn describe(path: &serde_path_to_error::Path, error: &impl std::fmt::Display) ->
     } else {
         format!("{path}: {error}")
     })
+}
+
+/// `field`'s `value` is between `min` and `max`, or the error says so.
+pub(super) fn within(field: &str, value: u64, min: u64, max: u64) -> Result<(), LimitsError> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(LimitsError::new(
+            field,
+            format!("must be between {min} and {max}, got {value}"),
+        ))
+    }
 }
 
 #[cfg(test)]

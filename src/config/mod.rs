@@ -5,25 +5,29 @@
 //!
 //! - [`sections`]: the file's schema, and the server, store and reservations
 //!   sections.
-//! - [`limits`]: rates, levels and tiers as written → domain limits.
+//! - [`rates`]: rates and periods as written; [`level`]: one level's limits.
+//! - [`limits`]: tiers as written, and every limit section → domain limits.
 //! - [`models`]: model groups, tiers' per-group limits and priorities as written.
 //! - [`overrides`]: tenants' overrides as written.
-//! - [`estimation`], [`resilience`], [`auth`]: those sections, with the
-//!   settings they validate into (the breaker's and the failure policy among
-//!   them; the engine and the gRPC layer take them from here).
+//! - [`estimation`], [`resilience`], [`auth`]: those sections, and how they
+//!   validate into the settings of the estimator, the engine (its breaker and
+//!   failure policy) and the gRPC layer.
 //! - [`settings`]: [`Settings`], built section by section.
 //! - [`input`]: operator documents (TOML or JSON) with errors naming fields.
-//! - [`repository`]: the live configuration held in Redis.
+//! - [`live`]: the live configuration's documents (kept in Redis by
+//!   `store::config_repo`) as sections.
 
 pub mod auth;
 pub mod envoy;
 pub mod estimation;
 mod input;
+pub mod level;
 pub mod limits;
+pub mod live;
 pub mod models;
 pub mod money;
 pub mod overrides;
-pub mod repository;
+pub mod rates;
 pub mod resilience;
 pub mod sections;
 pub mod settings;
@@ -32,16 +36,15 @@ pub use auth::{AuthSection, MIN_TOKEN_LEN, TokenSection, validate_tokens};
 pub use envoy::EnvoySection;
 pub use estimation::EstimatorSection;
 pub use input::{Document, DocumentError, parse_document};
-pub(crate) use limits::rates;
-pub use limits::{
-    LevelSection, LimitSections, Period, PeriodError, RateSection, ShadowSection, TierSection,
-    build_limits, period_seconds,
-};
+pub use level::LevelSection;
+pub use limits::{LimitSections, ShadowSection, TierSection, build_limits};
+pub use live::ConfigDoc;
 pub use models::{ModelLimitsSection, ModelSection, PrioritiesSection};
 pub use money::{MoneySection, PriceSection, SpendSection};
 pub use overrides::{LevelOverrideSection, OverrideSection, ShadowOverrideSection, UNLIMITED};
-pub use repository::ConfigDoc;
-pub use resilience::{BreakerSettings, FailurePolicy, ResilienceSection};
+pub(crate) use rates::rates;
+pub use rates::{Period, PeriodError, RateSection, period_seconds};
+pub use resilience::ResilienceSection;
 pub use sections::{FileConfig, ReservationsSection, ServerSection, StoreSection};
 pub use settings::{Settings, TlsFiles};
 
@@ -211,6 +214,7 @@ pub fn load(path: Option<&Path>, overrides: Flags) -> Result<Settings, ConfigErr
 mod tests {
     use super::*;
     use crate::domain::Rate;
+    use crate::engine::FailurePolicy;
     use std::time::Duration;
 
     #[test]

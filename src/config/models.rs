@@ -15,7 +15,7 @@
 //! batch = 0.3
 //! ```
 
-use super::limits::LevelSection;
+use super::level::LevelSection;
 use crate::domain::{LimitsError, ModelGroup, ModelLimits, Priorities};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

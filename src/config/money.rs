@@ -18,7 +18,7 @@
 //! ledger_daily_retention = "400d"
 //! ```
 
-use super::limits::{Period, RateSection, period_seconds};
+use super::rates::{Period, RateSection, period_seconds};
 use crate::domain::budget::ledger::LedgerRetention;
 use crate::domain::price::{MAX_PRICE_MICROS, MAX_SPEND_MICROS, Price, usd_to_micros};
 use crate::domain::{LimitsError, Rate};

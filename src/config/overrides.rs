@@ -9,8 +9,8 @@
 //! # requests left out: the tier's user request rates apply
 //! ```
 
-use super::limits::{RateSection, rates};
 use super::money::{SpendSection, spend_rates};
+use super::rates::{RateSection, rates};
 use crate::domain::block::Blocks;
 use crate::domain::{LevelOverride, LimitsError, Override, Setting, ShadowOverride};
 use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};

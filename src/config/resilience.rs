@@ -1,35 +1,12 @@
 //! `[resilience]`: what the service does when the store fails — the failure
-//! policy and the circuit breaker's settings — as written and as validated.
+//! policy and the circuit breaker's settings — as written, and validated into
+//! the engine's [`FailurePolicy`] and [`BreakerSettings`].
 
-use super::settings::within;
+use super::input::within;
 use crate::domain::LimitsError;
+use crate::engine::{BreakerSettings, FailurePolicy};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
-
-/// What the service does when the store cannot answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FailurePolicy {
-    /// Answer UNAVAILABLE: the gateway decides.
-    FailClosed,
-    /// Allow every request, flagged degraded.
-    FailOpen,
-    /// Decide from this replica's memory with every limit divided by the number
-    /// of replicas, flagged degraded.
-    #[default]
-    Local,
-}
-
-impl FailurePolicy {
-    /// The name as configured.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailurePolicy::FailClosed => "fail_closed",
-            FailurePolicy::FailOpen => "fail_open",
-            FailurePolicy::Local => "local",
-        }
-    }
-}
 
 /// `[resilience]`.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -78,38 +55,6 @@ fn default_breaker_cool_down_ms() -> u64 {
 }
 fn default_breaker_probes() -> u32 {
     3
-}
-
-/// How the breaker trips and recovers.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct BreakerSettings {
-    /// The sliding window failures are counted over.
-    pub window: Duration,
-    /// Calls the window must hold before the breaker may open.
-    pub min_calls: u32,
-    /// Failure share of the window that opens the breaker (0-1).
-    pub failure_rate: f64,
-    /// How long it stays open before the store is probed (and between
-    /// probes while they fail), plus up to a fifth more at random so replicas
-    /// do not probe a recovering store in lockstep.
-    pub cool_down: Duration,
-    /// Real calls allowed at once while half-open.
-    pub probes: u32,
-    /// Consecutive probe successes that close it.
-    pub close_after: u32,
-}
-
-impl Default for BreakerSettings {
-    fn default() -> Self {
-        BreakerSettings {
-            window: Duration::from_secs(10),
-            min_calls: 20,
-            failure_rate: 0.5,
-            cool_down: Duration::from_secs(1),
-            probes: 3,
-            close_after: 3,
-        }
-    }
 }
 
 impl ResilienceSection {

@@ -2,13 +2,15 @@
 //! flags. Each section is turned into its settings and checked by its own
 //! function, in the file's order, so the first bad field is the one reported.
 
+use super::input::within;
 use super::{
-    BreakerSettings, ConfigDoc, ConfigError, FailurePolicy, FileConfig, Flags, ReservationsSection,
-    ServerSection, StoreSection, TokenSection, validate_tokens,
+    ConfigDoc, ConfigError, EnvoySection, FileConfig, Flags, ReservationsSection, ServerSection,
+    StoreSection, TokenSection, validate_tokens,
 };
 use crate::domain::budget::ledger::LedgerRetention;
 use crate::domain::plan::LeasePolicy;
 use crate::domain::{Limits, LimitsError, Priorities};
+use crate::engine::{BreakerSettings, FailurePolicy};
 use crate::store::Retention;
 use crate::store::redis::{PoolKind, RedisTls};
 use std::net::SocketAddr;
@@ -45,6 +47,9 @@ pub struct Settings {
     pub concurrency_retry_ms: u64,
     /// Every limit.
     pub limits: Arc<Limits>,
+    /// How Envoy's descriptors map to levels (`[envoy]`), validated with the
+    /// limits.
+    pub envoy: EnvoySection,
     /// The share of every limit each priority class must leave.
     pub priorities: Priorities,
     /// `[money] require_price`.
@@ -134,18 +139,6 @@ impl From<&Settings> for crate::telemetry::KnownSeries {
     }
 }
 
-/// `field`'s `value` is between `min` and `max`, or the error says so.
-pub(super) fn within(field: &str, value: u64, min: u64, max: u64) -> Result<(), LimitsError> {
-    if (min..=max).contains(&value) {
-        Ok(())
-    } else {
-        Err(LimitsError::new(
-            field,
-            format!("must be between {min} and {max}, got {value}"),
-        ))
-    }
-}
-
 const DAY_MS: u64 = 86_400_000;
 
 /// Where state lives, as the store section and flags say.
@@ -210,6 +203,7 @@ impl FileConfig {
             retry_jitter_ms: res.retry_jitter_ms,
             concurrency_retry_ms: res.concurrency_retry_ms,
             limits: Arc::new(limits),
+            envoy: self.envoy.clone().unwrap_or_default(),
             priorities,
             require_price,
             max_message_bytes: server.max_message_bytes,

@@ -8,7 +8,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::descriptor::DescriptorMap;
 use super::ids::InvalidInput;
 pub use super::level::{Dimension, Level};
 use super::model::{ModelGroup, ModelGroups, check_groups, group_of};
@@ -33,8 +32,6 @@ pub struct Limits {
     pub tiers: BTreeMap<String, Arc<Tier>>,
     /// Overrides by tenant id.
     pub overrides: BTreeMap<String, Arc<Override>>,
-    /// How Envoy's rate limit descriptors name levels (`[envoy]`).
-    pub descriptors: DescriptorMap,
     /// The configuration version these limits came from (0: a file).
     pub version: u64,
 }
@@ -47,17 +44,6 @@ impl Limits {
             return Err(LimitsError::new("tiers", "at least one tier is required"));
         }
         check_groups(&self.models)?;
-        if let Some(tier) = &self.descriptors.default_tier
-            && !self.tiers.contains_key(tier)
-        {
-            return Err(LimitsError::new(
-                "envoy.default_tier",
-                format!(
-                    "there is no tier {tier:?} (known tiers: {})",
-                    self.tier_names()
-                ),
-            ));
-        }
         for (group, price) in &self.prices {
             price.validate(&format!("prices.{group}"))?;
             if !self.models.contains_key(group) {

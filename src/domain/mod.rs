@@ -11,7 +11,6 @@ pub mod budget;
 pub mod clock;
 pub mod decision;
 mod denial;
-pub mod descriptor;
 mod digest;
 pub mod ids;
 pub mod level;

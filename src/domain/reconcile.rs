@@ -226,20 +226,6 @@ pub fn sum_theirs(
     out
 }
 
-/// `--max-drift`: a percentage, `1%` or `1` (1%), `0.5%`.
-pub fn parse_max_drift(s: &str) -> Result<f64, ReconcileError> {
-    let pct: f64 =
-        s.trim().trim_end_matches('%').trim().parse().map_err(|_| {
-            ReconcileError(format!("--max-drift {s:?}: write a percentage such as 1%"))
-        })?;
-    if !(0.0..=100.0).contains(&pct) {
-        return Err(ReconcileError(format!(
-            "--max-drift {s:?}: between 0% and 100%"
-        )));
-    }
-    Ok(pct / 100.0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,8 +270,6 @@ mod tests {
         assert!(!rows[1].flagged, "nothing on either side");
         assert!(rows[2].flagged, "theirs only: 100% drift");
         assert!(compare(&sides, 0.001)[0].flagged, "0.5% is over 0.1%");
-        assert_eq!(parse_max_drift("1%").unwrap(), 0.01);
-        assert!(parse_max_drift("lots").is_err());
     }
 
     #[test]

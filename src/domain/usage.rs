@@ -28,19 +28,6 @@ pub enum By {
     Month,
 }
 
-impl std::str::FromStr for By {
-    type Err = RangeError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "hour" => Ok(By::Hour),
-            "day" => Ok(By::Day),
-            "month" => Ok(By::Month),
-            _ => Err(RangeError(format!("{s:?}: sum by hour, day or month"))),
-        }
-    }
-}
-
 impl By {
     /// Its name on the command line.
     pub fn name(self) -> &'static str {
@@ -56,26 +43,6 @@ const HOUR_US: i64 = 3_600_000_000;
 const DAY_US: i64 = 86_400_000_000;
 /// The most periods one report reads (400 days of hours is 9,600).
 pub const MAX_PERIODS: usize = 20_000;
-
-/// `2026-12-01` (00:00 UTC that day) or an RFC 3339 time, as µs since the epoch.
-pub fn parse_instant(text: &str) -> Result<i64, RangeError> {
-    let text = text.trim();
-    if let Ok(date) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
-        let t = date
-            .and_hms_opt(0, 0, 0)
-            .expect("midnight exists")
-            .and_utc();
-        return Ok(t.timestamp_micros());
-    }
-    DateTime::parse_from_rfc3339(text)
-        .map(|t| t.timestamp_micros())
-        .map_err(|_| {
-            RangeError(format!(
-                "{text:?} is not a date (2026-12-01, meaning 00:00 UTC) or an RFC 3339 time \
-                 (2026-12-01T10:00:00Z)"
-            ))
-        })
-}
 
 /// The ledger periods of `[from_us, to_us)` summed `by`: hours, or days.
 pub fn periods(from_us: i64, to_us: i64, by: By) -> Result<Vec<Period>, RangeError> {
@@ -208,23 +175,25 @@ mod tests {
         }
     }
 
+    /// 00:00 UTC on `date`, µs since the epoch.
+    fn midnight(date: &str) -> i64 {
+        let date = NaiveDate::parse_from_str(date, "%Y-%m-%d").unwrap();
+        date.and_hms_opt(0, 0, 0)
+            .unwrap()
+            .and_utc()
+            .timestamp_micros()
+    }
+
     #[test]
-    fn dates_mean_midnight_utc_and_ranges_must_be_whole_periods() {
-        let day = parse_instant("2026-12-01").unwrap();
-        assert_eq!(day, parse_instant("2026-12-01T07:00:00+07:00").unwrap());
-        assert!(
-            parse_instant("12/01/2026")
-                .unwrap_err()
-                .0
-                .contains("RFC 3339")
-        );
-        let next = parse_instant("2026-12-02").unwrap();
+    fn ranges_must_be_whole_periods() {
+        let day = midnight("2026-12-01");
+        let next = midnight("2026-12-02");
         assert_eq!(periods(day, next, By::Hour).unwrap().len(), 24);
         assert_eq!(
             periods(day, next, By::Day).unwrap(),
             [Period::Day(day / DAY_US)]
         );
-        let half = parse_instant("2026-12-01T10:30:00Z").unwrap();
+        let half = day + 10 * HOUR_US + HOUR_US / 2;
         let err = periods(half, next, By::Hour).unwrap_err().0;
         assert!(
             err.contains("--from") && err.contains("whole hour"),
@@ -252,8 +221,8 @@ mod tests {
             cost_micros: 10.0 * n,
             ..Row::default()
         };
-        let nov30 = parse_instant("2026-11-30").unwrap() / DAY_US;
-        let dec1 = parse_instant("2026-12-01").unwrap() / DAY_US;
+        let nov30 = midnight("2026-11-30") / DAY_US;
+        let dec1 = midnight("2026-12-01") / DAY_US;
         let rows = vec![
             (Period::Day(nov30), vec![cell("g", Some(&alice), row(1.0))]),
             (

@@ -9,10 +9,41 @@
 //! does a failed probe. Real calls never probe a store that has not answered a
 //! PING, so a recovering store is not judged by connections still reconnecting.
 
-pub use crate::config::BreakerSettings;
 use crate::telemetry::BreakerGauge;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// How the breaker trips and recovers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BreakerSettings {
+    /// The sliding window failures are counted over.
+    pub window: Duration,
+    /// Calls the window must hold before the breaker may open.
+    pub min_calls: u32,
+    /// Failure share of the window that opens the breaker (0-1).
+    pub failure_rate: f64,
+    /// How long it stays open before the store is probed (and between
+    /// probes while they fail), plus up to a fifth more at random so replicas
+    /// do not probe a recovering store in lockstep.
+    pub cool_down: Duration,
+    /// Real calls allowed at once while half-open.
+    pub probes: u32,
+    /// Consecutive probe successes that close it.
+    pub close_after: u32,
+}
+
+impl Default for BreakerSettings {
+    fn default() -> Self {
+        BreakerSettings {
+            window: Duration::from_secs(10),
+            min_calls: 20,
+            failure_rate: 0.5,
+            cool_down: Duration::from_secs(1),
+            probes: 3,
+            close_after: 3,
+        }
+    }
+}
 
 /// The breaker's state, as reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

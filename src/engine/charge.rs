@@ -5,9 +5,9 @@
 //! protocol has no release call), checks the quota in shadow, and answers
 //! from the store or, when it fails, by the failure policy.
 
+use super::FailurePolicy;
 use super::reply::{jitter, warn_degraded};
 use super::{Engine, EngineError};
-use crate::config::FailurePolicy;
 use crate::domain::bucket::BucketSpec;
 use crate::domain::budget::{ChargePlan, ChargeReply};
 use crate::domain::decision::{self, LimitState};

@@ -10,12 +10,15 @@
 //! - [`charge`]: charges with no reservation (Envoy's rate limit protocol).
 //! - [`shadow`]: quotas in shadow, evaluated and reported but never enforced.
 //! - [`status`]: GetStatus and the estimator's state, and its refresh.
-//! - [`breaker`]: the circuit breaker in front of the store, and its probe.
+//! - [`breaker`]: the circuit breaker in front of the store, its settings and
+//!   its probe.
+//! - [`policy`]: what the engine does when the store cannot answer.
 //! - [`cancel`]: cancelling reservations their caller never received.
 
 mod breaker;
 mod cancel;
 mod charge;
+mod policy;
 mod reply;
 mod reserve;
 mod settle;
@@ -24,11 +27,11 @@ mod status;
 
 pub use breaker::{Breaker, BreakerSettings, BreakerState};
 pub use charge::{ChargeInput, ChargeOutcome};
+pub use policy::FailurePolicy;
 pub use reply::ReserveOutcome;
 pub use settle::{CommitOutcome, CommitRequest, Completion, Outcome, RefundOutcome, RenewOutcome};
 pub use status::{EstimatorView, LevelLeases, StatusOutcome, StatusRequest};
 
-use crate::config::FailurePolicy;
 use crate::domain::plan::{LeasePolicy, LevelPlan, ReservePlan};
 use crate::domain::{InvalidInput, Limits, Priorities, Tier};
 use crate::estimator::{Counter, Multipliers};

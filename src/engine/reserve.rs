@@ -2,11 +2,11 @@
 //! count with the adaptive multiplier, plan, reserve, and explain the result.
 
 use super::BreakerState;
+use super::FailurePolicy;
 use super::cancel::CancelGuard;
 use super::reply::{self, Answered, ReserveOutcome, record_decision, warn_degraded};
 use super::shadow::{ShadowCheck, ShadowSettle};
 use super::{Engine, EngineError};
-use crate::config::FailurePolicy;
 use crate::domain::decision::{self, LimitState};
 use crate::domain::plan::{self, Prepared, ReservePlan, ReserveRequest, Terms};
 use crate::domain::{Level, Limits, Prompt, PromptCount, PromptInput, Tier, UserId};

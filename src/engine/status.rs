@@ -3,8 +3,8 @@
 //! replica's estimator multipliers in step with the samples in the store. Every
 //! store call goes through the breaker.
 
+use super::FailurePolicy;
 use super::{Engine, EngineError};
-use crate::config::FailurePolicy;
 use crate::domain::decision::{self, LimitState};
 use crate::domain::plan;
 use crate::domain::{Level, Reading, TenantId, UserId};

@@ -3,7 +3,7 @@
 use super::ServeError;
 use super::message_limit::MessageLimit;
 use crate::api::auth::Auth;
-use crate::api::{BudgetApi, EnvoyApi};
+use crate::api::{BudgetApi, EnvoyApi, LiveMap};
 use crate::config::{Settings, TlsFiles};
 use crate::engine::Engine;
 use crate::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
@@ -22,6 +22,7 @@ use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 /// the settings name its files.
 pub(super) fn routes<S: Store>(
     engine: Arc<Engine<S>>,
+    envoy_map: Arc<LiveMap>,
     settings: &Settings,
     auth: Arc<Auth>,
     health: tonic_health::pb::health_server::HealthServer<
@@ -37,7 +38,7 @@ pub(super) fn routes<S: Store>(
     let reflection_v1alpha = reflection().build_v1alpha()?;
     let budget = BudgetServiceServer::new(BudgetApi::new(engine.clone()))
         .max_decoding_message_size(settings.max_message_bytes);
-    let envoy = RateLimitServiceServer::new(EnvoyApi::new(engine))
+    let envoy = RateLimitServiceServer::new(EnvoyApi::new(engine, envoy_map))
         .max_decoding_message_size(settings.max_message_bytes);
     // Authentication runs on the headers, before the body is even decoded.
     let budget = InterceptedService::new(budget, crate::api::auth::interceptor(auth.clone()));

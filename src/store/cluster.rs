@@ -36,23 +36,8 @@ use crate::domain::budget::ledger::{LedgerRow, Period};
 use crate::domain::{Clock, LevelPlan, Readings, ReservePlan, SystemClock, TenantId};
 use share::{SYNC_US, Share};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
-
-/// Reservations and charges with a global entry this process decided, and
-/// the calls it made to the global key: what the bench reports (global-key
-/// calls per reservation).
-static GLOBAL_DECISIONS: AtomicU64 = AtomicU64::new(0);
-static GLOBAL_CALLS: AtomicU64 = AtomicU64::new(0);
-
-/// (reservations and charges with a global entry, calls to the global key)
-/// made by every cluster store in this process so far.
-pub fn global_counts() -> (u64, u64) {
-    (
-        GLOBAL_DECISIONS.load(Ordering::Relaxed),
-        GLOBAL_CALLS.load(Ordering::Relaxed),
-    )
-}
 
 /// Budget state on a Redis Cluster.
 pub struct ClusterStore<C: Clock + Clone = SystemClock> {

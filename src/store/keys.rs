@@ -35,7 +35,7 @@
 //! given only a tenant's keys; an estimator sample is pushed apart from the
 //! settle script; the configuration's keys carry the tag `{cfg}`.
 //!
-//! # Live configuration (see `config::repository`)
+//! # Live configuration (see `store::config_repo`)
 //! ```text
 //! ctxb:cfg                     hash   version; global; model:<group>; tier:<name>; override:<tenant>
 //! ctxb:cfg:audit               stream every change (capped)

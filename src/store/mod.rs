@@ -6,6 +6,7 @@
 //! suite in `tests/` runs one set of behaviours against all three.
 
 pub mod cluster;
+pub mod config_repo;
 pub mod keys;
 pub mod memory;
 pub mod redis;

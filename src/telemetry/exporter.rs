@@ -87,6 +87,14 @@ pub fn describe() {
             ENVOY_CHARGED_TOKENS,
             "Tokens charged by Envoy's response path",
         ),
+        (
+            CLUSTER_GLOBAL_DECISIONS,
+            "Redis Cluster: reservations and charges with a global entry, decided from this replica's leased share",
+        ),
+        (
+            CLUSTER_GLOBAL_CALLS,
+            "Redis Cluster: calls to the global key (lease syncs)",
+        ),
     ];
     for (name, help) in counters {
         describe_counter!(name, help);
@@ -173,6 +181,8 @@ pub fn register(known: &KnownSeries) {
     }
     gauge!(BREAKER_STATE).set(0.0);
     gauge!(GLOBAL_LEASES_ACTIVE).set(0.0);
+    counter!(CLUSTER_GLOBAL_DECISIONS).increment(0);
+    counter!(CLUSTER_GLOBAL_CALLS).increment(0);
 }
 
 /// The series of one tier: decisions by outcome, token counters, the commit

@@ -7,8 +7,8 @@
 use crate::operations::{ctl, ctl_ok, document, temp_dir};
 use crate::support;
 
-use ctxbudget::config::repository::ConfigStore;
 use ctxbudget::pb::{self, Dimension, Level, Reason};
+use ctxbudget::store::config_repo::ConfigStore;
 use ctxbudget::store::redis::Endpoint;
 use redis::Commands;
 use serde_json::Value;

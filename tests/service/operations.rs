@@ -8,8 +8,8 @@ use crate::support;
 
 use clap::Parser;
 use ctxbudget::cli::Cli;
-use ctxbudget::config::repository::ConfigStore;
 use ctxbudget::pb::{self, Dimension, Level, Reason};
+use ctxbudget::store::config_repo::ConfigStore;
 use ctxbudget::store::redis::Endpoint;
 use redis::Commands;
 use std::sync::Arc;

@@ -14,20 +14,22 @@
 //! malformed one is INVALID_ARGUMENT and changes nothing.
 //!
 //! - this file: the service and the request's validation.
+//! - [`descriptor`]: the descriptor vocabulary, and the `[envoy]` map in force.
 //! - `reply`: descriptor statuses and response headers from outcomes.
 
+pub mod descriptor;
 mod notes;
 mod reply;
 
 use super::service::{span, timed_with};
 use crate::domain::InvalidInput;
-use crate::domain::descriptor::{Described, DescriptorMap, Mapping};
 use crate::domain::limits::MAX_COUNT;
 use crate::engine::{ChargeInput, Engine, EngineError};
 use crate::envoy::service::ratelimit::v3 as rls;
 use crate::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use crate::store::{Store, StoreError};
 use crate::telemetry;
+use descriptor::{Described, DescriptorMap, LiveMap, Mapping};
 use reply::Answer;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
@@ -40,13 +42,16 @@ pub const MAX_ENTRIES: usize = 64;
 /// The Envoy rate limit face of an [`Engine`].
 pub struct EnvoyApi<S> {
     engine: Arc<Engine<S>>,
+    map: Arc<LiveMap>,
 }
 
 impl<S> EnvoyApi<S> {
-    /// Serves `engine`. Callers are authenticated in front of it, like the
-    /// budget service's; a token bound to tenants may only charge those.
-    pub fn new(engine: Arc<Engine<S>>) -> Self {
-        EnvoyApi { engine }
+    /// Serves `engine`, mapping descriptors by `map` (replaced with the
+    /// engine's limits when the configuration changes). Callers are
+    /// authenticated in front of it, like the budget service's; a token bound
+    /// to tenants may only charge those.
+    pub fn new(engine: Arc<Engine<S>>, map: Arc<LiveMap>) -> Self {
+        EnvoyApi { engine, map }
     }
 }
 
@@ -132,8 +137,8 @@ impl<S: Store> EnvoyApi<S> {
                 invalid(format!("has {n} descriptors; send 1 to {MAX_DESCRIPTORS}")).into(),
             );
         }
-        let limits = self.engine.limits();
-        let map = &limits.descriptors;
+        let map = self.map.get();
+        let map = map.as_ref();
         let mut answer = Answer::new(map.headers);
         // Until Redis's configuration is loaded the file's map stands in: a
         // descriptor it cannot place may be one the live map places, so it is

@@ -10,9 +10,9 @@
 //! that already happened). Concurrency limits do not apply: without a
 //! release call a slot could never be freed.
 
+use super::checks::DeniedChecks;
 use super::layout::MAX_TTL_US;
 use super::level::StoredLevel;
-use super::replies::DeniedChecks;
 use super::reserve::drop_foreign;
 use super::state::{self, BucketState, bucket_id};
 use crate::domain::bucket::Cost;

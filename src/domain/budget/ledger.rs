@@ -20,7 +20,7 @@
 
 use super::layout::{DAY_US, HOUR_US, LEDGER_FIELDS, LEDGER_INT_BYTES};
 use super::record::Record;
-use super::settle::Settle;
+use super::usage::Settle;
 use crate::domain::UserId;
 
 // lua/ledger.lua spells the ten fields out (a loop cost twice the Redis CPU).

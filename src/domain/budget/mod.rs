@@ -10,10 +10,12 @@
 //! - [`record`]: a reservation's record.
 //! - [`level`]: a level as a store holds it (state, leases, expiry).
 //! - [`ledger`]: what an operation adds to the usage ledger.
-//! - [`reserve`], [`settle`], [`renew`], [`status`], [`charge`]: the operations.
-//! - [`replies`]: what they answer.
+//! - [`reserve`], [`settle`], [`renew`], [`status`], [`charge`]: the operations;
+//!   [`usage`]: what a settle is told.
+//! - [`replies`]: what they answer; [`checks`]: which checks of a plan denied.
 
 pub mod charge;
+pub mod checks;
 pub mod layout;
 pub mod ledger;
 pub mod level;
@@ -24,12 +26,13 @@ pub mod reserve;
 pub mod settle;
 pub mod state;
 pub mod status;
+pub mod usage;
 
 pub use charge::{ChargePlan, ChargeReply};
+pub use checks::DeniedChecks;
 pub use level::StoredLevel;
 pub use record::{BadRecord, Record, RecordState};
-pub use replies::{
-    DeniedChecks, Reclaimed, RenewReply, ReserveReply, Retention, SettleReply, Settled,
-};
+pub use replies::{Reclaimed, RenewReply, ReserveReply, Retention, SettleReply, Settled};
 pub use reserve::{Earlier, Reserved};
-pub use settle::{Deltas, Settle, SettleOutcome, Usage};
+pub use settle::{Deltas, SettleOutcome};
+pub use usage::{Settle, Usage};

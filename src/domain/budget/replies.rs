@@ -1,6 +1,7 @@
 //! What the budget operations answer: the replies both stores give, and how
 //! long a store keeps settled and idempotent state.
 
+use super::checks::DeniedChecks;
 use crate::domain::{Level, Readings};
 
 /// How long settled and idempotent state is kept.
@@ -15,61 +16,6 @@ pub struct Retention {
     pub samples: usize,
     /// How long usage-ledger rows are kept; `None`: no ledger.
     pub ledger: Option<super::ledger::LedgerRetention>,
-}
-
-/// Which checks of a plan denied (check i: the i-th bucket or concurrency
-/// limit in plan order). Room for [`DeniedChecks::MAX`]: a plan has at most 3
-/// levels × (5 rate kinds × 2 × 8 rates + 1) + 3 group slot limits = 246
-/// checks (tier.rs caps rates per kind at 8). A mask of one number held 53
-/// exact bits in Lua: a plan with more checks lost denials.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DeniedChecks([u64; 4]);
-
-impl DeniedChecks {
-    /// The most checks a mask holds.
-    pub const MAX: usize = 256;
-
-    /// Marks check `i` denied.
-    pub fn insert(&mut self, i: usize) {
-        debug_assert!(i < Self::MAX, "check {i} of at most {}", Self::MAX);
-        if let Some(w) = self.0.get_mut(i / 64) {
-            *w |= 1 << (i % 64);
-        }
-    }
-
-    /// Whether check `i` denied.
-    pub fn contains(&self, i: usize) -> bool {
-        self.0.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
-    }
-
-    /// No check denied.
-    pub fn is_empty(&self) -> bool {
-        self.0 == [0; 4]
-    }
-
-    /// reserve.lua's mask: 8 little-endian doubles of 32 bits each, the
-    /// first holding checks 0–31. `None` when it is not one.
-    pub fn from_script(bytes: &[u8]) -> Option<Self> {
-        if bytes.len() != 64 {
-            return None;
-        }
-        let mut out = DeniedChecks::default();
-        for (k, chunk) in bytes.chunks_exact(8).enumerate() {
-            let word = f64::from_le_bytes(chunk.try_into().ok()?);
-            if !(0.0..=u32::MAX as f64).contains(&word) || word.fract() != 0.0 {
-                return None;
-            }
-            out.0[k / 2] |= (word as u64) << (32 * (k % 2));
-        }
-        Some(out)
-    }
-}
-
-/// Checks 0–63 as the bits of `mask`.
-impl From<u64> for DeniedChecks {
-    fn from(mask: u64) -> Self {
-        DeniedChecks([mask, 0, 0, 0])
-    }
 }
 
 /// The answer to a reservation.
@@ -200,25 +146,4 @@ pub enum RenewReply {
     Expired,
     /// No such reservation.
     NotFound,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::DeniedChecks;
-
-    #[test]
-    fn denied_checks_past_53_keep_every_bit_from_the_script() {
-        // Checks 3, 57 and 245 denied, as reserve.lua packs them.
-        let words: [f64; 8] = [8.0, 2f64.powi(25), 0.0, 0.0, 0.0, 0.0, 0.0, 2f64.powi(21)];
-        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        let mask = DeniedChecks::from_script(&bytes).expect("a mask");
-        let denied: Vec<usize> = (0..DeniedChecks::MAX)
-            .filter(|&i| mask.contains(i))
-            .collect();
-        assert_eq!(denied, [3, 57, 245]);
-        let mut built = DeniedChecks::default();
-        [3, 57, 245].into_iter().for_each(|i| built.insert(i));
-        assert_eq!(built, mask);
-        assert_eq!(DeniedChecks::from_script(&bytes[..56]), None);
-    }
 }

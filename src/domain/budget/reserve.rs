@@ -14,11 +14,12 @@
 //! Size: the one reserve algorithm, kept whole so it reads beside
 //! `lua/reserve.lua` step for step, and its unit tests.
 
+use super::checks::DeniedChecks;
 use super::layout::{MAX_FOREIGN, MAX_TTL_US, RECLAIM_CAP};
 use super::ledger::{self, Entry};
 use super::level::StoredLevel;
 use super::record::{Record, RecordState};
-use super::replies::{DeniedChecks, Reclaimed, ReserveReply, Retention};
+use super::replies::{Reclaimed, ReserveReply, Retention};
 use super::state::{self, BucketState, LevelState, bucket_id, ceil_ms};
 use crate::domain::bucket::Cost;
 use crate::domain::price::SpendRates;

@@ -9,6 +9,7 @@ use crate::domain::Clock;
 use crate::domain::{LevelPlan, Readings, TenantId, UserId};
 use crate::store::redis::{EntryAsk, LeaseCall};
 use crate::store::{Scope, Store, StoreError};
+use crate::telemetry;
 use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;
 
@@ -93,7 +94,7 @@ impl<C: Clock> Inner<C> {
             deletes: &deletes,
             read,
         };
-        super::GLOBAL_CALLS.fetch_add(1, Ordering::Relaxed);
+        telemetry::cluster_global_call();
         let result = self.tenants.lease_call(&call).await;
         // The answer is taken in at its own instant (a window may have ended).
         let now = self.now();

@@ -10,6 +10,7 @@ use crate::domain::Clock;
 use crate::domain::{Level, ReservePlan};
 use crate::store::keys::lease_field;
 use crate::store::{ChargePlan, ChargeReply, Reclaimed, ReserveReply, Store, StoreError};
+use crate::telemetry;
 use std::sync::atomic::Ordering;
 
 /// Tries at taking from the shares, each after a sync (its own or another's).
@@ -21,7 +22,7 @@ impl<C: Clock> Inner<C> {
         if split.global.is_empty() {
             return self.tenants.reserve(plan).await;
         }
-        super::GLOBAL_DECISIONS.fetch_add(1, Ordering::Relaxed);
+        telemetry::cluster_global_decision();
         let keys = self.keys_of(&split, &plan.id.tenant);
         let need = Need::of(plan);
         let lease = lease_field(&plan.id);
@@ -90,7 +91,7 @@ impl<C: Clock> Inner<C> {
         if split.global.is_empty() {
             return self.tenants.charge(plan).await;
         }
-        super::GLOBAL_DECISIONS.fetch_add(1, Ordering::Relaxed);
+        telemetry::cluster_global_decision();
         let keys = self.keys_of(&split, &plan.tenant);
         let cost = |b: &crate::domain::BucketSpec| plan.cost(b.dimension) as f64;
         let (mut synced, mut tries) = (false, 0);

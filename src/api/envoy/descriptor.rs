@@ -2,11 +2,14 @@
 //! Envoy's rate limit protocol — mapped to what a budget decision needs: the
 //! tenant, user, tier and model a descriptor names, and whether it charges
 //! usage that already happened (the response path) or asks before a request
-//! goes upstream (the request path).
+//! goes upstream (the request path). The map is `[envoy]` (validated by
+//! `config::envoy`); [`LiveMap`] holds the one in force.
 
-use super::ids::{InvalidInput, TenantId, UserId};
+use crate::config::EnvoySection;
+use crate::domain::{InvalidInput, TenantId, UserId};
+use std::sync::{Arc, RwLock};
 
-/// Which descriptor entries carry what (`[envoy]`).
+/// Which descriptor entries carry what (`[envoy]`, validated).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DescriptorMap {
     /// The rate limit domain served; `*` serves every domain. Requests for
@@ -35,19 +38,41 @@ pub struct DescriptorMap {
     pub response_keys: Vec<String>,
 }
 
-impl Default for DescriptorMap {
-    fn default() -> Self {
+impl From<&EnvoySection> for DescriptorMap {
+    fn from(section: &EnvoySection) -> Self {
         DescriptorMap {
-            domain: "llm".into(),
-            tenant: "tenant".into(),
-            user: "user".into(),
-            tier: "tier".into(),
-            model: "model".into(),
-            phase: "phase".into(),
-            default_tier: None,
-            headers: true,
-            response_keys: Vec::new(),
+            domain: section.domain.clone(),
+            tenant: section.tenant.clone(),
+            user: section.user.clone(),
+            tier: section.tier.clone(),
+            model: section.model.clone(),
+            phase: section.phase.clone(),
+            default_tier: section.default_tier.clone(),
+            headers: section.headers,
+            response_keys: section.response_keys.clone(),
         }
+    }
+}
+
+/// The map in force: replaced, like the limits, when the configuration
+/// changes; requests in flight keep the one they started with.
+#[derive(Debug)]
+pub struct LiveMap(RwLock<Arc<DescriptorMap>>);
+
+impl LiveMap {
+    /// `section` (validated with the limits) in force.
+    pub fn new(section: &EnvoySection) -> Self {
+        LiveMap(RwLock::new(Arc::new(section.into())))
+    }
+
+    /// The map in force.
+    pub fn get(&self) -> Arc<DescriptorMap> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Puts `section` (validated with the limits) in force.
+    pub fn replace(&self, section: &EnvoySection) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(section.into());
     }
 }
 
@@ -103,40 +128,6 @@ pub enum Mapping<'a> {
 }
 
 impl DescriptorMap {
-    /// Checks the map: keys non-empty and distinct; the domain non-empty.
-    /// An error is (the field, under `path`, and what is wrong).
-    pub fn validate(&self, path: &str) -> Result<(), (String, String)> {
-        let bad = |name: &str, problem: String| Err((format!("{path}.{name}"), problem));
-        if self.domain.is_empty() {
-            return bad(
-                "domain",
-                "must not be empty (\"*\" serves every domain)".into(),
-            );
-        }
-        let keys = [
-            ("tenant", &self.tenant),
-            ("user", &self.user),
-            ("tier", &self.tier),
-            ("model", &self.model),
-            ("phase", &self.phase),
-        ];
-        for (i, (name, key)) in keys.iter().enumerate() {
-            if key.is_empty() {
-                return bad(name, "must name a descriptor entry key".into());
-            }
-            if let Some((other, _)) = keys[..i].iter().find(|(_, k)| k == key) {
-                return bad(
-                    name,
-                    format!("is {key:?} like {path}.{other}: each names a different entry"),
-                );
-            }
-        }
-        if self.response_keys.iter().any(String::is_empty) {
-            return bad("response_keys", "must not hold an empty key".into());
-        }
-        Ok(())
-    }
-
     /// Whether this map serves `domain`.
     pub fn serves(&self, domain: &str) -> bool {
         self.domain == "*" || self.domain == domain
@@ -236,11 +227,11 @@ mod tests {
     use super::*;
 
     fn map() -> DescriptorMap {
-        DescriptorMap {
+        DescriptorMap::from(&EnvoySection {
             default_tier: Some("free".into()),
             response_keys: vec!["tokens-rule".into()],
-            ..DescriptorMap::default()
-        }
+            ..EnvoySection::default()
+        })
     }
 
     #[test]
@@ -287,23 +278,8 @@ mod tests {
             assert!(e.message.contains("descriptor 3"), "{}", e.message);
             assert!(e.message.contains(says), "{says}: {}", e.message);
         }
-        let no_default = DescriptorMap::default();
+        let no_default = DescriptorMap::from(&EnvoySection::default());
         let e = no_default.map(0, &[("tenant", "a")]).unwrap_err();
         assert!(e.message.contains("default_tier"), "{}", e.message);
-    }
-
-    #[test]
-    fn a_map_needs_distinct_keys() {
-        let clash = DescriptorMap {
-            user: "tenant".into(),
-            ..DescriptorMap::default()
-        };
-        assert_eq!(clash.validate("envoy").unwrap_err().0, "envoy.user");
-        assert!(DescriptorMap::default().validate("envoy").is_ok());
-        let empty = DescriptorMap {
-            domain: String::new(),
-            ..DescriptorMap::default()
-        };
-        assert!(empty.validate("envoy").is_err());
     }
 }

@@ -9,19 +9,16 @@
 //! ```
 //!
 //! Changes go through `lua/config_set.lua`: write, version, audit and notify at
-//! once. Callers validate documents before writing; replicas validate again on
-//! load and keep their last good configuration if a document is bad. The key
-//! and field names are built in `store::keys`.
+//! once. The documents are opaque here (JSON text by field): `config::live`
+//! reads them as sections and writes sections as them. Callers validate
+//! documents before writing; replicas validate again on load and keep their
+//! last good configuration if a document is bad. The key and field names are
+//! built in `store::keys`.
 
-use super::{
-    EnvoySection, LevelSection, LimitSections, ModelSection, OverrideSection, PriceSection,
-    TierSection, build_limits,
-};
-use crate::domain::{Limits, LimitsError};
-use crate::store::StoreError;
-use crate::store::keys::{config_audit, config_channel, config_field, config_hash};
-use crate::store::redis::{Endpoint, RedisTls, SharedConn};
-use crate::store::scripts;
+use super::StoreError;
+use super::keys::{config_audit, config_channel, config_field, config_hash};
+use super::redis::{Endpoint, RedisTls, SharedConn};
+use super::scripts;
 use redis::{AsyncCommands, Script};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -35,42 +32,16 @@ static SET: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::CONFIG_SET)
 /// Audit entries kept (approximately).
 const AUDIT_KEEP: u64 = 10_000;
 
-/// The configuration documents as stored.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct ConfigDoc {
+/// The configuration documents as stored: JSON text by the field holding it.
+#[derive(Clone, Debug, Default)]
+pub struct StoredConfig {
     /// The version (0: never written).
     pub version: u64,
-    /// Global limits.
-    pub global: Option<LevelSection>,
-    /// Model groups by name.
-    pub models: BTreeMap<String, ModelSection>,
-    /// Prices by model group.
-    pub prices: BTreeMap<String, PriceSection>,
-    /// Tiers by name.
-    pub tiers: BTreeMap<String, TierSection>,
-    /// Overrides by tenant id.
-    pub overrides: BTreeMap<String, OverrideSection>,
-    /// How Envoy's descriptors map to levels; `None`: the defaults.
-    pub envoy: Option<EnvoySection>,
-}
-
-impl ConfigDoc {
-    /// The validated limits these documents describe.
-    pub fn limits(&self) -> Result<Limits, LimitsError> {
-        build_limits(self.sections(), self.version)
-    }
-
-    /// The documents as the sections limits are built from.
-    pub fn sections(&self) -> LimitSections<'_> {
-        LimitSections {
-            global: self.global.as_ref(),
-            models: &self.models,
-            prices: &self.prices,
-            tiers: &self.tiers,
-            overrides: &self.overrides,
-            envoy: self.envoy.as_ref(),
-        }
-    }
+    /// Every document, by the field that holds it (fields no document kind
+    /// names are left out).
+    pub documents: Vec<(Field, String)>,
+    /// The hash they were read from, for messages.
+    pub source: String,
 }
 
 /// One audited change.
@@ -94,7 +65,7 @@ pub struct AuditEntry {
 }
 
 /// Which document a change is about.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Field {
     /// The global limits.
     Global,
@@ -124,7 +95,26 @@ impl std::fmt::Display for Field {
 }
 
 impl Field {
-    fn name(&self) -> String {
+    /// The document a hash field holds; `None` for the version and for
+    /// fields no document kind names.
+    pub fn parse(field: &str) -> Option<Field> {
+        if field == config_field::GLOBAL {
+            Some(Field::Global)
+        } else if field == config_field::ENVOY {
+            Some(Field::Envoy)
+        } else if let Some(name) = config_field::as_price(field) {
+            Some(Field::Price(name.into()))
+        } else if let Some(name) = config_field::as_model(field) {
+            Some(Field::Model(name.into()))
+        } else if let Some(name) = config_field::as_tier(field) {
+            Some(Field::Tier(name.into()))
+        } else {
+            config_field::as_override(field).map(|tenant| Field::Override(tenant.into()))
+        }
+    }
+
+    /// The hash field that holds the document.
+    pub fn name(&self) -> String {
         match self {
             Field::Global => config_field::GLOBAL.into(),
             Field::Model(m) => config_field::model(m),
@@ -199,73 +189,45 @@ impl ConfigStore {
         Ok(v.unwrap_or(0))
     }
 
-    /// Every document, as stored. A document that does not parse is an error
-    /// naming its field.
-    pub async fn load(&self) -> Result<ConfigDoc, StoreError> {
+    /// Every document, as stored. A version that is not a number is an error.
+    pub async fn load(&self) -> Result<StoredConfig, StoreError> {
         let all: BTreeMap<String, String> = self
             .conn
             .clone()
             .hgetall(&self.hash)
             .await
             .map_err(|e| self.err(e))?;
-        let mut doc = ConfigDoc::default();
-        let bad = |field: &str, e: String| {
-            StoreError::Protocol(format!("{field} in {}: {e}", self.hash).into())
+        let mut stored = StoredConfig {
+            source: self.hash.clone(),
+            ..StoredConfig::default()
         };
-        for (field, value) in &all {
+        for (field, value) in all {
             if field == config_field::VERSION {
-                doc.version = value
-                    .parse()
-                    .map_err(|_| bad(field, "not a number".into()))?;
-            } else if field == config_field::GLOBAL {
-                doc.global =
-                    Some(serde_json::from_str(value).map_err(|e| bad(field, e.to_string()))?);
-            } else if field == config_field::ENVOY {
-                doc.envoy =
-                    Some(serde_json::from_str(value).map_err(|e| bad(field, e.to_string()))?);
-            } else if let Some(name) = config_field::as_price(field) {
-                let price = serde_json::from_str(value).map_err(|e| bad(field, e.to_string()))?;
-                doc.prices.insert(name.to_string(), price);
-            } else if let Some(name) = config_field::as_model(field) {
-                let model = serde_json::from_str(value).map_err(|e| bad(field, e.to_string()))?;
-                doc.models.insert(name.to_string(), model);
-            } else if let Some(name) = config_field::as_tier(field) {
-                let tier = serde_json::from_str(value).map_err(|e| bad(field, e.to_string()))?;
-                doc.tiers.insert(name.to_string(), tier);
-            } else if let Some(tenant) = config_field::as_override(field) {
-                let o = serde_json::from_str(value).map_err(|e| bad(field, e.to_string()))?;
-                doc.overrides.insert(tenant.to_string(), o);
+                stored.version = value.parse().map_err(|_| {
+                    StoreError::Protocol(format!("{field} in {}: not a number", self.hash).into())
+                })?;
+            } else if let Some(field) = Field::parse(&field) {
+                stored.documents.push((field, value));
             }
         }
-        Ok(doc)
+        Ok(stored)
     }
 
-    /// Writes `doc`'s global limits, tiers and overrides if Redis holds no tier
-    /// yet. Returns the new version, or `None` when Redis was already configured.
-    pub async fn seed(&self, doc: &ConfigDoc, actor: &str) -> Result<Option<u64>, StoreError> {
+    /// Writes `documents` if Redis holds no tier yet. Returns the new version,
+    /// or `None` when Redis was already configured.
+    pub async fn seed(
+        &self,
+        documents: &[(Field, String)],
+        actor: &str,
+    ) -> Result<Option<u64>, StoreError> {
         let mut inv = SEED.prepare_invoke();
         inv.key(&self.hash)
             .key(&self.audit)
             .arg(actor)
             .arg(&self.channel)
             .arg(AUDIT_KEEP);
-        if let Some(g) = &doc.global {
-            inv.arg(config_field::GLOBAL).arg(document(g));
-        }
-        for (name, m) in &doc.models {
-            inv.arg(config_field::model(name)).arg(document(m));
-        }
-        for (name, p) in &doc.prices {
-            inv.arg(config_field::price(name)).arg(document(p));
-        }
-        for (name, t) in &doc.tiers {
-            inv.arg(config_field::tier(name)).arg(document(t));
-        }
-        for (tenant, o) in &doc.overrides {
-            inv.arg(config_field::override_of(tenant)).arg(document(o));
-        }
-        if let Some(e) = &doc.envoy {
-            inv.arg(config_field::ENVOY).arg(document(e));
+        for (field, document) in documents {
+            inv.arg(field.name()).arg(document);
         }
         let v: u64 = inv
             .invoke_async(&mut self.conn.clone())
@@ -322,9 +284,4 @@ impl ConfigStore {
             })
             .collect())
     }
-}
-
-/// A section as the JSON document stored for it.
-pub fn document<T: Serialize>(section: &T) -> String {
-    serde_json::to_string(section).expect("sections serialize")
 }

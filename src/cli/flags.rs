@@ -1,0 +1,73 @@
+//! Flag values the command line reads itself: an instant (`--from`, `--to`),
+//! a percentage (`--max-drift`), and how a report sums (`--by`). The errors
+//! name the flag, or say what it takes.
+
+use crate::domain::usage::By;
+use anyhow::{anyhow, bail};
+use chrono::{DateTime, NaiveDate};
+
+/// `2026-12-01` (00:00 UTC that day) or an RFC 3339 time, as µs since the epoch.
+pub fn parse_instant(text: &str) -> anyhow::Result<i64> {
+    let text = text.trim();
+    if let Ok(date) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        let t = date
+            .and_hms_opt(0, 0, 0)
+            .expect("midnight exists")
+            .and_utc();
+        return Ok(t.timestamp_micros());
+    }
+    DateTime::parse_from_rfc3339(text)
+        .map(|t| t.timestamp_micros())
+        .map_err(|_| {
+            anyhow!(
+                "{text:?} is not a date (2026-12-01, meaning 00:00 UTC) or an RFC 3339 time \
+                 (2026-12-01T10:00:00Z)"
+            )
+        })
+}
+
+/// `--max-drift`: a percentage, `1%` or `1` (1%), `0.5%`, as a share of 1.
+pub fn parse_max_drift(s: &str) -> anyhow::Result<f64> {
+    let pct: f64 = (s.trim().trim_end_matches('%').trim().parse())
+        .map_err(|_| anyhow!("--max-drift {s:?}: write a percentage such as 1%"))?;
+    if !(0.0..=100.0).contains(&pct) {
+        bail!("--max-drift {s:?}: between 0% and 100%");
+    }
+    Ok(pct / 100.0)
+}
+
+/// `--by hour|day|month`.
+impl std::str::FromStr for By {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "hour" => Ok(By::Hour),
+            "day" => Ok(By::Day),
+            "month" => Ok(By::Month),
+            _ => Err(format!("{s:?}: sum by hour, day or month")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_mean_midnight_utc() {
+        let day = parse_instant("2026-12-01").unwrap();
+        assert_eq!(day, parse_instant("2026-12-01T07:00:00+07:00").unwrap());
+        let half = parse_instant("2026-12-01T10:30:00Z").unwrap();
+        assert_eq!(half - day, 37_800_000_000);
+        let err = parse_instant("12/01/2026").unwrap_err().to_string();
+        assert!(err.contains("RFC 3339"), "{err}");
+    }
+
+    #[test]
+    fn drift_is_a_percentage() {
+        assert_eq!(parse_max_drift("1%").unwrap(), 0.01);
+        assert!(parse_max_drift("lots").is_err());
+        assert!("week".parse::<By>().is_err());
+    }
+}

@@ -1,0 +1,120 @@
+//! The live configuration (tiers, model groups, prices, global limits,
+//! tenants' overrides and the `[envoy]` map) as sections: read from the JSON
+//! documents `store::config_repo` keeps in Redis, and written back as them.
+
+use super::{
+    EnvoySection, LevelSection, LimitSections, ModelSection, OverrideSection, PriceSection,
+    TierSection, build_limits,
+};
+use crate::domain::{Limits, LimitsError};
+use crate::store::StoreError;
+use crate::store::config_repo::{Field, StoredConfig};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
+
+/// The configuration documents, as sections.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ConfigDoc {
+    /// The version (0: never written).
+    pub version: u64,
+    /// Global limits.
+    pub global: Option<LevelSection>,
+    /// Model groups by name.
+    pub models: BTreeMap<String, ModelSection>,
+    /// Prices by model group.
+    pub prices: BTreeMap<String, PriceSection>,
+    /// Tiers by name.
+    pub tiers: BTreeMap<String, TierSection>,
+    /// Overrides by tenant id.
+    pub overrides: BTreeMap<String, OverrideSection>,
+    /// How Envoy's descriptors map to levels; `None`: the defaults.
+    pub envoy: Option<EnvoySection>,
+}
+
+impl ConfigDoc {
+    /// The validated limits these documents describe.
+    pub fn limits(&self) -> Result<Limits, LimitsError> {
+        build_limits(self.sections(), self.version)
+    }
+
+    /// The documents as the sections limits are built from.
+    pub fn sections(&self) -> LimitSections<'_> {
+        LimitSections {
+            global: self.global.as_ref(),
+            models: &self.models,
+            prices: &self.prices,
+            tiers: &self.tiers,
+            overrides: &self.overrides,
+            envoy: self.envoy.as_ref(),
+        }
+    }
+
+    /// The stored documents as sections. A document that does not parse is
+    /// an error naming its field.
+    pub fn from_stored(stored: StoredConfig) -> Result<ConfigDoc, StoreError> {
+        fn parse<T: DeserializeOwned>(
+            field: &Field,
+            text: &str,
+            source: &str,
+        ) -> Result<T, StoreError> {
+            serde_json::from_str(text).map_err(|e| {
+                StoreError::Protocol(format!("{} in {source}: {e}", field.name()).into())
+            })
+        }
+        let mut doc = ConfigDoc {
+            version: stored.version,
+            ..ConfigDoc::default()
+        };
+        let source = stored.source.as_str();
+        for (field, text) in &stored.documents {
+            match field {
+                Field::Global => doc.global = Some(parse(field, text, source)?),
+                Field::Envoy => doc.envoy = Some(parse(field, text, source)?),
+                Field::Price(name) => {
+                    doc.prices.insert(name.clone(), parse(field, text, source)?);
+                }
+                Field::Model(name) => {
+                    doc.models.insert(name.clone(), parse(field, text, source)?);
+                }
+                Field::Tier(name) => {
+                    doc.tiers.insert(name.clone(), parse(field, text, source)?);
+                }
+                Field::Override(tenant) => {
+                    doc.overrides
+                        .insert(tenant.clone(), parse(field, text, source)?);
+                }
+            }
+        }
+        Ok(doc)
+    }
+
+    /// Every document, as the store keeps it (what a seed writes).
+    pub fn documents(&self) -> Vec<(Field, String)> {
+        let mut out = Vec::new();
+        out.extend(self.global.iter().map(|g| (Field::Global, document(g))));
+        out.extend(
+            self.models
+                .iter()
+                .map(|(n, m)| (Field::Model(n.clone()), document(m))),
+        );
+        out.extend(
+            self.prices
+                .iter()
+                .map(|(n, p)| (Field::Price(n.clone()), document(p))),
+        );
+        out.extend(
+            self.tiers
+                .iter()
+                .map(|(n, t)| (Field::Tier(n.clone()), document(t))),
+        );
+        out.extend((self.overrides.iter()).map(|(t, o)| (Field::Override(t.clone()), document(o))));
+        out.extend(self.envoy.iter().map(|e| (Field::Envoy, document(e))));
+        out
+    }
+}
+
+/// A section as the JSON document stored for it.
+pub fn document<T: Serialize>(section: &T) -> String {
+    serde_json::to_string(section).expect("sections serialize")
+}

@@ -1,0 +1,46 @@
+//! What a settle is told: the usage the upstream reported (Commit) or none
+//! (Refund). The settle operation and the ledger both read it.
+
+/// What the upstream reported using, as the buckets count it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Usage {
+    /// Prompt + output tokens used.
+    pub tokens: u64,
+    /// Of which prompt (an estimator sample when the service counted).
+    pub prompt: u64,
+    /// The prompt tokens input-token limits count: the prompt, less the
+    /// cached part where the model group does not count it.
+    pub input: u64,
+    /// Of the prompt, the tokens the upstream served from its cache (the
+    /// ledger reports them).
+    pub cached: u64,
+    /// What the usage cost at the model group's price, µ$.
+    pub cost: u64,
+    /// `prompt` is the upstream's own count, so it teaches the estimator; not
+    /// when the gateway only knew the prompt as reserved (a stream cut short,
+    /// settled with its delivered text).
+    pub learn: bool,
+}
+
+impl Usage {
+    /// `tokens` used, `prompt` of them prompt, all of the prompt counted as input.
+    pub fn new(tokens: u64, prompt: u64) -> Self {
+        Usage {
+            tokens,
+            prompt,
+            input: prompt,
+            cached: 0,
+            cost: 0,
+            learn: true,
+        }
+    }
+}
+
+/// How to settle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settle {
+    /// The upstream answered with this usage.
+    Commit(Usage),
+    /// The call failed: nothing was used.
+    Refund,
+}
