@@ -51,7 +51,7 @@ pub mod telemetry;
 mod layout_tests;
 
 /// Generated code for `proto/ctxbudget/v1/budget.proto`.
-#[allow(missing_docs, clippy::all)]
+#[allow(missing_docs, clippy::all, clippy::too_many_lines)]
 pub mod pb {
     tonic::include_proto!("ctxbudget.v1");
 
@@ -62,7 +62,7 @@ pub mod pb {
 
 /// Envoy's rate limit service API (the part served; `proto/envoy/`), in
 /// Envoy's package hierarchy. Its descriptors are in [`pb::FILE_DESCRIPTOR_SET`].
-#[allow(missing_docs, clippy::all)]
+#[allow(missing_docs, clippy::all, clippy::too_many_lines)]
 pub mod envoy {
     /// `envoy.config.*`.
     pub mod config {

@@ -7,6 +7,10 @@
 //!
 //! The margin is generous (a debug build on a shared 2-core machine): it bounds
 //! a hang, not speed — a call waiting on a frozen Redis would take seconds.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario, read from start to end"
+)]
 
 mod support;
 

@@ -1,6 +1,10 @@
 //! Who may call: bearer tokens (missing, wrong, old and new during a rotation,
 //! reloaded on SIGHUP), tokens bound to tenants, TLS and mutual TLS on the gRPC
 //! listener, and Redis reached with an ACL user — whose password never shows.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario, read from start to end"
+)]
 
 mod support;
 

@@ -78,6 +78,7 @@ struct Report {
 }
 
 /// `ctxbudget inspect`.
+#[expect(clippy::too_many_lines, reason = "one section of output after another, each a few lines")]
 pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
     let cfg = args.admin.connect().await?;
     let doc = ConfigDoc::from_stored(cfg.load().await?)?;

@@ -183,6 +183,7 @@ pub enum Prepared {
 }
 
 /// Plans a reservation of `req`, its prompt counted as `count`, under `terms`.
+#[expect(clippy::too_many_lines, reason = "the planning steps in order; split, they would pass a dozen locals along")]
 pub fn prepare(
     req: &ReserveRequest,
     count: &PromptCount,

@@ -4,6 +4,10 @@
 //! stay binaries of their own: they kill, freeze and restart processes.
 //!
 //! Run one part with `cargo nextest run --test service -E 'test(/^conformance::/)'`.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario, read from start to end"
+)]
 
 #[path = "../support/mod.rs"]
 mod support;

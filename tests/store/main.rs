@@ -12,6 +12,10 @@
 //! - `properties`: invariants of the budget arithmetic (proptest).
 //!
 //! Run one part with `cargo nextest run --test store -E 'test(/^differential::/)'`.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario, read from start to end"
+)]
 
 #[path = "../support/mod.rs"]
 mod support;
