@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::{env, fs, path::PathBuf};
 
 #[path = "src/domain/budget/layout.rs"]
-#[allow(dead_code)]
+#[allow(dead_code, unreachable_pub)]
 mod layout;
 
 /// The scripts that run the budget algorithm.

@@ -30,7 +30,10 @@ fn request(i: u64) -> ReserveRequest {
     }
 }
 
-#[expect(clippy::too_many_lines, reason = "the list of benches, one group after another")]
+#[expect(
+    clippy::too_many_lines,
+    reason = "the list of benches, one group after another"
+)]
 fn benches(c: &mut Criterion) {
     let settings = FileConfig::built_in().settings(Default::default()).unwrap();
     let limits = settings.limits.clone();

@@ -52,7 +52,10 @@ fn show(what: &str, r: &CheckAndReserveResponse) {
     }
 }
 
-#[expect(clippy::too_many_lines, reason = "the quickstart is one walk-through, read from top to bottom")]
+#[expect(
+    clippy::too_many_lines,
+    reason = "the quickstart is one walk-through, read from top to bottom"
+)]
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let target = std::env::args()

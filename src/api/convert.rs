@@ -18,10 +18,12 @@ use crate::pb;
 const MAX_MODEL_BYTES: usize = 256;
 
 /// Most chat messages one request may carry.
-pub const MAX_MESSAGES: usize = 100_000;
+pub(super) const MAX_MESSAGES: usize = 100_000;
 
 /// A CheckAndReserve request, validated.
-pub fn reserve_request(r: pb::CheckAndReserveRequest) -> Result<ReserveRequest, InvalidInput> {
+pub(super) fn reserve_request(
+    r: pb::CheckAndReserveRequest,
+) -> Result<ReserveRequest, InvalidInput> {
     let tenant = TenantId::parse(&r.tenant_id)?;
     let user = optional_user(&r.user_id)?;
     check_tier(&r.tier)?;
@@ -116,7 +118,7 @@ fn messages(list: Vec<pb::Message>) -> Result<Vec<ChatMessage>, InvalidInput> {
 
 /// A Commit request, validated: the reservation id, the counts, and the
 /// cached part of the prompt no larger than the prompt.
-pub fn commit_request(r: pb::CommitRequest) -> Result<CommitRequest, InvalidInput> {
+pub(super) fn commit_request(r: pb::CommitRequest) -> Result<CommitRequest, InvalidInput> {
     let completion = completion(r.completion_tokens, r.completion_text)?;
     let id = ReservationId::parse(&r.reservation_id)?;
     let prompt = check_tokens("prompt_tokens", r.prompt_tokens)?;
@@ -139,7 +141,7 @@ pub fn commit_request(r: pb::CommitRequest) -> Result<CommitRequest, InvalidInpu
 }
 
 /// A GetStatus request, validated.
-pub fn status_request(r: pb::GetStatusRequest) -> Result<StatusRequest, InvalidInput> {
+pub(super) fn status_request(r: pb::GetStatusRequest) -> Result<StatusRequest, InvalidInput> {
     let tenant = TenantId::parse(&r.tenant_id)?;
     let user = optional_user(&r.user_id)?;
     check_tier(&r.tier)?;
@@ -152,7 +154,7 @@ pub fn status_request(r: pb::GetStatusRequest) -> Result<StatusRequest, InvalidI
 }
 
 /// An optional model name (GetStatus, GetEstimator): empty means none.
-pub fn optional_model(model: String) -> Result<Option<String>, InvalidInput> {
+pub(super) fn optional_model(model: String) -> Result<Option<String>, InvalidInput> {
     check_label("model", &model)?;
     Ok((!model.is_empty()).then_some(model))
 }
@@ -197,7 +199,7 @@ fn optional_user(user_id: &str) -> Result<Option<UserId>, InvalidInput> {
 }
 
 /// The response to CheckAndReserve.
-pub fn reserve_response(out: ReserveOutcome) -> pb::CheckAndReserveResponse {
+pub(super) fn reserve_response(out: ReserveOutcome) -> pb::CheckAndReserveResponse {
     let mut resp = pb::CheckAndReserveResponse {
         allowed: out.denial.is_none(),
         reservation_id: out.reservation_id.unwrap_or_default(),
@@ -231,7 +233,7 @@ pub fn reserve_response(out: ReserveOutcome) -> pb::CheckAndReserveResponse {
 }
 
 /// The response to GetEstimator.
-pub fn estimator_response(views: Vec<EstimatorView>) -> pb::GetEstimatorResponse {
+pub(super) fn estimator_response(views: Vec<EstimatorView>) -> pb::GetEstimatorResponse {
     pb::GetEstimatorResponse {
         keys: views
             .into_iter()
@@ -247,7 +249,7 @@ pub fn estimator_response(views: Vec<EstimatorView>) -> pb::GetEstimatorResponse
 }
 
 /// The response to GetStatus.
-pub fn status_response(out: StatusOutcome) -> pb::GetStatusResponse {
+pub(super) fn status_response(out: StatusOutcome) -> pb::GetStatusResponse {
     pb::GetStatusResponse {
         limits: out.limits.iter().map(limit_status).collect(),
         leases: out.leases.iter().map(level_leases).collect(),
@@ -299,7 +301,7 @@ fn completion(tokens: u64, text: String) -> Result<Completion, InvalidInput> {
 }
 
 /// The response to Commit.
-pub fn commit_response(c: CommitOutcome) -> pb::CommitResponse {
+pub(super) fn commit_response(c: CommitOutcome) -> pb::CommitResponse {
     pb::CommitResponse {
         outcome: outcome(c.outcome) as i32,
         token_delta: c.token_delta,
@@ -311,7 +313,7 @@ pub fn commit_response(c: CommitOutcome) -> pb::CommitResponse {
 }
 
 /// The response to Refund.
-pub fn refund_response(r: RefundOutcome) -> pb::RefundResponse {
+pub(super) fn refund_response(r: RefundOutcome) -> pb::RefundResponse {
     pb::RefundResponse {
         outcome: outcome(r.outcome) as i32,
         refunded_tokens: r.refunded_tokens,
@@ -320,7 +322,7 @@ pub fn refund_response(r: RefundOutcome) -> pb::RefundResponse {
 }
 
 /// The response to RenewLease.
-pub fn renew_response(r: RenewOutcome) -> pb::RenewLeaseResponse {
+pub(super) fn renew_response(r: RenewOutcome) -> pb::RenewLeaseResponse {
     pb::RenewLeaseResponse {
         outcome: outcome(r.outcome) as i32,
         expires_in_ms: r.expires_in_ms,

@@ -25,7 +25,7 @@ const ROUNDS: usize = 3;
 /// Measures the scripts' Redis CPU on `url`, under keys of their own.
 /// The model the calibration's requests name: a model group matching it
 /// (`[models.*] match = ["calibration"]`) adds its limits to the measured cost.
-pub const CALIBRATION_MODEL: &str = "calibration";
+pub(super) const CALIBRATION_MODEL: &str = "calibration";
 
 pub(super) async fn calibrate(
     settings: &Settings,

@@ -67,7 +67,7 @@ pub(super) struct MainPhase {
 
 impl Bench<'_> {
     /// The ceiling: the same workload as EVALSHA straight to Redis at `url`.
-    pub async fn ceiling(&self, url: &str) -> Result<PhaseReport, BenchError> {
+    pub(super) async fn ceiling(&self, url: &str) -> Result<PhaseReport, BenchError> {
         if cluster_nodes(url).is_some() {
             return Err(BenchError(
                 "--ceiling runs one Redis, not a cluster: name one master's URL".into(),
@@ -81,7 +81,7 @@ impl Bench<'_> {
     }
 
     /// Sets up the main phase's target as the flags say.
-    pub async fn main_phase(&self, args: &BenchArgs) -> Result<MainPhase, BenchError> {
+    pub(super) async fn main_phase(&self, args: &BenchArgs) -> Result<MainPhase, BenchError> {
         match Mode::of(args) {
             Mode::Target(url) => {
                 let target = Target::grpc(&url, self.connections, self.api)
@@ -175,7 +175,7 @@ impl Bench<'_> {
 
     /// Measures the main phase, then stops its embedded service; the report
     /// and the Redis the phase ran on, if any.
-    pub async fn run_main(
+    pub(super) async fn run_main(
         &self,
         main: MainPhase,
     ) -> Result<(PhaseReport, Option<String>), BenchError> {

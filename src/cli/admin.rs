@@ -196,7 +196,7 @@ pub(super) async fn write(
 }
 
 /// `ctxbudget tiers ...`.
-pub async fn tiers(cmd: TiersCmd, args: AdminArgs) -> anyhow::Result<()> {
+pub(super) async fn tiers(cmd: TiersCmd, args: AdminArgs) -> anyhow::Result<()> {
     let cfg = args.connect().await?;
     let mut doc = ConfigDoc::from_stored(cfg.load().await?)?;
     match cmd {
@@ -323,7 +323,7 @@ fn no_tier(name: &str, doc: &ConfigDoc) -> String {
 }
 
 /// `ctxbudget global ...`.
-pub async fn global(cmd: GlobalCmd, args: AdminArgs) -> anyhow::Result<()> {
+pub(super) async fn global(cmd: GlobalCmd, args: AdminArgs) -> anyhow::Result<()> {
     let cfg = args.connect().await?;
     let mut doc = ConfigDoc::from_stored(cfg.load().await?)?;
     match cmd {

@@ -27,7 +27,7 @@ pub enum EnvoyCmd {
 }
 
 /// `ctxbudget envoy ...`.
-pub async fn envoy(cmd: EnvoyCmd, args: AdminArgs) -> anyhow::Result<()> {
+pub(super) async fn envoy(cmd: EnvoyCmd, args: AdminArgs) -> anyhow::Result<()> {
     let cfg = args.connect().await?;
     let mut doc = ConfigDoc::from_stored(cfg.load().await?)?;
     match cmd {

@@ -7,7 +7,7 @@ use anyhow::{anyhow, bail};
 use chrono::{DateTime, NaiveDate};
 
 /// `2026-12-01` (00:00 UTC that day) or an RFC 3339 time, as µs since the epoch.
-pub fn parse_instant(text: &str) -> anyhow::Result<i64> {
+pub(super) fn parse_instant(text: &str) -> anyhow::Result<i64> {
     let text = text.trim();
     if let Ok(date) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
         let t = date
@@ -27,7 +27,7 @@ pub fn parse_instant(text: &str) -> anyhow::Result<i64> {
 }
 
 /// `--max-drift`: a percentage, `1%` or `1` (1%), `0.5%`, as a share of 1.
-pub fn parse_max_drift(s: &str) -> anyhow::Result<f64> {
+pub(super) fn parse_max_drift(s: &str) -> anyhow::Result<f64> {
     let pct: f64 = (s.trim().trim_end_matches('%').trim().parse())
         .map_err(|_| anyhow!("--max-drift {s:?}: write a percentage such as 1%"))?;
     if !(0.0..=100.0).contains(&pct) {

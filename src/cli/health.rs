@@ -25,7 +25,7 @@ pub struct HealthArgs {
 }
 
 /// Succeeds when the service answers SERVING; otherwise says what it answered.
-pub async fn health(args: HealthArgs) -> anyhow::Result<()> {
+pub(super) async fn health(args: HealthArgs) -> anyhow::Result<()> {
     let timeout = Duration::from_millis(args.timeout_ms);
     let addr = &args.addr;
     let endpoint = Channel::from_shared(format!("http://{addr}"))

@@ -12,7 +12,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// Prints the newest `limit` audit entries (as JSON with `json`: `--json`).
-pub async fn history(cfg: &ConfigStore, limit: usize, json: bool) -> anyhow::Result<()> {
+pub(super) async fn history(cfg: &ConfigStore, limit: usize, json: bool) -> anyhow::Result<()> {
     let entries: Vec<AuditEntry> = cfg.history(limit).await?;
     if json {
         return print_json(&entries);
@@ -44,7 +44,7 @@ pub async fn history(cfg: &ConfigStore, limit: usize, json: bool) -> anyhow::Res
 /// What changed between two stored documents, one line per field whose value
 /// differs (`path: old → new`, `-` for absent); texts that are not JSON
 /// documents (a seed's summary) as they are.
-pub fn changes(old: &str, new: &str) -> Vec<String> {
+pub(super) fn changes(old: &str, new: &str) -> Vec<String> {
     let (Some(before), Some(after)) = (fields(old), fields(new)) else {
         let mut lines = Vec::new();
         if !old.is_empty() {
@@ -104,7 +104,7 @@ fn flatten(prefix: &str, value: &Value, out: &mut BTreeMap<String, Value>) {
 }
 
 /// `ms` since the epoch as `YYYY-MM-DD hh:mm:ss`.
-pub fn utc(ms: u64) -> String {
+pub(super) fn utc(ms: u64) -> String {
     let secs = ms / 1000;
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).

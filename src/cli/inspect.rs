@@ -78,8 +78,11 @@ struct Report {
 }
 
 /// `ctxbudget inspect`.
-#[expect(clippy::too_many_lines, reason = "one section of output after another, each a few lines")]
-pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
+#[expect(
+    clippy::too_many_lines,
+    reason = "one section of output after another, each a few lines"
+)]
+pub(super) async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
     let cfg = args.admin.connect().await?;
     let doc = ConfigDoc::from_stored(cfg.load().await?)?;
     let limits = doc

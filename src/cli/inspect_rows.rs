@@ -68,7 +68,7 @@ pub(super) struct BucketId {
 
 impl BucketId {
     /// Takes `id` apart: tag × 10⁸ + dimension × 10⁷ + period.
-    pub fn decode(id: f64) -> Self {
+    pub(super) fn decode(id: f64) -> Self {
         // Ids are exact integers far below 2⁵³ (see `domain::model::TAG_SPACE`).
         let id = id.max(0.0) as u64;
         let (group, dimension) = (GROUP_SCALE as u64, DIMENSION_SCALE as u64);
@@ -80,7 +80,7 @@ impl BucketId {
     }
 
     /// The dimension's name; an unknown digit reads `dimension N`.
-    pub fn dimension(&self) -> String {
+    pub(super) fn dimension(&self) -> String {
         let known = [
             (REQUESTS_DIMENSION, Dimension::Requests),
             (TOKENS_DIMENSION, Dimension::Tokens),
@@ -97,7 +97,7 @@ impl BucketId {
     }
 
     /// The name of the group with this id's tag; `None` for all models.
-    pub fn group(&self, groups: &ModelGroups) -> Option<String> {
+    pub(super) fn group(&self, groups: &ModelGroups) -> Option<String> {
         match self.tag {
             0 => None,
             tag => Some(

@@ -49,7 +49,7 @@ pub enum ModelsCmd {
 }
 
 /// `ctxbudget models ...`.
-pub async fn models(cmd: ModelsCmd, args: AdminArgs) -> anyhow::Result<()> {
+pub(super) async fn models(cmd: ModelsCmd, args: AdminArgs) -> anyhow::Result<()> {
     let cfg = args.connect().await?;
     let mut doc = ConfigDoc::from_stored(cfg.load().await?)?;
     match cmd {

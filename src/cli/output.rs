@@ -24,7 +24,7 @@ use std::io::{self, Write};
 /// Why not restore the default `SIGPIPE` action instead: it would also kill
 /// the process, silently, on a write to a Redis or gRPC connection its peer
 /// closed, and `serve` must never die of that.
-pub struct Stdout;
+pub(super) struct Stdout;
 
 impl Stdout {
     fn quiet<T>(result: io::Result<T>) -> io::Result<T> {
@@ -53,7 +53,7 @@ impl Write for Stdout {
 
 /// Writes `text` to [`Stdout`]; a write error other than a closed pipe ends
 /// the process with status 1 and the error (a full disk under `> file`).
-pub fn write_out(text: &str) {
+pub(super) fn write_out(text: &str) {
     if let Err(e) = Stdout.write_all(text.as_bytes()) {
         eprintln!("error: cannot write to standard output: {e}");
         std::process::exit(1);
@@ -72,7 +72,7 @@ macro_rules! outln {
 pub(crate) use outln;
 
 /// `n` and a noun, in the singular for one: `1 tenant`, `2 tenants`.
-pub fn count(n: usize, singular: &str, plural: &str) -> String {
+pub(super) fn count(n: usize, singular: &str, plural: &str) -> String {
     match n {
         1 => format!("1 {singular}"),
         n => format!("{n} {plural}"),
@@ -80,14 +80,14 @@ pub fn count(n: usize, singular: &str, plural: &str) -> String {
 }
 
 /// Prints `value` as pretty JSON.
-pub fn print_json<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
+pub(super) fn print_json<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
     outln!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
 
 /// Prints `section` as a TOML document under `# ` comment lines: what `get`
 /// shows and `set` takes back unchanged.
-pub fn print_document<T: Serialize>(comments: &[String], section: &T) -> anyhow::Result<()> {
+pub(super) fn print_document<T: Serialize>(comments: &[String], section: &T) -> anyhow::Result<()> {
     for line in comments {
         match line.is_empty() {
             true => outln!("#"),
@@ -101,7 +101,7 @@ pub fn print_document<T: Serialize>(comments: &[String], section: &T) -> anyhow:
 /// `value` as a TOML document in the style of the example configuration: each
 /// table's plain values first, lists of rates inline on one line, then its
 /// sub-tables under `[a.b]` headers.
-pub fn toml_document<T: Serialize>(value: &T) -> anyhow::Result<String> {
+pub(super) fn toml_document<T: Serialize>(value: &T) -> anyhow::Result<String> {
     let table = toml::Table::try_from(value)?;
     let mut out = String::new();
     write_table(&mut out, "", &table);
@@ -140,7 +140,7 @@ fn toml_key(key: &str) -> String {
 }
 
 /// Prints rows under headers, columns aligned.
-pub fn table(headers: &[&str], rows: &[Vec<String>]) {
+pub(super) fn table(headers: &[&str], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -192,7 +192,7 @@ fn rate_parts(unit: Unit, rates: &[Rate]) -> Vec<String> {
 
 /// A level's limits in one line:
 /// `60 req/1m, 500000 tok/1m, in 2000000/1m, out 400000/1m, 5 concurrent`.
-pub fn limits_summary(level: &LevelLimits) -> String {
+pub(super) fn limits_summary(level: &LevelLimits) -> String {
     let mut parts = rate_parts(Unit::Requests, &level.requests);
     parts.extend(rate_parts(Unit::Tokens, &level.tokens));
     parts.extend(rate_parts(Unit::Input, &level.input_tokens));
@@ -214,7 +214,7 @@ pub fn limits_summary(level: &LevelLimits) -> String {
 }
 
 /// A written level's limits in one line (see [`limits_summary`]).
-pub fn rate_summary(level: &LevelSection) -> String {
+pub(super) fn rate_summary(level: &LevelSection) -> String {
     match level.to_domain("") {
         Ok(l) => limits_summary(&l),
         Err(e) => format!("invalid ({e})"),
@@ -223,7 +223,7 @@ pub fn rate_summary(level: &LevelSection) -> String {
 
 /// What an override says about a level, in one line: the kinds it names, then
 /// `the rest from the tier`.
-pub fn override_summary(level: &LevelOverrideSection) -> String {
+pub(super) fn override_summary(level: &LevelOverrideSection) -> String {
     let mut parts = Vec::new();
     let rates = |name: &str, unit: Unit, s: &Setting<Vec<RateSection>>, parts: &mut Vec<_>| match s
     {
@@ -255,7 +255,7 @@ pub fn override_summary(level: &LevelOverrideSection) -> String {
 }
 
 /// Domain limits as a written level: for JSON reports that read like documents.
-pub fn level_section(level: &LevelLimits) -> LevelSection {
+pub(super) fn level_section(level: &LevelLimits) -> LevelSection {
     let rates = |rates: &[Rate]| rates.iter().map(RateSection::of).collect();
     LevelSection {
         requests: rates(&level.requests),
@@ -269,7 +269,7 @@ pub fn level_section(level: &LevelLimits) -> LevelSection {
 
 /// The limits in force of a resolved tier, by level: for JSON reports.
 #[derive(Serialize)]
-pub struct Effective {
+pub(super) struct Effective {
     /// Tenant level.
     pub tenant: LevelSection,
     /// User level.
@@ -282,7 +282,7 @@ pub struct Effective {
 
 impl Effective {
     /// The levels of `tier` (as resolved for a tenant).
-    pub fn of(tier: &Tier) -> Self {
+    pub(super) fn of(tier: &Tier) -> Self {
         Effective {
             tenant: level_section(&tier.tenant),
             user: level_section(&tier.user),
@@ -313,7 +313,7 @@ fn model_sections(models: &BTreeMap<String, ModelLimits>) -> BTreeMap<String, Mo
 /// The limits in force of a resolved tier as lines: `tenant  600 req/1m, …`,
 /// then one line per model group the tier limits (`model gpt-4o  tenant …;
 /// user …`), and the same for the quota in shadow.
-pub fn effective_lines(tier: &Tier) -> Vec<String> {
+pub(super) fn effective_lines(tier: &Tier) -> Vec<String> {
     let mut lines = vec![
         format!("tenant  {}", limits_summary(&tier.tenant)),
         format!("user    {}", limits_summary(&tier.user)),

@@ -83,8 +83,11 @@ pub enum OverridesCmd {
 }
 
 /// `ctxbudget overrides ...`.
-#[expect(clippy::too_many_lines, reason = "one match arm per verb of `ctxbudget overrides`")]
-pub async fn overrides(cmd: OverridesCmd, args: AdminArgs) -> anyhow::Result<()> {
+#[expect(
+    clippy::too_many_lines,
+    reason = "one match arm per verb of `ctxbudget overrides`"
+)]
+pub(super) async fn overrides(cmd: OverridesCmd, args: AdminArgs) -> anyhow::Result<()> {
     let cfg = args.connect().await?;
     let mut doc = ConfigDoc::from_stored(cfg.load().await?)?;
     match cmd {

@@ -44,8 +44,11 @@ pub enum PricesCmd {
 }
 
 /// `ctxbudget prices ...`.
-#[expect(clippy::too_many_lines, reason = "one match arm per verb of `ctxbudget prices`")]
-pub async fn prices(cmd: PricesCmd, args: AdminArgs) -> anyhow::Result<()> {
+#[expect(
+    clippy::too_many_lines,
+    reason = "one match arm per verb of `ctxbudget prices`"
+)]
+pub(super) async fn prices(cmd: PricesCmd, args: AdminArgs) -> anyhow::Result<()> {
     let cfg = args.connect().await?;
     let mut doc = ConfigDoc::from_stored(cfg.load().await?)?;
     match cmd {

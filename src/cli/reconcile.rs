@@ -121,8 +121,11 @@ struct Report<'a> {
 }
 
 /// Runs `ctxbudget reconcile`.
-#[expect(clippy::too_many_lines, reason = "read, compare and print the report, in that order")]
-pub async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
+#[expect(
+    clippy::too_many_lines,
+    reason = "read, compare and print the report, in that order"
+)]
+pub(super) async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
     let from = parse_instant(&args.from).context("--from")?;
     let to = parse_instant(&args.to).context("--to")?;
     let hours = usage::periods(from, to, By::Hour)?;

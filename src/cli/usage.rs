@@ -187,7 +187,7 @@ fn group_named(limits: &Limits, model: &str) -> anyhow::Result<String> {
 }
 
 /// Runs `ctxbudget usage`.
-pub async fn usage(args: UsageArgs) -> anyhow::Result<()> {
+pub(super) async fn usage(args: UsageArgs) -> anyhow::Result<()> {
     let tenant = TenantId::parse(&args.tenant).context("--tenant")?;
     let user = args
         .user

@@ -150,7 +150,10 @@ struct StoreSettings {
 
 impl FileConfig {
     /// Validated settings, with `overrides` applied last.
-    #[expect(clippy::too_many_lines, reason = "every setting taken from its section in turn, one statement each")]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "every setting taken from its section in turn, one statement each"
+    )]
     pub fn settings(self, overrides: Flags) -> Result<Settings, ConfigError> {
         let limits = self.limits()?;
         let priorities = self.priorities.unwrap_or_default().to_domain()?;

@@ -183,7 +183,10 @@ pub enum Prepared {
 }
 
 /// Plans a reservation of `req`, its prompt counted as `count`, under `terms`.
-#[expect(clippy::too_many_lines, reason = "the planning steps in order; split, they would pass a dozen locals along")]
+#[expect(
+    clippy::too_many_lines,
+    reason = "the planning steps in order; split, they would pass a dozen locals along"
+)]
 pub fn prepare(
     req: &ReserveRequest,
     count: &PromptCount,
@@ -330,7 +333,7 @@ pub fn check_tokens(field: &'static str, n: u64) -> Result<u64, InvalidInput> {
 
 #[cfg(test)]
 mod tests_support {
-    pub use super::tests::{limits, plan, request};
+    pub(super) use super::tests::{limits, plan, request};
 }
 
 #[cfg(test)]
@@ -340,7 +343,7 @@ mod tests {
     use crate::domain::limits::{Level, LevelLimits, Rate};
     use std::sync::Arc;
 
-    pub fn limits() -> Limits {
+    pub(super) fn limits() -> Limits {
         let tier = Tier {
             name: "free".into(),
             tenant: LevelLimits::default(),
@@ -370,7 +373,7 @@ mod tests {
         }
     }
 
-    pub fn request(prompt: u64, output: u64) -> ReserveRequest {
+    pub(super) fn request(prompt: u64, output: u64) -> ReserveRequest {
         ReserveRequest {
             tenant: TenantId::parse("t").unwrap(),
             user: Some(UserId::parse("u").unwrap()),
@@ -386,7 +389,7 @@ mod tests {
     }
 
     /// Plans `req` (a caller's count) under `limits`, its tier resolved.
-    pub fn plan(req: &ReserveRequest, limits: &Limits) -> Result<Prepared, InvalidInput> {
+    pub(super) fn plan(req: &ReserveRequest, limits: &Limits) -> Result<Prepared, InvalidInput> {
         let PromptInput::Tokens(prompt) = req.prompt else {
             panic!("the tests send their own counts");
         };

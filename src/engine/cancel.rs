@@ -35,9 +35,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Cancellations held at most.
-pub const CAPACITY: usize = 10_000;
+pub(super) const CAPACITY: usize = 10_000;
 /// How long a refund answered "not found" is repeated.
-pub const NOT_FOUND_WINDOW: Duration = Duration::from_secs(3);
+pub(super) const NOT_FOUND_WINDOW: Duration = Duration::from_secs(3);
 /// The first retry's delay; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest delay between two attempts.

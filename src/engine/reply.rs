@@ -104,7 +104,10 @@ pub(super) struct Answered {
 /// prompt counted as `count`. Pure, so it is tested without a store. A spent
 /// or conflicting idempotency key is an error, not a decision; so is a stored
 /// nonce that does not decode.
-#[expect(clippy::too_many_lines, reason = "one match over the store's replies builds the whole outcome")]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one match over the store's replies builds the whole outcome"
+)]
 pub(super) fn outcome(
     plan: &ReservePlan,
     reply: ReserveReply,

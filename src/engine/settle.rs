@@ -111,7 +111,10 @@ impl<S: Store> Engine<S> {
     /// `cached_prompt_tokens` were read from the provider's prompt cache (left
     /// out of input-token limits where the model group says cached input does
     /// not count).
-    #[expect(clippy::too_many_lines, reason = "the commit's count, store call and telemetry, in order")]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the commit's count, store call and telemetry, in order"
+    )]
     pub async fn commit(&self, req: CommitRequest) -> Result<CommitOutcome, EngineError> {
         let CommitRequest {
             id,

@@ -14,10 +14,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// A module path, `["domain", "budget", "ledger"]`.
-pub type ModPath = Vec<String>;
+pub(super) type ModPath = Vec<String>;
 
 /// One source file.
-pub struct Source {
+pub(super) struct Source {
     /// The file.
     pub file: PathBuf,
     /// The file under `src/`, `/`-separated, for messages.
@@ -33,13 +33,13 @@ pub struct Source {
 
 impl Source {
     /// The top-level module the file belongs to (`None`: the crate root).
-    pub fn top(&self) -> Option<&str> {
+    pub(super) fn top(&self) -> Option<&str> {
         self.module.first().map(String::as_str)
     }
 }
 
 /// Every source under `src`, and where each module's file is.
-pub struct Tree {
+pub(super) struct Tree {
     /// The files, sorted by path.
     pub sources: Vec<Source>,
     by_module: BTreeMap<ModPath, usize>,
@@ -48,7 +48,7 @@ pub struct Tree {
 }
 
 /// A path one file refers to.
-pub struct Reference {
+pub(super) struct Reference {
     /// As written after `crate::`, `super::` or `self::`, for messages.
     pub written: String,
     /// Resolved from the crate root.
@@ -57,7 +57,7 @@ pub struct Reference {
 
 impl Tree {
     /// Reads every `.rs` file under `src`.
-    pub fn read(src: &Path) -> Tree {
+    pub(super) fn read(src: &Path) -> Tree {
         let mut sources: Vec<Source> = files(src)
             .into_iter()
             .map(|file| {
@@ -92,7 +92,7 @@ impl Tree {
     /// The file `path` lands in: the deepest module on it that has a file,
     /// followed through that file's imports. `None` outside the crate's files
     /// (generated code, the crate root's inline modules).
-    pub fn file_of(&self, path: &[String]) -> Option<usize> {
+    pub(super) fn file_of(&self, path: &[String]) -> Option<usize> {
         self.land(path, 0)
     }
 
@@ -130,7 +130,7 @@ fn files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The module path of `file` under `src`.
-pub fn module_path(src: &Path, file: &Path) -> ModPath {
+pub(super) fn module_path(src: &Path, file: &Path) -> ModPath {
     let rel = file.strip_prefix(src).expect("under src");
     let mut parts: ModPath = rel
         .iter()
@@ -146,7 +146,7 @@ pub fn module_path(src: &Path, file: &Path) -> ModPath {
 }
 
 /// `text` without `#[cfg(test)]` items and without `//` comment lines.
-pub fn without_tests(text: &str) -> String {
+pub(super) fn without_tests(text: &str) -> String {
     let text: String = text
         .lines()
         .filter(|l| !l.trim_start().starts_with("//"))
@@ -189,7 +189,7 @@ fn closing(text: &str) -> usize {
 }
 
 /// The paths `code`, written in module `here`, refers to.
-pub fn references(here: &[String], code: &str) -> Vec<Reference> {
+pub(super) fn references(here: &[String], code: &str) -> Vec<Reference> {
     let mut out = Vec::new();
     for start in ["crate::", "super::", "self::"] {
         for (at, _) in code.match_indices(start) {
@@ -255,7 +255,7 @@ fn absolute(here: &[String], path: &[String]) -> ModPath {
 /// The paths a use tree (or a path in an expression) at the start of `text`
 /// names, each with the name it binds: `a::b::C` → `[a, b, C]` (`C`);
 /// `a::{b, c::{D, E as F}}` → `[a, b]`, `[a, c, D]`, `[a, c, E]` (`F`).
-pub fn use_tree(text: &str) -> Vec<(ModPath, String)> {
+pub(super) fn use_tree(text: &str) -> Vec<(ModPath, String)> {
     let mut out = Vec::new();
     tree(text, &mut Vec::new(), &mut out);
     out

@@ -105,7 +105,7 @@ const RETENTION: Retention = Retention {
 const CLOCK_KEY: &str = "suite:clock";
 
 /// A store, the clock it reads, and (for Redis) the server behind it.
-pub struct Ctx<S> {
+pub(crate) struct Ctx<S> {
     pub store: S,
     pub clock: ManualClock,
     redis: Backing,
@@ -124,7 +124,7 @@ enum Backing {
 const TENANTS: [&str; 3] = ["acme", "beta", "gamma"];
 
 impl Ctx<MemoryStore<ManualClock>> {
-    pub fn memory() -> Self {
+    pub(crate) fn memory() -> Self {
         let clock = ManualClock::new(1_800_000_000_000_000);
         let keys = Keys::new(DEFAULT_PREFIX).unwrap();
         Ctx {
@@ -136,7 +136,7 @@ impl Ctx<MemoryStore<ManualClock>> {
 }
 
 impl Ctx<RedisStore> {
-    pub async fn redis() -> Self {
+    pub(crate) async fn redis() -> Self {
         let server = RedisServer::start();
         let settings = RedisSettings {
             url: server.url(),
@@ -163,7 +163,7 @@ impl Ctx<RedisStore> {
 }
 
 impl Ctx<ClusterStore<ManualClock>> {
-    pub async fn cluster() -> Self {
+    pub(crate) async fn cluster() -> Self {
         let cluster = RedisCluster::start(false);
         let clock = ManualClock::new(1_800_000_000_000_000);
         let store = cluster_store(&cluster, &clock).await;
@@ -178,7 +178,7 @@ impl Ctx<ClusterStore<ManualClock>> {
     }
 
     /// Another replica's store on the same cluster and clock.
-    pub async fn another_replica(&self) -> ClusterStore<ManualClock> {
+    pub(crate) async fn another_replica(&self) -> ClusterStore<ManualClock> {
         let cluster = self.redis_cluster().expect("a cluster");
         cluster_store(cluster, &self.clock).await
     }
@@ -204,7 +204,7 @@ async fn cluster_store(cluster: &RedisCluster, clock: &ManualClock) -> ClusterSt
 
 impl<S: Store> Ctx<S> {
     /// The cluster behind the store, on a cluster.
-    pub fn redis_cluster(&self) -> Option<&RedisCluster> {
+    pub(crate) fn redis_cluster(&self) -> Option<&RedisCluster> {
         match &self.redis {
             Backing::Cluster(cluster, _) => Some(cluster),
             _ => None,
@@ -212,7 +212,7 @@ impl<S: Store> Ctx<S> {
     }
 
     /// Moves time for both the memory clock and the Redis clock key.
-    pub async fn advance_ms(&self, ms: i64) {
+    pub(crate) async fn advance_ms(&self, ms: i64) {
         self.clock.advance_us(ms * 1000);
         match &self.redis {
             Backing::Memory => {}
@@ -243,7 +243,7 @@ impl<S: Store> Ctx<S> {
         }
     }
 
-    pub async fn reserve(&self, plan: &ReservePlan) -> ReserveReply {
+    pub(crate) async fn reserve(&self, plan: &ReservePlan) -> ReserveReply {
         self.store.reserve(plan).await.unwrap()
     }
 
@@ -255,11 +255,11 @@ impl<S: Store> Ctx<S> {
             .unwrap()
     }
 
-    pub async fn commit_usage(&self, plan: &ReservePlan, usage: Usage) -> SettleReply {
+    pub(crate) async fn commit_usage(&self, plan: &ReservePlan, usage: Usage) -> SettleReply {
         self.store.commit(settlement(plan), usage).await.unwrap()
     }
 
-    pub async fn refund(&self, plan: &ReservePlan) -> SettleReply {
+    pub(crate) async fn refund(&self, plan: &ReservePlan) -> SettleReply {
         self.store.refund(settlement(plan)).await.unwrap()
     }
 
@@ -285,7 +285,7 @@ fn settlement(plan: &ReservePlan) -> Settlement<'_> {
 }
 
 /// The user level of `user`: requests and tokens per minute, a concurrency limit.
-pub fn user_level(requests: u64, tokens: u64, concurrency: Option<u64>) -> LevelPlan {
+pub(crate) fn user_level(requests: u64, tokens: u64, concurrency: Option<u64>) -> LevelPlan {
     let bucket = |dimension, limit| BucketSpec {
         level: Level::User,
         dimension,
@@ -307,7 +307,7 @@ pub fn user_level(requests: u64, tokens: u64, concurrency: Option<u64>) -> Level
 }
 
 /// A reservation of `prompt` + `output` tokens by `user` of tenant acme.
-pub fn plan(user: &str, levels: Vec<LevelPlan>, prompt: u64, output: u64) -> ReservePlan {
+pub(crate) fn plan(user: &str, levels: Vec<LevelPlan>, prompt: u64, output: u64) -> ReservePlan {
     ReservePlan {
         id: ReservationId::generate(
             TenantId::parse("acme").unwrap(),
@@ -946,7 +946,7 @@ async fn a_calendar_window_resets_at_its_boundary_and_not_before<S: Store>(c: &C
 }
 
 /// The global level: requests per hour, tokens per minute, a concurrency limit.
-pub fn global_level(
+pub(crate) fn global_level(
     requests: Option<u64>,
     tokens: Option<u64>,
     concurrency: Option<u64>,
@@ -972,7 +972,7 @@ pub fn global_level(
 }
 
 /// [`plan`] for a user of `tenant`.
-pub fn plan_of(
+pub(crate) fn plan_of(
     tenant: &str,
     user: &str,
     levels: Vec<LevelPlan>,

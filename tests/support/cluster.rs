@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A running cluster.
-pub struct RedisCluster {
+pub(crate) struct RedisCluster {
     /// Every node, masters first (as created).
     pub nodes: Vec<RedisServer>,
 }
@@ -29,7 +29,7 @@ fn cluster_port() -> u16 {
 impl RedisCluster {
     /// Three masters, and with `replicas` one replica each; returns once
     /// every slot is served and every replica follows its master.
-    pub fn start(replicas: bool) -> Self {
+    pub(crate) fn start(replicas: bool) -> Self {
         for _attempt in 0..3 {
             if let Some(cluster) = Self::try_start(replicas) {
                 return cluster;
@@ -117,7 +117,7 @@ impl RedisCluster {
     }
 
     /// The nodes' URLs, as `cluster_nodes` takes them.
-    pub fn urls(&self) -> Vec<String> {
+    pub(crate) fn urls(&self) -> Vec<String> {
         self.nodes
             .iter()
             .map(|n| format!("redis://127.0.0.1:{}", n.port))
@@ -125,12 +125,12 @@ impl RedisCluster {
     }
 
     /// A cluster client for assertions.
-    pub fn client(&self) -> redis::cluster::ClusterClient {
+    pub(crate) fn client(&self) -> redis::cluster::ClusterClient {
         redis::cluster::ClusterClient::new(self.urls()).expect("cluster client")
     }
 
     /// The index of the node that is master of `key`'s slot now.
-    pub fn master_of(&self, key: &str) -> usize {
+    pub(crate) fn master_of(&self, key: &str) -> usize {
         let slot = self.slot_of(key);
         for (i, n) in self.nodes.iter().enumerate() {
             let Ok(mut c) = redis::Client::open(n.url()).and_then(|c| c.get_connection()) else {
@@ -152,7 +152,7 @@ impl RedisCluster {
     }
 
     /// `CLUSTER KEYSLOT key`.
-    pub fn slot_of(&self, key: &str) -> u16 {
+    pub(crate) fn slot_of(&self, key: &str) -> u16 {
         let mut c = self.nodes[0].conn();
         redis::cmd("CLUSTER")
             .arg("KEYSLOT")
@@ -162,13 +162,13 @@ impl RedisCluster {
     }
 
     /// Kills node `i` (SIGKILL).
-    pub fn kill(&mut self, i: usize) {
+    pub(crate) fn kill(&mut self, i: usize) {
         self.nodes[i].kill();
     }
 
     /// Waits until the live nodes say the cluster is ok again and some master
     /// serves `key`'s slot (a replica took over).
-    pub fn wait_failover(&self, key: &str, within: Duration) -> bool {
+    pub(crate) fn wait_failover(&self, key: &str, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         let slot = self.slot_of_live(key);
         while Instant::now() < deadline {
@@ -210,7 +210,7 @@ impl RedisCluster {
     }
 
     /// `INFO commandstats` of every live master: (port, evalsha calls, µs).
-    pub fn masters_commandstats(&self) -> Vec<(u16, u64, u64)> {
+    pub(crate) fn masters_commandstats(&self) -> Vec<(u16, u64, u64)> {
         let mut out = Vec::new();
         for n in &self.nodes {
             let Ok(mut c) = redis::Client::open(n.url()).and_then(|c| c.get_connection()) else {

@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
-pub mod cluster;
-pub mod process;
+pub(crate) mod cluster;
+pub(crate) mod process;
 
 /// A `redis-server` child process on 127.0.0.1, killed on drop. Fault tests
 /// kill, restart, freeze and thaw it.
-pub struct RedisServer {
+pub(crate) struct RedisServer {
     child: Child,
     pub port: u16,
     dir: PathBuf,
@@ -40,7 +40,7 @@ fn redis_server_binary() -> PathBuf {
 }
 
 /// A port nothing listens on right now.
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     StdListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -49,12 +49,12 @@ pub fn free_port() -> u16 {
 
 impl RedisServer {
     /// Starts a throwaway Redis (no persistence) and waits until it answers PING.
-    pub fn start() -> Self {
+    pub(crate) fn start() -> Self {
         Self::start_with(&[])
     }
 
     /// Starts Redis with extra `--name value` arguments.
-    pub fn start_with(extra: &[&str]) -> Self {
+    pub(crate) fn start_with(extra: &[&str]) -> Self {
         let args: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
         for _attempt in 0..5 {
             let port = free_port();
@@ -78,12 +78,12 @@ impl RedisServer {
 
     /// Starts Redis on `port` (one a test kept free for it, e.g. to start the
     /// service before Redis).
-    pub fn start_on(port: u16) -> Self {
+    pub(crate) fn start_on(port: u16) -> Self {
         Self::start_on_with(port, &[])
     }
 
     /// Starts Redis on `port` with extra `--name value` arguments.
-    pub fn start_on_with(port: u16, extra: &[&str]) -> Self {
+    pub(crate) fn start_on_with(port: u16, extra: &[&str]) -> Self {
         let dir =
             std::env::temp_dir().join(format!("ctxbudget-redis-{port}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir for redis");
@@ -103,14 +103,14 @@ impl RedisServer {
     }
 
     /// Kills it (SIGKILL: no shutdown, no save) and waits until it is gone.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
     /// Starts it again on the same port, directory and arguments (with
     /// `--appendonly yes` among them, its data survives).
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         self.kill();
         self.child = spawn_redis(self.port, &self.dir, &self.args);
         assert!(
@@ -121,12 +121,12 @@ impl RedisServer {
     }
 
     /// SIGSTOP: it holds its connections but answers nothing.
-    pub fn freeze(&self) {
+    pub(crate) fn freeze(&self) {
         self.signal("-STOP");
     }
 
     /// SIGCONT: it answers again, queued commands first.
-    pub fn thaw(&self) {
+    pub(crate) fn thaw(&self) {
         self.signal("-CONT");
     }
 
@@ -155,12 +155,12 @@ impl RedisServer {
     }
 
     /// `redis://127.0.0.1:<port>/0`.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
     /// A synchronous connection for assertions.
-    pub fn conn(&self) -> redis::Connection {
+    pub(crate) fn conn(&self) -> redis::Connection {
         redis::Client::open(self.url())
             .and_then(|c| c.get_connection())
             .expect("connect to test redis")
@@ -190,7 +190,7 @@ impl Drop for RedisServer {
 
 /// Which store a test runs against.
 #[derive(Clone, Copy, Debug)]
-pub enum Backend {
+pub(crate) enum Backend {
     Memory,
     Redis,
     /// A local three-master Redis Cluster.
@@ -198,7 +198,7 @@ pub enum Backend {
 }
 
 /// A running service and a client to it.
-pub struct Harness {
+pub(crate) struct Harness {
     pub addr: SocketAddr,
     pub client: BudgetServiceClient<Channel>,
     pub redis: Option<RedisServer>,
@@ -210,7 +210,7 @@ pub struct Harness {
 
 /// Test defaults: no jitter so retry_after is exact; no global limits; a
 /// generous store deadline (debug builds, many tests at once on 2 cores).
-pub const TEST_RESERVATIONS: &str = r#"
+pub(crate) const TEST_RESERVATIONS: &str = r#"
 [store]
 timeout_ms = 5000
 
@@ -226,7 +226,7 @@ concurrency_retry_ms = 1000
 "#;
 
 /// Settings from the test defaults plus `toml` (which may replace sections).
-pub fn settings(toml: &str, redis_url: Option<String>) -> Settings {
+pub(crate) fn settings(toml: &str, redis_url: Option<String>) -> Settings {
     let file = FileConfig::built_in()
         .overlay(FileConfig::parse(TEST_RESERVATIONS, "test defaults").unwrap())
         .overlay(FileConfig::parse(toml, "test config").expect("test config parses"));
@@ -239,7 +239,7 @@ pub fn settings(toml: &str, redis_url: Option<String>) -> Settings {
 
 impl Harness {
     /// Starts a service over `backend` configured by `toml`.
-    pub async fn start(backend: Backend, toml: &str) -> Self {
+    pub(crate) async fn start(backend: Backend, toml: &str) -> Self {
         if let Backend::Cluster = backend {
             let cluster = cluster::RedisCluster::start(false);
             let file = FileConfig::built_in()
@@ -264,7 +264,7 @@ impl Harness {
     }
 
     /// Starts a service with explicit settings, keeping `redis` alive with it.
-    pub async fn start_with(settings: Settings, redis: Option<RedisServer>) -> Self {
+    pub(crate) async fn start_with(settings: Settings, redis: Option<RedisServer>) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
@@ -288,7 +288,7 @@ impl Harness {
 
     /// The operator CLI's flags that reach this service's store: none for
     /// the memory store (which has no shared configuration).
-    pub fn store_args(&self) -> Option<Vec<String>> {
+    pub(crate) fn store_args(&self) -> Option<Vec<String>> {
         if let Some(r) = &self.redis {
             return Some(vec!["--redis-url".into(), r.url()]);
         }
@@ -298,7 +298,7 @@ impl Harness {
 
     /// Runs the operator CLI (`ctxbudget ARGS…`) against this service's
     /// shared store, as `test-operator`.
-    pub async fn ctl(&self, args: &[&str]) -> anyhow::Result<()> {
+    pub(crate) async fn ctl(&self, args: &[&str]) -> anyhow::Result<()> {
         use clap::Parser;
         let store = self.store_args().expect("a shared store");
         let mut argv = vec!["ctxbudget"];
@@ -309,7 +309,7 @@ impl Harness {
     }
 
     /// Stops the server and waits for it to finish.
-    pub async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -328,7 +328,7 @@ impl Drop for Harness {
 }
 
 /// A client to `addr`, once the server reports SERVING on the gRPC health service.
-pub async fn connect(addr: SocketAddr) -> BudgetServiceClient<Channel> {
+pub(crate) async fn connect(addr: SocketAddr) -> BudgetServiceClient<Channel> {
     use tonic_health::pb::health_check_response::ServingStatus;
     use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -361,7 +361,7 @@ pub async fn connect(addr: SocketAddr) -> BudgetServiceClient<Channel> {
 }
 
 /// A reservation request with the usual test ids.
-pub fn reserve(
+pub(crate) fn reserve(
     tenant: &str,
     user: &str,
     tier: &str,
@@ -380,7 +380,7 @@ pub fn reserve(
 }
 
 /// The `LimitStatus` of (level, dimension, period) in a list.
-pub fn limit(
+pub(crate) fn limit(
     limits: &[pb::LimitStatus],
     level: pb::Level,
     dimension: pb::Dimension,
@@ -401,7 +401,7 @@ pub fn limit(
 /// Sends `body` as the raw bytes of a gRPC request to `method` (e.g.
 /// `/ctxbudget.v1.BudgetService/CheckAndReserve`), with a bearer `token` if
 /// given, and returns the raw reply: for bytes no generated client would send.
-pub async fn raw_call(
+pub(crate) async fn raw_call(
     addr: SocketAddr,
     method: &'static str,
     body: Vec<u8>,

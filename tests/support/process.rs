@@ -8,7 +8,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// A running `ctxbudget serve`.
-pub struct Service {
+pub(crate) struct Service {
     child: Child,
     /// gRPC address.
     pub addr: SocketAddr,
@@ -20,12 +20,17 @@ pub struct Service {
 impl Service {
     /// Starts the binary with `config` as its configuration file and the store
     /// at `redis_url` (memory without one), and waits until /metrics answers.
-    pub fn start(name: &str, config: &str, redis_url: Option<&str>) -> Self {
+    pub(crate) fn start(name: &str, config: &str, redis_url: Option<&str>) -> Self {
         Self::start_with(name, config, redis_url, &[])
     }
 
     /// [`Service::start`] with extra `serve` arguments (e.g. `--log-format json`).
-    pub fn start_with(name: &str, config: &str, redis_url: Option<&str>, extra: &[&str]) -> Self {
+    pub(crate) fn start_with(
+        name: &str,
+        config: &str,
+        redis_url: Option<&str>,
+        extra: &[&str],
+    ) -> Self {
         // A free port can be taken by another test between our pick and the
         // child's bind: then start again on other ports.
         for _ in 0..5 {
@@ -97,7 +102,7 @@ impl Service {
     }
 
     /// The text of `GET /metrics`, if it answers.
-    pub fn scrape(&self) -> Option<String> {
+    pub(crate) fn scrape(&self) -> Option<String> {
         use std::io::{Read, Write};
         let mut stream =
             std::net::TcpStream::connect_timeout(&self.metrics, Duration::from_secs(2)).ok()?;
@@ -116,7 +121,7 @@ impl Service {
 
     /// The value of the series `name` whose labels include every `labels`
     /// pair (summed over the others), if any matches.
-    pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    pub(crate) fn metric(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         let text = self.scrape()?;
         let mut found = None;
         for line in text.lines().filter(|l| !l.starts_with('#')) {
@@ -142,7 +147,7 @@ impl Service {
 
     /// Waits up to `within` for `name{labels}` to satisfy `check`; the last
     /// value seen, or a panic naming what was expected.
-    pub fn wait_metric(
+    pub(crate) fn wait_metric(
         &self,
         name: &str,
         labels: &[(&str, &str)],
@@ -166,13 +171,13 @@ impl Service {
     }
 
     /// Everything the service logged so far.
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         let read = |f: &str| std::fs::read_to_string(self.dir.join(f)).unwrap_or_default();
         read("stdout.log") + &read("stderr.log")
     }
 
     /// Still running?
-    pub fn alive(&mut self) -> bool {
+    pub(crate) fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 }

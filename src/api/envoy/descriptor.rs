@@ -137,7 +137,10 @@ impl DescriptorMap {
     /// model but no tenant, a key twice, an invalid id or an unknown phase is
     /// an error (`index` names the descriptor); one whose keys all map to
     /// nothing is [`Mapping::Unmapped`]. Entries with other keys are ignored.
-    #[expect(clippy::too_many_lines, reason = "each descriptor entry's rule in the order Envoy sends them, read top to bottom")]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "each descriptor entry's rule in the order Envoy sends them, read top to bottom"
+    )]
     pub fn map<'a>(
         &'a self,
         index: usize,

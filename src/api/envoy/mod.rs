@@ -119,7 +119,10 @@ fn charge_of(d: &Described<'_>, hits: u64) -> ChargeInput {
 }
 
 impl<S: Store> EnvoyApi<S> {
-    #[expect(clippy::too_many_lines, reason = "one ShouldRateLimit from descriptors to answer, its steps in order")]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one ShouldRateLimit from descriptors to answer, its steps in order"
+    )]
     async fn decide(
         &self,
         request: &Request<rls::RateLimitRequest>,

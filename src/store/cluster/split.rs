@@ -17,7 +17,7 @@ pub(super) struct Split<'a> {
 }
 
 impl<'a> Split<'a> {
-    pub fn of(levels: &'a [LevelPlan]) -> Self {
+    pub(super) fn of(levels: &'a [LevelPlan]) -> Self {
         let mut split = Split {
             global: Vec::new(),
             tenant: Vec::new(),
@@ -37,7 +37,7 @@ impl<'a> Split<'a> {
     }
 
     /// The plan with only the tenant's entries (moved out of the split).
-    pub fn tenant_plan(&mut self, plan: &ReservePlan) -> ReservePlan {
+    pub(super) fn tenant_plan(&mut self, plan: &ReservePlan) -> ReservePlan {
         ReservePlan {
             id: plan.id.clone(),
             levels: std::mem::take(&mut self.tenant),
@@ -69,7 +69,7 @@ impl<'a> Split<'a> {
     }
 
     /// Both halves' readings in plan order.
-    pub fn readings(&self, global: Readings, tenant: Readings) -> Readings {
+    pub(super) fn readings(&self, global: Readings, tenant: Readings) -> Readings {
         let (mut g, mut t) = (global.into_iter(), tenant.into_iter());
         let mut out = Vec::with_capacity(self.entries.iter().map(|e| e.2).sum());
         for &(is_global, _, checks) in &self.entries {
@@ -80,18 +80,18 @@ impl<'a> Split<'a> {
     }
 
     /// The global half's short checks (indices among its checks) as plan checks.
-    pub fn global_checks(&self, short: &[usize]) -> DeniedChecks {
+    pub(super) fn global_checks(&self, short: &[usize]) -> DeniedChecks {
         remap(short.iter().copied(), &self.maps(false).0)
     }
 
     /// The global half's short buckets as a charge's plan buckets.
-    pub fn global_buckets(&self, short: &[usize]) -> DeniedChecks {
+    pub(super) fn global_buckets(&self, short: &[usize]) -> DeniedChecks {
         remap(short.iter().copied(), &self.maps(true).0)
     }
 
     /// The tenant half's reply to a reservation in plan order, with the
     /// global half's readings and lapsed slots.
-    pub fn reserve_reply(
+    pub(super) fn reserve_reply(
         &self,
         reply: ReserveReply,
         global: Readings,
@@ -141,7 +141,7 @@ impl<'a> Split<'a> {
     }
 
     /// The tenant half's reply to a charge in plan order.
-    pub fn charge_reply(&self, reply: ChargeReply, global: Readings) -> ChargeReply {
+    pub(super) fn charge_reply(&self, reply: ChargeReply, global: Readings) -> ChargeReply {
         match reply {
             ChargeReply::Charged { readings } => ChargeReply::Charged {
                 readings: self.readings(global, readings),

@@ -46,7 +46,10 @@ impl<C: Clock> Inner<C> {
     /// read). With `unless_since`, a count of syncs finished: none is made if
     /// another finished since (its caller saw the shares before it). Returns
     /// whether a call was made.
-    #[expect(clippy::too_many_lines, reason = "one sync round: ask, call, apply, and each failure path")]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one sync round: ask, call, apply, and each failure path"
+    )]
     pub(super) async fn sync(
         &self,
         observe: &[(String, LevelPlan)],

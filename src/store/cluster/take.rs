@@ -17,7 +17,10 @@ use std::sync::atomic::Ordering;
 const MAX_TRIES: usize = 4;
 
 impl<C: Clock> Inner<C> {
-    #[expect(clippy::too_many_lines, reason = "the tenant slot's call with the global share's take and put-back around it")]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the tenant slot's call with the global share's take and put-back around it"
+    )]
     pub(super) async fn reserve(&self, plan: &ReservePlan) -> Result<ReserveReply, StoreError> {
         let mut split = Split::of(&plan.levels);
         if split.global.is_empty() {
@@ -87,7 +90,10 @@ impl<C: Clock> Inner<C> {
         Ok(split.reserve_reply(reply, global, reclaimed))
     }
 
-    #[expect(clippy::too_many_lines, reason = "the tenant slot's charge with the global share's charge and undo around it")]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the tenant slot's charge with the global share's charge and undo around it"
+    )]
     pub(super) async fn charge(&self, plan: &ChargePlan) -> Result<ChargeReply, StoreError> {
         let mut split = Split::of(&plan.levels);
         if split.global.is_empty() {

@@ -130,7 +130,10 @@ impl RedisStore {
 }
 
 /// global_lease.lua's reply: the time, the grants, the states, the messages.
-#[expect(clippy::too_many_lines, reason = "decodes the reply's fields in wire order")]
+#[expect(
+    clippy::too_many_lines,
+    reason = "decodes the reply's fields in wire order"
+)]
 fn decode_lease(asks: &[EntryAsk], reply: &[Value]) -> Result<LeaseReply, StoreError> {
     let now = int_at(reply, 0)? as f64;
     let packed = match reply.get(1) {

@@ -57,7 +57,10 @@ impl RedisStore {
 
     /// Every tenant with hourly (or daily) ledger rows, and which periods
     /// (on a cluster, SCAN runs on every master).
-    #[expect(clippy::too_many_lines, reason = "a SCAN per node and the parsing of each key it finds")]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a SCAN per node and the parsing of each key it finds"
+    )]
     pub async fn ledger_keys(&self, hourly: bool) -> Result<Vec<(TenantId, Period)>, StoreError> {
         let pattern = self.keys.ledger_pattern(hourly);
         let scan = |cursor: u64| {

@@ -7,7 +7,7 @@ use redis::aio::MultiplexedConnection;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The Redis key the scripts read "now" from (outside the store's prefix).
-pub const CLOCK_KEY: &str = "diff:clock";
+pub(super) const CLOCK_KEY: &str = "diff:clock";
 
 /// Sets the test clock in Redis and answers Redis's real time (ms) just
 /// before the call that follows.
@@ -35,7 +35,7 @@ end
 return out";
 
 /// The Redis side of the comparison, and what it knows about expiries.
-pub struct Db {
+pub(super) struct Db {
     conn: MultiplexedConnection,
     set_clock: redis::Script,
     dump: redis::Script,
@@ -53,7 +53,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// A value, readable: strings as text or hex, doubles decoded.
-pub fn show(v: &Stored) -> String {
+pub(super) fn show(v: &Stored) -> String {
     let doubles = |b: &[u8]| -> String {
         let ds: Vec<String> = b
             .chunks(8)
@@ -80,7 +80,7 @@ pub fn show(v: &Stored) -> String {
 }
 
 impl Db {
-    pub async fn connect(url: &str, prefix: &str) -> Self {
+    pub(super) async fn connect(url: &str, prefix: &str) -> Self {
         let conn = redis::Client::open(url)
             .unwrap()
             .get_multiplexed_async_connection()
@@ -96,7 +96,7 @@ impl Db {
     }
 
     /// Empties the database for a new run.
-    pub async fn reset(&mut self) {
+    pub(super) async fn reset(&mut self) {
         redis::cmd("FLUSHDB")
             .query_async::<()>(&mut self.conn)
             .await
@@ -105,7 +105,7 @@ impl Db {
     }
 
     /// Writes `now_us` to the clock key; Redis's real time (ms) just before.
-    pub async fn set_clock(&mut self, now_us: i64) -> i64 {
+    pub(super) async fn set_clock(&mut self, now_us: i64) -> i64 {
         self.set_clock
             .key(CLOCK_KEY)
             .arg(now_us)
@@ -115,7 +115,7 @@ impl Db {
     }
 
     /// Key and lease expiries (µs) a run may want to land on.
-    pub fn expiries(&self, memory: &BTreeMap<String, (Stored, i64)>) -> Vec<i64> {
+    pub(super) fn expiries(&self, memory: &BTreeMap<String, (Stored, i64)>) -> Vec<i64> {
         let mut out: Vec<i64> = self.expiries.values().copied().collect();
         for (v, _) in memory.values() {
             if let Stored::Hash(fields) = v {
@@ -136,7 +136,7 @@ impl Db {
 
     /// The clock moved to `now_us`: deletes in Redis exactly the keys whose
     /// expiry has passed (`expiry <= now`, as both stores read it).
-    pub async fn expire(&mut self, now_us: i64) {
+    pub(super) async fn expire(&mut self, now_us: i64) {
         let due: Vec<String> = self
             .expiries
             .iter()
@@ -156,7 +156,7 @@ impl Db {
     /// Compares every key with `memory` (its values byte for byte; a TTL Redis
     /// set since the last check against the memory expiry, given Redis ran the
     /// call after real time `t0_ms`), then removes Redis's TTLs.
-    pub async fn compare(
+    pub(super) async fn compare(
         &mut self,
         memory: &BTreeMap<String, (Stored, i64)>,
         now_us: i64,

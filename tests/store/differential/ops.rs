@@ -16,7 +16,7 @@ use rand::rngs::StdRng;
 use std::sync::{Arc, LazyLock};
 
 /// The model group whose limits join the levels' (tagged buckets, slots).
-pub static GROUP: LazyLock<Arc<ModelGroup>> = LazyLock::new(|| {
+pub(super) static GROUP: LazyLock<Arc<ModelGroup>> = LazyLock::new(|| {
     Arc::new(ModelGroup {
         name: "g-diff".into(),
         patterns: vec!["m*".into()],
@@ -28,7 +28,7 @@ pub static GROUP: LazyLock<Arc<ModelGroup>> = LazyLock::new(|| {
 
 /// One step, the same on both stores.
 #[derive(Clone, Debug)]
-pub enum Op {
+pub(super) enum Op {
     /// Several reservations at one instant (one TTL check after them all).
     Reserve(Vec<ReservePlan>),
     Commit {
@@ -79,7 +79,7 @@ const PERIODS: [u64; 8] = [1, 2, 5, 10, 30, 60, 3600, 86400];
 const KEYS: [&str; 4] = ["k0", "k1", "k2", "k3"];
 
 /// What an operation is drawn from.
-pub struct Gen {
+pub(super) struct Gen {
     pub rng: StdRng,
     /// Global, tenant and user limits now, each followed by the model group's
     /// slots at that level.
@@ -123,13 +123,13 @@ fn windows() -> [Window; 4] {
     ]
 }
 
-pub fn pick<'a, T>(rng: &mut StdRng, items: &'a [T]) -> &'a T {
+pub(super) fn pick<'a, T>(rng: &mut StdRng, items: &'a [T]) -> &'a T {
     &items[rng.random_range(0..items.len())]
 }
 
 /// Random limits for config entry `i`: a level (even `i`) or the model
 /// group's slots at a level (odd `i`).
-pub fn entry_plan(rng: &mut StdRng, i: usize) -> LevelPlan {
+pub(super) fn entry_plan(rng: &mut StdRng, i: usize) -> LevelPlan {
     let level = [Level::Global, Level::Tenant, Level::User][i / 2];
     match i % 2 {
         0 => level_plan(rng, level),
@@ -149,7 +149,7 @@ pub fn entry_plan(rng: &mut StdRng, i: usize) -> LevelPlan {
 
 /// Random limits for one level — every rate dimension, some of them the
 /// model group's (tagged) — sometimes none at all.
-pub fn level_plan(rng: &mut StdRng, level: Level) -> LevelPlan {
+pub(super) fn level_plan(rng: &mut StdRng, level: Level) -> LevelPlan {
     if rng.random_bool(0.15) {
         return LevelPlan {
             level,
@@ -248,7 +248,7 @@ fn ttl_ms(rng: &mut StdRng) -> u64 {
 impl Gen {
     /// The levels of (tenant, user) now: the limited ones for a reservation,
     /// all of them (`keep_unlimited`) for a settlement.
-    pub fn levels(&mut self, user: bool, keep_unlimited: bool) -> Vec<LevelPlan> {
+    pub(super) fn levels(&mut self, user: bool, keep_unlimited: bool) -> Vec<LevelPlan> {
         let n = if user { 6 } else { 4 };
         let at = match self.rng.random_bool(0.3) {
             true => self.now - self.rng.random_range(0..=3 * 3_600_000_000),
@@ -416,7 +416,7 @@ impl Gen {
 
     /// The next operation; `expiries` are instants (µs) worth landing on
     /// exactly: key and lease expiries.
-    pub fn next(&mut self, now: i64, expiries: &[i64]) -> Op {
+    pub(super) fn next(&mut self, now: i64, expiries: &[i64]) -> Op {
         self.now = now;
         if self.rng.random_bool(self.churn) {
             let i = self.rng.random_range(0..6);

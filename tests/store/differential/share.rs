@@ -63,7 +63,7 @@ use std::sync::LazyLock;
 static KEYS: LazyLock<Keys> = LazyLock::new(|| Keys::new(DEFAULT_PREFIX).unwrap());
 
 /// One operation's global entries, each with a share that leased all of it.
-pub struct Episode {
+pub(super) struct Episode {
     entries: Vec<LevelPlan>,
     shares: Vec<Share>,
     /// Per entry: the slots this replica holds, as seeded.
@@ -78,7 +78,7 @@ pub struct Episode {
 impl Episode {
     /// The episode of an operation on `levels` at the memory store's now, as
     /// the store holds them before it; `None` without a global entry.
-    pub fn before(
+    pub(super) fn before(
         memory: &MemoryStore<ManualClock>,
         levels: &[LevelPlan],
         tenant: &TenantId,
@@ -116,7 +116,7 @@ impl Episode {
     }
 
     /// A reservation the memory store answered with `reply`.
-    pub fn reserve(
+    pub(super) fn reserve(
         &mut self,
         plan: &ReservePlan,
         reply: &ReserveReply,
@@ -182,7 +182,7 @@ impl Episode {
     }
 
     /// A charge the memory store answered with `reply`.
-    pub fn charge(
+    pub(super) fn charge(
         &mut self,
         plan: &ChargePlan,
         reply: &ChargeReply,
@@ -214,7 +214,7 @@ impl Episode {
     }
 
     /// A settlement the memory store answered with `reply`.
-    pub fn settle(&mut self, how: Settle, reply: &SettleReply, seen: &mut Seen) {
+    pub(super) fn settle(&mut self, how: Settle, reply: &SettleReply, seen: &mut Seen) {
         if let Some(deltas) = share::deltas(how, reply) {
             let entries: Vec<&LevelPlan> = self.entries.iter().collect();
             let mut shares: Vec<&mut Share> = self.shares.iter_mut().collect();
@@ -225,7 +225,7 @@ impl Episode {
 
     /// Syncs once, then compares the share's readings with the memory
     /// store's levels now (with `slots`, the concurrency in use too).
-    pub async fn compare(
+    pub(super) async fn compare(
         mut self,
         memory: &MemoryStore<ManualClock>,
         slots: bool,

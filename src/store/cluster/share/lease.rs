@@ -16,7 +16,10 @@ impl Share {
     /// `None` when there is nothing to ask.
     /// With `renew`, an entry holding slots is asked for even with nothing
     /// to change (its slots' count renewed, the messages read).
-    #[expect(clippy::too_many_lines, reason = "one pass over the buckets and slots builds the ask")]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one pass over the buckets and slots builds the ask"
+    )]
     pub fn ask(&mut self, lp: &LevelPlan, now: f64, renew: bool) -> Option<EntryAsk> {
         let busy = now - self.used_at < HOLD_US;
         let mut any = false;

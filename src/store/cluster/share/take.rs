@@ -12,7 +12,10 @@ use crate::domain::{BucketSpec, LevelPlan};
 /// `lease_exp` (µs). On success returns what was taken and the lapsed slots
 /// reclaimed; otherwise the checks that fell short (by index among the
 /// entries' checks), each share marked with what it wanted.
-#[expect(clippy::too_many_lines, reason = "room, checks and the take share one pass's state, as reserve.rs does")]
+#[expect(
+    clippy::too_many_lines,
+    reason = "room, checks and the take share one pass's state, as reserve.rs does"
+)]
 pub fn take(
     entries: &[&LevelPlan],
     shares: &mut [&mut Share],
