@@ -151,8 +151,21 @@ async fn a_master_killed_under_load_fails_over_and_nothing_is_settled_twice() {
     let mut before_kill = Vec::new();
     for i in 0..400 {
         if i == 200 {
-            // Give replication a moment, so the first 200 are on the replica.
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            // The first 200 on the replica before the kill: a write of our
+            // own on the victim, then WAIT until a replica has everything up
+            // to it (a fixed pause was too short on a busy machine).
+            let mut conn = cluster.nodes[victim].conn();
+            let _: () = redis::cmd("SET")
+                .arg("{YWNtZQ}:replicated")
+                .arg(1)
+                .query(&mut conn)
+                .unwrap();
+            let acked: i64 = redis::cmd("WAIT")
+                .arg(1)
+                .arg(30_000)
+                .query(&mut conn)
+                .unwrap();
+            assert!(acked >= 1, "a replica has the first 200");
             before_kill = granted.keys().cloned().collect();
             cluster.kill(victim);
         }
