@@ -8,6 +8,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# --clippy (.ci/run): also run clippy, while the Python environment installs.
+lint=false
+if [ "${1:-}" = "--clippy" ]; then
+  lint=true
+fi
+
 # Each step's wall time, on stderr, so a slow CI run says where it went.
 step_started=$SECONDS
 step() {
@@ -38,7 +44,9 @@ if cargo nextest --version >/dev/null 2>&1; then
   # Doc tests first: the run then closes on nextest's summary of every test.
   cargo test --doc
   step "doc tests (and the library's build)"
-  cargo nextest run --all-targets --no-fail-fast
+  # Three at a time on two cores: most tests wait (on a cluster forming, a
+  # lease lapsing), and they must hold on a busy machine anyway.
+  cargo nextest run --all-targets --no-fail-fast --test-threads 3
 else
   cargo test --all-targets --no-fail-fast
 fi
@@ -48,11 +56,19 @@ step "Rust tests (build and run)"
 # binary the Rust tests built: ruff and mypy --strict over the package, then
 # pytest.
 cargo build --quiet
+# Clippy builds beside the installs below (pip keeps one core busy, the
+# other is idle), while no test runs.
+if $lint; then
+  cargo clippy --all-targets --quiet -- -D warnings > target/clippy.log 2>&1 &
+  clippy=$!
+fi
 venv=target/venv
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
-pip=("$venv/bin/pip" install --quiet --disable-pip-version-check)
+# --no-compile: Python compiles what it imports; LiteLLM has thousands of
+# modules no test imports.
+pip=("$venv/bin/pip" install --quiet --disable-pip-version-check --no-compile)
 "${pip[@]}" -e "clients/python[test]"
 step "Python environment"
 # The client package linted and type-checked strictly (settings in
@@ -68,5 +84,15 @@ if ! "$venv/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(m.vers
   "${pip[@]}" "litellm==1.110.2" semver
 fi
 step "ruff, mypy and LiteLLM's install"
+if $lint; then
+  status=0
+  wait "$clippy" || status=$?
+  cat target/clippy.log
+  if [ "$status" -ne 0 ]; then
+    echo "test.sh: cargo clippy --all-targets -- -D warnings failed" >&2
+    exit "$status"
+  fi
+  step "the rest of clippy"
+fi
 CTXBUDGET_BIN="$PWD/target/debug/ctxbudget" "$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests
 step "Python tests"
