@@ -18,9 +18,9 @@
 -- KEYS[n+2]   idempotency entry (only when ARGV[4] ~= '0')
 -- ARGV[1]  spec: little-endian doubles
 --          n, prompt tokens, max output tokens, min output tokens, lease ttl (us),
---          estimated prompt tokens (0: the caller counted), headroom h (the share
---          of every limit to leave, 0 <= h < 1), sp (the prompt at the input
---          price: tokens x uUSD per million), op (the output price: uUSD per
+--          estimated prompt tokens (0: the caller counted), headroom (the share
+--          of every limit to leave, 0 <= headroom < 1), prompt_spend (the prompt
+--          at the input price: tokens x uUSD per million), output_price (uUSD per
 --          million), hret and dret (how long ledger rows are kept past their
 --          hour and day, us; 0: no ledger), then per level:
 --          bucket count b, concurrency limit (-1: none), reclaim weight w (what one
@@ -28,16 +28,18 @@
 --          global, 1 tenant, 2 user; 0 for a model group's slots at a level that
 --          counts its own), then b times: id, limit
 --          (bucket id = group tag * 1e8 + dimension * 1e7 + period in seconds;
---          dimension 1 requests, 2 tokens, 3 input tokens, 4 output tokens; tag 0:
---          all models); a calendar window's "period" is WINDOWS + its tag, and
+--          dimension REQUESTS 1, TOKENS 2, INPUT 3, OUTPUT 4, SPEND 5 (uUSD); tag
+--          0: all models); a calendar window's "period" is WINDOWS + its tag, and
 --          three more doubles follow its limit: the window's start and end (us)
 --          around the caller's time, and the end of the next. Its level does not
---          refill; a bucket stored before the window's start is full. A bucket takes 1, prompt + output, prompt, or output, and
---          denies when it would keep less than h * limit; a concurrency limit
---          denies when n + 1 > limit - h * limit.
---          Output tokens are granted as many as every token and output-token bucket
---          can hold, up to the max; fewer than the min is a denial (min = max: all
---          or nothing).
+--          refill; a bucket stored before the window's start is full. A bucket
+--          takes 1, prompt + output, prompt, output or the spend
+--          (lua/splice/reservation_cost.lua), and denies when it would keep less
+--          than headroom * limit; a concurrency limit denies when n + 1 > limit -
+--          headroom * limit.
+--          Output tokens are granted as many as every token, output-token and
+--          spend bucket can hold (lua/splice/output_room.lua), up to the max;
+--          fewer than the min is a denial (min = max: all or nothing).
 -- ARGV[2]  lease field '#<nonce>'
 -- ARGV[3]  record ttl (ms)   ARGV[4] idempotency ttl (ms, '0': none)
 -- ARGV[5]  record tail: lease mask (1 byte), owner tag (8), fingerprint (8), amount 0.0 (8)

@@ -11,7 +11,7 @@
 //!   [`LevelState::decode`]).
 //! - bucket `id` = group tag × 10⁸ + dimension × 10⁷ + period in seconds
 //!   (dimension 1 = requests, 2 = tokens, 3 = input tokens, 4 = output
-//!   tokens; tag 0 = all models), so a script knows a bucket's period and
+//!   tokens, 5 = spend in µ$; tag 0 = all models), so a script knows a bucket's period and
 //!   dimension from its id alone, and a model group's buckets share the
 //!   level's state without colliding with the all-model ones.
 //! - `level` may be negative (debt) and is a float: refill is continuous.
