@@ -466,6 +466,7 @@ def test_the_hook_answers_503_when_ctxbudget_does_not_answer_or_lets_the_call_th
     asyncio.run(run())
 
 
+@pytest.mark.comparison
 def test_litellms_own_limiter_for_comparison(setup, capsys):
     """The same bursts with LiteLLM's own limits (max_parallel_requests,
     rpm_limit, tpm_limit on the key; the two instances share them through
