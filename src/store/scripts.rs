@@ -26,19 +26,22 @@ mod tests {
     use super::*;
     use crate::domain::budget::layout::SERVER_CLOCK;
 
+    /// Every budget script as built, by name.
+    const BUDGET_SCRIPTS: [(&str, &str); 6] = [
+        ("reserve", RESERVE),
+        ("settle", SETTLE),
+        ("renew", RENEW),
+        ("status", STATUS),
+        ("charge", CHARGE),
+        ("global_lease", GLOBAL_LEASE),
+    ];
+
     /// Every name in capitals a budget script uses is a local it declares (the
     /// prelude's constants, or its own): Redis refuses an undeclared global
     /// only when that line runs, perhaps in production.
     #[test]
     fn every_constant_a_budget_script_uses_is_declared() {
-        for (name, script) in [
-            ("reserve", RESERVE),
-            ("settle", SETTLE),
-            ("renew", RENEW),
-            ("status", STATUS),
-            ("charge", CHARGE),
-            ("global_lease", GLOBAL_LEASE),
-        ] {
+        for (name, script) in BUDGET_SCRIPTS {
             assert!(
                 script.starts_with("#!lua"),
                 "{name}: the shebang stays first"
@@ -96,14 +99,7 @@ mod tests {
     #[test]
     fn no_script_carries_its_own_copy_of_a_spliced_rule() {
         let root = env!("CARGO_MANIFEST_DIR");
-        let built = [
-            ("reserve", RESERVE),
-            ("settle", SETTLE),
-            ("renew", RENEW),
-            ("status", STATUS),
-            ("charge", CHARGE),
-            ("global_lease", GLOBAL_LEASE),
-        ];
+        let built = BUDGET_SCRIPTS;
         let scripts = lua_files(&format!("{root}/lua"));
         let rules = lua_files(&format!("{root}/lua/splice"));
         assert!(rules.len() >= 4, "the spliced rules are found: {rules:?}");
