@@ -1,5 +1,6 @@
-//! How well do prompt estimates reserve? Replays of 3,000 gateway requests whose
-//! prompts mix English, Thai and code, in two situations:
+//! How well do prompt estimates reserve? Replays of 3,000 gateway requests per
+//! workload — English, code, Thai, Chinese, a mix, and a tenant whose mix
+//! changes over time — in three situations:
 //!
 //! 1. **A model the service has the tokenizer of** (gpt-4o, o200k_base). What
 //!    the upstream bills still differs from the text's count: the gateway adds
@@ -9,19 +10,25 @@
 //!    deepseek-* model): its true counts are simulated with cl100k_base, while
 //!    the service counts with its default, o200k_base. Thai costs such a
 //!    tokenizer up to 3× what o200k_base counts, English about the same.
+//! 3. Both at once: a foreign tokenizer, and the gateway's hidden prompt.
 //!
 //! `cargo run --release --example estimator_eval`
 //!
-//! Each estimate is shown raw, with a fixed 1.5× safety factor, and with the
-//! adaptive multiplier learning online from every request's actual usage
-//! (window 100, P95, clamped to [1, 3], 1.15 until 20 samples), as the service
-//! does. A request is under-reserved when its reserved prompt tokens are below
-//! its actual prompt tokens; over-reservation is (reserved − actual) ÷ actual.
+//! The service's count (exact, o200k_base) is corrected four ways: not at all,
+//! a fixed 1.5× factor, the scalar adaptive multiplier (P95 of the last 100
+//! ratios, clamped to [1, 3], 1.15 until 20 samples), and the content-aware
+//! correction (`[estimator] correction = "content"`: a cost per content group
+//! fitted on the last 400 samples, the 98.5th percentile of the leave-one-out
+//! ratios as margin, the scalar multiplier until 50 samples). Each learns
+//! online from every request's actual count, as the service does. A request is
+//! under-reserved when its reserved prompt tokens are below its actual prompt
+//! tokens; over-reservation is (reserved − actual) ÷ actual.
 
-use ctxbudget::estimator::Encoding;
+use ctxbudget::domain::mix::{EstimatorSample, PromptMix};
 use ctxbudget::estimator::adaptive::AdaptiveSettings;
+use ctxbudget::estimator::content::{self, ContentSettings, upper_quantile};
 use ctxbudget::estimator::count::tiktoken_count;
-use ctxbudget::estimator::heuristic;
+use ctxbudget::estimator::{Encoding, Method, Prompt};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::VecDeque;
@@ -41,34 +48,89 @@ fn lines(name: &str) -> Vec<String> {
         .collect()
 }
 
-/// A prompt of 1-12 lines; each line English (50%), code (30%) or Thai (20%).
-fn prompt(rng: &mut SmallRng, english: &[String], code: &[String], thai: &[String]) -> String {
+/// The corpus, by language.
+struct Corpus {
+    english: Vec<String>,
+    code: Vec<String>,
+    thai: Vec<String>,
+    chinese: Vec<String>,
+}
+
+/// Shares (in tenths) of English, code, Thai and Chinese lines.
+type Shares = [u32; 4];
+
+/// A workload: the shares of its lines at request `i`.
+struct Workload {
+    name: &'static str,
+    shares: fn(usize) -> Shares,
+}
+
+const WORKLOADS: [Workload; 6] = [
+    Workload {
+        name: "English",
+        shares: |_| [10, 0, 0, 0],
+    },
+    Workload {
+        name: "code",
+        shares: |_| [0, 10, 0, 0],
+    },
+    Workload {
+        name: "Thai",
+        shares: |_| [0, 0, 10, 0],
+    },
+    Workload {
+        name: "Chinese",
+        shares: |_| [0, 0, 0, 10],
+    },
+    Workload {
+        name: "mix: English 50%, code 30%, Thai 20%",
+        shares: |_| [5, 3, 2, 0],
+    },
+    Workload {
+        name: "drifting: English, then Thai and Chinese, then code",
+        shares: |i| match i * 3 / REQUESTS {
+            0 => [9, 1, 0, 0],
+            1 => [2, 0, 5, 3],
+            _ => [1, 9, 0, 0],
+        },
+    },
+];
+
+/// A prompt of 1-12 lines drawn by `shares`.
+fn prompt(rng: &mut SmallRng, corpus: &Corpus, shares: Shares) -> String {
     let n = rng.random_range(1..=12);
     (0..n)
         .map(|_| {
-            let pool = match rng.random_range(0..10) {
-                0..=4 => english,
-                5..=7 => code,
-                _ => thai,
-            };
+            let mut pick = rng.random_range(0..10);
+            let mut pool = &corpus.english;
+            for (share, p) in
+                shares
+                    .iter()
+                    .zip([&corpus.english, &corpus.code, &corpus.thai, &corpus.chinese])
+            {
+                if pick < *share {
+                    pool = p;
+                    break;
+                }
+                pick -= share;
+            }
             pool[rng.random_range(0..pool.len())].clone()
         })
         .collect::<Vec<_>>()
         .join("\n")
 }
 
+/// Under- and over-reservation of one correction over a replay.
 struct Tally {
-    name: String,
     under: usize,
-    over: f64,
+    over: Vec<f64>,
 }
 
 impl Tally {
-    fn new(name: &str) -> Self {
+    fn new() -> Self {
         Tally {
-            name: name.into(),
             under: 0,
-            over: 0.0,
+            over: Vec::with_capacity(REQUESTS),
         }
     }
 
@@ -76,103 +138,161 @@ impl Tally {
         if reserved < actual {
             self.under += 1;
         }
-        self.over += (reserved - actual).max(0.0) / actual;
+        self.over.push((reserved - actual).max(0.0) / actual);
+    }
+
+    /// Under-reserved %, mean and P99 over-reservation %.
+    fn figures(&mut self) -> (f64, f64, f64) {
+        let n = self.over.len() as f64;
+        self.over.sort_by(f64::total_cmp);
+        let p99 = self.over[((self.over.len() as f64 * 0.99) as usize).min(self.over.len() - 1)];
+        let mean = self.over.iter().sum::<f64>() / n;
+        (self.under as f64 * 100.0 / n, mean * 100.0, p99 * 100.0)
     }
 }
 
-/// The service's adaptive multiplier, replayed: the multiplier for a request
-/// comes from the ratios of the requests before it.
-struct Adaptive {
-    settings: AdaptiveSettings,
-    window: VecDeque<f64>,
+/// The corrections, learning online from the samples before each request.
+struct Learner {
+    samples: VecDeque<EstimatorSample>,
+    scalar: AdaptiveSettings,
+    content: ContentSettings,
+    fit: Option<content::ContentFit>,
 }
 
-impl Adaptive {
-    fn multiplier(&self) -> f64 {
-        let samples: Vec<f64> = self.window.iter().copied().collect();
-        self.settings.multiplier(&samples)
+impl Learner {
+    fn new() -> Self {
+        Learner {
+            samples: VecDeque::new(),
+            scalar: AdaptiveSettings::default(),
+            content: ContentSettings::default(),
+            fit: None,
+        }
     }
 
-    fn learn(&mut self, actual: f64, estimate: f64) {
-        self.window.push_front(actual / estimate);
-        self.window.truncate(self.settings.window);
+    fn scalar(&self, counted: f64) -> f64 {
+        let ratios: Vec<f64> = self
+            .samples
+            .iter()
+            .take(self.scalar.window)
+            .map(EstimatorSample::ratio)
+            .collect();
+        (counted * self.scalar.multiplier(&ratios)).ceil()
+    }
+
+    /// The scalar multiplier at the content-aware correction's quantile.
+    fn scalar_at(&self, counted: f64, q: f64) -> f64 {
+        if self.samples.len() < self.scalar.min_samples {
+            return self.scalar(counted);
+        }
+        let ratios: Vec<f64> = self
+            .samples
+            .iter()
+            .take(self.scalar.window)
+            .map(EstimatorSample::ratio)
+            .collect();
+        (counted * upper_quantile(&ratios, q).clamp(self.scalar.min, self.scalar.max)).ceil()
+    }
+
+    fn content(&self, counted: f64, mix: &PromptMix) -> f64 {
+        match &self.fit {
+            Some(fit) => fit
+                .upper(mix)
+                .clamp(counted * self.scalar.min, counted * self.scalar.max)
+                .ceil(),
+            None => self.scalar(counted),
+        }
+    }
+
+    fn learn(&mut self, actual: f64, mix: PromptMix, refit: bool) {
+        self.samples.push_front(EstimatorSample::of(
+            actual as u64,
+            mix.total().round(),
+            Some(mix),
+        ));
+        self.samples.truncate(self.content.window);
+        if refit {
+            let s: Vec<_> = self.samples.iter().copied().collect();
+            self.fit = content::fit(&s, &self.content);
+        }
     }
 }
 
 type Truth = fn(&str, f64) -> f64;
-type Estimate = fn(&str) -> f64;
 
-fn scenario(title: &str, truth: Truth) {
-    let (english, code, thai) = (lines("english"), lines("code"), lines("thai"));
+const CORRECTIONS: [&str; 5] = [
+    "none",
+    "× 1.5",
+    "scalar adaptive",
+    "scalar at P98.5",
+    "content-aware",
+];
+
+fn replay(corpus: &Corpus, workload: &Workload, truth: Truth) -> Vec<(f64, f64, f64)> {
     let mut rng = SmallRng::seed_from_u64(7);
-    let estimators: [(&str, Estimate); 3] = [
-        ("chars / 4", |t| (t.chars().count() as f64 / 4.0).ceil()),
-        ("exact (o200k_base)", |t| {
-            tiktoken_count(Encoding::O200kBase, t) as f64
-        }),
-        ("fast path (o200k_base)", |t| {
-            heuristic::estimate(Encoding::O200kBase, t) as f64
-        }),
-    ];
-    let mut raw: Vec<Tally> = estimators.iter().map(|(n, _)| Tally::new(n)).collect();
-    let mut fixed: Vec<Tally> = estimators
-        .iter()
-        .map(|(n, _)| Tally::new(&format!("{n} × 1.5")))
-        .collect();
-    let mut adaptive: Vec<Tally> = estimators
-        .iter()
-        .map(|(n, _)| Tally::new(&format!("{n} × adaptive")))
-        .collect();
-    let mut learners: Vec<Adaptive> = estimators
-        .iter()
-        .map(|_| Adaptive {
-            settings: AdaptiveSettings::default(),
-            window: VecDeque::new(),
-        })
-        .collect();
-    for _ in 0..REQUESTS {
-        let text = prompt(&mut rng, &english, &code, &thai);
+    let mut tallies: Vec<Tally> = CORRECTIONS.iter().map(|_| Tally::new()).collect();
+    let mut learner = Learner::new();
+    let method = Method::Exact(Encoding::O200kBase);
+    for i in 0..REQUESTS {
+        let text = prompt(&mut rng, corpus, (workload.shares)(i));
         let actual = truth(&text, rng.random_range(0.0..0.15));
-        for (i, (_, estimate)) in estimators.iter().enumerate() {
-            let e = estimate(&text).max(1.0);
-            raw[i].add(e, actual);
-            fixed[i].add((e * 1.5).ceil(), actual);
-            let m = learners[i].multiplier();
-            adaptive[i].add((e * m).ceil(), actual);
-            learners[i].learn(actual, e);
+        let counted = tiktoken_count(Encoding::O200kBase, &text).max(1) as u64;
+        let mix = content::mix(method, &Prompt::Text(text), counted);
+        let counted = counted as f64;
+        let reserved = [
+            counted,
+            (counted * 1.5).ceil(),
+            learner.scalar(counted),
+            learner.scalar_at(counted, learner.content.quantile),
+            learner.content(counted, &mix),
+        ];
+        for (t, r) in tallies.iter_mut().zip(reserved) {
+            t.add(r, actual);
+        }
+        // The service refits twice a second: here every 10 requests.
+        learner.learn(actual, mix, i % 10 == 9);
+    }
+    tallies.iter_mut().map(Tally::figures).collect()
+}
+
+fn scenario(corpus: &Corpus, title: &str, truth: Truth) {
+    println!("\n{title}\n");
+    println!("| workload | correction | under-reserved | mean over | P99 over |");
+    println!("|---|---|---|---|---|");
+    for w in &WORKLOADS {
+        for (c, (under, mean, p99)) in CORRECTIONS.iter().zip(replay(corpus, w, truth)) {
+            println!(
+                "| {} | {c} | {under:.1}% | {mean:.1}% | {p99:.1}% |",
+                w.name
+            );
         }
     }
-    println!("\n{title}");
-    println!(
-        "{:<36} {:>15} {:>22}",
-        "reservation", "under-reserved", "mean over-reservation"
-    );
-    for t in raw.iter().chain(&fixed).chain(&adaptive) {
-        println!(
-            "{:<36} {:>14.1}% {:>21.1}%",
-            t.name,
-            t.under as f64 * 100.0 / REQUESTS as f64,
-            t.over * 100.0 / REQUESTS as f64
-        );
-    }
-    let finals: Vec<String> = learners
-        .iter()
-        .zip(&estimators)
-        .map(|(l, (n, _))| format!("{n} {:.3}", l.multiplier()))
-        .collect();
-    println!("final multipliers: {}", finals.join(", "));
 }
 
 fn main() {
-    println!("{REQUESTS} prompts of 1-12 lines, each English (50%), code (30%) or Thai (20%)");
+    let corpus = Corpus {
+        english: lines("english"),
+        code: lines("code"),
+        thai: lines("thai"),
+        chinese: lines("chinese"),
+    };
+    println!("{REQUESTS} prompts of 1-12 lines per workload; the service counts with o200k_base");
     scenario(
+        &corpus,
         "1. gpt-4o (o200k_base): the gateway adds 0-15% hidden prompt and 7 tokens of chat framing",
         |text, hidden| {
             (tiktoken_count(Encoding::O200kBase, text) as f64 * (1.0 + hidden)).round() + 7.0
         },
     );
     scenario(
+        &corpus,
         "2. a model whose tokenizer the service lacks (true counts: cl100k_base)",
         |text, _| tiktoken_count(Encoding::Cl100kBase, text) as f64,
+    );
+    scenario(
+        &corpus,
+        "3. a foreign tokenizer (cl100k_base) and 0-15% hidden prompt plus 7 tokens",
+        |text, hidden| {
+            (tiktoken_count(Encoding::Cl100kBase, text) as f64 * (1.0 + hidden)).round() + 7.0
+        },
     );
 }

@@ -42,7 +42,8 @@
 --          fewer than the min is a denial (min = max: all or nothing).
 -- ARGV[2]  lease field '#<nonce>'
 -- ARGV[3]  record ttl (ms)   ARGV[4] idempotency ttl (ms, '0': none)
--- ARGV[5]  record tail: lease mask (1 byte), owner tag (8), fingerprint (8), amount 0.0 (8)
+-- ARGV[5]  record tail: lease mask (1 byte), owner tag (8), fingerprint (8), amount 0.0 (8),
+--          then the prompt's mix (REC_LEN_MIX - REC_LEN bytes) with the content-aware correction
 -- ARGV[6]  '<' followed by at least as many 'd' as the longest state or spec (struct formats)
 -- ARGV[7]  the struct format of ARGV[1]
 -- ARGV[8..7+n]  the struct format of each level's state as this call's buckets make it
@@ -59,7 +60,8 @@
 -- state.lua). Fields '#<nonce>' = lease expiry (double).
 -- Buckets this call does not know (another replica's configuration) pass through.
 -- Record: 'R' | cost, lease expiry (doubles) | tail | estimated prompt tokens, granted
--- output, spend reserved in uUSD, when it entered the ledger (us, 0: it did not) (doubles).
+-- output, spend reserved in uUSD, when it entered the ledger (us, 0: it did not) (doubles)
+-- | the prompt's mix, when ARGV[5] carries one (copied, never read here).
 -- With the ledger on, a reservation taken enters its tenant's hourly and daily rows
 -- as one unsettled reservation with its tokens (settle.lua moves it).
 --
@@ -279,8 +281,8 @@ end
 local ledger_at = 0
 if hret > 0 then ledger_at = now end
 redis.call('SET', KEYS[nlev + 1],
-  RESERVED .. struct.pack('<dd', prompt + grant, exp) .. ARGV[5]
-    .. struct.pack('<dddd', estimated, grant, spend, ledger_at),
+  RESERVED .. struct.pack('<dd', prompt + grant, exp) .. string.sub(ARGV[5], 1, REC_ESTIMATED - REC_MASK)
+    .. struct.pack('<dddd', estimated, grant, spend, ledger_at) .. string.sub(ARGV[5], REC_ESTIMATED - REC_MASK + 1),
   'PX', ARGV[3])
 if hret > 0 then
   local la = 8 + nlev

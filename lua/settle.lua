@@ -24,10 +24,11 @@
 --
 -- Returns (the tags first: REPLY_APPLIED 1, REPLY_SETTLED_BEFORE 0, REPLY_NOT_FOUND -1,
 -- from src/domain/budget/layout.rs)
---   {1, amount, estimated, spend, granted}  applied: commit → actual - reserved;
+--   {1, amount, estimated, spend, granted, [sample]}  applied: commit → actual - reserved;
 --                           refund → tokens returned; the prompt tokens the service
 --                           had estimated (0 when the caller counted); the spend
---                           reserved (µ$); the output tokens granted
+--                           reserved (µ$); the output tokens granted; the estimator
+--                           sample's bytes when there is one and no samples' key
 --   {0, state, amount}   already settled ('C' committed | 'F' refunded), its amount
 --   {-1}                 no such reservation (never made, long gone, or id edited)
 --
@@ -40,8 +41,9 @@
 -- next reserve after it passes recomputes it; status.lua reads the real one).
 -- Finding the next lease on every settle would cost an HGETALL: measured 3x the
 -- instructions of a Commit. A commit of a prompt the service
--- counted adds actual ÷ estimated prompt tokens to the estimator's samples
--- (capped, kept 30 days). Every level is read before
+-- counted adds a sample to the estimator's list (capped, kept 30 days): the
+-- actual prompt tokens and the prompt's mix (src/domain/mix.rs), or actual ÷
+-- estimated for a record without a mix. Every level is read before
 -- anything is written, so an error part-way changes nothing and a retry applies
 -- once. A settled record is kept for ARGV[3] ms, so repeats answer
 -- ALREADY_SETTLED and change nothing. A key's life is capped at 90 days however
@@ -160,11 +162,23 @@ for w = 1, #writes do
 end
 redis.call('SET', rkey, state .. string.sub(rec, REC_COST, REC_AMOUNT - 1)
   .. struct.pack('<d', amount) .. string.sub(rec, REC_ESTIMATED), 'PX', ARGV[3])
-local samples = KEYS[nlev + 2]
-if state == COMMITTED and estimated > 0 and spec[4] > 0 and spec[5] > 0 and samples then
-  redis.call('LPUSH', samples, struct.pack('<d', spec[4] / estimated))
-  redis.call('LTRIM', samples, 0, spec[5] - 1)
-  redis.call('PEXPIRE', samples, SAMPLES_TTL_MS)
+-- The estimator sample: the actual and counted prompt tokens and the record's mix, or
+-- (a record without one) actual / estimated. Without the samples' key (a
+-- cluster) the reply carries it for the caller to push.
+local sample
+if state == COMMITTED and estimated > 0 and spec[4] > 0 and spec[5] > 0 then
+  if #rec == REC_LEN_MIX then
+    sample = struct.pack('<I4I4', spec[4], estimated) .. string.sub(rec, REC_MIX)
+  else
+    sample = struct.pack('<d', spec[4] / estimated)
+  end
+  local samples = KEYS[nlev + 2]
+  if samples then
+    redis.call('LPUSH', samples, sample)
+    redis.call('LTRIM', samples, 0, spec[5] - 1)
+    redis.call('PEXPIRE', samples, SAMPLES_TTL_MS)
+    sample = nil
+  end
 end
 if spec[9] > 0 then
   local d = {0, 0, -1, 0, 0, 0, 0, 0, 0, 0}
@@ -178,4 +192,4 @@ if spec[9] > 0 then
   end
   ledger_add(ARGV[6], lat, ARGV[7], ARGV[8], d, spec[9], spec[10], now)
 end
-return {REPLY_APPLIED, amount, estimated, spent, granted}
+return {REPLY_APPLIED, amount, estimated, spent, granted, sample}

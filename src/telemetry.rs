@@ -62,6 +62,9 @@ pub const COUNTED_TOKENS: &str = "ctxbudget_counted_prompt_tokens_total";
 pub const ESTIMATION_RATIO: &str = "ctxbudget_estimation_ratio";
 /// The adaptive multiplier in use, labelled `key`.
 pub const ESTIMATOR_MULTIPLIER: &str = "ctxbudget_estimator_multiplier";
+/// Commits whose actual prompt exceeded the prompt reserved for it, labelled
+/// `key`: ÷ `ctxbudget_estimation_ratio_count` is the achieved under-reservation rate.
+pub const UNDER_RESERVED: &str = "ctxbudget_estimator_under_reserved_total";
 
 /// Leases held across every replica, from the global level's concurrency as of
 /// this replica's last reservation (needs a global concurrency limit).
@@ -339,9 +342,12 @@ pub fn counted(method: &'static str, tokens: u64) {
     counter!(COUNTED_TOKENS, "method" => method).increment(tokens);
 }
 
-/// Records one estimation sample.
-pub fn estimation(key: &str, ratio: f64) {
+/// Records one estimation sample, and whether the prompt reserved fell short.
+pub fn estimation(key: &str, ratio: f64, under_reserved: bool) {
     histogram!(ESTIMATION_RATIO, "key" => key.to_owned()).record(ratio);
+    if under_reserved {
+        counter!(UNDER_RESERVED, "key" => key.to_owned()).increment(1);
+    }
 }
 
 /// Publishes a key's multiplier.

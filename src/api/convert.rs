@@ -3,6 +3,7 @@
 //! Field validation errors name the proto field.
 
 use crate::domain::decision::LimitState;
+use crate::domain::mix::GROUP_NAMES;
 use crate::domain::plan::{ReserveRequest, check_tokens};
 use crate::domain::{
     ChatMessage, Dimension, IdempotencyKey, InvalidInput, Level, Priority, Prompt, PromptInput,
@@ -243,6 +244,20 @@ pub(super) fn estimator_response(views: Vec<EstimatorView>) -> pb::GetEstimatorR
                 samples: v.samples,
                 p95_ratio: v.p95_ratio,
                 refreshed_ms_ago: v.refreshed_ms_ago.unwrap_or(0),
+                correction: v.correction.as_str().into(),
+                content_fit: v.fit.map(|f| pb::ContentFit {
+                    costs: GROUP_NAMES
+                        .iter()
+                        .zip(f.costs)
+                        .map(|(group, cost)| pb::GroupCost {
+                            group: (*group).into(),
+                            cost,
+                        })
+                        .collect(),
+                    constant: f.constant,
+                    bound: f.bound,
+                    samples: f.samples as u64,
+                }),
             })
             .collect(),
     }

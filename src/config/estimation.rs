@@ -1,4 +1,4 @@
-//! `[estimator]`: token counting and the adaptive multiplier, as written and
+//! `[estimator]`: token counting and the adaptive correction, as written and
 //! as validated.
 
 use super::input::within;
@@ -39,6 +39,19 @@ pub struct EstimatorSection {
     /// Long prompts counted at once (0: one per CPU).
     #[serde(default)]
     pub workers: usize,
+    /// `"content"` (a cost per content group, fitted on the prompts' mixes)
+    /// or `"scalar"` (one multiplier per key).
+    #[serde(default = "default_correction")]
+    pub correction: crate::estimator::Correction,
+    /// Samples the content-aware fit uses.
+    #[serde(default = "default_content_window")]
+    pub content_window: usize,
+    /// Samples with a mix needed before the fit replaces the multiplier.
+    #[serde(default = "default_content_min_samples")]
+    pub content_min_samples: usize,
+    /// The quantile of the fit's leave-one-out ratios reserved as margin.
+    #[serde(default = "default_content_quantile")]
+    pub content_quantile: f64,
 }
 
 impl EstimatorSection {
@@ -68,12 +81,36 @@ impl EstimatorSection {
                 "must be between min_multiplier and max_multiplier",
             ));
         }
+        within(
+            "estimator.content_window",
+            self.content_window as u64,
+            10,
+            10_000,
+        )?;
+        within(
+            "estimator.content_min_samples",
+            self.content_min_samples as u64,
+            10,
+            self.content_window as u64,
+        )?;
+        if !(self.content_quantile > 0.5 && self.content_quantile < 1.0) {
+            return Err(LimitsError::new(
+                "estimator.content_quantile",
+                "must be above 0.5 and below 1 (0.985: 1.5% of prompts may exceed their reservation)",
+            ));
+        }
         Ok(crate::estimator::AdaptiveSettings {
             window: self.window,
             min_samples: self.min_samples,
             initial: self.initial_multiplier,
             min: self.min_multiplier,
             max: self.max_multiplier,
+            correction: self.correction,
+            content: crate::estimator::content::ContentSettings {
+                window: self.content_window,
+                min_samples: self.content_min_samples,
+                quantile: self.content_quantile,
+            },
         })
     }
 
@@ -127,4 +164,16 @@ fn default_min_multiplier() -> f64 {
 }
 fn default_max_multiplier() -> f64 {
     3.0
+}
+fn default_correction() -> crate::estimator::Correction {
+    crate::estimator::Correction::Content
+}
+fn default_content_window() -> usize {
+    crate::estimator::content::ContentSettings::default().window
+}
+fn default_content_min_samples() -> usize {
+    crate::estimator::content::ContentSettings::default().min_samples
+}
+fn default_content_quantile() -> f64 {
+    crate::estimator::content::ContentSettings::default().quantile
 }

@@ -203,7 +203,7 @@ impl FileConfig {
                 key: store.tls_key,
             },
             leases: res.leases(),
-            retention: res.retention(est.window, ledger),
+            retention: res.retention(adaptive.samples_kept(), ledger),
             retry_jitter_ms: res.retry_jitter_ms,
             concurrency_retry_ms: res.concurrency_retry_ms,
             limits: Arc::new(limits),

@@ -16,6 +16,7 @@ pub mod ids;
 pub mod level;
 pub mod level_plan;
 pub mod limits;
+pub mod mix;
 pub mod model;
 pub mod overrides;
 pub mod plan;

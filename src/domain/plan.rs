@@ -16,6 +16,7 @@ use super::decision::Denial;
 use super::ids::{Fnv, IdempotencyKey, InvalidInput, ReservationId, TenantId, UserId};
 pub use super::level_plan::{LevelPlan, Scope, levels, shadow_levels};
 use super::limits::Limits;
+use super::mix::PromptMix;
 use super::model::ModelGroup;
 use super::price::Price;
 use super::priority::{Priorities, Priority};
@@ -119,6 +120,9 @@ pub struct ReservePlan {
     pub min_output_tokens: u64,
     /// The service's raw prompt count (0 when the caller counted).
     pub estimated_prompt_tokens: u64,
+    /// The raw count's mix, with the content-aware correction: the record
+    /// keeps it for the Commit's estimator sample.
+    pub prompt_mix: Option<PromptMix>,
     /// Lease length.
     pub lease_ttl_ms: u64,
     /// The caller's idempotency key, if any.
@@ -168,6 +172,10 @@ impl ReservePlan {
 
 /// The result of planning: a plan for the store, or a refusal no store can change.
 #[derive(Clone, Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per request, moved once: boxing the plan would add an allocation to every reservation"
+)]
 pub enum Prepared {
     /// Ask the store.
     Plan(ReservePlan),
@@ -255,6 +263,7 @@ pub fn prepare(
         max_output_tokens: max_output,
         min_output_tokens: min_output.min(max_output),
         estimated_prompt_tokens: count.estimated,
+        prompt_mix: count.mix,
         lease_ttl_ms,
         idempotency_key: req.idempotency_key.clone(),
         fingerprint,

@@ -3,6 +3,8 @@
 //! The request carries the first; the engine counts it (the estimator does
 //! the counting) and plans with the second beside the request.
 
+use super::mix::PromptMix;
+
 /// One chat message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChatMessage {
@@ -66,6 +68,8 @@ pub struct PromptCount {
     pub estimator: String,
     /// The correction applied to the count (1 for caller counts).
     pub multiplier: f64,
+    /// The count's mix, with the content-aware correction.
+    pub mix: Option<PromptMix>,
 }
 
 impl PromptCount {
@@ -78,6 +82,7 @@ impl PromptCount {
             estimated: 0,
             estimator: String::new(),
             multiplier: 1.0,
+            mix: None,
         }
     }
 }

@@ -10,6 +10,7 @@ use super::{Engine, EngineError};
 use crate::domain::decision::{self, LimitState};
 use crate::domain::plan::{self, Prepared, ReservePlan, ReserveRequest, Terms};
 use crate::domain::{Level, Limits, Prompt, PromptCount, PromptInput, Tier, UserId};
+use crate::estimator::Correction;
 use crate::store::{ReserveReply, Scope, Store, StoreError};
 use crate::telemetry;
 use std::sync::Arc;
@@ -160,7 +161,7 @@ impl<S: Store> Engine<S> {
     }
 
     /// The request's prompt counted (a caller's count is used as is), the
-    /// count corrected by the estimator's multiplier. Text goes to the counter
+    /// count corrected by the estimator (its multiplier, or its content fit). Text goes to the counter
     /// (a long one to another thread), so it leaves the request: nothing after
     /// counting reads it.
     async fn count(&self, req: &mut ReserveRequest, tier: &Tier) -> PromptCount {
@@ -168,20 +169,24 @@ impl<S: Store> Engine<S> {
             PromptInput::Tokens(n) => return PromptCount::given(*n),
             PromptInput::Text(prompt) => std::mem::replace(prompt, Prompt::Text(String::new())),
         };
-        let (count, method) = self
+        let mixed = self.multipliers.settings().correction == Correction::Content;
+        let counted = self
             .counter
-            .count(&req.model, prompt, tier.max_context_tokens)
+            .count(&req.model, prompt, tier.max_context_tokens, mixed)
             .await;
-        telemetry::counted(method.kind(), count.tokens);
+        let count = counted.count;
+        telemetry::counted(counted.method.kind(), count.tokens);
         let estimator = self.counter.rules().estimator_key(&req.model).to_string();
-        let multiplier = self.multiplier(&estimator).await;
+        let corrector = self.corrector(&estimator).await;
+        let (reserve, multiplier) = corrector.reserve(count.tokens, counted.mix.as_ref());
         PromptCount {
             tokens: count.tokens,
             more_than: count.exceeded.then_some(tier.max_context_tokens),
-            reserve: (count.tokens as f64 * multiplier).ceil() as u64,
+            reserve,
             estimated: count.tokens,
             estimator,
             multiplier,
+            mix: counted.mix,
         }
     }
 

@@ -149,18 +149,22 @@ impl<S: Store> Engine<S> {
             SettleReply::Applied {
                 settled,
                 estimated_prompt_tokens,
+                reserved_output,
                 ..
             } => {
                 let token_delta = delta(settled);
-                let (estimation_ratio, estimation_error_tokens) =
-                    match estimated_prompt_tokens > 0 && learn {
-                        true => {
-                            let ratio = prompt as f64 / estimated_prompt_tokens as f64;
-                            telemetry::estimation(&id.estimator, ratio);
-                            (ratio, prompt as i64 - estimated_prompt_tokens as i64)
-                        }
-                        false => (0.0, 0),
-                    };
+                let (estimation_ratio, estimation_error_tokens) = match estimated_prompt_tokens > 0
+                    && learn
+                {
+                    true => {
+                        let ratio = prompt as f64 / estimated_prompt_tokens as f64;
+                        // What was reserved: the usage less the delta, less the output.
+                        let reserved = (usage.tokens as i64 - token_delta) - reserved_output as i64;
+                        telemetry::estimation(&id.estimator, ratio, prompt as i64 > reserved);
+                        (ratio, prompt as i64 - estimated_prompt_tokens as i64)
+                    }
+                    false => (0.0, 0),
+                };
                 telemetry::committed(&id.tier, prompt + completion, token_delta);
                 telemetry::cost(id.tenant.as_str(), &id.group, usage.cost);
                 self.shadow_settle(&id, ShadowSettle::Commit(usage)).await;
@@ -190,11 +194,11 @@ impl<S: Store> Engine<S> {
     /// caller-counted prompt falls back to the default encoding), exactly as a
     /// prompt would be, stopping above the largest token count accepted.
     async fn count_completion(&self, id: &ReservationId, text: String) -> Result<u64, EngineError> {
-        let (count, _) = self
+        let counted = self
             .counter
-            .count(&id.estimator, Prompt::Text(text), MAX_COUNT)
+            .count(&id.estimator, Prompt::Text(text), MAX_COUNT, false)
             .await;
-        Ok(plan::check_tokens("completion_text", count.tokens)?)
+        Ok(plan::check_tokens("completion_text", counted.count.tokens)?)
     }
 
     /// The usage as the reservation's buckets count it: cached prompt tokens

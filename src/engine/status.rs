@@ -1,4 +1,4 @@
-//! GetStatus and GetEstimator; the multiplier a decision applies, read from
+//! GetStatus and GetEstimator; the correction a decision applies, read from
 //! the store before a key's first use; and the refresh that keeps each
 //! replica's estimator multipliers in step with the samples in the store. Every
 //! store call goes through the breaker.
@@ -8,6 +8,8 @@ use super::{Engine, EngineError};
 use crate::domain::decision::{self, LimitState};
 use crate::domain::plan;
 use crate::domain::{Level, Reading, TenantId, UserId};
+use crate::estimator::content::ContentFit;
+use crate::estimator::{Correction, Corrector};
 use crate::store::{Scope, Store, StoreError};
 
 /// A GetStatus, fields validated (in `api/`).
@@ -60,6 +62,10 @@ pub struct EstimatorView {
     pub p95_ratio: f64,
     /// Milliseconds since the last refresh from the store (`None`: not yet).
     pub refreshed_ms_ago: Option<u64>,
+    /// `scalar` or `content` (`[estimator] correction`).
+    pub correction: Correction,
+    /// The content-aware fit, once it has enough samples.
+    pub fit: Option<ContentFit>,
 }
 
 impl<S: Store> Engine<S> {
@@ -134,32 +140,34 @@ impl<S: Store> Engine<S> {
                 samples: s.samples as u64,
                 p95_ratio: s.p95,
                 refreshed_ms_ago: s.refreshed.map(|t| t.elapsed().as_millis() as u64),
+                correction: self.multipliers.settings().correction,
+                fit: s.fit,
             })
             .collect())
     }
 
-    /// The multiplier to apply under estimator `key`. A key this replica has
+    /// The correction to apply under estimator `key`. A key this replica has
     /// never read is read from the store first, so a replica's first decision
     /// uses what every replica's Commits taught, not the initial value; when
     /// the store cannot answer (the breaker counts the call), the cached or
     /// initial value.
-    pub(super) async fn multiplier(&self, key: &str) -> f64 {
+    pub(super) async fn corrector(&self, key: &str) -> Corrector {
         let (cached, read) = self.multipliers.lookup(key);
         if read {
             return cached;
         }
         match self.load_estimator(key).await {
-            Ok(multiplier) => multiplier,
+            Ok(corrector) => corrector,
             Err(e) => {
-                tracing::debug!(key, error = %e, "estimator samples unavailable; using the cached multiplier");
+                tracing::debug!(key, error = %e, "estimator samples unavailable; using the cached correction");
                 cached
             }
         }
     }
 
     /// Reads `key`'s samples from the store, through the breaker, and installs
-    /// them; returns the multiplier.
-    async fn load_estimator(&self, key: &str) -> Result<f64, StoreError> {
+    /// them; returns the correction.
+    async fn load_estimator(&self, key: &str) -> Result<Corrector, StoreError> {
         let keys = [key.to_string()];
         let samples = self
             .guarded("estimator", self.store.estimator_samples(&keys))
@@ -182,8 +190,8 @@ impl<S: Store> Engine<S> {
             .guarded("estimator", self.store.estimator_samples(&keys))
             .await?;
         for (key, s) in keys.iter().zip(&samples) {
-            let multiplier = self.multipliers.update(key, s);
-            crate::telemetry::multiplier(key, multiplier);
+            let corrector = self.multipliers.update(key, s);
+            crate::telemetry::multiplier(key, corrector.multiplier);
         }
         Ok(keys.len())
     }

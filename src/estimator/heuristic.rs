@@ -51,6 +51,11 @@ pub fn features(text: &str) -> [f64; FEATURES] {
     tally.counts.map(|v| v as f64)
 }
 
+/// The content group ([`crate::domain::mix::GROUP_NAMES`]) each feature's
+/// tokens belong to: words, letters and spaces are Latin text; punctuation
+/// and newlines are symbols (code); the scripts and emoji are their own.
+pub const GROUP_OF: [usize; FEATURES] = [0, 0, 1, 2, 0, 2, 4, 3, 6, 5];
+
 // Feature indexes, in the order of `FEATURE_NAMES`.
 const WORDS: usize = 0;
 const LETTERS: usize = 1;
@@ -146,10 +151,18 @@ fn coefficients(encoding: Encoding) -> &'static [f64; FEATURES] {
 
 /// The fast estimate of `text`'s tokens.
 pub fn estimate(encoding: Encoding, text: &str) -> u64 {
-    let f = features(text);
-    let c = coefficients(encoding);
-    let tokens: f64 = f.iter().zip(c).map(|(f, c)| f * c).sum();
+    let tokens: f64 = contributions(encoding, text).iter().sum();
     tokens.max(0.0).ceil() as u64
+}
+
+/// The fast estimate of `text`'s tokens, by feature: what each character
+/// class adds (the content-aware correction splits a count by these).
+pub fn contributions(encoding: Encoding, text: &str) -> [f64; FEATURES] {
+    let mut f = features(text);
+    for (f, c) in f.iter_mut().zip(coefficients(encoding)) {
+        *f *= c;
+    }
+    f
 }
 
 // Non-negative least-squares fits printed by

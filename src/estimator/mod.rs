@@ -9,15 +9,18 @@
 //! - [`heuristic`]: the calibrated fast path.
 //! - [`adaptive`]: the P95 multiplier, cached per replica and refreshed from the
 //!   store.
+//! - [`content`]: the content-aware correction: a cost per content group,
+//!   fitted on the samples' mixes.
 //! - [`pool`]: counting off the async executor, on a bounded blocking pool.
 
 pub mod adaptive;
+pub mod content;
 pub mod count;
 pub mod encoding;
 pub mod heuristic;
 pub mod pool;
 
-pub use adaptive::{AdaptiveSettings, Multipliers};
+pub use adaptive::{AdaptiveSettings, Correction, Corrector, Multipliers};
 pub use count::{ChatMessage, Count, Prompt};
 pub use encoding::{Encoding, Method, ModelRules};
 pub use pool::Counter;

@@ -3,8 +3,10 @@
 //! at a time, so one 256K-token prompt never stalls other requests and a burst of
 //! them cannot take every thread.
 
+use super::content;
 use super::count::{self, Count, Prompt};
 use super::encoding::{Method, ModelRules};
+use crate::domain::mix::PromptMix;
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
@@ -31,24 +33,46 @@ impl Counter {
         &self.rules
     }
 
-    /// Counts `prompt` as `model`'s tokenizer would, stopping above `limit`.
-    pub async fn count(&self, model: &str, prompt: Prompt, limit: u64) -> (Count, Method) {
+    /// Counts `prompt` as `model`'s tokenizer would, stopping above `limit`;
+    /// with `mixed`, also splits a count within the limit by content group
+    /// (the content-aware correction's input: one more pass over the text).
+    pub async fn count(&self, model: &str, prompt: Prompt, limit: u64, mixed: bool) -> Counted {
         let method = self.rules.method(model);
+        let run = move |prompt: &Prompt| {
+            let count = count::count(method, prompt, limit);
+            let mix =
+                (mixed && !count.exceeded).then(|| content::mix(method, prompt, count.tokens));
+            Counted { count, method, mix }
+        };
         if prompt.bytes() <= INLINE_BYTES {
-            return (count::count(method, &prompt, limit), method);
+            return run(&prompt);
         }
         let permit = self.permits.clone().acquire_owned().await;
         let counted = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            count::count(method, &prompt, limit)
+            run(&prompt)
         })
         .await;
         // The blocking task cannot panic short of a bug in the tokenizer; were it
         // to, the prompt is treated as too large rather than as free.
-        let result = counted.unwrap_or(Count {
-            tokens: limit.saturating_add(1),
-            exceeded: true,
-        });
-        (result, method)
+        counted.unwrap_or(Counted {
+            count: Count {
+                tokens: limit.saturating_add(1),
+                exceeded: true,
+            },
+            method,
+            mix: None,
+        })
     }
+}
+
+/// A prompt counted.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Counted {
+    /// The count.
+    pub count: Count,
+    /// How it was counted.
+    pub method: Method,
+    /// Its mix, when asked for and within the limit.
+    pub mix: Option<PromptMix>,
 }

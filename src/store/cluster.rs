@@ -33,6 +33,7 @@ use super::{
 };
 use crate::domain::budget::Settle;
 use crate::domain::budget::ledger::{LedgerRow, Period};
+use crate::domain::mix::EstimatorSample;
 use crate::domain::{Clock, LevelPlan, Readings, ReservePlan, SystemClock, TenantId};
 use share::{SYNC_US, Share};
 use std::collections::HashMap;
@@ -169,7 +170,10 @@ impl<C: Clock + Clone> Store for ClusterStore<C> {
         self.inner.charge(plan).await
     }
 
-    async fn estimator_samples(&self, keys: &[String]) -> Result<Vec<Vec<f64>>, StoreError> {
+    async fn estimator_samples(
+        &self,
+        keys: &[String],
+    ) -> Result<Vec<Vec<EstimatorSample>>, StoreError> {
         self.inner.tenants.estimator_samples(keys).await
     }
 

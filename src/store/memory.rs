@@ -23,6 +23,7 @@ use crate::domain::budget::{
     ChargePlan, ChargeReply, Earlier, Record, Settle, StoredLevel, charge::charge, renew::renew,
     reserve::reserve, settle::settle, status::status,
 };
+use crate::domain::mix::EstimatorSample;
 use crate::domain::{
     Clock, LevelPlan, Readings, ReservationId, ReservePlan, SystemClock, TenantId,
 };
@@ -44,7 +45,7 @@ struct Data {
     records: HashMap<String, (Record, i64)>,
     idempotency: HashMap<String, (String, i64)>,
     /// Estimator samples by key, newest first (Redis: a capped list).
-    samples: HashMap<String, (VecDeque<f64>, i64)>,
+    samples: HashMap<String, (VecDeque<EstimatorSample>, i64)>,
     /// Usage-ledger hashes: rows by field.
     ledger: HashMap<String, (BTreeMap<String, Row>, i64)>,
     next_sweep_us: i64,
@@ -328,7 +329,10 @@ impl<C: Clock + Clone> Store for MemoryStore<C> {
         Ok(self.settle_now(s, Settle::Refund))
     }
 
-    async fn estimator_samples(&self, keys: &[String]) -> Result<Vec<Vec<f64>>, StoreError> {
+    async fn estimator_samples(
+        &self,
+        keys: &[String],
+    ) -> Result<Vec<Vec<EstimatorSample>>, StoreError> {
         let now = self.clock.now_us();
         let d = self.lock(now);
         Ok(keys

@@ -13,6 +13,7 @@ pub mod redis;
 pub mod scripts;
 
 use crate::domain::budget::ledger::{LedgerRow, Period};
+use crate::domain::mix::EstimatorSample;
 use crate::domain::{LevelPlan, Readings, ReservationId, ReservePlan, TenantId, UserId};
 use std::future::Future;
 use std::sync::Arc;
@@ -214,12 +215,12 @@ pub trait Store: Send + Sync + 'static {
         plan: &ChargePlan,
     ) -> impl Future<Output = Result<ChargeReply, StoreError>> + Send;
 
-    /// The estimator samples (actual ÷ estimated prompt tokens, newest first)
-    /// of each key.
+    /// The estimator samples of each key, newest first (the settle scripts
+    /// keep [`crate::domain::budget::Retention`]'s `samples` of them).
     fn estimator_samples(
         &self,
         keys: &[String],
-    ) -> impl Future<Output = Result<Vec<Vec<f64>>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Vec<EstimatorSample>>, StoreError>> + Send;
 
     /// `tenant`'s usage-ledger rows of each period, by group then user.
     fn ledger(

@@ -45,6 +45,7 @@ use super::{
 use crate::domain::budget::layout;
 use crate::domain::budget::ledger::{LedgerRow, Period};
 use crate::domain::budget::{ChargePlan, ChargeReply};
+use crate::domain::mix::EstimatorSample;
 use crate::domain::{LevelPlan, Readings, ReservePlan, TenantId};
 use pool::Connections;
 use redis::Script;
@@ -226,7 +227,10 @@ impl Store for RedisStore {
             .await
     }
 
-    async fn estimator_samples(&self, keys: &[String]) -> Result<Vec<Vec<f64>>, StoreError> {
+    async fn estimator_samples(
+        &self,
+        keys: &[String],
+    ) -> Result<Vec<Vec<EstimatorSample>>, StoreError> {
         self.samples_call(keys).await
     }
 

@@ -96,6 +96,10 @@ pub fn describe() {
             CLUSTER_GLOBAL_CALLS,
             "Redis Cluster: calls to the global key (lease syncs)",
         ),
+        (
+            UNDER_RESERVED,
+            "Commits of a counted prompt whose actual prompt exceeded the prompt reserved, by estimator key",
+        ),
     ];
     for (name, help) in counters {
         describe_counter!(name, help);
@@ -149,6 +153,7 @@ pub fn register(known: &KnownSeries) {
     for key in &known.estimator_keys {
         gauge!(ESTIMATOR_MULTIPLIER, "key" => key.to_owned()).set(known.initial_multiplier);
         let _ = histogram!(ESTIMATION_RATIO, "key" => key.to_owned());
+        counter!(UNDER_RESERVED, "key" => key.to_owned()).increment(0);
     }
     for outcome in ENVOY_OUTCOMES {
         counter!(ENVOY_DESCRIPTORS, "outcome" => outcome, "reason" => "none", "level" => "none",

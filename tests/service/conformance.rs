@@ -851,6 +851,7 @@ async fn a_spent_idempotency_key_is_refused(backend: Backend) {
 
 const ESTIMATING: &str = r#"
 [estimator]
+correction = "scalar"
 window = 100
 min_samples = 20
 initial_multiplier = 1.15

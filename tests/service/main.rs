@@ -49,6 +49,7 @@ mod blocks;
 mod cli_output;
 mod cluster;
 mod conformance;
+mod content_correction;
 mod cut_streams;
 mod envoy;
 mod envoy_answers;

@@ -17,6 +17,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ctxbudget::domain::bucket::BucketSpec;
 use ctxbudget::domain::bucket::Windowed;
 use ctxbudget::domain::budget::ledger::LedgerRetention;
+use ctxbudget::domain::mix::{EstimatorSample, PromptMix};
 use ctxbudget::domain::window::{Window, WindowKind, parse_zone};
 use ctxbudget::domain::{
     Clock, Dimension, IdempotencyKey, Level, LevelPlan, ManualClock, Reading, ReservationId,
@@ -79,6 +80,7 @@ suite!(
     hostile_ids_settle_nothing,
     reduced_output_grants_what_fits,
     commits_feed_estimator_samples_newest_first,
+    a_reservation_with_a_mix_leaves_a_sample_with_it,
     status_reports_the_earliest_lease_exactly,
     an_exact_status_reads_up_to_exact_leases_whole,
     foreign_buckets_touched_this_instant_are_kept,
@@ -323,6 +325,7 @@ pub(crate) fn plan(user: &str, levels: Vec<LevelPlan>, prompt: u64, output: u64)
         max_output_tokens: output,
         min_output_tokens: output,
         estimated_prompt_tokens: 0,
+        prompt_mix: None,
         lease_ttl_ms: 30_000,
         idempotency_key: None,
         fingerprint: 7,
@@ -602,7 +605,48 @@ async fn commits_feed_estimator_samples_newest_first<S: Store>(c: &Ctx<S>) {
     c.commit(&caller_counted, 500, 490).await;
     let keys = ["gpt".to_string(), "none".to_string()];
     let samples = c.store.estimator_samples(&keys).await.unwrap();
-    assert_eq!(samples, vec![vec![1.4, 1.3, 1.2], vec![]], "window of 3");
+    assert_eq!(
+        ratios(samples),
+        vec![vec![1.4, 1.3, 1.2], vec![]],
+        "window of 3"
+    );
+}
+
+/// Each list's samples as ratios actual ÷ estimated.
+fn ratios(lists: Vec<Vec<EstimatorSample>>) -> Vec<Vec<f64>> {
+    lists
+        .iter()
+        .map(|l| l.iter().map(EstimatorSample::ratio).collect())
+        .collect()
+}
+
+async fn a_reservation_with_a_mix_leaves_a_sample_with_it<S: Store>(c: &Ctx<S>) {
+    let mix = PromptMix([60.0, 5.0, 10.0, 20.0, 0.0, 4.0, 1.0]);
+    let mut p = plan("alice", vec![user_level(10, 100_000, None)], 140, 10);
+    p.id.estimator = "claude".into();
+    p.estimated_prompt_tokens = 100;
+    p.prompt_mix = Some(mix);
+    assert!(allowed(&c.reserve(&p).await));
+    c.commit(&p, 140, 131).await;
+    let mut refunded = p.clone();
+    refunded.id = ReservationId::generate(
+        TenantId::parse("acme").unwrap(),
+        Some(UserId::parse("alice").unwrap()),
+        "t".into(),
+        "claude".into(),
+    );
+    assert!(allowed(&c.reserve(&refunded).await));
+    c.refund(&refunded).await;
+    let samples = c.store.estimator_samples(&["claude".into()]).await.unwrap();
+    assert_eq!(
+        samples,
+        vec![vec![EstimatorSample::Mix {
+            actual: 131,
+            counted: 100,
+            mix
+        }]],
+        "the commit's actual prompt and the reservation's mix; a refund teaches nothing"
+    );
 }
 
 async fn status_reports_the_earliest_lease_exactly<S: Store>(c: &Ctx<S>) {
@@ -762,7 +806,7 @@ mod memory_only {
         let _ = c.status(&p).await; // a sweep: the next one is a second away
         c.advance_ms(600).await;
         let samples = c.store.estimator_samples(&["gpt".into()]).await.unwrap();
-        assert_eq!(samples, vec![Vec::<f64>::new()], "expired 100 ms ago");
+        assert_eq!(samples, vec![Vec::new()], "expired 100 ms ago");
     }
 
     /// A sample committed after its list expired starts a new list, as in
@@ -784,7 +828,7 @@ mod memory_only {
         c.advance_ms(600).await;
         c.commit(&second, 130, 120).await;
         let samples = c.store.estimator_samples(&["gpt".into()]).await.unwrap();
-        assert_eq!(samples, vec![vec![1.2]], "the expired 1.1 is gone");
+        assert_eq!(ratios(samples), vec![vec![1.2]], "the expired 1.1 is gone");
     }
 }
 

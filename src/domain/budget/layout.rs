@@ -90,8 +90,15 @@ pub const REC_SPEND: usize = 59;
 /// When the reservation entered the usage ledger (µs; 0: it did not, the
 /// ledger was off).
 pub const REC_LEDGER_AT: usize = 67;
-/// The record's length in bytes.
+/// The record's length in bytes, without a prompt mix.
 pub const REC_LEN: usize = 74;
+/// The prompt's mix ([`crate::domain::mix::PromptMix`]'s bytes), when the
+/// content-aware correction counted it: the record's optional last field.
+pub const REC_MIX: usize = 75;
+/// Bytes of a prompt mix: a little-endian `f32` per content group.
+pub const MIX_BYTES: usize = 28;
+/// The length of a record with a prompt mix.
+pub const REC_LEN_MIX: usize = REC_LEN + MIX_BYTES;
 /// The length of a record written before [`REC_LEDGER_AT`] existed: read as
 /// not in the ledger, so its settlement enters the ledger whole.
 pub const REC_LEN_V2: usize = 66;
@@ -176,6 +183,8 @@ pub const LUA_CONSTANTS: &[(&str, f64)] = &[
     ("REC_SPEND", REC_SPEND as f64),
     ("REC_LEDGER_AT", REC_LEDGER_AT as f64),
     ("REC_LEN", REC_LEN as f64),
+    ("REC_MIX", REC_MIX as f64),
+    ("REC_LEN_MIX", REC_LEN_MIX as f64),
     ("REC_LEN_V2", REC_LEN_V2 as f64),
     ("LEDGER_FIELDS", LEDGER_FIELDS as f64),
     ("HOUR_US", HOUR_US),

@@ -263,6 +263,7 @@ mod tests {
             output: 500.0,
             spend: 0.0,
             ledger_at,
+            mix: None,
         }
     }
 

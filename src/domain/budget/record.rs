@@ -4,8 +4,8 @@
 
 use super::layout::{
     REC_AMOUNT, REC_COST, REC_ESTIMATED, REC_FINGERPRINT, REC_LEASE_EXPIRY, REC_LEDGER_AT, REC_LEN,
-    REC_LEN_V1, REC_LEN_V2, REC_MASK, REC_OUTPUT, REC_OWNER, REC_SPEND, REC_STATE, STATE_COMMITTED,
-    STATE_REFUNDED, STATE_RESERVED,
+    REC_LEN_MIX, REC_LEN_V1, REC_LEN_V2, REC_MASK, REC_MIX, REC_OUTPUT, REC_OWNER, REC_SPEND,
+    REC_STATE, STATE_COMMITTED, STATE_REFUNDED, STATE_RESERVED,
 };
 
 /// Where a reservation is in its life.
@@ -44,12 +44,17 @@ pub struct Record {
     pub spend: f64,
     /// When the reservation entered the usage ledger (µs; 0: it did not).
     pub ledger_at: f64,
+    /// The counted prompt's mix, when the content-aware correction made it:
+    /// the Commit's estimator sample carries it.
+    pub mix: Option<PromptMix>,
 }
+
+use crate::domain::mix::PromptMix;
 
 /// A stored record that is not a record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "a reservation record of {len} bytes starting {state:?} is not {REC_LEN} (or {REC_LEN_V2} or {REC_LEN_V1}) bytes of a known state"
+    "a reservation record of {len} bytes starting {state:?} is not {REC_LEN} (or {REC_LEN_MIX}, {REC_LEN_V2} or {REC_LEN_V1}) bytes of a known state"
 )]
 pub struct BadRecord {
     /// Its length.
@@ -61,7 +66,7 @@ pub struct BadRecord {
 impl Record {
     /// The record's bytes as the scripts store them.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(REC_LEN);
+        let mut out = Vec::with_capacity(REC_LEN_MIX);
         out.push(match self.state {
             RecordState::Reserved => STATE_RESERVED,
             RecordState::Committed => STATE_COMMITTED,
@@ -78,6 +83,9 @@ impl Record {
         out.extend_from_slice(&self.spend.to_le_bytes());
         out.extend_from_slice(&self.ledger_at.to_le_bytes());
         debug_assert_eq!(out.len(), REC_LEN);
+        if let Some(mix) = &self.mix {
+            out.extend_from_slice(&mix.to_bytes());
+        }
         out
     }
 
@@ -89,7 +97,7 @@ impl Record {
             len: bytes.len(),
             state: bytes.first().copied(),
         };
-        if ![REC_LEN, REC_LEN_V2, REC_LEN_V1].contains(&bytes.len()) {
+        if ![REC_LEN_MIX, REC_LEN, REC_LEN_V2, REC_LEN_V1].contains(&bytes.len()) {
             return Err(bad());
         }
         let state = match bytes[REC_STATE - 1] {
@@ -116,6 +124,7 @@ impl Record {
             output: since(REC_OUTPUT),
             spend: since(REC_SPEND),
             ledger_at: since(REC_LEDGER_AT),
+            mix: bytes.get(REC_MIX - 1..).and_then(PromptMix::from_bytes),
         })
     }
 
@@ -150,8 +159,12 @@ mod tests {
             output: 200.0,
             spend: 75_000.0,
             ledger_at: 1.7e15,
+            mix: Some(PromptMix([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.5])),
         };
         let bytes = rec.encode();
+        assert_eq!(bytes.len(), REC_LEN_MIX);
+        let no_mix = Record::decode(&bytes[..REC_LEN]).expect("a record without a mix reads");
+        assert_eq!(no_mix.mix, None);
         assert_eq!(Record::decode(&bytes), Ok(rec.clone()));
         assert_eq!(bytes[0], b'C');
         let tail = Record::tail(rec.mask, rec.owner, rec.fingerprint);

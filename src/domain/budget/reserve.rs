@@ -144,6 +144,7 @@ fn new_record(plan: &ReservePlan, grant: f64, exp: f64, ledger_at: f64) -> Recor
         output: grant,
         spend: spend_rates(plan).spend(grant),
         ledger_at,
+        mix: plan.prompt_mix,
     }
 }
 
@@ -343,6 +344,7 @@ mod tests {
             max_output_tokens: max,
             min_output_tokens: min,
             estimated_prompt_tokens: 0,
+            prompt_mix: None,
             lease_ttl_ms: 1000,
             idempotency_key: None,
             fingerprint: 7,

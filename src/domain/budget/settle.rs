@@ -21,6 +21,7 @@ use super::state::{BucketState, bucket_id};
 use super::usage::Settle;
 use crate::domain::LevelPlan;
 use crate::domain::bucket::Cost;
+use crate::domain::mix::EstimatorSample;
 
 /// What a settle decided, and what the store must keep.
 #[derive(Debug)]
@@ -29,9 +30,9 @@ pub struct SettleOutcome {
     pub reply: SettleReply,
     /// The settled record and how long to keep it (ms), when applied.
     pub record: Option<(Record, u64)>,
-    /// An estimator sample (actual ÷ estimated prompt tokens) to add, when a
-    /// commit settles a prompt the service counted.
-    pub sample: Option<f64>,
+    /// An estimator sample to add, when a commit settles a prompt the
+    /// service counted: with the prompt's mix when the record has one.
+    pub sample: Option<EstimatorSample>,
     /// What the settlement adds to the usage ledger, with the ledger on.
     pub ledger: Option<Entry>,
 }
@@ -85,7 +86,7 @@ pub fn settle(
     };
     let sample = match how {
         Settle::Commit(usage) if rec.estimated > 0.0 && usage.prompt > 0 && usage.learn => {
-            Some(usage.prompt as f64 / rec.estimated)
+            Some(EstimatorSample::of(usage.prompt, rec.estimated, rec.mix))
         }
         _ => None,
     };

@@ -41,6 +41,7 @@ fn plan() -> ReservePlan {
         max_output_tokens: 50,
         min_output_tokens: 20,
         estimated_prompt_tokens: 80,
+        prompt_mix: None,
         lease_ttl_ms: 30_000,
         idempotency_key: Some(IdempotencyKey::parse("k").unwrap()),
         fingerprint: 7,
@@ -55,6 +56,7 @@ fn count() -> PromptCount {
         estimated: 80,
         estimator: "gpt-4o".into(),
         multiplier: 1.25,
+        mix: None,
     }
 }
 

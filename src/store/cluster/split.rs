@@ -48,6 +48,7 @@ impl<'a> Split<'a> {
             max_output_tokens: plan.max_output_tokens,
             min_output_tokens: plan.min_output_tokens,
             estimated_prompt_tokens: plan.estimated_prompt_tokens,
+            prompt_mix: plan.prompt_mix,
             lease_ttl_ms: plan.lease_ttl_ms,
             idempotency_key: plan.idempotency_key.clone(),
             fingerprint: plan.fingerprint,

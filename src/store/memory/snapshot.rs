@@ -5,6 +5,7 @@
 use super::MemoryStore;
 use crate::domain::Clock;
 use crate::domain::budget::StoredLevel;
+use crate::domain::mix::EstimatorSample;
 use std::collections::BTreeMap;
 
 /// One key's value in Redis's terms: what [`MemoryStore::snapshot`] reports.
@@ -52,7 +53,7 @@ impl<C: Clock> MemoryStore<C> {
             );
         }
         for (k, (list, exp)) in d.samples.iter().filter(|(_, (_, e))| *e > now) {
-            let items = list.iter().map(|v| v.to_le_bytes().to_vec()).collect();
+            let items = list.iter().map(EstimatorSample::encode).collect();
             out.insert(k.clone(), (Stored::List(items), *exp));
         }
         for (k, (rows, exp)) in d.ledger.iter().filter(|(_, (_, e))| *e > now) {

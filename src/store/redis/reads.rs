@@ -4,6 +4,7 @@
 use super::RedisStore;
 use super::wire::{DOUBLES, Spec, int_at, state_at};
 use crate::domain::budget::state;
+use crate::domain::mix::EstimatorSample;
 use crate::domain::{LevelPlan, Readings};
 use crate::store::{Scope, StoreError};
 
@@ -40,8 +41,11 @@ impl RedisStore {
         Ok(state::readings(levels, &states, &leases, now))
     }
 
-    /// Each key's samples (little-endian doubles, newest first).
-    pub(super) async fn samples_call(&self, keys: &[String]) -> Result<Vec<Vec<f64>>, StoreError> {
+    /// Each key's samples (newest first; entries of neither layout are left out).
+    pub(super) async fn samples_call(
+        &self,
+        keys: &[String],
+    ) -> Result<Vec<Vec<EstimatorSample>>, StoreError> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
@@ -79,7 +83,7 @@ impl RedisStore {
             .into_iter()
             .map(|list| {
                 list.iter()
-                    .filter_map(|b| b.as_slice().try_into().ok().map(f64::from_le_bytes))
+                    .filter_map(|b| EstimatorSample::decode(b))
                     .collect()
             })
             .collect())

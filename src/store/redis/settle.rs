@@ -82,31 +82,22 @@ impl RedisStore {
                 .arg(day);
         }
         let reply = self.run(&inv).await?;
-        let reply = decode_settle(mode, &reply)?;
-        if let SettleReply::Applied {
-            estimated_prompt_tokens: estimated @ 1..,
-            ..
-        } = reply
-            && cluster
-            && mode == SettleMode::Commit
-            && usage.prompt > 0
-            && usage.learn
-        {
-            self.push_sample(&s.id.estimator, usage.prompt as f64 / estimated as f64)
-                .await;
+        // On a cluster the reply carries the estimator sample to push.
+        if cluster && let Some(Value::BulkString(sample)) = reply.get(5) {
+            self.push_sample(&s.id.estimator, sample).await;
         }
-        Ok(reply)
+        decode_settle(mode, &reply)
     }
 
     /// Adds an estimator sample as settle.lua does, in a call of its own (a
     /// cluster keeps the samples in another slot than the reservation). A
     /// sample that cannot be written is only logged: the commit stands.
-    async fn push_sample(&self, estimator: &str, sample: f64) {
+    async fn push_sample(&self, estimator: &str, sample: &[u8]) {
         let key = self.keys.estimator(estimator);
         let mut pipe = redis::pipe();
         pipe.cmd("LPUSH")
             .arg(&key)
-            .arg(sample.to_le_bytes().as_slice())
+            .arg(sample)
             .ignore()
             .cmd("LTRIM")
             .arg(&key)

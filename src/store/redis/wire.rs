@@ -59,9 +59,14 @@ impl Spec {
 }
 
 /// The record tail a reserve sends: lease mask, owner tag, fingerprint and a
-/// zero settled amount, laid out by [`Record::tail`].
+/// zero settled amount, laid out by [`Record::tail`], then the prompt's mix
+/// when it has one (reserve.lua puts it at the record's end).
 pub(super) fn record_tail(plan: &ReservePlan) -> Vec<u8> {
-    Record::tail(plan.lease_mask(), plan.id.owner_tag(), plan.fingerprint)
+    let mut tail = Record::tail(plan.lease_mask(), plan.id.owner_tag(), plan.fingerprint);
+    if let Some(mix) = &plan.prompt_mix {
+        tail.extend_from_slice(&mix.to_bytes());
+    }
+    tail
 }
 
 pub(super) fn state_at(values: &[Value], i: usize) -> Result<Option<LevelState>, StoreError> {

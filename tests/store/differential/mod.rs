@@ -47,6 +47,7 @@ mod share;
 use crate::support::RedisServer;
 use ctxbudget::domain::budget::Settle;
 use ctxbudget::domain::budget::ledger::LedgerRetention;
+use ctxbudget::domain::mix::EstimatorSample;
 use ctxbudget::domain::{Clock, LevelPlan, ManualClock, Reading};
 use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::{MemoryStore, Stored};
@@ -468,9 +469,9 @@ async fn step(
             }
         }
         Op::Samples(keys) => {
-            let bits = |v: Vec<Vec<f64>>| -> Vec<Vec<u64>> {
+            let bits = |v: Vec<Vec<EstimatorSample>>| -> Vec<Vec<Vec<u8>>> {
                 v.iter()
-                    .map(|s| s.iter().map(|x| x.to_bits()).collect())
+                    .map(|s| s.iter().map(EstimatorSample::encode).collect())
                     .collect()
             };
             let m = memory.estimator_samples(keys).await.unwrap();
@@ -478,7 +479,7 @@ async fn step(
                 count(seen, "estimator samples read");
             }
             let r = redis.estimator_samples(keys).await.unwrap();
-            same("estimator samples (f64 bits)", bits(m), bits(r))?;
+            same("estimator samples (bytes)", bits(m), bits(r))?;
         }
         Op::Ledger(tenant, periods) => {
             let m = memory.ledger(tenant, periods).await.unwrap();

@@ -5,6 +5,7 @@
 use ctxbudget::domain::bucket::{BucketSpec, Windowed};
 use ctxbudget::domain::budget::ChargePlan;
 use ctxbudget::domain::budget::ledger::Period;
+use ctxbudget::domain::mix::{self, PromptMix};
 use ctxbudget::domain::price::Price;
 use ctxbudget::domain::window::{Window, WindowKind};
 use ctxbudget::domain::{
@@ -371,6 +372,8 @@ impl Gen {
             max_output_tokens: max_output,
             min_output_tokens: min_output,
             estimated_prompt_tokens: estimated,
+            prompt_mix: (estimated > 0 && self.rng.random_bool(0.5))
+                .then(|| mix(&mut self.rng, estimated)),
             lease_ttl_ms: ttl_ms(&mut self.rng),
             idempotency_key: key,
             fingerprint: self.rng.random_range(0..4),
@@ -588,4 +591,16 @@ impl Gen {
             _ => (pick(r, &future) - now + r.random_range(-1..=1)).max(0),
         }
     }
+}
+
+/// A random mix of `estimated` tokens: some groups empty, the rest shared at random.
+fn mix(rng: &mut StdRng, estimated: u64) -> PromptMix {
+    let mut weights = [0f64; mix::GROUPS];
+    for w in &mut weights {
+        if rng.random_bool(0.6) {
+            *w = rng.random_range(0.0..1.0);
+        }
+    }
+    let sum: f64 = weights.iter().sum::<f64>().max(1e-9);
+    PromptMix(weights.map(|w| (w / sum * estimated as f64) as f32))
 }
