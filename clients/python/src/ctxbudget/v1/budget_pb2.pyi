@@ -289,18 +289,42 @@ class GetEstimatorRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ...) -> None: ...
 
 class EstimatorState(_message.Message):
-    __slots__ = ("key", "multiplier", "samples", "p95_ratio", "refreshed_ms_ago")
+    __slots__ = ("key", "multiplier", "samples", "p95_ratio", "refreshed_ms_ago", "correction", "content_fit")
     KEY_FIELD_NUMBER: _ClassVar[int]
     MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     P95_RATIO_FIELD_NUMBER: _ClassVar[int]
     REFRESHED_MS_AGO_FIELD_NUMBER: _ClassVar[int]
+    CORRECTION_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIT_FIELD_NUMBER: _ClassVar[int]
     key: str
     multiplier: float
     samples: int
     p95_ratio: float
     refreshed_ms_ago: int
-    def __init__(self, key: _Optional[str] = ..., multiplier: _Optional[float] = ..., samples: _Optional[int] = ..., p95_ratio: _Optional[float] = ..., refreshed_ms_ago: _Optional[int] = ...) -> None: ...
+    correction: str
+    content_fit: ContentFit
+    def __init__(self, key: _Optional[str] = ..., multiplier: _Optional[float] = ..., samples: _Optional[int] = ..., p95_ratio: _Optional[float] = ..., refreshed_ms_ago: _Optional[int] = ..., correction: _Optional[str] = ..., content_fit: _Optional[_Union[ContentFit, _Mapping]] = ...) -> None: ...
+
+class ContentFit(_message.Message):
+    __slots__ = ("costs", "constant", "bound", "samples")
+    COSTS_FIELD_NUMBER: _ClassVar[int]
+    CONSTANT_FIELD_NUMBER: _ClassVar[int]
+    BOUND_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    costs: _containers.RepeatedCompositeFieldContainer[GroupCost]
+    constant: float
+    bound: float
+    samples: int
+    def __init__(self, costs: _Optional[_Iterable[_Union[GroupCost, _Mapping]]] = ..., constant: _Optional[float] = ..., bound: _Optional[float] = ..., samples: _Optional[int] = ...) -> None: ...
+
+class GroupCost(_message.Message):
+    __slots__ = ("group", "cost")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    cost: float
+    def __init__(self, group: _Optional[str] = ..., cost: _Optional[float] = ...) -> None: ...
 
 class GetEstimatorResponse(_message.Message):
     __slots__ = ("keys",)
