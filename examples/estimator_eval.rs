@@ -169,14 +169,17 @@ impl Learner {
         }
     }
 
-    fn scalar(&self, counted: f64) -> f64 {
-        let ratios: Vec<f64> = self
-            .samples
+    /// The ratios of the scalar multiplier's window, newest first.
+    fn ratios(&self) -> Vec<f64> {
+        self.samples
             .iter()
             .take(self.scalar.window)
             .map(EstimatorSample::ratio)
-            .collect();
-        (counted * self.scalar.multiplier(&ratios)).ceil()
+            .collect()
+    }
+
+    fn scalar(&self, counted: f64) -> f64 {
+        (counted * self.scalar.multiplier(&self.ratios())).ceil()
     }
 
     /// The scalar multiplier at the content-aware correction's quantile.
@@ -184,13 +187,7 @@ impl Learner {
         if self.samples.len() < self.scalar.min_samples {
             return self.scalar(counted);
         }
-        let ratios: Vec<f64> = self
-            .samples
-            .iter()
-            .take(self.scalar.window)
-            .map(EstimatorSample::ratio)
-            .collect();
-        (counted * upper_quantile(&ratios, q).clamp(self.scalar.min, self.scalar.max)).ceil()
+        (counted * upper_quantile(&self.ratios(), q).clamp(self.scalar.min, self.scalar.max)).ceil()
     }
 
     fn content(&self, counted: f64, mix: &PromptMix) -> f64 {
