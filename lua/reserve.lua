@@ -22,11 +22,14 @@
 --          of every limit to leave, 0 <= headroom < 1), prompt_spend (the prompt
 --          at the input price: tokens x uUSD per million), output_price (uUSD per
 --          million), hret and dret (how long ledger rows are kept past their
---          hour and day, us; 0: no ledger), then per level:
+--          hour and day, us; 0: no ledger), the learned output (0: none), then
+--          per level:
 --          bucket count b, concurrency limit (-1: none), reclaim weight w (what one
 --          reclaimed lease adds to the packed count: 2^(17 k) for level k = 0
 --          global, 1 tenant, 2 user; 0 for a model group's slots at a level that
---          counts its own), then b times: id, limit
+--          counts its own), the overrun credit's capacity and refill period (us;
+--          capacity 0: the level holds the grant), the level's bit, then b times:
+--          id, limit
 --          (bucket id = group tag * 1e8 + dimension * 1e7 + period in seconds;
 --          dimension REQUESTS 1, TOKENS 2, INPUT 3, OUTPUT 4, SPEND 5 (uUSD); tag
 --          0: all models); a calendar window's "period" is WINDOWS + its tag, and
@@ -40,6 +43,11 @@
 --          Output tokens are granted as many as every token, output-token and
 --          spend bucket can hold (lua/splice/output_room.lua), up to the max;
 --          fewer than the min is a denial (min = max: all or nothing).
+--          A level with a credit holds the learned output instead of the grant
+--          (src/domain/output.rs) while its credit, refilled since it was
+--          written (hash field 'o': credit, time), covers max - learned; it
+--          takes grant - learned from the credit, and bounds the grant only
+--          below the learned output.
 -- ARGV[2]  lease field '#<nonce>'
 -- ARGV[3]  record ttl (ms)   ARGV[4] idempotency ttl (ms, '0': none)
 -- ARGV[5]  record tail: lease mask (1 byte), owner tag (8), fingerprint (8), amount 0.0 (8),
@@ -61,14 +69,17 @@
 -- Buckets this call does not know (another replica's configuration) pass through.
 -- Record: 'R' | cost, lease expiry (doubles) | tail | estimated prompt tokens, granted
 -- output, spend reserved in uUSD, when it entered the ledger (us, 0: it did not) (doubles)
--- | the prompt's mix, when ARGV[5] carries one (copied, never read here).
+-- | when a level holds the learned output: the bits of those levels (1 byte), the
+-- learned output and its spend (doubles) | the prompt's mix, when ARGV[5] carries
+-- one (copied, never read here).
 -- With the ledger on, a reservation taken enters its tenant's hourly and daily rows
 -- as one unsettled reservation with its tokens (settle.lua moves it).
 --
 -- Returns (the tags first: REPLY_ALLOWED 1, REPLY_DENIED 0, REPLY_REPLAYED 2,
 -- REPLY_KEY_CONFLICT 3, REPLY_KEY_SPENT 4, from src/domain/budget/layout.rs)
---   {1, now, granted output, state..., [reclaimed]}        allowed; each level's state after
---                                                          taking the cost
+--   {1, now, granted output, state..., reserved output, [reclaimed]}  allowed; each level's
+--                                                          state after taking the cost; the
+--                                                          most output any level holds
 --   {0, now, granted output, state..., mask, [reclaimed]}  denied; nothing changed; states as
 --                                                          they were; mask: 8 doubles of 32 bits,
 --                                                          bit i of the whole: check i denied
@@ -96,7 +107,9 @@ local spec = {struct.unpack(ARGV[7], ARGV[1])}
 local nlev, prompt, max_out, min_out, lease_ttl = spec[1], spec[2], spec[3], spec[4], spec[5]
 local estimated, headroom, prompt_spend, output_price = spec[6], spec[7], spec[8], spec[9]
 local hret, dret = spec[10], spec[11]
-local FIRST = 12
+local learned = spec[12]
+if learned <= 0 or learned >= max_out then learned = nil end
+local FIRST = 13
 
 -- An earlier reservation under the same idempotency key?
 local replay
@@ -127,10 +140,29 @@ local raws, states, next_spec = {}, {}, {}
 local bucket_levels, bucket_at, kinds, window_ends = {}, {}, {}, {}
 local reclaimed = 0 -- packed: see the reply above
 local room = max_out -- the output tokens every bucket can hold
+local credits, lmask = {}, 0 -- per level holding the learned output: its credit now
+local grant_held = false -- some level with buckets holds the grant
 local p, seen = FIRST, 0 -- the level's spec; the buckets of earlier levels
 for i = 1, nlev do
-  local nb, clim, weight = spec[p], spec[p + 1], spec[p + 2]
-  local raw = redis.call('HGET', KEYS[i], 's')
+  local nb, clim, weight, cap = spec[p], spec[p + 1], spec[p + 2], spec[p + 3]
+  local raw, holds = nil, max_out
+  if learned and cap > 0 then
+    local r = redis.call('HMGET', KEYS[i], 's', 'o')
+    raw = r[1]
+    local c = cap
+    if r[2] then
+      local c0, t = struct.unpack('<dd', r[2])
+      local el = now - t
+      if el < 0 then el = 0 end
+      c = c0 + el * cap / spec[p + 4]
+      if c > cap then c = cap end
+    end
+    if c >= max_out - learned then
+      credits[i], holds, lmask = c, learned, lmask + spec[p + 5]
+    end
+  else
+    raw = redis.call('HGET', KEYS[i], 's')
+  end
   local s
   local fmt = ARGV[7 + i]
   if raw then
@@ -142,7 +174,7 @@ for i = 1, nlev do
     raw, s = '', {0, 0, 0, STATE_V}
   end
   local ns = #s
-  local q = p + 3
+  local q = p + 6
   for b = 1, nb do
     local id, lim = spec[q], spec[q + 1]
     -- A calendar window: its start and end now (the next once a boundary passed).
@@ -197,6 +229,7 @@ for i = 1, nlev do
       s[1], s[2] = n, e
     end
   end
+  if nb > 0 and not credits[i] then grant_held = true end
   raws[i], states[i] = raw, s
   p = next_spec[i]
   seen = seen + nb
@@ -205,6 +238,14 @@ end
 -- The output to grant: all of it, or as much as fits, but never below the min.
 local grant = room - room % 1
 if grant < min_out then grant = min_out end
+-- The learned output and its spend, where levels hold it (less than the grant).
+if learned and (learned >= grant or lmask == 0) then learned, lmask = nil, 0 end
+local lspend = 0
+if learned then
+  local grant = learned
+  --@splice reservation_spend
+  lspend = spend
+end
 --@splice reservation_spend
 
 -- Check: every bucket and limit in plan order, taking the cost in the states
@@ -220,7 +261,9 @@ end
 p, seen = FIRST, 0
 for i = 1, nlev do
   local nb, clim, s, ttl = spec[p], spec[p + 1], states[i], 0
-  local q = p + 3
+  local held, held_spend = grant, spend
+  if learned and credits[i] then held, held_spend = learned, lspend end
+  local q = p + 6
   for b = 1, nb do
     local id, lim = spec[q], spec[q + 1]
     if id % DIM >= WINDOWS then q = q + 5 else q = q + 2 end
@@ -276,13 +319,23 @@ for i = 1, nlev do
   end
   s = trim_foreign(s, nb, now)
   raws[i] = write_level(KEYS[i], s, ttl, ARGV[7 + i], DOUBLES, now, ARGV[2], lease)
+  if learned and credits[i] then
+    redis.call('HSET', KEYS[i], 'o', struct.pack('<dd', credits[i] - (grant - learned), now))
+  end
   p = next_spec[i]
+end
+local learned_part, reserved = '', grant
+if learned then
+  learned_part = struct.pack('<Bdd', lmask, learned, lspend)
+  -- Every level with buckets holds the learned output: that is all that is reserved.
+  if not grant_held then reserved = learned end
 end
 local ledger_at = 0
 if hret > 0 then ledger_at = now end
 redis.call('SET', KEYS[nlev + 1],
   RESERVED .. struct.pack('<dd', prompt + grant, exp) .. string.sub(ARGV[5], 1, REC_ESTIMATED - REC_MASK)
-    .. struct.pack('<dddd', estimated, grant, spend, ledger_at) .. string.sub(ARGV[5], REC_ESTIMATED - REC_MASK + 1),
+    .. struct.pack('<dddd', estimated, grant, spend, ledger_at) .. learned_part
+    .. string.sub(ARGV[5], REC_ESTIMATED - REC_MASK + 1),
   'PX', ARGV[3])
 if hret > 0 then
   local la = 8 + nlev
@@ -293,5 +346,6 @@ if ARGV[4] ~= '0' then
   redis.call('SET', KEYS[nlev + 2], string.sub(ARGV[2], 2), 'PX', ARGV[4])
 end
 local out = {REPLY_ALLOWED, now, grant, unpack(raws)}
+out[#out + 1] = reserved
 if reclaimed > 0 then out[#out + 1] = reclaimed end
 return out

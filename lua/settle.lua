@@ -9,13 +9,16 @@
 -- KEYS[n+1]   reservation record
 -- KEYS[n+2]   the estimator's samples (a list of doubles, newest first); absent on a
 --             Redis Cluster, where the caller pushes the sample apart (another slot)
+-- KEYS[n+3]   the completions' samples of the estimator key and tier (a list of
+--             doubles, newest first), when ARGV[1] keeps any; absent on a cluster
 -- ARGV[1]  spec: little-endian doubles
 --          n, mode (1 commit, 2 refund), actual tokens, actual prompt tokens (commit),
 --          samples kept (0: the prompt is no upstream count, no sample), actual input tokens (the prompt less what the model group
 --          does not count: cached tokens), actual cost (µ$), cached prompt tokens,
 --          hret and dret (ledger rows' retention past their hour and day, µs; 0:
---          no ledger), then per level:
---          level bit, bucket count b, then b times: id, limit (id as in reserve.lua;
+--          no ledger), completions kept (0: no completion sample), then per level:
+--          level bit, bucket count b, the overrun credit's capacity and refill
+--          period (us; 0: none), then b times: id, limit (id as in reserve.lua;
 --          a calendar window's three more doubles follow, as in reserve.lua)
 -- ARGV[2]  lease field '#<nonce>'   ARGV[3] record retention (ms)   ARGV[4] owner tag (8 bytes)
 -- ARGV[5]  '<' followed by at least as many 'd' as the longest state or spec
@@ -36,7 +39,10 @@
 -- overfilling; it touches token buckets only: tokens by actual - reserved, input
 -- tokens by actual input - prompt reserved, output tokens by completion - output
 -- granted. Refund returns the tokens and the request. A record of the previous
--- layout (no granted output) reads as all prompt. Both free the lease, expired or not. A level left with no lease has
+-- layout (no granted output) reads as all prompt. A level that held the learned output
+-- (the record's learned mask) moves by what it held, and gets the credit its
+-- reservation took (grant - learned) back, never above its capacity (a credit no
+-- longer stored is full already). Both free the lease, expired or not. A level left with no lease has
 -- no earliest expiry (0); otherwise the stored expiry stays a lower bound (the
 -- next reserve after it passes recomputes it; status.lua reads the real one).
 -- Finding the next lease on every settle would cost an HGETALL: measured 3x the
@@ -68,32 +74,56 @@ local estimated = struct.unpack('<d', rec, REC_ESTIMATED)
 local granted, spent, lat = 0, 0, 0
 if #rec >= REC_LEN_V2 then granted, spent = struct.unpack('<dd', rec, REC_OUTPUT) end
 if #rec >= REC_LEN then lat = struct.unpack('<d', rec, REC_LEDGER_AT) end
-local dtok, dreq, din, dout, dspend, amount
-if spec[2] == 2 then
-  dtok, dreq, amount, state = -cost, -1, cost, REFUNDED
-  din, dout, dspend = -(cost - granted), -granted, -spent
-else
-  dtok, dreq = spec[3] - cost, 0
-  din, dout = spec[6] - (cost - granted), (spec[3] - spec[4]) - granted
-  dspend = spec[7] - spent
-  amount, state = dtok, COMMITTED
+-- The levels holding the learned output, and what they hold.
+local lmask, lout, lspend = 0, 0, 0
+if #rec == REC_LEN_LEARNED or #rec == REC_LEN_LEARNED_MIX then
+  lmask, lout, lspend = struct.unpack('<Bdd', rec, REC_LEARNED_MASK)
 end
--- What settling moves a bucket by, from its id's dimension digit.
+-- What settling a reservation of c tokens, g of them output, and sp uUSD moves the
+-- tokens, input, output and spend by.
+local function moving(c, g, sp)
+  if spec[2] == 2 then return -c, -(c - g), -g, -sp end
+  return spec[3] - c, spec[6] - (c - g), (spec[3] - spec[4]) - g, spec[7] - sp
+end
+local dtok, din, dout, dspend = moving(cost, granted, spent)
+local dreq, amount
+if spec[2] == 2 then
+  dreq, amount, state = -1, cost, REFUNDED
+else
+  dreq, amount, state = 0, dtok, COMMITTED
+end
+-- What settling moves a bucket of the level at hand by, from its id's dimension digit.
+local ltok, lin, lou, lsp
 local function delta(id)
   local kind = (id % GROUP - id % DIM) / DIM
-  if kind == TOKENS then return dtok
-  elseif kind == INPUT then return din
-  elseif kind == OUTPUT then return dout
-  elseif kind == SPEND then return dspend end
+  if kind == TOKENS then return ltok
+  elseif kind == INPUT then return lin
+  elseif kind == OUTPUT then return lou
+  elseif kind == SPEND then return lsp end
   return dreq
 end
 
 -- Read every level and compute its new state.
-local writes, p = {}, 11
+local writes, credits, p = {}, {}, 12
 for i = 1, nlev do
-  local lbit, nb = spec[p], spec[p + 1]
+  local lbit, nb, cap = spec[p], spec[p + 1], spec[p + 2]
+  ltok, lin, lou, lsp = dtok, din, dout, dspend
+  if lmask > 0 and bit.band(lmask, lbit) ~= 0 then
+    ltok, lin, lou, lsp = moving(cost - granted + lout, lout, lspend)
+    local o = cap > 0 and redis.call('HGET', KEYS[i], 'o')
+    if o then
+      local c0, t = struct.unpack('<dd', o)
+      local el = now - t
+      if el < 0 then el = 0 end
+      local c = c0 + el * cap / spec[p + 3]
+      if c > cap then c = cap end
+      c = c + (granted - lout)
+      if c > cap then c = cap end
+      credits[#credits + 1] = {KEYS[i], struct.pack('<dd', c, now)}
+    end
+  end
   local touched = false
-  local q = p + 2
+  local q = p + 4
   for b = 1, nb do
     local id = spec[q]
     if delta(id) ~= 0 then touched = true end
@@ -115,7 +145,7 @@ for i = 1, nlev do
     -- The last lease goes: no earliest expiry left.
     if holds and s[1] == 0 then s[2] = 0 end
     local ttl = 0
-    q = p + 2
+    q = p + 4
     for b = 1, nb do
       local id, lim = spec[q], spec[q + 1]
       local per = (id % DIM) * 1e6
@@ -160,6 +190,7 @@ for w = 1, #writes do
     redis.call('PEXPIRE', key, ms + (-ms) % 1)
   end
 end
+for w = 1, #credits do redis.call('HSET', credits[w][1], 'o', credits[w][2]) end
 redis.call('SET', rkey, state .. string.sub(rec, REC_COST, REC_AMOUNT - 1)
   .. struct.pack('<d', amount) .. string.sub(rec, REC_ESTIMATED), 'PX', ARGV[3])
 -- The estimator sample: the actual and counted prompt tokens and the record's mix, or
@@ -167,8 +198,8 @@ redis.call('SET', rkey, state .. string.sub(rec, REC_COST, REC_AMOUNT - 1)
 -- cluster) the reply carries it for the caller to push.
 local sample
 if state == COMMITTED and estimated > 0 and spec[4] > 0 and spec[5] > 0 then
-  if #rec == REC_LEN_MIX then
-    sample = struct.pack('<I4I4', spec[4], estimated) .. string.sub(rec, REC_MIX)
+  if #rec == REC_LEN_MIX or #rec == REC_LEN_LEARNED_MIX then
+    sample = struct.pack('<I4I4', spec[4], estimated) .. string.sub(rec, -MIX_BYTES)
   else
     sample = struct.pack('<d', spec[4] / estimated)
   end
@@ -179,6 +210,13 @@ if state == COMMITTED and estimated > 0 and spec[4] > 0 and spec[5] > 0 then
     redis.call('PEXPIRE', samples, SAMPLES_TTL_MS)
     sample = nil
   end
+end
+-- The completion's sample, for a tier that learns its output.
+if state == COMMITTED and spec[11] > 0 and KEYS[nlev + 3] then
+  local outs = KEYS[nlev + 3]
+  redis.call('LPUSH', outs, struct.pack('<d', spec[3] - spec[4]))
+  redis.call('LTRIM', outs, 0, spec[11] - 1)
+  redis.call('PEXPIRE', outs, SAMPLES_TTL_MS)
 end
 if spec[9] > 0 then
   local d = {0, 0, -1, 0, 0, 0, 0, 0, 0, 0}

@@ -4,6 +4,8 @@
 -- all of it in an output bucket, what it pays for at the output price in a
 -- spend bucket (whole uUSD; free output is not bounded). The Rust definition
 -- is `BucketSpec::output_room` and `SpendRates::output_within` (src/domain/).
+-- A level that `holds` less than the max (the learned output) bounds the
+-- grant only below what it holds (src/domain/budget/reserve.rs).
 -- build.rs splices this file where a script says `--@splice output_room`.
 local above = l - headroom * lim
 local fits = room
@@ -12,4 +14,4 @@ elseif kind == OUTPUT then fits = above
 elseif kind == SPEND and output_price > 0 then
   fits = math.floor((math.floor(above) * 1e6 - prompt_spend) / output_price)
 end
-if fits < room then room = fits end
+if fits < room and fits < holds then room = fits end

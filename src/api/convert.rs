@@ -212,6 +212,7 @@ pub(super) fn reserve_response(out: ReserveOutcome) -> pb::CheckAndReserveRespon
         estimated_prompt_tokens: out.estimated_prompt_tokens,
         estimator_multiplier: out.estimator_multiplier,
         granted_max_output_tokens: out.granted_max_output_tokens,
+        reserved_output_tokens: out.reserved_output_tokens,
         degraded: out.degraded,
         ..Default::default()
     };
@@ -258,6 +259,15 @@ pub(super) fn estimator_response(views: Vec<EstimatorView>) -> pb::GetEstimatorR
                     bound: f.bound,
                     samples: f.samples as u64,
                 }),
+                learned_outputs: v
+                    .learned_outputs
+                    .into_iter()
+                    .map(|(tier, l)| pb::LearnedOutput {
+                        tier,
+                        samples: l.samples as u64,
+                        tokens: l.tokens.unwrap_or(0),
+                    })
+                    .collect(),
             })
             .collect(),
     }

@@ -224,6 +224,7 @@ fn slots_of(level: Level, group: &Arc<ModelGroup>) -> LevelPlan {
         slots: true,
         buckets: Vec::new(),
         concurrency: None,
+        overrun: None,
     }
 }
 

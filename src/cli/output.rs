@@ -12,6 +12,7 @@ use crate::config::{
     SpendSection, UNLIMITED,
 };
 use crate::domain::{LevelLimits, ModelLimits, Rate, Setting, Tier};
+use crate::domain::output::OutputReservation;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -264,6 +265,16 @@ pub(super) fn level_section(level: &LevelLimits) -> LevelSection {
         output_tokens: rates(&level.output_tokens),
         spend: level.spend.iter().map(SpendSection::of).collect(),
         concurrency: level.concurrency,
+        output_reservation: level
+            .output
+            .is_learned()
+            .then(|| level.output.as_str().to_owned()),
+        output_overrun: match level.output {
+            OutputReservation::Learned { overrun_permille } => {
+                Some(f64::from(overrun_permille) / 1000.0)
+            }
+            OutputReservation::Max => None,
+        },
     }
 }
 

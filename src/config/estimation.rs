@@ -52,6 +52,15 @@ pub struct EstimatorSection {
     /// The quantile of the fit's leave-one-out ratios reserved as margin.
     #[serde(default = "default_content_quantile")]
     pub content_quantile: f64,
+    /// The quantile of recent completions a learned output reservation holds.
+    #[serde(default = "default_output_quantile")]
+    pub output_quantile: f64,
+    /// Completions kept per (estimator key, tier).
+    #[serde(default = "default_output_window")]
+    pub output_window: usize,
+    /// Completions needed before a learned output applies.
+    #[serde(default = "default_output_min_samples")]
+    pub output_min_samples: usize,
 }
 
 impl EstimatorSection {
@@ -99,6 +108,24 @@ impl EstimatorSection {
                 "must be above 0.5 and below 1 (0.985: 1.5% of prompts may exceed their reservation)",
             ));
         }
+        within(
+            "estimator.output_window",
+            self.output_window as u64,
+            10,
+            10_000,
+        )?;
+        within(
+            "estimator.output_min_samples",
+            self.output_min_samples as u64,
+            1,
+            self.output_window as u64,
+        )?;
+        if !(self.output_quantile > 0.5 && self.output_quantile < 1.0) {
+            return Err(LimitsError::new(
+                "estimator.output_quantile",
+                "must be above 0.5 and below 1 (0.95: 5% of completions may use more than is reserved)",
+            ));
+        }
         Ok(crate::estimator::AdaptiveSettings {
             window: self.window,
             min_samples: self.min_samples,
@@ -110,6 +137,11 @@ impl EstimatorSection {
                 window: self.content_window,
                 min_samples: self.content_min_samples,
                 quantile: self.content_quantile,
+            },
+            output: crate::estimator::output::OutputSettings {
+                window: self.output_window,
+                min_samples: self.output_min_samples,
+                quantile: self.output_quantile,
             },
         })
     }
@@ -176,4 +208,13 @@ fn default_content_min_samples() -> usize {
 }
 fn default_content_quantile() -> f64 {
     crate::estimator::content::ContentSettings::default().quantile
+}
+fn default_output_quantile() -> f64 {
+    crate::estimator::output::OutputSettings::default().quantile
+}
+fn default_output_window() -> usize {
+    crate::estimator::output::OutputSettings::default().window
+}
+fn default_output_min_samples() -> usize {
+    crate::estimator::output::OutputSettings::default().min_samples
 }

@@ -3,6 +3,7 @@
 
 use super::money::{SpendSection, spend_rates};
 use super::rates::{RateSection, rates};
+use crate::domain::output::OutputReservation;
 use crate::domain::{LevelLimits, LimitsError};
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +29,13 @@ pub struct LevelSection {
     /// Requests in flight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u64>,
+    /// `"max"` (default) or `"learned"`: how much output a reservation holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_reservation: Option<String>,
+    /// With `"learned"`: the overrun credit, a share of the level's token
+    /// limit (default 0.5, at most 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_overrun: Option<f64>,
 }
 
 impl LevelSection {
@@ -40,6 +48,45 @@ impl LevelSection {
             output_tokens: rates(&format!("{path}.output_tokens"), &self.output_tokens)?,
             spend: spend_rates(&format!("{path}.spend"), &self.spend)?,
             concurrency: self.concurrency,
+            output: self.output(path)?,
+        })
+    }
+
+    /// The output reservation as written: `output_reservation` and
+    /// `output_overrun`, checked.
+    fn output(&self, path: &str) -> Result<OutputReservation, LimitsError> {
+        let learned = match self.output_reservation.as_deref() {
+            None | Some("max") => false,
+            Some("learned") => true,
+            Some(other) => {
+                return Err(LimitsError::new(
+                    format!("{path}.output_reservation"),
+                    format!("{other:?} is not an output reservation; use \"max\" or \"learned\""),
+                ));
+            }
+        };
+        let max = f64::from(OutputReservation::MAX_OVERRUN_PERMILLE) / 1000.0;
+        let overrun = match self.output_overrun {
+            None => OutputReservation::DEFAULT_OVERRUN_PERMILLE,
+            Some(_) if !learned => {
+                return Err(LimitsError::new(
+                    format!("{path}.output_overrun"),
+                    "goes with output_reservation = \"learned\"",
+                ));
+            }
+            Some(o) if (0.0..=max).contains(&o) => (o * 1000.0).round() as u32,
+            Some(o) => {
+                return Err(LimitsError::new(
+                    format!("{path}.output_overrun"),
+                    format!("must be between 0 and {max} (a share of the level's token limit), got {o}"),
+                ));
+            }
+        };
+        Ok(match learned {
+            true => OutputReservation::Learned {
+                overrun_permille: overrun,
+            },
+            false => OutputReservation::Max,
         })
     }
 }

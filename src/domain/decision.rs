@@ -218,6 +218,7 @@ mod tests {
                 },
             ],
             concurrency: Some(2),
+            overrun: None,
             group: None,
             slots: false,
         }]

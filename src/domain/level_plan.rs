@@ -13,6 +13,7 @@ use super::bucket::{BucketSpec, Windowed};
 use super::level::{Dimension, Level};
 use super::limits::Limits;
 use super::model::ModelGroup;
+use super::output::OverrunCredit;
 use super::tier::{LevelLimits, ModelLimits, ShadowLimits, Tier};
 use std::sync::Arc;
 
@@ -31,6 +32,8 @@ pub struct LevelPlan {
     pub buckets: Vec<BucketSpec>,
     /// The concurrency limit; `None` means unlimited (no lease is kept).
     pub concurrency: Option<u64>,
+    /// The overrun credit, when the level holds the learned output.
+    pub overrun: Option<OverrunCredit>,
 }
 
 impl LevelPlan {
@@ -45,6 +48,7 @@ impl LevelPlan {
             slots: false,
             buckets,
             concurrency: limits.concurrency,
+            overrun: OverrunCredit::of(limits),
         }
     }
 
@@ -70,6 +74,7 @@ impl LevelPlan {
             slots: false,
             buckets,
             concurrency: all.concurrency,
+            overrun: OverrunCredit::of(all).or_else(|| OverrunCredit::of(of_group)),
         };
         let slots = LevelPlan {
             level,
@@ -77,6 +82,7 @@ impl LevelPlan {
             slots: true,
             buckets: Vec::new(),
             concurrency: of_group.concurrency,
+            overrun: None,
         };
         (main, slots)
     }
@@ -118,6 +124,10 @@ impl LevelPlan {
                 })
                 .collect(),
             concurrency: self.concurrency.map(|c| (c / parts).max(1)),
+            overrun: self.overrun.map(|o| OverrunCredit {
+                capacity: o.capacity / parts,
+                ..o
+            }),
             ..self.clone()
         }
     }

@@ -131,6 +131,20 @@ impl Limits {
         }
     }
 
+    /// True when some level a request on `tier` passes through holds the
+    /// learned output: its Commits then keep completion samples.
+    pub fn learns_output(&self, tier: &Tier) -> bool {
+        let learned = |l: &LevelLimits| l.output.is_learned();
+        learned(&self.global)
+            || learned(&tier.tenant)
+            || learned(&tier.user)
+            || tier
+                .models
+                .values()
+                .any(|m| learned(&m.tenant) || learned(&m.user))
+            || self.models.values().any(|g| learned(&g.global))
+    }
+
     /// The tier names, for error messages that list the valid choices.
     pub fn tier_names(&self) -> String {
         self.tiers.keys().cloned().collect::<Vec<_>>().join(", ")

@@ -17,6 +17,7 @@ pub mod level;
 pub mod level_plan;
 pub mod limits;
 pub mod mix;
+pub mod output;
 pub mod model;
 pub mod overrides;
 pub mod plan;

@@ -87,6 +87,7 @@ impl LevelOverride {
             output_tokens: self.output_tokens.over(&tier.output_tokens),
             spend: self.spend.over(&tier.spend),
             concurrency: self.concurrency.over(tier.concurrency),
+            output: tier.output,
         }
     }
 

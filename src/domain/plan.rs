@@ -123,6 +123,9 @@ pub struct ReservePlan {
     /// The raw count's mix, with the content-aware correction: the record
     /// keeps it for the Commit's estimator sample.
     pub prompt_mix: Option<PromptMix>,
+    /// The learned output (estimator key and tier): what levels holding the
+    /// learned output hold; `None` until enough completions were seen.
+    pub learned_output: Option<u64>,
     /// Lease length.
     pub lease_ttl_ms: u64,
     /// The caller's idempotency key, if any.
@@ -264,6 +267,7 @@ pub fn prepare(
         min_output_tokens: min_output.min(max_output),
         estimated_prompt_tokens: count.estimated,
         prompt_mix: count.mix,
+        learned_output: None,
         lease_ttl_ms,
         idempotency_key: req.idempotency_key.clone(),
         fingerprint,

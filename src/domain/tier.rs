@@ -5,6 +5,7 @@
 
 use super::level::Dimension;
 use super::window::Window;
+use super::output::OutputReservation;
 use std::collections::BTreeMap;
 
 /// Shortest period a rate may use.
@@ -57,9 +58,24 @@ pub struct LevelLimits {
     pub spend: Vec<Rate>,
     /// Requests in flight at once.
     pub concurrency: Option<u64>,
+    /// How much output a reservation holds here: the grant, or the learned
+    /// output (`output_reservation`, `output_overrun`).
+    pub output: OutputReservation,
 }
 
 impl LevelLimits {
+    /// The rate a learned output's overrun credit is sized on: the shortest
+    /// rolling token rate, else the shortest rolling output-token rate.
+    pub fn overrun_basis(&self) -> Option<&Rate> {
+        fn rolling(rates: &[Rate]) -> Option<&Rate> {
+            rates
+                .iter()
+                .filter(|r| r.window.is_none())
+                .min_by_key(|r| r.period_secs)
+        }
+        rolling(&self.tokens).or_else(|| rolling(&self.output_tokens))
+    }
+
     /// True when nothing at this level is limited: the level costs no store work.
     pub fn is_unlimited(&self) -> bool {
         self.has_no_rates() && self.concurrency.is_none()
@@ -136,6 +152,13 @@ impl LevelLimits {
             return Err(LimitsError::new(
                 format!("{path}.concurrency"),
                 format!("must be between 1 and 1000000, got {c}"),
+            ));
+        }
+        if self.output.is_learned() && self.overrun_basis().is_none() {
+            return Err(LimitsError::new(
+                format!("{path}.output_reservation"),
+                "\"learned\" needs a rolling tokens or output_tokens rate at this level \
+                 (its overrun credit is sized on it); add one, or use \"max\"",
             ));
         }
         Ok(())

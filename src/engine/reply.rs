@@ -24,6 +24,9 @@ pub struct ReserveOutcome {
     pub max_output_tokens: u64,
     /// Output tokens granted: `max_output_tokens`, or less with reduced output.
     pub granted_max_output_tokens: u64,
+    /// Output tokens reserved: the most any level holds (the grant, or less
+    /// where every level holds the learned output).
+    pub reserved_output_tokens: u64,
     /// The service's raw prompt count (0 when the caller counted).
     pub estimated_prompt_tokens: u64,
     /// The correction applied to the count (1 for caller counts).
@@ -49,6 +52,7 @@ impl ReserveOutcome {
             reserved_tokens: 0,
             max_output_tokens: 0,
             granted_max_output_tokens: 0,
+            reserved_output_tokens: 0,
             estimated_prompt_tokens: 0,
             estimator_multiplier: 1.0,
             limits: Vec::new(),
@@ -75,6 +79,7 @@ impl ReserveOutcome {
             reserved_tokens: tokens,
             max_output_tokens,
             granted_max_output_tokens: 0,
+            reserved_output_tokens: 0,
             estimated_prompt_tokens: count.estimated,
             estimator_multiplier: count.multiplier,
             limits,
@@ -122,6 +127,7 @@ pub(super) fn outcome(
         reserved_tokens: plan.tokens(),
         max_output_tokens: plan.max_output_tokens,
         granted_max_output_tokens: 0,
+        reserved_output_tokens: 0,
         estimated_prompt_tokens: count.estimated,
         estimator_multiplier: count.multiplier,
         limits: Vec::new(),
@@ -134,10 +140,12 @@ pub(super) fn outcome(
         ReserveReply::Allowed {
             readings,
             granted_output,
+            reserved_output,
             ..
         } => ReserveOutcome {
             reservation_id: Some(plan.id.to_string()),
-            reserved_tokens: plan.prompt_tokens + granted_output,
+            reserved_tokens: plan.prompt_tokens + reserved_output,
+            reserved_output_tokens: reserved_output,
             granted_max_output_tokens: granted_output,
             limits: decision::limit_states(&plan.levels, &readings),
             lease_expires_in_ms: plan.lease_ttl_ms,

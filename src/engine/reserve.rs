@@ -33,7 +33,7 @@ impl<S: Store> Engine<S> {
             priorities: self.settings.priorities,
             now_us: self.store.now_us(),
         };
-        let plan = match plan::prepare(&req, &count, &terms)? {
+        let mut plan = match plan::prepare(&req, &count, &terms)? {
             Prepared::Plan(plan) => plan,
             Prepared::Refused {
                 denial,
@@ -49,6 +49,9 @@ impl<S: Store> Engine<S> {
         // Every later line of this call names the reservation.
         tracing::Span::current().record("reservation", tracing::field::display(&plan.id));
         self.check_price(&plan, &req.model, &limits)?;
+        if plan.levels.iter().any(|l| l.overrun.is_some()) {
+            plan.learned_output = self.learned_output(&plan.id.estimator, &tier.name).await;
+        }
         self.reserve_plan(plan, &tier, &count).await
     }
 
@@ -166,7 +169,14 @@ impl<S: Store> Engine<S> {
     /// counting reads it.
     async fn count(&self, req: &mut ReserveRequest, tier: &Tier) -> PromptCount {
         let prompt = match &mut req.prompt {
-            PromptInput::Tokens(n) => return PromptCount::given(*n),
+            PromptInput::Tokens(n) => {
+                // The key names the model's completions too (a learned output).
+                let estimator = self.counter.rules().estimator_key(&req.model).to_string();
+                return PromptCount {
+                    estimator,
+                    ..PromptCount::given(*n)
+                };
+            }
             PromptInput::Text(prompt) => std::mem::replace(prompt, Prompt::Text(String::new())),
         };
         let mixed = self.multipliers.settings().correction == Correction::Content;

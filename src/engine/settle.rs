@@ -130,6 +130,7 @@ impl<S: Store> Engine<S> {
         };
         let usage = Usage {
             learn,
+            output_kept: self.output_kept(&id),
             ..self.usage(&id, prompt, completion, cached_prompt_tokens)
         };
         let levels = self.settlement_levels(&id);
@@ -167,6 +168,10 @@ impl<S: Store> Engine<S> {
                 };
                 telemetry::committed(&id.tier, prompt + completion, token_delta);
                 telemetry::cost(id.tenant.as_str(), &id.group, usage.cost);
+                let usage = Usage {
+                    output_kept: 0,
+                    ..usage
+                };
                 self.shadow_settle(&id, ShadowSettle::Commit(usage)).await;
                 Ok(CommitOutcome {
                     outcome: Outcome::Applied,
@@ -217,6 +222,19 @@ impl<S: Store> Engine<S> {
             cached,
             cost: price.actual(prompt, cached, completion),
             learn: true,
+            output_kept: 0,
+        }
+    }
+
+    /// Completions kept for the reservation's (estimator key, tier) when a
+    /// level of its tier holds the learned output; else 0 (none kept).
+    fn output_kept(&self, id: &ReservationId) -> usize {
+        let learns = self
+            .tier_of(id)
+            .is_some_and(|t| self.limits().learns_output(&t));
+        match learns && !id.estimator.is_empty() && !id.local {
+            true => self.multipliers.outputs().settings().window,
+            false => 0,
         }
     }
 

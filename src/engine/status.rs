@@ -9,6 +9,7 @@ use crate::domain::decision::{self, LimitState};
 use crate::domain::plan;
 use crate::domain::{Level, Reading, TenantId, UserId};
 use crate::estimator::content::ContentFit;
+use crate::estimator::output::LearnedOutput;
 use crate::estimator::{Correction, Corrector};
 use crate::store::{Scope, Store, StoreError};
 
@@ -66,6 +67,8 @@ pub struct EstimatorView {
     pub correction: Correction,
     /// The content-aware fit, once it has enough samples.
     pub fit: Option<ContentFit>,
+    /// The learned output of each tier reserving under the key, by tier.
+    pub learned_outputs: Vec<(String, LearnedOutput)>,
 }
 
 impl<S: Store> Engine<S> {
@@ -129,12 +132,25 @@ impl<S: Store> Engine<S> {
             self.multipliers.get(key);
             self.load_estimator(key).await?;
         }
+        let outputs = self.multipliers.outputs().snapshot();
+        for ((key, _), _) in &outputs {
+            // A key only learning outputs (caller-counted prompts) is shown too.
+            self.multipliers.get(key);
+        }
+        let of_key = |key: &str| -> Vec<(String, LearnedOutput)> {
+            outputs
+                .iter()
+                .filter(|((k, _), _)| k == key)
+                .map(|((_, tier), l)| (tier.clone(), l.clone()))
+                .collect()
+        };
         Ok(self
             .multipliers
             .snapshot()
             .into_iter()
             .filter(|(k, _)| wanted.as_ref().is_none_or(|w| w == k))
             .map(|(key, s)| EstimatorView {
+                learned_outputs: of_key(&key),
                 key,
                 multiplier: s.multiplier,
                 samples: s.samples as u64,
@@ -165,6 +181,28 @@ impl<S: Store> Engine<S> {
         }
     }
 
+    /// The learned output of (`key`, `tier`): read from the store first when
+    /// this replica never has (as [`Self::corrector`] does); `None` until
+    /// enough completions, or while the store cannot say.
+    pub(super) async fn learned_output(&self, key: &str, tier: &str) -> Option<u64> {
+        let outputs = self.multipliers.outputs();
+        let (cached, read) = outputs.lookup(key, tier);
+        if read {
+            return cached;
+        }
+        let pair = [(key.to_owned(), tier.to_owned())];
+        match self
+            .guarded("estimator", self.store.output_samples(&pair))
+            .await
+        {
+            Ok(samples) => outputs.update(key, tier, samples.first().map_or(&[][..], Vec::as_slice)),
+            Err(e) => {
+                tracing::debug!(key, tier, error = %e, "completion samples unavailable; holding the whole output");
+                cached
+            }
+        }
+    }
+
     /// Reads `key`'s samples from the store, through the breaker, and installs
     /// them; returns the correction.
     async fn load_estimator(&self, key: &str) -> Result<Corrector, StoreError> {
@@ -180,7 +218,7 @@ impl<S: Store> Engine<S> {
     /// their multipliers. The server runs this every half second.
     pub async fn refresh_estimators(&self) -> Result<usize, StoreError> {
         let keys = self.multipliers.active_keys();
-        if keys.is_empty() {
+        if keys.is_empty() && self.multipliers.outputs().active_pairs().is_empty() {
             return Ok(0);
         }
         if self.breaker_state() == super::BreakerState::Open {
@@ -193,6 +231,16 @@ impl<S: Store> Engine<S> {
             let corrector = self.multipliers.update(key, s);
             crate::telemetry::multiplier(key, corrector.multiplier);
         }
-        Ok(keys.len())
+        let outputs = self.multipliers.outputs();
+        let pairs = outputs.active_pairs();
+        if !pairs.is_empty() {
+            let samples = self
+                .guarded("estimator", self.store.output_samples(&pairs))
+                .await?;
+            for ((key, tier), s) in pairs.iter().zip(&samples) {
+                outputs.update(key, tier, s);
+            }
+        }
+        Ok(keys.len() + pairs.len())
     }
 }

@@ -10,6 +10,7 @@
 //! has enough samples.
 
 use super::content::{self, ContentFit, ContentSettings, upper_quantile};
+use super::output::{OutputSettings, Outputs};
 use crate::domain::mix::{EstimatorSample, PromptMix};
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -52,6 +53,8 @@ pub struct AdaptiveSettings {
     pub correction: Correction,
     /// How the content-aware correction learns.
     pub content: ContentSettings,
+    /// How the learned output learns.
+    pub output: OutputSettings,
 }
 
 impl Default for AdaptiveSettings {
@@ -64,6 +67,7 @@ impl Default for AdaptiveSettings {
             max: 3.0,
             correction: Correction::Content,
             content: ContentSettings::default(),
+            output: OutputSettings::default(),
         }
     }
 }
@@ -139,6 +143,7 @@ pub struct KeyState {
 pub struct Multipliers {
     settings: AdaptiveSettings,
     keys: RwLock<HashMap<String, KeyState>>,
+    outputs: Outputs,
 }
 
 /// Keys unused this long are no longer refreshed (and forgotten).
@@ -150,7 +155,13 @@ impl Multipliers {
         Multipliers {
             settings,
             keys: RwLock::new(HashMap::new()),
+            outputs: Outputs::new(settings.output),
         }
+    }
+
+    /// The learned outputs, refreshed beside the multipliers.
+    pub fn outputs(&self) -> &Outputs {
+        &self.outputs
     }
 
     /// The settings.

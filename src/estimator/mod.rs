@@ -11,6 +11,8 @@
 //!   store.
 //! - [`content`]: the content-aware correction: a cost per content group,
 //!   fitted on the samples' mixes.
+//! - [`output`]: the learned output: a quantile of recent completions per
+//!   (estimator key, tier).
 //! - [`pool`]: counting off the async executor, on a bounded blocking pool.
 
 pub mod adaptive;
@@ -18,6 +20,7 @@ pub mod content;
 pub mod count;
 pub mod encoding;
 pub mod heuristic;
+pub mod output;
 pub mod pool;
 
 pub use adaptive::{AdaptiveSettings, Correction, Corrector, Multipliers};

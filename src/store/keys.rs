@@ -12,6 +12,7 @@
 //! ctxb:{T}:r:<nonce>           string one reservation's record
 //! ctxb:{T}:i:<K>               string idempotency key → reservation nonce
 //! ctxb:e:<M>                   list   adaptive estimator samples of key M
+//! ctxb:o:<M>:<R>               list   completions (output tokens) under estimator key M, tier R
 //! ctxb:{T}:l:h:<hour>          hash   usage ledger: one hour's rows, field <group>
 //! ctxb:{T}:l:d:<day>           hash   usage ledger: one UTC day's rows, field <group>:<U>
 //! ```
@@ -47,6 +48,8 @@
 //! # Level hash fields
 //! ```text
 //! s           the level's state: buckets and lease count (see `domain::budget::state`)
+//! o           a learned output's overrun credit and when it was written (µs):
+//!             two little-endian doubles (see `domain::output`)
 //! #<nonce>    one live lease: its expiry in µs, a little-endian double
 //! ```
 
@@ -177,6 +180,12 @@ impl Keys {
     /// The list of estimator samples of one estimator key.
     pub fn estimator(&self, key: &str) -> String {
         format!("{}e:{}", self.prefix, encode(key))
+    }
+
+    /// The list of completions' output tokens under estimator key `key` and
+    /// tier `tier` (what a learned output reservation learns from).
+    pub fn output_samples(&self, key: &str, tier: &str) -> String {
+        format!("{}o:{}:{}", self.prefix, encode(key), encode(tier))
     }
 
     /// What every ledger key of `tenant` starts with: the scripts append

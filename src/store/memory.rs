@@ -46,6 +46,8 @@ struct Data {
     idempotency: HashMap<String, (String, i64)>,
     /// Estimator samples by key, newest first (Redis: a capped list).
     samples: HashMap<String, (VecDeque<EstimatorSample>, i64)>,
+    /// Completions' output tokens by key, newest first (Redis: a capped list).
+    outputs: HashMap<String, (VecDeque<u64>, i64)>,
     /// Usage-ledger hashes: rows by field.
     ledger: HashMap<String, (BTreeMap<String, Row>, i64)>,
     next_sweep_us: i64,
@@ -77,6 +79,7 @@ impl<C: Clock> MemoryStore<C> {
             d.records.retain(|_, (_, exp)| *exp > now);
             d.idempotency.retain(|_, (_, exp)| *exp > now);
             d.samples.retain(|_, (_, exp)| *exp > now);
+            d.outputs.retain(|_, (_, exp)| *exp > now);
             d.ledger.retain(|_, (_, exp)| *exp > now);
             d.next_sweep_us = now + 1_000_000;
         }
@@ -138,16 +141,12 @@ impl<C: Clock> MemoryStore<C> {
             (out, kept)
         });
         if let Some(sample) = out.sample {
-            let window = self.retention.samples.max(1);
             let key = self.keys.estimator(&s.id.estimator);
-            let (samples, expires_at) = d.samples.entry(key).or_default();
-            if *expires_at <= now {
-                // The list expired (Redis would have dropped it): start anew.
-                samples.clear();
-            }
-            samples.push_front(sample);
-            samples.truncate(window);
-            *expires_at = expiry(now, SAMPLES_TTL_MS);
+            push_capped(&mut d.samples, key, sample, self.retention.samples, now);
+        }
+        if let (Some(sample), Settle::Commit(usage)) = (out.output_sample, how) {
+            let key = self.keys.output_samples(&s.id.estimator, &s.id.tier);
+            push_capped(&mut d.outputs, key, sample, usage.output_kept, now);
         }
         if let Some(entry) = out.ledger {
             self.enter(&mut d, s.id, entry, now);
@@ -346,6 +345,20 @@ impl<C: Clock + Clone> Store for MemoryStore<C> {
             .collect())
     }
 
+    async fn output_samples(&self, pairs: &[(String, String)]) -> Result<Vec<Vec<u64>>, StoreError> {
+        let now = self.clock.now_us();
+        let d = self.lock(now);
+        Ok(pairs
+            .iter()
+            .map(|(key, tier)| {
+                d.outputs
+                    .get(&self.keys.output_samples(key, tier))
+                    .filter(|(_, exp)| *exp > now)
+                    .map_or_else(Vec::new, |(s, _)| s.iter().copied().collect())
+            })
+            .collect())
+    }
+
     async fn ledger(
         &self,
         tenant: &TenantId,
@@ -387,4 +400,23 @@ impl<C: Clock + Clone> Store for MemoryStore<C> {
     fn describe(&self) -> String {
         "in-memory store (single process; state is lost on restart)".into()
     }
+}
+
+/// Pushes `sample` on the list `key` as settle.lua does: newest first, at
+/// most `window` kept, the list kept [`SAMPLES_TTL_MS`] from now.
+fn push_capped<T>(
+    lists: &mut HashMap<String, (VecDeque<T>, i64)>,
+    key: String,
+    sample: T,
+    window: usize,
+    now: i64,
+) {
+    let (samples, expires_at) = lists.entry(key).or_default();
+    if *expires_at <= now {
+        // The list expired (Redis would have dropped it): start anew.
+        samples.clear();
+    }
+    samples.push_front(sample);
+    samples.truncate(window.max(1));
+    *expires_at = expiry(now, SAMPLES_TTL_MS);
 }

@@ -222,6 +222,13 @@ pub trait Store: Send + Sync + 'static {
         keys: &[String],
     ) -> impl Future<Output = Result<Vec<Vec<EstimatorSample>>, StoreError>> + Send;
 
+    /// The completions' output tokens under each (estimator key, tier),
+    /// newest first (settle keeps [`Usage::output_kept`] of them).
+    fn output_samples(
+        &self,
+        pairs: &[(String, String)],
+    ) -> impl Future<Output = Result<Vec<Vec<u64>>, StoreError>> + Send;
+
     /// `tenant`'s usage-ledger rows of each period, by group then user.
     fn ledger(
         &self,

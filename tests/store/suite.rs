@@ -305,6 +305,7 @@ pub(crate) fn user_level(requests: u64, tokens: u64, concurrency: Option<u64>) -
             bucket(Dimension::Tokens, tokens),
         ],
         concurrency,
+        overrun: None,
     }
 }
 
@@ -326,6 +327,7 @@ pub(crate) fn plan(user: &str, levels: Vec<LevelPlan>, prompt: u64, output: u64)
         min_output_tokens: output,
         estimated_prompt_tokens: 0,
         prompt_mix: None,
+        learned_output: None,
         lease_ttl_ms: 30_000,
         idempotency_key: None,
         fingerprint: 7,
@@ -345,12 +347,13 @@ async fn an_allowed_reservation_reports_every_check<S: Store>(c: &Ctx<S>) {
     let ReserveReply::Allowed {
         readings,
         granted_output,
+        reserved_output,
         reclaimed,
     } = c.reserve(&p).await
     else {
         panic!("allowed");
     };
-    assert_eq!(granted_output, 50);
+    assert_eq!((granted_output, reserved_output), (50, 50));
     assert_eq!(reclaimed, Default::default());
     let lease = Reading::Concurrency {
         active: 1,
@@ -739,6 +742,7 @@ async fn foreign_buckets_touched_this_instant_are_kept<S: Store>(c: &Ctx<S>) {
                 })
                 .collect(),
             concurrency: None,
+            overrun: None,
         }]
     };
     assert!(allowed(
@@ -860,6 +864,7 @@ fn model_levels() -> Vec<LevelPlan> {
                 bucket(Dimension::OutputTokens, 500, group.tag()),
             ],
             concurrency: None,
+            overrun: None,
         },
         LevelPlan {
             level: Level::User,
@@ -867,6 +872,7 @@ fn model_levels() -> Vec<LevelPlan> {
             slots: true,
             buckets: Vec::new(),
             concurrency: Some(1),
+            overrun: None,
         },
     ]
 }
@@ -897,6 +903,7 @@ async fn input_and_output_tokens_take_their_part_and_settle_to_usage<S: Store>(c
         cached: 200,
         cost: 0,
         learn: true,
+        output_kept: 0,
     };
     assert!(matches!(
         c.commit_usage(&p, usage).await,
@@ -960,6 +967,7 @@ async fn a_calendar_window_resets_at_its_boundary_and_not_before<S: Store>(c: &C
             window: Some(Windowed { window, span }),
         }],
         concurrency: None,
+        overrun: None,
     }];
     let ask = || plan("alice", levels.clone(), 1, 1);
     for _ in 0..2 {
@@ -1012,6 +1020,7 @@ pub(crate) fn global_level(
         slots: false,
         buckets,
         concurrency,
+        overrun: None,
     }
 }
 

@@ -160,6 +160,7 @@ mod tests {
                     bucket(Dimension::Tokens, 100),
                 ],
                 concurrency: None,
+                overrun: None,
             }],
             requests,
             tokens,

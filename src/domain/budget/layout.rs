@@ -93,12 +93,26 @@ pub const REC_LEDGER_AT: usize = 67;
 /// The record's length in bytes, without a prompt mix.
 pub const REC_LEN: usize = 74;
 /// The prompt's mix ([`crate::domain::mix::PromptMix`]'s bytes), when the
-/// content-aware correction counted it: the record's optional last field.
+/// content-aware correction counted it: the record's optional last field,
+/// here in a record without a learned output.
 pub const REC_MIX: usize = 75;
 /// Bytes of a prompt mix: a little-endian `f32` per content group.
 pub const MIX_BYTES: usize = 28;
 /// The length of a record with a prompt mix.
 pub const REC_LEN_MIX: usize = REC_LEN + MIX_BYTES;
+/// With a learned output held at some level: one byte, the bit of each
+/// level holding it ([`crate::domain::LevelPlan::bit`]); then the learned
+/// output ([`REC_LEARNED_OUTPUT`]) and its spend ([`REC_LEARNED_SPEND`]).
+/// A prompt mix, if any, follows them: it is always a record's last bytes.
+pub const REC_LEARNED_MASK: usize = 75;
+/// The output tokens the levels of [`REC_LEARNED_MASK`] hold.
+pub const REC_LEARNED_OUTPUT: usize = 76;
+/// The spend (µ$) the levels of [`REC_LEARNED_MASK`] hold.
+pub const REC_LEARNED_SPEND: usize = 84;
+/// The length of a record with a learned output.
+pub const REC_LEN_LEARNED: usize = 91;
+/// The length of a record with a learned output and a prompt mix.
+pub const REC_LEN_LEARNED_MIX: usize = REC_LEN_LEARNED + MIX_BYTES;
 /// The length of a record written before [`REC_LEDGER_AT`] existed: read as
 /// not in the ledger, so its settlement enters the ledger whole.
 pub const REC_LEN_V2: usize = 66;
@@ -185,6 +199,10 @@ pub const LUA_CONSTANTS: &[(&str, f64)] = &[
     ("REC_LEN", REC_LEN as f64),
     ("REC_MIX", REC_MIX as f64),
     ("REC_LEN_MIX", REC_LEN_MIX as f64),
+    ("REC_LEARNED_MASK", REC_LEARNED_MASK as f64),
+    ("REC_LEN_LEARNED", REC_LEN_LEARNED as f64),
+    ("REC_LEN_LEARNED_MIX", REC_LEN_LEARNED_MIX as f64),
+    ("MIX_BYTES", MIX_BYTES as f64),
     ("REC_LEN_V2", REC_LEN_V2 as f64),
     ("LEDGER_FIELDS", LEDGER_FIELDS as f64),
     ("HOUR_US", HOUR_US),

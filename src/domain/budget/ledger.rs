@@ -264,6 +264,7 @@ mod tests {
             spend: 0.0,
             ledger_at,
             mix: None,
+            learned: None,
         }
     }
 

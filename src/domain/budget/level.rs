@@ -15,6 +15,9 @@ pub struct StoredLevel {
     pub leases: HashMap<String, f64>,
     /// When the key expires (µs), as the last write set it.
     pub expires_at_us: i64,
+    /// The `o` field: a learned level's overrun credit and when it was
+    /// written (µs); `None`: never written (full).
+    pub credit: Option<(f64, f64)>,
 }
 
 impl StoredLevel {

@@ -4,8 +4,9 @@
 
 use super::layout::{
     REC_AMOUNT, REC_COST, REC_ESTIMATED, REC_FINGERPRINT, REC_LEASE_EXPIRY, REC_LEDGER_AT, REC_LEN,
-    REC_LEN_MIX, REC_LEN_V1, REC_LEN_V2, REC_MASK, REC_MIX, REC_OUTPUT, REC_OWNER, REC_SPEND,
-    REC_STATE, STATE_COMMITTED, STATE_REFUNDED, STATE_RESERVED,
+    REC_LEARNED_MASK, REC_LEARNED_OUTPUT, REC_LEARNED_SPEND, REC_LEN_LEARNED, REC_LEN_LEARNED_MIX,
+    REC_LEN_MIX, REC_LEN_V1, REC_LEN_V2, REC_MASK, REC_OUTPUT, REC_OWNER, REC_SPEND, REC_STATE,
+    STATE_COMMITTED, STATE_REFUNDED, STATE_RESERVED, MIX_BYTES,
 };
 
 /// Where a reservation is in its life.
@@ -47,6 +48,30 @@ pub struct Record {
     /// The counted prompt's mix, when the content-aware correction made it:
     /// the Commit's estimator sample carries it.
     pub mix: Option<PromptMix>,
+    /// The learned output some levels hold instead of `output`.
+    pub learned: Option<LearnedOutput>,
+}
+
+/// The learned output held at some levels of a reservation (the others hold
+/// the granted output).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LearnedOutput {
+    /// The bits of the levels holding it ([`crate::domain::LevelPlan::bit`]).
+    pub mask: u8,
+    /// The output tokens they hold (less than the granted output).
+    pub output: f64,
+    /// The spend they hold, µ$.
+    pub spend: f64,
+}
+
+impl Record {
+    /// The output tokens and spend the level of `bit` holds.
+    pub fn held_at(&self, bit: u8) -> (f64, f64) {
+        match self.learned {
+            Some(l) if l.mask & bit != 0 => (l.output, l.spend),
+            _ => (self.output, self.spend),
+        }
+    }
 }
 
 use crate::domain::mix::PromptMix;
@@ -54,7 +79,7 @@ use crate::domain::mix::PromptMix;
 /// A stored record that is not a record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "a reservation record of {len} bytes starting {state:?} is not {REC_LEN} (or {REC_LEN_MIX}, {REC_LEN_V2} or {REC_LEN_V1}) bytes of a known state"
+    "a reservation record of {len} bytes starting {state:?} is not {REC_LEN} (or {REC_LEN_MIX}, {REC_LEN_LEARNED}, {REC_LEN_LEARNED_MIX}, {REC_LEN_V2} or {REC_LEN_V1}) bytes of a known state"
 )]
 pub struct BadRecord {
     /// Its length.
@@ -66,7 +91,7 @@ pub struct BadRecord {
 impl Record {
     /// The record's bytes as the scripts store them.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(REC_LEN_MIX);
+        let mut out = Vec::with_capacity(REC_LEN_LEARNED_MIX);
         out.push(match self.state {
             RecordState::Reserved => STATE_RESERVED,
             RecordState::Committed => STATE_COMMITTED,
@@ -83,6 +108,11 @@ impl Record {
         out.extend_from_slice(&self.spend.to_le_bytes());
         out.extend_from_slice(&self.ledger_at.to_le_bytes());
         debug_assert_eq!(out.len(), REC_LEN);
+        if let Some(l) = &self.learned {
+            out.push(l.mask);
+            out.extend_from_slice(&l.output.to_le_bytes());
+            out.extend_from_slice(&l.spend.to_le_bytes());
+        }
         if let Some(mix) = &self.mix {
             out.extend_from_slice(&mix.to_bytes());
         }
@@ -97,7 +127,15 @@ impl Record {
             len: bytes.len(),
             state: bytes.first().copied(),
         };
-        if ![REC_LEN_MIX, REC_LEN, REC_LEN_V2, REC_LEN_V1].contains(&bytes.len()) {
+        let lens = [
+            REC_LEN_LEARNED_MIX,
+            REC_LEN_LEARNED,
+            REC_LEN_MIX,
+            REC_LEN,
+            REC_LEN_V2,
+            REC_LEN_V1,
+        ];
+        if !lens.contains(&bytes.len()) {
             return Err(bad());
         }
         let state = match bytes[REC_STATE - 1] {
@@ -124,7 +162,19 @@ impl Record {
             output: since(REC_OUTPUT),
             spend: since(REC_SPEND),
             ledger_at: since(REC_LEDGER_AT),
-            mix: bytes.get(REC_MIX - 1..).and_then(PromptMix::from_bytes),
+            mix: match bytes.len() {
+                REC_LEN_MIX | REC_LEN_LEARNED_MIX => {
+                    PromptMix::from_bytes(&bytes[bytes.len() - MIX_BYTES..])
+                }
+                _ => None,
+            },
+            learned: (bytes.len() >= REC_LEN_LEARNED && bytes.len() != REC_LEN_MIX).then(|| {
+                LearnedOutput {
+                    mask: bytes[REC_LEARNED_MASK - 1],
+                    output: f64::from_le_bytes(word(REC_LEARNED_OUTPUT)),
+                    spend: f64::from_le_bytes(word(REC_LEARNED_SPEND)),
+                }
+            }),
         })
     }
 
@@ -160,7 +210,27 @@ mod tests {
             spend: 75_000.0,
             ledger_at: 1.7e15,
             mix: Some(PromptMix([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.5])),
+            learned: None,
         };
+        let learned = Record {
+            learned: Some(LearnedOutput {
+                mask: 6,
+                output: 40.0,
+                spend: 15_000.0,
+            }),
+            ..rec.clone()
+        };
+        let both = learned.encode();
+        assert_eq!(both.len(), REC_LEN_LEARNED_MIX);
+        assert_eq!(Record::decode(&both), Ok(learned.clone()));
+        assert_eq!(both[REC_LEN_LEARNED..], rec.encode()[REC_LEN..], "the mix is last");
+        let no_mix = Record {
+            mix: None,
+            ..learned.clone()
+        };
+        assert_eq!(Record::decode(&no_mix.encode()), Ok(no_mix.clone()));
+        assert_eq!(learned.held_at(2), (40.0, 15_000.0));
+        assert_eq!(learned.held_at(1), (200.0, 75_000.0));
         let bytes = rec.encode();
         assert_eq!(bytes.len(), REC_LEN_MIX);
         let no_mix = Record::decode(&bytes[..REC_LEN]).expect("a record without a mix reads");

@@ -27,6 +27,9 @@ pub enum ReserveReply {
         readings: Readings,
         /// Output tokens granted (the max, or less with reduced output).
         granted_output: u64,
+        /// Output tokens reserved: the most any level holds (less than the
+        /// grant where every level holds the learned output).
+        reserved_output: u64,
         /// Expired leases this call reclaimed (leases never settled).
         reclaimed: Reclaimed,
     },

@@ -18,7 +18,7 @@ use super::checks::DeniedChecks;
 use super::layout::{MAX_FOREIGN, MAX_TTL_US, RECLAIM_CAP};
 use super::ledger::{self, Entry};
 use super::level::StoredLevel;
-use super::record::{Record, RecordState};
+use super::record::{LearnedOutput, Record, RecordState};
 use super::replies::{Reclaimed, ReserveReply, Retention};
 use super::state::{self, BucketState, LevelState, bucket_id, ceil_ms};
 use crate::domain::bucket::Cost;
@@ -69,6 +69,8 @@ struct Read {
     buckets: Vec<(usize, f64)>,
     /// Output tokens every token bucket can hold besides the prompt.
     room: f64,
+    /// Per level: its overrun credit now, where it holds the learned output.
+    credits: Vec<Option<f64>>,
     reclaimed: Reclaimed,
 }
 
@@ -90,7 +92,8 @@ pub fn reserve(
     let mut read = read_levels(plan, levels, now);
     // The output to grant: all of it, or as much as fits, never below the min.
     let grant = read.room.floor().max(plan.min_output_tokens as f64);
-    let (denied, ttls) = check(plan, &mut read, grant, now);
+    let held = Held::of(plan, &read.credits, grant);
+    let (denied, ttls) = check(plan, &mut read, &held, now);
     let reclaimed = read.reclaimed;
     let readings = |levels: &[Option<StoredLevel>]| {
         state::readings_of(&plan.levels, |i| Some(&levels[i].as_ref()?.state), &[], now)
@@ -112,12 +115,15 @@ pub fn reserve(
         });
     }
     let exp = take(plan, levels, read.after, ttls, now_us, lease);
-    let record = new_record(plan, grant, exp, retention.ledger.map_or(0.0, |_| now));
+    take_credits(levels, &read.credits, &held, grant, now);
+    let mut record = new_record(plan, grant, exp, retention.ledger.map_or(0.0, |_| now));
+    record.learned = held.learned(plan);
     let ledger = retention.ledger.map(|_| ledger::reserved(now, record.cost));
     Reserved {
         reply: ReserveReply::Allowed {
             readings: readings(levels),
             granted_output: grant as u64,
+            reserved_output: held.largest(plan) as u64,
             reclaimed,
         },
         record: Some((record, plan.lease_ttl_ms + retention.record_ms)),
@@ -145,6 +151,93 @@ fn new_record(plan: &ReservePlan, grant: f64, exp: f64, ledger_at: f64) -> Recor
         spend: spend_rates(plan).spend(grant),
         ledger_at,
         mix: plan.prompt_mix,
+        learned: None,
+    }
+}
+
+/// What each level holds of a reservation granted `grant` output tokens.
+struct Held {
+    /// The granted output and its spend.
+    grant: (f64, f64),
+    /// The learned output and its spend, when some level holds it.
+    learned: Option<(f64, f64)>,
+    /// Per level: whether it holds the learned output.
+    at: Vec<bool>,
+}
+
+impl Held {
+    fn of(plan: &ReservePlan, credits: &[Option<f64>], grant: f64) -> Self {
+        let rates = spend_rates(plan);
+        let learned = plan
+            .learned_output
+            .map(|l| l as f64)
+            .filter(|&l| l < grant && credits.iter().any(Option::is_some));
+        Held {
+            grant: (grant, rates.spend(grant)),
+            learned: learned.map(|l| (l, rates.spend(l))),
+            at: credits
+                .iter()
+                .map(|c| learned.is_some() && c.is_some())
+                .collect(),
+        }
+    }
+
+    /// The output and spend level `i` holds.
+    fn at(&self, i: usize) -> (f64, f64) {
+        match self.learned {
+            Some(l) if self.at[i] => l,
+            _ => self.grant,
+        }
+    }
+
+    /// The most output any level with buckets holds (the grant with none
+    /// holding the learned output).
+    fn largest(&self, plan: &ReservePlan) -> f64 {
+        let grant_held = plan
+            .levels
+            .iter()
+            .zip(&self.at)
+            .any(|(lp, &at)| !lp.buckets.is_empty() && !at);
+        match self.learned {
+            Some((learned, _)) if !grant_held => learned,
+            _ => self.grant.0,
+        }
+    }
+
+    /// The record's learned output: which levels hold it, when some do.
+    fn learned(&self, plan: &ReservePlan) -> Option<LearnedOutput> {
+        let (output, spend) = self.learned?;
+        let mask = plan
+            .levels
+            .iter()
+            .zip(&self.at)
+            .filter(|&(_, &at)| at)
+            .fold(0, |m, (lp, _)| m | lp.bit());
+        Some(LearnedOutput {
+            mask,
+            output,
+            spend,
+        })
+    }
+}
+
+/// Takes from each level holding the learned output what calls in flight
+/// may still overrun there: the grant less what it holds.
+fn take_credits(
+    levels: &mut [Option<StoredLevel>],
+    credits: &[Option<f64>],
+    held: &Held,
+    grant: f64,
+    now: f64,
+) {
+    let Some((learned, _)) = held.learned else {
+        return;
+    };
+    for ((stored, credit), &at) in levels.iter_mut().zip(credits).zip(&held.at) {
+        if let (Some(credit), true) = (credit, at) {
+            let stored = stored.get_or_insert_with(StoredLevel::default);
+            stored.credit = Some((credit - (grant - learned), now));
+        }
     }
 }
 
@@ -174,12 +267,15 @@ fn replay_of(
 fn read_levels(plan: &ReservePlan, levels: &mut [Option<StoredLevel>], now: f64) -> Read {
     let prompt = plan.prompt_tokens as f64;
     let rates = spend_rates(plan);
+    let max = plan.max_output_tokens as f64;
     let mut read = Read {
         after: Vec::with_capacity(plan.levels.len()),
         buckets: Vec::with_capacity(plan.levels.iter().map(|l| l.buckets.len()).sum()),
-        room: plan.max_output_tokens as f64,
+        room: max,
+        credits: Vec::with_capacity(plan.levels.len()),
         reclaimed: Reclaimed::default(),
     };
+    let learned = plan.learned_output.map(|l| l as f64).filter(|&l| l < max);
     for (i, (lp, stored)) in plan.levels.iter().zip(levels.iter_mut()).enumerate() {
         if let Some(stored) = stored.as_mut()
             && lp.concurrency.is_some()
@@ -191,12 +287,23 @@ fn read_levels(plan: &ReservePlan, levels: &mut [Option<StoredLevel>], now: f64)
                 read.reclaimed.add(lp.level, dropped.min(RECLAIM_CAP));
             }
         }
+        // The level holds the learned output while its credit covers what
+        // calls in flight could use beyond it.
+        let credit = match (lp.overrun, learned) {
+            (Some(o), Some(l)) => Some(o.now(stored.as_ref().and_then(|s| s.credit), now))
+                .filter(|&c| c >= max - l),
+            _ => None,
+        };
+        // A level holding `holds` bounds the grant only below it.
+        let holds = credit.and(learned).unwrap_or(max);
+        read.credits.push(credit);
         let mut s = stored.as_ref().map(|s| s.state.clone()).unwrap_or_default();
         for (hint, b) in lp.buckets.iter().enumerate() {
             let (k, l) = s.read_bucket(b, hint, now);
             let above_floor = l - b.floor(plan.headroom);
             if let Some(room) = b.output_room(above_floor, prompt, rates)
                 && room < read.room
+                && room < holds
             {
                 read.room = room;
             }
@@ -224,16 +331,16 @@ pub fn counts_reclaims(levels: &[LevelPlan], i: usize) -> bool {
 }
 
 /// Checks every bucket and limit in plan order, taking the cost in the working
-/// states. Returns the denied checks and each level's time to
-/// refill (µs).
-fn check(plan: &ReservePlan, read: &mut Read, grant: f64, now: f64) -> (DeniedChecks, Vec<f64>) {
+/// states (each level what it holds: [`Held`]). Returns the denied checks and
+/// each level's time to refill (µs).
+fn check(plan: &ReservePlan, read: &mut Read, held: &Held, now: f64) -> (DeniedChecks, Vec<f64>) {
     let h = plan.headroom;
-    let spend = spend_rates(plan).spend(grant);
-    let cost = Cost::reservation(plan.prompt_tokens as f64, grant, spend);
     let (mut denied, mut i) = (DeniedChecks::default(), 0);
     let mut ttls = Vec::with_capacity(plan.levels.len());
     let mut found = read.buckets.iter();
-    for (lp, s) in plan.levels.iter().zip(&mut read.after) {
+    for (at, (lp, s)) in plan.levels.iter().zip(&mut read.after).enumerate() {
+        let (output, spend) = held.at(at);
+        let cost = Cost::reservation(plan.prompt_tokens as f64, output, spend);
         let mut ttl = 0.0f64;
         for (b, &(k, l)) in lp.buckets.iter().zip(found.by_ref()) {
             let c = cost.of(b.dimension);
@@ -336,6 +443,7 @@ mod tests {
                 slots: false,
                 buckets: vec![tpm],
                 concurrency,
+                overrun: None,
             }],
             model_group: None,
             headroom: 0.0,
@@ -345,6 +453,7 @@ mod tests {
             min_output_tokens: min,
             estimated_prompt_tokens: 0,
             prompt_mix: None,
+            learned_output: None,
             lease_ttl_ms: 1000,
             idempotency_key: None,
             fingerprint: 7,

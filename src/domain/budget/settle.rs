@@ -35,6 +35,9 @@ pub struct SettleOutcome {
     pub sample: Option<EstimatorSample>,
     /// What the settlement adds to the usage ledger, with the ledger on.
     pub ledger: Option<Entry>,
+    /// A completion sample (its output tokens) to add, when a commit's tier
+    /// learns its output ([`Usage::output_kept`]).
+    pub output_sample: Option<u64>,
 }
 
 impl SettleOutcome {
@@ -44,6 +47,7 @@ impl SettleOutcome {
             record: None,
             sample: None,
             ledger: None,
+            output_sample: None,
         }
     }
 }
@@ -69,6 +73,13 @@ pub fn settle(
     let now = now_us as f64;
     let (deltas, settled) = Deltas::settling(how, rec);
     for (lp, stored) in plan.iter().zip(levels.iter_mut()) {
+        let deltas = match rec.held_at(lp.bit()) {
+            (output, _) if output == rec.output => deltas,
+            (output, spend) => {
+                give_back(lp, stored, rec.output - output, now);
+                Deltas::moving(how, rec.cost - rec.output + output, output, spend).0
+            }
+        };
         // A live lease is certainly still there; a lapsed one may have been reclaimed.
         let holds = rec.mask & lp.bit() != 0
             && (rec.lease_expires_us > now
@@ -105,6 +116,10 @@ pub fn settle(
         record: Some((settled_record, retention.record_ms)),
         sample,
         ledger: retention.ledger.map(|_| ledger::settled(now, how, rec)),
+        output_sample: match how {
+            Settle::Commit(u) if u.learn && u.output_kept > 0 => Some(u.tokens - u.prompt),
+            _ => None,
+        },
     }
 }
 
@@ -160,6 +175,18 @@ impl Deltas {
                 (deltas, Settled::Committed(deltas.tokens as i64))
             }
         }
+    }
+}
+
+/// Gives a level holding the learned output back the credit its reservation
+/// took (`taken`: the grant less what it held), never above the capacity.
+/// A credit no longer stored (its key lapsed) is full already.
+fn give_back(lp: &LevelPlan, stored: &mut Option<StoredLevel>, taken: f64, now: f64) {
+    if let (Some(o), Some(stored)) = (lp.overrun, stored.as_mut())
+        && stored.credit.is_some()
+    {
+        let credit = (o.now(stored.credit, now) + taken).min(o.capacity as f64);
+        stored.credit = Some((credit, now));
     }
 }
 

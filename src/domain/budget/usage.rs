@@ -20,6 +20,10 @@ pub struct Usage {
     /// when the gateway only knew the prompt as reserved (a stream cut short,
     /// settled with its delivered text).
     pub learn: bool,
+    /// Completions kept per (estimator key, tier) when the tier learns its
+    /// output (`[estimator] output_window`): this completion is one more
+    /// (with `learn`); 0: none kept.
+    pub output_kept: usize,
 }
 
 impl Usage {
@@ -32,6 +36,7 @@ impl Usage {
             cached: 0,
             cost: 0,
             learn: true,
+            output_kept: 0,
         }
     }
 }

@@ -33,6 +33,7 @@ fn plan() -> ReservePlan {
             slots: false,
             buckets: vec![tokens],
             concurrency: Some(2),
+            overrun: None,
         }],
         model_group: None,
         headroom: 0.0,
@@ -42,6 +43,7 @@ fn plan() -> ReservePlan {
         min_output_tokens: 20,
         estimated_prompt_tokens: 80,
         prompt_mix: None,
+        learned_output: None,
         lease_ttl_ms: 30_000,
         idempotency_key: Some(IdempotencyKey::parse("k").unwrap()),
         fingerprint: 7,
@@ -98,6 +100,7 @@ fn an_allowed_reply_reserves_the_prompt_and_the_output_granted() {
     let reply = ReserveReply::Allowed {
         readings: readings(5_000_000, 1),
         granted_output: 30,
+        reserved_output: 30,
         reclaimed: Reclaimed::default(),
     };
     let out = outcome(&plan, reply, &count(), how()).unwrap();

@@ -49,6 +49,7 @@ impl<'a> Split<'a> {
             min_output_tokens: plan.min_output_tokens,
             estimated_prompt_tokens: plan.estimated_prompt_tokens,
             prompt_mix: plan.prompt_mix,
+            learned_output: plan.learned_output,
             lease_ttl_ms: plan.lease_ttl_ms,
             idempotency_key: plan.idempotency_key.clone(),
             fingerprint: plan.fingerprint,
@@ -106,10 +107,16 @@ impl<'a> Split<'a> {
             ReserveReply::Allowed {
                 readings,
                 granted_output,
+                reserved_output,
                 reclaimed,
             } => ReserveReply::Allowed {
                 readings: self.readings(global, readings),
                 granted_output,
+                // The global share holds the whole grant (docs/cluster.md).
+                reserved_output: match self.global.iter().any(|g| !g.buckets.is_empty()) {
+                    true => granted_output,
+                    false => reserved_output,
+                },
                 reclaimed: add(reclaimed),
             },
             ReserveReply::Denied {
@@ -197,6 +204,7 @@ mod tests {
             slots: false,
             buckets: vec![b; buckets],
             concurrency,
+            overrun: None,
         }
     }
 

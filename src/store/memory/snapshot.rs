@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 pub enum Stored {
     /// A string (a record, an idempotency entry).
     String(Vec<u8>),
-    /// A hash (a level: `s` and its lease fields).
+    /// A hash (a level: `s`, its overrun credit `o` and its lease fields).
     Hash(BTreeMap<String, Vec<u8>>),
     /// A list (estimator samples, newest first).
     List(Vec<Vec<u8>>),
@@ -41,6 +41,10 @@ impl<C: Clock> MemoryStore<C> {
                 .map(|(f, exp)| (f.clone(), exp.to_le_bytes().to_vec()))
                 .collect();
             fields.insert("s".into(), l.state.encode());
+            if let Some((credit, t)) = l.credit {
+                let bytes = [credit.to_le_bytes(), t.to_le_bytes()].concat();
+                fields.insert("o".into(), bytes);
+            }
             out.insert(k.clone(), (Stored::Hash(fields), l.expires_at_us));
         }
         for (k, (r, exp)) in d.records.iter().filter(|(_, (_, e))| *e > now) {
@@ -54,6 +58,13 @@ impl<C: Clock> MemoryStore<C> {
         }
         for (k, (list, exp)) in d.samples.iter().filter(|(_, (_, e))| *e > now) {
             let items = list.iter().map(EstimatorSample::encode).collect();
+            out.insert(k.clone(), (Stored::List(items), *exp));
+        }
+        for (k, (list, exp)) in d.outputs.iter().filter(|(_, (_, e))| *e > now) {
+            let items = list
+                .iter()
+                .map(|&n| (n as f64).to_le_bytes().to_vec())
+                .collect();
             out.insert(k.clone(), (Stored::List(items), *exp));
         }
         for (k, (rows, exp)) in d.ledger.iter().filter(|(_, (_, e))| *e > now) {

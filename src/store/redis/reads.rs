@@ -46,14 +46,48 @@ impl RedisStore {
         &self,
         keys: &[String],
     ) -> Result<Vec<Vec<EstimatorSample>>, StoreError> {
+        let keys: Vec<String> = keys.iter().map(|k| self.keys.estimator(k)).collect();
+        Ok(self
+            .lists(&keys)
+            .await?
+            .into_iter()
+            .map(|list| {
+                list.iter()
+                    .filter_map(|b| EstimatorSample::decode(b))
+                    .collect()
+            })
+            .collect())
+    }
+
+    /// Each (estimator key, tier)'s completions (newest first; entries that
+    /// are no double are left out).
+    pub(super) async fn outputs_call(
+        &self,
+        pairs: &[(String, String)],
+    ) -> Result<Vec<Vec<u64>>, StoreError> {
+        let keys: Vec<String> = pairs
+            .iter()
+            .map(|(key, tier)| self.keys.output_samples(key, tier))
+            .collect();
+        Ok(self
+            .lists(&keys)
+            .await?
+            .into_iter()
+            .map(|list| {
+                list.iter()
+                    .filter_map(|b| Some(f64::from_le_bytes(b.as_slice().try_into().ok()?) as u64))
+                    .collect()
+            })
+            .collect())
+    }
+
+    /// Each list's entries, whole.
+    async fn lists(&self, keys: &[String]) -> Result<Vec<Vec<Vec<u8>>>, StoreError> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
         let lrange = |pipe: &mut redis::Pipeline, k: &String| {
-            pipe.cmd("LRANGE")
-                .arg(self.keys.estimator(k))
-                .arg(0)
-                .arg(-1);
+            pipe.cmd("LRANGE").arg(k).arg(0).arg(-1);
         };
         let lists: Vec<Vec<Vec<u8>>> = match self.keys.is_clustered() {
             // Each list in its own slot: one read per list, side by side.
@@ -79,13 +113,6 @@ impl RedisStore {
                 self.query(&pipe).await?
             }
         };
-        Ok(lists
-            .into_iter()
-            .map(|list| {
-                list.iter()
-                    .filter_map(|b| EstimatorSample::decode(b))
-                    .collect()
-            })
-            .collect())
+        Ok(lists)
     }
 }

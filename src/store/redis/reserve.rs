@@ -84,14 +84,22 @@ fn reserve_spec(plan: &ReservePlan, ledger: Option<LedgerRetention>) -> Spec {
         output: op,
     } = spend_rates(plan);
     spec.push(sp).push(op).ledger(ledger);
+    // 0: no learned output (a level then holds the grant).
+    spec.push(plan.learned_output.map_or(0.0, |l| l as f64));
     for (i, lp) in plan.levels.iter().enumerate() {
         let weight = match counts_reclaims(&plan.levels, i) {
             true => 2f64.powi((RECLAIM_BITS as usize * Reclaimed::index(lp.level)) as i32),
             false => 0.0,
         };
+        let (capacity, refill_us) = lp
+            .overrun
+            .map_or((0.0, 0.0), |o| (o.capacity as f64, o.refill_us()));
         spec.push(lp.buckets.len() as f64)
             .push(lp.concurrency.map_or(-1.0, |c| c as f64))
             .push(weight)
+            .push(capacity)
+            .push(refill_us)
+            .push(f64::from(lp.bit()))
             .buckets(lp);
     }
     spec
@@ -121,6 +129,7 @@ fn decode_reserve(plan: &ReservePlan, reply: &[Value]) -> Result<ReserveReply, S
         REPLY_ALLOWED => ReserveReply::Allowed {
             readings,
             granted_output,
+            reserved_output: int_at(reply, 3 + nlev)?.max(0) as u64,
             reclaimed,
         },
         REPLY_DENIED => ReserveReply::Denied {
@@ -143,8 +152,7 @@ fn decode_reserve(plan: &ReservePlan, reply: &[Value]) -> Result<ReserveReply, S
 /// [`RECLAIM_BITS`] bits per level (global, tenant, user), after the tag's extras.
 fn reclaimed(plan: &ReservePlan, reply: &[Value], tag: i64) -> Result<Reclaimed, StoreError> {
     let extras = match tag {
-        REPLY_ALLOWED => 0,
-        REPLY_DENIED => 1,
+        REPLY_ALLOWED | REPLY_DENIED => 1,
         _ => 3,
     };
     let base = 3 + plan.levels.len() + extras;

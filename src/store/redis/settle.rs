@@ -48,8 +48,17 @@ impl RedisStore {
         self.settlement_keys(&s, &mut inv);
         // On a cluster the samples' key is in another slot: pushed below.
         let cluster = self.keys.is_clustered();
+        // Completions kept for the tier's learned output (0: none).
+        let output_kept = match usage.learn {
+            true => usage.output_kept,
+            false => 0,
+        };
+        let outputs = self.keys.output_samples(&s.id.estimator, &s.id.tier);
         if !cluster {
             inv.key(self.keys.estimator(&s.id.estimator));
+            if output_kept > 0 {
+                inv.key(&outputs);
+            }
         }
         let mut spec = Spec::default();
         spec.push(s.levels.len() as f64)
@@ -64,10 +73,16 @@ impl RedisStore {
             .push(usage.input as f64)
             .push(usage.cost as f64)
             .push(usage.cached as f64)
-            .ledger(self.retention.ledger);
+            .ledger(self.retention.ledger)
+            .push(output_kept as f64);
         for lp in s.levels {
+            let (capacity, refill_us) = lp
+                .overrun
+                .map_or((0.0, 0.0), |o| (o.capacity as f64, o.refill_us()));
             spec.push(f64::from(lp.bit()))
                 .push(lp.buckets.len() as f64)
+                .push(capacity)
+                .push(refill_us)
                 .buckets(lp);
         }
         inv.arg(&spec.0)
@@ -84,16 +99,23 @@ impl RedisStore {
         let reply = self.run(&inv).await?;
         // On a cluster the reply carries the estimator sample to push.
         if cluster && let Some(Value::BulkString(sample)) = reply.get(5) {
-            self.push_sample(&s.id.estimator, sample).await;
+            let key = self.keys.estimator(&s.id.estimator);
+            self.push_sample(&key, sample, self.retention.samples).await;
         }
-        decode_settle(mode, &reply)
+        let settled = decode_settle(mode, &reply)?;
+        if cluster && output_kept > 0 && matches!(settled, SettleReply::Applied { .. }) {
+            let completion = (usage.tokens - usage.prompt) as f64;
+            self.push_sample(&outputs, &completion.to_le_bytes(), output_kept)
+                .await;
+        }
+        Ok(settled)
     }
 
-    /// Adds an estimator sample as settle.lua does, in a call of its own (a
-    /// cluster keeps the samples in another slot than the reservation). A
-    /// sample that cannot be written is only logged: the commit stands.
-    async fn push_sample(&self, estimator: &str, sample: &[u8]) {
-        let key = self.keys.estimator(estimator);
+    /// Adds a sample to the list `key` as settle.lua does (newest first,
+    /// `kept` of them), in a call of its own (a cluster keeps the samples in
+    /// another slot than the reservation). A sample that cannot be written is
+    /// only logged: the commit stands.
+    async fn push_sample(&self, key: &str, sample: &[u8], kept: usize) {
         let mut pipe = redis::pipe();
         pipe.cmd("LPUSH")
             .arg(&key)
@@ -102,7 +124,7 @@ impl RedisStore {
             .cmd("LTRIM")
             .arg(&key)
             .arg(0)
-            .arg(self.retention.samples as i64 - 1)
+            .arg(kept as i64 - 1)
             .ignore()
             .cmd("PEXPIRE")
             .arg(&key)

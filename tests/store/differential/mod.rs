@@ -135,7 +135,9 @@ async fn memory_redis_and_the_cluster_share_agree_on_random_sequences() {
 type Seen = BTreeMap<&'static str, u64>;
 
 /// The answers a default run must reach.
-const MUST_SEE: [&str; 32] = [
+const MUST_SEE: [&str; 34] = [
+    "reserve holding the learned output at every level",
+    "reserve with a learned output, the grant held at some level",
     "status exact at the most leases read whole",
     "a level keeping the most foreign buckets",
     "status exact",
@@ -318,6 +320,22 @@ async fn step(
                 let m = memory.reserve(plan).await.unwrap();
                 let r = redis.reserve(plan).await.unwrap();
                 let m2 = m.clone();
+                if let ReserveReply::Allowed {
+                    granted_output,
+                    reserved_output,
+                    ..
+                } = &m
+                    && plan.learned_output.is_some_and(|l| l < *granted_output)
+                    && plan.levels.iter().any(|l| l.overrun.is_some())
+                {
+                    count(
+                        seen,
+                        match reserved_output < granted_output {
+                            true => "reserve holding the learned output at every level",
+                            false => "reserve with a learned output, the grant held at some level",
+                        },
+                    );
+                }
                 count(
                     seen,
                     match &m {
@@ -373,6 +391,7 @@ async fn step(
             cached,
             cost,
             learn,
+            output_kept,
         } => {
             let s = Settlement { id, levels };
             let usage = Usage {
@@ -382,6 +401,7 @@ async fn step(
                 cached: *cached,
                 cost: *cost,
                 learn: *learn,
+                output_kept: *output_kept,
             };
             let global = Episode::before(memory, levels, &id.tenant, clock.now_us());
             let m = memory.commit(s, usage).await.unwrap();

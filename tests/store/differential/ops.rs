@@ -6,6 +6,7 @@ use ctxbudget::domain::bucket::{BucketSpec, Windowed};
 use ctxbudget::domain::budget::ChargePlan;
 use ctxbudget::domain::budget::ledger::Period;
 use ctxbudget::domain::mix::{self, PromptMix};
+use ctxbudget::domain::output::OverrunCredit;
 use ctxbudget::domain::price::Price;
 use ctxbudget::domain::window::{Window, WindowKind};
 use ctxbudget::domain::{
@@ -42,6 +43,8 @@ pub(super) enum Op {
         cost: u64,
         /// The prompt is the upstream's count (an estimator sample).
         learn: bool,
+        /// Completions kept for a learned output (0: none).
+        output_kept: usize,
     },
     Refund {
         id: ReservationId,
@@ -144,6 +147,7 @@ pub(super) fn entry_plan(rng: &mut StdRng, i: usize) -> LevelPlan {
                 6..=8 => Some(rng.random_range(1..=4)),
                 _ => Some(rng.random_range(20..=100)),
             },
+            overrun: None,
         },
     }
 }
@@ -158,6 +162,7 @@ pub(super) fn level_plan(rng: &mut StdRng, level: Level) -> LevelPlan {
             slots: false,
             buckets: Vec::new(),
             concurrency: None,
+            overrun: None,
         };
     }
     let mut buckets = Vec::new();
@@ -227,12 +232,22 @@ pub(super) fn level_plan(rng: &mut StdRng, level: Level) -> LevelPlan {
         _ => Some(rng.random_range(20..=100)),
     };
     let grouped = buckets.iter().any(|b| b.group != 0);
+    // A learned output's credit below the global level (a cluster's global
+    // share holds the whole grant: docs/cluster.md), small or large.
+    let overrun = (level != Level::Global && rng.random_bool(0.5)).then(|| OverrunCredit {
+        capacity: match rng.random_bool(0.5) {
+            true => rng.random_range(0..=400),
+            false => rng.random_range(401..=1_000_000),
+        },
+        period_secs: *pick(rng, &PERIODS),
+    });
     LevelPlan {
         level,
         group: grouped.then(|| GROUP.clone()),
         slots: false,
         buckets,
         concurrency,
+        overrun,
     }
 }
 
@@ -374,6 +389,10 @@ impl Gen {
             estimated_prompt_tokens: estimated,
             prompt_mix: (estimated > 0 && self.rng.random_bool(0.5))
                 .then(|| mix(&mut self.rng, estimated)),
+            learned_output: match self.rng.random_range(0..3) {
+                0 => None,
+                _ => Some(self.rng.random_range(1..=max_output.max(1) + 5)),
+            },
             lease_ttl_ms: ttl_ms(&mut self.rng),
             idempotency_key: key,
             fingerprint: self.rng.random_range(0..4),
@@ -479,6 +498,10 @@ impl Gen {
                     _ => r.random_range(0..=5_000_000),
                 };
                 let learn = r.random_bool(0.8);
+                let output_kept = match r.random_range(0..3) {
+                    0 => 0,
+                    _ => r.random_range(1..=4),
+                };
                 Op::Commit {
                     id,
                     levels,
@@ -488,6 +511,7 @@ impl Gen {
                     cached,
                     cost,
                     learn,
+                    output_kept,
                 }
             }
             45..=51 => {

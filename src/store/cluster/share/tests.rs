@@ -20,6 +20,7 @@ fn global(requests: u64, concurrency: Option<u64>) -> LevelPlan {
             window: None,
         }],
         concurrency,
+        overrun: None,
     }
 }
 
