@@ -11,8 +11,8 @@ use crate::config::{
     LevelOverrideSection, LevelSection, ModelLimitsSection, RateSection, ShadowSection,
     SpendSection, UNLIMITED,
 };
-use crate::domain::{LevelLimits, ModelLimits, Rate, Setting, Tier};
 use crate::domain::output::OutputReservation;
+use crate::domain::{LevelLimits, ModelLimits, Rate, Setting, Tier};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::{self, Write};

@@ -78,7 +78,9 @@ impl LevelSection {
             Some(o) => {
                 return Err(LimitsError::new(
                     format!("{path}.output_overrun"),
-                    format!("must be between 0 and {max} (a share of the level's token limit), got {o}"),
+                    format!(
+                        "must be between 0 and {max} (a share of the level's token limit), got {o}"
+                    ),
                 ));
             }
         };

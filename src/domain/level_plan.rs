@@ -13,7 +13,7 @@ use super::bucket::{BucketSpec, Windowed};
 use super::level::{Dimension, Level};
 use super::limits::Limits;
 use super::model::ModelGroup;
-use super::output::OverrunCredit;
+use super::output::{OutputReservation, OverrunCredit};
 use super::tier::{LevelLimits, ModelLimits, ShadowLimits, Tier};
 use std::sync::Arc;
 
@@ -48,7 +48,7 @@ impl LevelPlan {
             slots: false,
             buckets,
             concurrency: limits.concurrency,
-            overrun: OverrunCredit::of(limits),
+            overrun: overrun_credit(limits),
         }
     }
 
@@ -74,7 +74,7 @@ impl LevelPlan {
             slots: false,
             buckets,
             concurrency: all.concurrency,
-            overrun: OverrunCredit::of(all).or_else(|| OverrunCredit::of(of_group)),
+            overrun: overrun_credit(all).or_else(|| overrun_credit(of_group)),
         };
         let slots = LevelPlan {
             level,
@@ -142,6 +142,19 @@ impl LevelPlan {
     pub fn reading_count(&self) -> usize {
         self.buckets.len() + usize::from(self.concurrency.is_some())
     }
+}
+
+/// The overrun credit of a level whose limits are `limits`, when its output
+/// is learned: `output_overrun` × its [`LevelLimits::overrun_basis`] rate.
+pub fn overrun_credit(limits: &LevelLimits) -> Option<OverrunCredit> {
+    let OutputReservation::Learned { overrun_permille } = limits.output else {
+        return None;
+    };
+    let basis = limits.overrun_basis()?;
+    Some(OverrunCredit {
+        capacity: basis.limit.saturating_mul(u64::from(overrun_permille)) / 1000,
+        period_secs: basis.period_secs,
+    })
 }
 
 fn rate_count(limits: &LevelLimits) -> usize {

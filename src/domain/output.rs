@@ -11,8 +11,6 @@
 //! beyond what the level holds is at most the credit's capacity, plus its
 //! refill over the time they stay in flight.
 
-use super::tier::LevelLimits;
-
 /// A level's output reservation (`output_reservation` in a level's table).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum OutputReservation {
@@ -77,21 +75,6 @@ impl OverrunCredit {
     }
 }
 
-impl OverrunCredit {
-    /// The credit of a level whose limits are `limits`, when its output is
-    /// learned: `output_overrun` × its [`LevelLimits::overrun_basis`] rate.
-    pub fn of(limits: &LevelLimits) -> Option<OverrunCredit> {
-        let OutputReservation::Learned { overrun_permille } = limits.output else {
-            return None;
-        };
-        let basis = limits.overrun_basis()?;
-        Some(OverrunCredit {
-            capacity: basis.limit.saturating_mul(u64::from(overrun_permille)) / 1000,
-            period_secs: basis.period_secs,
-        })
-    }
-}
-
 /// What a reservation holds at one level: `grant` output tokens, or the
 /// `learned` output where the level holds it (`learned < grant`).
 pub fn held(grant: f64, learned: Option<f64>) -> f64 {
@@ -114,7 +97,11 @@ mod tests {
         assert_eq!(c.now(None, 5.0), 1000.0);
         assert_eq!(c.now(Some((100.0, 0.0)), 30e6), 600.0);
         assert_eq!(c.now(Some((100.0, 0.0)), 600e6), 1000.0);
-        assert_eq!(c.now(Some((100.0, 10.0)), 5.0), 100.0, "time never runs back");
+        assert_eq!(
+            c.now(Some((100.0, 10.0)), 5.0),
+            100.0,
+            "time never runs back"
+        );
         assert_eq!(held(500.0, Some(80.0)), 80.0);
         assert_eq!(held(50.0, Some(80.0)), 50.0);
         assert_eq!(held(50.0, None), 50.0);

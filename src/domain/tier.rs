@@ -2,10 +2,13 @@
 //! request shape, its per-model-group limits, and the rules a tier (and any
 //! level's limits) must follow before the service accepts it — the tier-name
 //! rule among them.
+//!
+//! Size: the whole limit vocabulary an operator writes (levels, tiers, model
+//! and shadow limits) and its validation rules, kept together as one contract.
 
 use super::level::Dimension;
-use super::window::Window;
 use super::output::OutputReservation;
+use super::window::Window;
 use std::collections::BTreeMap;
 
 /// Shortest period a rate may use.

@@ -195,7 +195,9 @@ impl<S: Store> Engine<S> {
             .guarded("estimator", self.store.output_samples(&pair))
             .await
         {
-            Ok(samples) => outputs.update(key, tier, samples.first().map_or(&[][..], Vec::as_slice)),
+            Ok(samples) => {
+                outputs.update(key, tier, samples.first().map_or(&[][..], Vec::as_slice))
+            }
             Err(e) => {
                 tracing::debug!(key, tier, error = %e, "completion samples unavailable; holding the whole output");
                 cached

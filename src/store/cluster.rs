@@ -177,7 +177,10 @@ impl<C: Clock + Clone> Store for ClusterStore<C> {
         self.inner.tenants.estimator_samples(keys).await
     }
 
-    async fn output_samples(&self, pairs: &[(String, String)]) -> Result<Vec<Vec<u64>>, StoreError> {
+    async fn output_samples(
+        &self,
+        pairs: &[(String, String)],
+    ) -> Result<Vec<Vec<u64>>, StoreError> {
         self.inner.tenants.output_samples(pairs).await
     }
 

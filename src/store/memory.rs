@@ -9,6 +9,7 @@
 //! time drops it, keeping memory bounded however many ids arrive.
 
 mod ledger;
+mod samples;
 mod snapshot;
 
 pub use snapshot::Stored;
@@ -17,7 +18,6 @@ use super::keys::{Keys, lease_field};
 use super::{
     RenewReply, ReserveReply, Retention, Scope, SettleReply, Settlement, Store, StoreError, Usage,
 };
-use crate::domain::budget::layout::SAMPLES_TTL_MS;
 use crate::domain::budget::ledger::{LedgerRow, Period, Row};
 use crate::domain::budget::{
     ChargePlan, ChargeReply, Earlier, Record, Settle, StoredLevel, charge::charge, renew::renew,
@@ -142,11 +142,11 @@ impl<C: Clock> MemoryStore<C> {
         });
         if let Some(sample) = out.sample {
             let key = self.keys.estimator(&s.id.estimator);
-            push_capped(&mut d.samples, key, sample, self.retention.samples, now);
+            samples::push_capped(&mut d.samples, key, sample, self.retention.samples, now);
         }
         if let (Some(sample), Settle::Commit(usage)) = (out.output_sample, how) {
             let key = self.keys.output_samples(&s.id.estimator, &s.id.tier);
-            push_capped(&mut d.outputs, key, sample, usage.output_kept, now);
+            samples::push_capped(&mut d.outputs, key, sample, usage.output_kept, now);
         }
         if let Some(entry) = out.ledger {
             self.enter(&mut d, s.id, entry, now);
@@ -336,26 +336,19 @@ impl<C: Clock + Clone> Store for MemoryStore<C> {
         let d = self.lock(now);
         Ok(keys
             .iter()
-            .map(|k| {
-                d.samples
-                    .get(&self.keys.estimator(k))
-                    .filter(|(_, exp)| *exp > now)
-                    .map_or_else(Vec::new, |(s, _)| s.iter().copied().collect())
-            })
+            .map(|k| samples::read(&d.samples, &self.keys.estimator(k), now))
             .collect())
     }
 
-    async fn output_samples(&self, pairs: &[(String, String)]) -> Result<Vec<Vec<u64>>, StoreError> {
+    async fn output_samples(
+        &self,
+        pairs: &[(String, String)],
+    ) -> Result<Vec<Vec<u64>>, StoreError> {
         let now = self.clock.now_us();
         let d = self.lock(now);
         Ok(pairs
             .iter()
-            .map(|(key, tier)| {
-                d.outputs
-                    .get(&self.keys.output_samples(key, tier))
-                    .filter(|(_, exp)| *exp > now)
-                    .map_or_else(Vec::new, |(s, _)| s.iter().copied().collect())
-            })
+            .map(|(k, tier)| samples::read(&d.outputs, &self.keys.output_samples(k, tier), now))
             .collect())
     }
 
@@ -400,23 +393,4 @@ impl<C: Clock + Clone> Store for MemoryStore<C> {
     fn describe(&self) -> String {
         "in-memory store (single process; state is lost on restart)".into()
     }
-}
-
-/// Pushes `sample` on the list `key` as settle.lua does: newest first, at
-/// most `window` kept, the list kept [`SAMPLES_TTL_MS`] from now.
-fn push_capped<T>(
-    lists: &mut HashMap<String, (VecDeque<T>, i64)>,
-    key: String,
-    sample: T,
-    window: usize,
-    now: i64,
-) {
-    let (samples, expires_at) = lists.entry(key).or_default();
-    if *expires_at <= now {
-        // The list expired (Redis would have dropped it): start anew.
-        samples.clear();
-    }
-    samples.push_front(sample);
-    samples.truncate(window.max(1));
-    *expires_at = expiry(now, SAMPLES_TTL_MS);
 }

@@ -234,7 +234,10 @@ impl Store for RedisStore {
         self.samples_call(keys).await
     }
 
-    async fn output_samples(&self, pairs: &[(String, String)]) -> Result<Vec<Vec<u64>>, StoreError> {
+    async fn output_samples(
+        &self,
+        pairs: &[(String, String)],
+    ) -> Result<Vec<Vec<u64>>, StoreError> {
         self.outputs_call(pairs).await
     }
 

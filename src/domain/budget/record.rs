@@ -3,10 +3,10 @@
 //! scripts store them (the offsets of [`super::layout`]).
 
 use super::layout::{
-    REC_AMOUNT, REC_COST, REC_ESTIMATED, REC_FINGERPRINT, REC_LEASE_EXPIRY, REC_LEDGER_AT, REC_LEN,
-    REC_LEARNED_MASK, REC_LEARNED_OUTPUT, REC_LEARNED_SPEND, REC_LEN_LEARNED, REC_LEN_LEARNED_MIX,
-    REC_LEN_MIX, REC_LEN_V1, REC_LEN_V2, REC_MASK, REC_OUTPUT, REC_OWNER, REC_SPEND, REC_STATE,
-    STATE_COMMITTED, STATE_REFUNDED, STATE_RESERVED, MIX_BYTES,
+    MIX_BYTES, REC_AMOUNT, REC_COST, REC_ESTIMATED, REC_FINGERPRINT, REC_LEARNED_MASK,
+    REC_LEARNED_OUTPUT, REC_LEARNED_SPEND, REC_LEASE_EXPIRY, REC_LEDGER_AT, REC_LEN,
+    REC_LEN_LEARNED, REC_LEN_LEARNED_MIX, REC_LEN_MIX, REC_LEN_V1, REC_LEN_V2, REC_MASK,
+    REC_OUTPUT, REC_OWNER, REC_SPEND, REC_STATE, STATE_COMMITTED, STATE_REFUNDED, STATE_RESERVED,
 };
 
 /// Where a reservation is in its life.
@@ -223,7 +223,11 @@ mod tests {
         let both = learned.encode();
         assert_eq!(both.len(), REC_LEN_LEARNED_MIX);
         assert_eq!(Record::decode(&both), Ok(learned.clone()));
-        assert_eq!(both[REC_LEN_LEARNED..], rec.encode()[REC_LEN..], "the mix is last");
+        assert_eq!(
+            both[REC_LEN_LEARNED..],
+            rec.encode()[REC_LEN..],
+            "the mix is last"
+        );
         let no_mix = Record {
             mix: None,
             ..learned.clone()

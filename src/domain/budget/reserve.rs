@@ -290,8 +290,9 @@ fn read_levels(plan: &ReservePlan, levels: &mut [Option<StoredLevel>], now: f64)
         // The level holds the learned output while its credit covers what
         // calls in flight could use beyond it.
         let credit = match (lp.overrun, learned) {
-            (Some(o), Some(l)) => Some(o.now(stored.as_ref().and_then(|s| s.credit), now))
-                .filter(|&c| c >= max - l),
+            (Some(o), Some(l)) => {
+                Some(o.now(stored.as_ref().and_then(|s| s.credit), now)).filter(|&c| c >= max - l)
+            }
             _ => None,
         };
         // A level holding `holds` bounds the grant only below it.
