@@ -18,6 +18,7 @@ use ctxbudget::domain::bucket::BucketSpec;
 use ctxbudget::domain::bucket::Windowed;
 use ctxbudget::domain::budget::ledger::LedgerRetention;
 use ctxbudget::domain::mix::{EstimatorSample, PromptMix};
+use ctxbudget::domain::output::OverrunCredit;
 use ctxbudget::domain::window::{Window, WindowKind, parse_zone};
 use ctxbudget::domain::{
     Clock, Dimension, IdempotencyKey, Level, LevelPlan, ManualClock, Reading, ReservationId,
@@ -81,6 +82,7 @@ suite!(
     reduced_output_grants_what_fits,
     commits_feed_estimator_samples_newest_first,
     a_reservation_with_a_mix_leaves_a_sample_with_it,
+    a_learned_level_holds_the_learned_output_while_its_credit_lasts,
     status_reports_the_earliest_lease_exactly,
     an_exact_status_reads_up_to_exact_leases_whole,
     foreign_buckets_touched_this_instant_are_kept,
@@ -650,6 +652,71 @@ async fn a_reservation_with_a_mix_leaves_a_sample_with_it<S: Store>(c: &Ctx<S>) 
         }]],
         "the commit's actual prompt and the reservation's mix; a refund teaches nothing"
     );
+}
+
+async fn a_learned_level_holds_the_learned_output_while_its_credit_lasts<S: Store>(c: &Ctx<S>) {
+    let mut learned = user_level(100, 10_000, None);
+    learned.overrun = Some(OverrunCredit {
+        capacity: 1000,
+        period_secs: 60,
+    });
+    let reservation = |learned_output| {
+        let mut p = plan("alice", vec![learned.clone()], 100, 1000);
+        p.id.estimator = "claude".into();
+        p.learned_output = learned_output;
+        p
+    };
+    let reserved = |reply: ReserveReply| match reply {
+        ReserveReply::Allowed {
+            granted_output,
+            reserved_output,
+            ..
+        } => (granted_output, reserved_output),
+        other => panic!("allowed: {other:?}"),
+    };
+    let tokens_left = |readings: Vec<Reading>| readings[1].clone();
+    let pair = [("claude".to_string(), "t".to_string())];
+    // The credit (1000) covers what the call may still use (1000 - 100).
+    let a = reservation(Some(100));
+    assert_eq!(reserved(c.reserve(&a).await), (1000, 100));
+    assert_eq!(tokens_left(c.status(&a).await), bucket(9_800_000));
+    // The credit is spent: the next call holds its whole grant.
+    let b = reservation(Some(100));
+    assert_eq!(reserved(c.reserve(&b).await), (1000, 1000));
+    assert_eq!(tokens_left(c.status(&b).await), bucket(8_700_000));
+    // The first completes with 300 output tokens: the 200 it overran are debt
+    // at the level, and its credit comes back.
+    let usage = Usage {
+        output_kept: 3,
+        ..Usage::new(400, 100)
+    };
+    assert_eq!(
+        c.commit_usage(&a, usage).await,
+        SettleReply::Applied {
+            settled: Settled::Committed(-700),
+            estimated_prompt_tokens: 0,
+            reserved_spend: 0,
+            reserved_output: 1000,
+        }
+    );
+    assert_eq!(tokens_left(c.status(&a).await), bucket(8_500_000));
+    let outputs = c.store.output_samples(&pair).await.unwrap();
+    assert_eq!(outputs, vec![vec![300]], "the completion is a sample");
+    let d = reservation(Some(100));
+    assert_eq!(reserved(c.reserve(&d).await), (1000, 100));
+    // Without a learned output, or above the max, the grant is held.
+    assert_eq!(reserved(c.reserve(&reservation(None)).await), (1000, 1000));
+    assert_eq!(reserved(c.reserve(&reservation(Some(5000))).await), (1000, 1000));
+    // A level that holds the grant (here the global level, as an upstream
+    // that counts max_tokens) makes the grant what is reserved.
+    let mut both = reservation(Some(100));
+    both.levels.insert(0, global_level(None, Some(1_000_000), None));
+    assert_eq!(reserved(c.reserve(&both).await), (1000, 1000));
+    assert_eq!(c.status(&both).await[0], bucket(998_900_000));
+    // A refund gives the tokens held and the credit back, and teaches nothing.
+    c.refund(&d).await;
+    let outputs = c.store.output_samples(&pair).await.unwrap();
+    assert_eq!(outputs, vec![vec![300]]);
 }
 
 async fn status_reports_the_earliest_lease_exactly<S: Store>(c: &Ctx<S>) {
