@@ -92,3 +92,49 @@ impl LevelSection {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn level(toml: &str) -> Result<LevelLimits, String> {
+        let section: LevelSection = toml::from_str(toml).map_err(|e| e.to_string())?;
+        let limits = section
+            .to_domain("tiers.t.tenant")
+            .map_err(|e| e.to_string())?;
+        limits
+            .validate("tiers.t.tenant")
+            .map_err(|e| e.to_string())?;
+        Ok(limits)
+    }
+
+    #[test]
+    fn a_learned_output_needs_a_rolling_token_rate_and_an_overrun_in_range() {
+        let tpm = r#"tokens = [{ limit = 1000, period = "1m" }]"#;
+        let ok = level(&format!("{tpm}\noutput_reservation = \"learned\"")).unwrap();
+        assert_eq!(
+            ok.output,
+            OutputReservation::Learned {
+                overrun_permille: 500
+            }
+        );
+        let err = level("output_reservation = \"learned\"").unwrap_err();
+        assert!(
+            err.contains("tiers.t.tenant.output_reservation") && err.contains("rolling"),
+            "{err}"
+        );
+        let err = level(&format!("{tpm}\noutput_reservation = \"some\"")).unwrap_err();
+        assert!(err.contains("\"max\" or \"learned\""), "{err}");
+        let err = level(&format!(
+            "{tpm}\noutput_reservation = \"learned\"\noutput_overrun = 11"
+        ))
+        .unwrap_err();
+        assert!(
+            err.contains("output_overrun") && err.contains("between 0 and 10"),
+            "{err}"
+        );
+        let err = level(&format!("{tpm}\noutput_overrun = 1")).unwrap_err();
+        assert!(err.contains("goes with output_reservation"), "{err}");
+        assert_eq!(level(tpm).unwrap().output, OutputReservation::Max);
+    }
+}

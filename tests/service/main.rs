@@ -55,6 +55,7 @@ mod envoy;
 mod envoy_answers;
 mod estimator;
 mod hostile_input;
+mod learned_output;
 mod ledger_cli;
 mod limit_changes;
 mod models;

@@ -706,11 +706,15 @@ async fn a_learned_level_holds_the_learned_output_while_its_credit_lasts<S: Stor
     assert_eq!(reserved(c.reserve(&d).await), (1000, 100));
     // Without a learned output, or above the max, the grant is held.
     assert_eq!(reserved(c.reserve(&reservation(None)).await), (1000, 1000));
-    assert_eq!(reserved(c.reserve(&reservation(Some(5000))).await), (1000, 1000));
+    assert_eq!(
+        reserved(c.reserve(&reservation(Some(5000))).await),
+        (1000, 1000)
+    );
     // A level that holds the grant (here the global level, as an upstream
     // that counts max_tokens) makes the grant what is reserved.
     let mut both = reservation(Some(100));
-    both.levels.insert(0, global_level(None, Some(1_000_000), None));
+    both.levels
+        .insert(0, global_level(None, Some(1_000_000), None));
     assert_eq!(reserved(c.reserve(&both).await), (1000, 1000));
     assert_eq!(c.status(&both).await[0], bucket(998_900_000));
     // A refund gives the tokens held and the credit back, and teaches nothing.
