@@ -288,7 +288,16 @@ class ReservationState:
         service's count × its estimator's multiplier, rounded up."""
         if self.response is None:
             return 0
-        return max(self.response.reserved_tokens - self.response.granted_max_output_tokens, 0)
+        return max(self.response.reserved_tokens - self.reserved_output_tokens, 0)
+
+    @property
+    def reserved_output_tokens(self) -> int:
+        """The output tokens actually reserved: the granted output, or less
+        where every level holds the learned output. (A server before
+        ``reserved_output_tokens`` reserved the granted output.)"""
+        if self.response is None:
+            return 0
+        return self.response.reserved_output_tokens or self.response.granted_max_output_tokens
 
     @property
     def headers(self) -> dict[str, str]:

@@ -139,7 +139,7 @@ class LimitStatus(_message.Message):
     def __init__(self, level: _Optional[_Union[Level, str]] = ..., dimension: _Optional[_Union[Dimension, str]] = ..., period_seconds: _Optional[int] = ..., limit: _Optional[int] = ..., remaining: _Optional[int] = ..., reset_after_ms: _Optional[int] = ..., model_group: _Optional[str] = ..., window: _Optional[str] = ..., timezone: _Optional[str] = ...) -> None: ...
 
 class CheckAndReserveResponse(_message.Message):
-    __slots__ = ("allowed", "reservation_id", "reason", "limiting_level", "retry_after_ms", "reserved_tokens", "limits", "detail", "limiting_dimension", "limiting_period_seconds", "lease_expires_in_ms", "replayed", "max_output_tokens", "estimated_prompt_tokens", "estimator_multiplier", "granted_max_output_tokens", "shadow_denied", "shadow_reason", "shadow_limiting_level", "shadow_detail", "degraded", "limiting_model_group")
+    __slots__ = ("allowed", "reservation_id", "reason", "limiting_level", "retry_after_ms", "reserved_tokens", "limits", "detail", "limiting_dimension", "limiting_period_seconds", "lease_expires_in_ms", "replayed", "max_output_tokens", "estimated_prompt_tokens", "estimator_multiplier", "granted_max_output_tokens", "shadow_denied", "shadow_reason", "shadow_limiting_level", "shadow_detail", "degraded", "limiting_model_group", "reserved_output_tokens")
     ALLOWED_FIELD_NUMBER: _ClassVar[int]
     RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -162,6 +162,7 @@ class CheckAndReserveResponse(_message.Message):
     SHADOW_DETAIL_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_FIELD_NUMBER: _ClassVar[int]
     LIMITING_MODEL_GROUP_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     allowed: bool
     reservation_id: str
     reason: Reason
@@ -184,7 +185,8 @@ class CheckAndReserveResponse(_message.Message):
     shadow_detail: str
     degraded: bool
     limiting_model_group: str
-    def __init__(self, allowed: _Optional[bool] = ..., reservation_id: _Optional[str] = ..., reason: _Optional[_Union[Reason, str]] = ..., limiting_level: _Optional[_Union[Level, str]] = ..., retry_after_ms: _Optional[int] = ..., reserved_tokens: _Optional[int] = ..., limits: _Optional[_Iterable[_Union[LimitStatus, _Mapping]]] = ..., detail: _Optional[str] = ..., limiting_dimension: _Optional[_Union[Dimension, str]] = ..., limiting_period_seconds: _Optional[int] = ..., lease_expires_in_ms: _Optional[int] = ..., replayed: _Optional[bool] = ..., max_output_tokens: _Optional[int] = ..., estimated_prompt_tokens: _Optional[int] = ..., estimator_multiplier: _Optional[float] = ..., granted_max_output_tokens: _Optional[int] = ..., shadow_denied: _Optional[bool] = ..., shadow_reason: _Optional[_Union[Reason, str]] = ..., shadow_limiting_level: _Optional[_Union[Level, str]] = ..., shadow_detail: _Optional[str] = ..., degraded: _Optional[bool] = ..., limiting_model_group: _Optional[str] = ...) -> None: ...
+    reserved_output_tokens: int
+    def __init__(self, allowed: _Optional[bool] = ..., reservation_id: _Optional[str] = ..., reason: _Optional[_Union[Reason, str]] = ..., limiting_level: _Optional[_Union[Level, str]] = ..., retry_after_ms: _Optional[int] = ..., reserved_tokens: _Optional[int] = ..., limits: _Optional[_Iterable[_Union[LimitStatus, _Mapping]]] = ..., detail: _Optional[str] = ..., limiting_dimension: _Optional[_Union[Dimension, str]] = ..., limiting_period_seconds: _Optional[int] = ..., lease_expires_in_ms: _Optional[int] = ..., replayed: _Optional[bool] = ..., max_output_tokens: _Optional[int] = ..., estimated_prompt_tokens: _Optional[int] = ..., estimator_multiplier: _Optional[float] = ..., granted_max_output_tokens: _Optional[int] = ..., shadow_denied: _Optional[bool] = ..., shadow_reason: _Optional[_Union[Reason, str]] = ..., shadow_limiting_level: _Optional[_Union[Level, str]] = ..., shadow_detail: _Optional[str] = ..., degraded: _Optional[bool] = ..., limiting_model_group: _Optional[str] = ..., reserved_output_tokens: _Optional[int] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
     __slots__ = ("reservation_id", "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "completion_text")
@@ -289,7 +291,7 @@ class GetEstimatorRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ...) -> None: ...
 
 class EstimatorState(_message.Message):
-    __slots__ = ("key", "multiplier", "samples", "p95_ratio", "refreshed_ms_ago", "correction", "content_fit")
+    __slots__ = ("key", "multiplier", "samples", "p95_ratio", "refreshed_ms_ago", "correction", "content_fit", "learned_outputs")
     KEY_FIELD_NUMBER: _ClassVar[int]
     MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
@@ -297,6 +299,7 @@ class EstimatorState(_message.Message):
     REFRESHED_MS_AGO_FIELD_NUMBER: _ClassVar[int]
     CORRECTION_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIT_FIELD_NUMBER: _ClassVar[int]
+    LEARNED_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     key: str
     multiplier: float
     samples: int
@@ -304,7 +307,18 @@ class EstimatorState(_message.Message):
     refreshed_ms_ago: int
     correction: str
     content_fit: ContentFit
-    def __init__(self, key: _Optional[str] = ..., multiplier: _Optional[float] = ..., samples: _Optional[int] = ..., p95_ratio: _Optional[float] = ..., refreshed_ms_ago: _Optional[int] = ..., correction: _Optional[str] = ..., content_fit: _Optional[_Union[ContentFit, _Mapping]] = ...) -> None: ...
+    learned_outputs: _containers.RepeatedCompositeFieldContainer[LearnedOutput]
+    def __init__(self, key: _Optional[str] = ..., multiplier: _Optional[float] = ..., samples: _Optional[int] = ..., p95_ratio: _Optional[float] = ..., refreshed_ms_ago: _Optional[int] = ..., correction: _Optional[str] = ..., content_fit: _Optional[_Union[ContentFit, _Mapping]] = ..., learned_outputs: _Optional[_Iterable[_Union[LearnedOutput, _Mapping]]] = ...) -> None: ...
+
+class LearnedOutput(_message.Message):
+    __slots__ = ("tier", "samples", "tokens")
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    tier: str
+    samples: int
+    tokens: int
+    def __init__(self, tier: _Optional[str] = ..., samples: _Optional[int] = ..., tokens: _Optional[int] = ...) -> None: ...
 
 class ContentFit(_message.Message):
     __slots__ = ("costs", "constant", "bound", "samples")
