@@ -140,3 +140,81 @@ async fn what_one_replica_learns_of_a_tiers_completions_the_other_holds() {
         "{key:?}"
     );
 }
+
+/// A tenant of 100,000 tokens a day whose calls learned to write 100 of
+/// their 1,000 output tokens: `calls` arrive at once over two replicas and
+/// every one writes all 1,000. Returns (admitted, tokens used beyond the
+/// limit).
+async fn overrun_by(calls: usize) -> (usize, i64) {
+    const OVERRUN: &str = r#"
+[store]
+timeout_ms = 5000
+
+[estimator]
+output_min_samples = 20
+
+[global]
+
+[tiers.t]
+max_context_tokens = 100000
+default_max_output_tokens = 10
+tenant = { tokens = [{ limit = 100000, period = "1d" }], output_reservation = "learned", output_overrun = 0.5 }
+"#;
+    let redis = RedisServer::start();
+    let a = Service::start("a", OVERRUN, Some(&redis.url()));
+    let b = Service::start("b", OVERRUN, Some(&redis.url()));
+    let mut ca = support::connect(a.addr).await;
+    let cb = support::connect(b.addr).await;
+    let warm = reserve(&mut ca, "t").await;
+    commit(&mut ca, &warm, 100).await;
+    for _ in 0..19 {
+        let r = reserve(&mut ca, "t").await;
+        commit(&mut ca, &r, 100).await;
+    }
+    // Both replicas have read the 20 completions (a refresh every 0.5 s).
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let ask = pb::CheckAndReserveRequest {
+        tenant_id: "acme".into(),
+        tier: "t".into(),
+        model: MODEL.into(),
+        prompt_tokens: Some(100),
+        max_output_tokens: 1000,
+        ..Default::default()
+    };
+    let burst = (0..calls).map(|i| {
+        let mut c = if i % 2 == 0 { ca.clone() } else { cb.clone() };
+        let ask = ask.clone();
+        async move { c.check_and_reserve(ask).await.unwrap().into_inner() }
+    });
+    let replies = futures_util::future::join_all(burst).await;
+    let admitted: Vec<_> = replies.iter().filter(|r| r.allowed).collect();
+    let learned = admitted
+        .iter()
+        .filter(|r| r.reserved_output_tokens == 100)
+        .count();
+    assert!(learned > 0, "some calls hold the learned output");
+    for r in &admitted {
+        commit(&mut ca, r, 1000).await;
+    }
+    let used = 20 * 200 + admitted.len() as i64 * 1100;
+    (admitted.len(), used - 100_000)
+}
+
+/// The worst case the docs promise: calls in flight that all write far past
+/// the learned output overspend a level by at most its overrun credit
+/// (`output_overrun` × the limit: 50,000 here) plus its refill meanwhile —
+/// with 20 calls in flight not at all, with 200 by less than the credit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_in_flight_overrunning_the_learned_output_overspend_at_most_the_credit() {
+    let (admitted, over) = overrun_by(20).await;
+    assert_eq!(
+        (admitted, over <= 0),
+        (20, true),
+        "{admitted} admitted, {over} over"
+    );
+    let (admitted, over) = overrun_by(200).await;
+    // 55 hold the learned 200 (a credit of 50,000 covers 55 × 900), the rest
+    // the whole 1,100 while tokens last: 96,000 - 55 × 200 = 85,000, 77 of them.
+    assert_eq!(admitted, 132, "{over} over");
+    assert!((0..=50_000).contains(&over), "{over} tokens over the limit");
+}
