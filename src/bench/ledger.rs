@@ -49,6 +49,12 @@ struct Bucket {
 struct Book {
     granted: HashMap<Bucket, (i64, u64)>,
     held: HashMap<Scope, (i64, i64, u64)>,
+    /// The largest reservation asked for (prompt + max output): one
+    /// request's worth.
+    largest: u64,
+    /// Token-bucket checks made while the run went on, and those in debt
+    /// beyond one request's worth.
+    samples: (u64, u64),
 }
 
 /// A bucket or concurrency limit the service let through more than it allows.
@@ -71,12 +77,16 @@ pub struct Ledger {
     /// Only request limits are checked (Envoy's API: tokens are charged
     /// after the fact, into debt, and concurrency is not limited).
     requests_only: bool,
+    /// Some level holds the learned output: a call may use more than it
+    /// reserved, so token buckets may owe up to one request's worth (what a
+    /// Commit's debt honestly is) before it counts as overspent.
+    learned: bool,
 }
 
 impl Ledger {
     /// A ledger for `tiers` (the workload's tier names, in order) under `limits`.
     pub fn new(limits: &Limits, tiers: &[String]) -> Self {
-        let tiers = tiers
+        let tiers: Vec<Vec<LevelPlan>> = tiers
             .iter()
             .map(|t| {
                 let scope = plan::Scope {
@@ -88,10 +98,14 @@ impl Ledger {
                 plan::levels(limits, scope, false)
             })
             .collect();
+        let learned = tiers
+            .iter()
+            .any(|levels| levels.iter().any(|l| l.overrun.is_some()));
         Ledger {
             book: Mutex::new(Book::default()),
             tiers,
             requests_only: false,
+            learned,
         }
     }
 
@@ -134,35 +148,72 @@ impl Ledger {
         }
     }
 
-    /// An allowed reservation of `item`.
-    pub fn granted(&self, item: &Item) {
-        self.apply(item, 1, (item.prompt + item.max_output) as i64, 1);
+    /// An allowed reservation of `item`, `held` output tokens reserved.
+    pub fn granted(&self, item: &Item, held: u64) {
+        {
+            let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+            book.largest = book.largest.max(item.prompt + item.max_output);
+        }
+        self.apply(item, 1, (item.prompt + held) as i64, 1);
     }
 
-    /// A commit: the surplus went back and the slot is free.
-    pub fn committed(&self, item: &Item) {
-        let reserved = (item.prompt + item.max_output) as i64;
+    /// A commit: the surplus went back (or the overage was charged: a
+    /// learned output) and the slot is free.
+    pub fn committed(&self, item: &Item, held: u64) {
+        let reserved = (item.prompt + held) as i64;
         let used = (item.prompt + item.completion) as i64;
-        self.apply(item, 0, (used - reserved).min(0), -1);
+        self.apply(item, 0, used - reserved, -1);
     }
 
     /// A refund: request and tokens went back and the slot is free (with
     /// Envoy's API nothing goes back: the request path took the request).
-    pub fn refunded(&self, item: &Item) {
+    pub fn refunded(&self, item: &Item, held: u64) {
         if self.requests_only {
             return;
         }
-        self.apply(item, -1, -((item.prompt + item.max_output) as i64), -1);
+        self.apply(item, -1, -((item.prompt + held) as i64), -1);
     }
 
-    /// Buckets that granted more than `limit + limit × elapsed / period`, and
+    /// What a token bucket may owe beyond its allowance before it counts as
+    /// overspent: one request's worth with a learned output, else nothing.
+    fn slack(&self, book: &Book, dimension: Dimension) -> f64 {
+        match self.learned && dimension.is_tokens() {
+            true => book.largest as f64,
+            false => 0.0,
+        }
+    }
+
+    /// Checks every token bucket `elapsed` into the run, as [`Self::check`]
+    /// does at its end: the run's share of windows in debt beyond one
+    /// request's worth is [`Self::debt_windows`].
+    pub fn sample(&self, elapsed: Duration) {
+        let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut checked, mut over) = (0, 0);
+        for (b, &(granted, limit)) in book.granted.iter().filter(|(b, _)| b.dimension.is_tokens()) {
+            let allowed = allowance(limit, elapsed, b.period_secs);
+            checked += 1;
+            if granted as f64 > allowed + book.largest as f64 + 1e-6 {
+                over += 1;
+            }
+        }
+        book.samples.0 += checked;
+        book.samples.1 += over;
+    }
+
+    /// Token-bucket checks made during the run (every half second, each
+    /// bucket used) and those in debt beyond one request's worth.
+    pub fn debt_windows(&self) -> (u64, u64) {
+        self.book.lock().unwrap_or_else(|p| p.into_inner()).samples
+    }
+
+    /// Buckets that granted more than `limit + limit × elapsed / period`
+    /// (token buckets: plus one request's worth with a learned output), and
     /// scopes that held more slots than their limit. Empty means no overspend.
     pub fn check(&self, elapsed: Duration) -> (usize, Vec<Offender>) {
         let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
         let mut offenders = Vec::new();
         for (b, &(granted, limit)) in &book.granted {
-            let allowed =
-                limit as f64 + limit as f64 * elapsed.as_secs_f64() / b.period_secs as f64;
+            let allowed = allowance(limit, elapsed, b.period_secs) + self.slack(&book, b.dimension);
             if granted as f64 > allowed + 1e-6 {
                 offenders.push(Offender {
                     bucket: format!(
@@ -190,6 +241,12 @@ impl Ledger {
         offenders.sort_by(|a, b| a.bucket.cmp(&b.bucket));
         (book.granted.len() + book.held.len(), offenders)
     }
+}
+
+/// What a bucket of `limit` per `period_secs` allows over `elapsed`: its
+/// burst and its refill.
+fn allowance(limit: u64, elapsed: Duration, period_secs: u64) -> f64 {
+    limit as f64 + limit as f64 * elapsed.as_secs_f64() / period_secs as f64
 }
 
 #[cfg(test)]
@@ -226,11 +283,11 @@ user = { requests = [{ limit = 3, period = "1h" }], concurrency = 2 }
     fn grants_within_the_limit_pass() {
         let l = ledger();
         for _ in 0..3 {
-            l.granted(&item(1, 1));
-            l.committed(&item(1, 1));
+            l.granted(&item(1, 1), 10);
+            l.committed(&item(1, 1), 10);
         }
-        l.granted(&item(1, 2));
-        l.refunded(&item(1, 2));
+        l.granted(&item(1, 2), 10);
+        l.refunded(&item(1, 2), 10);
         let (checked, offenders) = l.check(Duration::from_secs(1));
         assert_eq!(checked, 4, "two request buckets and two concurrency scopes");
         assert!(offenders.is_empty(), "{offenders:?}");
@@ -240,7 +297,7 @@ user = { requests = [{ limit = 3, period = "1h" }], concurrency = 2 }
     fn overspend_and_excess_concurrency_are_caught() {
         let l = ledger();
         for _ in 0..4 {
-            l.granted(&item(7, 7));
+            l.granted(&item(7, 7), 10);
         }
         let (_, offenders) = l.check(Duration::from_secs(1));
         let names: Vec<_> = offenders.iter().map(|o| o.bucket.as_str()).collect();
@@ -249,5 +306,43 @@ user = { requests = [{ limit = 3, period = "1h" }], concurrency = 2 }
             ["user t7/u7 concurrency", "user t7/u7 requests per 3600s"]
         );
         assert_eq!(offenders[1].granted, 4.0);
+    }
+
+    #[test]
+    fn a_learned_output_may_owe_one_request_and_no_more() {
+        let toml = r#"
+[global]
+[tiers.t]
+max_context_tokens = 1000
+default_max_output_tokens = 10
+user = { tokens = [{ limit = 1000, period = "1h" }], output_reservation = "learned" }
+"#;
+        let limits = FileConfig::parse(toml, "t").unwrap().limits().unwrap();
+        let l = Ledger::new(&limits, &["t".to_string()]);
+        // Ten calls of 90 + 10 reserved 90 + 2 each and used 95: 950 of 1000.
+        let mut big = item(1, 1);
+        big.completion = 5;
+        for _ in 0..10 {
+            l.granted(&big, 2);
+            l.committed(&big, 2);
+        }
+        // One more asked for 60 output tokens and wrote them all: 1100 used,
+        // 100 of debt, within one request's worth (90 + 60).
+        big.max_output = 60;
+        big.completion = 60;
+        l.granted(&big, 2);
+        l.committed(&big, 2);
+        l.sample(Duration::ZERO);
+        assert!(l.check(Duration::ZERO).1.is_empty());
+        assert_eq!(l.debt_windows(), (1, 0));
+        // Three more: 550 of debt, beyond one request's worth.
+        for _ in 0..3 {
+            l.granted(&big, 2);
+            l.committed(&big, 2);
+        }
+        l.sample(Duration::ZERO);
+        assert_eq!(l.debt_windows(), (2, 1));
+        let (_, offenders) = l.check(Duration::ZERO);
+        assert_eq!(offenders[0].granted, 1550.0);
     }
 }

@@ -231,6 +231,7 @@ impl Bench<'_> {
             self.drive.duration.as_secs_f64(),
             &run,
             checked,
+            ledger.debt_windows(),
             cost,
         ))
     }

@@ -81,6 +81,9 @@ pub struct PhaseReport {
     pub buckets_checked: usize,
     /// Buckets that granted more than they allow; empty means "overspend: 0".
     pub overspend: Vec<Offender>,
+    /// Token-bucket checks during the run (every half second, each bucket
+    /// used), and those in debt beyond one request's worth.
+    pub debt_windows: (u64, u64),
     /// Redis CPU, when the phase ran on Redis.
     pub redis: Option<RedisCost>,
 }
@@ -93,6 +96,7 @@ impl PhaseReport {
         measured_secs: f64,
         run: &PhaseRun,
         checked: (usize, Vec<Offender>),
+        debt_windows: (u64, u64),
         redis: Option<RedisCost>,
     ) -> Self {
         let rpcs = run
@@ -131,6 +135,7 @@ impl PhaseReport {
             dropped: run.stats.dropped(),
             buckets_checked: checked.0,
             overspend: checked.1,
+            debt_windows,
             redis,
         }
     }
@@ -214,6 +219,14 @@ impl PhaseReport {
 
     /// The overspend check: the count checked, or the first 20 offenders.
     fn render_overspend(&self, out: &mut String) {
+        let (windows, in_debt) = self.debt_windows;
+        if windows > 0 {
+            let _ = writeln!(
+                out,
+                "token debt beyond one request's worth: {in_debt} of {windows} bucket checks ({:.2}%)",
+                in_debt as f64 * 100.0 / windows as f64
+            );
+        }
         if self.overspend.is_empty() {
             let _ = writeln!(
                 out,

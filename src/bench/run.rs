@@ -190,7 +190,8 @@ pub async fn phase(
         None => closed_loop(&shared, drive.concurrency, end).await,
     }
     // Let the reservations still upstream settle, so the ledger is complete.
-    let settle_deadline = Instant::now() + Duration::from_secs(30);
+    let upstream = Duration::from_millis(shared.workload.args().upstream_ms * 3 / 2);
+    let settle_deadline = Instant::now() + Duration::from_secs(30) + upstream;
     while shared.outstanding.load(Ordering::Acquire) > 0 && Instant::now() < settle_deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -246,6 +247,7 @@ async fn tick(shared: Arc<Shared>, bar: ProgressBar, end: Instant) {
         } else {
             ""
         };
+        shared.ledger.sample(start.elapsed());
         bar.set_position(start.elapsed().as_millis() as u64);
         bar.set_message(format!(
             "{phase}{:>8.0} req/s  p99 {:>7.2} ms  denied {:>5.1}%  in flight {}",
@@ -355,11 +357,12 @@ async fn reserve_one(shared: &Arc<Shared>, item: Item, intended: Instant) {
                 .record(Rpc::Reserve, intended.elapsed(), measured);
             shared.stats.decision(&reply, measured);
             if reply.allowed {
-                shared.ledger.granted(&item);
+                let held = reply.reserved_output;
+                shared.ledger.granted(&item, held);
                 shared.outstanding.fetch_add(1, Ordering::AcqRel);
                 let task = shared.clone();
                 tokio::spawn(async move {
-                    settle(&task, item, reply.reservation_id).await;
+                    settle(&task, item, reply.reservation_id, held).await;
                     task.outstanding.fetch_sub(1, Ordering::AcqRel);
                 });
             }
@@ -373,17 +376,19 @@ async fn reserve_one(shared: &Arc<Shared>, item: Item, intended: Instant) {
     }
 }
 
-async fn settle(shared: &Shared, item: Item, id: String) {
+/// Settles `item` (reservation `id`, `held` output tokens reserved) once its
+/// upstream time has passed.
+async fn settle(shared: &Shared, item: Item, id: String, held: u64) {
     tokio::time::sleep(item.upstream).await;
     let started = Instant::now();
     let measured = started >= shared.measure_from;
     // The ledger frees the slot before the call: the service frees it later, so
     // the bench never counts fewer slots than the service holds.
     let (rpc, result) = if item.refund {
-        shared.ledger.refunded(&item);
+        shared.ledger.refunded(&item, held);
         (Rpc::Refund, shared.target.refund(&id).await)
     } else {
-        shared.ledger.committed(&item);
+        shared.ledger.committed(&item, held);
         let tier = &shared.workload.tiers[item.tier];
         let r = shared.target.commit(&item, tier, &id).await;
         (Rpc::Commit, r)

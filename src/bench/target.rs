@@ -29,6 +29,9 @@ pub struct Reply {
     pub reason: &'static str,
     /// The reservation to settle.
     pub reservation_id: String,
+    /// The output tokens the service reserved (the most any level holds):
+    /// less than `max_output` where every level holds the learned output.
+    pub reserved_output: u64,
 }
 
 /// Something to reserve against.
@@ -158,6 +161,11 @@ impl Target {
                     allowed: r.allowed,
                     reason: pb_reason_name(r.reason()),
                     reservation_id: r.reservation_id,
+                    // A server before reserved_output_tokens held the grant.
+                    reserved_output: match r.reserved_output_tokens {
+                        0 => r.granted_max_output_tokens,
+                        n => n,
+                    },
                 })
             }
             Target::Memory(e) => engine_reserve(e, item, tier).await,
@@ -173,6 +181,7 @@ impl Target {
                     allowed,
                     reason: if allowed { "allowed" } else { "over_limit" },
                     reservation_id: String::new(),
+                    reserved_output: item.max_output,
                 })
             }
         }
@@ -306,5 +315,6 @@ async fn engine_reserve<S: Store>(
         allowed: out.denial.is_none(),
         reason: out.denial.map_or("allowed", |d| reason_name(d.reason)),
         reservation_id: out.reservation_id.unwrap_or_default(),
+        reserved_output: out.reserved_output_tokens,
     })
 }

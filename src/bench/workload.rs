@@ -35,9 +35,16 @@ pub struct WorkloadArgs {
     /// Longest long prompt, in tokens.
     #[arg(long, default_value_t = 128_000)]
     pub long_max: u64,
-    /// `max_output_tokens` of every request; the simulated answer uses 20–100% of it.
+    /// `max_output_tokens` of every request; the simulated answer uses
+    /// --output-min-share to --output-max-share of it (uniform).
     #[arg(long, default_value_t = 512)]
     pub max_output: u64,
+    /// The least share of `max_output_tokens` a simulated answer uses.
+    #[arg(long, default_value_t = 0.2)]
+    pub output_min_share: f64,
+    /// The largest share of `max_output_tokens` a simulated answer uses.
+    #[arg(long, default_value_t = 1.0)]
+    pub output_max_share: f64,
     /// Mean simulated upstream time between reserve and settle, in ms (uniform
     /// 0.5×–1.5× this).
     #[arg(long, default_value_t = 300)]
@@ -121,6 +128,15 @@ impl Workload {
         if args.long_min > args.long_max {
             return Err("--long-min must not exceed --long-max".into());
         }
+        if !(0.0 <= args.output_min_share
+            && args.output_min_share <= args.output_max_share
+            && args.output_max_share <= 1.0)
+        {
+            return Err(
+                "--output-min-share and --output-max-share are shares of --max-output:                  0 ≤ min ≤ max ≤ 1"
+                    .into(),
+            );
+        }
         // Tenant i gets the tier whose cumulative weight covers (i * φ) mod 1:
         // deterministic, evenly spread over popular and rare tenants.
         let tenant_tier = (0..args.tenants)
@@ -164,7 +180,8 @@ impl Workload {
             (self.prompt.sample(rng) as u64).clamp(8, 16_000)
         };
         let max_output = self.args.max_output;
-        let completion = (max_output as f64 * rng.random_range(0.2..=1.0)) as u64;
+        let (lo, hi) = (self.args.output_min_share, self.args.output_max_share);
+        let completion = (max_output as f64 * rng.random_range(lo..=hi)) as u64;
         let upstream_ms = self.args.upstream_ms as f64 * rng.random_range(0.5..=1.5);
         Item {
             tenant,

@@ -108,6 +108,24 @@ impl EstimatorSection {
                 "must be above 0.5 and below 1 (0.985: 1.5% of prompts may exceed their reservation)",
             ));
         }
+        Ok(crate::estimator::AdaptiveSettings {
+            window: self.window,
+            min_samples: self.min_samples,
+            initial: self.initial_multiplier,
+            min: self.min_multiplier,
+            max: self.max_multiplier,
+            correction: self.correction,
+            content: crate::estimator::content::ContentSettings {
+                window: self.content_window,
+                min_samples: self.content_min_samples,
+                quantile: self.content_quantile,
+            },
+            output: self.output()?,
+        })
+    }
+
+    /// The learned output's settings, each checked against its range.
+    fn output(&self) -> Result<crate::estimator::output::OutputSettings, LimitsError> {
         within(
             "estimator.output_window",
             self.output_window as u64,
@@ -126,23 +144,10 @@ impl EstimatorSection {
                 "must be above 0.5 and below 1 (0.95: 5% of completions may use more than is reserved)",
             ));
         }
-        Ok(crate::estimator::AdaptiveSettings {
-            window: self.window,
-            min_samples: self.min_samples,
-            initial: self.initial_multiplier,
-            min: self.min_multiplier,
-            max: self.max_multiplier,
-            correction: self.correction,
-            content: crate::estimator::content::ContentSettings {
-                window: self.content_window,
-                min_samples: self.content_min_samples,
-                quantile: self.content_quantile,
-            },
-            output: crate::estimator::output::OutputSettings {
-                window: self.output_window,
-                min_samples: self.output_min_samples,
-                quantile: self.output_quantile,
-            },
+        Ok(crate::estimator::output::OutputSettings {
+            window: self.output_window,
+            min_samples: self.output_min_samples,
+            quantile: self.output_quantile,
         })
     }
 

@@ -157,6 +157,11 @@ impl LevelLimits {
                 format!("must be between 1 and 1000000, got {c}"),
             ));
         }
+        self.validate_output(path)
+    }
+
+    /// A learned output needs a rate to size its overrun credit on.
+    fn validate_output(&self, path: &str) -> Result<(), LimitsError> {
         if self.output.is_learned() && self.overrun_basis().is_none() {
             return Err(LimitsError::new(
                 format!("{path}.output_reservation"),

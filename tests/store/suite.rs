@@ -674,7 +674,7 @@ async fn a_learned_level_holds_the_learned_output_while_its_credit_lasts<S: Stor
         } => (granted_output, reserved_output),
         other => panic!("allowed: {other:?}"),
     };
-    let tokens_left = |readings: Vec<Reading>| readings[1].clone();
+    let tokens_left = |readings: Vec<Reading>| readings[1];
     let pair = [("claude".to_string(), "t".to_string())];
     // The credit (1000) covers what the call may still use (1000 - 100).
     let a = reservation(Some(100));

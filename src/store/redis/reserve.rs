@@ -91,14 +91,10 @@ fn reserve_spec(plan: &ReservePlan, ledger: Option<LedgerRetention>) -> Spec {
             true => 2f64.powi((RECLAIM_BITS as usize * Reclaimed::index(lp.level)) as i32),
             false => 0.0,
         };
-        let (capacity, refill_us) = lp
-            .overrun
-            .map_or((0.0, 0.0), |o| (o.capacity as f64, o.refill_us()));
         spec.push(lp.buckets.len() as f64)
             .push(lp.concurrency.map_or(-1.0, |c| c as f64))
             .push(weight)
-            .push(capacity)
-            .push(refill_us)
+            .overrun(lp)
             .push(f64::from(lp.bit()))
             .buckets(lp);
     }

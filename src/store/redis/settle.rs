@@ -9,7 +9,7 @@ use crate::domain::budget::layout::{
     REPLY_APPLIED, REPLY_EXPIRED, REPLY_NOT_FOUND, REPLY_SETTLED_BEFORE, SAMPLES_TTL_MS,
 };
 use crate::store::keys::{lease_field, ledger_fields};
-use crate::store::{RenewReply, SettleReply, Settled, Settlement, StoreError};
+use crate::store::{RenewReply, Retention, SettleReply, Settled, Settlement, StoreError};
 use redis::{ScriptInvocation, Value};
 
 /// How settle.lua settles: its mode argument.
@@ -60,31 +60,7 @@ impl RedisStore {
                 inv.key(&outputs);
             }
         }
-        let mut spec = Spec::default();
-        spec.push(s.levels.len() as f64)
-            .push(mode.arg())
-            .push(usage.tokens as f64)
-            .push(usage.prompt as f64)
-            // No samples kept: no sample pushed (settle.lua).
-            .push(match usage.learn {
-                true => self.retention.samples as f64,
-                false => 0.0,
-            })
-            .push(usage.input as f64)
-            .push(usage.cost as f64)
-            .push(usage.cached as f64)
-            .ledger(self.retention.ledger)
-            .push(output_kept as f64);
-        for lp in s.levels {
-            let (capacity, refill_us) = lp
-                .overrun
-                .map_or((0.0, 0.0), |o| (o.capacity as f64, o.refill_us()));
-            spec.push(f64::from(lp.bit()))
-                .push(lp.buckets.len() as f64)
-                .push(capacity)
-                .push(refill_us)
-                .buckets(lp);
-        }
+        let spec = settle_spec(&s, mode, usage, output_kept, self.retention);
         inv.arg(&spec.0)
             .arg(lease_field(s.id))
             .arg(self.retention.record_ms)
@@ -118,16 +94,16 @@ impl RedisStore {
     async fn push_sample(&self, key: &str, sample: &[u8], kept: usize) {
         let mut pipe = redis::pipe();
         pipe.cmd("LPUSH")
-            .arg(&key)
+            .arg(key)
             .arg(sample)
             .ignore()
             .cmd("LTRIM")
-            .arg(&key)
+            .arg(key)
             .arg(0)
             .arg(kept as i64 - 1)
             .ignore()
             .cmd("PEXPIRE")
-            .arg(&key)
+            .arg(key)
             .arg(SAMPLES_TTL_MS)
             .ignore();
         if let Err(e) = self.query::<()>(&pipe).await {
@@ -194,4 +170,37 @@ fn decode_settle(mode: SettleMode, reply: &[Value]) -> Result<SettleReply, Store
         REPLY_NOT_FOUND => SettleReply::NotFound,
         other => return Err(unexpected("settle", other)),
     })
+}
+
+/// settle.lua's ARGV[1]: the usage, then each level's bit, buckets and
+/// overrun credit.
+fn settle_spec(
+    s: &Settlement<'_>,
+    mode: SettleMode,
+    usage: Usage,
+    output_kept: usize,
+    retention: Retention,
+) -> Spec {
+    let mut spec = Spec::default();
+    spec.push(s.levels.len() as f64)
+        .push(mode.arg())
+        .push(usage.tokens as f64)
+        .push(usage.prompt as f64)
+        // No samples kept: no sample pushed (settle.lua).
+        .push(match usage.learn {
+            true => retention.samples as f64,
+            false => 0.0,
+        })
+        .push(usage.input as f64)
+        .push(usage.cost as f64)
+        .push(usage.cached as f64)
+        .ledger(retention.ledger)
+        .push(output_kept as f64);
+    for lp in s.levels {
+        spec.push(f64::from(lp.bit()))
+            .push(lp.buckets.len() as f64)
+            .overrun(lp)
+            .buckets(lp);
+    }
+    spec
 }

@@ -43,6 +43,15 @@ impl Spec {
         self.push(hourly as f64).push(daily as f64)
     }
 
+    /// Appends the level's overrun credit: its capacity and refill period
+    /// (µs); 0, 0 for a level that holds the grant.
+    pub(super) fn overrun(&mut self, lp: &LevelPlan) -> &mut Self {
+        let (capacity, refill_us) = lp
+            .overrun
+            .map_or((0.0, 0.0), |o| (o.capacity as f64, o.refill_us()));
+        self.push(capacity).push(refill_us)
+    }
+
     /// Appends `id, limit` per bucket, and a calendar window's boundaries
     /// (start, end, next end) after its limit.
     pub(super) fn buckets(&mut self, lp: &LevelPlan) -> &mut Self {
