@@ -56,6 +56,31 @@ async fn reserve(c: &mut BudgetServiceClient<Channel>, tier: &str) -> pb::CheckA
     r
 }
 
+/// Waits until `c`'s replica holds `tokens` for tier `t`, learned from
+/// `samples` completions (it refreshes what it learned twice a second; a
+/// busy machine may take longer).
+async fn learned(c: &mut BudgetServiceClient<Channel>, tokens: u64, samples: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let e = c
+            .get_estimator(pb::GetEstimatorRequest {
+                model: MODEL.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let found = e
+            .keys
+            .first()
+            .and_then(|k| k.learned_outputs.first().cloned());
+        match found {
+            Some(l) if (l.tokens, l.samples) == (tokens, samples) => return,
+            other if std::time::Instant::now() > deadline => panic!("still {other:?}"),
+            _ => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+        }
+    }
+}
+
 async fn commit(
     c: &mut BudgetServiceClient<Channel>,
     r: &pb::CheckAndReserveResponse,
@@ -95,9 +120,9 @@ async fn what_one_replica_learns_of_a_tiers_completions_the_other_holds() {
         commit(&mut ca, &r, 100 + 4 * i).await;
     }
     commit(&mut cb, &before, 150).await;
-    // B refreshes every pair it uses twice a second; 26 completions now
-    // (100..196 and 150): the 0.95 quantile is still 192.
-    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    // B refreshes every pair it uses; 26 completions now (100..196 and
+    // 150): the 0.95 quantile is still 192.
+    learned(&mut cb, 192, 26).await;
     let after = reserve(&mut cb, "t").await;
     assert_eq!(
         (after.reserved_output_tokens, after.reserved_tokens),
@@ -171,8 +196,8 @@ tenant = { tokens = [{ limit = 100000, period = "1d" }], output_reservation = "l
         let r = reserve(&mut ca, "t").await;
         commit(&mut ca, &r, 100).await;
     }
-    // Both replicas have read the 20 completions (a refresh every 0.5 s).
-    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    // A has refreshed what it learned; B, never asked yet, reads it first.
+    learned(&mut ca, 100, 20).await;
     let ask = pb::CheckAndReserveRequest {
         tenant_id: "acme".into(),
         tier: "t".into(),
