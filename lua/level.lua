@@ -23,17 +23,21 @@ local function trim_foreign(s, nb, now)
 end
 
 -- Writes state s to the level hash key (with the field lease = expiry when
--- given), growing the key's life when it must outlive ttl (us, capped at
+-- given, and the overrun credit 'o' = credit when given), growing the key's life when it must outlive ttl (us, capped at
 -- MAX_TTL) to twice that plus TTL_SLACK. fmt: the struct format for s's
 -- length, if it has it (else one is cut from D). Returns the packed state.
-local function write_level(key, s, ttl, fmt, D, now, lease, expiry)
+local function write_level(key, s, ttl, fmt, D, now, lease, expiry, credit)
   if ttl > MAX_TTL then ttl = MAX_TTL end
   local grow = now + ttl > s[3]
   if grow then s[3] = now + 2 * ttl + TTL_SLACK end
   if #s ~= #fmt - 1 then fmt = fmt_of(D, #s) end
   local raw = struct.pack(fmt, unpack(s))
-  if expiry then
+  if expiry and credit then
+    redis.call('HSET', key, 's', raw, lease, expiry, 'o', credit)
+  elseif expiry then
     redis.call('HSET', key, 's', raw, lease, expiry)
+  elseif credit then
+    redis.call('HSET', key, 's', raw, 'o', credit)
   else
     redis.call('HSET', key, 's', raw)
   end

@@ -318,10 +318,9 @@ for i = 1, nlev do
     lease = expbin
   end
   s = trim_foreign(s, nb, now)
-  raws[i] = write_level(KEYS[i], s, ttl, ARGV[7 + i], DOUBLES, now, ARGV[2], lease)
-  if learned and credits[i] then
-    redis.call('HSET', KEYS[i], 'o', struct.pack('<dd', credits[i] - (grant - learned), now))
-  end
+  local credit
+  if learned and credits[i] then credit = struct.pack('<dd', credits[i] - (grant - learned), now) end
+  raws[i] = write_level(KEYS[i], s, ttl, ARGV[7 + i], DOUBLES, now, ARGV[2], lease, credit)
   p = next_spec[i]
 end
 local learned_part, reserved = '', grant

@@ -103,25 +103,30 @@ local function delta(id)
   return dreq
 end
 
+-- The credit a level holding the learned output gets back, from its stored
+-- 'o' (nil when none is stored: a lapsed key's credit is full already).
+local function given_back(o, cap, per)
+  if not o then return nil end
+  local c0, t = struct.unpack('<dd', o)
+  local el = now - t
+  if el < 0 then el = 0 end
+  local c = c0 + el * cap / per
+  if c > cap then c = cap end
+  c = c + (granted - lout)
+  if c > cap then c = cap end
+  return struct.pack('<dd', c, now)
+end
+
 -- Read every level and compute its new state.
-local writes, credits, p = {}, {}, 12
+local writes, p = {}, 12
 for i = 1, nlev do
   local lbit, nb, cap = spec[p], spec[p + 1], spec[p + 2]
   ltok, lin, lou, lsp = dtok, din, dout, dspend
-  if lmask > 0 and bit.band(lmask, lbit) ~= 0 then
-    ltok, lin, lou, lsp = moving(cost - granted + lout, lout, lspend)
-    local o = cap > 0 and redis.call('HGET', KEYS[i], 'o')
-    if o then
-      local c0, t = struct.unpack('<dd', o)
-      local el = now - t
-      if el < 0 then el = 0 end
-      local c = c0 + el * cap / spec[p + 3]
-      if c > cap then c = cap end
-      c = c + (granted - lout)
-      if c > cap then c = cap end
-      credits[#credits + 1] = {KEYS[i], struct.pack('<dd', c, now)}
-    end
-  end
+  local learned_here = lmask > 0 and bit.band(lmask, lbit) ~= 0
+  if learned_here then ltok, lin, lou, lsp = moving(cost - granted + lout, lout, lspend) end
+  -- Its credit is read with its state (one call), or alone if the state is not.
+  local credit_read = learned_here and cap > 0
+  local credit
   local touched = false
   local q = p + 4
   for b = 1, nb do
@@ -133,8 +138,18 @@ for i = 1, nlev do
   -- A live lease is certainly still there; a lapsed one may have been reclaimed.
   local holds = bit.band(mask, lbit) ~= 0
     and (exp > now or redis.call('HEXISTS', KEYS[i], ARGV[2]) == 1)
+  if not (touched or holds) and credit_read then
+    credit = given_back(redis.call('HGET', KEYS[i], 'o'), cap, spec[p + 3])
+    if credit then writes[#writes + 1] = {KEYS[i], false, false, false, 0, credit} end
+  end
   if touched or holds then
-    local raw = redis.call('HGET', KEYS[i], 's')
+    local raw
+    if credit_read then
+      local r = redis.call('HMGET', KEYS[i], 's', 'o')
+      raw, credit = r[1], given_back(r[2], cap, spec[p + 3])
+    else
+      raw = redis.call('HGET', KEYS[i], 's')
+    end
     local s = {0, 0, 0, STATE_V}
     if raw then
       s = {struct.unpack(fmt_of(D, #raw / 8), raw)}
@@ -175,22 +190,23 @@ for i = 1, nlev do
     if ttl > MAX_TTL then ttl = MAX_TTL end
     local grow = now + ttl > s[3]
     if grow then s[3] = now + 2 * ttl + TTL_SLACK end
-    writes[#writes + 1] = {KEYS[i], holds, struct.pack(fmt_of(D, #s), unpack(s)), grow, s[3]}
+    writes[#writes + 1] = {KEYS[i], holds, struct.pack(fmt_of(D, #s), unpack(s)), grow, s[3], credit or false}
   end
   p = after
 end
 
 -- Write.
 for w = 1, #writes do
-  local key, holds, raw, grow, x = unpack(writes[w])
+  local key, holds, raw, grow, x, credit = unpack(writes[w])
   if holds then redis.call('HDEL', key, ARGV[2]) end
-  redis.call('HSET', key, 's', raw)
+  if raw and credit then redis.call('HSET', key, 's', raw, 'o', credit)
+  elseif raw then redis.call('HSET', key, 's', raw)
+  else redis.call('HSET', key, 'o', credit) end
   if grow then
     local ms = (x - now) / 1000
     redis.call('PEXPIRE', key, ms + (-ms) % 1)
   end
 end
-for w = 1, #credits do redis.call('HSET', credits[w][1], 'o', credits[w][2]) end
 redis.call('SET', rkey, state .. string.sub(rec, REC_COST, REC_AMOUNT - 1)
   .. struct.pack('<d', amount) .. string.sub(rec, REC_ESTIMATED), 'PX', ARGV[3])
 -- The estimator sample: the actual and counted prompt tokens and the record's mix, or
@@ -214,9 +230,13 @@ end
 -- The completion's sample, for a tier that learns its output.
 if state == COMMITTED and spec[11] > 0 and KEYS[nlev + 3] then
   local outs = KEYS[nlev + 3]
-  redis.call('LPUSH', outs, struct.pack('<d', spec[3] - spec[4]))
-  redis.call('LTRIM', outs, 0, spec[11] - 1)
-  redis.call('PEXPIRE', outs, SAMPLES_TTL_MS)
+  local n = redis.call('LPUSH', outs, struct.pack('<d', spec[3] - spec[4]))
+  -- Trimmed (readers take the newest kept) and its life renewed only when new
+  -- or OUTPUT_TRIM_SLACK longer than kept: two calls in that many, not every time.
+  if n == 1 or n > spec[11] + OUTPUT_TRIM_SLACK then
+    redis.call('LTRIM', outs, 0, spec[11] - 1)
+    redis.call('PEXPIRE', outs, SAMPLES_TTL_MS)
+  end
 end
 if spec[9] > 0 then
   local d = {0, 0, -1, 0, 0, 0, 0, 0, 0, 0}

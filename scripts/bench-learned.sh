@@ -25,7 +25,7 @@ redis_pid=$!
 trap 'kill "$redis_pid"' EXIT
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.1; done
 url="redis://127.0.0.1:$port/0"
-workload=(--tenants 1 --users 20 --zipf 0 --prompt-median 200 --long-share 0
+workload=(--tenants 1 --users 20 --zipf 0 --prompt-median ${PROMPT:-200} --long-share 0
   --max-output 2000 --output-min-share 0.05 --output-max-share 0.25 --refund-share 0 --no-progress)
 for tier in max learned; do
   redis-cli -p "$port" flushall >/dev/null

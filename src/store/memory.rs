@@ -146,7 +146,7 @@ impl<C: Clock> MemoryStore<C> {
         }
         if let (Some(sample), Settle::Commit(usage)) = (out.output_sample, how) {
             let key = self.keys.output_samples(&s.id.estimator, &s.id.tier);
-            samples::push_capped(&mut d.outputs, key, sample, usage.output_kept, now);
+            samples::push_completion(&mut d.outputs, key, sample, usage.output_kept, now);
         }
         if let Some(entry) = out.ledger {
             self.enter(&mut d, s.id, entry, now);

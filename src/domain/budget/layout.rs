@@ -21,6 +21,11 @@ pub const RECLAIM_CAP: u64 = (1 << RECLAIM_BITS) - 1;
 pub const RECLAIM_BITS: u32 = 17;
 /// Estimator samples live this long past the last one (ms): 30 days.
 pub const SAMPLES_TTL_MS: u64 = 2_592_000_000;
+/// A list of completions (a learned output's samples) is trimmed to what is
+/// kept, and its life renewed, only when new or this many entries longer:
+/// readers take the newest kept, so a Commit mostly pushes alone. Such a list
+/// lives [`SAMPLES_TTL_MS`] from its creation or its last trim.
+pub const OUTPUT_TRIM_SLACK: usize = 32;
 /// The most leases a level may hold for an exact status read to scan it: the
 /// scan costs Redis CPU per lease, on one thread.
 pub const EXACT_LEASES: u64 = 64;
@@ -172,6 +177,7 @@ pub const LUA_CONSTANTS: &[(&str, f64)] = &[
     ("RECLAIM_CAP", RECLAIM_CAP as f64),
     ("RECLAIM_BITS", RECLAIM_BITS as f64),
     ("SAMPLES_TTL_MS", SAMPLES_TTL_MS as f64),
+    ("OUTPUT_TRIM_SLACK", OUTPUT_TRIM_SLACK as f64),
     ("EXACT_LEASES", EXACT_LEASES as f64),
     ("FIRST_BUCKET", (STATE_HEAD + 1) as f64),
     ("BUCKET_WIDTH", BUCKET_WIDTH as f64),

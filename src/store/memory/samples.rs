@@ -2,7 +2,7 @@
 //! (estimator samples, completions), newest first and capped.
 
 use super::expiry;
-use crate::domain::budget::layout::SAMPLES_TTL_MS;
+use crate::domain::budget::layout::{OUTPUT_TRIM_SLACK, SAMPLES_TTL_MS};
 use std::collections::{HashMap, VecDeque};
 
 /// Pushes `sample` on the list `key` as settle.lua does: newest first, at
@@ -22,6 +22,27 @@ pub(super) fn push_capped<T>(
     samples.push_front(sample);
     samples.truncate(window.max(1));
     *expires_at = expiry(now, SAMPLES_TTL_MS);
+}
+
+/// Pushes a completion on the list `key` as settle.lua does: newest first,
+/// trimmed to `window` and its life renewed only when the list is new or
+/// [`OUTPUT_TRIM_SLACK`] longer than `window`.
+pub(super) fn push_completion(
+    lists: &mut HashMap<String, (VecDeque<u64>, i64)>,
+    key: String,
+    completion: u64,
+    window: usize,
+    now: i64,
+) {
+    let (samples, expires_at) = lists.entry(key).or_default();
+    if *expires_at <= now {
+        samples.clear();
+    }
+    samples.push_front(completion);
+    if samples.len() == 1 || samples.len() > window + OUTPUT_TRIM_SLACK {
+        samples.truncate(window.max(1));
+        *expires_at = expiry(now, SAMPLES_TTL_MS);
+    }
 }
 
 /// The list `key` holds at `now`, newest first (none once expired).

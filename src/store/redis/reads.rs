@@ -47,16 +47,7 @@ impl RedisStore {
         keys: &[String],
     ) -> Result<Vec<Vec<EstimatorSample>>, StoreError> {
         let keys: Vec<String> = keys.iter().map(|k| self.keys.estimator(k)).collect();
-        Ok(self
-            .lists(&keys)
-            .await?
-            .into_iter()
-            .map(|list| {
-                list.iter()
-                    .filter_map(|b| EstimatorSample::decode(b))
-                    .collect()
-            })
-            .collect())
+        self.lists(&keys, EstimatorSample::decode).await
     }
 
     /// Each (estimator key, tier)'s completions (newest first; entries that
@@ -69,20 +60,16 @@ impl RedisStore {
             .iter()
             .map(|(key, tier)| self.keys.output_samples(key, tier))
             .collect();
-        Ok(self
-            .lists(&keys)
-            .await?
-            .into_iter()
-            .map(|list| {
-                list.iter()
-                    .filter_map(|b| Some(f64::from_le_bytes(b.as_slice().try_into().ok()?) as u64))
-                    .collect()
-            })
-            .collect())
+        let completion = |b: &[u8]| Some(f64::from_le_bytes(b.try_into().ok()?) as u64);
+        self.lists(&keys, completion).await
     }
 
-    /// Each list's entries, whole.
-    async fn lists(&self, keys: &[String]) -> Result<Vec<Vec<Vec<u8>>>, StoreError> {
+    /// Each list's entries that `decode` reads (the others left out).
+    async fn lists<T>(
+        &self,
+        keys: &[String],
+        decode: impl Fn(&[u8]) -> Option<T>,
+    ) -> Result<Vec<Vec<T>>, StoreError> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
@@ -113,6 +100,9 @@ impl RedisStore {
                 self.query(&pipe).await?
             }
         };
-        Ok(lists)
+        Ok(lists
+            .iter()
+            .map(|list| list.iter().filter_map(|b| decode(b)).collect())
+            .collect())
     }
 }
