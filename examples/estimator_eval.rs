@@ -303,7 +303,8 @@ fn outputs() {
             let d = LogNormal::new((share * MAX_OUTPUT).ln() - 0.32, 0.8).expect("valid");
             let actual = d.sample(&mut rng).clamp(1.0, MAX_OUTPUT).round();
             let newest: Vec<u64> = seen.iter().copied().collect();
-            let mean = newest.iter().take(200).sum::<u64>() as f64 / newest.len().clamp(1, 200) as f64;
+            let mean =
+                newest.iter().take(200).sum::<u64>() as f64 / newest.len().clamp(1, 200) as f64;
             let reserved = [
                 MAX_OUTPUT,
                 match newest.len() >= learned.min_samples {

@@ -176,6 +176,8 @@ pub(super) fn outcome(
                 reservation_id: Some(id.to_string()),
                 reserved_tokens: tokens,
                 granted_max_output_tokens: tokens.saturating_sub(plan.prompt_tokens),
+                // The record keeps the grant: a replay reports it as reserved.
+                reserved_output_tokens: tokens.saturating_sub(plan.prompt_tokens),
                 limits: decision::limit_states(&plan.levels, &readings),
                 lease_expires_in_ms,
                 replayed: true,

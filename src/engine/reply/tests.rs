@@ -113,6 +113,22 @@ fn an_allowed_reply_reserves_the_prompt_and_the_output_granted() {
     );
     assert_eq!(out.granted_max_output_tokens, 30);
     assert_eq!(out.lease_expires_in_ms, 30_000);
+    // Where every level holds a learned output, less is reserved than granted.
+    let learned = ReserveReply::Allowed {
+        readings: readings(5_000_000, 1),
+        granted_output: 30,
+        reserved_output: 12,
+        reclaimed: Reclaimed::default(),
+    };
+    let out = outcome(&plan, learned, &count(), how()).unwrap();
+    assert_eq!(
+        (
+            out.reserved_tokens,
+            out.reserved_output_tokens,
+            out.granted_max_output_tokens
+        ),
+        (112, 12, 30)
+    );
     assert_eq!(
         (out.estimated_prompt_tokens, out.estimator_multiplier),
         (80, 1.25)
@@ -175,8 +191,12 @@ fn a_replayed_reply_answers_the_earlier_reservation() {
     assert!(out.replayed);
     assert_eq!(out.reservation_id, Some(earlier.to_string()));
     assert_eq!(
-        (out.reserved_tokens, out.granted_max_output_tokens),
-        (140, 40)
+        (
+            out.reserved_tokens,
+            out.granted_max_output_tokens,
+            out.reserved_output_tokens
+        ),
+        (140, 40, 40)
     );
     assert_eq!(out.lease_expires_in_ms, 12_000);
     let bad = ReserveReply::Replayed {
