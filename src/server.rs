@@ -13,6 +13,7 @@ use crate::estimator::{Counter, Multipliers};
 use crate::pb::budget_service_server::BudgetServiceServer;
 use crate::reload::{self, Live};
 
+mod admission;
 mod grpc;
 mod message_limit;
 use crate::store::cluster::ClusterStore;

@@ -13,6 +13,9 @@
 //! - this file: every metric name, and the functions that record them.
 //! - [`exporter`]: the Prometheus exporter, descriptions and series at zero.
 //! - [`logging`]: the tracing subscriber.
+//!
+//! Size: every metric's name and recording function in one file, so a
+//! dashboard's author finds them all in one place.
 
 mod exporter;
 mod logging;
@@ -81,6 +84,30 @@ pub const LEASES_EXPIRED: &str = "ctxbudget_leases_expired_total";
 pub const CANCELLATIONS: &str = "ctxbudget_cancellations_total";
 /// Reservations waiting to be cancelled.
 pub const CANCELLATIONS_PENDING: &str = "ctxbudget_cancellations_pending";
+
+/// Budget and Envoy calls being worked on (`[server] max_in_flight` bounds it).
+pub const IN_FLIGHT: &str = "ctxbudget_in_flight";
+/// `[server] max_in_flight`.
+pub const IN_FLIGHT_LIMIT: &str = "ctxbudget_in_flight_limit";
+/// Calls shed before any work, labelled `reason`: full (no slot freed within
+/// `queue_ms`: RESOURCE_EXHAUSTED) or deadline (the call's own deadline ran
+/// out first: DEADLINE_EXCEEDED).
+pub const SHED: &str = "ctxbudget_shed_total";
+
+/// Sets the calls in flight.
+pub fn in_flight(n: usize) {
+    gauge!(IN_FLIGHT).set(n as f64);
+}
+
+/// Sets the limit of calls in flight.
+pub fn in_flight_limit(n: usize) {
+    gauge!(IN_FLIGHT_LIMIT).set(n as f64);
+}
+
+/// Counts a call shed, by `reason` (full|deadline).
+pub fn shed(reason: &'static str) {
+    counter!(SHED, "reason" => reason).increment(1);
+}
 
 /// Counts one cancellation's outcome.
 pub fn cancellation(outcome: &'static str) {

@@ -46,7 +46,7 @@ pub(crate) use rates::rates;
 pub use rates::{Period, PeriodError, RateSection, period_seconds};
 pub use resilience::ResilienceSection;
 pub use sections::{FileConfig, ReservationsSection, ServerSection, StoreSection};
-pub use settings::{Settings, TlsFiles};
+pub use settings::{AdmissionSettings, Settings, TlsFiles};
 
 use crate::domain::{Limits, LimitsError};
 use std::collections::BTreeMap;

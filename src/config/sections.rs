@@ -66,10 +66,34 @@ pub struct ServerSection {
     /// PEM CA bundle: require client certificates it signed (mutual TLS).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_client_ca: Option<std::path::PathBuf>,
+    /// Budget and Envoy calls worked on at once; more wait or are shed.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
+    /// How long a call waits for one of them to finish before it is shed (ms).
+    #[serde(default = "default_queue_ms")]
+    pub queue_ms: u64,
+    /// The retry hint of a call shed (ms).
+    #[serde(default = "default_shed_retry_ms")]
+    pub shed_retry_ms: u64,
+    /// HTTP/2 streams one connection may have open at once.
+    #[serde(default = "default_max_concurrent_streams")]
+    pub max_concurrent_streams: u32,
 }
 
 fn default_max_message_bytes() -> usize {
     16 * 1024 * 1024
+}
+fn default_max_in_flight() -> usize {
+    512
+}
+fn default_queue_ms() -> u64 {
+    5
+}
+fn default_shed_retry_ms() -> u64 {
+    50
+}
+fn default_max_concurrent_streams() -> u32 {
+    1024
 }
 
 /// `[store]`.

@@ -67,6 +67,8 @@ pub struct Settings {
     pub breaker: BreakerSettings,
     /// Largest request accepted, in bytes.
     pub max_message_bytes: usize,
+    /// How many calls are worked on at once, and what happens to the rest.
+    pub admission: AdmissionSettings,
     /// Model rules for counting.
     pub models: crate::estimator::ModelRules,
     /// The adaptive multiplier.
@@ -211,6 +213,7 @@ impl FileConfig {
             priorities,
             require_price,
             max_message_bytes: server.max_message_bytes,
+            admission: admission(&server)?,
             config_path: None,
             seed,
             policy: resilience.policy,
@@ -356,4 +359,42 @@ fn tls_files(server: &ServerSection) -> Result<Option<TlsFiles>, LimitsError> {
             "TLS needs both tls_cert and tls_key (tls_client_ca adds mutual TLS on top)",
         )),
     }
+}
+
+/// Admission under overload (`[server] max_in_flight`, `queue_ms`,
+/// `shed_retry_ms`, `max_concurrent_streams`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdmissionSettings {
+    /// Budget and Envoy calls worked on at once.
+    pub max_in_flight: usize,
+    /// How long a call waits for a slot before it is shed.
+    pub queue: Duration,
+    /// The retry hint of a shed call, ms.
+    pub retry_ms: u64,
+    /// HTTP/2 streams per connection.
+    pub max_concurrent_streams: u32,
+}
+
+/// `[server]`'s admission settings, each checked against its range.
+fn admission(server: &ServerSection) -> Result<AdmissionSettings, LimitsError> {
+    within(
+        "server.max_in_flight",
+        server.max_in_flight as u64,
+        1,
+        1_000_000,
+    )?;
+    within("server.queue_ms", server.queue_ms, 0, 60_000)?;
+    within("server.shed_retry_ms", server.shed_retry_ms, 1, 3_600_000)?;
+    within(
+        "server.max_concurrent_streams",
+        u64::from(server.max_concurrent_streams),
+        1,
+        1_000_000,
+    )?;
+    Ok(AdmissionSettings {
+        max_in_flight: server.max_in_flight,
+        queue: Duration::from_millis(server.queue_ms),
+        retry_ms: server.shed_retry_ms,
+        max_concurrent_streams: server.max_concurrent_streams,
+    })
 }

@@ -1,6 +1,7 @@
 //! The gRPC services a replica serves, and the listener's TLS.
 
 use super::ServeError;
+use super::admission::{Admission, Gate};
 use super::message_limit::MessageLimit;
 use crate::api::auth::Auth;
 use crate::api::{BudgetApi, EnvoyApi, LiveMap};
@@ -40,12 +41,18 @@ pub(super) fn routes<S: Store>(
         .max_decoding_message_size(settings.max_message_bytes);
     let envoy = RateLimitServiceServer::new(EnvoyApi::new(engine, envoy_map))
         .max_decoding_message_size(settings.max_message_bytes);
+    // One gate for both: the slots bound the work of the whole replica; a
+    // call refused by authentication never takes one.
+    let gate = Gate::new(settings.admission);
+    let budget = Admission::new(budget, gate.clone());
+    let envoy = Admission::new(envoy, gate);
     // Authentication runs on the headers, before the body is even decoded.
     let budget = InterceptedService::new(budget, crate::api::auth::interceptor(auth.clone()));
     let envoy = InterceptedService::new(envoy, crate::api::auth::interceptor(auth));
     let budget = MessageLimit::new(budget, settings.max_message_bytes);
     let envoy = MessageLimit::new(envoy, settings.max_message_bytes);
-    let mut builder = Server::builder();
+    let mut builder =
+        Server::builder().max_concurrent_streams(Some(settings.admission.max_concurrent_streams));
     if let Some(tls) = &settings.tls {
         builder = builder.tls_config(tls_config(tls)?)?;
     }

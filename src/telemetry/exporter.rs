@@ -100,6 +100,10 @@ pub fn describe() {
             UNDER_RESERVED,
             "Commits of a counted prompt whose actual prompt exceeded the prompt reserved, by estimator key",
         ),
+        (
+            SHED,
+            "Calls shed before any work: full (RESOURCE_EXHAUSTED) or deadline (DEADLINE_EXCEEDED)",
+        ),
     ];
     for (name, help) in counters {
         describe_counter!(name, help);
@@ -129,6 +133,11 @@ pub fn describe() {
     describe_gauge!(
         CANCELLATIONS_PENDING,
         "Reservations waiting to be cancelled"
+    );
+    describe_gauge!(IN_FLIGHT, "Budget and Envoy calls being worked on");
+    describe_gauge!(
+        IN_FLIGHT_LIMIT,
+        "[server] max_in_flight: calls worked on at once"
     );
     describe_gauge!(
         GLOBAL_LEASES_ACTIVE,
@@ -187,6 +196,10 @@ pub fn register(known: &KnownSeries) {
     }
     gauge!(BREAKER_STATE).set(0.0);
     gauge!(GLOBAL_LEASES_ACTIVE).set(0.0);
+    gauge!(IN_FLIGHT).set(0.0);
+    for reason in ["full", "deadline"] {
+        counter!(SHED, "reason" => reason).increment(0);
+    }
     counter!(CLUSTER_GLOBAL_DECISIONS).increment(0);
     counter!(CLUSTER_GLOBAL_CALLS).increment(0);
 }

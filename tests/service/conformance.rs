@@ -701,7 +701,12 @@ user = { requests = [{ limit = 1, period = "1d" }] }
 }
 
 async fn exactly_the_limit_under_2000_concurrent_requests(backend: Backend) {
+    // Every call is worked on (none shed: that is tests/service/overload.rs).
     let tier = r#"
+[server]
+listen = "127.0.0.1:0"
+max_in_flight = 2048
+
 [tiers.rate]
 max_context_tokens = 10000
 default_max_output_tokens = 100

@@ -63,6 +63,7 @@ mod models_cli;
 mod money;
 mod observability;
 mod operations;
+mod overload;
 mod prices_cli;
 mod quickstart;
 mod server;
