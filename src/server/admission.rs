@@ -5,7 +5,16 @@
 //! hint, or `DEADLINE_EXCEEDED` when its deadline ran out while it waited —
 //! without any of its work started. So the latency of what is served stays
 //! bounded by what the service can do at once, and memory stays flat however
-//! many calls arrive. Health and reflection are never shed.
+//! many calls arrive. Only decisions are gated (CheckAndReserve and Envoy's
+//! ShouldRateLimit): Commit, Refund and RenewLease free what reservations
+//! hold and are never shed, nor are GetStatus, GetEstimator, health and
+//! reflection.
+
+/// The calls that take a slot: the decisions.
+const GATED: [&str; 2] = [
+    "/ctxbudget.v1.BudgetService/CheckAndReserve",
+    "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+];
 
 use crate::config::AdmissionSettings;
 use std::sync::Arc;
@@ -111,6 +120,9 @@ where
         // clone takes its place for the next call.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
+        if !GATED.contains(&request.uri().path()) {
+            return Box::pin(inner.call(request));
+        }
         let gate = self.gate.clone();
         let deadline = grpc_timeout(request.headers());
         Box::pin(async move {
