@@ -20,8 +20,8 @@ use super::{
 };
 use crate::domain::budget::ledger::{LedgerRow, Period, Row};
 use crate::domain::budget::{
-    ChargePlan, ChargeReply, Earlier, Record, Settle, StoredLevel, charge::charge, renew::renew,
-    reserve::reserve, settle::settle, status::status,
+    ChargePlan, ChargeReply, Earlier, FastMap, Record, Settle, StoredLevel, charge::charge,
+    renew::renew, reserve::reserve, settle::settle, status::status,
 };
 use crate::domain::mix::EstimatorSample;
 use crate::domain::{
@@ -41,9 +41,9 @@ pub struct MemoryStore<C: Clock = SystemClock> {
 /// Every key, as Redis would hold it, with its expiry (µs of the store's clock).
 #[derive(Default)]
 struct Data {
-    levels: HashMap<String, StoredLevel>,
-    records: HashMap<String, (Record, i64)>,
-    idempotency: HashMap<String, (String, i64)>,
+    levels: FastMap<String, StoredLevel>,
+    records: FastMap<String, (Record, i64)>,
+    idempotency: FastMap<String, (String, i64)>,
     /// Estimator samples by key, newest first (Redis: a capped list).
     samples: HashMap<String, (VecDeque<EstimatorSample>, i64)>,
     /// Completions' output tokens by key, newest first (Redis: a capped list).
