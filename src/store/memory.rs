@@ -10,10 +10,12 @@
 
 mod ledger;
 mod samples;
+mod sharded;
 mod snapshot;
 
 pub use snapshot::Stored;
 
+use self::sharded::Sharded;
 use super::keys::{Keys, lease_field};
 use super::{
     RenewReply, ReserveReply, Retention, Scope, SettleReply, Settlement, Store, StoreError, Usage,
@@ -42,8 +44,8 @@ pub struct MemoryStore<C: Clock = SystemClock> {
 #[derive(Default)]
 struct Data {
     levels: FastMap<String, StoredLevel>,
-    records: FastMap<String, (Record, i64)>,
-    idempotency: FastMap<String, (String, i64)>,
+    records: Sharded<(Record, i64)>,
+    idempotency: Sharded<(String, i64)>,
     /// Estimator samples by key, newest first (Redis: a capped list).
     samples: HashMap<String, (VecDeque<EstimatorSample>, i64)>,
     /// Completions' output tokens by key, newest first (Redis: a capped list).
