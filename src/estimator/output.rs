@@ -59,10 +59,14 @@ pub struct LearnedOutput {
 /// Pairs unused this long are no longer refreshed (and forgotten).
 const FORGET_AFTER: Duration = Duration::from_secs(600);
 
+/// Learned outputs by estimator key, then tier: looked up by `&str` with no
+/// allocation on a reservation's path.
+type Pairs = HashMap<String, HashMap<String, LearnedOutput>>;
+
 /// The learned outputs of the pairs this replica reserves for.
 pub struct Outputs {
     settings: OutputSettings,
-    pairs: RwLock<HashMap<(String, String), LearnedOutput>>,
+    pairs: RwLock<Pairs>,
 }
 
 impl Outputs {
@@ -83,19 +87,13 @@ impl Outputs {
     /// has read its completions from the store yet. Marks the pair in use.
     pub fn lookup(&self, key: &str, tier: &str) -> (Option<u64>, bool) {
         let now = Instant::now();
-        let pair = (key.to_owned(), tier.to_owned());
-        if let Some(s) = self.read().get(&pair)
+        if let Some(s) = self.read().get(key).and_then(|t| t.get(tier))
             && now.duration_since(s.last_used) < Duration::from_secs(1)
         {
             return (s.tokens, s.refreshed.is_some());
         }
         let mut pairs = self.pairs.write().unwrap_or_else(|p| p.into_inner());
-        let s = pairs.entry(pair).or_insert_with(|| LearnedOutput {
-            tokens: None,
-            samples: 0,
-            refreshed: None,
-            last_used: now,
-        });
+        let s = entry(&mut pairs, key, tier, now);
         s.last_used = now;
         (s.tokens, s.refreshed.is_some())
     }
@@ -106,14 +104,7 @@ impl Outputs {
         let tokens = self.settings.learned(samples);
         let now = Instant::now();
         let mut pairs = self.pairs.write().unwrap_or_else(|p| p.into_inner());
-        let s = pairs
-            .entry((key.to_owned(), tier.to_owned()))
-            .or_insert_with(|| LearnedOutput {
-                tokens,
-                samples: 0,
-                refreshed: None,
-                last_used: now,
-            });
+        let s = entry(&mut pairs, key, tier, now);
         s.tokens = tokens;
         s.samples = samples.len().min(self.settings.window);
         s.refreshed = Some(now);
@@ -125,8 +116,14 @@ impl Outputs {
     pub fn active_pairs(&self) -> Vec<(String, String)> {
         let now = Instant::now();
         let mut pairs = self.pairs.write().unwrap_or_else(|p| p.into_inner());
-        pairs.retain(|_, s| now.duration_since(s.last_used) < FORGET_AFTER);
-        pairs.keys().cloned().collect()
+        for tiers in pairs.values_mut() {
+            tiers.retain(|_, s| now.duration_since(s.last_used) < FORGET_AFTER);
+        }
+        pairs.retain(|_, tiers| !tiers.is_empty());
+        pairs
+            .iter()
+            .flat_map(|(k, tiers)| tiers.keys().map(move |t| (k.clone(), t.clone())))
+            .collect()
     }
 
     /// Every pair this replica knows, sorted.
@@ -134,15 +131,33 @@ impl Outputs {
         let mut out: Vec<_> = self
             .read()
             .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .flat_map(|(k, tiers)| {
+                tiers
+                    .iter()
+                    .map(move |(t, v)| ((k.clone(), t.clone()), v.clone()))
+            })
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
         out
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<(String, String), LearnedOutput>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Pairs> {
         self.pairs.read().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// The pair's entry, made (nothing learned, never read) if new.
+fn entry<'a>(pairs: &'a mut Pairs, key: &str, tier: &str, now: Instant) -> &'a mut LearnedOutput {
+    pairs
+        .entry(key.to_owned())
+        .or_default()
+        .entry(tier.to_owned())
+        .or_insert_with(|| LearnedOutput {
+            tokens: None,
+            samples: 0,
+            refreshed: None,
+            last_used: now,
+        })
 }
 
 #[cfg(test)]
