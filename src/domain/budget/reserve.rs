@@ -69,7 +69,8 @@ struct Read {
     buckets: Vec<(usize, f64)>,
     /// Output tokens every token bucket can hold besides the prompt.
     room: f64,
-    /// Per level: its overrun credit now, where it holds the learned output.
+    /// Per level: its overrun credit now, where it holds the learned output
+    /// (empty, never allocated, without a learned output).
     credits: Vec<Option<f64>>,
     reclaimed: Reclaimed,
 }
@@ -175,17 +176,18 @@ impl Held {
         Held {
             grant: (grant, rates.spend(grant)),
             learned: learned.map(|l| (l, rates.spend(l))),
-            at: credits
-                .iter()
-                .map(|c| learned.is_some() && c.is_some())
-                .collect(),
+            // Empty (no allocation) unless some level holds the learned output.
+            at: match learned {
+                Some(_) => credits.iter().map(Option::is_some).collect(),
+                None => Vec::new(),
+            },
         }
     }
 
     /// The output and spend level `i` holds.
     fn at(&self, i: usize) -> (f64, f64) {
         match self.learned {
-            Some(l) if self.at[i] => l,
+            Some(l) if self.at.get(i) == Some(&true) => l,
             _ => self.grant,
         }
     }
@@ -272,7 +274,7 @@ fn read_levels(plan: &ReservePlan, levels: &mut [Option<StoredLevel>], now: f64)
         after: Vec::with_capacity(plan.levels.len()),
         buckets: Vec::with_capacity(plan.levels.iter().map(|l| l.buckets.len()).sum()),
         room: max,
-        credits: Vec::with_capacity(plan.levels.len()),
+        credits: Vec::new(),
         reclaimed: Reclaimed::default(),
     };
     let learned = plan.learned_output.map(|l| l as f64).filter(|&l| l < max);
@@ -297,7 +299,9 @@ fn read_levels(plan: &ReservePlan, levels: &mut [Option<StoredLevel>], now: f64)
         };
         // A level holding `holds` bounds the grant only below it.
         let holds = credit.and(learned).unwrap_or(max);
-        read.credits.push(credit);
+        if learned.is_some() {
+            read.credits.push(credit);
+        }
         let mut s = stored.as_ref().map(|s| s.state.clone()).unwrap_or_default();
         for (hint, b) in lp.buckets.iter().enumerate() {
             let (k, l) = s.read_bucket(b, hint, now);
