@@ -534,6 +534,15 @@ async fn a_killed_redis_fails_closed_then_recovers_and_old_leases_expire() {
             .into_inner();
         assert_eq!(renewed.outcome(), pb::Outcome::Applied, "survived: {id}");
     }
+    // Durability is proven: from here the test counts reclaimed leases, and a
+    // reserve whose fsync outlasts the 100 ms deadline on a busy disk (CI
+    // building beside it) would lose the count. Fsync once a second instead.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("appendfsync")
+        .arg("everysec")
+        .query(&mut redis.conn())
+        .expect("config set");
     tokio::time::sleep(Duration::from_millis(400)).await;
     let expired_before = svc
         .metric("ctxbudget_leases_expired_total", &[("level", "user")])
