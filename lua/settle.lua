@@ -47,7 +47,8 @@
 -- next reserve after it passes recomputes it; status.lua reads the real one).
 -- Finding the next lease on every settle would cost an HGETALL: measured 3x the
 -- instructions of a Commit. A commit of a prompt the service
--- counted adds a sample to the estimator's list (capped, kept 30 days): the
+-- counted adds a sample to the estimator's list (kept 30 days, trimmed and
+-- renewed once in OUTPUT_TRIM_SLACK pushes: readers take the newest kept): the
 -- actual prompt tokens and the prompt's mix (src/domain/mix.rs), or actual ÷
 -- estimated for a record without a mix. Every level is read before
 -- anything is written, so an error part-way changes nothing and a retry applies
@@ -117,8 +118,12 @@ local function given_back(o, cap, per)
   return struct.pack('<dd', c, now)
 end
 
--- Read every level and compute its new state.
-local writes, p = {}, 12
+-- Read every level and compute its new state. The writes: 6 entries per
+-- level written (key, holds, state, grow, expiry, credit), in one table sized
+-- for three levels (a table per level, or one grown from {}, costs its
+-- allocations: issue 27).
+local writes, nw, p = {false, false, false, false, false, false, false, false, false,
+  false, false, false, false, false, false, false, false, false}, 0, 12
 for i = 1, nlev do
   local lbit, nb, cap = spec[p], spec[p + 1], spec[p + 2]
   ltok, lin, lou, lsp = dtok, din, dout, dspend
@@ -140,7 +145,11 @@ for i = 1, nlev do
     and (exp > now or redis.call('HEXISTS', KEYS[i], ARGV[2]) == 1)
   if not (touched or holds) and credit_read then
     credit = given_back(redis.call('HGET', KEYS[i], 'o'), cap, spec[p + 3])
-    if credit then writes[#writes + 1] = {KEYS[i], false, false, false, 0, credit} end
+    if credit then
+      writes[nw + 1], writes[nw + 2], writes[nw + 3] = KEYS[i], false, false
+      writes[nw + 4], writes[nw + 5], writes[nw + 6] = false, 0, credit
+      nw = nw + 6
+    end
   end
   if touched or holds then
     local raw
@@ -150,11 +159,13 @@ for i = 1, nlev do
     else
       raw = redis.call('HGET', KEYS[i], 's')
     end
-    local s = {0, 0, 0, STATE_V}
+    local s
     if raw then
       s = {struct.unpack(fmt_of(D, #raw / 8), raw)}
       s[#s] = nil
       if s[4] ~= STATE_V then s = upgrade(s) end
+    else
+      s = {0, 0, 0, STATE_V}
     end
     if holds and s[1] > 0 then s[1] = s[1] - 1 end
     -- The last lease goes: no earliest expiry left.
@@ -190,14 +201,16 @@ for i = 1, nlev do
     if ttl > MAX_TTL then ttl = MAX_TTL end
     local grow = now + ttl > s[3]
     if grow then s[3] = now + 2 * ttl + TTL_SLACK end
-    writes[#writes + 1] = {KEYS[i], holds, struct.pack(fmt_of(D, #s), unpack(s)), grow, s[3], credit or false}
+    writes[nw + 1], writes[nw + 2], writes[nw + 3] = KEYS[i], holds, struct.pack(fmt_of(D, #s), unpack(s))
+    writes[nw + 4], writes[nw + 5], writes[nw + 6] = grow, s[3], credit or false
+    nw = nw + 6
   end
   p = after
 end
 
 -- Write.
-for w = 1, #writes do
-  local key, holds, raw, grow, x, credit = unpack(writes[w])
+for w = 1, nw, 6 do
+  local key, holds, raw, grow, x, credit = unpack(writes, w, w + 5)
   if holds then redis.call('HDEL', key, ARGV[2]) end
   if raw and credit then redis.call('HSET', key, 's', raw, 'o', credit)
   elseif raw then redis.call('HSET', key, 's', raw)
@@ -221,9 +234,12 @@ if state == COMMITTED and estimated > 0 and spec[4] > 0 and spec[5] > 0 then
   end
   local samples = KEYS[nlev + 2]
   if samples then
-    redis.call('LPUSH', samples, sample)
-    redis.call('LTRIM', samples, 0, spec[5] - 1)
-    redis.call('PEXPIRE', samples, SAMPLES_TTL_MS)
+    -- Trimmed and renewed as the completions below: two calls in OUTPUT_TRIM_SLACK.
+    local n = redis.call('LPUSH', samples, sample)
+    if n == 1 or n > spec[5] + OUTPUT_TRIM_SLACK then
+      redis.call('LTRIM', samples, 0, spec[5] - 1)
+      redis.call('PEXPIRE', samples, SAMPLES_TTL_MS)
+    end
     sample = nil
   end
 end

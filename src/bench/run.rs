@@ -3,6 +3,8 @@
 //! so a stalled service cannot hide its queue — no coordinated omission).
 //! Allowed reservations are settled after the simulated upstream time, without
 //! holding up the next reservation.
+//! Size: both drivers, the ticker and the settle path work on one `Shared`
+//! (stats, ledger, in-flight count); apart, each file would take all of it.
 
 use super::ledger::Ledger;
 use super::target::{Reply, Target};
@@ -15,6 +17,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// The longest extra wait for calls still upstream at a run's end.
+const SETTLE_WAIT_MAX: Duration = Duration::from_secs(120);
 
 /// How to drive one phase.
 #[derive(Clone, Copy, Debug)]
@@ -189,9 +194,13 @@ pub async fn phase(
         Some(rate) => open_loop(&shared, rate, end).await,
         None => closed_loop(&shared, drive.concurrency, end).await,
     }
-    // Let the reservations still upstream settle, so the ledger is complete.
+    // Let the reservations still upstream settle, so the ledger is complete (calls
+    // that outlast SETTLE_WAIT_MAX, e.g. a reserve-only ceiling's, are not waited for).
     let upstream = Duration::from_millis(shared.workload.args().upstream_ms * 3 / 2);
-    let settle_deadline = Instant::now() + Duration::from_secs(30) + upstream;
+    let extra = Some(upstream)
+        .filter(|u| *u <= SETTLE_WAIT_MAX)
+        .unwrap_or_default();
+    let settle_deadline = Instant::now() + Duration::from_secs(30) + extra;
     while shared.outstanding.load(Ordering::Acquire) > 0 && Instant::now() < settle_deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -144,11 +144,11 @@ impl<C: Clock> MemoryStore<C> {
         });
         if let Some(sample) = out.sample {
             let key = self.keys.estimator(&s.id.estimator);
-            samples::push_capped(&mut d.samples, key, sample, self.retention.samples, now);
+            samples::push_trimmed(&mut d.samples, key, sample, self.retention.samples, now);
         }
         if let (Some(sample), Settle::Commit(usage)) = (out.output_sample, how) {
             let key = self.keys.output_samples(&s.id.estimator, &s.id.tier);
-            samples::push_completion(&mut d.outputs, key, sample, usage.output_kept, now);
+            samples::push_trimmed(&mut d.outputs, key, sample, usage.output_kept, now);
         }
         if let Some(entry) = out.ledger {
             self.enter(&mut d, s.id, entry, now);

@@ -21,10 +21,11 @@ pub const RECLAIM_CAP: u64 = (1 << RECLAIM_BITS) - 1;
 pub const RECLAIM_BITS: u32 = 17;
 /// Estimator samples live this long past the last one (ms): 30 days.
 pub const SAMPLES_TTL_MS: u64 = 2_592_000_000;
-/// A list of completions (a learned output's samples) is trimmed to what is
-/// kept, and its life renewed, only when new or this many entries longer:
-/// readers take the newest kept, so a Commit mostly pushes alone. Such a list
-/// lives [`SAMPLES_TTL_MS`] from its creation or its last trim.
+/// A sample list (an estimator's prompt samples, a learned output's
+/// completions) is trimmed to what is kept, and its life renewed, only when
+/// new or this many entries longer: readers take the newest kept, so a Commit
+/// mostly pushes alone. Such a list lives [`SAMPLES_TTL_MS`] from its creation
+/// or its last trim.
 pub const OUTPUT_TRIM_SLACK: usize = 32;
 /// The most leases a level may hold for an exact status read to scan it: the
 /// scan costs Redis CPU per lease, on one thread.
@@ -88,6 +89,11 @@ pub const REC_FINGERPRINT: usize = 27;
 pub const REC_AMOUNT: usize = 35;
 /// The service's prompt count (0: the caller counted).
 pub const REC_ESTIMATED: usize = 43;
+// lua/reserve.lua packs the tail before the estimate as 'c25'.
+const _: () = assert!(
+    REC_ESTIMATED - REC_MASK == 25,
+    "lua/reserve.lua packs a 25-byte tail"
+);
 /// The output tokens granted (the rest of the cost is prompt).
 pub const REC_OUTPUT: usize = 51;
 /// The spend reserved, µ$.

@@ -5,9 +5,11 @@ use super::expiry;
 use crate::domain::budget::layout::{OUTPUT_TRIM_SLACK, SAMPLES_TTL_MS};
 use std::collections::{HashMap, VecDeque};
 
-/// Pushes `sample` on the list `key` as settle.lua does: newest first, at
-/// most `window` kept, the list kept [`SAMPLES_TTL_MS`] from now.
-pub(super) fn push_capped<T>(
+/// Pushes `sample` on the list `key` as settle.lua does (estimator samples
+/// and completions alike): newest first, trimmed to `window` and its life
+/// renewed only when the list is new or [`OUTPUT_TRIM_SLACK`] longer than
+/// `window` (readers take the newest `window`).
+pub(super) fn push_trimmed<T>(
     lists: &mut HashMap<String, (VecDeque<T>, i64)>,
     key: String,
     sample: T,
@@ -20,25 +22,6 @@ pub(super) fn push_capped<T>(
         samples.clear();
     }
     samples.push_front(sample);
-    samples.truncate(window.max(1));
-    *expires_at = expiry(now, SAMPLES_TTL_MS);
-}
-
-/// Pushes a completion on the list `key` as settle.lua does: newest first,
-/// trimmed to `window` and its life renewed only when the list is new or
-/// [`OUTPUT_TRIM_SLACK`] longer than `window`.
-pub(super) fn push_completion(
-    lists: &mut HashMap<String, (VecDeque<u64>, i64)>,
-    key: String,
-    completion: u64,
-    window: usize,
-    now: i64,
-) {
-    let (samples, expires_at) = lists.entry(key).or_default();
-    if *expires_at <= now {
-        samples.clear();
-    }
-    samples.push_front(completion);
     if samples.len() == 1 || samples.len() > window + OUTPUT_TRIM_SLACK {
         samples.truncate(window.max(1));
         *expires_at = expiry(now, SAMPLES_TTL_MS);

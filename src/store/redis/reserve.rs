@@ -3,9 +3,7 @@
 //! The reply's tags and layout are the script's contract, in its header.
 
 use super::RedisStore;
-use super::wire::{
-    DOUBLES, Spec, denied_at, doubles, int_at, record_tail, state_at, string_at, unexpected,
-};
+use super::wire::{Spec, denied_at, doubles, int_at, record_tail, state_at, string_at, unexpected};
 use crate::domain::budget::layout::{
     BUCKET_WIDTH, RECLAIM_BITS, RECLAIM_CAP, REPLY_ALLOWED, REPLY_DENIED, REPLY_KEY_CONFLICT,
     REPLY_KEY_SPENT, REPLY_REPLAYED, STATE_HEAD,
@@ -52,7 +50,6 @@ impl RedisStore {
             .arg(plan.lease_ttl_ms + self.retention.record_ms)
             .arg(idem_ttl)
             .arg(record_tail(plan))
-            .arg(DOUBLES)
             .arg(doubles(spec.count()));
         for lp in &plan.levels {
             inv.arg(doubles(STATE_HEAD + BUCKET_WIDTH * lp.buckets.len()));
