@@ -4,7 +4,7 @@
 -- src/domain/budget/charge.rs, held to it by tests/store/differential/; state
 -- layout as in reserve.lua. build.rs prepends the constants in capitals
 -- (src/domain/budget/layout.rs), clock_us(), lua/state.lua and lua/level.lua,
--- and splices lua/splice/bucket_level.lua.
+-- and splices lua/splice/window_now.lua and bucket_level.lua.
 --
 -- KEYS[1..n]  level hashes, outermost first
 -- ARGV[1]  spec: little-endian doubles: n, requests r, tokens t, enforce (1 or 0),
@@ -51,14 +51,7 @@ for i = 1, nlev do
   local q = p + 1
   for b = 1, nb do
     local id, lim = spec[q], spec[q + 1]
-    local ws, we = 0, 0
-    if id % DIM >= WINDOWS then
-      ws, we = spec[q + 2], spec[q + 3]
-      if now >= we then ws, we = we, spec[q + 4] end
-      q = q + 5
-    else
-      q = q + 2
-    end
+    --@splice window_now
     local k = FIRST_BUCKET + (b - 1) * BUCKET_WIDTH
     if s[k] ~= id then
       k = nil

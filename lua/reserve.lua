@@ -4,7 +4,7 @@
 -- src/domain/budget/reserve.rs, held to it by tests/store/differential/; state layout
 -- in src/domain/budget/state.rs. build.rs prepends the constants in capitals
 -- (src/domain/budget/layout.rs), clock_us(), lua/ledger.lua, lua/state.lua and
--- lua/level.lua, and splices the rules of lua/splice/ (bucket_level,
+-- lua/level.lua, and splices the rules of lua/splice/ (window_now, bucket_level,
 -- output_room, reservation_spend, reservation_cost) at their markers.
 --
 -- One chunk in three parts (read, check, write), not three local functions:
@@ -181,14 +181,7 @@ for i = 1, nlev do
   for b = 1, nb do
     local id, lim = spec[q], spec[q + 1]
     -- A calendar window: its start and end now (the next once a boundary passed).
-    local ws, we = 0, 0
-    if id % DIM >= WINDOWS then
-      ws, we = spec[q + 2], spec[q + 3]
-      if now >= we then ws, we = we, spec[q + 4] end
-      q = q + 5
-    else
-      q = q + 2
-    end
+    --@splice window_now
     local k = FIRST_BUCKET + (b - 1) * BUCKET_WIDTH
     if s[k] ~= id then
       k = nil
@@ -266,15 +259,7 @@ for i = 1, nlev do
   local q = p + 6
   for b = 1, nb do
     local id, lim = spec[q], spec[q + 1]
-    -- A calendar window's end now (the next once a boundary passed), or 0.
-    local we = 0
-    if id % DIM >= WINDOWS then
-      we = spec[q + 3]
-      if now >= we then we = spec[q + 4] end
-      q = q + 5
-    else
-      q = q + 2
-    end
+    --@splice window_now
     local kind = (id % GROUP - id % DIM) / DIM
     --@splice reservation_cost
     local k = bucket_at[seen + b]

@@ -3,7 +3,7 @@
 -- The Redis port of src/domain/budget/settle.rs, held to it by
 -- tests/store/differential/; state layout as in reserve.lua. build.rs prepends the
 -- constants in capitals (src/domain/budget/layout.rs), clock_us(), lua/ledger.lua
--- and lua/state.lua, and splices lua/splice/bucket_level.lua.
+-- and lua/state.lua, and splices lua/splice/window_now.lua and bucket_level.lua.
 --
 -- KEYS[1..n]  level hashes of the reservation, outermost first (every level, limited or not)
 -- KEYS[n+1]   reservation record
@@ -175,14 +175,7 @@ for i = 1, nlev do
     for b = 1, nb do
       local id, lim = spec[q], spec[q + 1]
       local per = (id % DIM) * 1e6
-      local ws, we = 0, 0
-      if id % DIM >= WINDOWS then
-        ws, we = spec[q + 2], spec[q + 3]
-        if now >= we then ws, we = we, spec[q + 4] end
-        q = q + 5
-      else
-        q = q + 2
-      end
+      --@splice window_now
       local d = delta(id)
       if d ~= 0 then
         local k

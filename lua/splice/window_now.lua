@@ -1,0 +1,14 @@
+-- window_now: for the bucket `id` whose spec starts at `q` (id, limit, and
+-- for a calendar window its start, end and next end), new locals `ws`, `we`:
+-- the window's start and end now (the next once a boundary passed; 0, 0 for a
+-- rolling bucket), and `q` moved past the bucket's spec. The Rust definition
+-- is `Span::at` (src/domain/window.rs).
+-- build.rs splices this file where a script says `--@splice window_now`.
+local ws, we = 0, 0
+if id % DIM >= WINDOWS then
+  ws, we = spec[q + 2], spec[q + 3]
+  if now >= we then ws, we = we, spec[q + 4] end
+  q = q + 5
+else
+  q = q + 2
+end
