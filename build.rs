@@ -34,6 +34,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/ctxbudget/v1/budget.proto",
         // Envoy's rate limit service: the part served (proto/envoy/README.md).
         "proto/envoy/service/ratelimit/v3/rls.proto",
+        // Envoy's external processor: the part served (proto/envoy/README.md).
+        "proto/envoy/service/ext_proc/v3/external_processor.proto",
     ];
     println!("cargo:rerun-if-changed=proto");
     for dir in ["lua", "lua/splice"] {

@@ -60,7 +60,8 @@ pub mod pb {
         include_bytes!(concat!(env!("OUT_DIR"), "/ctxbudget_descriptor.bin"));
 }
 
-/// Envoy's rate limit service API (the part served; `proto/envoy/`), in
+/// Envoy's rate limit service and external processor APIs (the parts served;
+/// `proto/envoy/`), in
 /// Envoy's package hierarchy. Its descriptors are in [`pb::FILE_DESCRIPTOR_SET`].
 #[allow(missing_docs, clippy::all, clippy::too_many_lines)]
 pub mod envoy {
@@ -76,6 +77,19 @@ pub mod envoy {
     }
     /// `envoy.extensions.*`.
     pub mod extensions {
+        /// `envoy.extensions.filters`.
+        pub mod filters {
+            /// `envoy.extensions.filters.http`.
+            pub mod http {
+                /// `envoy.extensions.filters.http.ext_proc`.
+                pub mod ext_proc {
+                    /// `envoy.extensions.filters.http.ext_proc.v3`.
+                    pub mod v3 {
+                        tonic::include_proto!("envoy.extensions.filters.http.ext_proc.v3");
+                    }
+                }
+            }
+        }
         /// `envoy.extensions.common`.
         pub mod common {
             /// `envoy.extensions.common.ratelimit`.
@@ -89,6 +103,13 @@ pub mod envoy {
     }
     /// `envoy.service.*`.
     pub mod service {
+        /// `envoy.service.ext_proc`.
+        pub mod ext_proc {
+            /// `envoy.service.ext_proc.v3`.
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.ext_proc.v3");
+            }
+        }
         /// `envoy.service.ratelimit`.
         pub mod ratelimit {
             /// `envoy.service.ratelimit.v3`.

@@ -12,7 +12,8 @@
 
 use crate::api::LiveMap;
 use crate::api::auth::Auth;
-use crate::config::{ConfigDoc, EnvoySection, FileConfig, Flags};
+use crate::api::ext_proc::LiveReading;
+use crate::config::{ConfigDoc, EnvoySection, ExtProcSection, FileConfig, Flags};
 use crate::domain::Limits;
 use crate::engine::Engine;
 use crate::store::Store;
@@ -35,6 +36,8 @@ pub struct Live<S> {
     pub engine: Arc<Engine<S>>,
     /// The Envoy service's `[envoy]` map.
     pub envoy_map: Arc<LiveMap>,
+    /// The external processor's `[ext_proc]`.
+    pub ext_proc: Arc<LiveReading>,
 }
 
 impl<S> Clone for Live<S> {
@@ -42,6 +45,7 @@ impl<S> Clone for Live<S> {
         Live {
             engine: self.engine.clone(),
             envoy_map: self.envoy_map.clone(),
+            ext_proc: self.ext_proc.clone(),
         }
     }
 }
@@ -51,8 +55,9 @@ impl<S: Store> Live<S> {
     /// goes first, so the Envoy service is never left with the file's map
     /// once the limits are the store's; a descriptor mapped in between meets
     /// the old limits, as any request racing a change may.
-    pub fn apply(&self, limits: Limits, envoy: &EnvoySection) {
+    pub fn apply(&self, limits: Limits, envoy: &EnvoySection, ext_proc: &ExtProcSection) {
         self.envoy_map.replace(envoy);
+        self.ext_proc.replace(ext_proc);
         self.engine.set_limits(Arc::new(limits));
     }
 }
@@ -79,7 +84,11 @@ pub async fn apply_from_redis<S: Store>(live: &Live<S>, cfg: &ConfigStore) -> Op
                     "applied configuration version {version}"
                 );
             }
-            live.apply(limits, &doc.envoy.clone().unwrap_or_default());
+            live.apply(
+                limits,
+                &doc.envoy.clone().unwrap_or_default(),
+                &doc.ext_proc.clone().unwrap_or_default(),
+            );
             Some(version)
         }
         Err(e) => {
@@ -226,7 +235,7 @@ pub fn reload_file<S: Store>(
                     overrides = limits.overrides.len(),
                     "reloaded tiers, global limits and overrides (other settings apply at restart)"
                 );
-                live.apply(limits, &settings.envoy);
+                live.apply(limits, &settings.envoy, &settings.ext_proc);
             }
         }
         Err(e) => tracing::error!(error = %e, "reload failed; keeping the current configuration"),

@@ -4,10 +4,12 @@
 //! oversized request, in words that name the setting, in `message_limit`.
 
 use crate::api::auth::Auth;
+use crate::api::ext_proc::{ExtProcApi, LiveReading};
 use crate::api::{BudgetApi, EnvoyApi, LiveMap};
-use crate::config::{ConfigDoc, EnvoySection, Settings};
+use crate::config::{ConfigDoc, EnvoySection, ExtProcSection, Settings};
 use crate::domain::Limits;
 use crate::engine::{Engine, EngineSettings};
+use crate::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessorServer;
 use crate::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use crate::estimator::{Counter, Multipliers};
 use crate::pb::budget_service_server::BudgetServiceServer;
@@ -22,7 +24,7 @@ use crate::store::keys::Keys;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{Endpoint, RedisSettings, RedisStore};
 use crate::store::{Store, StoreError};
-use grpc::routes;
+use grpc::{Faces, routes};
 use std::future::Future;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -105,9 +107,10 @@ async fn redis_start(
     let mut loaded = false;
     if reachable {
         match startup_limits(&cfg, &settings).await {
-            Ok((limits, envoy)) => {
+            Ok((limits, envoy, ext_proc)) => {
                 settings.limits = Arc::new(limits);
                 settings.envoy = envoy;
+                settings.ext_proc = ext_proc;
                 loaded = true;
             }
             Err(ServeError::Store(e)) if e.is_transient() => {
@@ -130,7 +133,7 @@ async fn redis_start(
 async fn startup_limits(
     cfg: &ConfigStore,
     settings: &Settings,
-) -> Result<(Limits, EnvoySection), ServeError> {
+) -> Result<(Limits, EnvoySection, ExtProcSection), ServeError> {
     let source = settings
         .config_path
         .as_ref()
@@ -162,7 +165,11 @@ async fn startup_limits(
             doc.version
         ))
     })?;
-    Ok((limits, doc.envoy.unwrap_or_default()))
+    Ok((
+        limits,
+        doc.envoy.unwrap_or_default(),
+        doc.ext_proc.unwrap_or_default(),
+    ))
 }
 
 /// For a replica that started before Redis answered: seeds and loads the
@@ -172,13 +179,13 @@ async fn load_when_reachable<S: Store>(live: Live<S>, cfg: ConfigStore, settings
     let mut backoff = std::time::Duration::from_millis(100);
     loop {
         match startup_limits(&cfg, &settings).await {
-            Ok((limits, envoy)) => {
+            Ok((limits, envoy, ext_proc)) => {
                 tracing::info!(
                     version = limits.version,
                     "Redis answers: applied configuration version {}",
                     limits.version
                 );
-                live.apply(limits, &envoy);
+                live.apply(limits, &envoy, &ext_proc);
                 break;
             }
             Err(ServeError::Store(e)) if e.is_transient() => {
@@ -258,6 +265,7 @@ pub async fn serve<S: Store>(
     let live = Live {
         engine: engine.clone(),
         envoy_map: Arc::new(LiveMap::new(&settings.envoy)),
+        ext_proc: Arc::new(LiveReading::new(&settings.ext_proc)),
     };
     let mut tasks = background_tasks(&live, settings, &auth, redis);
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -267,8 +275,15 @@ pub async fn serve<S: Store>(
     health
         .set_serving::<RateLimitServiceServer<EnvoyApi<S>>>()
         .await;
+    health
+        .set_serving::<ExternalProcessorServer<ExtProcApi<S>>>()
+        .await;
     tasks.push(tokio::spawn(report_health(engine.clone(), health)));
-    let served = routes(engine, live.envoy_map, settings, auth, health_service)?
+    let faces = Faces {
+        envoy_map: live.envoy_map,
+        ext_proc: live.ext_proc,
+    };
+    let served = routes(engine, faces, settings, auth, health_service)?
         .serve_with_incoming_shutdown(
             TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown,
@@ -382,6 +397,9 @@ async fn report_health<S: Store>(
                 .await;
             health
                 .set_service_status("envoy.service.ratelimit.v3.RateLimitService", status)
+                .await;
+            health
+                .set_service_status("envoy.service.ext_proc.v3.ExternalProcessor", status)
                 .await;
         }
     }

@@ -144,6 +144,25 @@ pub fn envoy_charged(tier: &str, tokens: u64) {
     counter!(ENVOY_CHARGED_TOKENS, "tier" => tier.to_owned()).increment(tokens);
 }
 
+/// Requests the external processor saw, by outcome: `reserved`, `denied`
+/// (a limit, answered 429/413/403), `refused` (bad input, the store
+/// unavailable), `passed` (no LLM call).
+pub const EXT_PROC_REQUESTS: &str = "ctxbudget_ext_proc_requests_total";
+/// Reservations of the external processor settled, by how: `usage` (the
+/// provider's count), `delivered` (the text that reached the caller),
+/// `refunded`, `failed` (the store did not answer: the lease lapses).
+pub const EXT_PROC_SETTLED: &str = "ctxbudget_ext_proc_settled_total";
+
+/// Counts one request the external processor saw.
+pub fn ext_proc_request(outcome: &'static str) {
+    counter!(EXT_PROC_REQUESTS, "outcome" => outcome).increment(1);
+}
+
+/// Counts one reservation the external processor settled.
+pub fn ext_proc_settled(how: &'static str) {
+    counter!(EXT_PROC_SETTLED, "how" => how).increment(1);
+}
+
 /// On a Redis Cluster: reservations and charges with a global entry, decided
 /// from this replica's leased share of the global level.
 pub const CLUSTER_GLOBAL_DECISIONS: &str = "ctxbudget_cluster_global_decisions_total";

@@ -7,6 +7,8 @@ pub mod codec;
 mod convert;
 pub mod envoy;
 mod errors;
+pub mod ext_proc;
+pub mod http;
 mod service;
 /// What the service does with a request's bytes before any store call, as one
 /// function: the fuzz target's entry (`fuzz/`). Compiled only under `cargo

@@ -4,7 +4,6 @@
 
 mod admin;
 mod block;
-mod envoy;
 mod flags;
 mod health;
 mod history;
@@ -16,16 +15,17 @@ mod output;
 mod overrides;
 mod prices;
 mod reconcile;
+mod sections_cmd;
 mod usage;
 
 pub use admin::{AdminArgs, GlobalCmd, TiersCmd};
-pub use envoy::EnvoyCmd;
 pub use health::HealthArgs;
 pub use inspect::InspectArgs;
 pub use models::ModelsCmd;
 pub use overrides::OverridesCmd;
 pub use prices::PricesCmd;
 pub use reconcile::ReconcileArgs;
+pub use sections_cmd::SectionCmd;
 pub use usage::UsageArgs;
 
 use crate::config::{self, Flags};
@@ -87,7 +87,18 @@ pub enum Command {
     Envoy {
         /// What to do.
         #[command(subcommand)]
-        cmd: EnvoyCmd,
+        cmd: SectionCmd,
+        /// Where.
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// How Envoy's external processor reads requests (`[ext_proc]`: the
+    /// caller's headers, the LLM paths), in the live configuration (Redis):
+    /// get, set, reset.
+    ExtProc {
+        /// What to do.
+        #[command(subcommand)]
+        cmd: SectionCmd,
         /// Where.
         #[command(flatten)]
         admin: AdminArgs,
@@ -162,7 +173,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Tiers { cmd, admin } => admin::tiers(cmd, admin).await,
         Command::Models { cmd, admin } => models::models(cmd, admin).await,
         Command::Prices { cmd, admin } => prices::prices(cmd, admin).await,
-        Command::Envoy { cmd, admin } => envoy::envoy(cmd, admin).await,
+        Command::Envoy { cmd, admin } => sections_cmd::envoy(cmd, admin).await,
+        Command::ExtProc { cmd, admin } => sections_cmd::ext_proc(cmd, admin).await,
         Command::Global { cmd, admin } => admin::global(cmd, admin).await,
         Command::Overrides { cmd, admin } => overrides::overrides(cmd, admin).await,
         Command::Inspect(args) => inspect::inspect(args).await,

@@ -4,6 +4,7 @@
 
 use super::OverrideSection;
 use super::envoy::EnvoySection;
+use super::ext_proc::ExtProcSection;
 use super::level::LevelSection;
 use super::models::{ModelLimitsSection, ModelSection, model_groups, model_limits};
 use super::money::{PriceSection, prices};
@@ -96,11 +97,14 @@ pub struct LimitSections<'a> {
     pub overrides: &'a BTreeMap<String, OverrideSection>,
     /// `[envoy]`.
     pub envoy: Option<&'a EnvoySection>,
+    /// `[ext_proc]`.
+    pub ext_proc: Option<&'a ExtProcSection>,
 }
 
-/// Validated limits from the written sections. The `[envoy]` map is checked
-/// with them (its default tier among their tiers), though it is not part of
-/// them: the Envoy service holds it (`api::envoy::LiveMap`).
+/// Validated limits from the written sections. The `[envoy]` map and
+/// `[ext_proc]` are checked with them (their default tiers among their tiers),
+/// though they are not part of them: the Envoy services hold them
+/// (`api::envoy::LiveMap`, `api::ext_proc::LiveReading`).
 pub fn build_limits(sections: LimitSections<'_>, version: u64) -> Result<Limits, LimitsError> {
     let LimitSections {
         global,
@@ -109,9 +113,12 @@ pub fn build_limits(sections: LimitSections<'_>, version: u64) -> Result<Limits,
         tiers,
         overrides,
         envoy,
+        ext_proc,
     } = sections;
     let envoy = envoy.cloned().unwrap_or_default();
     envoy.validate()?;
+    let ext_proc = ext_proc.cloned().unwrap_or_default();
+    ext_proc.validate()?;
     let global = global.cloned().unwrap_or_default().to_domain("global")?;
     let mut limits = Limits {
         global,
@@ -136,6 +143,17 @@ pub fn build_limits(sections: LimitSections<'_>, version: u64) -> Result<Limits,
     {
         return Err(LimitsError::new(
             "envoy.default_tier",
+            format!(
+                "there is no tier {tier:?} (known tiers: {})",
+                limits.tier_names()
+            ),
+        ));
+    }
+    if let Some(tier) = &ext_proc.default_tier
+        && !limits.tiers.contains_key(tier)
+    {
+        return Err(LimitsError::new(
+            "ext_proc.default_tier",
             format!(
                 "there is no tier {tier:?} (known tiers: {})",
                 limits.tier_names()

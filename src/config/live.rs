@@ -1,10 +1,10 @@
 //! The live configuration (tiers, model groups, prices, global limits,
-//! tenants' overrides and the `[envoy]` map) as sections: read from the JSON
+//! tenants' overrides, the `[envoy]` map and `[ext_proc]`) as sections: read from the JSON
 //! documents `store::config_repo` keeps in Redis, and written back as them.
 
 use super::{
-    EnvoySection, LevelSection, LimitSections, ModelSection, OverrideSection, PriceSection,
-    TierSection, build_limits,
+    EnvoySection, ExtProcSection, LevelSection, LimitSections, ModelSection, OverrideSection,
+    PriceSection, TierSection, build_limits,
 };
 use crate::domain::{Limits, LimitsError};
 use crate::store::StoreError;
@@ -30,6 +30,8 @@ pub struct ConfigDoc {
     pub overrides: BTreeMap<String, OverrideSection>,
     /// How Envoy's descriptors map to levels; `None`: the defaults.
     pub envoy: Option<EnvoySection>,
+    /// How the external processor reads requests; `None`: the defaults.
+    pub ext_proc: Option<ExtProcSection>,
 }
 
 impl ConfigDoc {
@@ -47,6 +49,7 @@ impl ConfigDoc {
             tiers: &self.tiers,
             overrides: &self.overrides,
             envoy: self.envoy.as_ref(),
+            ext_proc: self.ext_proc.as_ref(),
         }
     }
 
@@ -71,6 +74,7 @@ impl ConfigDoc {
             match field {
                 Field::Global => doc.global = Some(parse(field, text, source)?),
                 Field::Envoy => doc.envoy = Some(parse(field, text, source)?),
+                Field::ExtProc => doc.ext_proc = Some(parse(field, text, source)?),
                 Field::Price(name) => {
                     doc.prices.insert(name.clone(), parse(field, text, source)?);
                 }
@@ -110,6 +114,7 @@ impl ConfigDoc {
         );
         out.extend((self.overrides.iter()).map(|(t, o)| (Field::Override(t.clone()), document(o))));
         out.extend(self.envoy.iter().map(|e| (Field::Envoy, document(e))));
+        out.extend(self.ext_proc.iter().map(|e| (Field::ExtProc, document(e))));
         out
     }
 }

@@ -20,6 +20,7 @@
 pub mod auth;
 pub mod envoy;
 pub mod estimation;
+pub mod ext_proc;
 mod input;
 pub mod level;
 pub mod limits;
@@ -35,6 +36,7 @@ pub mod settings;
 pub use auth::{AuthSection, MIN_TOKEN_LEN, TokenSection, validate_tokens};
 pub use envoy::EnvoySection;
 pub use estimation::EstimatorSection;
+pub use ext_proc::{ExtProcSection, OtherRequests};
 pub use input::{Document, DocumentError, parse_document};
 pub use level::LevelSection;
 pub use limits::{LimitSections, ShadowSection, TierSection, build_limits};
@@ -162,6 +164,7 @@ impl FileConfig {
         self.resilience = other.resilience.or(self.resilience);
         self.auth = other.auth.or(self.auth);
         self.envoy = other.envoy.or(self.envoy);
+        self.ext_proc = other.ext_proc.or(self.ext_proc);
         self
     }
 
@@ -177,6 +180,7 @@ impl FileConfig {
             tiers: self.tiers.as_ref().unwrap_or(&no_tiers),
             overrides: self.overrides.as_ref().unwrap_or(&no_overrides),
             envoy: self.envoy.as_ref(),
+            ext_proc: self.ext_proc.as_ref(),
         };
         Ok(build_limits(sections, 0)?)
     }

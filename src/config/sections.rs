@@ -46,6 +46,8 @@ pub struct FileConfig {
     pub auth: Option<AuthSection>,
     /// How Envoy's rate limit descriptors map to levels.
     pub envoy: Option<super::EnvoySection>,
+    /// How Envoy's external processor reads requests.
+    pub ext_proc: Option<super::ExtProcSection>,
 }
 
 /// `[server]`.

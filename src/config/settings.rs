@@ -50,6 +50,9 @@ pub struct Settings {
     /// How Envoy's descriptors map to levels (`[envoy]`), validated with the
     /// limits.
     pub envoy: EnvoySection,
+    /// How the external processor reads requests (`[ext_proc]`), validated
+    /// with the limits.
+    pub ext_proc: super::ExtProcSection,
     /// The share of every limit each priority class must leave.
     pub priorities: Priorities,
     /// `[money] require_price`.
@@ -210,6 +213,7 @@ impl FileConfig {
             concurrency_retry_ms: res.concurrency_retry_ms,
             limits: Arc::new(limits),
             envoy: self.envoy.clone().unwrap_or_default(),
+            ext_proc: self.ext_proc.clone().unwrap_or_default(),
             priorities,
             require_price,
             max_message_bytes: server.max_message_bytes,
@@ -240,6 +244,7 @@ impl FileConfig {
             tiers: self.tiers.clone().unwrap_or_default(),
             overrides: self.overrides.clone().unwrap_or_default(),
             envoy: self.envoy.clone(),
+            ext_proc: self.ext_proc.clone(),
         }
     }
 }

@@ -4,9 +4,11 @@ use super::ServeError;
 use super::admission::{Admission, Gate};
 use super::message_limit::MessageLimit;
 use crate::api::auth::Auth;
+use crate::api::ext_proc::{ExtProcApi, LiveReading};
 use crate::api::{BudgetApi, EnvoyApi, LiveMap};
 use crate::config::{Settings, TlsFiles};
 use crate::engine::Engine;
+use crate::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessorServer;
 use crate::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use crate::pb;
 use crate::pb::budget_service_server::BudgetServiceServer;
@@ -16,14 +18,22 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::Router;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
-/// The gRPC services: the budget service and Envoy's rate limit service
-/// behind authentication, health, and
+/// What the Envoy services read requests by, replaced live.
+pub(super) struct Faces {
+    /// The rate limit service's `[envoy]` map.
+    pub(super) envoy_map: Arc<LiveMap>,
+    /// The external processor's `[ext_proc]`.
+    pub(super) ext_proc: Arc<LiveReading>,
+}
+
+/// The gRPC services: the budget service, Envoy's rate limit service and
+/// external processor behind authentication, health, and
 /// reflection in both versions (grpcurl speaks v1, while Python's
 /// grpcio-reflection and many older tools only speak v1alpha); over TLS when
 /// the settings name its files.
 pub(super) fn routes<S: Store>(
     engine: Arc<Engine<S>>,
-    envoy_map: Arc<LiveMap>,
+    faces: Faces,
     settings: &Settings,
     auth: Arc<Auth>,
     health: tonic_health::pb::health_server::HealthServer<
@@ -39,8 +49,14 @@ pub(super) fn routes<S: Store>(
     let reflection_v1alpha = reflection().build_v1alpha()?;
     let budget = BudgetServiceServer::new(BudgetApi::new(engine.clone()))
         .max_decoding_message_size(settings.max_message_bytes);
-    let envoy = RateLimitServiceServer::new(EnvoyApi::new(engine, envoy_map))
+    let envoy = RateLimitServiceServer::new(EnvoyApi::new(engine.clone(), faces.envoy_map))
         .max_decoding_message_size(settings.max_message_bytes);
+    let ext_proc = ExternalProcessorServer::new(ExtProcApi::new(
+        engine,
+        faces.ext_proc,
+        settings.max_message_bytes,
+    ))
+    .max_decoding_message_size(settings.max_message_bytes);
     // One gate for both: the slots bound the work of the whole replica; a
     // call refused by authentication never takes one.
     let gate = Gate::new(settings.admission);
@@ -48,9 +64,13 @@ pub(super) fn routes<S: Store>(
     let envoy = Admission::new(envoy, gate);
     // Authentication runs on the headers, before the body is even decoded.
     let budget = InterceptedService::new(budget, crate::api::auth::interceptor(auth.clone()));
-    let envoy = InterceptedService::new(envoy, crate::api::auth::interceptor(auth));
+    let envoy = InterceptedService::new(envoy, crate::api::auth::interceptor(auth.clone()));
+    // A stream lives as long as its HTTP request: not gated by the slots,
+    // which bound decisions (its reservation is one decision among them).
+    let ext_proc = InterceptedService::new(ext_proc, crate::api::auth::interceptor(auth));
     let budget = MessageLimit::new(budget, settings.max_message_bytes);
     let envoy = MessageLimit::new(envoy, settings.max_message_bytes);
+    let ext_proc = MessageLimit::new(ext_proc, settings.max_message_bytes);
     let mut builder =
         Server::builder().max_concurrent_streams(Some(settings.admission.max_concurrent_streams));
     if let Some(tls) = &settings.tls {
@@ -59,6 +79,7 @@ pub(super) fn routes<S: Store>(
     Ok(builder
         .add_service(budget)
         .add_service(envoy)
+        .add_service(ext_proc)
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha))

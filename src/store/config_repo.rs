@@ -79,6 +79,8 @@ pub enum Field {
     Override(String),
     /// The Envoy descriptor map.
     Envoy,
+    /// How the external processor reads requests.
+    ExtProc,
 }
 
 impl std::fmt::Display for Field {
@@ -90,6 +92,7 @@ impl std::fmt::Display for Field {
             Field::Tier(t) => write!(f, "tier {t}"),
             Field::Override(t) => write!(f, "the override of tenant {t}"),
             Field::Envoy => f.write_str("the Envoy descriptor map"),
+            Field::ExtProc => f.write_str("the external processor's settings"),
         }
     }
 }
@@ -102,6 +105,8 @@ impl Field {
             Some(Field::Global)
         } else if field == config_field::ENVOY {
             Some(Field::Envoy)
+        } else if field == config_field::EXT_PROC {
+            Some(Field::ExtProc)
         } else if let Some(name) = config_field::as_price(field) {
             Some(Field::Price(name.into()))
         } else if let Some(name) = config_field::as_model(field) {
@@ -122,6 +127,7 @@ impl Field {
             Field::Tier(t) => config_field::tier(t),
             Field::Override(t) => config_field::override_of(t),
             Field::Envoy => config_field::ENVOY.into(),
+            Field::ExtProc => config_field::EXT_PROC.into(),
         }
     }
 }

@@ -290,6 +290,8 @@ pub mod config_field {
     pub const GLOBAL: &str = "global";
     /// How Envoy's descriptors map to levels (`[envoy]`).
     pub const ENVOY: &str = "envoy";
+    /// How the external processor reads requests (`[ext_proc]`).
+    pub const EXT_PROC: &str = "ext_proc";
     const TIER: &str = "tier:";
     const OVERRIDE: &str = "override:";
     const MODEL: &str = "model:";

@@ -54,6 +54,7 @@ mod cut_streams;
 mod envoy;
 mod envoy_answers;
 mod estimator;
+mod ext_proc;
 mod hostile_input;
 mod learned_output;
 mod ledger_cli;

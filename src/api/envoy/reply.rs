@@ -12,9 +12,10 @@
 //! A rule under trial (a quota in shadow) is reported where no enforced limit
 //! of the caller's scope applies, with the code still OK.
 
+use crate::api::http::{self, binding_in};
 use crate::domain::decision::LimitState;
 use crate::domain::window::WindowKind;
-use crate::domain::{Denial, Dimension, Level};
+use crate::domain::{Dimension, Level};
 use crate::engine::ChargeOutcome;
 use crate::envoy::config::core::v3::HeaderValue;
 use crate::envoy::service::ratelimit::v3::RateLimitResponse;
@@ -128,38 +129,6 @@ fn binding(out: &ChargeOutcome, dimension: Option<Dimension>) -> Option<&LimitSt
     })
 }
 
-/// Among `limits` of the user and tenant levels (of `dimension`, when
-/// given): the one that denied, else the one with the least left for its
-/// size, the innermost level on a tie.
-fn binding_in<'a>(
-    limits: &'a [LimitState],
-    denial: Option<&Denial>,
-    dimension: Option<Dimension>,
-) -> Option<&'a LimitState> {
-    let of =
-        |l: &&LimitState| l.level != Level::Global && dimension.is_none_or(|d| l.dimension == d);
-    let share = |l: &LimitState| l.remaining as f64 / l.limit.max(1) as f64;
-    let tightest = |a: &&LimitState, b: &&LimitState| share(a).total_cmp(&share(b));
-    // The denying limit; among calendar windows of one level and dimension
-    // (all of period 0), the one with the least left.
-    if let Some(d) = denial
-        && let Some(l) = limits
-            .iter()
-            .filter(of)
-            .filter(|l| {
-                Some(l.level) == d.level
-                    && Some(l.dimension) == d.dimension
-                    && l.period_secs == d.period_secs
-                    && l.model_group.as_ref().map(|g| g.name.as_str()) == d.model_group.as_deref()
-            })
-            .min_by(tightest)
-    {
-        return Some(l);
-    }
-    // Ties go to the innermost level (the user's), listed last.
-    limits.iter().rev().filter(of).min_by(tightest)
-}
-
 /// `current_limit` of a limit: its name in words, its rate in Envoy's units.
 /// A period that is no whole unit is stated per the largest unit within it
 /// (100 per 5 minutes: 20 per MINUTE); the name keeps it exact.
@@ -213,25 +182,10 @@ const UNITS: [(Unit, u64); 5] = [
 
 /// The OpenAI-style headers of docs/http.md for requests and tokens.
 fn rate_limit_headers(out: &ChargeOutcome) -> Vec<HeaderValue> {
-    let mut headers = Vec::with_capacity(6);
-    for (dimension, name) in [
-        (Dimension::Requests, "requests"),
-        (Dimension::Tokens, "tokens"),
-    ] {
-        if let Some(l) = binding(out, Some(dimension)) {
-            headers.push(header(&format!("x-ratelimit-limit-{name}"), l.limit));
-            headers.push(header(
-                &format!("x-ratelimit-remaining-{name}"),
-                l.remaining.max(0),
-            ));
-            headers.push(HeaderValue {
-                key: format!("x-ratelimit-reset-{name}"),
-                value: go_duration(l.reset_after_ms),
-                raw_value: Vec::new(),
-            });
-        }
-    }
-    headers
+    http::rate_limit_headers(|dimension| binding(out, Some(dimension)))
+        .into_iter()
+        .map(|(key, value)| header(key, value))
+        .collect()
 }
 
 fn header(key: &str, value: impl std::fmt::Display) -> HeaderValue {
@@ -240,31 +194,6 @@ fn header(key: &str, value: impl std::fmt::Display) -> HeaderValue {
         value: value.to_string(),
         raw_value: Vec::new(),
     }
-}
-
-/// OpenAI's reset format (Go's duration): `0s`, `20ms`, `6s`, `1.5s`, `6m0s`,
-/// `1h2m3s` (the Python client's `duration`).
-pub(super) fn go_duration(ms: u64) -> String {
-    if ms == 0 {
-        return "0s".into();
-    }
-    if ms < 1000 {
-        return format!("{ms}ms");
-    }
-    let (hours, rest) = (ms / 3_600_000, ms % 3_600_000);
-    let (minutes, rest) = (rest / 60_000, rest % 60_000);
-    let seconds = format!("{}.{:03}", rest / 1000, rest % 1000);
-    let seconds = seconds.trim_end_matches('0').trim_end_matches('.');
-    let mut out = String::new();
-    if hours > 0 {
-        out.push_str(&format!("{hours}h"));
-    }
-    if hours > 0 || minutes > 0 {
-        out.push_str(&format!("{minutes}m"));
-    }
-    out.push_str(seconds);
-    out.push('s');
-    out
 }
 
 fn duration(ms: u64) -> prost_types::Duration {
@@ -341,19 +270,5 @@ mod tests {
                 ("x-ratelimit-reset-requests", "1.5s")
             ]
         );
-    }
-
-    #[test]
-    fn durations_read_like_openai_headers() {
-        for (ms, s) in [
-            (0, "0s"),
-            (20, "20ms"),
-            (6000, "6s"),
-            (1500, "1.5s"),
-            (360_000, "6m0s"),
-            (3_723_000, "1h2m3s"),
-        ] {
-            assert_eq!(go_duration(ms), s);
-        }
     }
 }

@@ -1,0 +1,100 @@
+//! `envoy.service.ext_proc.v3.ExternalProcessor`: reserve before, commit
+//! after, inside Envoy (docs/ext_proc.md). Envoy's ext_proc filter opens one
+//! `Process` stream per HTTP request and sends its parts — request headers,
+//! the body (buffered), response headers, the answer (streamed) — each
+//! awaiting one answer. The processor reads the LLM request, reserves as
+//! CheckAndReserve does, rewrites the output limit to the grant (or answers
+//! 429/413 at once), reads the usage from the answer as it passes, and
+//! commits at its end.
+//!
+//! - this file: the service; each stream's messages handled in order by one
+//!   task, which settles what the stream holds however it ends.
+//! - `session`: one stream's state, from request headers to settlement.
+//! - [`reading`]: `[ext_proc]` in force; the caller from headers and metadata.
+//! - [`llm_request`]: the three request bodies, read and rewritten.
+//! - [`usage`]: the answer, whole or as server-sent events, read for usage.
+//! - `answer`: the messages back to Envoy; errors as the API's JSON errors.
+
+mod answer;
+pub mod llm_request;
+pub mod reading;
+mod session;
+pub mod usage;
+
+use crate::api::auth;
+use crate::engine::Engine;
+use crate::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessor;
+use crate::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
+use crate::store::Store;
+use futures_util::Stream;
+pub use reading::LiveReading;
+use session::Session;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status, Streaming};
+
+/// The external processor face of an [`Engine`].
+pub struct ExtProcApi<S> {
+    engine: Arc<Engine<S>>,
+    reading: Arc<LiveReading>,
+    max_body_bytes: usize,
+}
+
+impl<S> ExtProcApi<S> {
+    /// Serves `engine`, reading requests by `reading` (replaced when the
+    /// configuration changes). A request body larger than `max_body_bytes`
+    /// is refused (413). Callers are authenticated in front of it; a token
+    /// bound to tenants may only reserve for those.
+    pub fn new(engine: Arc<Engine<S>>, reading: Arc<LiveReading>, max_body_bytes: usize) -> Self {
+        ExtProcApi {
+            engine,
+            reading,
+            max_body_bytes,
+        }
+    }
+}
+
+/// The answers of one stream, as tonic sends them.
+type Answers = Pin<Box<dyn Stream<Item = Result<ProcessingResponse, Status>> + Send>>;
+
+/// Answers waiting to be sent per stream: Envoy awaits each before sending
+/// the next message, so one is the most ever waiting.
+const ANSWERS_QUEUED: usize = 4;
+
+#[tonic::async_trait]
+impl<S: Store> ExternalProcessor for ExtProcApi<S> {
+    type ProcessStream = Answers;
+
+    async fn process(
+        &self,
+        request: Request<Streaming<ProcessingRequest>>,
+    ) -> Result<Response<Answers>, Status> {
+        let caller = request.extensions().get::<auth::Caller>().cloned();
+        let mut inbound = request.into_inner();
+        let mut session = Session::new(
+            self.engine.clone(),
+            self.reading.get(),
+            caller,
+            self.max_body_bytes,
+        );
+        let (tx, mut rx) = mpsc::channel(ANSWERS_QUEUED);
+        // Its own task: the stream is settled even when tonic drops the
+        // answers (Envoy went away).
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            // Until Envoy closes the stream, or it breaks.
+            while let Ok(Some(msg)) = inbound.message().await {
+                let observe_only = msg.observability_mode;
+                let answer = session.on_message(msg).await;
+                if !observe_only && tx.send(Ok(answer)).await.is_err() {
+                    break;
+                }
+            }
+            session.close().await;
+            crate::telemetry::rpc("Process", tonic::Code::Ok, started.elapsed().as_secs_f64());
+        });
+        let answers = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+        Ok(Response::new(Box::pin(answers)))
+    }
+}

@@ -1,0 +1,283 @@
+//! `[ext_proc]` in force, and what it reads off a request's headers and the
+//! metadata Envoy forwards: the path's verdict (an LLM call or another
+//! request) and the caller — tenant, user, tier, priority.
+
+use crate::config::{ExtProcSection, OtherRequests};
+use crate::domain::{InvalidInput, Priority, TenantId, UserId, is_tier_name};
+use crate::envoy::config::core::v3::{HeaderMap, Metadata};
+use prost_types::value::Kind;
+use std::sync::{Arc, RwLock};
+
+/// `[ext_proc]`, validated, as requests are read by it.
+#[derive(Debug)]
+pub struct Reading {
+    /// The section as written.
+    pub section: ExtProcSection,
+}
+
+/// The reading in force: replaced, like the limits, when the configuration
+/// changes; streams in flight keep the one they started with.
+#[derive(Debug)]
+pub struct LiveReading(RwLock<Arc<Reading>>);
+
+impl LiveReading {
+    /// `section` (validated with the limits) in force.
+    pub fn new(section: &ExtProcSection) -> Self {
+        LiveReading(RwLock::new(Arc::new(Reading::from(section))))
+    }
+
+    /// The reading in force.
+    pub fn get(&self) -> Arc<Reading> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Puts `section` (validated with the limits) in force.
+    pub fn replace(&self, section: &ExtProcSection) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Reading::from(section));
+    }
+}
+
+impl From<&ExtProcSection> for Reading {
+    fn from(section: &ExtProcSection) -> Self {
+        Reading {
+            section: section.clone(),
+        }
+    }
+}
+
+/// Who a request is for.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// The user, if named.
+    pub user: Option<UserId>,
+    /// The tier named, or the default.
+    pub tier: String,
+    /// The priority named, or normal.
+    pub priority: Priority,
+}
+
+/// A request's headers, as the processor needs them.
+#[derive(Debug, Default)]
+pub struct RequestHead {
+    /// `:path` without its query string.
+    pub path: String,
+    /// Every header, lower-case name → value (the first of repeated ones).
+    headers: Vec<(String, String)>,
+}
+
+impl RequestHead {
+    /// Reads Envoy's header map: values are in `raw_value` (older Envoys
+    /// used `value`).
+    pub fn from_map(map: Option<&HeaderMap>) -> Self {
+        let headers: Vec<(String, String)> = map
+            .map(|m| m.headers.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .map(|h| (h.key.to_ascii_lowercase(), header_value(h)))
+            .collect();
+        let path = headers
+            .iter()
+            .find(|(k, _)| k == ":path")
+            .map(|(_, v)| v.split(['?', '#']).next().unwrap_or_default().to_owned())
+            .unwrap_or_default();
+        RequestHead { path, headers }
+    }
+
+    /// The value of header `name` (lower case), if sent.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A header's value: `raw_value` when set, else `value`.
+pub fn header_value(h: &crate::envoy::config::core::v3::HeaderValue) -> String {
+    match h.raw_value.is_empty() {
+        true => h.value.clone(),
+        false => String::from_utf8_lossy(&h.raw_value).into_owned(),
+    }
+}
+
+impl Reading {
+    /// Whether `path` is an LLM call's.
+    pub fn is_llm_path(&self, path: &str) -> bool {
+        self.section.paths.iter().any(|p| p == path)
+    }
+
+    /// What to do with other requests.
+    pub fn other_requests(&self) -> OtherRequests {
+        self.section.other_requests
+    }
+
+    /// The caller of a request: each value from the metadata namespace when
+    /// it sets it (an ext_authz filter's verified identity), else from the
+    /// header. A missing tenant, a tier with no default, or a malformed
+    /// value is an error naming where it was read.
+    pub fn caller(
+        &self,
+        head: &RequestHead,
+        metadata: Option<&Metadata>,
+    ) -> Result<Caller, InvalidInput> {
+        let s = &self.section;
+        let ns = metadata.and_then(|m| m.filter_metadata.get(&s.metadata_namespace));
+        let from_metadata = |key: &str| {
+            ns.and_then(|n| n.fields.get(key))
+                .and_then(|v| match &v.kind {
+                    Some(Kind::StringValue(s)) if !s.is_empty() => Some(s.as_str()),
+                    _ => None,
+                })
+        };
+        let read = |key: &'static str, header: &str| {
+            from_metadata(key).or_else(|| head.get(header).filter(|v| !v.is_empty()))
+        };
+        let tenant = read("tenant", &s.tenant_header).ok_or_else(|| {
+            InvalidInput::new(
+                "tenant",
+                format!(
+                    "the request names no tenant: send the {} header (or have an ext_authz \
+                     filter set `tenant` in the {} metadata)",
+                    s.tenant_header, s.metadata_namespace
+                ),
+            )
+        })?;
+        let tenant = TenantId::parse(tenant)?;
+        let user = read("user", &s.user_header)
+            .map(UserId::parse)
+            .transpose()?;
+        let tier = self.tier(read("tier", &s.tier_header))?;
+        let priority = match read("priority", &s.priority_header) {
+            None => Priority::Normal,
+            Some(p) => self.priority(p)?,
+        };
+        Ok(Caller {
+            tenant,
+            user,
+            tier,
+            priority,
+        })
+    }
+
+    /// The tier named, or the default.
+    fn tier(&self, named: Option<&str>) -> Result<String, InvalidInput> {
+        let s = &self.section;
+        match named {
+            Some(t) if is_tier_name(t) => Ok(t.to_owned()),
+            Some(t) => {
+                let shown: String = t.chars().take(64).collect();
+                Err(InvalidInput::new(
+                    "tier",
+                    format!(
+                        "{shown:?} (header {}) is not a tier name (1-64 characters of a-z, A-Z, \
+                         0-9, '-', '_', '.')",
+                        s.tier_header
+                    ),
+                ))
+            }
+            None => s.default_tier.clone().ok_or_else(|| {
+                InvalidInput::new(
+                    "tier",
+                    format!(
+                        "the request names no tier and [ext_proc] has no default_tier: send the \
+                         {} header, or set default_tier with `ctxbudget ext-proc set`",
+                        s.tier_header
+                    ),
+                )
+            }),
+        }
+    }
+
+    /// A priority as named: critical, normal or batch, in any case.
+    fn priority(&self, named: &str) -> Result<Priority, InvalidInput> {
+        match named.trim().to_ascii_lowercase().as_str() {
+            "critical" => Ok(Priority::Critical),
+            "normal" => Ok(Priority::Normal),
+            "batch" => Ok(Priority::Batch),
+            _ => {
+                let shown: String = named.chars().take(32).collect();
+                Err(InvalidInput::new(
+                    "priority",
+                    format!(
+                        "{shown:?} (header {}) is not a priority: send critical, normal or batch",
+                        self.section.priority_header
+                    ),
+                ))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envoy::config::core::v3::HeaderValue;
+
+    fn head(pairs: &[(&str, &str)]) -> RequestHead {
+        let map = HeaderMap {
+            headers: pairs
+                .iter()
+                .map(|(k, v)| HeaderValue {
+                    key: (*k).into(),
+                    value: String::new(),
+                    raw_value: v.as_bytes().to_vec(),
+                })
+                .collect(),
+        };
+        RequestHead::from_map(Some(&map))
+    }
+
+    #[test]
+    fn metadata_wins_over_headers_and_the_default_tier_fills_in() {
+        let reading = Reading::from(&ExtProcSection {
+            default_tier: Some("free".into()),
+            ..ExtProcSection::default()
+        });
+        let h = head(&[
+            (":path", "/v1/chat/completions?x=1"),
+            ("x-tenant-id", "acme"),
+            ("x-priority", "Batch"),
+        ]);
+        assert!(reading.is_llm_path(&h.path));
+        let c = reading.caller(&h, None).unwrap();
+        assert_eq!((c.tenant.as_str(), c.tier.as_str()), ("acme", "free"));
+        assert_eq!(c.priority, Priority::Batch);
+        let mut ns = prost_types::Struct::default();
+        ns.fields.insert(
+            "tenant".into(),
+            prost_types::Value {
+                kind: Some(Kind::StringValue("verified".into())),
+            },
+        );
+        let md = Metadata {
+            filter_metadata: [("envoy.filters.http.ext_authz".to_owned(), ns)].into(),
+            ..Metadata::default()
+        };
+        let c = reading.caller(&h, Some(&md)).unwrap();
+        assert_eq!(c.tenant.as_str(), "verified");
+    }
+
+    #[test]
+    fn a_missing_tenant_or_a_bad_priority_is_an_error_naming_the_header() {
+        let reading = Reading::from(&ExtProcSection::default());
+        let e = reading.caller(&head(&[]), None).unwrap_err();
+        assert!(e.to_string().contains("x-tenant-id"), "{e}");
+        let e = reading
+            .caller(
+                &head(&[
+                    ("x-tenant-id", "a"),
+                    ("x-tier", "pro"),
+                    ("x-priority", "urgent"),
+                ]),
+                None,
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("x-priority"), "{e}");
+        let e = reading
+            .caller(&head(&[("x-tenant-id", "a")]), None)
+            .unwrap_err();
+        assert!(e.to_string().contains("default_tier"), "{e}");
+    }
+}

@@ -1,0 +1,442 @@
+//! One processing stream — one HTTP request through Envoy — from its request
+//! headers to its settlement. Each message Envoy sends gets its one answer;
+//! whatever order they come in, and however the stream ends, a reservation
+//! made here ends committed (the usage the provider reported, else the
+//! prompt as counted and the completion text delivered) or refunded (the
+//! upstream failed, or nothing reached the caller). A stream left open with
+//! no message lapses with its lease: leases are renewed only as messages
+//! arrive.
+//!
+//! Size: one state machine, message by message; split, the order of its
+//! states would be spread over files.
+
+use super::answer::{Changes, Part, Refusal, pass_headers, proceed};
+use super::llm_request::{Api, LlmRequest, NotRead};
+use super::reading::{Reading, RequestHead, header_value};
+use super::usage::AnswerReader;
+use crate::api::auth;
+use crate::api::http::reservation_headers;
+use crate::config::OtherRequests;
+use crate::domain::plan::ReserveRequest;
+use crate::domain::{Prompt, PromptInput, ReservationId};
+use crate::engine::{CommitRequest, Completion, Engine};
+use crate::envoy::config::core::v3::Metadata;
+use crate::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
+use crate::envoy::service::ext_proc::v3::processing_request::Request as Message;
+use crate::envoy::service::ext_proc::v3::{
+    HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
+};
+use crate::store::Store;
+use crate::telemetry;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Where a stream is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// No request headers yet.
+    Start,
+    /// An LLM call whose body is being read.
+    Reading,
+    /// Not an LLM call, or answered at once: every message goes on unchanged.
+    Passing,
+    /// Reserved; the answer is being read.
+    Reserved,
+    /// Settled (or nothing to settle): messages go on unchanged.
+    Done,
+}
+
+/// A reservation held by the stream.
+#[derive(Debug)]
+struct Held {
+    id: ReservationId,
+    /// The prompt as reserved (the service's count, corrected).
+    prompt_tokens: u64,
+    /// When the lease was last granted or renewed, and for how long.
+    leased_at: Instant,
+    lease: Duration,
+}
+
+/// One processing stream's state.
+pub(super) struct Session<S> {
+    engine: Arc<Engine<S>>,
+    reading: Arc<Reading>,
+    /// The authenticated gRPC caller, whose token may be bound to tenants.
+    auth: Option<auth::Caller>,
+    max_body_bytes: usize,
+    state: State,
+    head: RequestHead,
+    metadata: Option<Metadata>,
+    /// Envoy streams the request body (so pieces are held back here and the
+    /// body sent whole at its end), rather than buffering it.
+    streamed_request: bool,
+    body: Vec<u8>,
+    api: Option<Api>,
+    held: Option<Held>,
+    answer: Option<AnswerReader>,
+    /// The `x-ratelimit-*` headers of the reservation, for the answer.
+    limit_headers: Vec<(&'static str, String)>,
+}
+
+impl<S: Store> Session<S> {
+    pub(super) fn new(
+        engine: Arc<Engine<S>>,
+        reading: Arc<Reading>,
+        auth: Option<auth::Caller>,
+        max_body_bytes: usize,
+    ) -> Self {
+        Session {
+            engine,
+            reading,
+            auth,
+            max_body_bytes,
+            state: State::Start,
+            head: RequestHead::default(),
+            metadata: None,
+            streamed_request: false,
+            body: Vec::new(),
+            api: None,
+            held: None,
+            answer: None,
+            limit_headers: Vec::new(),
+        }
+    }
+
+    /// The answer to one message (every message gets exactly one).
+    pub(super) async fn on_message(&mut self, msg: ProcessingRequest) -> ProcessingResponse {
+        if let Some(p) = &msg.protocol_config {
+            self.streamed_request = p.request_body_mode == BodySendMode::Streamed as i32;
+        }
+        if msg.metadata_context.is_some() {
+            self.metadata = msg.metadata_context;
+        }
+        match msg.request {
+            Some(Message::RequestHeaders(h)) => self.request_headers(h),
+            Some(Message::RequestBody(b)) => self.request_body(b).await,
+            Some(Message::ResponseHeaders(h)) => self.response_headers(h).await,
+            Some(Message::ResponseBody(b)) => self.response_body(b).await,
+            Some(Message::RequestTrailers(_)) => {
+                // Trailers end the body: a streamed body without end_of_stream.
+                if self.state == State::Reading {
+                    let _ = self.request_body(HttpBody::default()).await;
+                }
+                proceed(Part::RequestTrailers, Changes::default())
+            }
+            Some(Message::ResponseTrailers(_)) => {
+                self.end_of_answer().await;
+                proceed(Part::ResponseTrailers, Changes::default())
+            }
+            // A message with no part: nothing to answer but "go on".
+            None => proceed(Part::RequestHeaders, Changes::default()),
+        }
+    }
+
+    fn request_headers(&mut self, h: HttpHeaders) -> ProcessingResponse {
+        if self.state != State::Start {
+            return proceed(Part::RequestHeaders, Changes::default());
+        }
+        self.head = RequestHead::from_map(h.headers.as_ref());
+        if !self.reading.is_llm_path(&self.head.path) {
+            return match self.reading.other_requests() {
+                OtherRequests::Pass => {
+                    self.state = State::Passing;
+                    telemetry::ext_proc_request("passed");
+                    pass_headers()
+                }
+                OtherRequests::Deny => self.refuse(Refusal::not_served(&self.head.path)),
+            };
+        }
+        self.api = Api::of_path(&self.head.path);
+        if h.end_of_stream {
+            return self.other_body(Part::RequestHeaders, "the request has no body".into());
+        }
+        self.state = State::Reading;
+        // The answer must come uncompressed for its usage to be read; a
+        // streamed body is sent whole at its end, its length then unknown.
+        let mut remove = vec!["accept-encoding"];
+        if self.streamed_request {
+            remove.push("content-length");
+        }
+        proceed(
+            Part::RequestHeaders,
+            Changes {
+                remove,
+                ..Changes::default()
+            },
+        )
+    }
+
+    async fn request_body(&mut self, b: HttpBody) -> ProcessingResponse {
+        if self.state != State::Reading {
+            return proceed(Part::RequestBody, Changes::default());
+        }
+        if self.body.len() + b.body.len() > self.max_body_bytes {
+            let message = format!(
+                "the request body is over {} bytes, the most the budget service reads \
+                 ([server] max_message_bytes); shorten it",
+                self.max_body_bytes
+            );
+            let mut r = Refusal::bad_request(message);
+            r.status = 413;
+            return self.refuse(r);
+        }
+        self.body.extend_from_slice(&b.body);
+        if !b.end_of_stream {
+            // A piece of a streamed body: held back, sent whole at the end.
+            let clear_body = self.streamed_request;
+            return proceed(
+                Part::RequestBody,
+                Changes {
+                    clear_body,
+                    ..Changes::default()
+                },
+            );
+        }
+        let body = std::mem::take(&mut self.body);
+        let anthropic = self.head.get("anthropic-version").is_some();
+        let mut call = match LlmRequest::parse(&self.head.path, anthropic, &body) {
+            Ok(call) => call,
+            Err(NotRead::Other(why)) => return self.other_body_with(Part::RequestBody, why, body),
+            Err(NotRead::Invalid(why)) => {
+                return self.refuse(Refusal::bad_request(why));
+            }
+        };
+        self.api = Some(call.api);
+        match self.reserve(&call).await {
+            Ok(granted) => {
+                let ask_usage = self.reading.section.stream_usage;
+                let rewritten = call.rewrite(granted, ask_usage);
+                self.state = State::Reserved;
+                let mut changes = Changes::default();
+                match rewritten {
+                    Some(new) => {
+                        if !self.streamed_request {
+                            changes.set.push(("content-length", new.len().to_string()));
+                        }
+                        changes.body = Some(new);
+                    }
+                    // Pieces were held back: send the body whole.
+                    None if self.streamed_request => changes.body = Some(body),
+                    None => {}
+                }
+                proceed(Part::RequestBody, changes)
+            }
+            Err(refusal) => self.refuse(*refusal),
+        }
+    }
+
+    /// Reserves for `call`; the output limit granted, or the answer to give.
+    async fn reserve(&mut self, call: &LlmRequest) -> Result<u64, Box<Refusal>> {
+        let caller = self
+            .reading
+            .caller(&self.head, self.metadata.as_ref())
+            .map_err(|e| Box::new(Refusal::bad_request(e.to_string())))?;
+        if let Some(a) = &self.auth {
+            a.check_tenant(caller.tenant.as_str())
+                .map_err(|s| Box::new(Refusal::forbidden(s.message().to_owned())))?;
+        }
+        let req = ReserveRequest {
+            tenant: caller.tenant,
+            user: caller.user,
+            tier: caller.tier,
+            model: call.model.clone(),
+            prompt: PromptInput::Text(Prompt::Messages(call.messages.clone())),
+            max_output_tokens: call.max_output_tokens.unwrap_or(0),
+            min_output_tokens: None,
+            idempotency_key: None,
+            lease_ttl_ms: None,
+            priority: caller.priority,
+        };
+        let out = Box::pin(self.engine.reserve(req))
+            .await
+            .map_err(|e| Box::new(Refusal::engine(&e)))?;
+        let with_headers = self.reading.section.headers;
+        if out.denial.is_some() {
+            return Err(Box::new(Refusal::denied(&out, with_headers)));
+        }
+        let id = out.reservation_id.as_deref().unwrap_or_default();
+        let id = ReservationId::parse(id).map_err(|e| Box::new(Refusal::engine(&e.into())))?;
+        if with_headers {
+            self.limit_headers = reservation_headers(&out.limits, None);
+        }
+        telemetry::ext_proc_request("reserved");
+        self.held = Some(Held {
+            id,
+            prompt_tokens: out.reserved_tokens - out.reserved_output_tokens,
+            leased_at: Instant::now(),
+            lease: Duration::from_millis(out.lease_expires_in_ms),
+        });
+        Ok(out.granted_max_output_tokens)
+    }
+
+    async fn response_headers(&mut self, h: HttpHeaders) -> ProcessingResponse {
+        if self.state != State::Reserved || self.answer.is_some() {
+            return proceed(Part::ResponseHeaders, Changes::default());
+        }
+        let head = h
+            .headers
+            .as_ref()
+            .map(|m| m.headers.as_slice())
+            .unwrap_or_default();
+        let value = |name: &str| {
+            head.iter()
+                .find(|v| v.key.eq_ignore_ascii_case(name))
+                .map(header_value)
+                .unwrap_or_default()
+        };
+        let status: u16 = value(":status").parse().unwrap_or(0);
+        if status >= 400 {
+            // The provider bills no failed call: everything goes back.
+            self.settle().await;
+            return proceed(Part::ResponseHeaders, Changes::default());
+        }
+        self.answer = Some(AnswerReader::new(&value("content-type")));
+        self.renew_if_due().await;
+        let set = std::mem::take(&mut self.limit_headers);
+        let response = proceed(
+            Part::ResponseHeaders,
+            Changes {
+                set,
+                ..Changes::default()
+            },
+        );
+        if h.end_of_stream {
+            self.end_of_answer().await;
+        }
+        response
+    }
+
+    async fn response_body(&mut self, b: HttpBody) -> ProcessingResponse {
+        if self.state == State::Reserved {
+            let answer = self.answer.get_or_insert_with(|| AnswerReader::new(""));
+            answer.feed(&b.body);
+            if b.end_of_stream {
+                self.end_of_answer().await;
+            } else {
+                self.renew_if_due().await;
+            }
+        }
+        proceed(Part::ResponseBody, Changes::default())
+    }
+
+    /// The answer ended: read what is left, and settle.
+    async fn end_of_answer(&mut self) {
+        if let Some(a) = &mut self.answer {
+            a.finish();
+        }
+        self.settle().await;
+    }
+
+    /// The stream ended (Envoy closed it, or it broke): settle what is held.
+    pub(super) async fn close(&mut self) {
+        self.settle().await;
+    }
+
+    /// Commits the usage reported, else what was delivered; refunds when
+    /// nothing was.
+    async fn settle(&mut self) {
+        self.state = State::Done;
+        let Some(held) = self.held.take() else { return };
+        let answer = self.answer.as_mut();
+        let delivered = answer.as_ref().is_some_and(|a| a.delivered_bytes() > 0);
+        let commit = match answer {
+            Some(a) => match a.usage() {
+                Some(u) => Some((
+                    "usage",
+                    u.prompt_tokens,
+                    Completion::Tokens(u.completion_tokens),
+                    u.cached_prompt_tokens,
+                )),
+                None if delivered => {
+                    let (prompt, cached) = a.reported_prompt().unwrap_or((held.prompt_tokens, 0));
+                    Some((
+                        "delivered",
+                        prompt,
+                        Completion::Text(a.delivered_text()),
+                        cached,
+                    ))
+                }
+                None => None,
+            },
+            None => None,
+        };
+        let result = match commit {
+            Some((how, prompt_tokens, completion, cached_prompt_tokens)) => {
+                let req = CommitRequest {
+                    id: held.id.clone(),
+                    prompt_tokens,
+                    completion,
+                    cached_prompt_tokens,
+                };
+                Box::pin(self.engine.commit(req)).await.map(|_| how)
+            }
+            None => Box::pin(self.engine.refund(&held.id))
+                .await
+                .map(|_| "refunded"),
+        };
+        match result {
+            Ok(how) => telemetry::ext_proc_settled(how),
+            Err(e) => {
+                telemetry::ext_proc_settled("failed");
+                tracing::warn!(reservation = %held.id, error = %e,
+                    "cannot settle the reservation of an ext_proc stream; its lease will lapse");
+            }
+        }
+    }
+
+    /// Renews the lease once half of it has passed (a long stream).
+    async fn renew_if_due(&mut self) {
+        let Some(held) = &mut self.held else { return };
+        if held.leased_at.elapsed() < held.lease / 2 {
+            return;
+        }
+        match Box::pin(self.engine.renew(&held.id, None)).await {
+            Ok(r) if r.expires_in_ms > 0 => {
+                held.leased_at = Instant::now();
+                held.lease = Duration::from_millis(r.expires_in_ms);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(reservation = %held.id, error = %e, "lease renewal failed"),
+        }
+    }
+
+    /// A body that is no LLM call: passed or refused, as configured.
+    fn other_body(&mut self, part: Part, why: String) -> ProcessingResponse {
+        self.other_body_with(part, why, Vec::new())
+    }
+
+    fn other_body_with(&mut self, part: Part, why: String, body: Vec<u8>) -> ProcessingResponse {
+        match self.reading.other_requests() {
+            OtherRequests::Pass => {
+                self.state = State::Passing;
+                telemetry::ext_proc_request("passed");
+                let body = (self.streamed_request && part == Part::RequestBody).then_some(body);
+                proceed(
+                    part,
+                    Changes {
+                        body,
+                        ..Changes::default()
+                    },
+                )
+            }
+            OtherRequests::Deny => {
+                let message = format!(
+                    "{why}: {} takes an OpenAI chat completions, OpenAI Responses or \
+                     Anthropic messages request",
+                    self.head.path.chars().take(200).collect::<String>()
+                );
+                self.refuse(Refusal::bad_request(message))
+            }
+        }
+    }
+
+    /// Answers the caller at once; the stream has nothing more to do.
+    fn refuse(&mut self, refusal: Refusal) -> ProcessingResponse {
+        self.state = State::Done;
+        telemetry::ext_proc_request(match refusal.denial {
+            Some(_) => "denied",
+            None => "refused",
+        });
+        refusal.into_response(self.api)
+    }
+}

@@ -1,0 +1,431 @@
+//! An LLM answer read as it passes: the usage the provider reported and the
+//! completion text delivered, from a whole JSON body or from server-sent
+//! events split anywhere (a line, a UTF-8 character or a usage chunk may
+//! straddle two body messages).
+//!
+//! Where the usage is, per API:
+//! - OpenAI chat: `usage` of the answer, or of the final chunk of a stream
+//!   (`stream_options.include_usage`); text in `choices[].delta.content`.
+//! - OpenAI Responses: `usage` of the answer, or of `response.completed`
+//!   (also `response.incomplete`, `response.failed`); text in
+//!   `response.output_text.delta`.
+//! - Anthropic: `usage` of the answer; in a stream, the prompt in
+//!   `message_start`, the output (cumulative) in each `message_delta`; text in
+//!   `content_block_delta`.
+//!
+//! Size: three APIs' answers, whole and streamed, in one reader, with tests
+//! that cut each stream at every byte.
+
+use serde_json::Value;
+
+/// The usage a provider reported, in ctxbudget's terms.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Prompt tokens, cached ones included.
+    pub prompt_tokens: u64,
+    /// Completion tokens.
+    pub completion_tokens: u64,
+    /// Of the prompt, tokens read from the provider's cache.
+    pub cached_prompt_tokens: u64,
+}
+
+/// The longest answer kept to read (a whole JSON body; one event of a
+/// stream): past it, the answer is settled by its text as far as it was kept.
+pub const MAX_KEPT_BYTES: usize = 8 << 20;
+
+/// Reads one answer.
+#[derive(Debug)]
+pub struct AnswerReader {
+    sse: bool,
+    /// JSON: the body so far; events: the line not ended yet.
+    pending: Vec<u8>,
+    /// Events: the `data:` lines of the event not dispatched yet.
+    data: String,
+    /// The completion text delivered (events; a JSON body's at its end).
+    text: String,
+    prompt: Option<u64>,
+    completion: Option<u64>,
+    cached: u64,
+    /// Whether the usage is whole (Anthropic streams report it in two parts).
+    complete: bool,
+    /// Body bytes passed on to the caller.
+    delivered: u64,
+    /// A JSON body outgrew [`MAX_KEPT_BYTES`].
+    overflowed: bool,
+}
+
+impl AnswerReader {
+    /// A reader for an answer whose `content-type` is `content_type`.
+    pub fn new(content_type: &str) -> Self {
+        AnswerReader {
+            sse: content_type
+                .trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream"),
+            pending: Vec::new(),
+            data: String::new(),
+            text: String::new(),
+            prompt: None,
+            completion: None,
+            cached: 0,
+            complete: false,
+            delivered: 0,
+            overflowed: false,
+        }
+    }
+
+    /// Whether the answer is a stream of events.
+    pub fn is_stream(&self) -> bool {
+        self.sse
+    }
+
+    /// Reads the next piece of the body.
+    pub fn feed(&mut self, chunk: &[u8]) {
+        self.delivered += chunk.len() as u64;
+        if !self.sse {
+            if self.pending.len() + chunk.len() > MAX_KEPT_BYTES {
+                self.overflowed = true;
+            } else {
+                self.pending.extend_from_slice(chunk);
+            }
+            return;
+        }
+        let mut rest = chunk;
+        while let Some(end) = rest.iter().position(|b| *b == b'\n') {
+            let (line, tail) = rest.split_at(end);
+            rest = &tail[1..];
+            if self.pending.is_empty() {
+                self.line(line);
+            } else {
+                let mut whole = std::mem::take(&mut self.pending);
+                whole.extend_from_slice(line);
+                self.line(&whole);
+            }
+        }
+        if self.pending.len() + rest.len() <= MAX_KEPT_BYTES {
+            self.pending.extend_from_slice(rest);
+        }
+    }
+
+    /// The body ended: reads a JSON body, or the last event if unterminated.
+    pub fn finish(&mut self) {
+        if self.sse {
+            if !self.pending.is_empty() {
+                let line = std::mem::take(&mut self.pending);
+                self.line(&line);
+            }
+            self.dispatch();
+        } else if !self.overflowed {
+            let body = std::mem::take(&mut self.pending);
+            if let Ok(v) = serde_json::from_slice::<Value>(&body) {
+                self.read_answer(&v);
+            } else {
+                self.text = String::from_utf8_lossy(&body).into_owned();
+            }
+        }
+    }
+
+    /// Body bytes passed on so far.
+    pub fn delivered_bytes(&self) -> u64 {
+        self.delivered
+    }
+
+    /// The usage, when the provider reported all of it.
+    pub fn usage(&self) -> Option<Usage> {
+        match (self.complete, self.prompt, self.completion) {
+            (true, Some(prompt), Some(completion)) => Some(Usage {
+                prompt_tokens: prompt,
+                completion_tokens: completion,
+                cached_prompt_tokens: self.cached.min(prompt),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The prompt tokens the provider reported, if it did (an Anthropic
+    /// stream cut after `message_start`).
+    pub fn reported_prompt(&self) -> Option<(u64, u64)> {
+        self.prompt.map(|p| (p, self.cached.min(p)))
+    }
+
+    /// The completion text delivered: what the stream carried, or for a JSON
+    /// body cut short, the body as far as it came (an upper bound).
+    pub fn delivered_text(&mut self) -> String {
+        if !self.sse && self.text.is_empty() && !self.pending.is_empty() {
+            return String::from_utf8_lossy(&self.pending).into_owned();
+        }
+        std::mem::take(&mut self.text)
+    }
+
+    /// One line of an event stream (its `\n` removed).
+    fn line(&mut self, line: &[u8]) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            self.dispatch();
+            return;
+        }
+        if let Some(data) = line.strip_prefix(b"data:") {
+            let data = data.strip_prefix(b" ").unwrap_or(data);
+            if !self.data.is_empty() {
+                self.data.push('\n');
+            }
+            self.data.push_str(&String::from_utf8_lossy(data));
+        }
+        // `event:`, `id:`, `retry:` and comments: the data's `type` says it all.
+    }
+
+    /// The event whose data lines were read.
+    fn dispatch(&mut self) {
+        if self.data.is_empty() {
+            return;
+        }
+        let data = std::mem::take(&mut self.data);
+        if data == "[DONE]" {
+            return;
+        }
+        if let Ok(v) = serde_json::from_str::<Value>(&data) {
+            self.read_event(&v);
+        }
+    }
+
+    /// One event of a stream, whichever API sent it.
+    fn read_event(&mut self, v: &Value) {
+        match v.get("type").and_then(Value::as_str) {
+            // OpenAI Responses.
+            Some("response.output_text.delta" | "response.function_call_arguments.delta") => {
+                self.push_text(v.get("delta"));
+            }
+            Some("response.completed" | "response.incomplete" | "response.failed") => {
+                if let Some(u) = v.get("response").and_then(|r| r.get("usage")) {
+                    self.openai_usage(u, "input_tokens", "output_tokens", "input_tokens_details");
+                }
+            }
+            // Anthropic.
+            Some("message_start") => {
+                if let Some(u) = v.get("message").and_then(|m| m.get("usage")) {
+                    self.anthropic_prompt(u);
+                    self.completion = u.get("output_tokens").and_then(Value::as_u64);
+                }
+            }
+            Some("content_block_delta") => {
+                if let Some(d) = v.get("delta") {
+                    for key in ["text", "partial_json", "thinking"] {
+                        self.push_text(d.get(key));
+                    }
+                }
+            }
+            Some("message_delta") => {
+                if let Some(u) = v.get("usage") {
+                    if u.get("input_tokens").is_some() {
+                        self.anthropic_prompt(u);
+                    }
+                    if let Some(out) = u.get("output_tokens").and_then(Value::as_u64) {
+                        self.completion = Some(out);
+                        self.complete = self.prompt.is_some();
+                    }
+                }
+            }
+            Some(_) => {}
+            // OpenAI chat chunks carry no type.
+            None => {
+                if let Some(choices) = v.get("choices").and_then(Value::as_array) {
+                    for c in choices {
+                        let Some(delta) = c.get("delta") else {
+                            continue;
+                        };
+                        self.push_text(delta.get("content"));
+                        if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+                            for call in calls {
+                                self.push_text(
+                                    call.get("function").and_then(|f| f.get("arguments")),
+                                );
+                            }
+                        }
+                    }
+                }
+                if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+                    self.openai_usage(
+                        u,
+                        "prompt_tokens",
+                        "completion_tokens",
+                        "prompt_tokens_details",
+                    );
+                }
+            }
+        }
+    }
+
+    /// A whole JSON answer.
+    fn read_answer(&mut self, v: &Value) {
+        let Some(u) = v.get("usage").filter(|u| u.is_object()) else {
+            self.text = answer_text(v);
+            return;
+        };
+        if u.get("prompt_tokens").is_some() {
+            self.openai_usage(
+                u,
+                "prompt_tokens",
+                "completion_tokens",
+                "prompt_tokens_details",
+            );
+        } else if v.get("type").and_then(Value::as_str) == Some("message") {
+            self.anthropic_prompt(u);
+            self.completion = u.get("output_tokens").and_then(Value::as_u64);
+            self.complete = self.completion.is_some();
+        } else {
+            self.openai_usage(u, "input_tokens", "output_tokens", "input_tokens_details");
+        }
+        if self.usage().is_none() {
+            self.text = answer_text(v);
+        }
+    }
+
+    fn openai_usage(&mut self, u: &Value, prompt: &str, completion: &str, details: &str) {
+        self.prompt = u.get(prompt).and_then(Value::as_u64);
+        self.completion = u.get(completion).and_then(Value::as_u64);
+        self.cached = u
+            .get(details)
+            .and_then(|d| d.get("cached_tokens"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        self.complete = self.prompt.is_some() && self.completion.is_some();
+    }
+
+    /// Anthropic's prompt: uncached input plus what was read from and written
+    /// to the cache; cached = read from it.
+    fn anthropic_prompt(&mut self, u: &Value) {
+        let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+        if u.get("input_tokens").is_some() {
+            self.prompt = Some(
+                n("input_tokens") + n("cache_read_input_tokens") + n("cache_creation_input_tokens"),
+            );
+            self.cached = n("cache_read_input_tokens");
+        }
+    }
+
+    fn push_text(&mut self, v: Option<&Value>) {
+        if let Some(Value::String(s)) = v {
+            self.text.push_str(s);
+        }
+    }
+}
+
+/// The text of a whole answer without usage: chat's `choices[].message`,
+/// Responses' `output[].content[].text`, Anthropic's `content[].text`.
+fn answer_text(v: &Value) -> String {
+    let mut out = String::new();
+    let mut push = |t: Option<&Value>| {
+        if let Some(Value::String(s)) = t {
+            out.push_str(s);
+        }
+    };
+    for c in v
+        .get("choices")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        push(c.get("message").and_then(|m| m.get("content")));
+    }
+    for o in v
+        .get("output")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        for c in o
+            .get("content")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            push(c.get("text"));
+        }
+    }
+    for c in v
+        .get("content")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        push(c.get("text"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `body` cut at every `step` bytes.
+    fn read(content_type: &str, body: &[u8], step: usize) -> AnswerReader {
+        let mut r = AnswerReader::new(content_type);
+        for chunk in body.chunks(step) {
+            r.feed(chunk);
+        }
+        r.finish();
+        r
+    }
+
+    const CHAT_STREAM: &str = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hé\"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"llo\"}}]}\r\n\r\n",
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":3,",
+        "\"prompt_tokens_details\":{\"cached_tokens\":4}}}\n\n",
+        "data: [DONE]\n\n"
+    );
+
+    #[test]
+    fn a_chat_stream_cut_anywhere_reads_the_same() {
+        for step in 1..CHAT_STREAM.len() {
+            let mut r = read(
+                "text/event-stream; charset=utf-8",
+                CHAT_STREAM.as_bytes(),
+                step,
+            );
+            let want = Usage {
+                prompt_tokens: 12,
+                completion_tokens: 3,
+                cached_prompt_tokens: 4,
+            };
+            assert_eq!(r.usage(), Some(want), "cut every {step} bytes");
+            assert_eq!(r.delivered_text(), "Héllo");
+        }
+    }
+
+    #[test]
+    fn anthropic_streams_join_prompt_and_output() {
+        let body = concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":",
+            "{\"input_tokens\":10,\"cache_read_input_tokens\":5,\"output_tokens\":1}}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n",
+        );
+        let mut cut = read("text/event-stream", body.as_bytes(), 7);
+        assert_eq!(cut.usage(), None, "no message_delta yet");
+        assert_eq!(cut.reported_prompt(), Some((15, 5)));
+        assert_eq!(cut.delivered_text(), "Hi");
+        let whole = format!(
+            "{body}event: message_delta\ndata: {{\"type\":\"message_delta\",\"usage\":{{\"output_tokens\":9}}}}\n\n"
+        );
+        let r = read("text/event-stream", whole.as_bytes(), 5);
+        assert_eq!(
+            r.usage().map(|u| (u.prompt_tokens, u.completion_tokens)),
+            Some((15, 9))
+        );
+    }
+
+    #[test]
+    fn whole_answers_of_each_api_give_their_usage() {
+        let chat = br#"{"choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens":7,"completion_tokens":2}}"#;
+        let responses = br#"{"object":"response","usage":{"input_tokens":7,"output_tokens":2,"input_tokens_details":{"cached_tokens":1}}}"#;
+        let anthropic = br#"{"type":"message","usage":{"input_tokens":6,"cache_creation_input_tokens":1,"output_tokens":2}}"#;
+        for body in [&chat[..], responses, anthropic] {
+            let r = read("application/json", body, 3);
+            let u = r.usage().unwrap();
+            assert_eq!((u.prompt_tokens, u.completion_tokens), (7, 2));
+        }
+        let responses_event = "data: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":4}}}\n\n";
+        let r = read("text/event-stream", responses_event.as_bytes(), 2);
+        assert_eq!(r.usage().map(|u| u.completion_tokens), Some(4));
+    }
+}

@@ -1,0 +1,684 @@
+//! Envoy's external processor end to end, on every store: a tonic client
+//! plays Envoy's ext_proc filter exactly as its documentation describes the
+//! protocol — one `Process` stream per HTTP request; request headers, the
+//! body (buffered, or streamed in pieces), response headers, the answer
+//! streamed in pieces, each awaiting its one answer; the stream half-closed
+//! at the end, or dropped. It asserts the reservation, the rewritten output
+//! limit, the 429/413 bodies and headers, and that the buckets end exactly as
+//! the usage the answer reported.
+
+use crate::support;
+
+use ctxbudget::envoy::config::core::v3::{HeaderMap, HeaderValue};
+use ctxbudget::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
+use ctxbudget::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
+use ctxbudget::envoy::service::ext_proc::v3::processing_request::Request as Part;
+use ctxbudget::envoy::service::ext_proc::v3::processing_response::Response as Answer;
+use ctxbudget::envoy::service::ext_proc::v3::{
+    CommonResponse, HttpBody, HttpHeaders, ImmediateResponse, ProcessingRequest,
+    ProcessingResponse, ProtocolConfiguration, body_mutation,
+};
+use ctxbudget::pb::{self, Dimension, Level};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+use support::{Backend, Harness};
+use tokio::sync::mpsc;
+use tonic::Streaming;
+use tonic::transport::Channel;
+
+on_every_store!(
+    a_buffered_request_and_json_answer_commit_the_reported_usage,
+    streamed_answers_split_anywhere_commit_each_apis_usage,
+    a_body_sent_in_pieces_is_held_back_and_sent_whole,
+    an_upstream_failure_refunds_everything,
+    a_stream_closed_mid_answer_commits_what_was_delivered,
+    a_dropped_stream_settles_without_another_message,
+    denials_answer_429_and_413_in_the_callers_api,
+    concurrent_streams_never_exceed_the_concurrency_or_token_limit,
+);
+
+const CONFIG: &str = r#"
+[ext_proc]
+default_tier = "t"
+
+[models.gpt-4o]
+match = ["gpt-4o*"]
+
+[tiers.t]
+max_context_tokens = 20000
+default_max_output_tokens = 1000
+tenant = { tokens = [{ limit = 200000, window = "month" }, { limit = 2000, period = "1m" }], concurrency = 5 }
+
+[tiers.tight]
+max_context_tokens = 20000
+default_max_output_tokens = 1000
+tenant = { tokens = [{ limit = 3000, window = "month" }], concurrency = 5 }
+"#;
+
+/// One HTTP request through Envoy: its processing stream.
+struct Envoy {
+    tx: Option<mpsc::Sender<ProcessingRequest>>,
+    rx: Streaming<ProcessingResponse>,
+    first: bool,
+    mode: BodySendMode,
+}
+
+impl Envoy {
+    async fn open(h: &Harness, mode: BodySendMode) -> Envoy {
+        let channel = Channel::from_shared(format!("http://{}", h.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let (tx, mut out) = mpsc::channel::<ProcessingRequest>(4);
+        let requests = futures_util::stream::poll_fn(move |cx| out.poll_recv(cx));
+        let rx = ExternalProcessorClient::new(channel)
+            .process(requests)
+            .await
+            .expect("Process opens")
+            .into_inner();
+        Envoy {
+            tx: Some(tx),
+            rx,
+            first: true,
+            mode,
+        }
+    }
+
+    /// Sends one message and waits for its answer.
+    async fn send(&mut self, part: Part) -> Answer {
+        let mut msg = ProcessingRequest {
+            request: Some(part),
+            ..ProcessingRequest::default()
+        };
+        if std::mem::take(&mut self.first) {
+            // Only the first message carries the protocol configuration.
+            msg.protocol_config = Some(ProtocolConfiguration {
+                request_body_mode: self.mode as i32,
+                response_body_mode: BodySendMode::Streamed as i32,
+                send_body_without_waiting_for_header_response: false,
+            });
+        }
+        self.tx.as_ref().unwrap().send(msg).await.unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(30), self.rx.message())
+            .await
+            .expect("an answer within 30 s")
+            .expect("the stream stays up")
+            .expect("an answer");
+        answer.response.expect("a response part")
+    }
+
+    /// Half-closes the stream and waits until the processor ends it (it has
+    /// then settled what it held).
+    async fn close(mut self) {
+        self.tx = None;
+        let end = tokio::time::timeout(Duration::from_secs(30), self.rx.message()).await;
+        assert!(
+            matches!(end, Ok(Ok(None))),
+            "the processor ends the stream: {end:?}"
+        );
+    }
+}
+
+fn headers(pairs: &[(&str, &str)], end_of_stream: bool) -> HttpHeaders {
+    HttpHeaders {
+        headers: Some(HeaderMap {
+            headers: pairs
+                .iter()
+                .map(|(k, v)| HeaderValue {
+                    key: (*k).into(),
+                    value: String::new(),
+                    raw_value: v.as_bytes().to_vec(),
+                })
+                .collect(),
+        }),
+        end_of_stream,
+        ..HttpHeaders::default()
+    }
+}
+
+fn request_headers(path: &str, tenant: &str, tier: &str) -> Part {
+    Part::RequestHeaders(headers(
+        &[
+            (":method", "POST"),
+            (":path", path),
+            ("content-type", "application/json"),
+            ("accept-encoding", "gzip"),
+            ("x-tenant-id", tenant),
+            ("x-user-id", "alice"),
+            ("x-tier", tier),
+            ("anthropic-version", "2023-06-01"),
+        ],
+        false,
+    ))
+}
+
+fn body(bytes: &[u8], end_of_stream: bool) -> HttpBody {
+    HttpBody {
+        body: bytes.to_vec(),
+        end_of_stream,
+        ..HttpBody::default()
+    }
+}
+
+fn response_headers(status: u16, content_type: &str) -> Part {
+    Part::ResponseHeaders(headers(
+        &[
+            (":status", &status.to_string()),
+            ("content-type", content_type),
+        ],
+        false,
+    ))
+}
+
+fn common(answer: &Answer) -> &CommonResponse {
+    let r = match answer {
+        Answer::RequestHeaders(h) | Answer::ResponseHeaders(h) => h.response.as_ref(),
+        Answer::RequestBody(b) | Answer::ResponseBody(b) => b.response.as_ref(),
+        other => panic!("expected a go-on answer, got {other:#?}"),
+    };
+    r.expect("a common response")
+}
+
+fn set_header<'a>(c: &'a CommonResponse, name: &str) -> Option<&'a str> {
+    c.header_mutation
+        .as_ref()?
+        .set_headers
+        .iter()
+        .find_map(|h| {
+            let h = h.header.as_ref()?;
+            (h.key == name).then(|| std::str::from_utf8(&h.raw_value).unwrap())
+        })
+}
+
+fn new_body(c: &CommonResponse) -> Option<&[u8]> {
+    match c.body_mutation.as_ref()?.mutation.as_ref()? {
+        body_mutation::Mutation::Body(b) => Some(b),
+        _ => None,
+    }
+}
+
+fn immediate(answer: Answer) -> ImmediateResponse {
+    match answer {
+        Answer::ImmediateResponse(r) => r,
+        other => panic!("expected an immediate response, got {other:#?}"),
+    }
+}
+
+fn immediate_header<'a>(r: &'a ImmediateResponse, name: &str) -> Option<&'a str> {
+    r.headers.as_ref()?.set_headers.iter().find_map(|h| {
+        let h = h.header.as_ref()?;
+        (h.key == name).then(|| std::str::from_utf8(&h.raw_value).unwrap())
+    })
+}
+
+/// The tenant's tokens left this month (a calendar window: no refill, so
+/// the count is exact).
+async fn tokens_left(h: &mut Harness, tenant: &str, tier: &str) -> i64 {
+    let s = h
+        .client
+        .get_status(pb::GetStatusRequest {
+            tenant_id: tenant.into(),
+            tier: tier.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let l = s
+        .limits
+        .iter()
+        .find(|l| {
+            l.level() == Level::Tenant
+                && l.dimension() == Dimension::Tokens
+                && l.period_seconds == 0
+        })
+        .expect("the tenant's monthly token limit");
+    l.remaining
+}
+
+async fn in_flight(h: &mut Harness, tenant: &str) -> i64 {
+    let s = h
+        .client
+        .get_status(pb::GetStatusRequest {
+            tenant_id: tenant.into(),
+            tier: "t".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let l = s
+        .limits
+        .iter()
+        .find(|l| l.level() == Level::Tenant && l.dimension() == Dimension::Concurrency)
+        .expect("the tenant's concurrency limit");
+    l.limit as i64 - l.remaining
+}
+
+const CHAT: &str = r#"{"model":"gpt-4o","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Say hello to the world, politely."}],"max_tokens":400}"#;
+
+/// Sends a chat request's headers and body; returns the body answer.
+async fn request(envoy: &mut Envoy, path: &str, tenant: &str, tier: &str, json: &str) -> Answer {
+    let a = envoy.send(request_headers(path, tenant, tier)).await;
+    let c = common(&a);
+    let removed = &c.header_mutation.as_ref().unwrap().remove_headers;
+    assert!(
+        removed.iter().any(|h| h == "accept-encoding"),
+        "{removed:?}"
+    );
+    envoy
+        .send(Part::RequestBody(body(json.as_bytes(), true)))
+        .await
+}
+
+async fn a_buffered_request_and_json_answer_commit_the_reported_usage(backend: Backend) {
+    let mut h = Harness::start(backend, CONFIG).await;
+    let before = tokens_left(&mut h, "acme", "t").await;
+    let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+    let a = request(&mut envoy, "/v1/chat/completions", "acme", "t", CHAT).await;
+    // The body asks for 400 and gets them: sent on unchanged.
+    assert!(new_body(common(&a)).is_none(), "{a:#?}");
+    assert_eq!(in_flight(&mut h, "acme").await, 1);
+    let reserved = before - tokens_left(&mut h, "acme", "t").await;
+    assert!(reserved > 400, "prompt + 400 output reserved: {reserved}");
+
+    let a = envoy.send(response_headers(200, "application/json")).await;
+    assert!(
+        set_header(common(&a), "x-ratelimit-limit-tokens").is_some(),
+        "{a:#?}"
+    );
+    let answer = json!({"id": "c1", "object": "chat.completion", "choices": [{"message": {"role": "assistant", "content": "Hello!"}}],
+        "usage": {"prompt_tokens": 23, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 0}}})
+    .to_string();
+    let (first, rest) = answer.as_bytes().split_at(40);
+    envoy.send(Part::ResponseBody(body(first, false))).await;
+    envoy.send(Part::ResponseBody(body(rest, true))).await;
+    assert_eq!(
+        before - tokens_left(&mut h, "acme", "t").await,
+        28,
+        "exactly the usage"
+    );
+    assert_eq!(in_flight(&mut h, "acme").await, 0);
+    envoy.close().await;
+    assert_eq!(
+        before - tokens_left(&mut h, "acme", "t").await,
+        28,
+        "settled once"
+    );
+
+    // An output limit over the grant's room is rewritten, content-length with it.
+    let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+    let big = CHAT.replace("\"max_tokens\":400", "\"max_tokens\":1000000");
+    let a = envoy
+        .send(request_headers("/v1/chat/completions", "acme", "t"))
+        .await;
+    common(&a);
+    let a = envoy
+        .send(Part::RequestBody(body(big.as_bytes(), true)))
+        .await;
+    assert!(
+        matches!(a, Answer::ImmediateResponse(_)),
+        "over the context: {a:#?}"
+    );
+    let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+    let none = CHAT.replace(",\"max_tokens\":400", "");
+    let a = request(&mut envoy, "/v1/chat/completions", "acme", "t", &none).await;
+    let c = common(&a);
+    let sent: Value = serde_json::from_slice(new_body(c).expect("rewritten")).unwrap();
+    assert_eq!(
+        sent["max_completion_tokens"], 1000,
+        "the tier's default, written"
+    );
+    let length: usize = set_header(c, "content-length").unwrap().parse().unwrap();
+    assert_eq!(length, new_body(c).unwrap().len());
+    envoy.close().await;
+    // Closed before any answer: nothing delivered, everything refunded.
+    assert_eq!(before - tokens_left(&mut h, "acme", "t").await, 28);
+    assert_eq!(in_flight(&mut h, "acme").await, 0);
+}
+
+/// Streamed answers of each API, their usage in the last event(s).
+fn streams() -> Vec<(&'static str, String, String, u64)> {
+    let chat = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello\"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" world\"}}]}\n\n",
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":21,\"completion_tokens\":2}}\n\n",
+        "data: [DONE]\n\n"
+    );
+    let responses = concat!(
+        "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hello\"}\n\n",
+        "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":19,\"output_tokens\":7}}}\n\n"
+    );
+    let anthropic = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":17,\"output_tokens\":1}}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n",
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":12}}\n\n",
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+    );
+    vec![
+        (
+            "/v1/chat/completions",
+            json!({"model": "gpt-4o", "stream": true, "max_tokens": 300,
+            "messages": [{"role": "user", "content": "Hi"}]})
+            .to_string(),
+            chat.into(),
+            23,
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "gpt-4o", "stream": true, "max_output_tokens": 300,
+            "input": "Hi"})
+            .to_string(),
+            responses.into(),
+            26,
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "claude-x", "stream": true, "max_tokens": 300,
+            "system": "Be brief.", "messages": [{"role": "user", "content": "Hi"}]})
+            .to_string(),
+            anthropic.into(),
+            29,
+        ),
+    ]
+}
+
+async fn streamed_answers_split_anywhere_commit_each_apis_usage(backend: Backend) {
+    let mut h = Harness::start(backend, CONFIG).await;
+    for (path, req, answer, used) in streams() {
+        for step in [1usize, 7, 64] {
+            let before = tokens_left(&mut h, "acme", "t").await;
+            let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+            let a = request(&mut envoy, path, "acme", "t", &req).await;
+            if path == "/v1/chat/completions" {
+                // The usage chunk is asked for.
+                let sent: Value = serde_json::from_slice(new_body(common(&a)).unwrap()).unwrap();
+                assert_eq!(sent["stream_options"]["include_usage"], true);
+            }
+            envoy
+                .send(response_headers(200, "text/event-stream; charset=utf-8"))
+                .await;
+            let pieces: Vec<&[u8]> = answer.as_bytes().chunks(step).collect();
+            for (i, piece) in pieces.iter().enumerate() {
+                let last = i + 1 == pieces.len();
+                let a = envoy.send(Part::ResponseBody(body(piece, last))).await;
+                assert!(
+                    new_body(common(&a)).is_none(),
+                    "the answer passes unchanged"
+                );
+            }
+            let charged = before - tokens_left(&mut h, "acme", "t").await;
+            assert_eq!(charged, used as i64, "{path} cut every {step} bytes");
+            envoy.close().await;
+        }
+    }
+    assert_eq!(in_flight(&mut h, "acme").await, 0);
+}
+
+async fn a_body_sent_in_pieces_is_held_back_and_sent_whole(backend: Backend) {
+    let mut h = Harness::start(backend, CONFIG).await;
+    let mut envoy = Envoy::open(&h, BodySendMode::Streamed).await;
+    let a = envoy
+        .send(request_headers("/v1/messages", "acme", "t"))
+        .await;
+    let removed = &common(&a).header_mutation.as_ref().unwrap().remove_headers;
+    assert!(removed.iter().any(|h| h == "content-length"), "{removed:?}");
+    let req = json!({"model": "claude-x", "max_tokens": 1500, "messages": [{"role": "user", "content": "Hi there"}]})
+        .to_string();
+    let pieces: Vec<&[u8]> = req.as_bytes().chunks(10).collect();
+    for piece in &pieces[..pieces.len() - 1] {
+        let a = envoy.send(Part::RequestBody(body(piece, false))).await;
+        let m = common(&a)
+            .body_mutation
+            .as_ref()
+            .and_then(|m| m.mutation.clone());
+        assert_eq!(
+            m,
+            Some(body_mutation::Mutation::ClearBody(true)),
+            "held back"
+        );
+    }
+    let a = envoy
+        .send(Part::RequestBody(body(pieces[pieces.len() - 1], true)))
+        .await;
+    let sent: Value = serde_json::from_slice(new_body(common(&a)).expect("sent whole")).unwrap();
+    assert_eq!(sent["messages"][0]["content"], "Hi there");
+    assert_eq!(sent["max_tokens"], 1500);
+    assert_eq!(in_flight(&mut h, "acme").await, 1);
+    envoy.close().await;
+    assert_eq!(in_flight(&mut h, "acme").await, 0);
+}
+
+async fn an_upstream_failure_refunds_everything(backend: Backend) {
+    let mut h = Harness::start(backend, CONFIG).await;
+    let before = tokens_left(&mut h, "acme", "t").await;
+    let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+    request(&mut envoy, "/v1/chat/completions", "acme", "t", CHAT).await;
+    assert!(tokens_left(&mut h, "acme", "t").await < before);
+    envoy.send(response_headers(500, "application/json")).await;
+    assert_eq!(tokens_left(&mut h, "acme", "t").await, before, "all back");
+    assert_eq!(in_flight(&mut h, "acme").await, 0);
+    // The error body passes on; nothing more is charged.
+    envoy
+        .send(Part::ResponseBody(body(
+            br#"{"error":{"message":"boom"}}"#,
+            true,
+        )))
+        .await;
+    envoy.close().await;
+    assert_eq!(tokens_left(&mut h, "acme", "t").await, before);
+}
+
+async fn a_stream_closed_mid_answer_commits_what_was_delivered(backend: Backend) {
+    let mut h = Harness::start(backend, CONFIG).await;
+    let before = tokens_left(&mut h, "acme", "t").await;
+    let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+    let req = json!({"model": "gpt-4o", "stream": true, "max_tokens": 300,
+        "stream_options": {"include_usage": true}, "messages": [{"role": "user", "content": "Hi"}]});
+    let a = request(
+        &mut envoy,
+        "/v1/chat/completions",
+        "acme",
+        "t",
+        &req.to_string(),
+    )
+    .await;
+    assert!(new_body(common(&a)).is_none(), "nothing to change");
+    let reserved = before - tokens_left(&mut h, "acme", "t").await;
+    let prompt = reserved - 300;
+    envoy.send(response_headers(200, "text/event-stream")).await;
+    // "Hello, world!" is 4 tokens in o200k_base; the stream stops mid-event.
+    let events = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello, \"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"world!\"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"con"
+    );
+    envoy
+        .send(Part::ResponseBody(body(events.as_bytes(), false)))
+        .await;
+    envoy.close().await;
+    assert_eq!(
+        before - tokens_left(&mut h, "acme", "t").await,
+        prompt + 4,
+        "the prompt as reserved and the text delivered"
+    );
+    assert_eq!(in_flight(&mut h, "acme").await, 0);
+}
+
+async fn a_dropped_stream_settles_without_another_message(backend: Backend) {
+    let mut h = Harness::start(backend, CONFIG).await;
+    let before = tokens_left(&mut h, "acme", "t").await;
+    let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+    request(&mut envoy, "/v1/chat/completions", "acme", "t", CHAT).await;
+    envoy.send(response_headers(200, "application/json")).await;
+    assert_eq!(in_flight(&mut h, "acme").await, 1);
+    // Envoy goes away: the gRPC call is dropped, no further message.
+    drop(envoy);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while in_flight(&mut h, "acme").await != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the reservation was never settled"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        tokens_left(&mut h, "acme", "t").await,
+        before,
+        "nothing was delivered: refunded"
+    );
+}
+
+async fn denials_answer_429_and_413_in_the_callers_api(backend: Backend) {
+    let mut h = Harness::start(backend, CONFIG).await;
+    // 3000 tokens a month: a first call of 2000 output fits, the next does not.
+    let ask = |max: u64| {
+        json!({"model": "gpt-4o", "max_tokens": max, "messages": [{"role": "user", "content": "Hi"}]})
+            .to_string()
+    };
+    let mut first = Envoy::open(&h, BodySendMode::Buffered).await;
+    let a = request(
+        &mut first,
+        "/v1/chat/completions",
+        "tiny",
+        "tight",
+        &ask(2000),
+    )
+    .await;
+    common(&a);
+    let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+    let r = immediate(
+        request(
+            &mut envoy,
+            "/v1/chat/completions",
+            "tiny",
+            "tight",
+            &ask(2000),
+        )
+        .await,
+    );
+    assert_eq!(r.status.unwrap().code, 429);
+    let retry: u64 = immediate_header(&r, "retry-after")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry > 0);
+    assert_eq!(
+        immediate_header(&r, "x-ratelimit-limit-tokens"),
+        Some("3000")
+    );
+    assert_eq!(
+        immediate_header(&r, "content-type"),
+        Some("application/json")
+    );
+    let err: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(err["error"]["type"], "rate_limit_exceeded", "{err}");
+    assert_eq!(err["error"]["code"], "tpm_exceeded", "{err}");
+    assert_eq!(err["error"]["ctxbudget"]["level"], "tenant", "{err}");
+    assert!(err["error"]["message"].as_str().unwrap().len() > 10);
+    // Anthropic callers get Anthropic's error shape; too large is 413, no retry.
+    let huge = json!({"model": "claude-x", "max_tokens": 50000, "messages": [{"role": "user", "content": "Hi"}]})
+        .to_string();
+    let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+    let r = immediate(request(&mut envoy, "/v1/messages", "acme", "t", &huge).await);
+    assert_eq!(r.status.unwrap().code, 413);
+    assert!(immediate_header(&r, "retry-after").is_none());
+    let err: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(err["type"], "error", "{err}");
+    assert_eq!(err["error"]["type"], "request_too_large", "{err}");
+    // No tenant: 400, naming the header; nothing reserved.
+    let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+    envoy
+        .send(Part::RequestHeaders(headers(
+            &[(":path", "/v1/chat/completions")],
+            false,
+        )))
+        .await;
+    let r = immediate(
+        envoy
+            .send(Part::RequestBody(body(CHAT.as_bytes(), true)))
+            .await,
+    );
+    assert_eq!(r.status.unwrap().code, 400);
+    assert!(String::from_utf8_lossy(&r.body).contains("x-tenant-id"));
+    // Another path passes untouched.
+    let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+    let a = envoy
+        .send(Part::RequestHeaders(headers(
+            &[(":path", "/healthz"), ("x-tenant-id", "acme")],
+            true,
+        )))
+        .await;
+    assert!(common(&a).header_mutation.is_none());
+    first.close().await;
+    assert_eq!(in_flight(&mut h, "acme").await, 0);
+}
+
+/// 200 streamed requests at once against a concurrency of 5: never more than
+/// 5 reserved at a time, never more tokens than the limit, and every
+/// reservation settled to the usage its stream reported.
+async fn concurrent_streams_never_exceed_the_concurrency_or_token_limit(backend: Backend) {
+    let h = Harness::start(backend, CONFIG).await;
+    let started = Instant::now();
+    let active = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let mut tasks = Vec::new();
+    let h = std::sync::Arc::new(h);
+    for i in 0..200u64 {
+        let (h, active, most) = (h.clone(), active.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            use std::sync::atomic::Ordering::SeqCst;
+            let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+            let req = json!({"model": "gpt-4o", "stream": true, "max_tokens": 200,
+                "messages": [{"role": "user", "content": format!("Question {i}")}]})
+            .to_string();
+            envoy.send(request_headers("/v1/chat/completions", "crowd", "t")).await;
+            let a = envoy.send(Part::RequestBody(body(req.as_bytes(), true))).await;
+            if let Answer::ImmediateResponse(r) = a {
+                assert_eq!(r.status.unwrap().code, 429, "{r:?}");
+                envoy.close().await;
+                return None;
+            }
+            let now = active.fetch_add(1, SeqCst) + 1;
+            most.fetch_max(now, SeqCst);
+            envoy.send(response_headers(200, "text/event-stream")).await;
+            let used = 10 + i % 7;
+            let events = format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"ok\"}}}}]}}\n\n\
+                 data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":9,\"completion_tokens\":{}}}}}\n\n",
+                used - 9
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            // Out of the slot before the last piece reaches the processor.
+            active.fetch_sub(1, SeqCst);
+            envoy.send(Part::ResponseBody(body(events.as_bytes(), true))).await;
+            envoy.close().await;
+            Some(used)
+        }));
+    }
+    let mut committed = 0;
+    let mut allowed = 0;
+    for t in tasks {
+        if let Some(used) = t.await.unwrap() {
+            committed += used as i64;
+            allowed += 1;
+        }
+    }
+    let most = most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(most <= 5, "{most} reserved at once over a concurrency of 5");
+    assert!(allowed >= 5, "only {allowed} of 200 allowed");
+    // What the 2000-a-minute limit allowed: its size and its refill since.
+    let refill = 2000.0 * started.elapsed().as_secs_f64() / 60.0;
+    assert!(
+        committed as f64 <= 2000.0 + refill,
+        "{committed} tokens spent over a limit of 2000 a minute"
+    );
+    let mut h = std::sync::Arc::into_inner(h).expect("every task ended");
+    assert_eq!(in_flight(&mut h, "crowd").await, 0);
+    assert_eq!(
+        200_000 - tokens_left(&mut h, "crowd", "t").await,
+        committed,
+        "every reservation settled to its usage ({allowed} allowed)"
+    );
+}
