@@ -3,16 +3,13 @@
 //! The services and the listener's TLS are in `grpc`; the refusal of an
 //! oversized request, in words that name the setting, in `message_limit`.
 
+use crate::api::LiveMap;
 use crate::api::auth::Auth;
-use crate::api::ext_proc::{ExtProcApi, LiveReading};
-use crate::api::{BudgetApi, EnvoyApi, LiveMap};
+use crate::api::ext_proc::LiveReading;
 use crate::config::{ConfigDoc, EnvoySection, ExtProcSection, Settings};
 use crate::domain::Limits;
 use crate::engine::{Engine, EngineSettings};
-use crate::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessorServer;
-use crate::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use crate::estimator::{Counter, Multipliers};
-use crate::pb::budget_service_server::BudgetServiceServer;
 use crate::reload::{self, Live};
 
 mod admission;
@@ -269,15 +266,10 @@ pub async fn serve<S: Store>(
     };
     let mut tasks = background_tasks(&live, settings, &auth, redis);
     let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<BudgetServiceServer<BudgetApi<S>>>()
-        .await;
-    health
-        .set_serving::<RateLimitServiceServer<EnvoyApi<S>>>()
-        .await;
-    health
-        .set_serving::<ExternalProcessorServer<ExtProcApi<S>>>()
-        .await;
+    for service in SERVED {
+        let serving = tonic_health::ServingStatus::Serving;
+        health.set_service_status(service, serving).await;
+    }
     tasks.push(tokio::spawn(report_health(engine.clone(), health)));
     let faces = Faces {
         envoy_map: live.envoy_map,
@@ -367,6 +359,14 @@ async fn probe_store<S: Store>(engine: Arc<Engine<S>>) {
     }
 }
 
+/// The services whose health is reported: the server's ("") and each one.
+const SERVED: [&str; 4] = [
+    "",
+    "ctxbudget.v1.BudgetService",
+    "envoy.service.ratelimit.v3.RateLimitService",
+    "envoy.service.ext_proc.v3.ExternalProcessor",
+];
+
 /// The gRPC health service says NOT_SERVING while the store's breaker is open
 /// and the policy is `fail_closed` (every reservation would be refused); under
 /// the degraded policies the service keeps answering, so it stays SERVING.
@@ -391,16 +391,9 @@ async fn report_health<S: Store>(
                 tonic_health::ServingStatus::NotServing
             };
             tracing::warn!(?status, breaker = state.as_str(), "health changed");
-            health.set_service_status("", status).await;
-            health
-                .set_service_status("ctxbudget.v1.BudgetService", status)
-                .await;
-            health
-                .set_service_status("envoy.service.ratelimit.v3.RateLimitService", status)
-                .await;
-            health
-                .set_service_status("envoy.service.ext_proc.v3.ExternalProcessor", status)
-                .await;
+            for service in SERVED {
+                health.set_service_status(service, status).await;
+            }
         }
     }
 }

@@ -3,8 +3,8 @@
 //! documents `store::config_repo` keeps in Redis, and written back as them.
 
 use super::{
-    EnvoySection, ExtProcSection, LevelSection, LimitSections, ModelSection, OverrideSection,
-    PriceSection, TierSection, build_limits,
+    EnvoySection, ExtProcSection, FileConfig, LevelSection, LimitSections, ModelSection,
+    OverrideSection, PriceSection, TierSection, build_limits,
 };
 use crate::domain::{Limits, LimitsError};
 use crate::store::StoreError;
@@ -35,6 +35,21 @@ pub struct ConfigDoc {
 }
 
 impl ConfigDoc {
+    /// The live configuration as `file` writes it: what seeds Redis when it
+    /// holds none yet.
+    pub fn written(file: &FileConfig) -> ConfigDoc {
+        ConfigDoc {
+            version: 0,
+            global: file.global.clone(),
+            models: file.models.clone().unwrap_or_default(),
+            prices: file.prices.clone().unwrap_or_default(),
+            tiers: file.tiers.clone().unwrap_or_default(),
+            overrides: file.overrides.clone().unwrap_or_default(),
+            envoy: file.envoy.clone(),
+            ext_proc: file.ext_proc.clone(),
+        }
+    }
+
     /// The validated limits these documents describe.
     pub fn limits(&self) -> Result<Limits, LimitsError> {
         build_limits(self.sections(), self.version)

@@ -47,11 +47,9 @@ pub struct Settings {
     pub concurrency_retry_ms: u64,
     /// Every limit.
     pub limits: Arc<Limits>,
-    /// How Envoy's descriptors map to levels (`[envoy]`), validated with the
-    /// limits.
+    /// How Envoy's descriptors map to levels (`[envoy]`).
     pub envoy: EnvoySection,
-    /// How the external processor reads requests (`[ext_proc]`), validated
-    /// with the limits.
+    /// How the external processor reads requests (`[ext_proc]`).
     pub ext_proc: super::ExtProcSection,
     /// The share of every limit each priority class must leave.
     pub priorities: Priorities,
@@ -59,8 +57,7 @@ pub struct Settings {
     pub require_price: bool,
     /// The configuration file read, if any (SIGHUP re-reads it).
     pub config_path: Option<PathBuf>,
-    /// The tiers, global limits and overrides as written: what seeds Redis
-    /// when it holds no configuration yet.
+    /// The live configuration as written: what seeds an empty Redis.
     pub seed: ConfigDoc,
     /// What happens when the store fails.
     pub policy: FailurePolicy,
@@ -164,7 +161,7 @@ impl FileConfig {
         let priorities = self.priorities.unwrap_or_default().to_domain()?;
         let money = self.money.clone().unwrap_or_default();
         let (require_price, ledger) = (money.require_price, money.ledger()?);
-        let seed = self.seed();
+        let seed = ConfigDoc::written(&self);
         let defaults = Self::built_in();
         let server = self.server.or(defaults.server).expect("built-in [server]");
         let store = self.store.or(defaults.store).expect("built-in [store]");
@@ -229,23 +226,6 @@ impl FileConfig {
             tokens,
             tls,
         })
-    }
-}
-
-impl FileConfig {
-    /// The tiers, global limits and overrides as written: what seeds Redis
-    /// when it holds no configuration yet.
-    fn seed(&self) -> ConfigDoc {
-        ConfigDoc {
-            version: 0,
-            global: self.global.clone(),
-            models: self.models.clone().unwrap_or_default(),
-            prices: self.prices.clone().unwrap_or_default(),
-            tiers: self.tiers.clone().unwrap_or_default(),
-            overrides: self.overrides.clone().unwrap_or_default(),
-            envoy: self.envoy.clone(),
-            ext_proc: self.ext_proc.clone(),
-        }
     }
 }
 
