@@ -5,7 +5,8 @@
 //! calibration, report.
 //!
 //! - [`workload`]: who calls, how big the prompts are, how long upstream takes.
-//! - [`target`]: the service over gRPC, or an engine over a store in-process.
+//! - [`target`]: the service over gRPC, or an engine over a store in-process;
+//!   `ext_proc`: the service's external processor driven as Envoy drives it.
 //! - `engines`: the in-process engines and the embedded service a phase drives.
 //! - `phases`: the ceiling and main phases, each measured and checked.
 //! - [`run`]: closed- and open-loop drivers, latency histograms, progress.
@@ -15,6 +16,7 @@
 
 mod calibrate;
 mod engines;
+mod ext_proc;
 pub mod ledger;
 mod phases;
 pub mod plot;
@@ -52,9 +54,11 @@ pub struct BenchArgs {
     #[arg(long)]
     pub ceiling: Option<String>,
     /// The API the load goes through: `budget` (CheckAndReserve, Commit,
-    /// Refund) or `envoy` (ShouldRateLimit: the request path for each
-    /// reservation, the response path charging each Commit's tokens; needs a
-    /// gRPC target: --embedded or --target).
+    /// Refund), `envoy` (ShouldRateLimit: the request path for each
+    /// reservation, the response path charging each Commit's tokens) or
+    /// `ext_proc` (one Process stream per call: the body read and reserved,
+    /// the streamed answer read for its usage and committed). The last two
+    /// need a gRPC target: --embedded or --target.
     #[arg(long, value_enum, default_value = "budget")]
     pub api: target::Api,
     /// Closed loop: reservations in flight.
@@ -121,10 +125,10 @@ fn unix_ms() -> u128 {
 /// Runs the bench and returns its report (the command prints it: `render`).
 pub async fn run(args: BenchArgs, command: String) -> Result<BenchReport, BenchError> {
     let settings = config::load(args.config.as_deref(), Flags::default()).map_err(err)?;
-    if args.api == target::Api::Envoy && (args.direct.is_some() || args.ceiling.is_some()) {
+    if args.api != target::Api::Budget && (args.direct.is_some() || args.ceiling.is_some()) {
         return Err(BenchError(
-            "--api envoy drives Envoy's gRPC API: use --embedded or --target, without --direct \
-             or --ceiling"
+            "--api envoy and --api ext_proc drive Envoy's gRPC APIs: use --embedded or --target, \
+             without --direct or --ceiling"
                 .into(),
         ));
     }

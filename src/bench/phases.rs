@@ -170,6 +170,10 @@ impl Bench<'_> {
                 ", Envoy's ShouldRateLimit: request path as CheckAndReserve, response path as \
                  Commit"
             }
+            Api::ExtProc => {
+                ", Envoy's ExternalProcessor: one Process stream per call, the prompt as text, \
+                 the answer streamed with its usage"
+            }
         }
     }
 

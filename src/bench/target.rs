@@ -1,7 +1,8 @@
-//! What a benchmark drives: the service over gRPC (its own API or Envoy's
-//! rate limit API), or an engine over a store called directly (the Redis
+//! What a benchmark drives: the service over gRPC (its own API, Envoy's
+//! rate limit API or its external processor), or an engine over a store called directly (the Redis
 //! ceiling, and the memory store's own speed).
 
+use super::ext_proc::ExtProcTarget;
 use super::workload::Item;
 use crate::domain::plan::ReserveRequest;
 use crate::domain::{PromptInput, Reason, ReservationId, TenantId, UserId};
@@ -56,6 +57,9 @@ pub enum Target {
         /// Round-robin cursor.
         next: AtomicUsize,
     },
+    /// A ctxbudget service's external processor, as Envoy's ext_proc filter
+    /// calls it: one stream per request, held open around the upstream call.
+    ExtProc(ExtProcTarget),
 }
 
 /// Which API a gRPC target is driven through.
@@ -66,6 +70,9 @@ pub enum Api {
     Budget,
     /// `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
     Envoy,
+    /// `envoy.service.ext_proc.v3.ExternalProcessor/Process`.
+    #[value(name = "ext_proc")]
+    ExtProc,
 }
 
 fn reason_name(r: Reason) -> &'static str {
@@ -125,6 +132,7 @@ impl Target {
                     .collect(),
                 next,
             },
+            Api::ExtProc => Target::ExtProc(ExtProcTarget::new(channels)),
         })
     }
 
@@ -170,6 +178,7 @@ impl Target {
             }
             Target::Memory(e) => engine_reserve(e, item, tier).await,
             Target::Redis(e) => engine_reserve(e, item, tier).await,
+            Target::ExtProc(x) => x.reserve(item, tier).await,
             Target::Envoy { clients, next } => {
                 let r = Self::pick(clients, next)
                     .should_rate_limit(envoy_request(item, tier, None))
@@ -191,6 +200,7 @@ impl Target {
     pub async fn commit(&self, item: &Item, tier: &str, id: &str) -> Result<(), String> {
         let (prompt, completion) = (item.prompt, item.completion);
         match self {
+            Target::ExtProc(x) => x.commit(item, id).await,
             Target::Envoy { clients, next } => Self::pick(clients, next)
                 .should_rate_limit(envoy_request(item, tier, Some(prompt + completion)))
                 .await
@@ -225,6 +235,7 @@ impl Target {
         match self {
             // A failed call charges nothing on Envoy's response path.
             Target::Envoy { .. } => Ok(()),
+            Target::ExtProc(x) => x.refund(id).await,
             Target::Grpc { clients, next } => Self::client(clients, next)
                 .refund(pb::RefundRequest {
                     reservation_id: id.to_string(),

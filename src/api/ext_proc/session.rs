@@ -202,7 +202,7 @@ impl<S: Store> Session<S> {
             }
         };
         self.api = Some(call.api);
-        match self.reserve(&call).await {
+        match self.reserve(&mut call).await {
             Ok(granted) => {
                 let ask_usage = self.reading.section.stream_usage;
                 let rewritten = call.rewrite(granted, ask_usage);
@@ -225,8 +225,9 @@ impl<S: Store> Session<S> {
         }
     }
 
-    /// Reserves for `call`; the output limit granted, or the answer to give.
-    async fn reserve(&mut self, call: &LlmRequest) -> Result<u64, Box<Refusal>> {
+    /// Reserves for `call` (its messages move into the count); the output
+    /// limit granted, or the answer to give.
+    async fn reserve(&mut self, call: &mut LlmRequest) -> Result<u64, Box<Refusal>> {
         let caller = self
             .reading
             .caller(&self.head, self.metadata.as_ref())
@@ -240,7 +241,7 @@ impl<S: Store> Session<S> {
             user: caller.user,
             tier: caller.tier,
             model: call.model.clone(),
-            prompt: PromptInput::Text(Prompt::Messages(call.messages.clone())),
+            prompt: PromptInput::Text(Prompt::Messages(std::mem::take(&mut call.messages))),
             max_output_tokens: call.max_output_tokens.unwrap_or(0),
             min_output_tokens: None,
             idempotency_key: None,
