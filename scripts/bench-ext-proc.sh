@@ -2,7 +2,8 @@
 # What the external processor costs beside CheckAndReserve + Commit
 # (docs/benchmarks.md, "The external processor"): a `ctxbudget serve` on a
 # free port, driven the same way twice — `--api budget` (the gateway sends
-# the prompt's count) and `--api ext_proc` (Envoy sends the body: the
+# the prompt's count; then its text, `--prompt-as-text`, for the service to
+# count) and `--api ext_proc` (Envoy sends the body: the
 # service reads it, counts the prompt's text, reads the streamed answer for
 # its usage) — every call allowed (config/bench-ext-proc.toml). Prints the
 # service's CPU per call from /proc, beside the bench's own table.
@@ -29,7 +30,10 @@ ticks=$(getconf CLK_TCK)
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 workload=(--tenants 50 --users 20 --prompt-median ${PROMPT:-500} --long-share 0 --max-output 500
   --refund-share 0.02 --upstream-ms 0 --concurrency ${CONCURRENCY:-32} --warmup 0s --no-progress)
-for api in budget ext_proc; do
+for run in budget budget_text ext_proc; do
+  api=${run%_text}
+  extra=()
+  [ "$run" = budget_text ] && extra=(--prompt-as-text)
   port=$(free_port)
   RUST_LOG=warn "$bin" serve --config config/bench-ext-proc.toml --listen "127.0.0.1:$port" "${flags[@]}" &
   server=$!
@@ -39,10 +43,10 @@ for api in budget ext_proc; do
   out=$(mktemp)
   before=$(cpu "$server")
   "$bin" bench --target "http://127.0.0.1:$port" --config config/bench-ext-proc.toml --api "$api" \
-    --tier-mix open:1 "${workload[@]}" --duration "${secs}s" --json "$out" | tail -12
+    --tier-mix open:1 "${workload[@]}" "${extra[@]}" --duration "${secs}s" --json "$out" | tail -12
   after=$(cpu "$server")
   kill "$server"; wait "$server" 2>/dev/null || true
-  python3 - "$out" "$before" "$after" "$ticks" "$api" "$secs" <<'PY'
+  python3 - "$out" "$before" "$after" "$ticks" "$run" "$secs" <<'PY'
 import json, sys
 report, before, after, ticks, api, secs = sys.argv[1], *map(float, sys.argv[2:5]), sys.argv[5], float(sys.argv[6])
 phase = json.load(open(report))["phases"][-1]

@@ -166,10 +166,9 @@ impl ExtProcTarget {
     }
 }
 
-/// A chat completion whose prompt is `item.prompt` words.
+/// A chat completion whose prompt is the item's as text.
 fn chat_body(item: &Item) -> Vec<u8> {
-    let words = usize::try_from(item.prompt).unwrap_or(usize::MAX).min(1 << 20);
-    let text = "word ".repeat(words);
+    let text = item.prompt_text();
     serde_json::to_vec(&serde_json::json!({
         "model": BENCH_MODEL,
         "stream": true,

@@ -264,6 +264,7 @@ mod tests {
             completion: 5,
             upstream: Duration::ZERO,
             refund: false,
+            prompt_as_text: false,
         }
     }
 

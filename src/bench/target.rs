@@ -156,7 +156,11 @@ impl Target {
                     user_id: item.user_id(),
                     tier: tier.to_string(),
                     model: BENCH_MODEL.into(),
-                    prompt_tokens: Some(item.prompt),
+                    prompt_tokens: (!item.prompt_as_text).then_some(item.prompt),
+                    prompt: match item.prompt_as_text {
+                        true => item.prompt_text(),
+                        false => String::new(),
+                    },
                     max_output_tokens: item.max_output,
                     ..Default::default()
                 };
@@ -314,7 +318,10 @@ async fn engine_reserve<S: Store>(
         user: Some(UserId::parse(&item.user_id()).map_err(|e| e.to_string())?),
         tier: tier.to_string(),
         model: BENCH_MODEL.into(),
-        prompt: PromptInput::Tokens(item.prompt),
+        prompt: match item.prompt_as_text {
+            true => PromptInput::Text(crate::domain::Prompt::Text(item.prompt_text())),
+            false => PromptInput::Tokens(item.prompt),
+        },
         max_output_tokens: item.max_output,
         min_output_tokens: None,
         idempotency_key: None,

@@ -55,6 +55,11 @@ pub struct WorkloadArgs {
     /// Random seed: the same seed replays the same request sequence per worker.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Send each prompt as text for the service to count (`word ` as many
+    /// times as its size), not as its count: CheckAndReserve's `prompt`
+    /// (`--api ext_proc` always sends text).
+    #[arg(long)]
+    pub prompt_as_text: bool,
 }
 
 /// One request of the workload and what its upstream call will do.
@@ -76,6 +81,8 @@ pub struct Item {
     pub upstream: Duration,
     /// The upstream call fails: refund instead of commit.
     pub refund: bool,
+    /// The prompt goes as text ([`Item::prompt_text`]), not as its count.
+    pub prompt_as_text: bool,
 }
 
 impl Item {
@@ -87,6 +94,12 @@ impl Item {
     /// The user id sent to the service.
     pub fn user_id(&self) -> String {
         format!("u{}", self.user)
+    }
+
+    /// The prompt as text: `word ` as many times as its size (one token
+    /// each in OpenAI's encodings).
+    pub fn prompt_text(&self) -> String {
+        "word ".repeat(usize::try_from(self.prompt).unwrap_or(1 << 20).min(1 << 20))
     }
 }
 
@@ -192,6 +205,7 @@ impl Workload {
             completion,
             upstream: Duration::from_secs_f64(upstream_ms / 1000.0),
             refund: rng.random_bool(self.args.refund_share.clamp(0.0, 1.0)),
+            prompt_as_text: self.args.prompt_as_text,
         }
     }
 }
