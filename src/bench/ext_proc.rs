@@ -158,7 +158,9 @@ impl ExtProcTarget {
 
     fn take(&self, id: &str) -> Result<Stream, String> {
         let id: u64 = id.parse().map_err(|_| format!("no stream {id}"))?;
-        self.lock().remove(&id).ok_or_else(|| format!("no stream {id}"))
+        self.lock()
+            .remove(&id)
+            .ok_or_else(|| format!("no stream {id}"))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Stream>> {

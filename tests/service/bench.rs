@@ -73,6 +73,40 @@ async fn a_run_reports_latency_decisions_and_no_overspend() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `--api ext_proc`: every call a Process stream, the prompt read from the
+/// body and the usage from the streamed answer; the overspend check holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_through_the_external_processor_settles_every_stream() {
+    let a = args(&[
+        "--api",
+        "ext_proc",
+        "--concurrency",
+        "8",
+        "--upstream-ms",
+        "20",
+        "--prompt-median",
+        "200",
+        "--long-share",
+        "0",
+    ]);
+    let report = ctxbudget::bench::run(a, "test".into())
+        .await
+        .expect("bench runs");
+    let phase = &report.phases[0];
+    assert!(
+        phase.target.contains("ExternalProcessor"),
+        "{}",
+        phase.target
+    );
+    assert!(
+        phase.rpcs.iter().any(|r| r.rpc == "Commit" && r.count > 0),
+        "streams are settled"
+    );
+    assert!(phase.errors.is_empty(), "{:?}", phase.errors);
+    assert!(phase.decisions.get("allowed").is_some_and(|n| *n > 0));
+    assert!(phase.overspend.is_empty(), "{:?}", phase.overspend);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ceiling_run_compares_and_calibrates_redis() {
     let redis = RedisServer::start();

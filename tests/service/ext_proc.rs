@@ -682,3 +682,129 @@ async fn concurrent_streams_never_exceed_the_concurrency_or_token_limit(backend:
         "every reservation settled to its usage ({allowed} allowed)"
     );
 }
+
+/// `ctxbudget ext-proc get|set|reset` (the real binary) changes how every
+/// replica reads requests within a second; a bad document changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_changes_the_reading_live() {
+    use crate::operations::{ctl, ctl_ok, document, temp_dir};
+    let mut h = Harness::start(Backend::Redis, CONFIG).await;
+    let redis = h.redis.take().expect("a Redis");
+    let got = ctl_ok(&redis, &["ext-proc", "get"]);
+    assert!(
+        got.contains("tenant_header = \"x-tenant-id\"") && got.contains("default_tier = \"t\""),
+        "{got}"
+    );
+    let dir = temp_dir("ext-proc");
+    let doc = "tenant_header = \"x-org\"\ndefault_tier = \"t\"\n";
+    let out = ctl_ok(
+        &redis,
+        &["ext-proc", "set", &document(&dir, "xp.toml", doc)],
+    );
+    assert!(out.contains("external processor"), "{out}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+        let head = headers(
+            &[(":path", "/v1/chat/completions"), ("x-org", "neworg")],
+            false,
+        );
+        envoy.send(Part::RequestHeaders(head)).await;
+        let a = envoy
+            .send(Part::RequestBody(body(CHAT.as_bytes(), true)))
+            .await;
+        envoy.close().await;
+        if !matches!(a, Answer::ImmediateResponse(_)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new header never applied: {a:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A default tier that does not exist is refused, nothing written.
+    let bad = document(&dir, "bad.toml", "default_tier = \"gold\"\n");
+    let err = ctl(&redis, &["ext-proc", "set", &bad])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("ext_proc.default_tier") && err.contains("gold"),
+        "{err}"
+    );
+    assert!(ctl_ok(&redis, &["ext-proc", "get"]).contains("x-org"));
+    ctl_ok(&redis, &["ext-proc", "reset"]);
+    assert!(ctl_ok(&redis, &["ext-proc", "get"]).contains("none is stored"));
+    h.redis = Some(redis);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// An ext_authz filter's verified identity, forwarded as metadata, wins
+/// over the headers a caller can set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metadata_identity_wins_over_headers() {
+    use ctxbudget::envoy::config::core::v3::Metadata;
+    use prost_types::{Struct, Value as Field, value::Kind};
+    let mut h = Harness::start(Backend::Memory, CONFIG).await;
+    let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+    let mut ns = Struct::default();
+    ns.fields.insert(
+        "tenant".into(),
+        Field {
+            kind: Some(Kind::StringValue("verified".into())),
+        },
+    );
+    let msg = ProcessingRequest {
+        request: Some(request_headers("/v1/chat/completions", "spoofed", "t")),
+        metadata_context: Some(Metadata {
+            filter_metadata: [("envoy.filters.http.ext_authz".to_owned(), ns)].into(),
+            ..Metadata::default()
+        }),
+        ..ProcessingRequest::default()
+    };
+    envoy.tx.as_ref().unwrap().send(msg).await.unwrap();
+    envoy.rx.message().await.unwrap().unwrap();
+    envoy.first = false;
+    envoy
+        .send(Part::RequestBody(body(CHAT.as_bytes(), true)))
+        .await;
+    assert_eq!(in_flight(&mut h, "verified").await, 1);
+    assert_eq!(in_flight(&mut h, "spoofed").await, 0);
+    envoy.close().await;
+    assert_eq!(in_flight(&mut h, "verified").await, 0);
+}
+
+/// A stream longer than the lease keeps its slot: each message past half
+/// the lease renews it, and the end commits as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_stream_renews_its_lease() {
+    let config = format!(
+        "{CONFIG}\n[reservations]\ndefault_lease_ttl_ms = 1500\nmax_lease_ttl_ms = 60000\n\
+         retention_ms = 60000\nidempotency_ttl_ms = 60000\nretry_jitter_ms = 0\n\
+         concurrency_retry_ms = 1000\n"
+    );
+    let mut h = Harness::start(Backend::Memory, &config).await;
+    let before = tokens_left(&mut h, "acme", "t").await;
+    let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+    request(&mut envoy, "/v1/chat/completions", "acme", "t", CHAT).await;
+    envoy.send(response_headers(200, "text/event-stream")).await;
+    let chunk = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"la \"}}]}\n\n";
+    // Four leases long, a piece every 300 ms.
+    let end = Instant::now() + Duration::from_millis(6000);
+    while Instant::now() < end {
+        envoy
+            .send(Part::ResponseBody(body(chunk.as_bytes(), false)))
+            .await;
+        assert_eq!(in_flight(&mut h, "acme").await, 1, "the slot is still held");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let usage =
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":60}}\n\n";
+    envoy
+        .send(Part::ResponseBody(body(usage.as_bytes(), true)))
+        .await;
+    envoy.close().await;
+    assert_eq!(before - tokens_left(&mut h, "acme", "t").await, 80);
+    assert_eq!(in_flight(&mut h, "acme").await, 0);
+}

@@ -52,12 +52,12 @@ async fn reflection_lists_the_budget_and_envoy_services_and_health_in_v1_and_v1a
             names.iter().any(|n| n == "grpc.health.v1.Health"),
             "{names:?}"
         );
-        assert!(
-            names
-                .iter()
-                .any(|n| n == "envoy.service.ratelimit.v3.RateLimitService"),
-            "{names:?}"
-        );
+        for envoy in [
+            "envoy.service.ratelimit.v3.RateLimitService",
+            "envoy.service.ext_proc.v3.ExternalProcessor",
+        ] {
+            assert!(names.iter().any(|n| n == envoy), "{names:?}");
+        }
     }
     h.stop().await;
 }
