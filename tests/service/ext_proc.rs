@@ -808,3 +808,31 @@ async fn a_long_stream_renews_its_lease() {
     assert_eq!(before - tokens_left(&mut h, "acme", "t").await, 80);
     assert_eq!(in_flight(&mut h, "acme").await, 0);
 }
+
+/// An Envoy that skips the request headers, or sends a streamed body with
+/// trailers, is told which setting to change; nothing is reserved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misconfigured_filter_is_told_what_to_set() {
+    let mut h = Harness::start(Backend::Memory, CONFIG).await;
+    let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+    let r = immediate(
+        envoy
+            .send(Part::RequestBody(body(CHAT.as_bytes(), true)))
+            .await,
+    );
+    assert_eq!(r.status.unwrap().code, 500);
+    assert!(String::from_utf8_lossy(&r.body).contains("request_header_mode"));
+    let mut envoy = Envoy::open(&h, BodySendMode::Streamed).await;
+    envoy
+        .send(request_headers("/v1/chat/completions", "acme", "t"))
+        .await;
+    envoy
+        .send(Part::RequestBody(body(CHAT.as_bytes(), false)))
+        .await;
+    let trailers =
+        Part::RequestTrailers(ctxbudget::envoy::service::ext_proc::v3::HttpTrailers::default());
+    let r = immediate(envoy.send(trailers).await);
+    assert_eq!(r.status.unwrap().code, 400);
+    assert!(String::from_utf8_lossy(&r.body).contains("request_trailer_mode"));
+    assert_eq!(in_flight(&mut h, "acme").await, 0);
+}

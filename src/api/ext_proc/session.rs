@@ -23,6 +23,7 @@ use crate::engine::{CommitRequest, Completion, Engine};
 use crate::envoy::config::core::v3::Metadata;
 use crate::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use crate::envoy::service::ext_proc::v3::processing_request::Request as Message;
+use crate::envoy::service::ext_proc::v3::processing_response::Response;
 use crate::envoy::service::ext_proc::v3::{
     HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
@@ -115,13 +116,7 @@ impl<S: Store> Session<S> {
             Some(Message::RequestBody(b)) => self.request_body(b).await,
             Some(Message::ResponseHeaders(h)) => self.response_headers(h).await,
             Some(Message::ResponseBody(b)) => self.response_body(b).await,
-            Some(Message::RequestTrailers(_)) => {
-                // Trailers end the body: a streamed body without end_of_stream.
-                if self.state == State::Reading {
-                    let _ = self.request_body(HttpBody::default()).await;
-                }
-                proceed(Part::RequestTrailers, Changes::default())
-            }
+            Some(Message::RequestTrailers(_)) => self.request_trailers().await,
             Some(Message::ResponseTrailers(_)) => {
                 self.end_of_answer().await;
                 proceed(Part::ResponseTrailers, Changes::default())
@@ -167,6 +162,17 @@ impl<S: Store> Session<S> {
     }
 
     async fn request_body(&mut self, b: HttpBody) -> ProcessingResponse {
+        if self.state == State::Start {
+            // Envoy skipped the headers: no caller to charge, and passing the
+            // request would spend unbudgeted. Loud, so the setting is fixed.
+            let mut r = Refusal::bad_request(
+                "the budget's external processor needs the request headers: set the ext_proc \
+                 filter's processing_mode.request_header_mode to SEND (docs/ext_proc.md)"
+                    .into(),
+            );
+            r.status = 500;
+            return self.refuse(r);
+        }
         if self.state != State::Reading {
             return proceed(Part::RequestBody, Changes::default());
         }
@@ -223,6 +229,34 @@ impl<S: Store> Session<S> {
             }
             Err(refusal) => self.refuse(*refusal),
         }
+    }
+
+    /// Request trailers end a body sent without end_of_stream. A buffered
+    /// body was passed on already: it is reserved for as it went (no
+    /// rewrite); a streamed one was held back and cannot be sent with
+    /// trailers: refused (Envoy's request_trailer_mode SKIP avoids both).
+    async fn request_trailers(&mut self) -> ProcessingResponse {
+        if self.state == State::Reading {
+            if self.streamed_request {
+                return self.refuse(Refusal::bad_request(
+                    "a streamed request body with trailers cannot be budgeted: set the ext_proc \
+                     filter's request_trailer_mode to SKIP, or request_body_mode to BUFFERED"
+                        .into(),
+                ));
+            }
+            let end = HttpBody {
+                end_of_stream: true,
+                ..HttpBody::default()
+            };
+            if let r @ ProcessingResponse {
+                response: Some(Response::ImmediateResponse(_)),
+                ..
+            } = self.request_body(end).await
+            {
+                return r;
+            }
+        }
+        proceed(Part::RequestTrailers, Changes::default())
     }
 
     /// Reserves for `call` (its messages move into the count); the output

@@ -37,6 +37,8 @@ pub const MAX_KEPT_BYTES: usize = 8 << 20;
 #[derive(Debug)]
 pub struct AnswerReader {
     sse: bool,
+    /// No content type was seen: the first bytes decide.
+    sniff: bool,
     /// JSON: the body so far; events: the line not ended yet.
     pending: Vec<u8>,
     /// Events: the `data:` lines of the event not dispatched yet.
@@ -62,6 +64,7 @@ impl AnswerReader {
                 .trim_start()
                 .to_ascii_lowercase()
                 .starts_with("text/event-stream"),
+            sniff: content_type.trim().is_empty(),
             pending: Vec::new(),
             data: String::new(),
             text: String::new(),
@@ -81,6 +84,13 @@ impl AnswerReader {
 
     /// Reads the next piece of the body.
     pub fn feed(&mut self, chunk: &[u8]) {
+        if self.sniff && !chunk.is_empty() {
+            self.sniff = false;
+            let start = chunk.trim_ascii_start();
+            self.sse = [&b"data:"[..], b"event:", b":"]
+                .iter()
+                .any(|p| start.starts_with(p));
+        }
         self.delivered += chunk.len() as u64;
         if !self.sse {
             if self.pending.len() + chunk.len() > MAX_KEPT_BYTES {
@@ -391,6 +401,17 @@ mod tests {
             assert_eq!(r.usage(), Some(want), "cut every {step} bytes");
             assert_eq!(r.delivered_text(), "Héllo");
         }
+    }
+
+    #[test]
+    fn an_answer_without_content_type_is_told_by_its_first_bytes() {
+        let r = read("", CHAT_STREAM.as_bytes(), 9);
+        assert_eq!(r.usage().map(|u| u.completion_tokens), Some(3));
+        let json = br#"{"usage":{"prompt_tokens":1,"completion_tokens":2}}"#;
+        assert_eq!(
+            read("", json, 4).usage().map(|u| u.completion_tokens),
+            Some(2)
+        );
     }
 
     #[test]
