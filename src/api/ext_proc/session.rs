@@ -199,6 +199,11 @@ impl<S: Store> Session<S> {
             );
         }
         let body = std::mem::take(&mut self.body);
+        self.body_ended(body).await
+    }
+
+    /// The whole request body: read, reserved for, rewritten (or refused).
+    async fn body_ended(&mut self, body: Vec<u8>) -> ProcessingResponse {
         let anthropic = self.head.get("anthropic-version").is_some();
         let mut call = match LlmRequest::parse(&self.head.path, anthropic, &body) {
             Ok(call) => call,
