@@ -6,8 +6,7 @@
 //! a 500. The stream stays open from the reservation to the settlement, as
 //! Envoy's does around the upstream call.
 
-use super::target::{BENCH_MODEL, Reply};
-use super::workload::Item;
+use super::workload::{BENCH_MODEL, Item, Reply};
 use crate::envoy::config::core::v3::{HeaderMap, HeaderValue};
 use crate::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use crate::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;

@@ -91,7 +91,7 @@ impl Ledger {
             .map(|t| {
                 let scope = plan::Scope {
                     tier: limits.tier(t).map(|t| t.as_ref()),
-                    group: limits.group_of(super::target::BENCH_MODEL),
+                    group: limits.group_of(super::workload::BENCH_MODEL),
                     has_user: true,
                     now_us: crate::domain::Clock::now_us(&crate::domain::SystemClock),
                 };

@@ -7,7 +7,8 @@
 //! (stats, ledger, in-flight count); apart, each file would take all of it.
 
 use super::ledger::Ledger;
-use super::target::{Reply, Target};
+use super::target::Target;
+use super::workload::Reply;
 use super::workload::{Item, Workload};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};

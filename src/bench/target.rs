@@ -3,7 +3,7 @@
 //! ceiling, and the memory store's own speed).
 
 use super::ext_proc::ExtProcTarget;
-use super::workload::Item;
+use super::workload::{BENCH_MODEL, Item, Reply};
 use crate::domain::plan::ReserveRequest;
 use crate::domain::{PromptInput, Reason, ReservationId, TenantId, UserId};
 use crate::engine::{CommitRequest, Completion, Engine, EngineError};
@@ -20,20 +20,6 @@ use crate::store::redis::RedisStore;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tonic::transport::Channel;
-
-/// The answer to one reservation, whichever way it travelled.
-#[derive(Clone, Debug)]
-pub struct Reply {
-    /// Allowed or not.
-    pub allowed: bool,
-    /// `allowed` or the denial reason, as in metrics.
-    pub reason: &'static str,
-    /// The reservation to settle.
-    pub reservation_id: String,
-    /// The output tokens the service reserved (the most any level holds):
-    /// less than `max_output` where every level holds the learned output.
-    pub reserved_output: u64,
-}
 
 /// Something to reserve against.
 pub enum Target {
@@ -303,10 +289,6 @@ fn commit_request(id: &str, prompt: u64, completion: u64) -> Result<CommitReques
         cached_prompt_tokens: 0,
     })
 }
-
-/// The model every bench request names: a model group matching it adds its
-/// limits to the run (and to the overspend check).
-pub const BENCH_MODEL: &str = "bench";
 
 async fn engine_reserve<S: Store>(
     engine: &Engine<S>,

@@ -62,6 +62,24 @@ pub struct WorkloadArgs {
     pub prompt_as_text: bool,
 }
 
+/// The model every bench request names: a model group matching it adds its
+/// limits to the run (and to the overspend check).
+pub const BENCH_MODEL: &str = "bench";
+
+/// The answer to one reservation, whichever way it travelled.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    /// Allowed or not.
+    pub allowed: bool,
+    /// `allowed` or the denial reason, as in metrics.
+    pub reason: &'static str,
+    /// The reservation to settle.
+    pub reservation_id: String,
+    /// The output tokens the service reserved (the most any level holds):
+    /// less than `max_output` where every level holds the learned output.
+    pub reserved_output: u64,
+}
+
 /// One request of the workload and what its upstream call will do.
 #[derive(Clone, Debug)]
 pub struct Item {
