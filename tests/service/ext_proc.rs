@@ -34,7 +34,7 @@ on_every_store!(
     a_stream_closed_mid_answer_commits_what_was_delivered,
     a_dropped_stream_settles_without_another_message,
     denials_answer_429_and_413_in_the_callers_api,
-    concurrent_streams_never_exceed_the_concurrency_or_token_limit,
+    concurrent_streams_never_exceed_the_concurrency_token_or_dollar_limit,
 );
 
 const CONFIG: &str = r#"
@@ -48,6 +48,15 @@ match = ["gpt-4o*"]
 max_context_tokens = 20000
 default_max_output_tokens = 1000
 tenant = { tokens = [{ limit = 200000, window = "month" }, { limit = 2000, period = "1m" }], concurrency = 5 }
+
+[prices.gpt-4o]
+input = 2.50
+output = 10.00
+
+[tiers.crowd]
+max_context_tokens = 20000
+default_max_output_tokens = 1000
+tenant = { tokens = [{ limit = 200000, window = "month" }, { limit = 2000, period = "1m" }], spend = [{ limit_usd = 0.02, window = "month" }], concurrency = 5 }
 
 [tiers.tight]
 max_context_tokens = 20000
@@ -237,12 +246,33 @@ async fn tokens_left(h: &mut Harness, tenant: &str, tier: &str) -> i64 {
     l.remaining
 }
 
-async fn in_flight(h: &mut Harness, tenant: &str) -> i64 {
+/// The tenant's µ$ left this month.
+async fn spend_left(h: &mut Harness, tenant: &str, tier: &str) -> i64 {
     let s = h
         .client
         .get_status(pb::GetStatusRequest {
             tenant_id: tenant.into(),
-            tier: "t".into(),
+            tier: tier.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let l = s
+        .limits
+        .iter()
+        .find(|l| l.level() == Level::Tenant && l.dimension() == Dimension::Spend)
+        .expect("the tenant's spend limit");
+    l.remaining
+}
+
+async fn in_flight(h: &mut Harness, tenant: &str) -> i64 {
+    let tier = if tenant == "crowd" { "crowd" } else { "t" };
+    let s = h
+        .client
+        .get_status(pb::GetStatusRequest {
+            tenant_id: tenant.into(),
+            tier: tier.into(),
             ..Default::default()
         })
         .await
@@ -615,10 +645,11 @@ async fn denials_answer_429_and_413_in_the_callers_api(backend: Backend) {
     assert_eq!(in_flight(&mut h, "acme").await, 0);
 }
 
-/// 200 streamed requests at once against a concurrency of 5: never more than
-/// 5 reserved at a time, never more tokens than the limit, and every
-/// reservation settled to the usage its stream reported.
-async fn concurrent_streams_never_exceed_the_concurrency_or_token_limit(backend: Backend) {
+/// 200 streamed requests at once against a concurrency of 5, 2000 tokens a
+/// minute and $0.02 a month: never more than 5 reserved at a time, never
+/// more tokens or dollars than the limits, and every reservation settled to
+/// the usage its stream reported (tokens and µ$ exact).
+async fn concurrent_streams_never_exceed_the_concurrency_token_or_dollar_limit(backend: Backend) {
     let h = Harness::start(backend, CONFIG).await;
     let started = Instant::now();
     let active = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
@@ -629,16 +660,25 @@ async fn concurrent_streams_never_exceed_the_concurrency_or_token_limit(backend:
         let (h, active, most) = (h.clone(), active.clone(), most.clone());
         tasks.push(tokio::spawn(async move {
             use std::sync::atomic::Ordering::SeqCst;
-            let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
             let req = json!({"model": "gpt-4o", "stream": true, "max_tokens": 200,
                 "messages": [{"role": "user", "content": format!("Question {i}")}]})
             .to_string();
-            envoy.send(request_headers("/v1/chat/completions", "crowd", "t")).await;
-            let a = envoy.send(Part::RequestBody(body(req.as_bytes(), true))).await;
-            if let Answer::ImmediateResponse(r) = a {
+            // A caller that retries while the slots are full, and gives up
+            // on any other denial (tokens or dollars spent).
+            let mut envoy;
+            let mut tries = 0;
+            loop {
+                envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+                envoy.send(request_headers("/v1/chat/completions", "crowd", "crowd")).await;
+                let a = envoy.send(Part::RequestBody(body(req.as_bytes(), true))).await;
+                let Answer::ImmediateResponse(r) = a else { break };
                 assert_eq!(r.status.unwrap().code, 429, "{r:?}");
                 envoy.close().await;
-                return None;
+                tries += 1;
+                if r.details != "ctxbudget_concurrency_exceeded" || tries == 30 {
+                    return Err(r.details);
+                }
+                tokio::time::sleep(Duration::from_millis(5 + i % 10)).await;
             }
             let now = active.fetch_add(1, SeqCst) + 1;
             most.fetch_max(now, SeqCst);
@@ -654,20 +694,29 @@ async fn concurrent_streams_never_exceed_the_concurrency_or_token_limit(backend:
             active.fetch_sub(1, SeqCst);
             envoy.send(Part::ResponseBody(body(events.as_bytes(), true))).await;
             envoy.close().await;
-            Some(used)
+            // µ$: 9 prompt tokens at 2.50 and the rest at 10.00 per million.
+            Ok((used, (9 * 2_500_000 + (used - 9) * 10_000_000).div_ceil(1_000_000)))
         }));
     }
-    let mut committed = 0;
-    let mut allowed = 0;
+    let (mut committed, mut cost, mut allowed) = (0, 0, 0);
+    let mut denials = std::collections::BTreeMap::<String, u32>::new();
     for t in tasks {
-        if let Some(used) = t.await.unwrap() {
-            committed += used as i64;
-            allowed += 1;
+        match t.await.unwrap() {
+            Ok((used, micros)) => {
+                committed += used as i64;
+                cost += micros as i64;
+                allowed += 1;
+            }
+            Err(why) => *denials.entry(why).or_default() += 1,
         }
     }
+    assert!(
+        denials.contains_key("ctxbudget_tpm_exceeded"),
+        "the token limit was reached: {allowed} allowed, {denials:?}"
+    );
     let most = most.load(std::sync::atomic::Ordering::SeqCst);
     assert!(most <= 5, "{most} reserved at once over a concurrency of 5");
-    assert!(allowed >= 5, "only {allowed} of 200 allowed");
+    assert!(allowed >= 20, "only {allowed} of 200 allowed");
     // What the 2000-a-minute limit allowed: its size and its refill since.
     let refill = 2000.0 * started.elapsed().as_secs_f64() / 60.0;
     assert!(
@@ -677,10 +726,13 @@ async fn concurrent_streams_never_exceed_the_concurrency_or_token_limit(backend:
     let mut h = std::sync::Arc::into_inner(h).expect("every task ended");
     assert_eq!(in_flight(&mut h, "crowd").await, 0);
     assert_eq!(
-        200_000 - tokens_left(&mut h, "crowd", "t").await,
+        200_000 - tokens_left(&mut h, "crowd", "crowd").await,
         committed,
         "every reservation settled to its usage ({allowed} allowed)"
     );
+    let spent = 20_000 - spend_left(&mut h, "crowd", "crowd").await;
+    assert!(spent <= 20_000, "{spent} µ$ spent over a limit of 20000");
+    assert_eq!(spent, cost, "every reservation settled to its cost");
 }
 
 /// `ctxbudget ext-proc get|set|reset` (the real binary) changes how every
