@@ -888,3 +888,31 @@ async fn a_misconfigured_filter_is_told_what_to_set() {
     assert!(String::from_utf8_lossy(&r.body).contains("request_trailer_mode"));
     assert_eq!(in_flight(&mut h, "acme").await, 0);
 }
+
+/// Redis gone: the service's failure policy decides. `fail_closed` answers
+/// 503 with `retry-after` in the caller's API; `local` (the default) decides
+/// from the replica's memory and settles there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_down_the_failure_policy_decides() {
+    for policy in ["fail_closed", "local"] {
+        let config = format!("{CONFIG}\n[resilience]\npolicy = \"{policy}\"\n");
+        let mut h = Harness::start(Backend::Redis, &config).await;
+        drop(h.redis.take());
+        let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+        let a = request(&mut envoy, "/v1/chat/completions", "acme", "t", CHAT).await;
+        if policy == "fail_closed" {
+            let r = immediate(a);
+            assert_eq!(r.status.unwrap().code, 503);
+            assert_eq!(immediate_header(&r, "retry-after"), Some("1"));
+            let err: Value = serde_json::from_slice(&r.body).unwrap();
+            assert_eq!(err["error"]["code"], "budget_store_unavailable", "{err}");
+            envoy.close().await;
+            continue;
+        }
+        common(&a);
+        envoy.send(response_headers(200, "application/json")).await;
+        let answer = br#"{"usage":{"prompt_tokens":20,"completion_tokens":3}}"#;
+        envoy.send(Part::ResponseBody(body(answer, true))).await;
+        envoy.close().await;
+    }
+}
