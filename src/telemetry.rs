@@ -153,6 +153,11 @@ pub const EXT_PROC_REQUESTS: &str = "ctxbudget_ext_proc_requests_total";
 /// `refunded`, `failed` (the store did not answer: the lease lapses).
 pub const EXT_PROC_SETTLED: &str = "ctxbudget_ext_proc_settled_total";
 
+/// The outcomes of [`EXT_PROC_REQUESTS`].
+pub const EXT_PROC_OUTCOMES: [&str; 4] = ["reserved", "denied", "refused", "passed"];
+/// The ways of [`EXT_PROC_SETTLED`].
+pub const EXT_PROC_SETTLEMENTS: [&str; 4] = ["usage", "delivered", "refunded", "failed"];
+
 /// Counts one request the external processor saw.
 pub fn ext_proc_request(outcome: &'static str) {
     counter!(EXT_PROC_REQUESTS, "outcome" => outcome).increment(1);

@@ -89,6 +89,14 @@ pub fn describe() {
             "Tokens charged by Envoy's response path",
         ),
         (
+            EXT_PROC_REQUESTS,
+            "Requests Envoy's external processor saw, by outcome (reserved, denied, refused, passed)",
+        ),
+        (
+            EXT_PROC_SETTLED,
+            "External processor reservations settled, by how (usage, delivered, refunded, failed)",
+        ),
+        (
             CLUSTER_GLOBAL_DECISIONS,
             "Redis Cluster: reservations and charges with a global entry, decided from this replica's leased share",
         ),
@@ -168,6 +176,12 @@ pub fn register(known: &KnownSeries) {
         counter!(ENVOY_DESCRIPTORS, "outcome" => outcome, "reason" => "none", "level" => "none",
             "tier" => "none")
         .increment(0);
+    }
+    for outcome in EXT_PROC_OUTCOMES {
+        counter!(EXT_PROC_REQUESTS, "outcome" => outcome).increment(0);
+    }
+    for how in EXT_PROC_SETTLEMENTS {
+        counter!(EXT_PROC_SETTLED, "how" => how).increment(0);
     }
     for outcome in CANCEL_OUTCOMES {
         counter!(CANCELLATIONS, "outcome" => outcome).increment(0);

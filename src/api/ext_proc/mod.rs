@@ -82,7 +82,6 @@ impl<S: Store> ExternalProcessor for ExtProcApi<S> {
         // Its own task: the stream is settled even when tonic drops the
         // answers (Envoy went away).
         tokio::spawn(async move {
-            let started = std::time::Instant::now();
             // Until Envoy closes the stream, or it breaks.
             while let Ok(Some(msg)) = inbound.message().await {
                 let observe_only = msg.observability_mode;
@@ -92,7 +91,6 @@ impl<S: Store> ExternalProcessor for ExtProcApi<S> {
                 }
             }
             session.close().await;
-            crate::telemetry::rpc("Process", tonic::Code::Ok, started.elapsed().as_secs_f64());
         });
         let answers = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
         Ok(Response::new(Box::pin(answers)))
