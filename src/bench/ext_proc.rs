@@ -7,7 +7,7 @@
 //! Envoy's does around the upstream call.
 
 use super::workload::{BENCH_MODEL, Item, Reply};
-use crate::envoy::config::core::v3::{HeaderMap, HeaderValue};
+use crate::api::ext_proc::reading::header_map;
 use crate::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use crate::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
 use crate::envoy::service::ext_proc::v3::processing_request::Request as Part;
@@ -201,17 +201,7 @@ fn denial_reason(details: &str) -> &'static str {
 
 fn headers(pairs: &[(&str, &str)]) -> HttpHeaders {
     HttpHeaders {
-        headers: Some(HeaderMap {
-            headers: pairs
-                .iter()
-                .map(|(k, v)| HeaderValue {
-                    key: (*k).into(),
-                    value: String::new(),
-                    raw_value: v.as_bytes().to_vec(),
-                })
-                .collect(),
-        }),
-        end_of_stream: false,
+        headers: Some(header_map(pairs)),
         ..HttpHeaders::default()
     }
 }

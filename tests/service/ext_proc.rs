@@ -9,7 +9,7 @@
 
 use crate::support;
 
-use ctxbudget::envoy::config::core::v3::{HeaderMap, HeaderValue};
+use ctxbudget::api::ext_proc::reading::header_map;
 use ctxbudget::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use ctxbudget::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
 use ctxbudget::envoy::service::ext_proc::v3::processing_request::Request as Part;
@@ -131,16 +131,7 @@ impl Envoy {
 
 fn headers(pairs: &[(&str, &str)], end_of_stream: bool) -> HttpHeaders {
     HttpHeaders {
-        headers: Some(HeaderMap {
-            headers: pairs
-                .iter()
-                .map(|(k, v)| HeaderValue {
-                    key: (*k).into(),
-                    value: String::new(),
-                    raw_value: v.as_bytes().to_vec(),
-                })
-                .collect(),
-        }),
+        headers: Some(header_map(pairs)),
         end_of_stream,
         ..HttpHeaders::default()
     }
@@ -221,9 +212,19 @@ fn immediate_header<'a>(r: &'a ImmediateResponse, name: &str) -> Option<&'a str>
     })
 }
 
-/// The tenant's tokens left this month (a calendar window: no refill, so
-/// the count is exact).
-async fn tokens_left(h: &mut Harness, tenant: &str, tier: &str) -> i64 {
+/// The tenant's limit of `dimension` (`period` 0: its calendar window), as
+/// GetStatus reports it (each test tenant is of one tier).
+async fn tenant_limit(
+    h: &mut Harness,
+    tenant: &str,
+    dimension: Dimension,
+    period: u64,
+) -> pb::LimitStatus {
+    let tier = match tenant {
+        "crowd" => "crowd",
+        "tiny" => "tight",
+        _ => "t",
+    };
     let s = h
         .client
         .get_status(pb::GetStatusRequest {
@@ -234,55 +235,25 @@ async fn tokens_left(h: &mut Harness, tenant: &str, tier: &str) -> i64 {
         .await
         .unwrap()
         .into_inner();
-    let l = s
-        .limits
-        .iter()
-        .find(|l| {
-            l.level() == Level::Tenant
-                && l.dimension() == Dimension::Tokens
-                && l.period_seconds == 0
-        })
-        .expect("the tenant's monthly token limit");
-    l.remaining
+    support::limit(&s.limits, Level::Tenant, dimension, period)
+}
+
+/// The tenant's tokens left this month (a calendar window: no refill, so
+/// the count is exact).
+async fn tokens_left(h: &mut Harness, tenant: &str) -> i64 {
+    tenant_limit(h, tenant, Dimension::Tokens, 0)
+        .await
+        .remaining
 }
 
 /// The tenant's µ$ left this month.
-async fn spend_left(h: &mut Harness, tenant: &str, tier: &str) -> i64 {
-    let s = h
-        .client
-        .get_status(pb::GetStatusRequest {
-            tenant_id: tenant.into(),
-            tier: tier.into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let l = s
-        .limits
-        .iter()
-        .find(|l| l.level() == Level::Tenant && l.dimension() == Dimension::Spend)
-        .expect("the tenant's spend limit");
-    l.remaining
+async fn spend_left(h: &mut Harness, tenant: &str) -> i64 {
+    tenant_limit(h, tenant, Dimension::Spend, 0).await.remaining
 }
 
+/// The tenant's reservations in flight.
 async fn in_flight(h: &mut Harness, tenant: &str) -> i64 {
-    let tier = if tenant == "crowd" { "crowd" } else { "t" };
-    let s = h
-        .client
-        .get_status(pb::GetStatusRequest {
-            tenant_id: tenant.into(),
-            tier: tier.into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let l = s
-        .limits
-        .iter()
-        .find(|l| l.level() == Level::Tenant && l.dimension() == Dimension::Concurrency)
-        .expect("the tenant's concurrency limit");
+    let l = tenant_limit(h, tenant, Dimension::Concurrency, 0).await;
     l.limit as i64 - l.remaining
 }
 
@@ -304,13 +275,13 @@ async fn request(envoy: &mut Envoy, path: &str, tenant: &str, tier: &str, json: 
 
 async fn a_buffered_request_and_json_answer_commit_the_reported_usage(backend: Backend) {
     let mut h = Harness::start(backend, CONFIG).await;
-    let before = tokens_left(&mut h, "acme", "t").await;
+    let before = tokens_left(&mut h, "acme").await;
     let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
     let a = request(&mut envoy, "/v1/chat/completions", "acme", "t", CHAT).await;
     // The body asks for 400 and gets them: sent on unchanged.
     assert!(new_body(common(&a)).is_none(), "{a:#?}");
     assert_eq!(in_flight(&mut h, "acme").await, 1);
-    let reserved = before - tokens_left(&mut h, "acme", "t").await;
+    let reserved = before - tokens_left(&mut h, "acme").await;
     assert!(reserved > 400, "prompt + 400 output reserved: {reserved}");
 
     let a = envoy.send(response_headers(200, "application/json")).await;
@@ -325,14 +296,14 @@ async fn a_buffered_request_and_json_answer_commit_the_reported_usage(backend: B
     envoy.send(Part::ResponseBody(body(first, false))).await;
     envoy.send(Part::ResponseBody(body(rest, true))).await;
     assert_eq!(
-        before - tokens_left(&mut h, "acme", "t").await,
+        before - tokens_left(&mut h, "acme").await,
         28,
         "exactly the usage"
     );
     assert_eq!(in_flight(&mut h, "acme").await, 0);
     envoy.close().await;
     assert_eq!(
-        before - tokens_left(&mut h, "acme", "t").await,
+        before - tokens_left(&mut h, "acme").await,
         28,
         "settled once"
     );
@@ -364,7 +335,7 @@ async fn a_buffered_request_and_json_answer_commit_the_reported_usage(backend: B
     assert_eq!(length, new_body(c).unwrap().len());
     envoy.close().await;
     // Closed before any answer: nothing delivered, everything refunded.
-    assert_eq!(before - tokens_left(&mut h, "acme", "t").await, 28);
+    assert_eq!(before - tokens_left(&mut h, "acme").await, 28);
     assert_eq!(in_flight(&mut h, "acme").await, 0);
 }
 
@@ -418,7 +389,7 @@ async fn streamed_answers_split_anywhere_commit_each_apis_usage(backend: Backend
     let mut h = Harness::start(backend, CONFIG).await;
     for (path, req, answer, used) in streams() {
         for step in [1usize, 7, 64] {
-            let before = tokens_left(&mut h, "acme", "t").await;
+            let before = tokens_left(&mut h, "acme").await;
             let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
             let a = request(&mut envoy, path, "acme", "t", &req).await;
             if path == "/v1/chat/completions" {
@@ -438,7 +409,7 @@ async fn streamed_answers_split_anywhere_commit_each_apis_usage(backend: Backend
                     "the answer passes unchanged"
                 );
             }
-            let charged = before - tokens_left(&mut h, "acme", "t").await;
+            let charged = before - tokens_left(&mut h, "acme").await;
             assert_eq!(charged, used as i64, "{path} cut every {step} bytes");
             envoy.close().await;
         }
@@ -482,12 +453,12 @@ async fn a_body_sent_in_pieces_is_held_back_and_sent_whole(backend: Backend) {
 
 async fn an_upstream_failure_refunds_everything(backend: Backend) {
     let mut h = Harness::start(backend, CONFIG).await;
-    let before = tokens_left(&mut h, "acme", "t").await;
+    let before = tokens_left(&mut h, "acme").await;
     let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
     request(&mut envoy, "/v1/chat/completions", "acme", "t", CHAT).await;
-    assert!(tokens_left(&mut h, "acme", "t").await < before);
+    assert!(tokens_left(&mut h, "acme").await < before);
     envoy.send(response_headers(500, "application/json")).await;
-    assert_eq!(tokens_left(&mut h, "acme", "t").await, before, "all back");
+    assert_eq!(tokens_left(&mut h, "acme").await, before, "all back");
     assert_eq!(in_flight(&mut h, "acme").await, 0);
     // The error body passes on; nothing more is charged.
     envoy
@@ -497,12 +468,12 @@ async fn an_upstream_failure_refunds_everything(backend: Backend) {
         )))
         .await;
     envoy.close().await;
-    assert_eq!(tokens_left(&mut h, "acme", "t").await, before);
+    assert_eq!(tokens_left(&mut h, "acme").await, before);
 }
 
 async fn a_stream_closed_mid_answer_commits_what_was_delivered(backend: Backend) {
     let mut h = Harness::start(backend, CONFIG).await;
-    let before = tokens_left(&mut h, "acme", "t").await;
+    let before = tokens_left(&mut h, "acme").await;
     let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
     let req = json!({"model": "gpt-4o", "stream": true, "max_tokens": 300,
         "stream_options": {"include_usage": true}, "messages": [{"role": "user", "content": "Hi"}]});
@@ -515,7 +486,7 @@ async fn a_stream_closed_mid_answer_commits_what_was_delivered(backend: Backend)
     )
     .await;
     assert!(new_body(common(&a)).is_none(), "nothing to change");
-    let reserved = before - tokens_left(&mut h, "acme", "t").await;
+    let reserved = before - tokens_left(&mut h, "acme").await;
     let prompt = reserved - 300;
     envoy.send(response_headers(200, "text/event-stream")).await;
     // "Hello, world!" is 4 tokens in o200k_base; the stream stops mid-event.
@@ -529,7 +500,7 @@ async fn a_stream_closed_mid_answer_commits_what_was_delivered(backend: Backend)
         .await;
     envoy.close().await;
     assert_eq!(
-        before - tokens_left(&mut h, "acme", "t").await,
+        before - tokens_left(&mut h, "acme").await,
         prompt + 4,
         "the prompt as reserved and the text delivered"
     );
@@ -538,7 +509,7 @@ async fn a_stream_closed_mid_answer_commits_what_was_delivered(backend: Backend)
 
 async fn a_dropped_stream_settles_without_another_message(backend: Backend) {
     let mut h = Harness::start(backend, CONFIG).await;
-    let before = tokens_left(&mut h, "acme", "t").await;
+    let before = tokens_left(&mut h, "acme").await;
     let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
     request(&mut envoy, "/v1/chat/completions", "acme", "t", CHAT).await;
     envoy.send(response_headers(200, "application/json")).await;
@@ -554,7 +525,7 @@ async fn a_dropped_stream_settles_without_another_message(backend: Backend) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(
-        tokens_left(&mut h, "acme", "t").await,
+        tokens_left(&mut h, "acme").await,
         before,
         "nothing was delivered: refunded"
     );
@@ -726,11 +697,11 @@ async fn concurrent_streams_never_exceed_the_concurrency_token_or_dollar_limit(b
     let mut h = std::sync::Arc::into_inner(h).expect("every task ended");
     assert_eq!(in_flight(&mut h, "crowd").await, 0);
     assert_eq!(
-        200_000 - tokens_left(&mut h, "crowd", "crowd").await,
+        200_000 - tokens_left(&mut h, "crowd").await,
         committed,
         "every reservation settled to its usage ({allowed} allowed)"
     );
-    let spent = 20_000 - spend_left(&mut h, "crowd", "crowd").await;
+    let spent = 20_000 - spend_left(&mut h, "crowd").await;
     assert!(spent <= 20_000, "{spent} µ$ spent over a limit of 20000");
     assert_eq!(spent, cost, "every reservation settled to its cost");
 }
@@ -837,7 +808,7 @@ async fn a_long_stream_renews_its_lease() {
          concurrency_retry_ms = 1000\n"
     );
     let mut h = Harness::start(Backend::Memory, &config).await;
-    let before = tokens_left(&mut h, "acme", "t").await;
+    let before = tokens_left(&mut h, "acme").await;
     let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
     request(&mut envoy, "/v1/chat/completions", "acme", "t", CHAT).await;
     envoy.send(response_headers(200, "text/event-stream")).await;
@@ -857,7 +828,7 @@ async fn a_long_stream_renews_its_lease() {
         .send(Part::ResponseBody(body(usage.as_bytes(), true)))
         .await;
     envoy.close().await;
-    assert_eq!(before - tokens_left(&mut h, "acme", "t").await, 80);
+    assert_eq!(before - tokens_left(&mut h, "acme").await, 80);
     assert_eq!(in_flight(&mut h, "acme").await, 0);
 }
 

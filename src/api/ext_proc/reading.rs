@@ -94,6 +94,21 @@ impl RequestHead {
     }
 }
 
+/// A header map as Envoy sends one: each value in `raw_value` (what the
+/// bench and the tests send, playing Envoy).
+pub fn header_map(pairs: &[(&str, &str)]) -> HeaderMap {
+    HeaderMap {
+        headers: pairs
+            .iter()
+            .map(|(k, v)| crate::envoy::config::core::v3::HeaderValue {
+                key: (*k).into(),
+                value: String::new(),
+                raw_value: v.as_bytes().to_vec(),
+            })
+            .collect(),
+    }
+}
+
 /// A header's value: `raw_value` when set, else `value`.
 pub fn header_value(h: &crate::envoy::config::core::v3::HeaderValue) -> String {
     match h.raw_value.is_empty() {
@@ -213,20 +228,9 @@ impl Reading {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envoy::config::core::v3::HeaderValue;
 
     fn head(pairs: &[(&str, &str)]) -> RequestHead {
-        let map = HeaderMap {
-            headers: pairs
-                .iter()
-                .map(|(k, v)| HeaderValue {
-                    key: (*k).into(),
-                    value: String::new(),
-                    raw_value: v.as_bytes().to_vec(),
-                })
-                .collect(),
-        };
-        RequestHead::from_map(Some(&map))
+        RequestHead::from_map(Some(&header_map(pairs)))
     }
 
     #[test]
