@@ -887,3 +887,34 @@ async fn with_redis_down_the_failure_policy_decides() {
         envoy.close().await;
     }
 }
+
+/// An upstream that compresses its answer anyway (the processor removed
+/// `accept-encoding`): the usage cannot be read, so the call is charged its
+/// grant — the prompt as reserved and the whole output granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compressed_answer_is_charged_its_grant() {
+    let mut h = Harness::start(Backend::Memory, CONFIG).await;
+    let before = tokens_left(&mut h, "acme").await;
+    let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+    request(&mut envoy, "/v1/chat/completions", "acme", "t", CHAT).await;
+    let reserved = before - tokens_left(&mut h, "acme").await;
+    let head = headers(
+        &[
+            (":status", "200"),
+            ("content-type", "application/json"),
+            ("content-encoding", "gzip"),
+        ],
+        false,
+    );
+    envoy.send(Part::ResponseHeaders(head)).await;
+    envoy
+        .send(Part::ResponseBody(body(&[0x1f, 0x8b, 8, 0, 1, 2, 3], true)))
+        .await;
+    envoy.close().await;
+    assert_eq!(
+        before - tokens_left(&mut h, "acme").await,
+        reserved,
+        "prompt + 400 granted"
+    );
+    assert_eq!(in_flight(&mut h, "acme").await, 0);
+}

@@ -53,6 +53,8 @@ struct Held {
     id: ReservationId,
     /// The prompt as reserved (the service's count, corrected).
     prompt_tokens: u64,
+    /// The output granted: what an answer that cannot be read is charged.
+    granted_output: u64,
     /// When the lease was last granted or renewed, and for how long.
     leased_at: Instant,
     lease: Duration,
@@ -75,6 +77,9 @@ pub(super) struct Session<S> {
     api: Option<Api>,
     held: Option<Held>,
     answer: Option<AnswerReader>,
+    /// The answer is compressed (its upstream ignored the removed
+    /// `accept-encoding`): its usage cannot be read.
+    encoded: bool,
     /// The `x-ratelimit-*` headers of the reservation, for the answer.
     limit_headers: Vec<(&'static str, String)>,
 }
@@ -99,6 +104,7 @@ impl<S: Store> Session<S> {
             api: None,
             held: None,
             answer: None,
+            encoded: false,
             limit_headers: Vec::new(),
         }
     }
@@ -303,6 +309,7 @@ impl<S: Store> Session<S> {
         self.held = Some(Held {
             id,
             prompt_tokens: out.reserved_tokens - out.reserved_output_tokens,
+            granted_output: out.granted_max_output_tokens,
             leased_at: Instant::now(),
             lease: Duration::from_millis(out.lease_expires_in_ms),
         });
@@ -331,6 +338,7 @@ impl<S: Store> Session<S> {
             return proceed(Part::ResponseHeaders, Changes::default());
         }
         self.answer = Some(AnswerReader::new(&value("content-type")));
+        self.encoded = !matches!(value("content-encoding").trim(), "" | "identity");
         self.renew_if_due().await;
         let set = std::mem::take(&mut self.limit_headers);
         let response = proceed(
@@ -380,6 +388,13 @@ impl<S: Store> Session<S> {
         let answer = self.answer.as_mut();
         let delivered = answer.as_ref().is_some_and(|a| a.delivered_bytes() > 0);
         let commit = match answer {
+            // Unreadable: charged as the grant, the most it can be.
+            Some(_) if delivered && self.encoded => Some((
+                "delivered",
+                held.prompt_tokens,
+                Completion::Tokens(held.granted_output),
+                0,
+            )),
             Some(a) => match a.usage() {
                 Some(u) => Some((
                     "usage",
