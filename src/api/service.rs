@@ -102,7 +102,13 @@ impl<S: Store> BudgetService for BudgetApi<S> {
     ) -> Result<Response<pb::CheckAndReserveResponse>, Status> {
         admit(&request, Some(&request.get_ref().tenant_id))?;
         timed("CheckAndReserve", span("CheckAndReserve", None), async {
-            let req = convert::reserve_request(request.into_inner())?;
+            let mut r = request.into_inner();
+            let candidates = convert::candidates(&mut r)?;
+            let req = convert::reserve_request(r)?;
+            if !candidates.is_empty() {
+                let out = Box::pin(self.engine.reserve_first(req, candidates)).await?;
+                return Ok(convert::fallback_response(out));
+            }
             let out = Box::pin(self.engine.reserve(req)).await?;
             Ok(convert::reserve_response(out))
         })

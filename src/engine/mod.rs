@@ -3,7 +3,8 @@
 //! asks the store, and turns the store's readings into decisions. Knows
 //! nothing of gRPC; `api/` translates around it.
 //!
-//! - [`reserve`]: CheckAndReserve, from the request to the store's reply.
+//! - [`reserve`]: CheckAndReserve, from the request to the store's reply;
+//!   [`fallback`]: the same over candidate models, the first with room.
 //! - [`reply`]: its answer, built from the plan, the reply and the prompt's
 //!   count; the decision recorded.
 //! - [`settle`]: Commit, Refund, RenewLease.
@@ -18,6 +19,7 @@
 mod breaker;
 mod cancel;
 mod charge;
+pub mod fallback;
 mod policy;
 mod reply;
 mod reserve;
@@ -27,6 +29,7 @@ mod status;
 
 pub use breaker::{Breaker, BreakerSettings, BreakerState};
 pub use charge::{ChargeInput, ChargeOutcome};
+pub use fallback::{FallbackOutcome, Skipped};
 pub use policy::FailurePolicy;
 pub use reply::ReserveOutcome;
 pub use settle::{CommitOutcome, CommitRequest, Completion, Outcome, RefundOutcome, RenewOutcome};

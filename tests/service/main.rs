@@ -55,6 +55,7 @@ mod envoy;
 mod envoy_answers;
 mod estimator;
 mod ext_proc;
+mod fallback;
 mod hostile_input;
 mod learned_output;
 mod ledger_cli;

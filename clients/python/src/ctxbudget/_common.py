@@ -48,6 +48,7 @@ class ReserveFields(_ReserveRequired, total=False):
     allow_reduced_output: bool
     min_output_tokens: int
     priority: PriorityName | int
+    candidate_models: Iterable[str]
 
 
 #: Every name ``ReserveFields`` accepts.
@@ -179,11 +180,14 @@ def reserve_request(
     allow_reduced_output: bool = False,
     min_output_tokens: int = 0,
     priority: PriorityName | int | None = None,
+    candidate_models: Iterable[str] = (),
 ) -> pb.CheckAndReserveRequest:
     """A ``CheckAndReserveRequest`` from ``ReserveFields``: the tenant as
     ``tenant`` or ``tenant_id``, the user as ``user`` or ``user_id``, and the
     prompt as ``messages``, a ``prompt`` string, or its token count
-    (``prompt_tokens``)."""
+    (``prompt_tokens``). ``candidate_models``: fallback models in order, the
+    first with room reserved (``chosen_model`` of the response; ``model``
+    then empty or the first)."""
     the_tenant = _alias(tenant, tenant_id, "tenant")
     if the_tenant is None:
         raise TypeError("reserve_request() missing the tenant: tenant= (or tenant_id=)")
@@ -199,6 +203,7 @@ def reserve_request(
         allow_reduced_output=allow_reduced_output,
         min_output_tokens=min_output_tokens,
         priority=_priority(priority) if priority is not None else None,
+        candidate_models=list(candidate_models),
     )
     if messages is not None:
         req.messages.extend(messages_of(messages))
