@@ -16,6 +16,10 @@ call budgeted by ctxbudget through its Python client.
   stream ``stream_options.include_usage`` (the usage chunk reaches the caller
   only if it asked for it). Upstream calls are retried with the client's
   retry helper (429/5xx/connection errors, Retry-After, one idempotency key).
+- A model with fallbacks (``GATEWAY_FALLBACKS``: a JSON file, model → models
+  to fall back to, as LiteLLM's ``fallbacks``) reserves on the first of them
+  with room, in one CheckAndReserve (``candidate_models``), and the call goes
+  to that model: no 429 while a fallback has room.
 - The usage commits when the answer (or the stream) ends. A stream that ends
   without usage — the caller gone mid-stream, an upstream that sends no usage
   chunk — commits the prompt as reserved and the completion counted by
@@ -60,6 +64,21 @@ def load_keys() -> dict[str, dict[str, str]]:
 
 
 KEYS = load_keys()
+
+
+def load_fallbacks() -> dict[str, list[str]]:
+    """Model → the models to fall back to, in order (LiteLLM's ``fallbacks``),
+    from the JSON file ``GATEWAY_FALLBACKS`` names; none by default."""
+    path = os.environ.get("GATEWAY_FALLBACKS")
+    if not path:
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+#: A call for a model with fallbacks reserves on the first of them with room
+#: (one CheckAndReserve with ``candidate_models``) and goes to that model.
+FALLBACKS = load_fallbacks()
 
 
 def error(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -107,15 +126,20 @@ async def chat_completions(request: Request) -> Response:
         return error(401, "unknown API key", "invalid_api_key")
     body = await request.json()
     asked = body.get("max_completion_tokens") or body.get("max_tokens") or 0
+    model = body.get("model", "")
+    candidates = [model, *FALLBACKS.get(model, [])]
     try:
         r = await budget.reserve(
-            tenant=who["tenant"], user=who.get("user", ""), tier=who["tier"], model=body.get("model", ""),
+            tenant=who["tenant"], user=who.get("user", ""), tier=who["tier"], model=model,
             messages=body.get("messages", []), max_output_tokens=int(asked),
+            candidate_models=candidates if len(candidates) > 1 else (),
         )
     except BudgetError as e:
         return budget_error(e)
 
     upstream_body = dict(body)
+    if r.response is not None and r.response.chosen_model:
+        upstream_body["model"] = r.response.chosen_model  # the candidate with room
     granted = r.granted_max_output_tokens
     if granted is not None:  # None: let through unbudgeted with no cap asked
         field = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"

@@ -21,6 +21,10 @@ CONFIG = """
 [reservations]
 retry_jitter_ms = 0
 
+[models.tiny]
+match = ["tiny-*"]
+global = { requests = [{ limit = 1, period = "1h" }] }
+
 [tiers.free]
 max_context_tokens = 8000
 default_max_output_tokens = 50
@@ -45,9 +49,12 @@ def stack(tmp_path_factory):
         "sk-frank": {"tenant": "bad\ttenant", "user": "frank", "tier": "free"},
         "sk-gina": {"tenant": "acme", "user": "gina", "tier": "free"},
     }))
+    fallbacks = keys.parent / "fallbacks.json"
+    fallbacks.write_text(json.dumps({"tiny-1": ["gpt-4o-mini"]}))
     service = Service(CONFIG)
     upstream = Uvicorn("mock_upstream:app", EXAMPLES, {"MOCK_DELAY_MS": "0"})
-    env = {"CTXBUDGET_TARGET": service.target, "UPSTREAM_URL": upstream.url + "/v1", "GATEWAY_KEYS": str(keys)}
+    env = {"CTXBUDGET_TARGET": service.target, "UPSTREAM_URL": upstream.url + "/v1", "GATEWAY_KEYS": str(keys),
+           "GATEWAY_FALLBACKS": str(fallbacks)}
     gateway = Uvicorn("gateway:app", EXAMPLES, env)
     # Two more gateways whose ctxbudget is unreachable: failing closed and open.
     nowhere = {**env, "CTXBUDGET_TARGET": f"127.0.0.1:{free_port()}"}
@@ -262,3 +269,15 @@ def test_the_clients_readme_examples_run(stack, monkeypatch):
     before = asyncio.run(run())
     s = httpx.get(upstream.url + "/stats").json()
     assert before - left() == s["prompt_tokens"] + s["completion_tokens"], "both calls' usage committed"
+
+
+def test_a_spent_model_falls_back_to_the_next_with_room(stack):
+    _, _, gateway, _, _ = stack
+    client = sdk(gateway, "sk-gina")
+    # tiny takes one call an hour: the next goes to the fallback instead of
+    # a 429.
+    models = [
+        client.chat.completions.create(model="tiny-1", messages=MESSAGES, max_tokens=150).model
+        for _ in range(2)
+    ]
+    assert models == ["tiny-1", "gpt-4o-mini"]
