@@ -9,10 +9,9 @@ use crate::domain::{
     ChatMessage, Dimension, IdempotencyKey, InvalidInput, Level, Priority, Prompt, PromptInput,
     Reason, ReservationId, TenantId, UserId, is_tier_name,
 };
-use crate::engine::fallback::MAX_CANDIDATES;
 use crate::engine::{
-    CommitOutcome, CommitRequest, Completion, EstimatorView, FallbackOutcome, LevelLeases, Outcome,
-    RefundOutcome, RenewOutcome, ReserveOutcome, StatusOutcome, StatusRequest,
+    CommitOutcome, CommitRequest, Completion, EstimatorView, LevelLeases, Outcome, RefundOutcome,
+    RenewOutcome, ReserveOutcome, StatusOutcome, StatusRequest,
 };
 use crate::pb;
 
@@ -21,44 +20,6 @@ pub(super) const MAX_MODEL_BYTES: usize = 256;
 
 /// Most chat messages one request may carry.
 pub(super) const MAX_MESSAGES: usize = 100_000;
-
-/// A CheckAndReserve request's fallback candidates, validated: empty when
-/// it names none; otherwise labels, at most [`MAX_CANDIDATES`], `model`
-/// empty or the first, and no idempotency key (a retry could then hold two
-/// candidates' reservations).
-pub(super) fn candidates(r: &mut pb::CheckAndReserveRequest) -> Result<Vec<String>, InvalidInput> {
-    let list = std::mem::take(&mut r.candidate_models);
-    if list.is_empty() {
-        return Ok(list);
-    }
-    let bad = |m: String| Err(InvalidInput::new("candidate_models", m));
-    if list.len() > MAX_CANDIDATES {
-        return bad(format!("{} models; at most {MAX_CANDIDATES}", list.len()));
-    }
-    for m in &list {
-        check_label("candidate_models", m)?;
-        if m.is_empty() {
-            return bad("holds an empty model name".into());
-        }
-    }
-    if !r.model.is_empty() && r.model != list[0] {
-        return bad(format!(
-            "model is {:?} but the first candidate is {:?}: leave model empty, or make it the \
-             first candidate",
-            r.model.chars().take(64).collect::<String>(),
-            list[0].chars().take(64).collect::<String>()
-        ));
-    }
-    if !r.idempotency_key.is_empty() {
-        return bad(
-            "cannot be combined with an idempotency_key (a retry could hold two candidates' \
-             reservations): retry without a key, or name one model"
-                .into(),
-        );
-    }
-    r.model.clone_from(&list[0]);
-    Ok(list)
-}
 
 /// A CheckAndReserve request, validated.
 pub(super) fn reserve_request(
@@ -200,7 +161,7 @@ pub(super) fn optional_model(model: String) -> Result<Option<String>, InvalidInp
 }
 
 /// A short label (model, role, name): at most 256 bytes, no control characters.
-fn check_label(field: &'static str, value: &str) -> Result<(), InvalidInput> {
+pub(super) fn check_label(field: &'static str, value: &str) -> Result<(), InvalidInput> {
     if value.len() > MAX_MODEL_BYTES || value.chars().any(char::is_control) {
         return Err(InvalidInput::new(
             field,
@@ -270,31 +231,6 @@ pub(super) fn reserve_response(out: ReserveOutcome) -> pb::CheckAndReserveRespon
         resp.limiting_model_group = d.model_group.unwrap_or_default();
         resp.detail = d.detail;
     }
-    resp
-}
-
-/// The response to CheckAndReserve with candidates.
-pub(super) fn fallback_response(out: FallbackOutcome) -> pb::CheckAndReserveResponse {
-    let mut resp = reserve_response(out.outcome);
-    resp.chosen_model = out.chosen_model.unwrap_or_default();
-    resp.skipped_candidates = out
-        .skipped
-        .into_iter()
-        .map(|s| {
-            let d = s.denial;
-            let mut c = pb::SkippedCandidate {
-                model: s.model,
-                retry_after_ms: d.retry_after_ms,
-                model_group: d.model_group.unwrap_or_default(),
-                detail: d.detail,
-                ..Default::default()
-            };
-            c.set_reason(reason(d.reason));
-            c.set_level(d.level.map_or(pb::Level::Unspecified, level));
-            c.set_dimension(d.dimension.map_or(pb::Dimension::Unspecified, dimension));
-            c
-        })
-        .collect();
     resp
 }
 
@@ -426,7 +362,7 @@ fn outcome(o: Outcome) -> pb::Outcome {
     }
 }
 
-fn reason(r: Reason) -> pb::Reason {
+pub(super) fn reason(r: Reason) -> pb::Reason {
     match r {
         Reason::RequestsExceeded => pb::Reason::RpmExceeded,
         Reason::TokensExceeded => pb::Reason::TpmExceeded,
@@ -438,7 +374,7 @@ fn reason(r: Reason) -> pb::Reason {
     }
 }
 
-fn level(l: Level) -> pb::Level {
+pub(super) fn level(l: Level) -> pb::Level {
     match l {
         Level::Global => pb::Level::Global,
         Level::Tenant => pb::Level::Tenant,
@@ -446,7 +382,7 @@ fn level(l: Level) -> pb::Level {
     }
 }
 
-fn dimension(d: Dimension) -> pb::Dimension {
+pub(super) fn dimension(d: Dimension) -> pb::Dimension {
     match d {
         Dimension::Requests => pb::Dimension::Requests,
         Dimension::Tokens => pb::Dimension::Tokens,

@@ -3,6 +3,7 @@
 //! place errors become `tonic::Status`. No budget arithmetic lives here.
 
 pub mod auth;
+mod candidates;
 pub mod codec;
 mod convert;
 pub mod envoy;

@@ -5,7 +5,7 @@
 //! above it (the handler's block, `timed`, tonic's boxed future) would hold and
 //! copy it again; boxed, it is copied once.
 
-use super::{auth, convert};
+use super::{auth, candidates, convert};
 use crate::domain::ReservationId;
 use crate::engine::{Engine, EngineError};
 use crate::pb;
@@ -103,11 +103,11 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         admit(&request, Some(&request.get_ref().tenant_id))?;
         timed("CheckAndReserve", span("CheckAndReserve", None), async {
             let mut r = request.into_inner();
-            let candidates = convert::candidates(&mut r)?;
+            let candidates = candidates::candidates(&mut r)?;
             let req = convert::reserve_request(r)?;
             if !candidates.is_empty() {
                 let out = Box::pin(self.engine.reserve_first(req, candidates)).await?;
-                return Ok(convert::fallback_response(out));
+                return Ok(candidates::fallback_response(out));
             }
             let out = Box::pin(self.engine.reserve(req)).await?;
             Ok(convert::reserve_response(out))

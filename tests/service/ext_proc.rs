@@ -70,6 +70,7 @@ struct Envoy {
     rx: Streaming<ProcessingResponse>,
     first: bool,
     mode: BodySendMode,
+    answer_mode: BodySendMode,
 }
 
 impl Envoy {
@@ -91,6 +92,7 @@ impl Envoy {
             rx,
             first: true,
             mode,
+            answer_mode: BodySendMode::Streamed,
         }
     }
 
@@ -104,7 +106,7 @@ impl Envoy {
             // Only the first message carries the protocol configuration.
             msg.protocol_config = Some(ProtocolConfiguration {
                 request_body_mode: self.mode as i32,
-                response_body_mode: BodySendMode::Streamed as i32,
+                response_body_mode: self.answer_mode as i32,
                 send_body_without_waiting_for_header_response: false,
             });
         }
@@ -856,7 +858,99 @@ async fn a_misconfigured_filter_is_told_what_to_set() {
         Part::RequestTrailers(ctxbudget::envoy::service::ext_proc::v3::HttpTrailers::default());
     let r = immediate(envoy.send(trailers).await);
     assert_eq!(r.status.unwrap().code, 400);
-    assert!(String::from_utf8_lossy(&r.body).contains("request_trailer_mode"));
+    assert!(String::from_utf8_lossy(&r.body).contains("BUFFERED"));
+    // Body modes that cannot budget a call are refused at the headers.
+    for (request, answer, names) in [
+        (
+            BodySendMode::None,
+            BodySendMode::Streamed,
+            "request_body_mode NONE",
+        ),
+        (
+            BodySendMode::FullDuplexStreamed,
+            BodySendMode::Streamed,
+            "FULL_DUPLEX_STREAMED",
+        ),
+        (
+            BodySendMode::Buffered,
+            BodySendMode::None,
+            "response_body_mode NONE",
+        ),
+    ] {
+        let mut envoy = Envoy::open(&h, request).await;
+        envoy.answer_mode = answer;
+        let r = immediate(
+            envoy
+                .send(request_headers("/v1/chat/completions", "acme", "t"))
+                .await,
+        );
+        assert_eq!(r.status.unwrap().code, 500);
+        assert!(String::from_utf8_lossy(&r.body).contains(names), "{r:?}");
+    }
+    // An older Envoy that does not say its modes and sends no body: the
+    // answer is refused rather than passed unbudgeted.
+    let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+    envoy.first = false;
+    common(
+        &envoy
+            .send(request_headers("/v1/chat/completions", "acme", "t"))
+            .await,
+    );
+    let r = immediate(envoy.send(response_headers(200, "application/json")).await);
+    assert_eq!(r.status.unwrap().code, 500);
+    assert_eq!(in_flight(&mut h, "acme").await, 0);
+}
+
+/// A buffered body followed by trailers comes without end_of_stream (and,
+/// with request_trailer_mode SKIP, nothing after it): it is whole, reserved
+/// and rewritten all the same. Chat's `n` reserves the output per choice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buffered_body_with_trailers_and_n_choices_is_budgeted() {
+    let mut h = Harness::start(Backend::Memory, CONFIG).await;
+    let before = tokens_left(&mut h, "acme").await;
+    let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+    envoy
+        .send(request_headers("/v1/chat/completions", "acme", "t"))
+        .await;
+    let two = CHAT.replace("\"max_tokens\":400", "\"max_tokens\":400,\"n\":2");
+    let a = envoy
+        .send(Part::RequestBody(body(two.as_bytes(), false)))
+        .await;
+    assert!(
+        new_body(common(&a)).is_none(),
+        "400 per choice granted: unchanged"
+    );
+    let reserved = before - tokens_left(&mut h, "acme").await;
+    assert!(reserved > 800, "two choices of 400 reserved: {reserved}");
+    envoy.send(response_headers(200, "application/json")).await;
+    // The answer's end comes as trailers (SKIP: no message): the stream
+    // closes, and the whole JSON answer is still read for its usage.
+    let answer = br#"{"choices":[],"usage":{"prompt_tokens":20,"completion_tokens":30}}"#;
+    envoy.send(Part::ResponseBody(body(answer, false))).await;
+    envoy.close().await;
+    assert_eq!(before - tokens_left(&mut h, "acme").await, 50);
+}
+
+/// A message over `[server] max_message_bytes` ends the stream with an
+/// error, which Envoy's failure_mode_allow decides on — not a clean close,
+/// which would let the request through unbudgeted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_message_ends_the_stream_with_an_error() {
+    let config = format!("[server]\nlisten = \"127.0.0.1:0\"\nmax_message_bytes = 65536\n{CONFIG}");
+    let mut h = Harness::start(Backend::Memory, &config).await;
+    let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+    envoy
+        .send(request_headers("/v1/chat/completions", "acme", "t"))
+        .await;
+    let msg = ProcessingRequest {
+        request: Some(Part::RequestBody(body(&vec![b' '; 100_000], true))),
+        ..ProcessingRequest::default()
+    };
+    envoy.tx.as_ref().unwrap().send(msg).await.unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(30), envoy.rx.message())
+        .await
+        .unwrap();
+    assert!(end.is_err(), "the stream ends with an error: {end:?}");
     assert_eq!(in_flight(&mut h, "acme").await, 0);
 }
 

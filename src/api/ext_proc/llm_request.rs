@@ -82,8 +82,11 @@ pub struct LlmRequest {
     pub model: String,
     /// The prompt, as chat messages to count.
     pub messages: Vec<ChatMessage>,
-    /// The output limit the body asks for, if it sets one.
+    /// The output limit the body asks for per choice, if it sets one (the
+    /// largest of its limit fields: an upstream may honour any of them).
     pub max_output_tokens: Option<u64>,
+    /// Choices generated (chat's `n`), each up to the output limit.
+    pub choices: u64,
     /// Whether the answer streams (server-sent events).
     pub stream: bool,
     /// The body as parsed, for the rewrite.
@@ -120,6 +123,17 @@ impl LlmRequest {
             Api::Messages => anthropic_messages(&body)?,
         };
         let max_output_tokens = output_limit(api, &body)?;
+        let choices = match (api, body.get("n")) {
+            (Api::Chat, Some(v)) if !v.is_null() => match v.as_u64() {
+                Some(n @ 1..=128) => n,
+                _ => return Err(NotRead::Invalid(format!("n must be 1 to 128, not {v}"))),
+            },
+            _ => 1,
+        };
+        if let Some(m) = max_output_tokens {
+            check_tokens("max_output_tokens", m.saturating_mul(choices))
+                .map_err(|e| NotRead::Invalid(format!("the output limit × n: {e}")))?;
+        }
         let stream = match body.get("stream") {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => *b,
@@ -130,9 +144,16 @@ impl LlmRequest {
             model,
             messages,
             max_output_tokens,
+            choices,
             stream,
             body,
         })
+    }
+
+    /// The output to reserve: the limit asked for, times the choices; 0
+    /// (the tier's default) when the body sets none.
+    pub fn output_to_reserve(&self) -> u64 {
+        self.max_output_tokens.map_or(0, |m| m * self.choices)
     }
 
     /// A streamed chat completion that does not ask for its usage chunk.
@@ -146,21 +167,32 @@ impl LlmRequest {
                 .is_none_or(|v| v.as_bool() != Some(true))
     }
 
-    /// The body to send upstream when it must change: the output limit set to
-    /// `granted` (in the field the body uses, else the API's own), and, with
-    /// `ask_usage`, `stream_options.include_usage` set. `None`: send it as is.
+    /// The body to send upstream when it must change: every output limit
+    /// field it sets capped at the grant per choice (`granted` ÷ choices),
+    /// or the API's own field written when it sets none; with `ask_usage`,
+    /// `stream_options.include_usage` set. `None`: send it as is.
     pub fn rewrite(&mut self, granted: u64, ask_usage: bool) -> Option<Vec<u8>> {
         let mut changed = false;
-        if self.max_output_tokens != Some(granted) {
-            let fields = self.api.limit_fields();
-            let field = fields
-                .iter()
-                .find(|f| self.body.contains_key(**f))
-                .unwrap_or(&fields[0]);
-            self.body.insert((*field).to_owned(), Value::from(granted));
-            self.max_output_tokens = Some(granted);
+        let per_choice = (granted / self.choices).max(1);
+        let fields = self.api.limit_fields();
+        let mut present = 0;
+        for field in fields {
+            if let Some(v) = self.body.get_mut(*field)
+                && !v.is_null()
+            {
+                present += 1;
+                if v.as_u64() != Some(per_choice) {
+                    *v = Value::from(per_choice);
+                    changed = true;
+                }
+            }
+        }
+        if present == 0 {
+            self.body
+                .insert(fields[0].to_owned(), Value::from(per_choice));
             changed = true;
         }
+        self.max_output_tokens = Some(per_choice);
         if ask_usage && self.lacks_stream_usage() {
             let options = self
                 .body
@@ -178,8 +210,10 @@ impl LlmRequest {
     }
 }
 
-/// The output limit a body asks for (the first of the API's fields set).
+/// The output limit a body asks for: the largest of the API's fields set
+/// (an upstream may honour any of them).
 fn output_limit(api: Api, body: &Map<String, Value>) -> Result<Option<u64>, NotRead> {
+    let mut most = None;
     for field in api.limit_fields() {
         match body.get(*field) {
             None | Some(Value::Null) => continue,
@@ -187,13 +221,13 @@ fn output_limit(api: Api, body: &Map<String, Value>) -> Result<Option<u64>, NotR
                 let n = v.as_u64().ok_or_else(|| {
                     NotRead::Invalid(format!("{field} must be a whole number of tokens, not {v}"))
                 })?;
-                return check_tokens("max_output_tokens", n)
-                    .map(Some)
-                    .map_err(|e| NotRead::Invalid(format!("{field}: {e}")));
+                let n = check_tokens("max_output_tokens", n)
+                    .map_err(|e| NotRead::Invalid(format!("{field}: {e}")))?;
+                most = most.max(Some(n));
             }
         }
     }
-    Ok(None)
+    Ok(most)
 }
 
 /// OpenAI chat: `messages` (role, content as text or parts, name, tool
@@ -232,6 +266,13 @@ fn responses_messages(body: &Map<String, Value>) -> Result<Vec<ChatMessage>, Not
                 out.push(chat(role, content));
             }
         }
+        // A stored prompt or conversation (`prompt`, `conversation`,
+        // `previous_response_id`) holds the context: what is not in the body
+        // is not counted (the Commit charges the real usage).
+        None | Some(Value::Null)
+            if ["prompt", "conversation", "previous_response_id"]
+                .iter()
+                .any(|k| body.contains_key(*k)) => {}
         _ => {
             return Err(NotRead::Invalid(
                 "input must be text or a list of items".into(),
@@ -369,6 +410,16 @@ mod tests {
         assert!(out.get("max_completion_tokens").is_none());
         assert_eq!(out["stream_options"]["include_usage"], true);
         assert!(r.rewrite(200, true).is_none(), "nothing left to change");
+        // Every limit field is capped, the largest reserved, times n.
+        let body =
+            br#"{"model":"m","messages":[],"max_completion_tokens":1,"max_tokens":900,"n":3}"#;
+        let mut r = LlmRequest::parse("/v1/chat/completions", false, body).unwrap();
+        assert_eq!(r.output_to_reserve(), 2700);
+        let out: Value = serde_json::from_slice(&r.rewrite(1500, false).unwrap()).unwrap();
+        assert_eq!(
+            (&out["max_completion_tokens"], &out["max_tokens"]),
+            (&500.into(), &500.into())
+        );
     }
 
     #[test]

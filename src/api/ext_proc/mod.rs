@@ -26,9 +26,10 @@ use crate::engine::Engine;
 use crate::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessor;
 use crate::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
 use crate::store::Store;
-use futures_util::Stream;
+use futures_util::{FutureExt, Stream};
 pub use reading::LiveReading;
 use session::Session;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -58,8 +59,8 @@ impl<S> ExtProcApi<S> {
 /// The answers of one stream, as tonic sends them.
 type Answers = Pin<Box<dyn Stream<Item = Result<ProcessingResponse, Status>> + Send>>;
 
-/// Answers waiting to be sent per stream: Envoy awaits each before sending
-/// the next message, so one is the most ever waiting.
+/// Answers waiting to be sent per stream (a send waits for room: Envoy
+/// pipelines the pieces of a streamed body).
 const ANSWERS_QUEUED: usize = 4;
 
 #[tonic::async_trait]
@@ -82,11 +83,35 @@ impl<S: Store> ExternalProcessor for ExtProcApi<S> {
         // Its own task: the stream is settled even when tonic drops the
         // answers (Envoy went away).
         tokio::spawn(async move {
-            // Until Envoy closes the stream, or it breaks.
-            while let Ok(Some(msg)) = inbound.message().await {
+            // Until Envoy closes the stream, or it breaks. An error ends the
+            // stream with that error (a message over the size limit, a
+            // message with no part, a panic): a stream closed OK would let
+            // Envoy pass the request on, whatever its failure_mode_allow.
+            loop {
+                let msg = match inbound.message().await {
+                    Ok(Some(msg)) => msg,
+                    Ok(None) => break,
+                    Err(status) => {
+                        let _ = tx.send(Err(status)).await;
+                        break;
+                    }
+                };
                 let observe_only = msg.observability_mode;
-                let answer = session.on_message(msg).await;
-                if !observe_only && tx.send(Ok(answer)).await.is_err() {
+                let answer = AssertUnwindSafe(session.on_message(msg))
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(Status::internal(
+                            "the budget's external processor failed on this message; report \
+                             this to the operator",
+                        ))
+                    });
+                let failed = answer.is_err();
+                let sent = match observe_only && !failed {
+                    true => true,
+                    false => tx.send(answer).await.is_ok(),
+                };
+                if failed || !sent {
                     break;
                 }
             }

@@ -109,6 +109,20 @@ pub fn header_map(pairs: &[(&str, &str)]) -> HeaderMap {
     }
 }
 
+/// `path` with repeated slashes merged and a trailing one dropped.
+fn normal(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for c in path.chars() {
+        if !(c == '/' && out.ends_with('/')) {
+            out.push(c);
+        }
+    }
+    if out.len() > 1 && out.ends_with('/') {
+        out.pop();
+    }
+    out
+}
+
 /// A header's value: `raw_value` when set, else `value`.
 pub fn header_value(h: &crate::envoy::config::core::v3::HeaderValue) -> String {
     match h.raw_value.is_empty() {
@@ -118,9 +132,11 @@ pub fn header_value(h: &crate::envoy::config::core::v3::HeaderValue) -> String {
 }
 
 impl Reading {
-    /// Whether `path` is an LLM call's.
+    /// Whether `path` is an LLM call's: compared with repeated slashes
+    /// merged and a trailing one dropped, as upstreams route them.
     pub fn is_llm_path(&self, path: &str) -> bool {
-        self.section.paths.iter().any(|p| p == path)
+        let path = normal(path);
+        self.section.paths.iter().any(|p| normal(p) == path)
     }
 
     /// What to do with other requests.
@@ -245,6 +261,8 @@ mod tests {
             ("x-priority", "Batch"),
         ]);
         assert!(reading.is_llm_path(&h.path));
+        assert!(reading.is_llm_path("//v1//chat/completions/"));
+        assert!(!reading.is_llm_path("/v1/chat"));
         let c = reading.caller(&h, None).unwrap();
         assert_eq!((c.tenant.as_str(), c.tier.as_str()), ("acme", "free"));
         assert_eq!(c.priority, Priority::Batch);

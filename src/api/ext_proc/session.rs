@@ -23,7 +23,6 @@ use crate::engine::{CommitRequest, Completion, Engine};
 use crate::envoy::config::core::v3::Metadata;
 use crate::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use crate::envoy::service::ext_proc::v3::processing_request::Request as Message;
-use crate::envoy::service::ext_proc::v3::processing_response::Response;
 use crate::envoy::service::ext_proc::v3::{
     HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
@@ -31,6 +30,7 @@ use crate::store::Store;
 use crate::telemetry;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tonic::Status;
 
 /// Where a stream is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,9 +70,12 @@ pub(super) struct Session<S> {
     state: State,
     head: RequestHead,
     metadata: Option<Metadata>,
-    /// Envoy streams the request body (so pieces are held back here and the
-    /// body sent whole at its end), rather than buffering it.
-    streamed_request: bool,
+    /// How Envoy sends the request body (`protocol_config`; BUFFERED when
+    /// an older Envoy does not say): STREAMED pieces are held back here and
+    /// the body sent whole at its end.
+    body_mode: BodySendMode,
+    /// How Envoy sends the answer, when it says.
+    answer_mode: Option<BodySendMode>,
     body: Vec<u8>,
     api: Option<Api>,
     held: Option<Held>,
@@ -99,7 +102,8 @@ impl<S: Store> Session<S> {
             state: State::Start,
             head: RequestHead::default(),
             metadata: None,
-            streamed_request: false,
+            body_mode: BodySendMode::Buffered,
+            answer_mode: None,
             body: Vec::new(),
             api: None,
             held: None,
@@ -109,27 +113,41 @@ impl<S: Store> Session<S> {
         }
     }
 
-    /// The answer to one message (every message gets exactly one).
-    pub(super) async fn on_message(&mut self, msg: ProcessingRequest) -> ProcessingResponse {
+    /// Whether Envoy streams the request body.
+    fn streamed(&self) -> bool {
+        self.body_mode == BodySendMode::Streamed
+    }
+
+    /// The answer to one message (every message gets exactly one); a
+    /// message with no part is an error that ends the stream.
+    pub(super) async fn on_message(
+        &mut self,
+        msg: ProcessingRequest,
+    ) -> Result<ProcessingResponse, Status> {
         if let Some(p) = &msg.protocol_config {
-            self.streamed_request = p.request_body_mode == BodySendMode::Streamed as i32;
+            self.body_mode =
+                BodySendMode::try_from(p.request_body_mode).unwrap_or(BodySendMode::None);
+            self.answer_mode = BodySendMode::try_from(p.response_body_mode).ok();
         }
         if msg.metadata_context.is_some() {
             self.metadata = msg.metadata_context;
         }
-        match msg.request {
+        Ok(match msg.request {
             Some(Message::RequestHeaders(h)) => self.request_headers(h),
             Some(Message::RequestBody(b)) => self.request_body(b).await,
             Some(Message::ResponseHeaders(h)) => self.response_headers(h).await,
             Some(Message::ResponseBody(b)) => self.response_body(b).await,
-            Some(Message::RequestTrailers(_)) => self.request_trailers().await,
+            Some(Message::RequestTrailers(_)) => self.request_trailers(),
             Some(Message::ResponseTrailers(_)) => {
                 self.end_of_answer().await;
                 proceed(Part::ResponseTrailers, Changes::default())
             }
-            // A message with no part: nothing to answer but "go on".
-            None => proceed(Part::RequestHeaders, Changes::default()),
-        }
+            None => {
+                return Err(Status::invalid_argument(
+                    "a ProcessingRequest with no request part: nothing to answer",
+                ));
+            }
+        })
     }
 
     fn request_headers(&mut self, h: HttpHeaders) -> ProcessingResponse {
@@ -148,6 +166,9 @@ impl<S: Store> Session<S> {
             };
         }
         self.api = Api::of_path(&self.head.path);
+        if let Some(r) = self.unworkable_modes() {
+            return self.refuse(r);
+        }
         if h.end_of_stream {
             return self.other_body(Part::RequestHeaders, "the request has no body".into());
         }
@@ -155,7 +176,7 @@ impl<S: Store> Session<S> {
         // The answer must come uncompressed for its usage to be read; a
         // streamed body is sent whole at its end, its length then unknown.
         let mut remove = vec!["accept-encoding"];
-        if self.streamed_request {
+        if self.streamed() {
             remove.push("content-length");
         }
         proceed(
@@ -165,6 +186,30 @@ impl<S: Store> Session<S> {
                 ..Changes::default()
             },
         )
+    }
+
+    /// The filter's body modes, when they cannot budget a call: a request
+    /// body not sent (NONE) or sent in a mode the processor does not take,
+    /// or an answer not sent (NONE: every call would be refunded).
+    fn unworkable_modes(&self) -> Option<Refusal> {
+        let body_ok = matches!(
+            self.body_mode,
+            BodySendMode::Buffered | BodySendMode::Streamed | BodySendMode::BufferedPartial
+        );
+        let answer_ok = self.answer_mode != Some(BodySendMode::None);
+        if body_ok && answer_ok {
+            return None;
+        }
+        let mut r = Refusal::bad_request(format!(
+            "the budget's external processor cannot budget this call with \
+             request_body_mode {} and response_body_mode {}: set the ext_proc filter's \
+             processing_mode to request_body_mode BUFFERED (or STREAMED) and \
+             response_body_mode STREAMED (docs/ext_proc.md)",
+            self.body_mode.as_str_name(),
+            self.answer_mode.map_or("unset", |m| m.as_str_name()),
+        ));
+        r.status = 500;
+        Some(r)
     }
 
     async fn request_body(&mut self, b: HttpBody) -> ProcessingResponse {
@@ -193,16 +238,31 @@ impl<S: Store> Session<S> {
             return self.refuse(r);
         }
         self.body.extend_from_slice(&b.body);
-        if !b.end_of_stream {
+        match (self.body_mode, b.end_of_stream) {
             // A piece of a streamed body: held back, sent whole at the end.
-            let clear_body = self.streamed_request;
-            return proceed(
-                Part::RequestBody,
-                Changes {
-                    clear_body,
-                    ..Changes::default()
-                },
-            );
+            (BodySendMode::Streamed, false) => {
+                return proceed(
+                    Part::RequestBody,
+                    Changes {
+                        clear_body: true,
+                        ..Changes::default()
+                    },
+                );
+            }
+            // Only what fit in Envoy's buffer: the rest cannot be read.
+            (BodySendMode::BufferedPartial, false) => {
+                let mut r = Refusal::bad_request(
+                    "the request body is larger than Envoy's buffer (BUFFERED_PARTIAL sent only \
+                     its start): shorten it, or raise the listener's \
+                     per_connection_buffer_limit_bytes"
+                        .into(),
+                );
+                r.status = 413;
+                return self.refuse(r);
+            }
+            // BUFFERED sends the whole body in one message, without
+            // end_of_stream when trailers follow: it is whole all the same.
+            _ => {}
         }
         let body = std::mem::take(&mut self.body);
         self.body_ended(body).await
@@ -227,13 +287,13 @@ impl<S: Store> Session<S> {
                 let mut changes = Changes::default();
                 match rewritten {
                     Some(new) => {
-                        if !self.streamed_request {
+                        if !self.streamed() {
                             changes.set.push(("content-length", new.len().to_string()));
                         }
                         changes.body = Some(new);
                     }
                     // Pieces were held back: send the body whole.
-                    None if self.streamed_request => changes.body = Some(body),
+                    None if self.streamed() => changes.body = Some(body),
                     None => {}
                 }
                 proceed(Part::RequestBody, changes)
@@ -242,30 +302,18 @@ impl<S: Store> Session<S> {
         }
     }
 
-    /// Request trailers end a body sent without end_of_stream. A buffered
-    /// body was passed on already: it is reserved for as it went (no
-    /// rewrite); a streamed one was held back and cannot be sent with
-    /// trailers: refused (Envoy's request_trailer_mode SKIP avoids both).
-    async fn request_trailers(&mut self) -> ProcessingResponse {
+    /// Request trailers while the body is still being read: only a
+    /// streamed body gets here (a buffered one is whole in its one message),
+    /// and its held-back pieces cannot go with trailers: refused. (With
+    /// request_trailer_mode SKIP no message would come, and the backstop in
+    /// `response_headers` refuses the answer.)
+    fn request_trailers(&mut self) -> ProcessingResponse {
         if self.state == State::Reading {
-            if self.streamed_request {
-                return self.refuse(Refusal::bad_request(
-                    "a streamed request body with trailers cannot be budgeted: set the ext_proc \
-                     filter's request_trailer_mode to SKIP, or request_body_mode to BUFFERED"
-                        .into(),
-                ));
-            }
-            let end = HttpBody {
-                end_of_stream: true,
-                ..HttpBody::default()
-            };
-            if let r @ ProcessingResponse {
-                response: Some(Response::ImmediateResponse(_)),
-                ..
-            } = self.request_body(end).await
-            {
-                return r;
-            }
+            return self.refuse(Refusal::bad_request(
+                "a streamed request body with trailers cannot be budgeted (its pieces were held \
+                 back to be sent whole): send the body BUFFERED"
+                    .into(),
+            ));
         }
         proceed(Part::RequestTrailers, Changes::default())
     }
@@ -287,7 +335,7 @@ impl<S: Store> Session<S> {
             tier: caller.tier,
             model: call.model.clone(),
             prompt: PromptInput::Text(Prompt::Messages(std::mem::take(&mut call.messages))),
-            max_output_tokens: call.max_output_tokens.unwrap_or(0),
+            max_output_tokens: call.output_to_reserve(),
             min_output_tokens: None,
             idempotency_key: None,
             lease_ttl_ms: None,
@@ -317,6 +365,18 @@ impl<S: Store> Session<S> {
     }
 
     async fn response_headers(&mut self, h: HttpHeaders) -> ProcessingResponse {
+        if self.state == State::Reading {
+            // An LLM call whose body was never read whole: passing its answer
+            // would spend unbudgeted.
+            let mut r = Refusal::bad_request(
+                "the answer began before the budget's external processor read the whole \
+                 request body (a streamed body that never ended, or a body mode that sends \
+                 none): send the body BUFFERED (docs/ext_proc.md)"
+                    .into(),
+            );
+            r.status = 500;
+            return self.refuse(r);
+        }
         if self.state != State::Reserved || self.answer.is_some() {
             return proceed(Part::ResponseHeaders, Changes::default());
         }
@@ -377,7 +437,7 @@ impl<S: Store> Session<S> {
 
     /// The stream ended (Envoy closed it, or it broke): settle what is held.
     pub(super) async fn close(&mut self) {
-        self.settle().await;
+        self.end_of_answer().await;
     }
 
     /// Commits the usage reported, else what was delivered; refunds when
@@ -465,7 +525,7 @@ impl<S: Store> Session<S> {
             OtherRequests::Pass => {
                 self.state = State::Passing;
                 telemetry::ext_proc_request("passed");
-                let body = (self.streamed_request && part == Part::RequestBody).then_some(body);
+                let body = (self.streamed() && part == Part::RequestBody).then_some(body);
                 proceed(
                     part,
                     Changes {

@@ -54,6 +54,8 @@ pub struct AnswerReader {
     delivered: u64,
     /// A JSON body outgrew [`MAX_KEPT_BYTES`].
     overflowed: bool,
+    /// The end was read.
+    finished: bool,
 }
 
 impl AnswerReader {
@@ -74,6 +76,7 @@ impl AnswerReader {
             complete: false,
             delivered: 0,
             overflowed: false,
+            finished: false,
         }
     }
 
@@ -119,6 +122,9 @@ impl AnswerReader {
 
     /// The body ended: reads a JSON body, or the last event if unterminated.
     pub fn finish(&mut self) {
+        if std::mem::replace(&mut self.finished, true) {
+            return;
+        }
         if self.sse {
             if !self.pending.is_empty() {
                 let line = std::mem::take(&mut self.pending);

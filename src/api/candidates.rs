@@ -1,0 +1,72 @@
+//! CheckAndReserve's fallback candidates ([`crate::engine::fallback`]):
+//! validated from the request, answered in the response beside the
+//! reservation [`convert`](super::convert) builds.
+
+use super::convert::{check_label, dimension, level, reason, reserve_response};
+use crate::domain::InvalidInput;
+use crate::engine::FallbackOutcome;
+use crate::engine::fallback::MAX_CANDIDATES;
+use crate::pb;
+
+/// A CheckAndReserve request's fallback candidates, validated: empty when
+/// it names none; otherwise labels, at most [`MAX_CANDIDATES`], `model`
+/// empty or the first, and no idempotency key (a retry could then hold two
+/// candidates' reservations).
+pub(super) fn candidates(r: &mut pb::CheckAndReserveRequest) -> Result<Vec<String>, InvalidInput> {
+    let list = std::mem::take(&mut r.candidate_models);
+    if list.is_empty() {
+        return Ok(list);
+    }
+    let bad = |m: String| Err(InvalidInput::new("candidate_models", m));
+    if list.len() > MAX_CANDIDATES {
+        return bad(format!("{} models; at most {MAX_CANDIDATES}", list.len()));
+    }
+    for m in &list {
+        check_label("candidate_models", m)?;
+        if m.is_empty() {
+            return bad("holds an empty model name".into());
+        }
+    }
+    if !r.model.is_empty() && r.model != list[0] {
+        return bad(format!(
+            "model is {:?} but the first candidate is {:?}: leave model empty, or make it the \
+             first candidate",
+            r.model.chars().take(64).collect::<String>(),
+            list[0].chars().take(64).collect::<String>()
+        ));
+    }
+    if !r.idempotency_key.is_empty() {
+        return bad(
+            "cannot be combined with an idempotency_key (a retry could hold two candidates' \
+             reservations): retry without a key, or name one model"
+                .into(),
+        );
+    }
+    r.model.clone_from(&list[0]);
+    Ok(list)
+}
+
+/// The response to CheckAndReserve with candidates.
+pub(super) fn fallback_response(out: FallbackOutcome) -> pb::CheckAndReserveResponse {
+    let mut resp = reserve_response(out.outcome);
+    resp.chosen_model = out.chosen_model.unwrap_or_default();
+    resp.skipped_candidates = out
+        .skipped
+        .into_iter()
+        .map(|s| {
+            let d = s.denial;
+            let mut c = pb::SkippedCandidate {
+                model: s.model,
+                retry_after_ms: d.retry_after_ms,
+                model_group: d.model_group.unwrap_or_default(),
+                detail: d.detail,
+                ..Default::default()
+            };
+            c.set_reason(reason(d.reason));
+            c.set_level(d.level.map_or(pb::Level::Unspecified, level));
+            c.set_dimension(d.dimension.map_or(pb::Dimension::Unspecified, dimension));
+            c
+        })
+        .collect();
+    resp
+}
