@@ -56,6 +56,8 @@ pub struct AnswerReader {
     overflowed: bool,
     /// The end was read.
     finished: bool,
+    /// The last line ended with a CR (its LF may open the next piece).
+    after_cr: bool,
 }
 
 impl AnswerReader {
@@ -77,6 +79,7 @@ impl AnswerReader {
             delivered: 0,
             overflowed: false,
             finished: false,
+            after_cr: false,
         }
     }
 
@@ -104,9 +107,16 @@ impl AnswerReader {
             return;
         }
         let mut rest = chunk;
-        while let Some(end) = rest.iter().position(|b| *b == b'\n') {
+        // Lines end with LF, CRLF or a bare CR (the event stream format).
+        while let Some(end) = rest.iter().position(|b| matches!(b, b'\n' | b'\r')) {
             let (line, tail) = rest.split_at(end);
             rest = &tail[1..];
+            let cr = tail[0] == b'\r';
+            // The LF of a CRLF split from its CR by a chunk boundary.
+            let lf_of_crlf = std::mem::replace(&mut self.after_cr, cr) && !cr && end == 0;
+            if lf_of_crlf && self.pending.is_empty() {
+                continue;
+            }
             if self.pending.is_empty() {
                 self.line(line);
             } else {
@@ -407,6 +417,24 @@ mod tests {
             assert_eq!(r.usage(), Some(want), "cut every {step} bytes");
             assert_eq!(r.delivered_text(), "Héllo");
         }
+    }
+
+    #[test]
+    fn lines_may_end_with_a_bare_cr() {
+        let cr = CHAT_STREAM.replace("\r\n", "\n").replace('\n', "\r");
+        for step in [1, 3, 50] {
+            let mut r = read("text/event-stream", cr.as_bytes(), step);
+            assert_eq!(
+                r.usage().map(|u| u.completion_tokens),
+                Some(3),
+                "every {step}"
+            );
+            assert_eq!(r.delivered_text(), "Héllo");
+        }
+        // A two-line event in CRLF, cut between each CR and its LF.
+        let two = "data: {\"choices\":[],\r\ndata: \"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\r\n\r\n";
+        let r = read("text/event-stream", two.as_bytes(), 1);
+        assert_eq!(r.usage().map(|u| u.completion_tokens), Some(2));
     }
 
     #[test]
