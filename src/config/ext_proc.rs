@@ -8,6 +8,7 @@
 //! user_header = "x-user-id"        # optional on a request
 //! tier_header = "x-tier"           # optional: else default_tier
 //! priority_header = "x-priority"   # critical, normal (the default) or batch
+//! fallback_header = "x-fallback-models"  # models to fall back to, comma-separated
 //! default_tier = "free"
 //! paths = ["/v1/chat/completions", "/v1/responses", "/v1/messages"]
 //! other_requests = "pass"          # or "deny": other paths, bodies that are no LLM call
@@ -45,6 +46,10 @@ pub struct ExtProcSection {
     /// The request header that carries the priority: `critical`, `normal`
     /// (when absent) or `batch`.
     pub priority_header: String,
+    /// The request header that names models to fall back to, in order,
+    /// comma-separated: the first of the body's model and these with room
+    /// is reserved, and the body's model rewritten to it.
+    pub fallback_header: String,
     /// The tier of requests without a tier header; `None`: such a request is
     /// refused (400).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -77,6 +82,7 @@ impl Default for ExtProcSection {
             user_header: "x-user-id".into(),
             tier_header: "x-tier".into(),
             priority_header: "x-priority".into(),
+            fallback_header: "x-fallback-models".into(),
             default_tier: None,
             paths: DEFAULT_PATHS.iter().map(|p| (*p).to_owned()).collect(),
             other_requests: OtherRequests::Pass,
@@ -100,6 +106,7 @@ impl ExtProcSection {
             ("user_header", &self.user_header),
             ("tier_header", &self.tier_header),
             ("priority_header", &self.priority_header),
+            ("fallback_header", &self.fallback_header),
         ];
         for (i, (name, header)) in headers.iter().enumerate() {
             let token = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_.".contains(c);

@@ -35,6 +35,7 @@ on_every_store!(
     a_dropped_stream_settles_without_another_message,
     denials_answer_429_and_413_in_the_callers_api,
     concurrent_streams_never_exceed_the_concurrency_token_or_dollar_limit,
+    a_spent_model_falls_back_to_the_next_named_in_the_header,
 );
 
 const CONFIG: &str = r#"
@@ -57,6 +58,12 @@ output = 10.00
 max_context_tokens = 20000
 default_max_output_tokens = 1000
 tenant = { tokens = [{ limit = 200000, window = "month" }, { limit = 2000, period = "1m" }], spend = [{ limit_usd = 0.02, window = "month" }], concurrency = 5 }
+
+[models.primary]
+match = ["primary-*"]
+
+[tiers.t.models.primary]
+tenant = { requests = [{ limit = 1, period = "1h" }] }
 
 [tiers.tight]
 max_context_tokens = 20000
@@ -1010,5 +1017,50 @@ async fn a_compressed_answer_is_charged_its_grant() {
         reserved,
         "prompt + 400 granted"
     );
+    assert_eq!(in_flight(&mut h, "acme").await, 0);
+}
+
+/// `x-fallback-models`: the body's model first, then those named; the one
+/// reserved goes in the body and in `x-ctxbudget-model` (routes pick again).
+async fn a_spent_model_falls_back_to_the_next_named_in_the_header(backend: Backend) {
+    let mut h = Harness::start(backend, CONFIG).await;
+    let ask = json!({"model": "primary-1", "max_tokens": 100,
+        "messages": [{"role": "user", "content": "Hi"}]})
+    .to_string();
+    let mut chosen = Vec::new();
+    for _ in 0..2 {
+        let mut envoy = Envoy::open(&h, BodySendMode::Buffered).await;
+        let head = headers(
+            &[
+                (":path", "/v1/chat/completions"),
+                ("x-tenant-id", "acme"),
+                ("x-fallback-models", "gpt-4o-mini, primary-1"),
+            ],
+            false,
+        );
+        envoy.send(Part::RequestHeaders(head)).await;
+        let a = envoy
+            .send(Part::RequestBody(body(ask.as_bytes(), true)))
+            .await;
+        let c = common(&a);
+        let model = set_header(c, "x-ctxbudget-model")
+            .expect("the model chosen")
+            .to_owned();
+        let sent: Value = serde_json::from_slice(new_body(c).unwrap_or(ask.as_bytes())).unwrap();
+        assert_eq!(
+            sent["model"],
+            model.as_str(),
+            "the body goes to the model chosen"
+        );
+        assert_eq!(c.clear_route_cache, model != "primary-1");
+        chosen.push(model);
+        // Answered and committed: the request is spent.
+        envoy.send(response_headers(200, "application/json")).await;
+        let answer = br#"{"usage":{"prompt_tokens":8,"completion_tokens":2}}"#;
+        envoy.send(Part::ResponseBody(body(answer, true))).await;
+        envoy.close().await;
+    }
+    // primary takes one request an hour: the second call falls back.
+    assert_eq!(chosen, ["primary-1", "gpt-4o-mini"]);
     assert_eq!(in_flight(&mut h, "acme").await, 0);
 }

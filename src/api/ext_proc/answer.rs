@@ -50,6 +50,8 @@ pub(super) struct Changes {
     pub(super) body: Option<Vec<u8>>,
     /// Drop this piece of a streamed body (it is sent whole later).
     pub(super) clear_body: bool,
+    /// The headers that pick the route changed: Envoy picks it again.
+    pub(super) clear_route_cache: bool,
 }
 
 /// Go on with the message `part`, changed as `changes` says.
@@ -67,6 +69,7 @@ pub(super) fn proceed(part: Part, changes: Changes) -> ProcessingResponse {
     let common = CommonResponse {
         header_mutation,
         body_mutation: body_mutation.map(|m| BodyMutation { mutation: Some(m) }),
+        clear_route_cache: changes.clear_route_cache,
         ..CommonResponse::default()
     };
     let response = match part {

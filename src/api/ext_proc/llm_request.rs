@@ -167,12 +167,23 @@ impl LlmRequest {
                 .is_none_or(|v| v.as_bool() != Some(true))
     }
 
-    /// The body to send upstream when it must change: every output limit
+    /// The body to send upstream when it must change: `model` when a
+    /// fallback was chosen; every output limit
     /// field it sets capped at the grant per choice (`granted` ÷ choices),
     /// or the API's own field written when it sets none; with `ask_usage`,
     /// `stream_options.include_usage` set. `None`: send it as is.
-    pub fn rewrite(&mut self, granted: u64, ask_usage: bool) -> Option<Vec<u8>> {
+    pub fn rewrite(
+        &mut self,
+        granted: u64,
+        ask_usage: bool,
+        model: Option<&str>,
+    ) -> Option<Vec<u8>> {
         let mut changed = false;
+        if let Some(m) = model.filter(|m| *m != self.model) {
+            self.body.insert("model".into(), Value::from(m));
+            m.clone_into(&mut self.model);
+            changed = true;
+        }
         let per_choice = (granted / self.choices).max(1);
         let fields = self.api.limit_fields();
         let mut present = 0;
@@ -405,17 +416,20 @@ mod tests {
         assert_eq!(r.messages[1].content, "Hi", "no image bytes counted");
         assert_eq!((r.max_output_tokens, r.stream), (Some(500), true));
         assert!(r.lacks_stream_usage());
-        let out: Value = serde_json::from_slice(&r.rewrite(200, true).unwrap()).unwrap();
+        let out: Value = serde_json::from_slice(&r.rewrite(200, true, None).unwrap()).unwrap();
         assert_eq!(out["max_tokens"], 200);
         assert!(out.get("max_completion_tokens").is_none());
         assert_eq!(out["stream_options"]["include_usage"], true);
-        assert!(r.rewrite(200, true).is_none(), "nothing left to change");
+        assert!(
+            r.rewrite(200, true, None).is_none(),
+            "nothing left to change"
+        );
         // Every limit field is capped, the largest reserved, times n.
         let body =
             br#"{"model":"m","messages":[],"max_completion_tokens":1,"max_tokens":900,"n":3}"#;
         let mut r = LlmRequest::parse("/v1/chat/completions", false, body).unwrap();
         assert_eq!(r.output_to_reserve(), 2700);
-        let out: Value = serde_json::from_slice(&r.rewrite(1500, false).unwrap()).unwrap();
+        let out: Value = serde_json::from_slice(&r.rewrite(1500, false, None).unwrap()).unwrap();
         assert_eq!(
             (&out["max_completion_tokens"], &out["max_tokens"]),
             (&500.into(), &500.into())
@@ -430,7 +444,7 @@ mod tests {
         let texts: Vec<_> = r.messages.iter().map(|m| m.content.as_str()).collect();
         assert_eq!(texts, ["Sys", "Q", "42"]);
         assert_eq!(r.max_output_tokens, None);
-        let out: Value = serde_json::from_slice(&r.rewrite(64, true).unwrap()).unwrap();
+        let out: Value = serde_json::from_slice(&r.rewrite(64, true, None).unwrap()).unwrap();
         assert_eq!(out["max_output_tokens"], 64);
         let body = br#"{"model":"claude-x","system":[{"type":"text","text":"S"}],"max_tokens":1024,
             "messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{"a":1}}]}]}"#;

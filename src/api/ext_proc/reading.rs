@@ -4,6 +4,7 @@
 
 use crate::config::{ExtProcSection, OtherRequests};
 use crate::domain::{InvalidInput, Priority, TenantId, UserId, is_tier_name};
+use crate::engine::fallback::MAX_CANDIDATES;
 use crate::envoy::config::core::v3::{HeaderMap, Metadata};
 use prost_types::value::Kind;
 use std::sync::{Arc, RwLock};
@@ -142,6 +143,41 @@ impl Reading {
     /// What to do with other requests.
     pub fn other_requests(&self) -> OtherRequests {
         self.section.other_requests
+    }
+
+    /// The models to fall back to after `model`, from the fallback header
+    /// (comma-separated, in order; `model` itself and repeats left out):
+    /// empty when it names none. At most 7, each a model name.
+    pub fn fallbacks(&self, head: &RequestHead, model: &str) -> Result<Vec<String>, InvalidInput> {
+        let header = &self.section.fallback_header;
+        let Some(value) = head.get(header) else {
+            return Ok(Vec::new());
+        };
+        let mut out: Vec<String> = Vec::new();
+        for m in value.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+            if m.len() > 256 || m.chars().any(char::is_control) {
+                return Err(InvalidInput::new(
+                    "fallback",
+                    format!(
+                        "header {header} names a model longer than 256 bytes or with control characters"
+                    ),
+                ));
+            }
+            if m != model && !out.iter().any(|o| o == m) {
+                out.push(m.to_owned());
+            }
+        }
+        if out.len() >= MAX_CANDIDATES {
+            return Err(InvalidInput::new(
+                "fallback",
+                format!(
+                    "header {header} names {} models; at most {} beside the body's",
+                    out.len(),
+                    MAX_CANDIDATES - 1
+                ),
+            ));
+        }
+        Ok(out)
     }
 
     /// The caller of a request: each value from the metadata namespace when

@@ -60,6 +60,10 @@ struct Held {
     lease: Duration,
 }
 
+/// The request header naming the model a call with fallback models goes
+/// to, for routes to match on.
+pub(super) const CHOSEN_MODEL_HEADER: &str = "x-ctxbudget-model";
+
 /// One processing stream's state.
 pub(super) struct Session<S> {
     engine: Arc<Engine<S>>,
@@ -83,6 +87,8 @@ pub(super) struct Session<S> {
     /// The answer is compressed (its upstream ignored the removed
     /// `accept-encoding`): its usage cannot be read.
     encoded: bool,
+    /// With fallback models: the candidate reserved.
+    chosen_model: Option<String>,
     /// The `x-ratelimit-*` headers of the reservation, for the answer.
     limit_headers: Vec<(&'static str, String)>,
 }
@@ -109,6 +115,7 @@ impl<S: Store> Session<S> {
             held: None,
             answer: None,
             encoded: false,
+            chosen_model: None,
             limit_headers: Vec::new(),
         }
     }
@@ -282,9 +289,16 @@ impl<S: Store> Session<S> {
         match self.reserve(&mut call).await {
             Ok(granted) => {
                 let ask_usage = self.reading.section.stream_usage;
-                let rewritten = call.rewrite(granted, ask_usage);
+                let chosen = self.chosen_model.take();
+                let moved = chosen.as_ref().is_some_and(|m| *m != call.model);
+                let rewritten = call.rewrite(granted, ask_usage, chosen.as_deref());
                 self.state = State::Reserved;
                 let mut changes = Changes::default();
+                if let Some(model) = chosen {
+                    // Routes may match the model the call now goes to.
+                    changes.clear_route_cache = moved;
+                    changes.set.push((CHOSEN_MODEL_HEADER, model));
+                }
                 match rewritten {
                     Some(new) => {
                         if !self.streamed() {
@@ -329,6 +343,10 @@ impl<S: Store> Session<S> {
             a.check_tenant(caller.tenant.as_str())
                 .map_err(|s| Box::new(Refusal::forbidden(s.message().to_owned())))?;
         }
+        let fallbacks = self
+            .reading
+            .fallbacks(&self.head, &call.model)
+            .map_err(|e| Box::new(Refusal::bad_request(e.to_string())))?;
         let req = ReserveRequest {
             tenant: caller.tenant,
             user: caller.user,
@@ -341,9 +359,21 @@ impl<S: Store> Session<S> {
             lease_ttl_ms: None,
             priority: caller.priority,
         };
-        let out = Box::pin(self.engine.reserve(req))
-            .await
-            .map_err(|e| Box::new(Refusal::engine(&e)))?;
+        let out = match fallbacks.is_empty() {
+            true => Box::pin(self.engine.reserve(req)).await,
+            false => {
+                let mut candidates = Vec::with_capacity(fallbacks.len() + 1);
+                candidates.push(call.model.clone());
+                candidates.extend(fallbacks);
+                Box::pin(self.engine.reserve_first(req, candidates))
+                    .await
+                    .map(|f| {
+                        self.chosen_model = f.chosen_model;
+                        f.outcome
+                    })
+            }
+        }
+        .map_err(|e| Box::new(Refusal::engine(&e)))?;
         let with_headers = self.reading.section.headers;
         if out.denial.is_some() {
             return Err(Box::new(Refusal::denied(&out, with_headers)));
