@@ -1,12 +1,14 @@
 //! CheckAndReserve with fallback candidates: each model in order, reserved
 //! as CheckAndReserve reserves one, until one has room. A denied candidate
 //! holds nothing (a reservation is all or nothing), so trying the next one
-//! leaves no trace but its denial; an operator's block ends the search.
+//! leaves no trace but its denial; an operator's block ends the search. The
+//! tier is resolved and the block checked once, and the prompt counted once
+//! per estimator key.
 
 use super::reply::ReserveOutcome;
 use super::{Engine, EngineError};
 use crate::domain::plan::ReserveRequest;
-use crate::domain::{Denial, Reason};
+use crate::domain::{Denial, PromptCount, PromptInput, Reason};
 use crate::store::Store;
 
 /// The most candidates one request may name.
@@ -41,12 +43,36 @@ impl<S: Store> Engine<S> {
         req: ReserveRequest,
         candidates: Vec<String>,
     ) -> Result<FallbackOutcome, EngineError> {
+        let limits = self.limits();
+        let tier = match self.admit(&limits, &req)? {
+            Ok(tier) => tier,
+            // A block holds for every model.
+            Err(blocked) => {
+                return Ok(FallbackOutcome {
+                    outcome: blocked,
+                    chosen_model: None,
+                    skipped: Vec::new(),
+                });
+            }
+        };
         let mut skipped: Vec<Skipped> = Vec::with_capacity(candidates.len());
         let mut first: Option<ReserveOutcome> = None;
+        // The prompt is counted once per estimator key: candidates of one
+        // key (one tokenizer, one correction) share the count.
+        let mut counted: Option<(String, PromptCount)> = None;
         for model in candidates {
-            let mut attempt = req.clone();
-            attempt.model.clone_from(&model);
-            let out = Box::pin(self.reserve(attempt)).await?;
+            let mut attempt = for_model(&req, &model);
+            let key = self.estimator_key(&model);
+            let count = match counted.take() {
+                Some((k, count)) if k == key => count,
+                _ => {
+                    attempt.prompt = req.prompt.clone();
+                    self.count(&mut attempt, &tier).await
+                }
+            };
+            let out = Box::pin(self.reserve_counted(&attempt, &limits, &tier, &count)).await;
+            counted = Some((key, count));
+            let out = out?;
             let Some(denial) = out.denial.clone() else {
                 return Ok(FallbackOutcome {
                     outcome: out,
@@ -78,5 +104,21 @@ impl<S: Store> Engine<S> {
             chosen_model: None,
             skipped,
         })
+    }
+}
+
+/// `req` for `model`, without its prompt (counted apart, or shared).
+fn for_model(req: &ReserveRequest, model: &str) -> ReserveRequest {
+    ReserveRequest {
+        tenant: req.tenant.clone(),
+        user: req.user.clone(),
+        tier: req.tier.clone(),
+        model: model.to_owned(),
+        prompt: PromptInput::Tokens(0),
+        max_output_tokens: req.max_output_tokens,
+        min_output_tokens: req.min_output_tokens,
+        idempotency_key: req.idempotency_key.clone(),
+        lease_ttl_ms: req.lease_ttl_ms,
+        priority: req.priority,
     }
 }

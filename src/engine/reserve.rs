@@ -19,21 +19,52 @@ impl<S: Store> Engine<S> {
     /// CheckAndReserve: resolve the tier, count, plan, and reserve.
     pub async fn reserve(&self, mut req: ReserveRequest) -> Result<ReserveOutcome, EngineError> {
         let limits = self.limits();
-        let tier = self.resolve_tier(&limits, &req.tier, req.tenant.as_str())?;
-        let user = req.user.as_ref().map(UserId::as_str);
-        if let Some(denial) = super::blocked(&limits, req.tenant.as_str(), user) {
-            telemetry::decision(&tier.name, Some(&denial), 0);
-            return Ok(ReserveOutcome::blocked(denial));
-        }
+        let tier = match self.admit(&limits, &req)? {
+            Ok(tier) => tier,
+            Err(blocked) => return Ok(blocked),
+        };
         let count = self.count(&mut req, &tier).await;
+        self.reserve_counted(&req, &limits, &tier, &count).await
+    }
+
+    /// The request's tier, or the answer for a blocked tenant or user.
+    pub(super) fn admit(
+        &self,
+        limits: &Limits,
+        req: &ReserveRequest,
+    ) -> Result<Result<Arc<Tier>, ReserveOutcome>, EngineError> {
+        let tier = self.resolve_tier(limits, &req.tier, req.tenant.as_str())?;
+        let user = req.user.as_ref().map(UserId::as_str);
+        if let Some(denial) = super::blocked(limits, req.tenant.as_str(), user) {
+            telemetry::decision(&tier.name, Some(&denial), 0);
+            return Ok(Err(ReserveOutcome::blocked(denial)));
+        }
+        Ok(Ok(tier))
+    }
+
+    /// The estimator key a model's prompt is counted and corrected under:
+    /// two models of one key count a prompt alike.
+    pub(super) fn estimator_key(&self, model: &str) -> String {
+        self.counter.rules().estimator_key(model).to_string()
+    }
+
+    /// CheckAndReserve once the prompt is counted (`req`'s prompt no longer
+    /// needed): plan and reserve.
+    pub(super) async fn reserve_counted(
+        &self,
+        req: &ReserveRequest,
+        limits: &Arc<Limits>,
+        tier: &Arc<Tier>,
+        count: &PromptCount,
+    ) -> Result<ReserveOutcome, EngineError> {
         let terms = Terms {
-            limits: &limits,
-            tier: &tier,
+            limits,
+            tier,
             leases: self.settings.leases,
             priorities: self.settings.priorities,
             now_us: self.store.now_us(),
         };
-        let mut plan = match plan::prepare(&req, &count, &terms)? {
+        let mut plan = match plan::prepare(req, count, &terms)? {
             Prepared::Plan(plan) => plan,
             Prepared::Refused {
                 denial,
@@ -41,18 +72,18 @@ impl<S: Store> Engine<S> {
                 max_output_tokens,
             } => {
                 telemetry::decision(&tier.name, Some(&denial), 0);
-                let now = self.limits_now(&req, &limits, &tier).await;
-                let out = ReserveOutcome::refused(denial, tokens, max_output_tokens, &count, now);
+                let now = self.limits_now(req, limits, tier).await;
+                let out = ReserveOutcome::refused(denial, tokens, max_output_tokens, count, now);
                 return Ok(out);
             }
         };
         // Every later line of this call names the reservation.
         tracing::Span::current().record("reservation", tracing::field::display(&plan.id));
-        self.check_price(&plan, &req.model, &limits)?;
+        self.check_price(&plan, &req.model, limits)?;
         if plan.levels.iter().any(|l| l.overrun.is_some()) {
             plan.learned_output = self.learned_output(&plan.id.estimator, &tier.name).await;
         }
-        self.reserve_plan(plan, &tier, &count).await
+        self.reserve_plan(plan, tier, count).await
     }
 
     /// The store's part of CheckAndReserve: check the quota in shadow,
@@ -167,7 +198,7 @@ impl<S: Store> Engine<S> {
     /// count corrected by the estimator (its multiplier, or its content fit). Text goes to the counter
     /// (a long one to another thread), so it leaves the request: nothing after
     /// counting reads it.
-    async fn count(&self, req: &mut ReserveRequest, tier: &Tier) -> PromptCount {
+    pub(super) async fn count(&self, req: &mut ReserveRequest, tier: &Tier) -> PromptCount {
         let prompt = match &mut req.prompt {
             PromptInput::Tokens(n) => {
                 // The key names the model's completions too (a learned output).
