@@ -67,13 +67,25 @@ KEYS = load_keys()
 
 
 def load_fallbacks() -> dict[str, list[str]]:
-    """Model → the models to fall back to, in order (LiteLLM's ``fallbacks``),
-    from the JSON file ``GATEWAY_FALLBACKS`` names; none by default."""
+    """Model → the models to fall back to, in order, from the JSON file
+    ``GATEWAY_FALLBACKS`` names (none by default): an object
+    ``{"model": ["fallback", …]}``, or LiteLLM's ``fallbacks`` list of such
+    objects. Each list loses the model itself and repeats, and is cut to the
+    7 ctxbudget takes beside it."""
     path = os.environ.get("GATEWAY_FALLBACKS")
     if not path:
         return {}
     with open(path) as f:
-        return json.load(f)
+        loaded = json.load(f)
+    entries = loaded if isinstance(loaded, list) else [loaded]
+    out: dict[str, list[str]] = {}
+    for entry in entries:
+        for model, fallbacks in entry.items():
+            kept = out.setdefault(model, [])
+            for m in fallbacks:
+                if m != model and m not in kept and len(kept) < 7:
+                    kept.append(m)
+    return out
 
 
 #: A call for a model with fallbacks reserves on the first of them with room

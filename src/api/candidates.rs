@@ -21,10 +21,16 @@ pub(super) fn candidates(r: &mut pb::CheckAndReserveRequest) -> Result<Vec<Strin
     if list.len() > MAX_CANDIDATES {
         return bad(format!("{} models; at most {MAX_CANDIDATES}", list.len()));
     }
-    for m in &list {
+    for (i, m) in list.iter().enumerate() {
         check_label("candidate_models", m)?;
         if m.is_empty() {
             return bad("holds an empty model name".into());
+        }
+        if list[..i].contains(m) {
+            return bad(format!(
+                "names {:?} twice: name each model once",
+                m.chars().take(64).collect::<String>()
+            ));
         }
     }
     if !r.model.is_empty() && r.model != list[0] {

@@ -48,7 +48,7 @@ pub struct ExtProcSection {
     pub priority_header: String,
     /// The request header that names models to fall back to, in order,
     /// comma-separated: the first of the body's model and these with room
-    /// is reserved, and the body's model rewritten to it.
+    /// is reserved, and the body's model rewritten to it. "": off.
     pub fallback_header: String,
     /// The tier of requests without a tier header; `None`: such a request is
     /// refused (400).
@@ -109,6 +109,9 @@ impl ExtProcSection {
             ("fallback_header", &self.fallback_header),
         ];
         for (i, (name, header)) in headers.iter().enumerate() {
+            if *name == "fallback_header" && header.is_empty() {
+                continue; // off
+            }
             let token = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_.".contains(c);
             if header.is_empty() || !header.chars().all(token) {
                 return bad(

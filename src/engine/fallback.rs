@@ -1,14 +1,18 @@
 //! CheckAndReserve with fallback candidates: each model in order, reserved
 //! as CheckAndReserve reserves one, until one has room. A denied candidate
 //! holds nothing (a reservation is all or nothing), so trying the next one
-//! leaves no trace but its denial; an operator's block ends the search. The
-//! tier is resolved and the block checked once, and the prompt counted once
-//! per estimator key.
+//! leaves no trace but its denial. The tier is resolved and a block (which
+//! holds for every model) checked once, and the prompt counted once per
+//! tokenizer and estimator key.
 
 use super::reply::ReserveOutcome;
 use super::{Engine, EngineError};
 use crate::domain::plan::ReserveRequest;
-use crate::domain::{Denial, PromptCount, PromptInput, Reason};
+use crate::domain::{Denial, PromptCount, PromptInput};
+use crate::estimator::Method;
+
+/// How a candidate's prompt is counted: its tokenizer and estimator key.
+type CountedAs = (Method, String);
 use crate::store::Store;
 
 /// The most candidates one request may name.
@@ -57,22 +61,23 @@ impl<S: Store> Engine<S> {
         };
         let mut skipped: Vec<Skipped> = Vec::with_capacity(candidates.len());
         let mut first: Option<ReserveOutcome> = None;
-        // The prompt is counted once per estimator key: candidates of one
-        // key (one tokenizer, one correction) share the count.
-        let mut counted: Option<(String, PromptCount)> = None;
+        // The prompt is counted once per way of counting it: candidates of
+        // one tokenizer and one estimator key share the count.
+        let mut counted: Vec<(CountedAs, PromptCount)> = Vec::new();
         for model in candidates {
             let mut attempt = for_model(&req, &model);
-            let key = self.estimator_key(&model);
-            let count = match counted.take() {
-                Some((k, count)) if k == key => count,
-                _ => {
+            let how = self.counted_as(&model);
+            let i = match counted.iter().position(|(h, _)| *h == how) {
+                Some(i) => i,
+                None => {
                     attempt.prompt = req.prompt.clone();
-                    self.count(&mut attempt, &tier).await
+                    let count = self.count(&mut attempt, &tier).await;
+                    counted.push((how, count));
+                    counted.len() - 1
                 }
             };
-            let out = Box::pin(self.reserve_counted(&attempt, &limits, &tier, &count)).await;
-            counted = Some((key, count));
-            let out = out?;
+            let count = &counted[i].1;
+            let out = Box::pin(self.reserve_counted(&attempt, &limits, &tier, count)).await?;
             let Some(denial) = out.denial.clone() else {
                 return Ok(FallbackOutcome {
                     outcome: out,
@@ -80,12 +85,8 @@ impl<S: Store> Engine<S> {
                     skipped,
                 });
             };
-            let blocked = denial.reason == Reason::Blocked;
             skipped.push(Skipped { model, denial });
             first.get_or_insert(out);
-            if blocked {
-                break;
-            }
         }
         let mut outcome = first.expect("at least one candidate was tried");
         if let Some(d) = &mut outcome.denial {

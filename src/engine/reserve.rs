@@ -42,10 +42,12 @@ impl<S: Store> Engine<S> {
         Ok(Ok(tier))
     }
 
-    /// The estimator key a model's prompt is counted and corrected under:
-    /// two models of one key count a prompt alike.
-    pub(super) fn estimator_key(&self, model: &str) -> String {
-        self.counter.rules().estimator_key(model).to_string()
+    /// How a model's prompt is counted and corrected: two models alike in
+    /// both (one tokenizer, exact or fast; one estimator key) count a prompt
+    /// alike.
+    pub(super) fn counted_as(&self, model: &str) -> (crate::estimator::Method, String) {
+        let rules = self.counter.rules();
+        (rules.method(model), rules.estimator_key(model).to_string())
     }
 
     /// CheckAndReserve once the prompt is counted (`req`'s prompt no longer

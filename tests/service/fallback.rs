@@ -229,11 +229,13 @@ async fn bad_candidate_lists_are_refused_and_change_nothing(backend: Backend) {
     };
     let many = ask(&["small-1"; 9], "acme");
     let blank = ask(&["small-1", ""], "acme");
+    let twice = ask(&["small-1", "big-1", "small-1"], "acme");
     for (req, says) in [
         (mismatch, "first candidate"),
         (keyed, "idempotency_key"),
         (many, "at most 8"),
         (blank, "empty"),
+        (twice, "twice"),
     ] {
         let e = h.client.check_and_reserve(req).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");

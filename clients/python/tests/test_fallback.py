@@ -49,3 +49,5 @@ def test_the_first_candidate_with_room_is_reserved_and_named(service):
         assert response.limiting_model_group == "big", "the first candidate's denial"
         assert [s.model for s in response.skipped_candidates] == ["big-1", "small-1"]
         assert e.value.http_status == 429
+        with pytest.raises(TypeError, match="list of model names"):
+            c.reserve(**{**ask, "candidate_models": "big-1"})

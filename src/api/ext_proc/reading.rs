@@ -147,10 +147,11 @@ impl Reading {
 
     /// The models to fall back to after `model`, from the fallback header
     /// (comma-separated, in order; `model` itself and repeats left out):
-    /// empty when it names none. At most 7, each a model name.
+    /// empty when it names none, or when `fallback_header` is "" (off). At
+    /// most 7, each a model name.
     pub fn fallbacks(&self, head: &RequestHead, model: &str) -> Result<Vec<String>, InvalidInput> {
         let header = &self.section.fallback_header;
-        let Some(value) = head.get(header) else {
+        let Some(value) = head.get(header).filter(|_| !header.is_empty()) else {
             return Ok(Vec::new());
         };
         let mut out: Vec<String> = Vec::new();

@@ -182,7 +182,9 @@ impl<S: Store> Session<S> {
         self.state = State::Reading;
         // The answer must come uncompressed for its usage to be read; a
         // streamed body is sent whole at its end, its length then unknown.
-        let mut remove = vec!["accept-encoding"];
+        // The model header is the processor's to set: a caller's copy could
+        // pick a route other than the model reserved.
+        let mut remove = vec!["accept-encoding", CHOSEN_MODEL_HEADER];
         if self.streamed() {
             remove.push("content-length");
         }
@@ -290,13 +292,12 @@ impl<S: Store> Session<S> {
             Ok(granted) => {
                 let ask_usage = self.reading.section.stream_usage;
                 let chosen = self.chosen_model.take();
-                let moved = chosen.as_ref().is_some_and(|m| *m != call.model);
                 let rewritten = call.rewrite(granted, ask_usage, chosen.as_deref());
                 self.state = State::Reserved;
                 let mut changes = Changes::default();
                 if let Some(model) = chosen {
-                    // Routes may match the model the call now goes to.
-                    changes.clear_route_cache = moved;
+                    // Routes may match the model reserved: Envoy picks again.
+                    changes.clear_route_cache = true;
                     changes.set.push((CHOSEN_MODEL_HEADER, model));
                 }
                 match rewritten {
@@ -332,6 +333,24 @@ impl<S: Store> Session<S> {
         proceed(Part::RequestTrailers, Changes::default())
     }
 
+    /// The models the request names to fall back to after `call`'s.
+    fn fallbacks(&self, call: &LlmRequest) -> Result<Vec<String>, Box<Refusal>> {
+        let fallbacks = self
+            .reading
+            .fallbacks(&self.head, &call.model)
+            .map_err(|e| Box::new(Refusal::bad_request(e.to_string())))?;
+        if !fallbacks.is_empty() && self.streamed() {
+            // Envoy may have sent the headers upstream already: the route
+            // could not follow the model chosen.
+            return Err(Box::new(Refusal::bad_request(
+                "fallback models need the request body BUFFERED (a streamed body's route is \
+                 picked before the model is chosen): drop the fallback header or buffer the body"
+                    .into(),
+            )));
+        }
+        Ok(fallbacks)
+    }
+
     /// Reserves for `call` (its messages move into the count); the output
     /// limit granted, or the answer to give.
     async fn reserve(&mut self, call: &mut LlmRequest) -> Result<u64, Box<Refusal>> {
@@ -343,10 +362,7 @@ impl<S: Store> Session<S> {
             a.check_tenant(caller.tenant.as_str())
                 .map_err(|s| Box::new(Refusal::forbidden(s.message().to_owned())))?;
         }
-        let fallbacks = self
-            .reading
-            .fallbacks(&self.head, &call.model)
-            .map_err(|e| Box::new(Refusal::bad_request(e.to_string())))?;
+        let fallbacks = self.fallbacks(call)?;
         let req = ReserveRequest {
             tenant: caller.tenant,
             user: caller.user,

@@ -188,6 +188,8 @@ def reserve_request(
     (``prompt_tokens``). ``candidate_models``: fallback models in order, the
     first with room reserved (``chosen_model`` of the response; ``model``
     then empty or the first)."""
+    if isinstance(candidate_models, (str, bytes)):
+        raise TypeError("candidate_models is a list of model names, not one string")
     the_tenant = _alias(tenant, tenant_id, "tenant")
     if the_tenant is None:
         raise TypeError("reserve_request() missing the tenant: tenant= (or tenant_id=)")
