@@ -170,6 +170,17 @@ impl Refusal {
         Refusal::plain(400, "invalid_request", message)
     }
 
+    /// A request body larger than can be read: 413 with `message`.
+    pub(super) fn too_large(message: String) -> Self {
+        Refusal::plain(413, "invalid_request", message)
+    }
+
+    /// A filter set up so that no call could be budgeted: 500 with
+    /// `message`, naming the setting to change.
+    pub(super) fn misconfigured(message: String) -> Self {
+        Refusal::plain(500, "invalid_request", message)
+    }
+
     /// A request on a path that is no LLM call, refused by `other_requests = "deny"`.
     pub(super) fn not_served(path: &str) -> Self {
         let shown: String = path.chars().take(200).collect();

@@ -125,7 +125,7 @@ fn normal(path: &str) -> String {
 }
 
 /// A header's value: `raw_value` when set, else `value`.
-pub fn header_value(h: &crate::envoy::config::core::v3::HeaderValue) -> String {
+fn header_value(h: &crate::envoy::config::core::v3::HeaderValue) -> String {
     match h.raw_value.is_empty() {
         true => h.value.clone(),
         false => String::from_utf8_lossy(&h.raw_value).into_owned(),

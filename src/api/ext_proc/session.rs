@@ -12,7 +12,7 @@
 
 use super::answer::{Changes, Part, Refusal, pass_headers, proceed};
 use super::llm_request::{Api, LlmRequest, NotRead};
-use super::reading::{Reading, RequestHead, header_value};
+use super::reading::{Reading, RequestHead};
 use super::usage::AnswerReader;
 use crate::api::auth;
 use crate::api::http::reservation_headers;
@@ -209,7 +209,7 @@ impl<S: Store> Session<S> {
         if body_ok && answer_ok {
             return None;
         }
-        let mut r = Refusal::bad_request(format!(
+        let r = Refusal::misconfigured(format!(
             "the budget's external processor cannot budget this call with \
              request_body_mode {} and response_body_mode {}: set the ext_proc filter's \
              processing_mode to request_body_mode BUFFERED (or STREAMED) and \
@@ -217,7 +217,6 @@ impl<S: Store> Session<S> {
             self.body_mode.as_str_name(),
             self.answer_mode.map_or("unset", |m| m.as_str_name()),
         ));
-        r.status = 500;
         Some(r)
     }
 
@@ -225,12 +224,11 @@ impl<S: Store> Session<S> {
         if self.state == State::Start {
             // Envoy skipped the headers: no caller to charge, and passing the
             // request would spend unbudgeted. Loud, so the setting is fixed.
-            let mut r = Refusal::bad_request(
+            let r = Refusal::misconfigured(
                 "the budget's external processor needs the request headers: set the ext_proc \
                  filter's processing_mode.request_header_mode to SEND (docs/ext_proc.md)"
                     .into(),
             );
-            r.status = 500;
             return self.refuse(r);
         }
         if self.state != State::Reading {
@@ -242,8 +240,7 @@ impl<S: Store> Session<S> {
                  ([server] max_message_bytes); shorten it",
                 self.max_body_bytes
             );
-            let mut r = Refusal::bad_request(message);
-            r.status = 413;
+            let r = Refusal::too_large(message);
             return self.refuse(r);
         }
         self.body.extend_from_slice(&b.body);
@@ -260,13 +257,12 @@ impl<S: Store> Session<S> {
             }
             // Only what fit in Envoy's buffer: the rest cannot be read.
             (BodySendMode::BufferedPartial, false) => {
-                let mut r = Refusal::bad_request(
+                let r = Refusal::too_large(
                     "the request body is larger than Envoy's buffer (BUFFERED_PARTIAL sent only \
                      its start): shorten it, or raise the listener's \
                      per_connection_buffer_limit_bytes"
                         .into(),
                 );
-                r.status = 413;
                 return self.refuse(r);
             }
             // BUFFERED sends the whole body in one message, without
@@ -414,36 +410,26 @@ impl<S: Store> Session<S> {
         if self.state == State::Reading {
             // An LLM call whose body was never read whole: passing its answer
             // would spend unbudgeted.
-            let mut r = Refusal::bad_request(
+            let r = Refusal::misconfigured(
                 "the answer began before the budget's external processor read the whole \
                  request body (a streamed body that never ended, or a body mode that sends \
                  none): send the body BUFFERED (docs/ext_proc.md)"
                     .into(),
             );
-            r.status = 500;
             return self.refuse(r);
         }
         if self.state != State::Reserved || self.answer.is_some() {
             return proceed(Part::ResponseHeaders, Changes::default());
         }
-        let head = h
-            .headers
-            .as_ref()
-            .map(|m| m.headers.as_slice())
-            .unwrap_or_default();
-        let value = |name: &str| {
-            head.iter()
-                .find(|v| v.key.eq_ignore_ascii_case(name))
-                .map(header_value)
-                .unwrap_or_default()
-        };
+        let head = RequestHead::from_map(h.headers.as_ref());
+        let value = |name: &str| head.get(name).unwrap_or_default();
         let status: u16 = value(":status").parse().unwrap_or(0);
         if status >= 400 {
             // The provider bills no failed call: everything goes back.
             self.settle().await;
             return proceed(Part::ResponseHeaders, Changes::default());
         }
-        self.answer = Some(AnswerReader::new(&value("content-type")));
+        self.answer = Some(AnswerReader::new(value("content-type")));
         self.encoded = !matches!(value("content-encoding").trim(), "" | "identity");
         self.renew_if_due().await;
         let set = std::mem::take(&mut self.limit_headers);
