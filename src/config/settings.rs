@@ -137,6 +137,7 @@ impl From<&Settings> for crate::telemetry::KnownSeries {
                 .map(str::to_owned)
                 .collect(),
             initial_multiplier: settings.adaptive.initial,
+            max_in_flight: settings.admission.max_in_flight,
         }
     }
 }

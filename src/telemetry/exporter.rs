@@ -19,6 +19,9 @@ pub struct KnownSeries {
     pub model_groups: Vec<String>,
     /// The multiplier every estimator key starts with.
     pub initial_multiplier: f64,
+    /// `[server] max_in_flight`, on the first scrape before the listener's
+    /// gate is built.
+    pub max_in_flight: usize,
 }
 
 /// Serves Prometheus metrics at `http://addr/metrics`: distributions as
@@ -211,6 +214,7 @@ pub fn register(known: &KnownSeries) {
     gauge!(BREAKER_STATE).set(0.0);
     gauge!(GLOBAL_LEASES_ACTIVE).set(0.0);
     gauge!(IN_FLIGHT).set(0.0);
+    in_flight_limit(known.max_in_flight);
     for reason in ["full", "deadline"] {
         counter!(SHED, "reason" => reason).increment(0);
     }
