@@ -12,13 +12,14 @@ use ctxbudget::domain::{
 };
 use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::MemoryStore;
-use ctxbudget::store::{Retention, Settlement, Store, Usage};
+use ctxbudget::store::{Retention, Scope, Settlement, Store, Usage};
 use std::hint::black_box;
 
 fn request(i: u64) -> ReserveRequest {
     ReserveRequest {
         tenant: TenantId::parse(&format!("tenant-{}", i % 1000)).unwrap(),
         user: Some(UserId::parse(&format!("user-{}", i % 10_000)).unwrap()),
+        session: None,
         tier: "enterprise".into(),
         model: "gpt-4o".into(),
         prompt: PromptInput::Tokens(1000),
@@ -93,7 +94,7 @@ fn benches(c: &mut Criterion) {
     });
     let keys = Keys::new(DEFAULT_PREFIX).unwrap();
     c.bench_function("keys/user level", |b| {
-        b.iter(|| black_box(keys.level(Level::User, &sample.id.tenant, sample.id.user.as_ref())))
+        b.iter(|| black_box(keys.level(Level::User, Scope::of(&sample.id))))
     });
     let state = LevelState {
         n: 3.0,
@@ -126,6 +127,7 @@ fn benches(c: &mut Criterion) {
         tier: limits.tier("enterprise").map(|t| t.as_ref()),
         group: None,
         has_user: true,
+        has_session: false,
         now_us: 0,
     };
     let all_levels = plan::levels(&limits, scope, true);

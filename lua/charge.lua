@@ -8,7 +8,8 @@
 --
 -- KEYS[1..n]  level hashes, outermost first
 -- ARGV[1]  spec: little-endian doubles: n, requests r, tokens t, enforce (1 or 0),
---          then per level: bucket count b, then b times: id, limit (a calendar
+--          then per level: bucket count b, the key's longest life past this write
+--          (us, as in reserve.lua), then b times: id, limit (a calendar
 --          window's three more doubles after its limit, as in reserve.lua)
 --          A request bucket takes r, a token bucket t, any other nothing.
 --          Enforced, a bucket denies when it would keep less than 0 after taking
@@ -48,7 +49,7 @@ for i = 1, nlev do
     raw, s = '', {0, 0, 0, STATE_V}
   end
   local ns, ttl = #s, 0
-  local q = p + 1
+  local q = p + 2
   for b = 1, nb do
     local id, lim = spec[q], spec[q + 1]
     --@splice window_now
@@ -78,6 +79,7 @@ for i = 1, nlev do
     else full = (lim - l) * ((id % DIM) * 1e6) / lim end
     if full > ttl then ttl = full end
   end
+  if ttl > spec[p + 1] then ttl = spec[p + 1] end
   raws[i], states[i], ttls[i] = raw, s, ttl
   p = q
 end
@@ -93,7 +95,7 @@ p = 5
 for i = 1, nlev do
   local s = trim_foreign(states[i], spec[p], now)
   raws[i] = write_level(KEYS[i], s, ttls[i], ARGV[3 + i], D, now)
-  local q = p + 1
+  local q = p + 2
   for _ = 1, spec[p] do
     if spec[q] % DIM >= WINDOWS then q = q + 5 else q = q + 2 end
   end

@@ -25,11 +25,12 @@
 --          hour and day, us; 0: no ledger), the learned output (0: none), then
 --          per level:
 --          bucket count b, concurrency limit (-1: none), reclaim weight w (what one
---          reclaimed lease adds to the packed count: 2^(17 k) for level k = 0
---          global, 1 tenant, 2 user; 0 for a model group's slots at a level that
+--          reclaimed lease adds to the packed count: 2^(13 k) for level k = 0
+--          global, 1 tenant, 2 user, 3 session; 0 for a model group's slots at a level that
 --          counts its own), the overrun credit's capacity and refill period (us;
---          capacity 0: the level holds the grant), the level's bit, then b times:
---          id, limit
+--          capacity 0: the level holds the grant), the level's bit, the key's
+--          longest life past this write (us: a session's session_ttl, else
+--          MAX_TTL; its leases still outlive it), then b times: id, limit
 --          (bucket id = group tag * 1e8 + dimension * 1e7 + period in seconds;
 --          dimension REQUESTS 1, TOKENS 2, INPUT 3, OUTPUT 4, SPEND 5 (uUSD); tag
 --          0: all models); a calendar window's "period" is WINDOWS + its tag, and
@@ -84,8 +85,8 @@
 --                                                          bit i of the whole: check i denied
 --   {2, now, 0, state..., nonce, cost, lease_left_ms, [reclaimed]}  idempotent replay; nothing taken
 --   ([reclaimed], only when non-zero: the expired leases this call dropped — leases never
---   settled — per level, packed as the sum of count_k * 2^(17 k) (the weights above),
---   each count capped at 2^17 - 1; one optional integer: every reply value costs Redis CPU)
+--   settled — per level, packed as the sum of count_k * 2^(13 k) (the weights above),
+--   each count capped at 2^13 - 1; one optional integer: every reply value costs Redis CPU)
 --   {3}                         idempotency key used before for another request
 --   {4, state}                  idempotency key of a reservation already settled ('C' or
 --                               'F') or whose lease lapsed ('R'): nothing to replay
@@ -177,7 +178,7 @@ for i = 1, nlev do
     raw, s = '', {0, 0, 0, STATE_V}
   end
   local ns = #s
-  local q = p + 6
+  local q = p + 7
   for b = 1, nb do
     local id, lim = spec[q], spec[q + 1]
     -- A calendar window: its start and end now (the next once a boundary passed).
@@ -256,7 +257,7 @@ for i = 1, nlev do
   local nb, clim, s, ttl = spec[p], spec[p + 1], states[i], 0
   local held, held_spend = grant, spend
   if learned and credits[i] then held, held_spend = learned, lspend end
-  local q = p + 6
+  local q = p + 7
   for b = 1, nb do
     local id, lim = spec[q], spec[q + 1]
     --@splice window_now
@@ -287,6 +288,7 @@ for i = 1, nlev do
     end
     check_at = check_at + 1
   end
+  if ttl > spec[p + 6] then ttl = spec[p + 6] end
   ttls[i] = ttl
   p = next_spec[i]
   seen = seen + nb

@@ -18,7 +18,8 @@
 --          hret and dret (ledger rows' retention past their hour and day, µs; 0:
 --          no ledger), completions kept (0: no completion sample), then per level:
 --          level bit, bucket count b, the overrun credit's capacity and refill
---          period (us; 0: none), then b times: id, limit (id as in reserve.lua;
+--          period (us; 0: none), the key's longest life past this write (us, as
+--          in reserve.lua), then b times: id, limit (id as in reserve.lua;
 --          a calendar window's three more doubles follow, as in reserve.lua)
 -- ARGV[2]  lease field '#<nonce>'   ARGV[3] record retention (ms)   ARGV[4] owner tag (8 bytes)
 -- ARGV[5]  '<' followed by at least as many 'd' as the longest state or spec
@@ -133,7 +134,7 @@ for i = 1, nlev do
   local credit_read = learned_here and cap > 0
   local credit
   local touched = false
-  local q = p + 4
+  local q = p + 5
   for b = 1, nb do
     local id = spec[q]
     if delta(id) ~= 0 then touched = true end
@@ -171,7 +172,7 @@ for i = 1, nlev do
     -- The last lease goes: no earliest expiry left.
     if holds and s[1] == 0 then s[2] = 0 end
     local ttl = 0
-    q = p + 4
+    q = p + 5
     for b = 1, nb do
       local id, lim = spec[q], spec[q + 1]
       local per = (id % DIM) * 1e6
@@ -191,7 +192,7 @@ for i = 1, nlev do
         if full > ttl then ttl = full end
       end
     end
-    if ttl > MAX_TTL then ttl = MAX_TTL end
+    if ttl > spec[p + 4] then ttl = spec[p + 4] end
     local grow = now + ttl > s[3]
     if grow then s[3] = now + 2 * ttl + TTL_SLACK end
     writes[nw + 1], writes[nw + 2], writes[nw + 3] = KEYS[i], holds, struct.pack(fmt_of(D, #s), unpack(s))

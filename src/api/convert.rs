@@ -1,13 +1,16 @@
 //! Protobuf ↔ domain conversions: every request's fields parsed and
 //! validated here, once, into the engine's typed requests; every answer back.
 //! Field validation errors name the proto field.
+//!
+//! Size: one table of field rules, request by request, then the answers;
+//! split by RPC, each file would repeat the shared id and count checks.
 
 use crate::domain::decision::LimitState;
 use crate::domain::mix::GROUP_NAMES;
 use crate::domain::plan::{ReserveRequest, check_tokens};
 use crate::domain::{
     ChatMessage, Dimension, IdempotencyKey, InvalidInput, Level, Priority, Prompt, PromptInput,
-    Reason, ReservationId, TenantId, UserId, is_tier_name,
+    Reason, ReservationId, SessionId, TenantId, UserId, is_tier_name,
 };
 use crate::engine::{
     CommitOutcome, CommitRequest, Completion, EstimatorView, LevelLeases, Outcome, RefundOutcome,
@@ -27,6 +30,7 @@ pub(super) fn reserve_request(
 ) -> Result<ReserveRequest, InvalidInput> {
     let tenant = TenantId::parse(&r.tenant_id)?;
     let user = optional_user(&r.user_id)?;
+    let session = optional_session(&r.session_id)?;
     check_tier(&r.tier)?;
     check_label("model", &r.model)?;
     let given = [
@@ -66,6 +70,7 @@ pub(super) fn reserve_request(
     Ok(ReserveRequest {
         tenant,
         user,
+        session,
         tier: r.tier,
         model: r.model,
         prompt,
@@ -145,10 +150,12 @@ pub(super) fn commit_request(r: pb::CommitRequest) -> Result<CommitRequest, Inva
 pub(super) fn status_request(r: pb::GetStatusRequest) -> Result<StatusRequest, InvalidInput> {
     let tenant = TenantId::parse(&r.tenant_id)?;
     let user = optional_user(&r.user_id)?;
+    let session = optional_session(&r.session_id)?;
     check_tier(&r.tier)?;
     Ok(StatusRequest {
         tenant,
         user,
+        session,
         tier: r.tier,
         model: optional_model(r.model)?,
     })
@@ -196,6 +203,14 @@ fn optional_user(user_id: &str) -> Result<Option<UserId>, InvalidInput> {
     match user_id {
         "" => Ok(None),
         u => UserId::parse(u).map(Some),
+    }
+}
+
+/// An optional session id: empty means no session level.
+pub(super) fn optional_session(session_id: &str) -> Result<Option<SessionId>, InvalidInput> {
+    match session_id {
+        "" => Ok(None),
+        s => SessionId::parse(s).map(Some),
     }
 }
 
@@ -379,6 +394,7 @@ pub(super) fn level(l: Level) -> pb::Level {
         Level::Global => pb::Level::Global,
         Level::Tenant => pb::Level::Tenant,
         Level::User => pb::Level::User,
+        Level::Session => pb::Level::Session,
     }
 }
 

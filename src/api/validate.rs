@@ -7,7 +7,7 @@
 
 use super::convert;
 use crate::domain::plan::{self, LeasePolicy, Prepared, Terms};
-use crate::domain::{Limits, Priorities, PromptCount, PromptInput, ReservationId};
+use crate::domain::{Level, Limits, Priorities, PromptCount, PromptInput, ReservationId};
 use crate::pb;
 use crate::store::keys::{DEFAULT_PREFIX, Keys, lease_field};
 use prost::Message;
@@ -66,8 +66,13 @@ pub fn check_bytes(data: &[u8]) -> Result<Rpc, String> {
             let r = pb::GetStatusRequest::decode(body).map_err(decode_error)?;
             let r = convert::status_request(r).map_err(|e| e.to_string())?;
             let keys = keys();
-            for level in [crate::domain::Level::Tenant, crate::domain::Level::User] {
-                check_key(&keys.level(level, &r.tenant, r.user.as_ref()));
+            let who = crate::store::Scope {
+                tenant: &r.tenant,
+                user: r.user.as_ref(),
+                session: r.session.as_ref(),
+            };
+            for level in [Level::Tenant, Level::User, Level::Session] {
+                check_key(&keys.level(level, who));
             }
         }
     }
@@ -103,7 +108,7 @@ fn check_reserve(request: pb::CheckAndReserveRequest) -> Result<(), String> {
     match plan::prepare(&request, &count, &terms).map_err(|e| e.to_string())? {
         Prepared::Plan(plan) => {
             for level in &plan.levels {
-                check_key(&keys.plan_level(level, &plan.id.tenant, plan.id.user.as_ref()));
+                check_key(&keys.plan_level(level, crate::store::Scope::of(&plan.id)));
             }
             check_key(&keys.record(&plan.id));
             let again = ReservationId::parse(&plan.id.to_string())

@@ -39,6 +39,7 @@ pub(super) async fn calibrate(
         tier: settings.limits.tier(&tier).map(|t| t.as_ref()),
         group: settings.limits.group_of(CALIBRATION_MODEL),
         has_user: true,
+        has_session: false,
         now_us: crate::domain::Clock::now_us(&crate::domain::SystemClock),
     };
     let levels = crate::domain::plan::levels(&settings.limits, scope, false);
@@ -100,6 +101,7 @@ impl Calls {
         Ok(ReserveRequest {
             tenant: TenantId::parse(&format!("c{}", i % 10)).map_err(err)?,
             user: Some(UserId::parse(&format!("u{}", i % 100)).map_err(err)?),
+            session: None,
             tier: self.tier.clone(),
             model: CALIBRATION_MODEL.into(),
             prompt: PromptInput::Tokens(1000),

@@ -25,7 +25,7 @@ impl Scope {
         match level {
             Level::Global => Scope::Global,
             Level::Tenant => Scope::Tenant(item.tenant),
-            Level::User => Scope::User(item.tenant, item.user),
+            Level::User | Level::Session => Scope::User(item.tenant, item.user),
         }
     }
 
@@ -93,6 +93,7 @@ impl Ledger {
                     tier: limits.tier(t).map(|t| t.as_ref()),
                     group: limits.group_of(super::workload::BENCH_MODEL),
                     has_user: true,
+                    has_session: false,
                     now_us: crate::domain::Clock::now_us(&crate::domain::SystemClock),
                 };
                 plan::levels(limits, scope, false)

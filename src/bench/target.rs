@@ -298,6 +298,7 @@ async fn engine_reserve<S: Store>(
     let req = ReserveRequest {
         tenant: TenantId::parse(&item.tenant_id()).map_err(|e| e.to_string())?,
         user: Some(UserId::parse(&item.user_id()).map_err(|e| e.to_string())?),
+        session: None,
         tier: tier.to_string(),
         model: BENCH_MODEL.into(),
         prompt: match item.prompt_as_text {

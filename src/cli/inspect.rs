@@ -1,7 +1,11 @@
-//! `ctxbudget inspect`: a tenant's (and user's) live state in Redis — every
-//! bucket's level now, debt, when it is full again, and the tenant's live
-//! leases with their expiry and reservation ids (`rsv_…`, as gateways log
-//! them: `inspect_ids`); model groups' buckets and slots named by group.
+//! `ctxbudget inspect`: a tenant's (and user's, and session's) live state in
+//! Redis — every bucket's level now, debt, when it is full again, and the
+//! tenant's live leases with their expiry and reservation ids (`rsv_…`, as
+//! gateways log them: `inspect_ids`); model groups' buckets and slots named by
+//! group.
+//!
+//! Size: the command's one flow (flags, reads, report, words), its rows and
+//! ids already apart in `inspect_rows` and `inspect_ids`.
 
 use super::admin::AdminArgs;
 use super::inspect_ids::{Candidates, owners};
@@ -12,7 +16,8 @@ use super::output::{
 use crate::config::ConfigDoc;
 use crate::domain::plan::{self, LevelPlan};
 use crate::domain::{
-    BucketSpec, Level, LevelLimits, Limits as DomainLimits, ModelGroup, TenantId, Tier, UserId,
+    BucketSpec, Level, LevelLimits, Limits as DomainLimits, ModelGroup, SessionId, TenantId, Tier,
+    UserId,
 };
 use anyhow::Context;
 use clap::Args;
@@ -33,6 +38,10 @@ pub struct InspectArgs {
     /// One of its users.
     #[arg(long)]
     pub user: Option<String>,
+    /// One session of that user (or, without --user, of the tenant's calls
+    /// naming no user): its session level too.
+    #[arg(long)]
+    pub session: Option<String>,
     /// The tier, to show each bucket against its limit (and refilled to now).
     #[arg(long)]
     pub tier: Option<String>,
@@ -62,6 +71,7 @@ struct GroupInForce {
 struct Report {
     tenant: String,
     user: Option<String>,
+    session: Option<String>,
     tier: Option<String>,
     model: Option<String>,
     /// The group of `--model`, if it has one.
@@ -99,6 +109,7 @@ pub(super) async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
     let mut report = Report {
         tenant: who.tenant.to_string(),
         user: who.user.as_ref().map(|u| u.to_string()),
+        session: who.session.as_ref().map(|s| s.to_string()),
         tier: args.tier.clone(),
         model: who.model.clone(),
         model_group: group.map(|g| g.name.clone()),
@@ -117,7 +128,7 @@ pub(super) async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         other_tenants_leases: 0,
     };
     for level in who.levels() {
-        let key = keys.level(level, &who.tenant, who.user.as_ref());
+        let key = keys.level(level, who.scope());
         let fields: BTreeMap<String, Vec<u8>> = conn.hgetall(&key).await?;
         let specs: Vec<&BucketSpec> = planned
             .iter()
@@ -130,7 +141,7 @@ pub(super) async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         // Every configured group's slots at the level: a hash of their own.
         for g in limits.models.values() {
             let slots = slots_of(level, g);
-            let key = keys.plan_level(&slots, &who.tenant, who.user.as_ref());
+            let key = keys.plan_level(&slots, who.scope());
             let fields: BTreeMap<String, Vec<u8>> = conn.hgetall(&key).await?;
             report
                 .leases
@@ -167,7 +178,12 @@ async fn name_leases(
         .leases
         .retain(|l| l.level != Level::Global.as_str() || owners.contains_key(&l.nonce));
     report.other_tenants_leases = before - report.leases.len();
-    let candidates = Candidates::new(limits, who.user.as_ref(), who.model.as_deref());
+    let candidates = Candidates::new(
+        limits,
+        who.user.as_ref(),
+        who.session.as_ref(),
+        who.model.as_deref(),
+    );
     let mut ids: BTreeMap<String, Option<String>> = BTreeMap::new();
     for lease in &mut report.leases {
         let Some(&owner) = owners.get(&lease.nonce) else {
@@ -209,6 +225,7 @@ fn planned(
                 tier: Some(tier),
                 group,
                 has_user: who.user.is_some(),
+                has_session: who.session.is_some(),
                 now_us: crate::domain::Clock::now_us(&crate::domain::SystemClock),
             };
             plan::levels(limits, scope, true)
@@ -225,6 +242,7 @@ fn slots_of(level: Level, group: &Arc<ModelGroup>) -> LevelPlan {
         buckets: Vec::new(),
         concurrency: None,
         overrun: None,
+        idle_secs: None,
     }
 }
 
@@ -239,6 +257,7 @@ struct InForce<'a> {
 struct Subject {
     tenant: TenantId,
     user: Option<UserId>,
+    session: Option<SessionId>,
     /// The tier with the tenant's override laid over it, with `--tier`.
     tier: Option<Arc<Tier>>,
     /// The model, with `--model`.
@@ -255,6 +274,12 @@ impl Subject {
             }
             None => None,
         };
+        let session = match &args.session {
+            Some(s) => {
+                Some(SessionId::parse(s).map_err(|e| anyhow::anyhow!("--session: {}", e.message))?)
+            }
+            None => None,
+        };
         let tier = match &args.tier {
             Some(t) => Some(limits.resolve(t, tenant.as_str()).with_context(|| {
                 format!("no tier {t:?}; the tiers are: {}", limits.tier_names())
@@ -264,18 +289,32 @@ impl Subject {
         Ok(Subject {
             tenant,
             user,
+            session,
             tier,
             model: args.model.clone(),
         })
     }
 
-    /// The levels that hold its state: global, tenant, and user with `--user`.
+    /// The levels that hold its state: global, tenant, user with `--user`
+    /// and session with `--session`.
     fn levels(&self) -> Vec<Level> {
         let mut levels = vec![Level::Global, Level::Tenant];
         if self.user.is_some() {
             levels.push(Level::User);
         }
+        if self.session.is_some() {
+            levels.push(Level::Session);
+        }
         levels
+    }
+
+    /// Whose keys.
+    fn scope(&self) -> crate::store::Scope<'_> {
+        crate::store::Scope {
+            tenant: &self.tenant,
+            user: self.user.as_ref(),
+            session: self.session.as_ref(),
+        }
     }
 }
 

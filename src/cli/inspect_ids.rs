@@ -6,7 +6,7 @@
 //! the nonce, all in one base64 string — so the nonce is no substring of the
 //! id (where its characters fall depends on the lengths before it). The id is
 //! rebuilt instead: the parts `inspect` can name (its `--tenant`; no user or
-//! its `--user`; every configured tier; no model group or each configured
+//! its `--user`; no session or its `--session`; every configured tier; no model group or each configured
 //! one; no estimator key, or each the built-in rules, the configured groups
 //! or `--model` give) are tried against the owner tag in the reservation's
 //! record ([`ReservationId::owner_tag`], 64 bits); the parts that give it are
@@ -14,7 +14,7 @@
 
 use crate::domain::budget::record::Record;
 use crate::domain::ids::NONCE_BYTES;
-use crate::domain::{Limits, ReservationId, TenantId, UserId};
+use crate::domain::{Limits, ReservationId, SessionId, TenantId, UserId};
 use crate::estimator::{Encoding, ModelRules};
 use crate::store::keys::Keys;
 use redis::AsyncCommands;
@@ -26,14 +26,21 @@ const BATCH: usize = 500;
 /// The parts of a reservation id `inspect` can name.
 pub(super) struct Candidates {
     users: Vec<Option<UserId>>,
+    sessions: Vec<Option<SessionId>>,
     tiers: Vec<String>,
     groups: Vec<String>,
     estimators: Vec<String>,
 }
 
 impl Candidates {
-    /// What `limits` (the live configuration), `--user` and `--model` name.
-    pub(super) fn new(limits: &Limits, user: Option<&UserId>, model: Option<&str>) -> Self {
+    /// What `limits` (the live configuration), `--user`, `--session` and
+    /// `--model` name.
+    pub(super) fn new(
+        limits: &Limits,
+        user: Option<&UserId>,
+        session: Option<&SessionId>,
+        model: Option<&str>,
+    ) -> Self {
         let mut estimators: Vec<String> = vec![String::new()];
         let rules = ModelRules::default();
         estimators.extend(rules.keys().into_iter().map(str::to_owned));
@@ -50,6 +57,7 @@ impl Candidates {
         users.extend(user.map(|u| Some(u.clone())));
         Candidates {
             users,
+            sessions: [None].into_iter().chain([session.cloned()]).collect(),
             tiers: limits.tiers.keys().cloned().collect(),
             groups,
             estimators,
@@ -71,12 +79,17 @@ impl Candidates {
             Some(g) => vec![g],
             None => self.groups.iter().map(String::as_str).collect(),
         };
-        for user in &self.users {
+        let whos = self
+            .users
+            .iter()
+            .flat_map(|u| self.sessions.iter().map(move |s| (u, s)));
+        for (user, session) in whos {
             for tier in &self.tiers {
                 for group in &groups {
                     for estimator in &self.estimators {
                         let id = ReservationId {
                             user: user.clone(),
+                            session: session.clone(),
                             tier: tier.clone(),
                             estimator: estimator.clone(),
                             group: (*group).to_owned(),
@@ -126,6 +139,7 @@ fn bare(tenant: &TenantId) -> ReservationId {
     ReservationId {
         tenant: tenant.clone(),
         user: None,
+        session: None,
         tier: String::new(),
         estimator: String::new(),
         group: String::new(),
@@ -151,7 +165,7 @@ mod tests {
             ReservationId::generate(tenant.clone(), Some(alice.clone()), "pro".into(), "".into()),
             ReservationId::generate(tenant.clone(), None, "free".into(), "gpt-4o".into()),
         ];
-        let known = Candidates::new(&limits, Some(&alice), None);
+        let known = Candidates::new(&limits, Some(&alice), None, None);
         for id in &ids {
             let rebuilt = known.rebuild(&tenant, &id.nonce_b64(), id.owner_tag(), None);
             assert_eq!(rebuilt.map(|r| r.to_string()), Some(id.to_string()));

@@ -285,6 +285,10 @@ pub(super) struct Effective {
     pub tenant: LevelSection,
     /// User level.
     pub user: LevelSection,
+    /// Session level (of each session of a user).
+    pub session: LevelSection,
+    /// How long a session's keys live unused (seconds).
+    pub session_ttl_secs: u64,
     /// The quota in shadow, if any: tenant and user levels, and per model group.
     pub shadow: Option<ShadowSection>,
     /// The tier's limits per model group, by group name.
@@ -297,6 +301,8 @@ impl Effective {
         Effective {
             tenant: level_section(&tier.tenant),
             user: level_section(&tier.user),
+            session: level_section(&tier.session),
+            session_ttl_secs: tier.session_ttl_secs,
             shadow: tier.shadow.as_ref().map(|s| ShadowSection {
                 tenant: level_section(&s.tenant),
                 user: level_section(&s.user),
@@ -315,6 +321,7 @@ fn model_sections(models: &BTreeMap<String, ModelLimits>) -> BTreeMap<String, Mo
             let section = ModelLimitsSection {
                 tenant: level_section(&m.tenant),
                 user: level_section(&m.user),
+                session: level_section(&m.session),
             };
             (name.clone(), section)
         })
@@ -329,6 +336,13 @@ pub(super) fn effective_lines(tier: &Tier) -> Vec<String> {
         format!("tenant  {}", limits_summary(&tier.tenant)),
         format!("user    {}", limits_summary(&tier.user)),
     ];
+    if !tier.session.is_unlimited() {
+        lines.push(format!(
+            "session {} (keys kept {} unused)",
+            limits_summary(&tier.session),
+            crate::domain::level::period_label(tier.session_ttl_secs)
+        ));
+    }
     lines.extend(model_lines("", &tier.models));
     if let Some(s) = &tier.shadow {
         lines.push(format!(
@@ -346,8 +360,12 @@ fn model_lines<'a>(
     models: &'a BTreeMap<String, ModelLimits>,
 ) -> impl Iterator<Item = String> + 'a {
     models.iter().map(move |(name, m)| {
+        let session = match m.session.is_unlimited() {
+            true => String::new(),
+            false => format!("; session {}", limits_summary(&m.session)),
+        };
         format!(
-            "{prefix}model {name}  tenant {}; user {}",
+            "{prefix}model {name}  tenant {}; user {}{session}",
             limits_summary(&m.tenant),
             limits_summary(&m.user)
         )

@@ -6,6 +6,7 @@
 //! domain = "llm"          # "*": every domain
 //! tenant = "tenant"       # the entry key that carries the tenant id
 //! user = "user"           # optional in a descriptor
+//! session = "session"     # optional: the session level (an agent run)
 //! tier = "tier"           # optional: else default_tier
 //! model = "model"         # optional
 //! phase = "phase"         # "response" marks the response-path charge
@@ -30,6 +31,8 @@ pub struct EnvoySection {
     pub tenant: String,
     /// The entry key that carries the user id (optional in a descriptor).
     pub user: String,
+    /// The entry key that carries the session id (optional in a descriptor).
+    pub session: String,
     /// The entry key that carries the tier (optional: else `default_tier`).
     pub tier: String,
     /// The entry key that carries the model (optional: all-model limits only).
@@ -56,6 +59,7 @@ impl Default for EnvoySection {
             domain: "llm".into(),
             tenant: "tenant".into(),
             user: "user".into(),
+            session: "session".into(),
             tier: "tier".into(),
             model: "model".into(),
             phase: "phase".into(),
@@ -81,6 +85,7 @@ impl EnvoySection {
         let keys = [
             ("tenant", &self.tenant),
             ("user", &self.user),
+            ("session", &self.session),
             ("tier", &self.tier),
             ("model", &self.model),
             ("phase", &self.phase),

@@ -6,6 +6,7 @@
 //! [ext_proc]
 //! tenant_header = "x-tenant-id"
 //! user_header = "x-user-id"        # optional on a request
+//! session_header = "x-session-id"  # optional: the session level (an agent run)
 //! tier_header = "x-tier"           # optional: else default_tier
 //! priority_header = "x-priority"   # critical, normal (the default) or batch
 //! fallback_header = "x-fallback-models"  # models to fall back to, comma-separated
@@ -41,6 +42,9 @@ pub struct ExtProcSection {
     pub tenant_header: String,
     /// The request header that carries the user id (optional on a request).
     pub user_header: String,
+    /// The request header that carries the session id (an agent run, a
+    /// trace; optional on a request): the tier's session limits apply to it.
+    pub session_header: String,
     /// The request header that carries the tier (optional: else `default_tier`).
     pub tier_header: String,
     /// The request header that carries the priority: `critical`, `normal`
@@ -59,7 +63,7 @@ pub struct ExtProcSection {
     /// Requests on other paths, or whose body is no LLM call: `pass` or `deny`.
     pub other_requests: OtherRequests,
     /// The dynamic metadata namespace (in the `metadata_context` Envoy
-    /// forwards) whose `tenant`, `user`, `tier` and `priority` fields, when
+    /// forwards) whose `tenant`, `user`, `session`, `tier` and `priority` fields, when
     /// set, take precedence over the headers: where an ext_authz filter puts
     /// the identity it verified.
     pub metadata_namespace: String,
@@ -80,6 +84,7 @@ impl Default for ExtProcSection {
         ExtProcSection {
             tenant_header: "x-tenant-id".into(),
             user_header: "x-user-id".into(),
+            session_header: "x-session-id".into(),
             tier_header: "x-tier".into(),
             priority_header: "x-priority".into(),
             fallback_header: "x-fallback-models".into(),
@@ -104,6 +109,7 @@ impl ExtProcSection {
         let headers = [
             ("tenant_header", &self.tenant_header),
             ("user_header", &self.user_header),
+            ("session_header", &self.session_header),
             ("tier_header", &self.tier_header),
             ("priority_header", &self.priority_header),
             ("fallback_header", &self.fallback_header),

@@ -1,5 +1,6 @@
-//! One level's limits as written (`[global]`, a tier's `tenant` and `user`, a
-//! model group's limits): its rates of each kind and its concurrency.
+//! One level's limits as written (`[global]`, a tier's `tenant`, `user` and
+//! `session`, a model group's limits): its rates of each kind and its
+//! concurrency.
 
 use super::money::{SpendSection, spend_rates};
 use super::rates::{RateSection, rates};
@@ -39,6 +40,18 @@ pub struct LevelSection {
 }
 
 impl LevelSection {
+    /// True when the section sets nothing.
+    pub fn is_empty(&self) -> bool {
+        self.requests.is_empty()
+            && self.tokens.is_empty()
+            && self.input_tokens.is_empty()
+            && self.output_tokens.is_empty()
+            && self.spend.is_empty()
+            && self.concurrency.is_none()
+            && self.output_reservation.is_none()
+            && self.output_overrun.is_none()
+    }
+
     /// The domain limits; `path` names the section in errors.
     pub fn to_domain(&self, path: &str) -> Result<LevelLimits, LimitsError> {
         Ok(LevelLimits {

@@ -8,6 +8,8 @@ use super::ext_proc::ExtProcSection;
 use super::level::LevelSection;
 use super::models::{ModelLimitsSection, ModelSection, model_groups, model_limits};
 use super::money::{PriceSection, prices};
+use super::rates::Period;
+use crate::domain::tier::DEFAULT_SESSION_TTL_SECS;
 use crate::domain::{Limits, LimitsError, ShadowLimits, Tier};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -27,6 +29,12 @@ pub struct TierSection {
     /// User-level limits.
     #[serde(default)]
     pub user: LevelSection,
+    /// Session-level limits: of each session (agent run) of a user.
+    #[serde(default, skip_serializing_if = "LevelSection::is_empty")]
+    pub session: LevelSection,
+    /// How long a session's keys live unused: `"24h"` when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_ttl: Option<Period>,
     /// A stricter quota evaluated and reported but not enforced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shadow: Option<ShadowSection>,
@@ -68,6 +76,13 @@ impl TierSection {
             name: name.to_string(),
             tenant: self.tenant.to_domain(&format!("{path}.tenant"))?,
             user: self.user.to_domain(&format!("{path}.user"))?,
+            session: self.session.to_domain(&format!("{path}.session"))?,
+            session_ttl_secs: match &self.session_ttl {
+                None => DEFAULT_SESSION_TTL_SECS,
+                Some(p) => p
+                    .seconds()
+                    .map_err(|e| LimitsError::new(format!("{path}.session_ttl"), e.to_string()))?,
+            },
             max_context_tokens: self.max_context_tokens,
             default_max_output_tokens: self.default_max_output_tokens,
             shadow: self

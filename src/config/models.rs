@@ -79,6 +79,9 @@ pub struct ModelLimitsSection {
     /// User-level limits of the group's traffic.
     #[serde(default)]
     pub user: LevelSection,
+    /// Session-level limits of the group's traffic.
+    #[serde(default, skip_serializing_if = "LevelSection::is_empty")]
+    pub session: LevelSection,
 }
 
 impl ModelLimitsSection {
@@ -87,6 +90,7 @@ impl ModelLimitsSection {
         Ok(ModelLimits {
             tenant: self.tenant.to_domain(&format!("{path}.tenant"))?,
             user: self.user.to_domain(&format!("{path}.user"))?,
+            session: self.session.to_domain(&format!("{path}.session"))?,
         })
     }
 }

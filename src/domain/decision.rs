@@ -219,6 +219,7 @@ mod tests {
             ],
             concurrency: Some(2),
             overrun: None,
+            idle_secs: None,
             group: None,
             slots: false,
         }]

@@ -19,6 +19,9 @@ const RESERVATION_VERSION: u8 = 1;
 /// The version of ids that also carry a model group (ids without one keep
 /// version 1, so replicas of the previous release still read them).
 const RESERVATION_VERSION_GROUP: u8 = 2;
+/// The version of ids that carry a session: the group (empty: none), then the
+/// session id.
+const RESERVATION_VERSION_SESSION: u8 = 3;
 
 /// A request field failed validation; the message says how to fix it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -101,6 +104,12 @@ id_type!(
     "user_id"
 );
 id_type!(
+    /// One session of a user (an agent run, a trace, a conversation): same
+    /// rules as [`TenantId`]. The same id under two users is two sessions.
+    SessionId,
+    "session_id"
+);
+id_type!(
     /// A caller's key that makes a retried CheckAndReserve return the original
     /// reservation. Scoped per tenant.
     IdempotencyKey,
@@ -119,6 +128,8 @@ pub struct ReservationId {
     pub tenant: TenantId,
     /// The user, when the reservation applied user-level limits.
     pub user: Option<UserId>,
+    /// The session, when the reservation applied session-level limits.
+    pub session: Option<SessionId>,
     /// The tier whose limits applied.
     pub tier: String,
     /// The adaptive estimator key the prompt was counted under; empty when the
@@ -145,6 +156,7 @@ impl ReservationId {
         ReservationId {
             tenant,
             user,
+            session: None,
             tier,
             estimator,
             group: String::new(),
@@ -156,6 +168,11 @@ impl ReservationId {
     /// The same id for a reservation under model group `group`.
     pub fn with_group(self, group: String) -> Self {
         ReservationId { group, ..self }
+    }
+
+    /// The same id for a reservation of session `session`.
+    pub fn with_session(self, session: Option<SessionId>) -> Self {
+        ReservationId { session, ..self }
     }
 
     /// The nonce in base64url: 22 characters, used in store keys.
@@ -172,9 +189,9 @@ impl ReservationId {
         })
     }
 
-    /// A 64-bit digest of (user, tier, estimator key, model group): stored
-    /// with the reservation and checked on settlement, so an id whose user,
-    /// tier, estimator key or group was edited finds nothing.
+    /// A 64-bit digest of (user, tier, estimator key, model group, session):
+    /// stored with the reservation and checked on settlement, so an id whose
+    /// user, tier, estimator key, group or session was edited finds nothing.
     pub fn owner_tag(&self) -> u64 {
         let mut h = Fnv::new();
         h.write(self.user.as_ref().map_or("", |u| u.as_str()).as_bytes());
@@ -185,6 +202,10 @@ impl ReservationId {
         if !self.group.is_empty() {
             h.write(&[0xff]);
             h.write(self.group.as_bytes());
+        }
+        if let Some(session) = &self.session {
+            h.write(&[0xfe]);
+            h.write(session.as_str().as_bytes());
         }
         h.finish()
     }
@@ -208,7 +229,7 @@ impl ReservationId {
         let blob = URL_SAFE_NO_PAD.decode(body).map_err(|_| bad())?;
         let mut r = Reader(&blob);
         let version = r.u8().ok_or_else(bad)?;
-        if version != RESERVATION_VERSION && version != RESERVATION_VERSION_GROUP {
+        if !(RESERVATION_VERSION..=RESERVATION_VERSION_SESSION).contains(&version) {
             return Err(bad());
         }
         let local = match r.u8().ok_or_else(bad)? {
@@ -222,7 +243,17 @@ impl ReservationId {
         let estimator = r.string().ok_or_else(bad)?;
         let group = match version {
             RESERVATION_VERSION_GROUP => r.string().filter(|g| is_tier_name(g)).ok_or_else(bad)?,
+            RESERVATION_VERSION_SESSION => r
+                .string()
+                .filter(|g| g.is_empty() || is_tier_name(g))
+                .ok_or_else(bad)?,
             _ => "",
+        };
+        let session = match version {
+            RESERVATION_VERSION_SESSION => {
+                Some(SessionId::parse(r.string().ok_or_else(bad)?).map_err(|_| bad())?)
+            }
+            _ => None,
         };
         let nonce: [u8; NONCE_BYTES] = r.rest().try_into().map_err(|_| bad())?;
         let tenant = TenantId::parse(tenant).map_err(|_| bad())?;
@@ -236,6 +267,7 @@ impl ReservationId {
         Ok(ReservationId {
             tenant,
             user,
+            session,
             tier: tier.to_owned(),
             estimator: estimator.to_owned(),
             group: group.to_owned(),
@@ -248,20 +280,23 @@ impl ReservationId {
 impl fmt::Display for ReservationId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let user = self.user.as_ref().map_or("", |u| u.as_str());
+        let session = self.session.as_ref().map(SessionId::as_str);
         let mut blob = Vec::with_capacity(
-            28 + self.tenant.0.len()
+            30 + self.tenant.0.len()
                 + user.len()
                 + self.tier.len()
                 + self.estimator.len()
-                + self.group.len(),
+                + self.group.len()
+                + session.map_or(0, str::len),
         );
         let grouped = !self.group.is_empty();
-        blob.push(match grouped {
-            true => RESERVATION_VERSION_GROUP,
-            false => RESERVATION_VERSION,
+        blob.push(match (session, grouped) {
+            (Some(_), _) => RESERVATION_VERSION_SESSION,
+            (None, true) => RESERVATION_VERSION_GROUP,
+            (None, false) => RESERVATION_VERSION,
         });
         blob.push(u8::from(self.local));
-        let group = grouped.then_some(self.group.as_str());
+        let group = (grouped || session.is_some()).then_some(self.group.as_str());
         for s in [
             self.tenant.as_str(),
             user,
@@ -270,6 +305,7 @@ impl fmt::Display for ReservationId {
         ]
         .into_iter()
         .chain(group)
+        .chain(session)
         {
             blob.extend_from_slice(&(s.len() as u16).to_be_bytes());
             blob.extend_from_slice(s.as_bytes());
@@ -345,5 +381,18 @@ mod tests {
         assert_eq!(ReservationId::parse(&text).unwrap(), grouped);
         assert_ne!(grouped.owner_tag(), id.owner_tag());
         assert_ne!(id.nonce, other.nonce);
+        for group in ["", "gpt-4o"] {
+            let of_session = id
+                .clone()
+                .with_group(group.into())
+                .with_session(Some(SessionId::parse("run:{7}").unwrap()));
+            let text = of_session.to_string();
+            assert_eq!(ReservationId::parse(&text).unwrap(), of_session);
+            assert_ne!(
+                of_session.owner_tag(),
+                id.clone().with_group(group.into()).owner_tag(),
+                "a session is part of who may settle"
+            );
+        }
     }
 }

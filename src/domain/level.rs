@@ -12,15 +12,30 @@ pub enum Level {
     Tenant,
     /// One user of a tenant.
     User,
+    /// One session (agent run, trace, conversation) of a user: optional,
+    /// short-lived, its keys expiring after the tier's `session_ttl` unused.
+    Session,
 }
 
 impl Level {
-    /// A bit per level, used to remember which levels hold a reservation's lease.
+    /// A bit per level, used to remember which levels hold a reservation's
+    /// lease. The session's bits come after the three levels' and their
+    /// groups' slots (1 2 4, then 8 16 32), so records stored before the
+    /// session level read the same.
     pub fn bit(self) -> u8 {
         match self {
             Level::Global => 1,
             Level::Tenant => 2,
             Level::User => 4,
+            Level::Session => 64,
+        }
+    }
+
+    /// The bit of a model group's concurrency slots at this level.
+    pub fn slots_bit(self) -> u8 {
+        match self {
+            Level::Session => 128,
+            level => level.bit() << 3,
         }
     }
 
@@ -30,6 +45,7 @@ impl Level {
             Level::Global => "global",
             Level::Tenant => "tenant",
             Level::User => "user",
+            Level::Session => "session",
         }
     }
 }

@@ -10,11 +10,12 @@
 //! toward the group's slots and the level's apart.
 
 use super::bucket::{BucketSpec, Windowed};
+use super::budget::layout::MAX_TTL_US;
 use super::level::{Dimension, Level};
 use super::limits::Limits;
 use super::model::ModelGroup;
 use super::output::{OutputReservation, OverrunCredit};
-use super::tier::{LevelLimits, ModelLimits, ShadowLimits, Tier};
+use super::tier::{DEFAULT_SESSION_TTL_SECS, LevelLimits, ModelLimits, ShadowLimits, Tier};
 use std::sync::Arc;
 
 /// What one level checks: its buckets and its concurrency limit.
@@ -34,6 +35,10 @@ pub struct LevelPlan {
     pub concurrency: Option<u64>,
     /// The overrun credit, when the level holds the learned output.
     pub overrun: Option<OverrunCredit>,
+    /// At the session level, the tier's `session_ttl` (seconds): the level's
+    /// key lives at most this long past its last write, however long its
+    /// buckets take to refill. `None` elsewhere (up to [`MAX_TTL_US`]).
+    pub idle_secs: Option<u64>,
 }
 
 impl LevelPlan {
@@ -49,6 +54,7 @@ impl LevelPlan {
             buckets,
             concurrency: limits.concurrency,
             overrun: overrun_credit(limits),
+            idle_secs: None,
         }
     }
 
@@ -75,6 +81,7 @@ impl LevelPlan {
             buckets,
             concurrency: all.concurrency,
             overrun: overrun_credit(all).or_else(|| overrun_credit(of_group)),
+            idle_secs: None,
         };
         let slots = LevelPlan {
             level,
@@ -83,14 +90,18 @@ impl LevelPlan {
             buckets: Vec::new(),
             concurrency: of_group.concurrency,
             overrun: None,
+            idle_secs: None,
         };
         (main, slots)
     }
 
     /// The bit of this entry in a reservation's lease mask: the level's bit,
-    /// shifted by 3 for a group's slots.
+    /// or its group slots' bit.
     pub fn bit(&self) -> u8 {
-        self.level.bit() << if self.slots { 3 } else { 0 }
+        match self.slots {
+            true => self.level.slots_bit(),
+            false => self.level.bit(),
+        }
     }
 
     /// The name of the model group a bucket of this entry belongs to (`None`
@@ -130,6 +141,13 @@ impl LevelPlan {
             }),
             ..self.clone()
         }
+    }
+
+    /// The longest the level's key may live past a write (µs): a session's
+    /// `session_ttl`, else [`MAX_TTL_US`].
+    pub fn max_life_us(&self) -> f64 {
+        self.idle_secs
+            .map_or(MAX_TTL_US, |s| (s as f64 * 1e6).min(MAX_TTL_US))
     }
 
     /// True when the level checks nothing.
@@ -187,7 +205,7 @@ fn push_rates(
 }
 
 /// Who a request is for: its tier (none once removed) and model group, and
-/// whether it names a user.
+/// whether it names a user and a session.
 #[derive(Clone, Copy, Debug)]
 pub struct Scope<'a> {
     /// The tier's limits in force for the tenant.
@@ -196,12 +214,15 @@ pub struct Scope<'a> {
     pub group: Option<&'a Arc<ModelGroup>>,
     /// True when user-level limits apply.
     pub has_user: bool,
+    /// True when session-level limits apply.
+    pub has_session: bool,
     /// When (µs): where calendar windows' boundaries fall.
     pub now_us: i64,
 }
 
-/// The levels a request passes through, outermost first: global, tenant, and
-/// user when the request names one, each followed by its model group's slots
+/// The levels a request passes through, outermost first: global, tenant,
+/// user when the request names one and session when it names one (a session
+/// with no user is one of the tenant's), each followed by its model group's slots
 /// when the group limits concurrency there. With `keep_unlimited` false,
 /// entries without any limit are dropped (they cost no store work); with it
 /// true, a group's slots are listed at every level (settling must free a
@@ -227,9 +248,26 @@ pub fn levels(limits: &Limits, scope: Scope<'_>, keep_unlimited: bool) -> Vec<Le
             scope.tier.map_or(&empty, |t| &t.user),
             models.map(|m| &m.user),
         ),
+        (
+            Level::Session,
+            scope.tier.map_or(&empty, |t| &t.session),
+            models.map(|m| &m.session),
+        ),
     ];
-    let n = if scope.has_user { 3 } else { 2 };
-    plan_levels(&all[..n], scope.group, keep_unlimited, scope.now_us)
+    let named = [true, true, scope.has_user, scope.has_session];
+    let mut out = Vec::new();
+    for (sources, _) in all.iter().zip(named).filter(|(_, named)| *named) {
+        plan_levels(&mut out, sources, scope.group, keep_unlimited, scope.now_us);
+    }
+    if scope.has_session {
+        let idle = scope
+            .tier
+            .map_or(DEFAULT_SESSION_TTL_SECS, |t| t.session_ttl_secs);
+        out.iter_mut()
+            .filter(|l| l.level == Level::Session)
+            .for_each(|l| l.idle_secs = Some(idle));
+    }
+    out
 }
 
 /// The levels of a quota in shadow: tenant and (with a user) user, with the
@@ -247,35 +285,40 @@ pub fn shadow_levels(
         (Level::User, &shadow.user, models.map(|m| &m.user)),
     ];
     let n = if has_user { 2 } else { 1 };
-    plan_levels(&all[..n], group, keep_unlimited, now_us)
+    let mut out = Vec::new();
+    for sources in &all[..n] {
+        plan_levels(&mut out, sources, group, keep_unlimited, now_us);
+    }
+    out
 }
 
 /// One level's all-model limits and its model group's, if any.
 type LevelSources<'a> = (Level, &'a LevelLimits, Option<&'a LevelLimits>);
 
+/// Appends one level's entries to `out`: the level, then its group's slots
+/// when listed; with `keep_unlimited` false, only entries with a limit.
 fn plan_levels(
-    all: &[LevelSources<'_>],
+    out: &mut Vec<LevelPlan>,
+    &(level, limits, of_group): &LevelSources<'_>,
     group: Option<&Arc<ModelGroup>>,
     keep_unlimited: bool,
     now_us: i64,
-) -> Vec<LevelPlan> {
-    let mut out = Vec::with_capacity(all.len() * if group.is_some() { 2 } else { 1 });
-    for &(level, limits, of_group) in all {
-        match group {
-            None => out.push(LevelPlan::new(level, limits, now_us)),
-            Some(g) => {
-                let (main, slots) = LevelPlan::with_group(level, limits, g, of_group, now_us);
-                out.push(main);
-                if keep_unlimited || slots.concurrency.is_some() {
-                    out.push(slots);
-                }
+) {
+    let mut push = |entry: LevelPlan| {
+        if keep_unlimited || !entry.is_unlimited() {
+            out.push(entry);
+        }
+    };
+    match group {
+        None => push(LevelPlan::new(level, limits, now_us)),
+        Some(g) => {
+            let (main, slots) = LevelPlan::with_group(level, limits, g, of_group, now_us);
+            push(main);
+            if keep_unlimited || slots.concurrency.is_some() {
+                push(slots);
             }
         }
     }
-    if !keep_unlimited {
-        out.retain(|l| !l.is_unlimited());
-    }
-    out
 }
 
 #[cfg(test)]
@@ -311,6 +354,7 @@ mod tests {
             tier: Some(&t),
             group: Some(&g),
             has_user: true,
+            has_session: false,
             now_us: 0,
         };
         let plan = levels(&limits, scope, false);

@@ -32,7 +32,7 @@ pub mod window;
 pub use bucket::BucketSpec;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Denial, LimitState, Reading, Readings, Reason};
-pub use ids::{IdempotencyKey, InvalidInput, ReservationId, TenantId, UserId};
+pub use ids::{IdempotencyKey, InvalidInput, ReservationId, SessionId, TenantId, UserId};
 pub use level::{Dimension, Level};
 pub use level_plan::LevelPlan;
 pub use limits::Limits;

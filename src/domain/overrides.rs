@@ -173,6 +173,8 @@ impl Override {
             name: tier.name.clone(),
             tenant: self.tenant.apply(&tier.tenant),
             user: self.user.apply(&tier.user),
+            session: tier.session.clone(),
+            session_ttl_secs: tier.session_ttl_secs,
             max_context_tokens: tier.max_context_tokens,
             default_max_output_tokens: tier.default_max_output_tokens,
             shadow: self.apply_shadow(tier.shadow.as_ref()),
@@ -234,6 +236,8 @@ mod tests {
                 concurrency: Some(5),
                 ..LevelLimits::default()
             },
+            session: LevelLimits::default(),
+            session_ttl_secs: crate::domain::tier::DEFAULT_SESSION_TTL_SECS,
             max_context_tokens: 128_000,
             default_max_output_tokens: 8192,
             shadow: Some(ShadowLimits {

@@ -13,7 +13,7 @@
 
 use super::bucket::Cost;
 use super::decision::Denial;
-use super::ids::{Fnv, IdempotencyKey, InvalidInput, ReservationId, TenantId, UserId};
+use super::ids::{Fnv, IdempotencyKey, InvalidInput, ReservationId, SessionId, TenantId, UserId};
 pub use super::level_plan::{LevelPlan, Scope, levels, shadow_levels};
 use super::limits::Limits;
 use super::mix::PromptMix;
@@ -61,6 +61,8 @@ pub struct ReserveRequest {
     pub tenant: TenantId,
     /// The user, if user-level limits apply.
     pub user: Option<UserId>,
+    /// The session, if session-level limits apply.
+    pub session: Option<SessionId>,
     /// The tier name.
     pub tier: String,
     /// The upstream model: picks the tokenizer, the estimator key and the
@@ -231,6 +233,7 @@ pub fn prepare(
         tier: Some(tier),
         group: group.as_ref(),
         has_user: req.user.is_some(),
+        has_session: req.session.is_some(),
         now_us: terms.now_us,
     };
     let levels = levels(limits, scope, false);
@@ -255,7 +258,8 @@ pub fn prepare(
         req.tier.clone(),
         count.estimator.clone(),
     )
-    .with_group(group_name);
+    .with_group(group_name)
+    .with_session(req.session.clone());
     Ok(Prepared::Plan(ReservePlan {
         id,
         levels,
@@ -330,6 +334,11 @@ fn fingerprint(req: &ReserveRequest, prompt: u64, headroom: f64, max_output: u64
     if headroom != 0.0 {
         h.write_u64(headroom.to_bits());
     }
+    // Likewise a retry in another session; no session hashes as before.
+    if let Some(session) = &req.session {
+        h.write(&[0xfe]);
+        h.write(session.as_str().as_bytes());
+    }
     h.finish()
 }
 
@@ -374,6 +383,8 @@ mod tests {
                 concurrency: Some(1),
                 ..LevelLimits::default()
             },
+            session: LevelLimits::default(),
+            session_ttl_secs: crate::domain::tier::DEFAULT_SESSION_TTL_SECS,
             max_context_tokens: 8000,
             default_max_output_tokens: 100,
             shadow: None,
@@ -390,6 +401,7 @@ mod tests {
         ReserveRequest {
             tenant: TenantId::parse("t").unwrap(),
             user: Some(UserId::parse("u").unwrap()),
+            session: None,
             tier: "free".into(),
             model: "m".into(),
             prompt: PromptInput::Tokens(prompt),

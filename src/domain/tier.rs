@@ -6,7 +6,7 @@
 //! Size: the whole limit vocabulary an operator writes (levels, tiers, model
 //! and shadow limits) and its validation rules, kept together as one contract.
 
-use super::level::Dimension;
+use super::level::{Dimension, Level};
 use super::output::OutputReservation;
 use super::window::Window;
 use std::collections::BTreeMap;
@@ -182,6 +182,11 @@ pub struct Tier {
     pub tenant: LevelLimits,
     /// Limits of each user of such a tenant.
     pub user: LevelLimits,
+    /// Limits of each session (agent run, trace) of such a user; a request
+    /// naming no session skips them.
+    pub session: LevelLimits,
+    /// A session's keys expire after this long unused (seconds).
+    pub session_ttl_secs: u64,
     /// Prompt + output tokens above this are `CONTEXT_TOO_LARGE`.
     pub max_context_tokens: u64,
     /// Output tokens reserved when a request leaves `max_output_tokens` at 0.
@@ -194,21 +199,26 @@ pub struct Tier {
     pub models: BTreeMap<String, ModelLimits>,
 }
 
-/// The tenant- and user-level limits a tier sets for one model group.
+/// The tenant-, user- and session-level limits a tier sets for one model group.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ModelLimits {
     /// Shared by all users of one tenant.
     pub tenant: LevelLimits,
     /// Of each user.
     pub user: LevelLimits,
+    /// Of each session of a user.
+    pub session: LevelLimits,
 }
 
 impl ModelLimits {
-    /// Checks both levels and that the user fits within the tenant.
+    /// Checks the levels, that the user fits within the tenant and the
+    /// session within the user.
     pub fn validate(&self, path: &str) -> Result<(), LimitsError> {
         self.tenant.validate(&format!("{path}.tenant"))?;
         self.user.validate(&format!("{path}.user"))?;
-        user_within_tenant(path, &self.user, &self.tenant)
+        self.session.validate(&format!("{path}.session"))?;
+        user_within_tenant(path, &self.user, &self.tenant)?;
+        session_within_user(path, &self.session, &self.user)
     }
 }
 
@@ -253,6 +263,16 @@ impl Tier {
         }
         self.tenant.validate(&format!("{path}.tenant"))?;
         self.user.validate(&format!("{path}.user"))?;
+        self.session.validate(&format!("{path}.session"))?;
+        if !(1..=MAX_SESSION_TTL_SECS).contains(&self.session_ttl_secs) {
+            return Err(LimitsError::new(
+                format!("{path}.session_ttl"),
+                format!(
+                    "{}s is out of range: give between 1s and 90d",
+                    self.session_ttl_secs
+                ),
+            ));
+        }
         if self.max_context_tokens == 0 || self.max_context_tokens > MAX_COUNT {
             return Err(LimitsError::new(
                 format!("{path}.max_context_tokens"),
@@ -269,6 +289,7 @@ impl Tier {
             ));
         }
         user_within_tenant(path, &self.user, &self.tenant)?;
+        session_within_user(path, &self.session, &self.user)?;
         if let Some(shadow) = &self.shadow {
             shadow.validate(&format!("{path}.shadow"))?;
         }
@@ -289,6 +310,11 @@ fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
 }
 
+/// The longest `session_ttl`: a key's longest life, 90 days.
+pub const MAX_SESSION_TTL_SECS: u64 = 90 * 86_400;
+/// `session_ttl` when a tier names none: a day.
+pub const DEFAULT_SESSION_TTL_SECS: u64 = 86_400;
+
 /// A user can never use more than its tenant: a user limit above the tenant's
 /// limit of the same dimension and period is a configuration mistake.
 pub(crate) fn user_within_tenant(
@@ -296,29 +322,46 @@ pub(crate) fn user_within_tenant(
     user: &LevelLimits,
     tenant: &LevelLimits,
 ) -> Result<(), LimitsError> {
-    for (name, users, tenants) in
-        Dimension::RATES.map(|d| (d.as_str(), user.rates(d), tenant.rates(d)))
+    inner_within_outer(path, (Level::User, user), (Level::Tenant, tenant))
+}
+
+/// Nor can a session use more than its user.
+pub(crate) fn session_within_user(
+    path: &str,
+    session: &LevelLimits,
+    user: &LevelLimits,
+) -> Result<(), LimitsError> {
+    inner_within_outer(path, (Level::Session, session), (Level::User, user))
+}
+
+fn inner_within_outer(
+    path: &str,
+    (inner_level, inner): (Level, &LevelLimits),
+    (outer_level, outer): (Level, &LevelLimits),
+) -> Result<(), LimitsError> {
+    for (name, inners, outers) in
+        Dimension::RATES.map(|d| (d.as_str(), inner.rates(d), outer.rates(d)))
     {
-        for (i, u) in users.iter().enumerate() {
-            if let Some(t) = tenants.iter().find(|t| t.period_secs == u.period_secs)
+        for (i, u) in inners.iter().enumerate() {
+            if let Some(t) = outers.iter().find(|t| t.period_secs == u.period_secs)
                 && u.limit > t.limit
             {
                 return Err(LimitsError::new(
-                    format!("{path}.user.{name}[{i}].limit"),
+                    format!("{path}.{inner_level}.{name}[{i}].limit"),
                     format!(
-                        "user limit {} is above the tenant limit {} for the same {}s period",
+                        "{inner_level} limit {} is above the {outer_level} limit {} for the same {}s period",
                         u.limit, t.limit, u.period_secs
                     ),
                 ));
             }
         }
     }
-    if let (Some(u), Some(t)) = (user.concurrency, tenant.concurrency)
+    if let (Some(u), Some(t)) = (inner.concurrency, outer.concurrency)
         && u > t
     {
         return Err(LimitsError::new(
-            format!("{path}.user.concurrency"),
-            format!("user concurrency {u} is above the tenant concurrency {t}"),
+            format!("{path}.{inner_level}.concurrency"),
+            format!("{inner_level} concurrency {u} is above the {outer_level} concurrency {t}"),
         ));
     }
     Ok(())
@@ -379,6 +422,8 @@ mod tests {
                 concurrency: Some(2),
                 ..LevelLimits::default()
             },
+            session: LevelLimits::default(),
+            session_ttl_secs: DEFAULT_SESSION_TTL_SECS,
             max_context_tokens: 1000,
             default_max_output_tokens: 100,
             shadow: None,

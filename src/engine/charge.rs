@@ -12,7 +12,7 @@ use crate::domain::bucket::BucketSpec;
 use crate::domain::budget::{ChargePlan, ChargeReply};
 use crate::domain::decision::{self, LimitState};
 use crate::domain::plan::{self, LevelPlan};
-use crate::domain::{Denial, ShadowLimits, TenantId, UserId};
+use crate::domain::{Denial, SessionId, ShadowLimits, TenantId, UserId};
 use crate::store::Store;
 use crate::telemetry;
 
@@ -23,6 +23,8 @@ pub struct ChargeInput {
     pub tenant: TenantId,
     /// The user, if user-level limits apply.
     pub user: Option<UserId>,
+    /// The session, if session-level limits apply.
+    pub session: Option<SessionId>,
     /// The tier name.
     pub tier: String,
     /// The model ('' for none): adds its group's limits.
@@ -77,12 +79,14 @@ impl<S: Store> Engine<S> {
             tier: Some(&tier),
             group,
             has_user: input.user.is_some(),
+            has_session: input.session.is_some(),
             now_us,
         };
         let levels = rate_levels(plan::levels(&limits, scope, false));
         let charge = ChargePlan {
             tenant: input.tenant,
             user: input.user,
+            session: input.session,
             levels,
             requests: input.requests,
             tokens: input.tokens,

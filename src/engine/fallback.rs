@@ -113,6 +113,7 @@ fn for_model(req: &ReserveRequest, model: &str) -> ReserveRequest {
     ReserveRequest {
         tenant: req.tenant.clone(),
         user: req.user.clone(),
+        session: req.session.clone(),
         tier: req.tier.clone(),
         model: model.to_owned(),
         prompt: PromptInput::Tokens(0),

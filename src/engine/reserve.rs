@@ -246,12 +246,14 @@ impl<S: Store> Engine<S> {
             tier: Some(tier),
             group: limits.group_of(&req.model),
             has_user: req.user.is_some(),
+            has_session: req.session.is_some(),
             now_us: self.store.now_us(),
         };
         let levels = plan::levels(limits, planned, false);
         let status = Scope {
             tenant: &req.tenant,
             user: req.user.as_ref(),
+            session: req.session.as_ref(),
         };
         match self
             .guarded("status", self.store.status(status, &levels, false))

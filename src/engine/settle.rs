@@ -93,6 +93,7 @@ impl<S: Store> Engine<S> {
             tier: tier.as_deref(),
             group: limits.models.get(&id.group),
             has_user: id.user.is_some(),
+            has_session: id.session.is_some(),
             now_us: match id.local {
                 true => self.local.now_us(),
                 false => self.store.now_us(),

@@ -7,7 +7,7 @@ use super::FailurePolicy;
 use super::{Engine, EngineError};
 use crate::domain::decision::{self, LimitState};
 use crate::domain::plan;
-use crate::domain::{Level, Reading, TenantId, UserId};
+use crate::domain::{Level, Reading, SessionId, TenantId, UserId};
 use crate::estimator::content::ContentFit;
 use crate::estimator::output::LearnedOutput;
 use crate::estimator::{Correction, Corrector};
@@ -20,6 +20,8 @@ pub struct StatusRequest {
     pub tenant: TenantId,
     /// The user, for user-level limits too.
     pub user: Option<UserId>,
+    /// The session, for session-level limits too.
+    pub session: Option<SessionId>,
     /// The tier name.
     pub tier: String,
     /// A model: its group's limits too.
@@ -80,12 +82,14 @@ impl<S: Store> Engine<S> {
             tier: Some(&tier),
             group: req.model.as_deref().and_then(|m| limits.group_of(m)),
             has_user: req.user.is_some(),
+            has_session: req.session.is_some(),
             now_us: self.store.now_us(),
         };
         let levels = plan::levels(&limits, scope, false);
         let scope = Scope {
             tenant: &req.tenant,
             user: req.user.as_ref(),
+            session: req.session.as_ref(),
         };
         let mut degraded = false;
         let (levels, readings) = match self

@@ -8,6 +8,9 @@
 //! ctxb:g                       hash   global level: buckets and leases
 //! ctxb:{T}:t                   hash   tenant level
 //! ctxb:{T}:u:<U>               hash   one user of the tenant
+//! ctxb:{T}:s:<U>:<S>           hash   one session of that user (`U` empty: of
+//!                                     the tenant's calls naming no user);
+//!                                     expires after the tier's session_ttl unused
 //! <level key>:m:<G>            hash   model group G's concurrency slots at that level
 //! ctxb:{T}:r:<nonce>           string one reservation's record
 //! ctxb:{T}:i:<K>               string idempotency key → reservation nonce
@@ -22,7 +25,7 @@
 //! carry the group's tag); only its concurrency slots need a key of their own.
 //! `G` is the group name, whose characters (`A-Z a-z 0-9 - _ .`) include no
 //! `:`, `{` or `}`; the slots key of a tenant's level keeps the tenant's hash tag.
-//! `T`, `U` and `K` are the tenant id, user id and idempotency key in unpadded
+//! `T`, `U`, `S` and `K` are the tenant id, user id, session id and idempotency key in unpadded
 //! base64url. Its alphabet (`A-Z a-z 0-9 - _`) has no `:`, `{` or `}`, and the
 //! encoding is injective, so no two (tenant, user) pairs share a key and no id
 //! can end the hash tag early or forge a separator. `{T}` is a Redis Cluster
@@ -53,6 +56,7 @@
 //! #<nonce>    one live lease: its expiry in µs, a little-endian double
 //! ```
 
+use super::Scope;
 use crate::domain::budget::ledger::{LedgerRow, Period, Row};
 use crate::domain::{IdempotencyKey, Level, LevelPlan, ReservationId, TenantId, UserId};
 use base64::Engine;
@@ -128,22 +132,33 @@ impl Keys {
         format!("{}{{{}}}", self.prefix, encode(tenant.as_str()))
     }
 
-    /// The hash of one level for a tenant (and user, at the user level).
-    pub fn level(&self, level: Level, tenant: &TenantId, user: Option<&UserId>) -> String {
-        match (level, user) {
-            (Level::Global, _) if self.cluster => format!("{}{{g}}", self.prefix),
-            (Level::Global, _) => format!("{}g", self.prefix),
-            (Level::Tenant, _) | (Level::User, None) => format!("{}:t", self.tenant_tag(tenant)),
-            (Level::User, Some(u)) => {
+    /// The hash of one level of `who`: the tenant's, its user's at the user
+    /// level, its session's at the session level (a level `who` does not
+    /// name falls back to the one above it).
+    pub fn level(&self, level: Level, who: Scope<'_>) -> String {
+        let tenant = who.tenant;
+        match (level, who.user, who.session) {
+            (Level::Global, ..) if self.cluster => format!("{}{{g}}", self.prefix),
+            (Level::Global, ..) => format!("{}g", self.prefix),
+            (Level::Session, user, Some(s)) => format!(
+                "{}:s:{}:{}",
+                self.tenant_tag(tenant),
+                user.map_or(String::new(), |u| encode(u.as_str())),
+                encode(s.as_str())
+            ),
+            (Level::User | Level::Session, Some(u), _) => {
                 format!("{}:u:{}", self.tenant_tag(tenant), encode(u.as_str()))
+            }
+            (Level::Tenant | Level::User | Level::Session, ..) => {
+                format!("{}:t", self.tenant_tag(tenant))
             }
         }
     }
 
     /// The key of one entry of a plan: its level's hash, or — for a model
     /// group's slots — that hash's name with `:m:<group>` after it.
-    pub fn plan_level(&self, lp: &LevelPlan, tenant: &TenantId, user: Option<&UserId>) -> String {
-        let level = self.level(lp.level, tenant, user);
+    pub fn plan_level(&self, lp: &LevelPlan, who: Scope<'_>) -> String {
+        let level = self.level(lp.level, who);
         match (lp.slots, &lp.group) {
             (true, Some(g)) => format!("{level}:m:{}", g.name),
             _ => level,
@@ -373,8 +388,22 @@ mod tests {
         for (t, u) in pairs {
             let tenant = TenantId::parse(t).unwrap();
             let user = u.map(|u| UserId::parse(u).unwrap());
-            let user_key = keys.level(Level::User, &tenant, user.as_ref());
-            let tenant_key = keys.level(Level::Tenant, &tenant, None);
+            let user_key = keys.level(
+                Level::User,
+                Scope {
+                    tenant: &tenant,
+                    user: user.as_ref(),
+                    session: None,
+                },
+            );
+            let tenant_key = keys.level(
+                Level::Tenant,
+                Scope {
+                    tenant: &tenant,
+                    user: None,
+                    session: None,
+                },
+            );
             assert_eq!(
                 slot_tag(&user_key),
                 slot_tag(&tenant_key),
@@ -398,7 +427,14 @@ mod tests {
         let key = keys.ledger(&tenant, Period::Hour(491_904));
         assert_eq!(
             slot_tag(&key),
-            slot_tag(&keys.level(Level::Tenant, &tenant, None))
+            slot_tag(&keys.level(
+                Level::Tenant,
+                Scope {
+                    tenant: &tenant,
+                    user: None,
+                    session: None
+                }
+            ))
         );
         assert_eq!(
             keys.parse_ledger(&key),

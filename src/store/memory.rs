@@ -26,9 +26,7 @@ use crate::domain::budget::{
     renew::renew, reserve::reserve, settle::settle, status::status,
 };
 use crate::domain::mix::EstimatorSample;
-use crate::domain::{
-    Clock, LevelPlan, Readings, ReservationId, ReservePlan, SystemClock, TenantId,
-};
+use crate::domain::{Clock, LevelPlan, Readings, ReservePlan, SystemClock, TenantId};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
@@ -103,7 +101,7 @@ impl<C: Clock> MemoryStore<C> {
             .idempotency_key
             .as_ref()
             .map(|k| self.keys.idempotency(&id.tenant, k));
-        let level_keys = self.level_keys(scope_of(id), &plan.levels);
+        let level_keys = self.level_keys(Scope::of(id), &plan.levels);
         let (record_key, lease) = (self.keys.record(id), lease_field(id));
         let now = self.clock.now_us();
         let mut d = self.lock(now);
@@ -182,7 +180,7 @@ impl<C: Clock> MemoryStore<C> {
         ) -> (T, Option<(Record, u64)>),
     ) -> (T, MutexGuard<'_, Data>, i64) {
         let (rkey, lease) = (self.keys.record(s.id), lease_field(s.id));
-        let level_keys = self.level_keys(scope_of(s.id), s.levels);
+        let level_keys = self.level_keys(Scope::of(s.id), s.levels);
         let now = self.clock.now_us();
         let mut d = self.lock(now);
         let record = d.record_get(&rkey, now);
@@ -212,6 +210,7 @@ impl<C: Clock> MemoryStore<C> {
         let scope = Scope {
             tenant: &plan.tenant,
             user: plan.user.as_ref(),
+            session: plan.session.as_ref(),
         };
         let level_keys = self.level_keys(scope, &plan.levels);
         let now = self.clock.now_us();
@@ -229,25 +228,17 @@ impl<C: Clock> MemoryStore<C> {
             "a plan has at most {MAX_LEVELS} levels"
         );
         let keys = std::array::from_fn(|i| {
-            levels.get(i).map_or_else(String::new, |lp| {
-                self.keys.plan_level(lp, scope.tenant, scope.user)
-            })
+            levels
+                .get(i)
+                .map_or_else(String::new, |lp| self.keys.plan_level(lp, scope))
         });
         (keys, levels.len())
     }
 }
 
-/// The tenant and user a reservation's levels belong to.
-fn scope_of(id: &ReservationId) -> Scope<'_> {
-    Scope {
-        tenant: &id.tenant,
-        user: id.user.as_ref(),
-    }
-}
-
-/// The most entries a plan has: global, tenant, user, each with a model
-/// group's slots.
-const MAX_LEVELS: usize = 6;
+/// The most entries a plan has: global, tenant, user and session, each with
+/// a model group's slots.
+const MAX_LEVELS: usize = 8;
 
 /// A call's levels, taken out of the map for the algorithm, on the stack.
 struct Taken {

@@ -14,7 +14,7 @@ pub mod scripts;
 
 use crate::domain::budget::ledger::{LedgerRow, Period};
 use crate::domain::mix::EstimatorSample;
-use crate::domain::{LevelPlan, Readings, ReservationId, ReservePlan, TenantId, UserId};
+use crate::domain::{LevelPlan, Readings, ReservationId, ReservePlan, SessionId, TenantId, UserId};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -30,17 +30,40 @@ pub use crate::domain::budget::{
 pub struct Settlement<'a> {
     /// The reservation.
     pub id: &'a ReservationId,
-    /// Global, tenant and (with a user) user levels, with their current limits.
+    /// Global, tenant and (with a user, a session) user and session levels,
+    /// with their current limits.
     pub levels: &'a [LevelPlan],
 }
 
-/// The levels of one tenant (and user) to read.
+/// Whose levels: a tenant, and its user and session when they apply.
 #[derive(Clone, Copy, Debug)]
 pub struct Scope<'a> {
     /// The tenant.
     pub tenant: &'a TenantId,
     /// The user, if any.
     pub user: Option<&'a UserId>,
+    /// The session (of the user, or of the tenant's calls naming none), if any.
+    pub session: Option<&'a SessionId>,
+}
+
+impl<'a> Scope<'a> {
+    /// A tenant's levels, and its user's when `user` names one: no session.
+    pub fn new(tenant: &'a TenantId, user: Option<&'a UserId>) -> Self {
+        Scope {
+            tenant,
+            user,
+            session: None,
+        }
+    }
+
+    /// The tenant, user and session a reservation's levels belong to.
+    pub fn of(id: &'a ReservationId) -> Self {
+        Scope {
+            tenant: &id.tenant,
+            user: id.user.as_ref(),
+            session: id.session.as_ref(),
+        }
+    }
 }
 
 /// The error underneath a [`StoreError`] (a Redis error, an I/O error), shared

@@ -99,6 +99,7 @@ async fn status_of(c: &mut Client, model: &str) -> pb::GetStatusResponse {
         user_id: "alice".into(),
         tier: "pro".into(),
         model: model.into(),
+        ..Default::default()
     })
     .await
     .expect("status")

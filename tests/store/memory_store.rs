@@ -41,6 +41,7 @@ user = { requests = [{ limit = 10, period = "1m" }], concurrency = 1 }
         let req = ReserveRequest {
             tenant: TenantId::parse(&format!("tenant-{i}")).unwrap(),
             user: Some(UserId::parse("u").unwrap()),
+            session: None,
             tier: "t".into(),
             model: "m".into(),
             prompt: PromptInput::Tokens(90),
@@ -69,6 +70,7 @@ user = { requests = [{ limit = 10, period = "1m" }], concurrency = 1 }
                 tier: settings.limits.tier("t").map(|t| t.as_ref()),
                 group: None,
                 has_user: true,
+                has_session: false,
                 now_us: 0,
             };
             let levels = ctxbudget::domain::plan::levels(&settings.limits, scope, true);

@@ -90,6 +90,7 @@ impl World {
             tier: Some(tier),
             group: None,
             has_user: false,
+            has_session: false,
             now_us: 0,
         };
         let levels = ctxbudget::domain::plan::levels(&settings.limits, scope, false);
@@ -106,6 +107,7 @@ impl World {
         let req = ReserveRequest {
             tenant: self.tenant.clone(),
             user: None,
+            session: None,
             tier: "p".into(),
             model: "m".into(),
             prompt: PromptInput::Tokens(prompt),
@@ -136,6 +138,7 @@ impl World {
         let scope = Scope {
             tenant: &self.tenant,
             user: None,
+            session: None,
         };
         let readings = self.store.status(scope, &self.levels, true).await.unwrap();
         let mut checks = Vec::new();

@@ -6,6 +6,7 @@ use crate::support;
 
 use ctxbudget::domain::{Level, TenantId, UserId};
 use ctxbudget::pb::{self, Dimension, Outcome, Reason};
+use ctxbudget::store::Scope;
 use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use redis::Commands;
 use std::time::Duration;
@@ -153,8 +154,8 @@ async fn keys_keep_each_tenant_in_one_hash_slot() {
     let k = Keys::new(DEFAULT_PREFIX).unwrap();
     let tenant = TenantId::parse("a}b").unwrap();
     let user = UserId::parse("{c}").unwrap();
-    let tk = k.level(Level::Tenant, &tenant, None);
-    let uk = k.level(Level::User, &tenant, Some(&user));
+    let tk = k.level(Level::Tenant, Scope::new(&tenant, None));
+    let uk = k.level(Level::User, Scope::new(&tenant, Some(&user)));
     assert!(keys.contains(&tk) && keys.contains(&uk), "{keys:?}");
     assert_eq!(tag(&tk), tag(&uk), "a tenant and its users share one slot");
     let records: Vec<&String> = keys
@@ -217,7 +218,7 @@ async fn a_broken_key_aborts_before_anything_is_written() {
     let keys = Keys::new(DEFAULT_PREFIX).unwrap();
     let tenant = TenantId::parse("acme").unwrap();
     let user = UserId::parse("mallory").unwrap();
-    let user_key = keys.level(Level::User, &tenant, Some(&user));
+    let user_key = keys.level(Level::User, Scope::new(&tenant, Some(&user)));
     let mut conn = h.redis.as_ref().unwrap().conn();
     let _: () = conn.set(&user_key, "not a hash").unwrap();
     let err = h
@@ -228,7 +229,7 @@ async fn a_broken_key_aborts_before_anything_is_written() {
     assert_eq!(err.code(), Code::Internal, "{err:?}");
     let global: Option<String> = conn.hget("ctxb:g", "r1").unwrap();
     let tenant_hash: Option<String> = conn
-        .hget(keys.level(Level::Tenant, &tenant, None), "t1")
+        .hget(keys.level(Level::Tenant, Scope::new(&tenant, None)), "t1")
         .unwrap();
     assert_eq!(
         (global, tenant_hash),
@@ -355,11 +356,11 @@ user = { tokens = [{ limit = 1000000, period = "30d" }], concurrency = 5 }
 
     // Break the user level (the last one the commit touches), then commit.
     let keys = Keys::new(DEFAULT_PREFIX).unwrap();
-    let user_key = keys.level(
-        Level::User,
-        &TenantId::parse("acme").unwrap(),
-        Some(&UserId::parse("bob").unwrap()),
+    let (acme, bob) = (
+        TenantId::parse("acme").unwrap(),
+        UserId::parse("bob").unwrap(),
     );
+    let user_key = keys.level(Level::User, Scope::new(&acme, Some(&bob)));
     let mut conn = h.redis.as_ref().unwrap().conn();
     let saved: Vec<u8> = redis::cmd("DUMP").arg(&user_key).query(&mut conn).unwrap();
     let _: () = conn.del(&user_key).unwrap();
@@ -498,6 +499,7 @@ async fn both_stores_count_lapsed_leases_alike() {
         let req = ReserveRequest {
             tenant: TenantId::parse("acme").unwrap(),
             user: Some(UserId::parse(user).unwrap()),
+            session: None,
             tier: "t".into(),
             model: "m".into(),
             prompt: PromptInput::Tokens(10),

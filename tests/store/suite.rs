@@ -277,6 +277,7 @@ impl<S: Store> Ctx<S> {
         let scope = Scope {
             tenant: &plan.id.tenant,
             user: plan.id.user.as_ref(),
+            session: None,
         };
         self.store.status(scope, &plan.levels, true).await.unwrap()
     }
@@ -309,6 +310,7 @@ pub(crate) fn user_level(requests: u64, tokens: u64, concurrency: Option<u64>) -
         ],
         concurrency,
         overrun: None,
+        idle_secs: None,
     }
 }
 
@@ -824,6 +826,7 @@ async fn foreign_buckets_touched_this_instant_are_kept<S: Store>(c: &Ctx<S>) {
                 .collect(),
             concurrency: None,
             overrun: None,
+            idle_secs: None,
         }]
     };
     assert!(allowed(
@@ -946,6 +949,7 @@ fn model_levels() -> Vec<LevelPlan> {
             ],
             concurrency: None,
             overrun: None,
+            idle_secs: None,
         },
         LevelPlan {
             level: Level::User,
@@ -954,6 +958,7 @@ fn model_levels() -> Vec<LevelPlan> {
             buckets: Vec::new(),
             concurrency: Some(1),
             overrun: None,
+            idle_secs: None,
         },
     ]
 }
@@ -1049,6 +1054,7 @@ async fn a_calendar_window_resets_at_its_boundary_and_not_before<S: Store>(c: &C
         }],
         concurrency: None,
         overrun: None,
+        idle_secs: None,
     }];
     let ask = || plan("alice", levels.clone(), 1, 1);
     for _ in 0..2 {
@@ -1102,6 +1108,7 @@ pub(crate) fn global_level(
         buckets,
         concurrency,
         overrun: None,
+        idle_secs: None,
     }
 }
 
@@ -1223,6 +1230,7 @@ async fn charges_take_the_global_level_too<S: Store>(c: &Ctx<S>) {
     let charge = |requests, tokens, enforce| ChargePlan {
         tenant: TenantId::parse("acme").unwrap(),
         user: Some(UserId::parse("alice").unwrap()),
+        session: None,
         levels: levels.clone(),
         requests,
         tokens,

@@ -1,12 +1,12 @@
 //! Rate limit descriptors — ordered key/value entries, the vocabulary of
 //! Envoy's rate limit protocol — mapped to what a budget decision needs: the
-//! tenant, user, tier and model a descriptor names, and whether it charges
+//! tenant, user, session, tier and model a descriptor names, and whether it charges
 //! usage that already happened (the response path) or asks before a request
 //! goes upstream (the request path). The map is `[envoy]` (validated by
 //! `config::envoy`); [`LiveMap`] holds the one in force.
 
 use crate::config::EnvoySection;
-use crate::domain::{InvalidInput, TenantId, UserId};
+use crate::domain::{InvalidInput, SessionId, TenantId, UserId};
 use std::sync::{Arc, RwLock};
 
 /// Which descriptor entries carry what (`[envoy]`, validated).
@@ -20,6 +20,8 @@ pub struct DescriptorMap {
     pub tenant: String,
     /// The entry key that carries the user id (optional in a descriptor).
     pub user: String,
+    /// The entry key that carries the session id (optional in a descriptor).
+    pub session: String,
     /// The entry key that carries the tier (optional: else `default_tier`).
     pub tier: String,
     /// The entry key that carries the model (optional: all-model limits only).
@@ -44,6 +46,7 @@ impl From<&EnvoySection> for DescriptorMap {
             domain: section.domain.clone(),
             tenant: section.tenant.clone(),
             user: section.user.clone(),
+            session: section.session.clone(),
             tier: section.tier.clone(),
             model: section.model.clone(),
             phase: section.phase.clone(),
@@ -88,6 +91,8 @@ pub struct Described<'a> {
     pub tenant: TenantId,
     /// The user, if the descriptor names one.
     pub user: Option<UserId>,
+    /// The session, if the descriptor names one.
+    pub session: Option<SessionId>,
     /// The tier the descriptor names, or the default.
     pub tier: &'a str,
     /// The model ('' when the descriptor names none).
@@ -147,7 +152,7 @@ impl DescriptorMap {
         entries: &[(&'a str, &'a str)],
     ) -> Result<Mapping<'a>, InvalidInput> {
         let bad = |message: String| InvalidInput::new("descriptors", message);
-        let mut found: [Option<&'a str>; 5] = [None; 5];
+        let mut found: [Option<&'a str>; 6] = [None; 6];
         let mut marked = false;
         for &(key, value) in entries {
             let slot = [
@@ -156,6 +161,7 @@ impl DescriptorMap {
                 &self.tier,
                 &self.model,
                 &self.phase,
+                &self.session,
             ]
             .iter()
             .position(|k| k.as_str() == key);
@@ -167,11 +173,16 @@ impl DescriptorMap {
                 )));
             }
         }
-        let [tenant, user, tier, model, phase] = found;
+        let [tenant, user, tier, model, phase, session] = found;
         let Some(tenant) = tenant else {
-            if let Some(key) = [(&self.user, user), (&self.tier, tier), (&self.model, model)]
-                .iter()
-                .find_map(|(k, v)| v.map(|_| k.as_str()))
+            if let Some(key) = [
+                (&self.user, user),
+                (&self.session, session),
+                (&self.tier, tier),
+                (&self.model, model),
+            ]
+            .iter()
+            .find_map(|(k, v)| v.map(|_| k.as_str()))
             {
                 return Err(bad(format!(
                     "descriptor {index} has a {key:?} entry but no {:?} entry: budgets belong \
@@ -193,6 +204,11 @@ impl DescriptorMap {
             .map(UserId::parse)
             .transpose()
             .map_err(|e| at(e, &self.user))?;
+        let session = session
+            .filter(|s| !s.is_empty())
+            .map(SessionId::parse)
+            .transpose()
+            .map_err(|e| at(e, &self.session))?;
         let tier = match (tier.filter(|t| !t.is_empty()), &self.default_tier) {
             (Some(t), _) => t,
             (None, Some(d)) => d.as_str(),
@@ -219,6 +235,7 @@ impl DescriptorMap {
         Ok(Mapping::Budget(Described {
             tenant,
             user,
+            session,
             tier,
             model: model.unwrap_or(""),
             path,

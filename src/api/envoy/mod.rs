@@ -110,6 +110,7 @@ fn charge_of(d: &Described<'_>, hits: u64) -> ChargeInput {
     ChargeInput {
         tenant: d.tenant.clone(),
         user: d.user.clone(),
+        session: d.session.clone(),
         tier: d.tier.to_owned(),
         model: d.model.to_owned(),
         requests: if usage { 0 } else { hits },

@@ -1,9 +1,9 @@
 //! `[ext_proc]` in force, and what it reads off a request's headers and the
 //! metadata Envoy forwards: the path's verdict (an LLM call or another
-//! request) and the caller — tenant, user, tier, priority.
+//! request) and the caller — tenant, user, session, tier, priority.
 
 use crate::config::{ExtProcSection, OtherRequests};
-use crate::domain::{InvalidInput, Priority, TenantId, UserId, is_tier_name};
+use crate::domain::{InvalidInput, Priority, SessionId, TenantId, UserId, is_tier_name};
 use crate::engine::fallback::MAX_CANDIDATES;
 use crate::envoy::config::core::v3::{HeaderMap, Metadata};
 use prost_types::value::Kind;
@@ -53,6 +53,8 @@ pub struct Caller {
     pub tenant: TenantId,
     /// The user, if named.
     pub user: Option<UserId>,
+    /// The session, if named.
+    pub session: Option<SessionId>,
     /// The tier named, or the default.
     pub tier: String,
     /// The priority named, or normal.
@@ -216,6 +218,9 @@ impl Reading {
         let user = read("user", &s.user_header)
             .map(UserId::parse)
             .transpose()?;
+        let session = read("session", &s.session_header)
+            .map(SessionId::parse)
+            .transpose()?;
         let tier = self.tier(read("tier", &s.tier_header))?;
         let priority = match read("priority", &s.priority_header) {
             None => Priority::Normal,
@@ -224,6 +229,7 @@ impl Reading {
         Ok(Caller {
             tenant,
             user,
+            session,
             tier,
             priority,
         })

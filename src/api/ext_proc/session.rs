@@ -362,6 +362,7 @@ impl<S: Store> Session<S> {
         let req = ReserveRequest {
             tenant: caller.tenant,
             user: caller.user,
+            session: caller.session,
             tier: caller.tier,
             model: call.model.clone(),
             prompt: PromptInput::Text(Prompt::Messages(std::mem::take(&mut call.messages))),

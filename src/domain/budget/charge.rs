@@ -11,12 +11,11 @@
 //! release call a slot could never be freed.
 
 use super::checks::DeniedChecks;
-use super::layout::MAX_TTL_US;
 use super::level::StoredLevel;
 use super::reserve::drop_foreign;
 use super::state::{self, BucketState, bucket_id};
 use crate::domain::bucket::Cost;
-use crate::domain::{Dimension, LevelPlan, Readings, TenantId, UserId};
+use crate::domain::{Dimension, LevelPlan, Readings, SessionId, TenantId, UserId};
 
 /// What to charge, and where.
 #[derive(Clone, Debug, PartialEq)]
@@ -25,6 +24,8 @@ pub struct ChargePlan {
     pub tenant: TenantId,
     /// The user, when the levels include theirs.
     pub user: Option<UserId>,
+    /// The session, when the levels include its.
+    pub session: Option<SessionId>,
     /// The levels, outermost first; their concurrency limits are ignored.
     pub levels: Vec<LevelPlan>,
     /// Requests to take from every request bucket.
@@ -125,7 +126,7 @@ pub fn charge(now_us: i64, plan: &ChargePlan, levels: &mut [Option<StoredLevel>]
     for ((lp, (mut s, ttl)), stored) in plan.levels.iter().zip(after).zip(levels.iter_mut()) {
         let stored = stored.get_or_insert_with(StoredLevel::default);
         drop_foreign(&mut s, lp.buckets.len(), now);
-        stored.store(s, now_us, ttl.min(MAX_TTL_US));
+        stored.store(s, now_us, ttl.min(lp.max_life_us()));
     }
     ChargeReply::Charged {
         readings: state::readings_of(&plan.levels, |i| Some(&levels[i].as_ref()?.state), &[], now),
@@ -151,6 +152,7 @@ mod tests {
         ChargePlan {
             tenant: TenantId::parse("t").unwrap(),
             user: None,
+            session: None,
             levels: vec![LevelPlan {
                 level: Level::Tenant,
                 group: None,
@@ -161,6 +163,7 @@ mod tests {
                 ],
                 concurrency: None,
                 overrun: None,
+                idle_secs: None,
             }],
             requests,
             tokens,

@@ -14,11 +14,11 @@ pub const TTL_SLACK_US: f64 = 1_000_000.0;
 /// Buckets of other configurations (another replica's, mid-rollout) a level
 /// state keeps, the most recently used.
 pub const MAX_FOREIGN: usize = 16;
-/// Reclaimed leases travel packed, [`RECLAIM_BITS`] bits per level; each
-/// level's count is capped at this.
+/// Reclaimed leases travel packed, [`RECLAIM_BITS`] bits per level (four
+/// levels in a double's 53 exact bits); each level's count is capped at this.
 pub const RECLAIM_CAP: u64 = (1 << RECLAIM_BITS) - 1;
 /// Bits per level of the packed reclaimed-lease count.
-pub const RECLAIM_BITS: u32 = 17;
+pub const RECLAIM_BITS: u32 = 13;
 /// Estimator samples live this long past the last one (ms): 30 days.
 pub const SAMPLES_TTL_MS: u64 = 2_592_000_000;
 /// A sample list (an estimator's prompt samples, a learned output's

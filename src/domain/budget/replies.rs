@@ -81,7 +81,7 @@ impl ReserveReply {
 /// Commit or Refund. One reservation holds a lease at every level with a
 /// concurrency limit, so it counts once at each.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Reclaimed([u64; 3]);
+pub struct Reclaimed([u64; 4]);
 
 impl Reclaimed {
     /// The level's place in the packed form the reserve script returns:
@@ -91,6 +91,7 @@ impl Reclaimed {
             Level::Global => 0,
             Level::Tenant => 1,
             Level::User => 2,
+            Level::Session => 3,
         }
     }
 

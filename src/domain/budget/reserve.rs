@@ -388,6 +388,8 @@ fn take(
     let exp = now + lease_ttl;
     for (((lp, mut s), mut ttl), stored) in plan.levels.iter().zip(after).zip(ttls).zip(levels) {
         let stored = stored.get_or_insert_with(StoredLevel::default);
+        // A session's key lives its session_ttl at most, but outlives its leases.
+        ttl = ttl.min(lp.max_life_us());
         if lp.concurrency.is_some() {
             s.n += 1.0;
             if s.e == 0.0 || exp < s.e {
@@ -449,6 +451,7 @@ mod tests {
                 buckets: vec![tpm],
                 concurrency,
                 overrun: None,
+                idle_secs: None,
             }],
             model_group: None,
             headroom: 0.0,

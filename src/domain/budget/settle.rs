@@ -12,7 +12,6 @@
 //! for the record retention, so repeats answer already-settled and change
 //! nothing.
 
-use super::layout::MAX_TTL_US;
 use super::ledger::{self, Entry};
 use super::level::StoredLevel;
 use super::record::{Record, RecordState};
@@ -240,5 +239,5 @@ fn settle_level(
     if holds {
         stored.leases.remove(lease);
     }
-    stored.outlive(now_us, ttl.min(MAX_TTL_US));
+    stored.outlive(now_us, ttl.min(lp.max_life_us()));
 }

@@ -34,6 +34,7 @@ fn plan() -> ReservePlan {
             buckets: vec![tokens],
             concurrency: Some(2),
             overrun: None,
+            idle_secs: None,
         }],
         model_group: None,
         headroom: 0.0,

@@ -205,6 +205,7 @@ mod tests {
             buckets: vec![b; buckets],
             concurrency,
             overrun: None,
+            idle_secs: None,
         }
     }
 

@@ -6,7 +6,7 @@ use super::share::{self, Share};
 use super::split::Split;
 use super::{Inner, Shares};
 use crate::domain::Clock;
-use crate::domain::{LevelPlan, Readings, TenantId, UserId};
+use crate::domain::{LevelPlan, Readings, TenantId};
 use crate::store::redis::{EntryAsk, LeaseCall};
 use crate::store::{Scope, Store, StoreError};
 use crate::telemetry;
@@ -141,7 +141,14 @@ impl<C: Clock> Inner<C> {
         split
             .global
             .iter()
-            .map(|lp| self.tenants.keys().plan_level(lp, tenant, None))
+            .map(|lp| {
+                let scope = Scope {
+                    tenant,
+                    user: None,
+                    session: None,
+                };
+                self.tenants.keys().plan_level(lp, scope)
+            })
             .collect()
     }
 
@@ -161,13 +168,11 @@ impl<C: Clock> Inner<C> {
     pub(super) async fn tenant_readings(
         &self,
         split: &Split<'_>,
-        tenant: &TenantId,
-        user: Option<&UserId>,
+        scope: Scope<'_>,
     ) -> Result<Readings, StoreError> {
         if split.tenant.is_empty() {
             return Ok(Vec::new());
         }
-        let scope = Scope { tenant, user };
         self.tenants.status(scope, &split.tenant, false).await
     }
 }

@@ -9,7 +9,7 @@ use super::split::Split;
 use crate::domain::Clock;
 use crate::domain::{Level, ReservePlan};
 use crate::store::keys::lease_field;
-use crate::store::{ChargePlan, ChargeReply, Reclaimed, ReserveReply, Store, StoreError};
+use crate::store::{ChargePlan, ChargeReply, Reclaimed, ReserveReply, Scope, Store, StoreError};
 use crate::telemetry;
 use std::sync::atomic::Ordering;
 
@@ -49,9 +49,7 @@ impl<C: Clock> Inner<C> {
                     synced = self.sync(&[], Some(seen)).await?;
                 }
                 Err(short) => {
-                    let tenant = self
-                        .tenant_readings(&split, &plan.id.tenant, plan.id.user.as_ref())
-                        .await?;
+                    let tenant = self.tenant_readings(&split, Scope::of(&plan.id)).await?;
                     let global = self.global_readings(&split, &keys, self.now());
                     let mut r = Reclaimed::default();
                     r.add(Level::Global, reclaimed);
@@ -119,7 +117,14 @@ impl<C: Clock> Inner<C> {
                 }
                 Err(short) => {
                     let tenant = self
-                        .tenant_readings(&split, &plan.tenant, plan.user.as_ref())
+                        .tenant_readings(
+                            &split,
+                            Scope {
+                                tenant: &plan.tenant,
+                                user: plan.user.as_ref(),
+                                session: plan.session.as_ref(),
+                            },
+                        )
                         .await?;
                     let global = self.global_readings(&split, &keys, self.now());
                     return Ok(ChargeReply::Denied {
@@ -132,6 +137,7 @@ impl<C: Clock> Inner<C> {
         let inner = ChargePlan {
             tenant: plan.tenant.clone(),
             user: plan.user.clone(),
+            session: plan.session.clone(),
             levels: std::mem::take(&mut split.tenant),
             requests: plan.requests,
             tokens: plan.tokens,

@@ -7,7 +7,7 @@ use super::wire::{DOUBLES, Spec, denied_at, doubles, int_at, state_at, unexpecte
 use crate::domain::budget::layout::{BUCKET_WIDTH, REPLY_ALLOWED, REPLY_DENIED, STATE_HEAD};
 use crate::domain::budget::state;
 use crate::domain::budget::{ChargePlan, ChargeReply};
-use crate::store::StoreError;
+use crate::store::{Scope, StoreError};
 
 impl RedisStore {
     /// Takes the plan's requests or tokens at every level (or, enforced,
@@ -15,7 +15,12 @@ impl RedisStore {
     pub(super) async fn charge_call(&self, plan: &ChargePlan) -> Result<ChargeReply, StoreError> {
         let mut inv = self.charge.prepare_invoke();
         for lp in &plan.levels {
-            inv.key(self.keys.plan_level(lp, &plan.tenant, plan.user.as_ref()));
+            let scope = Scope {
+                tenant: &plan.tenant,
+                user: plan.user.as_ref(),
+                session: plan.session.as_ref(),
+            };
+            inv.key(self.keys.plan_level(lp, scope));
         }
         let mut spec = Spec::default();
         spec.push(plan.levels.len() as f64)
@@ -23,7 +28,9 @@ impl RedisStore {
             .push(plan.tokens as f64)
             .push(if plan.enforce { 1.0 } else { 0.0 });
         for lp in &plan.levels {
-            spec.push(lp.buckets.len() as f64).buckets(lp);
+            spec.push(lp.buckets.len() as f64)
+                .push(lp.max_life_us())
+                .buckets(lp);
         }
         inv.arg(&spec.0).arg(DOUBLES).arg(doubles(spec.count()));
         for lp in &plan.levels {

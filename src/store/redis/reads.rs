@@ -18,7 +18,7 @@ impl RedisStore {
     ) -> Result<Readings, StoreError> {
         let mut inv = self.status.prepare_invoke();
         for lp in levels {
-            inv.key(self.keys.plan_level(lp, scope.tenant, scope.user));
+            inv.key(self.keys.plan_level(lp, scope));
         }
         let mut spec = Spec::default();
         spec.push(levels.len() as f64);

@@ -14,7 +14,7 @@ use crate::domain::budget::state;
 use crate::domain::price::SpendRates;
 use crate::domain::{Level, ReservePlan};
 use crate::store::keys::{lease_field, ledger_fields};
-use crate::store::{Reclaimed, ReserveReply, StoreError};
+use crate::store::{Reclaimed, ReserveReply, Scope, StoreError};
 use redis::{ScriptInvocation, Value};
 
 impl RedisStore {
@@ -34,7 +34,7 @@ impl RedisStore {
         let id = &plan.id;
         let mut inv = self.reserve.prepare_invoke();
         for lp in &plan.levels {
-            inv.key(self.keys.plan_level(lp, &id.tenant, id.user.as_ref()));
+            inv.key(self.keys.plan_level(lp, Scope::of(id)));
         }
         inv.key(self.keys.record(id));
         let idem_ttl = match &plan.idempotency_key {
@@ -93,6 +93,7 @@ fn reserve_spec(plan: &ReservePlan, ledger: Option<LedgerRetention>) -> Spec {
             .push(weight)
             .overrun(lp)
             .push(f64::from(lp.bit()))
+            .push(lp.max_life_us())
             .buckets(lp);
     }
     spec

@@ -9,7 +9,7 @@ use crate::domain::budget::layout::{
     REPLY_APPLIED, REPLY_EXPIRED, REPLY_NOT_FOUND, REPLY_SETTLED_BEFORE, SAMPLES_TTL_MS,
 };
 use crate::store::keys::{lease_field, ledger_fields};
-use crate::store::{RenewReply, Retention, SettleReply, Settled, Settlement, StoreError};
+use crate::store::{RenewReply, Retention, Scope, SettleReply, Settled, Settlement, StoreError};
 use redis::{ScriptInvocation, Value};
 
 /// How settle.lua settles: its mode argument.
@@ -145,7 +145,7 @@ impl RedisStore {
     /// The levels of a settlement as KEYS, then the reservation's record.
     fn settlement_keys(&self, s: &Settlement<'_>, inv: &mut ScriptInvocation<'_>) {
         for lp in s.levels {
-            inv.key(self.keys.plan_level(lp, &s.id.tenant, s.id.user.as_ref()));
+            inv.key(self.keys.plan_level(lp, Scope::of(s.id)));
         }
         inv.key(self.keys.record(s.id));
     }
@@ -200,6 +200,7 @@ fn settle_spec(
         spec.push(f64::from(lp.bit()))
             .push(lp.buckets.len() as f64)
             .overrun(lp)
+            .push(lp.max_life_us())
             .buckets(lp);
     }
     spec

@@ -455,6 +455,7 @@ async fn step(
             let scope = Scope {
                 tenant,
                 user: user.as_ref(),
+                session: None,
             };
             let m = memory.status(scope, levels, *exact).await.unwrap();
             count(seen, if *exact { "status exact" } else { "status" });

@@ -148,6 +148,7 @@ pub(super) fn entry_plan(rng: &mut StdRng, i: usize) -> LevelPlan {
                 _ => Some(rng.random_range(20..=100)),
             },
             overrun: None,
+            idle_secs: None,
         },
     }
 }
@@ -163,6 +164,7 @@ pub(super) fn level_plan(rng: &mut StdRng, level: Level) -> LevelPlan {
             buckets: Vec::new(),
             concurrency: None,
             overrun: None,
+            idle_secs: None,
         };
     }
     let mut buckets = Vec::new();
@@ -248,6 +250,7 @@ pub(super) fn level_plan(rng: &mut StdRng, level: Level) -> LevelPlan {
         buckets,
         concurrency,
         overrun,
+        idle_secs: None,
     }
 }
 
@@ -594,6 +597,7 @@ impl Gen {
         ChargePlan {
             tenant: TenantId::parse(tenant).unwrap(),
             user: user.map(|u| UserId::parse(u).unwrap()),
+            session: None,
             levels,
             requests,
             tokens,

@@ -103,7 +103,7 @@ impl Episode {
             if lp.level == Level::Global {
                 ep.checks.extend(check..check + n);
                 ep.buckets.extend(bucket..bucket + b);
-                let stored = memory.stored_level(&KEYS.plan_level(lp, tenant, None));
+                let stored = memory.stored_level(&KEYS.plan_level(lp, Scope::new(tenant, None)));
                 let (share, mine) = leased_whole(lp, stored.as_ref(), now);
                 ep.entries.push(lp.clone());
                 ep.shares.push(share);
@@ -239,6 +239,7 @@ impl Episode {
         let scope = Scope {
             tenant: &self.tenant,
             user: None,
+            session: None,
         };
         let theirs = memory.status(scope, &self.entries, false).await.unwrap();
         let limits = self.entries.iter().flat_map(|lp| {

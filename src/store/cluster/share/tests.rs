@@ -21,6 +21,7 @@ fn global(requests: u64, concurrency: Option<u64>) -> LevelPlan {
         }],
         concurrency,
         overrun: None,
+        idle_secs: None,
     }
 }
 
