@@ -24,6 +24,7 @@ class Level(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LEVEL_GLOBAL: _ClassVar[Level]
     LEVEL_TENANT: _ClassVar[Level]
     LEVEL_USER: _ClassVar[Level]
+    LEVEL_SESSION: _ClassVar[Level]
 
 class Dimension(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -60,6 +61,7 @@ LEVEL_UNSPECIFIED: Level
 LEVEL_GLOBAL: Level
 LEVEL_TENANT: Level
 LEVEL_USER: Level
+LEVEL_SESSION: Level
 DIMENSION_UNSPECIFIED: Dimension
 DIMENSION_REQUESTS: Dimension
 DIMENSION_TOKENS: Dimension
@@ -87,7 +89,7 @@ class Message(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class CheckAndReserveRequest(_message.Message):
-    __slots__ = ("tenant_id", "user_id", "tier", "model", "prompt_tokens", "max_output_tokens", "idempotency_key", "lease_ttl_ms", "messages", "prompt", "allow_reduced_output", "min_output_tokens", "priority", "candidate_models")
+    __slots__ = ("tenant_id", "user_id", "tier", "model", "prompt_tokens", "max_output_tokens", "idempotency_key", "lease_ttl_ms", "messages", "prompt", "allow_reduced_output", "min_output_tokens", "priority", "candidate_models", "session_id")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
@@ -102,6 +104,7 @@ class CheckAndReserveRequest(_message.Message):
     MIN_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_MODELS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     user_id: str
     tier: str
@@ -116,7 +119,8 @@ class CheckAndReserveRequest(_message.Message):
     min_output_tokens: int
     priority: Priority
     candidate_models: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., lease_ttl_ms: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., prompt: _Optional[str] = ..., allow_reduced_output: _Optional[bool] = ..., min_output_tokens: _Optional[int] = ..., priority: _Optional[_Union[Priority, str]] = ..., candidate_models: _Optional[_Iterable[str]] = ...) -> None: ...
+    session_id: str
+    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., lease_ttl_ms: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., prompt: _Optional[str] = ..., allow_reduced_output: _Optional[bool] = ..., min_output_tokens: _Optional[int] = ..., priority: _Optional[_Union[Priority, str]] = ..., candidate_models: _Optional[_Iterable[str]] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class SkippedCandidate(_message.Message):
     __slots__ = ("model", "reason", "level", "dimension", "retry_after_ms", "model_group", "detail")
@@ -275,16 +279,18 @@ class RenewLeaseResponse(_message.Message):
     def __init__(self, outcome: _Optional[_Union[Outcome, str]] = ..., expires_in_ms: _Optional[int] = ...) -> None: ...
 
 class GetStatusRequest(_message.Message):
-    __slots__ = ("tenant_id", "user_id", "tier", "model")
+    __slots__ = ("tenant_id", "user_id", "tier", "model", "session_id")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     user_id: str
     tier: str
     model: str
-    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+    session_id: str
+    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class LevelLeases(_message.Message):
     __slots__ = ("level", "active", "limit", "model_group")
