@@ -69,5 +69,6 @@ mod overload;
 mod prices_cli;
 mod quickstart;
 mod server;
+mod sessions;
 mod tokenizer;
 mod windows;
