@@ -329,6 +329,29 @@ mod tests {
         assert!(err.to_string().contains("redis_urll"), "{err}");
         let negative = "[global]\nconcurrency = -1\n";
         assert!(FileConfig::parse(negative, "f").is_err());
+        let ttl = "[tiers.x]\nmax_context_tokens = 10\ndefault_max_output_tokens = 1\nsession_ttl = \"2w\"\n";
+        let err = FileConfig::parse(ttl, "f").unwrap().limits().unwrap_err();
+        assert!(err.to_string().contains("tiers.x.session_ttl"), "{err}");
+    }
+
+    #[test]
+    fn a_tier_has_a_session_level_whose_keys_live_a_day_unless_told() {
+        let text = "[tiers.x]\nmax_context_tokens = 10\ndefault_max_output_tokens = 1\n\
+                    session = { requests = [{ limit = 5, period = \"1h\" }], concurrency = 2 }\n\
+                    [tiers.y]\nmax_context_tokens = 10\ndefault_max_output_tokens = 1\n\
+                    session_ttl = \"30m\"\n\
+                    [tiers.y.models.g]\nsession = { tokens = [{ limit = 9, period = \"1m\" }] }\n\
+                    [models.g]\nmatch = [\"g*\"]\n";
+        let limits = FileConfig::parse(text, "f").unwrap().limits().unwrap();
+        let x = limits.tier("x").unwrap();
+        assert_eq!(
+            (x.session.requests[0].limit, x.session.concurrency),
+            (5, Some(2))
+        );
+        assert_eq!(x.session_ttl_secs, 86_400);
+        let y = limits.tier("y").unwrap();
+        assert_eq!(y.session_ttl_secs, 1_800);
+        assert_eq!(y.models["g"].session.tokens[0].limit, 9);
     }
 
     #[test]

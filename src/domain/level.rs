@@ -18,6 +18,9 @@ pub enum Level {
 }
 
 impl Level {
+    /// Every level, outermost first.
+    pub const ALL: [Level; 4] = [Level::Global, Level::Tenant, Level::User, Level::Session];
+
     /// A bit per level, used to remember which levels hold a reservation's
     /// lease. The session's bits come after the three levels' and their
     /// groups' slots (1 2 4, then 8 16 32), so records stored before the

@@ -391,4 +391,49 @@ mod tests {
         assert!(plain.iter().all(|l| !l.slots && l.group.is_none()));
         assert_eq!(plain.len(), 3);
     }
+
+    #[test]
+    fn a_session_follows_the_user_and_its_key_lives_its_session_ttl() {
+        let limits = Limits::default();
+        let mut t = tier();
+        t.session.concurrency = Some(2);
+        t.session_ttl_secs = 600;
+        let g = group(None);
+        let mut m = ModelLimits::default();
+        m.session.concurrency = Some(1);
+        t.models.insert("g".into(), m);
+        let scope = Scope {
+            tier: Some(&t),
+            group: Some(&g),
+            has_user: false,
+            has_session: true,
+            now_us: 0,
+        };
+        let plan = levels(&limits, scope, false);
+        let shape: Vec<(Level, bool, u8, Option<u64>)> = plan
+            .iter()
+            .map(|l| (l.level, l.slots, l.bit(), l.idle_secs))
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (Level::Global, false, 1, None),
+                (Level::Tenant, false, 2, None),
+                (Level::Session, false, 64, Some(600)),
+                (Level::Session, true, 128, Some(600)),
+            ]
+        );
+        assert_eq!(plan[2].max_life_us(), 600e6);
+        assert_eq!(plan[0].max_life_us(), MAX_TTL_US);
+        // No session named: no session level.
+        let without = levels(
+            &limits,
+            Scope {
+                has_session: false,
+                ..scope
+            },
+            true,
+        );
+        assert!(without.iter().all(|l| l.level != Level::Session));
+    }
 }

@@ -238,6 +238,13 @@ impl ShadowLimits {
         self.tenant.validate(&format!("{path}.tenant"))?;
         self.user.validate(&format!("{path}.user"))?;
         user_within_tenant(path, &self.user, &self.tenant)?;
+        if let Some((name, _)) = self.models.iter().find(|(_, m)| !m.session.is_unlimited()) {
+            return Err(LimitsError::new(
+                format!("{path}.models.{name}.session"),
+                "a quota in shadow has tenant and user levels only; move session limits \
+                 to the tier itself",
+            ));
+        }
         validate_models(&format!("{path}.models"), &self.models)
     }
 }
@@ -442,6 +449,42 @@ mod tests {
         t.user.requests[0].limit = 101;
         let err = t.validate("tiers.pro").unwrap_err();
         assert_eq!(err.field, "tiers.pro.user.requests[0].limit");
+    }
+
+    #[test]
+    fn a_session_above_its_user_or_an_unbounded_session_ttl_names_the_field() {
+        let mut t = tier();
+        t.session.requests = vec![Rate {
+            limit: 11,
+            period_secs: 60,
+            window: None,
+        }];
+        let err = t.validate("tiers.pro").unwrap_err();
+        assert_eq!(err.field, "tiers.pro.session.requests[0].limit");
+        assert!(err.problem.contains("above the user limit"), "{err}");
+        t.session.requests[0].limit = 10;
+        t.session.concurrency = Some(3);
+        let err = t.validate("tiers.pro").unwrap_err();
+        assert_eq!(err.field, "tiers.pro.session.concurrency");
+        t.session.concurrency = Some(2);
+        assert_eq!(t.validate("tiers.pro"), Ok(()));
+        for ttl in [0, MAX_SESSION_TTL_SECS + 1] {
+            t.session_ttl_secs = ttl;
+            let err = t.validate("tiers.pro").unwrap_err();
+            assert_eq!(err.field, "tiers.pro.session_ttl", "{ttl}");
+        }
+        t.session_ttl_secs = DEFAULT_SESSION_TTL_SECS;
+        let mut shadow = ShadowLimits::default();
+        shadow.models.insert(
+            "g".into(),
+            ModelLimits {
+                session: t.session.clone(),
+                ..ModelLimits::default()
+            },
+        );
+        t.shadow = Some(shadow);
+        let err = t.validate("tiers.pro").unwrap_err();
+        assert_eq!(err.field, "tiers.pro.shadow.models.g.session");
     }
 
     #[test]

@@ -119,7 +119,7 @@ impl<S: Store> Engine<S> {
         let reply = reply?;
         if !degraded {
             let reclaimed = reply.reclaimed();
-            for level in [Level::Global, Level::Tenant, Level::User] {
+            for level in Level::ALL {
                 telemetry::leases_expired(level.as_str(), reclaimed.at(level));
             }
         }

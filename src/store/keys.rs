@@ -364,6 +364,7 @@ fn decode(encoded: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::SessionId;
     use std::collections::HashSet;
 
     fn slot_tag(key: &str) -> &str {
@@ -418,6 +419,38 @@ mod tests {
                 assert!(seen.insert(user_key), "user key reused for {t:?}/{u:?}");
             }
         }
+    }
+
+    #[test]
+    fn session_keys_are_their_users_and_share_the_tenants_slot() {
+        let keys = Keys::new(DEFAULT_PREFIX).unwrap().clustered();
+        let tenant = TenantId::parse("t:{1}").unwrap();
+        let users = [
+            None,
+            Some(UserId::parse("a").unwrap()),
+            Some(UserId::parse("a:b").unwrap()),
+        ];
+        let sessions = ["s", "b:s", ":", "s}{"].map(|s| SessionId::parse(s).unwrap());
+        let tenant_key = keys.level(Level::Tenant, Scope::new(&tenant, None));
+        let mut seen = std::collections::HashSet::new();
+        for user in &users {
+            let user_key = keys.level(Level::User, Scope::new(&tenant, user.as_ref()));
+            seen.insert(user_key);
+            for session in &sessions {
+                let who = Scope {
+                    session: Some(session),
+                    ..Scope::new(&tenant, user.as_ref())
+                };
+                let key = keys.level(Level::Session, who);
+                assert_eq!(slot_tag(&key), slot_tag(&tenant_key), "{key}");
+                assert!(seen.insert(key.clone()), "{key} reused");
+            }
+        }
+        // A level the scope does not name falls back to the one above it.
+        assert_eq!(
+            keys.level(Level::Session, Scope::new(&tenant, None)),
+            tenant_key
+        );
     }
 
     #[test]

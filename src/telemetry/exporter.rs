@@ -205,7 +205,7 @@ pub fn register(known: &KnownSeries) {
     for policy in ["local", "fail_open"] {
         counter!(DEGRADED, "policy" => policy).increment(0);
     }
-    for level in [Level::Global, Level::Tenant, Level::User] {
+    for level in Level::ALL {
         counter!(LEASES_EXPIRED, "level" => level.as_str()).increment(0);
     }
     for code in [tonic::Code::Unauthenticated, tonic::Code::PermissionDenied] {
@@ -242,7 +242,7 @@ fn register_tier(tier: &str) {
         Reason::ConcurrencyExceeded,
     ];
     for reason in by_level {
-        for level in [Level::Global, Level::Tenant, Level::User] {
+        for level in Level::ALL {
             decided(reason.as_str(), level.as_str());
         }
         for level in [Level::Tenant, Level::User] {

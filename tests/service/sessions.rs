@@ -106,7 +106,11 @@ async fn a_sessions_dollar_cap_stops_the_run_while_its_user_starts_another(backe
     let other = call(&mut h, ask("alice", "run-2", 10_000, 1_000)).await;
     assert!(other.allowed, "{other:#?}");
     let session_spend = limit(&other.limits, Level::Session, Dimension::Spend, 86_400);
-    assert_eq!(session_spend.remaining, 100_000 - 35_000, "µ$ left in run-2");
+    assert_eq!(
+        session_spend.remaining,
+        100_000 - 35_000,
+        "µ$ left in run-2"
+    );
     // Committing run-1's calls at their real (smaller) cost gives the run room again.
     for id in &taken {
         let c = h
@@ -172,7 +176,10 @@ async fn fifty_concurrent_calls_of_one_session_hold_at_most_its_concurrency(back
         refund(&mut h, id).await;
     }
     let freed = call(&mut h, ask("alice", "agent-7", 10, 10)).await;
-    assert!(freed.allowed, "refunds free the session's slots: {freed:#?}");
+    assert!(
+        freed.allowed,
+        "refunds free the session's slots: {freed:#?}"
+    );
 }
 
 async fn a_sessions_keys_expire_after_its_ttl_unused(backend: Backend) {
@@ -190,7 +197,10 @@ async fn a_sessions_keys_expire_after_its_ttl_unused(backend: Backend) {
     if let Some(redis) = &h.redis {
         // The key lives at most twice session_ttl past its last write, plus a second.
         let mut conn = redis.conn();
-        let keys: Vec<String> = ::redis::cmd("KEYS").arg("ctxb:*:s:*").query(&mut conn).unwrap();
+        let keys: Vec<String> = ::redis::cmd("KEYS")
+            .arg("ctxb:*:s:*")
+            .query(&mut conn)
+            .unwrap();
         assert_eq!(keys.len(), 1, "one session key: {keys:?}");
         let ttl: i64 = ::redis::cmd("PTTL").arg(&keys[0]).query(&mut conn).unwrap();
         assert!(

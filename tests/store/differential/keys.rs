@@ -34,6 +34,12 @@ for _, k in ipairs(redis.call('KEYS', ARGV[1] .. '*')) do
 end
 return out";
 
+/// True for a session's key, its slots' included: `<prefix>{T}:s:<U>:<S>…`
+/// (`store::keys`; `T` is base64url, so `}:s:` comes only there).
+fn is_session(key: &str) -> bool {
+    key.contains("}:s:")
+}
+
 /// The Redis side of the comparison, and what it knows about expiries.
 pub(super) struct Db {
     conn: MultiplexedConnection,
@@ -135,8 +141,9 @@ impl Db {
     }
 
     /// The clock moved to `now_us`: deletes in Redis exactly the keys whose
-    /// expiry has passed (`expiry <= now`, as both stores read it).
-    pub(super) async fn expire(&mut self, now_us: i64) {
+    /// expiry has passed (`expiry <= now`, as both stores read it). True when
+    /// a session's key was among them.
+    pub(super) async fn expire(&mut self, now_us: i64) -> bool {
         let due: Vec<String> = self
             .expiries
             .iter()
@@ -151,6 +158,7 @@ impl Db {
                 .unwrap();
         }
         self.expiries.retain(|_, e| *e > now_us);
+        due.iter().any(|k| is_session(k))
     }
 
     /// Compares every key with `memory` (its values byte for byte; a TTL Redis

@@ -48,7 +48,9 @@ use crate::support::RedisServer;
 use ctxbudget::domain::budget::Settle;
 use ctxbudget::domain::budget::ledger::LedgerRetention;
 use ctxbudget::domain::mix::EstimatorSample;
-use ctxbudget::domain::{Clock, LevelPlan, ManualClock, Reading};
+use ctxbudget::domain::{
+    Clock, Level, LevelPlan, ManualClock, Reading, ReservationId, ReservePlan,
+};
 use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::{MemoryStore, Stored};
 use ctxbudget::store::redis::{RedisSettings, RedisStore};
@@ -135,7 +137,14 @@ async fn memory_redis_and_the_cluster_share_agree_on_random_sequences() {
 type Seen = BTreeMap<&'static str, u64>;
 
 /// The answers a default run must reach.
-const MUST_SEE: [&str; 34] = [
+const MUST_SEE: [&str; 41] = [
+    "reserve allowed in a session",
+    "reserve allowed in a session of no user",
+    "reserve reclaimed leases at the session level",
+    "a session's lease outliving its session_ttl",
+    "a session key lapsed",
+    "charge in a session",
+    "settle or renew with another session found nothing",
     "reserve holding the learned output at every level",
     "reserve with a learned output, the grant held at some level",
     "status exact at the most leases read whole",
@@ -174,6 +183,51 @@ const MUST_SEE: [&str; 34] = [
 
 fn count(seen: &mut Seen, what: &'static str) {
     *seen.entry(what).or_default() += 1;
+}
+
+/// Counts the session paths a reservation `plan` answered with `reply` took.
+fn count_session(seen: &mut Seen, plan: &ReservePlan, reply: &ReserveReply) {
+    if reply.reclaimed().at(Level::Session) > 0 {
+        count(seen, "reserve reclaimed leases at the session level");
+    }
+    if plan.id.session.is_none() || !matches!(reply, ReserveReply::Allowed { .. }) {
+        return;
+    }
+    count(
+        seen,
+        match plan.id.user {
+            Some(_) => "reserve allowed in a session",
+            None => "reserve allowed in a session of no user",
+        },
+    );
+    let lease_us = plan.lease_ttl_ms * 1000;
+    let outlives = |l: &LevelPlan| {
+        l.concurrency.is_some() && l.idle_secs.is_some_and(|s| s * 1_000_000 < lease_us)
+    };
+    if plan.levels.iter().any(outlives) {
+        count(seen, "a session's lease outliving its session_ttl");
+    }
+}
+
+/// A settlement or renewal by `id` whose session is not the one it was
+/// issued with must find nothing: the session is part of who may settle.
+fn other_session(
+    g: &Gen,
+    id: &ReservationId,
+    not_found: bool,
+    seen: &mut Seen,
+) -> Result<(), String> {
+    if !g.other_session(id) {
+        return Ok(());
+    }
+    count(seen, "settle or renew with another session found nothing");
+    match not_found {
+        true => Ok(()),
+        false => Err(format!(
+            "{:?} settled or renewed a reservation issued in another session",
+            id.session
+        )),
+    }
 }
 
 fn settled(what: &str, reply: &SettleReply) -> &'static str {
@@ -218,7 +272,7 @@ async fn run_case(
         3 => (rng.random_range(60..=120), 0.0),
         _ => (rng.random_range(5..=40), 0.0),
     };
-    let mut config: [LevelPlan; 6] = std::array::from_fn(|i| entry_plan(&mut rng, i));
+    let mut config: [LevelPlan; ops::ENTRIES] = std::array::from_fn(|i| entry_plan(&mut rng, i));
     if kind == 3 {
         let around = EXACT_LEASES..=EXACT_LEASES + 1;
         for l in &mut config {
@@ -280,8 +334,8 @@ async fn run_case(
                 format!("operation #{i} ({retention:?}):\n  {e}\noperations so far:\n{log}")
             })?;
         let now = clock.now_us();
-        if matches!(op, Op::Advance(_) | Op::Reconfigure(..)) {
-            db.expire(now).await;
+        if matches!(op, Op::Advance(_) | Op::Reconfigure(..)) && db.expire(now).await {
+            count(seen, "a session key lapsed");
         }
         db.compare(&memory.snapshot(), now, t0).await.map_err(|e| {
             format!("operation #{i}: keys differ:\n  {e}\noperations so far:\n{log}")
@@ -367,6 +421,7 @@ async fn step(
                 if m.reclaimed() != Default::default() {
                     count(seen, "reserve reclaimed leases");
                 }
+                count_session(seen, plan, &m);
                 same(&format!("reserve {j} of {}", plans.len()), m2, r)?;
                 if let Some(mut ep) = global {
                     let what = format!("reserve {j} of {}", plans.len());
@@ -406,6 +461,7 @@ async fn step(
             let global = Episode::before(memory, levels, &id.tenant, clock.now_us());
             let m = memory.commit(s, usage).await.unwrap();
             count(seen, settled("commit", &m));
+            other_session(g, id, m == SettleReply::NotFound, seen)?;
             same("commit", m, redis.commit(s, usage).await.unwrap())?;
             if let Some(mut ep) = global {
                 ep.settle(Settle::Commit(usage), &m, seen);
@@ -418,6 +474,7 @@ async fn step(
             let global = Episode::before(memory, levels, &id.tenant, clock.now_us());
             let m = memory.refund(s).await.unwrap();
             count(seen, settled("refund", &m));
+            other_session(g, id, m == SettleReply::NotFound, seen)?;
             same("refund", m, redis.refund(s).await.unwrap())?;
             if let Some(mut ep) = global {
                 ep.settle(Settle::Refund, &m, seen);
@@ -428,6 +485,7 @@ async fn step(
         Op::Renew { id, levels, ttl_ms } => {
             let s = Settlement { id, levels };
             let m = memory.renew(s, *ttl_ms).await.unwrap();
+            other_session(g, id, m == RenewReply::NotFound, seen)?;
             if let RenewReply::Renewed { .. } = m {
                 let expiry = clock.now_us() + *ttl_ms as i64 * 1000;
                 g.taken
@@ -449,13 +507,14 @@ async fn step(
         Op::Status {
             tenant,
             user,
+            session,
             levels,
             exact,
         } => {
             let scope = Scope {
                 tenant,
                 user: user.as_ref(),
-                session: None,
+                session: session.as_ref(),
             };
             let m = memory.status(scope, levels, *exact).await.unwrap();
             count(seen, if *exact { "status exact" } else { "status" });
@@ -472,6 +531,9 @@ async fn step(
         Op::Charge(plan) => {
             let global = Episode::before(memory, &plan.levels, &plan.tenant, clock.now_us());
             let m = memory.charge(plan).await.unwrap();
+            if plan.session.is_some() && !plan.takes_nothing() {
+                count(seen, "charge in a session");
+            }
             count(
                 seen,
                 match (&m, plan.enforce, plan.takes_nothing()) {
@@ -533,9 +595,10 @@ fn on_share(what: &str, e: String) -> String {
 fn brief(op: &Op) -> String {
     let id = |id: &ctxbudget::domain::ReservationId| {
         format!(
-            "{}/{}/{}/{} {}",
+            "{}/{}/{:?}/{}/{} {}",
             id.tenant.as_str(),
             id.user.as_ref().map_or("-", |u| u.as_str()),
+            id.session.as_ref().map(|s| s.as_str()),
             id.tier,
             id.estimator,
             &id.nonce_b64()[..6]
@@ -572,20 +635,25 @@ fn brief(op: &Op) -> String {
         Op::Status {
             tenant,
             user,
+            session,
             exact,
             levels,
         } => format!(
-            "status {}/{} exact {exact} ({} levels)",
+            "status {}/{}/{:?} exact {exact} ({} levels)",
             tenant.as_str(),
             user.as_ref().map_or("-", |u| u.as_str()),
+            session.as_ref().map(|s| s.as_str()),
             levels.len()
         ),
         Op::Charge(p) => format!(
-            "charge {} requests {} tokens (enforced: {}) at {}",
+            "charge {} requests {} tokens (enforced: {}) at {}/{}/{:?} levels {:?}",
             p.requests,
             p.tokens,
             p.enforce,
-            p.tenant.as_str()
+            p.tenant.as_str(),
+            p.user.as_ref().map_or("-", |u| u.as_str()),
+            p.session.as_ref().map(|s| s.as_str()),
+            p.levels
         ),
         Op::Samples(_) => "estimator samples".into(),
         Op::Ledger(tenant, _) => format!("ledger of {}", tenant.as_str()),

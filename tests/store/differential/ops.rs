@@ -11,7 +11,7 @@ use ctxbudget::domain::price::Price;
 use ctxbudget::domain::window::{Window, WindowKind};
 use ctxbudget::domain::{
     Dimension, IdempotencyKey, Level, LevelLimits, LevelPlan, ModelGroup, ReservationId,
-    ReservePlan, TenantId, UserId,
+    ReservePlan, SessionId, TenantId, UserId,
 };
 use rand::Rng;
 use rand::rngs::StdRng;
@@ -58,6 +58,7 @@ pub(super) enum Op {
     Status {
         tenant: TenantId,
         user: Option<UserId>,
+        session: Option<SessionId>,
         levels: Vec<LevelPlan>,
         exact: bool,
     },
@@ -76,18 +77,47 @@ pub(super) enum Op {
 
 const TENANTS: [&str; 3] = ["acme", "beta", "t{1}:x"];
 const USERS: [&str; 3] = ["alice", "bob", "mallory"];
+/// Sessions, under a user or under none: ids that look like key syntax or
+/// a hash tag, one not ASCII, one that is also a user's id.
+const SESSIONS: [&str; 4] = ["run-1", "s:{1}", "ü", "alice"];
 const TIERS: [&str; 2] = ["t", "t2"];
 const ESTIMATORS: [&str; 3] = ["", "m1", "m2"];
 const GROUPS: [&str; 3] = ["", "gpt-4o", "mini"];
 const PERIODS: [u64; 8] = [1, 2, 5, 10, 30, 60, 3600, 86400];
 const KEYS: [&str; 4] = ["k0", "k1", "k2", "k3"];
 
+/// How many entries [`Gen::config`] has: four levels, each with its group's slots.
+pub(super) const ENTRIES: usize = 8;
+
+/// Whose levels an operation uses: a tenant, and maybe a user and a session
+/// (of that user, or of the tenant's calls naming none).
+#[derive(Clone, Copy, Debug)]
+struct Who {
+    tenant: &'static str,
+    user: Option<&'static str>,
+    session: Option<&'static str>,
+}
+
+impl Who {
+    fn tenant(&self) -> TenantId {
+        TenantId::parse(self.tenant).unwrap()
+    }
+
+    fn user(&self) -> Option<UserId> {
+        self.user.map(|u| UserId::parse(u).unwrap())
+    }
+
+    fn session(&self) -> Option<SessionId> {
+        self.session.map(|s| SessionId::parse(s).unwrap())
+    }
+}
+
 /// What an operation is drawn from.
 pub(super) struct Gen {
     pub rng: StdRng,
-    /// Global, tenant and user limits now, each followed by the model group's
-    /// slots at that level.
-    pub config: [LevelPlan; 6],
+    /// Global, tenant, user and session limits now, each followed by the
+    /// model group's slots at that level.
+    pub config: [LevelPlan; ENTRIES],
     /// Every reservation sent, settled or not, allowed or not.
     pub issued: Vec<ReservePlan>,
     /// The ids of reservations a store took (live, settled or lapsed), with
@@ -132,10 +162,11 @@ pub(super) fn pick<'a, T>(rng: &mut StdRng, items: &'a [T]) -> &'a T {
 }
 
 /// Random limits for config entry `i`: a level (even `i`) or the model
-/// group's slots at a level (odd `i`).
+/// group's slots at a level (odd `i`); at the session level, with a random
+/// `session_ttl` as its key's longest life past a write.
 pub(super) fn entry_plan(rng: &mut StdRng, i: usize) -> LevelPlan {
-    let level = [Level::Global, Level::Tenant, Level::User][i / 2];
-    match i % 2 {
+    let level = [Level::Global, Level::Tenant, Level::User, Level::Session][i / 2];
+    let plan = match i % 2 {
         0 => level_plan(rng, level),
         _ => LevelPlan {
             level,
@@ -150,6 +181,20 @@ pub(super) fn entry_plan(rng: &mut StdRng, i: usize) -> LevelPlan {
             overrun: None,
             idle_secs: None,
         },
+    };
+    LevelPlan {
+        idle_secs: (level == Level::Session).then(|| session_ttl(rng)),
+        ..plan
+    }
+}
+
+/// A session's `session_ttl` (s): short, so its keys lapse within a run;
+/// one of the buckets' usual periods; or hours, longer than most refills.
+fn session_ttl(rng: &mut StdRng) -> u64 {
+    match rng.random_range(0..3) {
+        0 => rng.random_range(1..=5),
+        1 => *pick(rng, &PERIODS),
+        _ => rng.random_range(3_600..=48 * 3_600),
     }
 }
 
@@ -265,16 +310,27 @@ fn ttl_ms(rng: &mut StdRng) -> u64 {
 }
 
 impl Gen {
-    /// The levels of (tenant, user) now: the limited ones for a reservation,
-    /// all of them (`keep_unlimited`) for a settlement.
-    pub(super) fn levels(&mut self, user: bool, keep_unlimited: bool) -> Vec<LevelPlan> {
-        let n = if user { 6 } else { 4 };
+    /// The levels of (tenant, user, session) now, outermost first: the
+    /// limited ones for a reservation, all of them (`keep_unlimited`) for a
+    /// settlement. Without a user, its entries are left out (a session then
+    /// follows the tenant's).
+    pub(super) fn levels(
+        &mut self,
+        user: bool,
+        session: bool,
+        keep_unlimited: bool,
+    ) -> Vec<LevelPlan> {
+        let named = [true, true, user, session];
         let at = match self.rng.random_bool(0.3) {
             true => self.now - self.rng.random_range(0..=3 * 3_600_000_000),
             false => self.now,
         };
-        let mut levels: Vec<LevelPlan> = self.config[..n]
+        let mut levels: Vec<LevelPlan> = self
+            .config
             .iter()
+            .enumerate()
+            .filter(|(i, _)| named[i / 2])
+            .map(|(_, l)| l)
             .filter(|l| keep_unlimited || !l.is_unlimited())
             .cloned()
             .collect();
@@ -286,27 +342,33 @@ impl Gen {
         levels
     }
 
-    fn id(&mut self, tenant: &str, user: Option<&str>, tier: &str, est: &str) -> ReservationId {
-        let mut id = ReservationId::generate(
-            TenantId::parse(tenant).unwrap(),
-            user.map(|u| UserId::parse(u).unwrap()),
-            tier.into(),
-            est.into(),
-        );
+    fn id(&mut self, who: Who, tier: &str, est: &str) -> ReservationId {
+        let mut id = ReservationId::generate(who.tenant(), who.user(), tier.into(), est.into())
+            .with_session(who.session());
         id.nonce = self.rng.random();
         // The model group names the ledger's rows.
         id.group = pick(&mut self.rng, &GROUPS).to_string();
         id
     }
 
-    fn scope(&mut self) -> (&'static str, Option<&'static str>) {
+    /// A tenant; most often one of its users; sometimes a session, of the
+    /// user or of the tenant's calls naming none.
+    fn scope(&mut self) -> Who {
         let tenant = *pick(&mut self.rng, &TENANTS);
         let user = if self.rng.random_bool(0.7) {
             Some(*pick(&mut self.rng, &USERS[..2]))
         } else {
             None
         };
-        (tenant, user)
+        let session = match self.rng.random_bool(0.35) {
+            true => Some(*pick(&mut self.rng, &SESSIONS)),
+            false => None,
+        };
+        Who {
+            tenant,
+            user,
+            session,
+        }
     }
 
     /// A new request, or a retry of an earlier one under its idempotency key
@@ -322,14 +384,15 @@ impl Gen {
             if self.rng.random_bool(0.5) {
                 retry.id.nonce = self.rng.random();
             }
-            retry.levels = self.levels(retry.id.user.is_some(), false);
+            let (user, session) = (retry.id.user.is_some(), retry.id.session.is_some());
+            retry.levels = self.levels(user, session, false);
             return retry;
         }
-        let (tenant, user) = self.scope();
+        let who = self.scope();
         let tier = *pick(&mut self.rng, &TIERS);
         let estimator = *pick(&mut self.rng, &ESTIMATORS);
-        let id = self.id(tenant, user, tier, estimator);
-        let levels = self.levels(user.is_some(), false);
+        let id = self.id(who, tier, estimator);
+        let levels = self.levels(who.user.is_some(), who.session.is_some(), false);
         // Sizes around the smallest token bucket, so most requests can fit.
         let cap = levels
             .iter()
@@ -421,19 +484,39 @@ impl Gen {
         pick(&mut self.rng, &self.issued).id.clone()
     }
 
+    /// An unknown id, or an issued one edited: another user or none,
+    /// another tier, tenant or session, a session dropped or added, a
+    /// nonce bit flipped.
+    /// True when `id` is an issued reservation's but for its session.
+    pub(super) fn other_session(&self, id: &ReservationId) -> bool {
+        self.issued.iter().any(|p| {
+            (&p.id.tenant, p.id.nonce) == (&id.tenant, id.nonce) && p.id.session != id.session
+        })
+    }
+
     fn hostile(&mut self) -> ReservationId {
-        let (tenant, user) = self.scope();
+        let who = self.scope();
         if self.issued.is_empty() {
-            return self.id(tenant, user, "t", "");
+            return self.id(who, "t", "");
         }
         let i = self.rng.random_range(0..self.issued.len());
         let mut id = self.issued[i].id.clone();
-        match self.rng.random_range(0..6) {
-            0 => return self.id(tenant, user, "t", ""),
+        match self.rng.random_range(0..8) {
+            0 => return self.id(who, "t", ""),
             1 => id.user = Some(UserId::parse(USERS[2]).unwrap()),
             2 => id.user = None,
             3 => id.tier = "other".into(),
-            4 => id.tenant = TenantId::parse(tenant).unwrap(),
+            4 => id.tenant = who.tenant(),
+            5 => {
+                let other: Vec<&str> = SESSIONS
+                    .into_iter()
+                    .filter(|s| id.session.as_ref().is_none_or(|x| x.as_str() != *s))
+                    .collect();
+                let s = *pick(&mut self.rng, &other);
+                id.session = Some(SessionId::parse(s).unwrap());
+            }
+            6 if id.session.is_some() => id.session = None,
+            6 => id.session = Some(SessionId::parse(SESSIONS[0]).unwrap()),
             _ => id.nonce[self.rng.random_range(0..16)] ^= 1,
         }
         id
@@ -444,7 +527,7 @@ impl Gen {
     pub(super) fn next(&mut self, now: i64, expiries: &[i64]) -> Op {
         self.now = now;
         if self.rng.random_bool(self.churn) {
-            let i = self.rng.random_range(0..6);
+            let i = self.rng.random_range(0..ENTRIES);
             return Op::Reconfigure(i, entry_plan(&mut self.rng, i));
         }
         if self.crowd && self.rng.random_bool(0.2) {
@@ -456,11 +539,12 @@ impl Gen {
             return Op::Reserve(plans);
         }
         if self.crowd && self.rng.random_bool(0.3) {
-            let (tenant, user) = self.scope();
+            let who = self.scope();
             return Op::Status {
-                tenant: TenantId::parse(tenant).unwrap(),
-                user: user.map(|u| UserId::parse(u).unwrap()),
-                levels: self.levels(user.is_some(), false),
+                tenant: who.tenant(),
+                user: who.user(),
+                session: who.session(),
+                levels: self.levels(who.user.is_some(), who.session.is_some(), false),
                 exact: true,
             };
         }
@@ -472,7 +556,7 @@ impl Gen {
             }
             33..=44 => {
                 let id = self.target(now);
-                let levels = self.levels(id.user.is_some(), true);
+                let levels = self.levels(id.user.is_some(), id.session.is_some(), true);
                 let r = &mut self.rng;
                 let actual = match r.random_range(0..5) {
                     0 => 0,
@@ -519,28 +603,30 @@ impl Gen {
             }
             45..=51 => {
                 let id = self.target(now);
-                let levels = self.levels(id.user.is_some(), true);
+                let levels = self.levels(id.user.is_some(), id.session.is_some(), true);
                 Op::Refund { id, levels }
             }
             52..=60 => {
                 let id = self.target(now);
-                let levels = self.levels(id.user.is_some(), true);
+                let levels = self.levels(id.user.is_some(), id.session.is_some(), true);
                 let ttl_ms = ttl_ms(&mut self.rng);
                 Op::Renew { id, levels, ttl_ms }
             }
             61..=71 => {
-                let (tenant, user) = self.scope();
+                let who = self.scope();
                 let keep_unlimited = self.rng.random_bool(0.3);
+                let (user, session) = (who.user.is_some(), who.session.is_some());
                 Op::Status {
-                    tenant: TenantId::parse(tenant).unwrap(),
-                    user: user.map(|u| UserId::parse(u).unwrap()),
-                    levels: self.levels(user.is_some(), keep_unlimited),
+                    tenant: who.tenant(),
+                    user: who.user(),
+                    session: who.session(),
+                    levels: self.levels(user, session, keep_unlimited),
                     exact: self.rng.random_bool(0.6),
                 }
             }
             72 => Op::Samples(ESTIMATORS.iter().map(|s| s.to_string()).collect()),
             73 => {
-                let (tenant, _) = self.scope();
+                let tenant = self.scope().tenant;
                 let (hour, day) = Period::of(now as f64);
                 let (Period::Hour(h), Period::Day(d)) = (hour, day) else {
                     unreachable!("an hour and a day")
@@ -553,13 +639,13 @@ impl Gen {
             74..=77 => Op::Charge(self.charge()),
             78..=95 => Op::Advance(self.advance(now, expiries)),
             96..=97 => {
-                let i = self.rng.random_range(0..6);
+                let i = self.rng.random_range(0..ENTRIES);
                 Op::Reconfigure(i, entry_plan(&mut self.rng, i))
             }
             _ => {
                 // The same buckets under other limits (a tier change, an
                 // override, a live `tiers set`): what was used is kept.
-                let i = self.rng.random_range(0..6);
+                let i = self.rng.random_range(0..ENTRIES);
                 let mut plan = self.config[i].clone();
                 for b in &mut plan.buckets {
                     let scale = *pick(&mut self.rng, &[0.1, 0.5, 0.9, 1.1, 2.0, 10.0]);
@@ -573,9 +659,9 @@ impl Gen {
     /// A charge: a check, some requests, or tokens forced into debt, on the
     /// levels without their concurrency limits.
     fn charge(&mut self) -> ChargePlan {
-        let (tenant, user) = self.scope();
+        let who = self.scope();
         let levels = self
-            .levels(user.is_some(), false)
+            .levels(who.user.is_some(), who.session.is_some(), false)
             .into_iter()
             .filter(|l| !l.buckets.is_empty())
             .map(|l| LevelPlan {
@@ -595,9 +681,9 @@ impl Gen {
             ),
         };
         ChargePlan {
-            tenant: TenantId::parse(tenant).unwrap(),
-            user: user.map(|u| UserId::parse(u).unwrap()),
-            session: None,
+            tenant: who.tenant(),
+            user: who.user(),
+            session: who.session(),
             levels,
             requests,
             tokens,
