@@ -25,6 +25,7 @@ on_every_store!(
     several_descriptors_unmapped_ones_and_other_domains,
     bad_input_is_refused_whole_and_changes_nothing,
     a_marked_descriptor_checks_at_zero_hits_and_charges_tokens_above,
+    a_session_entry_charges_its_session_beside_its_user,
 );
 
 const CONFIG: &str = r#"
@@ -53,6 +54,12 @@ shadow = { tenant = { requests = [{ limit = 1, period = "1h" }] } }
 
 [tiers.pro.models.gpt-4o]
 tenant = { tokens = [{ limit = 500, period = "1m" }] }
+
+[tiers.agents]
+max_context_tokens = 100000
+default_max_output_tokens = 100
+user = { requests = [{ limit = 100, period = "1h" }] }
+session = { requests = [{ limit = 2, period = "1h" }] }
 "#;
 
 pub(crate) async fn envoy_client(h: &Harness) -> RateLimitServiceClient<Channel> {
@@ -126,6 +133,68 @@ async fn requests_left(h: &mut Harness, tenant: &str, tier: &str) -> i64 {
         .find(|l| l.level() == Level::Tenant && l.dimension() == Dimension::Requests)
         .map(|l| l.remaining)
         .expect("the tenant's request limit")
+}
+
+async fn a_session_entry_charges_its_session_beside_its_user(backend: Backend) {
+    let mut h = Harness::start(backend, CONFIG).await;
+    let mut c = envoy_client(&h).await;
+    let run = |session: &str| {
+        descriptor(
+            &[
+                ("tenant", "acme"),
+                ("tier", "agents"),
+                ("user", "alice"),
+                ("session", session),
+            ],
+            None,
+        )
+    };
+    for _ in 0..2 {
+        let r = ask(&mut c, request("llm", vec![run("run-1")])).await;
+        assert_eq!(r.overall_code(), Code::Ok, "{r:#?}");
+    }
+    let r = ask(&mut c, request("llm", vec![run("run-1")])).await;
+    assert_eq!(r.overall_code(), Code::OverLimit, "{r:#?}");
+    let limit = r.statuses[0]
+        .current_limit
+        .as_ref()
+        .expect("the denying limit");
+    assert!(limit.name.starts_with("session requests"), "{limit:?}");
+    // Another run of the same user goes on; the user's requests count all three.
+    let r = ask(&mut c, request("llm", vec![run("run-2")])).await;
+    assert_eq!(r.overall_code(), Code::Ok, "{r:#?}");
+    let status = h
+        .client
+        .get_status(pb::GetStatusRequest {
+            tenant_id: "acme".into(),
+            user_id: "alice".into(),
+            session_id: "run-1".into(),
+            tier: "agents".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let left = |level| {
+        status
+            .limits
+            .iter()
+            .find(|l| l.level() == level && l.dimension() == Dimension::Requests)
+            .map(|l| l.remaining)
+    };
+    assert_eq!(
+        (left(Level::User), left(Level::Session)),
+        (Some(97), Some(0))
+    );
+    // A session entry needs its tenant, like a user entry.
+    let orphan = descriptor(&[("session", "run-1")], None);
+    let err = c
+        .should_rate_limit(request("llm", vec![orphan]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("\"session\""), "{}", err.message());
+    h.stop().await;
 }
 
 async fn request_path_checks_deny_at_the_right_level_with_headers(backend: Backend) {

@@ -36,6 +36,7 @@ on_every_store!(
     denials_answer_429_and_413_in_the_callers_api,
     concurrent_streams_never_exceed_the_concurrency_token_or_dollar_limit,
     a_spent_model_falls_back_to_the_next_named_in_the_header,
+    a_session_header_holds_a_run_to_its_session_limits,
 );
 
 const CONFIG: &str = r#"
@@ -64,6 +65,12 @@ match = ["primary-*"]
 
 [tiers.t.models.primary]
 tenant = { requests = [{ limit = 1, period = "1h" }] }
+
+[tiers.agents]
+max_context_tokens = 20000
+default_max_output_tokens = 1000
+user = { concurrency = 10 }
+session = { concurrency = 1 }
 
 [tiers.tight]
 max_context_tokens = 20000
@@ -1036,6 +1043,57 @@ async fn a_compressed_answer_is_charged_its_grant() {
         "prompt + 400 granted"
     );
     assert_eq!(in_flight(&mut h, "acme").await, 0);
+}
+
+/// `x-session-id`: one call in flight per run of the `agents` tier; the
+/// user's other runs go on.
+async fn a_session_header_holds_a_run_to_its_session_limits(backend: Backend) {
+    let h = Harness::start(backend, CONFIG).await;
+    let ask = json!({"model": "gpt-4o", "max_tokens": 10,
+        "messages": [{"role": "user", "content": "Hi"}]})
+    .to_string();
+    let open = |session: &'static str| {
+        let h = &h;
+        let ask = ask.clone();
+        async move {
+            let mut envoy = Envoy::open(h, BodySendMode::Buffered).await;
+            let head = headers(
+                &[
+                    (":path", "/v1/chat/completions"),
+                    ("x-tenant-id", "acme"),
+                    ("x-user-id", "alice"),
+                    ("x-tier", "agents"),
+                    ("x-session-id", session),
+                ],
+                false,
+            );
+            envoy.send(Part::RequestHeaders(head)).await;
+            let a = envoy
+                .send(Part::RequestBody(body(ask.as_bytes(), true)))
+                .await;
+            (envoy, a)
+        }
+    };
+    let (first, a) = open("run-1").await;
+    common(&a);
+    let (_, a) = open("run-1").await;
+    let r = immediate(a);
+    assert_eq!(r.status.unwrap().code, 429);
+    let err: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(err["error"]["ctxbudget"]["level"], "session", "{err}");
+    let (other, a) = open("run-2").await;
+    common(&a);
+    // The first run's call ends: its slot is free again.
+    for envoy in [first, other] {
+        let mut envoy = envoy;
+        envoy.send(response_headers(200, "application/json")).await;
+        let answer = br#"{"usage":{"prompt_tokens":8,"completion_tokens":2}}"#;
+        envoy.send(Part::ResponseBody(body(answer, true))).await;
+        envoy.close().await;
+    }
+    let (again, a) = open("run-1").await;
+    common(&a);
+    drop(again);
 }
 
 /// `x-fallback-models`: the body's model first, then those named; the one

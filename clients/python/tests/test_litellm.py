@@ -4,7 +4,8 @@ front of the mock upstream, and 200 concurrent requests meet exact limits —
 concurrency, requests per minute, tokens per minute — across both. Also:
 the granted output cap reaches the upstream in the chat, Responses and
 Anthropic formats; ctxbudget's errors answer 400 / 503, not 500; a stream
-that breaks after chunks went out commits what was delivered."""
+that breaks after chunks went out commits what was delivered; each call's
+session (LiteLLM's session or trace id) meets the tier's session limits."""
 
 from __future__ import annotations
 
@@ -72,6 +73,12 @@ tenant = { tokens = [{ limit = 1000000, window = "day" }], concurrency = 2 }
 max_context_tokens = 100000
 default_max_output_tokens = 20
 tenant = { tokens = [{ limit = 3000, period = "1m" }] }
+
+[tiers.sess]
+max_context_tokens = 100000
+default_max_output_tokens = 20
+tenant = { tokens = [{ limit = 1000000, window = "day" }] }
+session = { requests = [{ limit = 2, period = "1h" }] }
 """
 
 PROXY_CONFIG = """
@@ -548,6 +555,118 @@ tenant = { tokens = [{ limit = 100000, window = "day" }] }
             assert not hook._open
             # Calls that are not completions pass through untouched.
             assert await hook.async_pre_call_hook(key, None, {"input": "x"}, "aembedding") == {"input": "x"}
+
+    try:
+        asyncio.run(run())
+    finally:
+        service.stop()
+
+
+def test_a_sessions_third_call_is_denied_and_another_session_passes(setup):
+    """The session LiteLLM resolved for each call — the body's
+    ``litellm_session_id``, the ``x-litellm-session-id`` header, the
+    caller's ``metadata.session_id`` (on the Responses API too, where
+    LiteLLM moves it into ``litellm_metadata``), else ``metadata.trace_id`` —
+    meets the tier's limit of 2 requests per session, across both proxies;
+    calls of other sessions, and calls naming none, pass."""
+    service, upstream, proxies, *_ = setup
+    httpx.post(upstream.url + "/reset")
+    chat = [{"role": "user", "content": "One step of an agent run."}]
+
+    def call(i: int, path: str = "/v1/chat/completions", headers: dict[str, str] | None = None, **body) -> httpx.Response:
+        body = {"model": "gpt-4o", **({"input": "One step."} if path == "/v1/responses" else {"messages": chat}), **body}
+        return httpx.post(proxies[i % 2].url + path, json=body, timeout=60,
+                          headers={"Authorization": "Bearer sk-sess", **(headers or {})})
+
+    # run-1 named by the body's litellm_session_id.
+    assert [call(i, litellm_session_id="run-1").status_code for i in range(2)] == [200, 200]
+    denied = call(2, litellm_session_id="run-1")
+    assert denied.status_code == 429, denied.text
+    assert "session request limit of 2" in denied.text, denied.text
+    assert denied.headers["x-ratelimit-limit-requests"] == "2" and denied.headers["x-ratelimit-remaining-requests"] == "0"
+    assert int(denied.headers["retry-after"]) >= 1
+    # run-2, the same user's other session: by metadata, then the header,
+    # then metadata on the Responses API (its third call).
+    assert call(0, metadata={"session_id": "run-2"}).status_code == 200
+    assert call(1, headers={"x-litellm-session-id": "run-2"}).status_code == 200
+    third = call(0, "/v1/responses", metadata={"session_id": "run-2"})
+    assert third.status_code == 429 and "session" in third.text, third.text
+    # A trace id is a session when no session id is named.
+    assert [call(i, metadata={"trace_id": "trace-1"}).status_code for i in range(3)] == [200, 200, 429]
+    # No session named: no session level.
+    assert [call(i).status_code for i in range(3)] == [200, 200, 200]
+    served = 2 + 2 + 2 + 3
+    assert stats(upstream)["requests"] == served, "every call the hook let through, and only those, reached the upstream"
+    # A malformed session id is the caller's error, named.
+    bad = call(0, metadata={"session_id": "run\t3"})
+    assert bad.status_code == 400 and "session_id" in bad.text, bad.text
+    assert stats(upstream)["requests"] == served
+
+
+def test_the_session_setting_reads_what_it_names_or_nothing(monkeypatch):
+    """``session_from`` (``CTXBUDGET_SESSION_FROM``) with the hook's
+    pre-call hook against a real service: the default reads LiteLLM's
+    fields (not a session id LiteLLM generated); ``none`` or empty leaves
+    sessions off; a path reads what it names."""
+    from litellm.proxy._types import UserAPIKeyAuth
+
+    from ctxbudget import AsyncBudgetClient
+    from ctxbudget.litellm import CtxBudgetHook
+
+    service = Service(CONFIG)
+    key = UserAPIKeyAuth(api_key="k", team_id="sess-setting", user_id="u", metadata={"tier": "sess"})
+    monkeypatch.delenv("CTXBUDGET_SESSION_FROM", raising=False)
+
+    def call(**data):
+        return {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], **data}
+
+    async def statuses(hook: CtxBudgetHook, calls: list[dict]) -> list[int]:
+        """Each call's status through the hook (200: reserved, then refunded
+        as a call that failed)."""
+        from fastapi import HTTPException
+
+        out = []
+        for data in calls:
+            try:
+                data = await hook.async_pre_call_hook(key, None, data, "acompletion")
+            except HTTPException as e:
+                out.append(e.status_code)
+                continue
+            out.append(200)
+            await hook.async_post_call_failure_hook(data, RuntimeError("not sent"), key)
+        assert not hook._open
+        return out
+
+    async def run():
+        async with AsyncBudgetClient(service.target) as client:
+            # Refunds give the requests back: hold them to count.
+            one = [call(litellm_session_id="s-1") for _ in range(3)]
+            assert await statuses(CtxBudgetHook(client=client), one) == [200, 200, 200], "refunded, so never three held"
+            hook = CtxBudgetHook(client=client)
+            held = [await hook.async_pre_call_hook(key, None, call(litellm_session_id="s-1"), "acompletion") for _ in range(2)]
+            assert await statuses(hook, [call(litellm_session_id="s-1"), call(metadata={"session_id": "s-1"}),
+                                         call(litellm_metadata={"session_id": "s-1"}),
+                                         call(metadata={"existing_trace_id": "s-1"})]) == [429, 429, 429, 429]
+            assert await statuses(hook, [call(litellm_session_id="s-2"), call()]) == [200, 200]
+            # A session id LiteLLM generated is no session: the trace id, if
+            # any, then none.
+            generated = {"session_id": "s-1", "litellm_session_id_generated": True}
+            assert await statuses(hook, [call(litellm_session_id="s-1", metadata=generated),
+                                         call(litellm_session_id="s-1", metadata=dict(generated, trace_id="s-1"))]) == [200, 429]
+            # Off: every call of session s-1 passes.
+            for off in ("none", "", " None "):
+                assert await statuses(CtxBudgetHook(client=client, session_from=off), [call(litellm_session_id="s-1")]) == [200], off
+            monkeypatch.setenv("CTXBUDGET_SESSION_FROM", "none")
+            assert await statuses(CtxBudgetHook(client=client), [call(litellm_session_id="s-1")]) == [200]
+            monkeypatch.setenv("CTXBUDGET_SESSION_FROM", "")
+            assert await statuses(CtxBudgetHook(client=client), [call(metadata={"session_id": "s-1"})]) == [200]
+            # A path: the request metadata's "run", and nothing else.
+            monkeypatch.setenv("CTXBUDGET_SESSION_FROM", "request.run")
+            assert await statuses(CtxBudgetHook(client=client), [call(metadata={"run": "s-1"}), call(litellm_session_id="s-1")]) == [429, 200]
+            # An explicit setting beats the environment.
+            assert await statuses(CtxBudgetHook(client=client, session_from="litellm"), [call(litellm_session_id="s-1")]) == [429]
+            for data in held:
+                await hook.async_post_call_failure_hook(data, RuntimeError("not sent"), key)
 
     try:
         asyncio.run(run())

@@ -29,15 +29,18 @@ class _ReserveRequired(TypedDict):
 class ReserveFields(_ReserveRequired, total=False):
     """The keyword arguments of ``check_and_reserve``, ``reserve`` and
     ``reservation`` (both clients), so that a type checker catches a
-    misspelled one. The tenant and user go by the client's short names or the
-    proto's (``tenant=`` or ``tenant_id=``, ``user=`` or ``user_id=``); the
-    prompt is exactly one of ``messages``, ``prompt`` and ``prompt_tokens``.
+    misspelled one. The tenant, user and session go by the client's short
+    names or the proto's (``tenant=`` or ``tenant_id=``, ``user=`` or
+    ``user_id=``, ``session=`` or ``session_id=``); the prompt is exactly one
+    of ``messages``, ``prompt`` and ``prompt_tokens``.
     """
 
     tenant: str
     tenant_id: str
     user: str
     user_id: str
+    session: str
+    session_id: str
     model: str
     messages: Iterable[Mapping[str, Any] | pb.Message]
     prompt: str
@@ -145,7 +148,23 @@ def messages_of(messages: Iterable[Mapping[str, Any] | pb.Message]) -> list[pb.M
     return out
 
 
+def check_id(value: object, name: str) -> str:
+    """``value`` if it is a string (or None: ""), else a TypeError naming the
+    field: protobuf would take bytes silently and refuse a number with
+    "bad argument type for built-in operation". The service checks the rest
+    (1–256 bytes of UTF-8, no control characters: ``BudgetInvalidArgument``)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"{name}={value!r}: an id is a str, not {type(value).__name__}")
+    return value
+
+
 def _alias(short: str | None, long: str | None, name: str) -> str | None:
+    """The id given as ``name=`` or ``name_id=`` (the same value twice is
+    fine), checked to be a string."""
+    check_id(short, name)
+    check_id(long, f"{name}_id")
     if short is not None and long is not None and short != long:
         raise TypeError(f"{name}={short!r} and {name}_id={long!r}: pass one of them")
     return short if short is not None else long
@@ -170,6 +189,8 @@ def reserve_request(
     tenant_id: str | None = None,
     user: str | None = None,
     user_id: str | None = None,
+    session: str | None = None,
+    session_id: str | None = None,
     model: str = "",
     messages: Iterable[Mapping[str, Any] | pb.Message] | None = None,
     prompt: str | None = None,
@@ -183,9 +204,11 @@ def reserve_request(
     candidate_models: Iterable[str] = (),
 ) -> pb.CheckAndReserveRequest:
     """A ``CheckAndReserveRequest`` from ``ReserveFields``: the tenant as
-    ``tenant`` or ``tenant_id``, the user as ``user`` or ``user_id``, and the
-    prompt as ``messages``, a ``prompt`` string, or its token count
-    (``prompt_tokens``). ``candidate_models``: fallback models in order, the
+    ``tenant`` or ``tenant_id``, the user as ``user`` or ``user_id``, the
+    session (an agent run, a trace, a conversation: the tier's ``session``
+    limits apply to it, beside the user's; none: no session level) as
+    ``session`` or ``session_id``, and the prompt as ``messages``, a
+    ``prompt`` string, or its token count (``prompt_tokens``). ``candidate_models``: fallback models in order, the
     first with room reserved (``chosen_model`` of the response; ``model``
     then empty or the first)."""
     if isinstance(candidate_models, (str, bytes)):
@@ -198,6 +221,7 @@ def reserve_request(
     req = pb.CheckAndReserveRequest(
         tenant_id=the_tenant,
         user_id=_alias(user, user_id, "user") or "",
+        session_id=_alias(session, session_id, "session") or "",
         tier=tier,
         model=model or "",
         max_output_tokens=max_output_tokens,
@@ -216,6 +240,19 @@ def reserve_request(
     if lease_ttl_ms is not None:
         req.lease_ttl_ms = lease_ttl_ms
     return req
+
+
+def status_request(tenant: str, tier: str, user: str = "", model: str = "", session: str = "") -> pb.GetStatusRequest:
+    """A ``GetStatusRequest``: the tenant's budgets, and the user's and the
+    session's when named (a session of no user: the session of the tenant's
+    calls that name none)."""
+    return pb.GetStatusRequest(
+        tenant_id=check_id(tenant, "tenant"),
+        user_id=check_id(user, "user"),
+        session_id=check_id(session, "session"),
+        tier=tier,
+        model=model,
+    )
 
 
 def request_of(request: pb.CheckAndReserveRequest | None, fields: Mapping[str, Any]) -> pb.CheckAndReserveRequest:

@@ -24,6 +24,7 @@ from ._common import (
     denied,
     metadata,
     request_of,
+    status_request,
 )
 from .errors import BudgetError, BudgetUnavailable, error_of
 from .v1 import budget_pb2 as pb
@@ -134,14 +135,13 @@ class AsyncBudgetClient:
             req.lease_ttl_ms = lease_ttl_ms
         return await self._call(self._stub.RenewLease, req, timeout)
 
-    async def get_status(self, tenant: str, tier: str, user: str = "", model: str = "", *, timeout: float | None = None) -> pb.GetStatusResponse:
-        """Read the budgets of a tenant (and user, and model group) without
-        reserving anything."""
-        return await self._call(
-            self._stub.GetStatus,
-            pb.GetStatusRequest(tenant_id=tenant, user_id=user, tier=tier, model=model),
-            timeout,
-        )
+    async def get_status(
+        self, tenant: str, tier: str, user: str = "", model: str = "", *, session: str = "", timeout: float | None = None
+    ) -> pb.GetStatusResponse:
+        """Read the budgets of a tenant (and user, and session, and model
+        group) without reserving anything. ``session``: also the
+        ``LEVEL_SESSION`` entries of that session of ``user``."""
+        return await self._call(self._stub.GetStatus, status_request(tenant, tier, user, model, session), timeout)
 
     async def get_estimator(self, model: str = "", *, timeout: float | None = None) -> pb.GetEstimatorResponse:
         """The adaptive token estimator's multipliers and samples (one

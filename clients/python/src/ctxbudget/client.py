@@ -24,6 +24,7 @@ from ._common import (
     denied,
     metadata,
     request_of,
+    status_request,
 )
 from .errors import BudgetError, BudgetUnavailable, error_of
 from .v1 import budget_pb2 as pb
@@ -128,7 +129,8 @@ class BudgetClient:
     ) -> pb.CheckAndReserveResponse:
         """CheckAndReserve: a request message, or its fields as keywords
         (``ReserveFields``: ``tenant=``/``tenant_id=``, ``user=``/``user_id=``,
-        ``tier=``, ``model=``, ``messages=`` | ``prompt=`` | ``prompt_tokens=``,
+        ``session=``/``session_id=``, ``tier=``, ``model=``, ``messages=`` |
+        ``prompt=`` | ``prompt_tokens=``,
         ``max_output_tokens=``, ``priority=`` …). A denial is a response with
         ``allowed`` false, not an error."""
         return self._call(self._stub.CheckAndReserve, request_of(request, fields), timeout)
@@ -168,14 +170,13 @@ class BudgetClient:
             req.lease_ttl_ms = lease_ttl_ms
         return self._call(self._stub.RenewLease, req, timeout)
 
-    def get_status(self, tenant: str, tier: str, user: str = "", model: str = "", *, timeout: float | None = None) -> pb.GetStatusResponse:
-        """Read the budgets of a tenant (and user, and model group) without
-        reserving anything."""
-        return self._call(
-            self._stub.GetStatus,
-            pb.GetStatusRequest(tenant_id=tenant, user_id=user, tier=tier, model=model),
-            timeout,
-        )
+    def get_status(
+        self, tenant: str, tier: str, user: str = "", model: str = "", *, session: str = "", timeout: float | None = None
+    ) -> pb.GetStatusResponse:
+        """Read the budgets of a tenant (and user, and session, and model
+        group) without reserving anything. ``session``: also the
+        ``LEVEL_SESSION`` entries of that session of ``user``."""
+        return self._call(self._stub.GetStatus, status_request(tenant, tier, user, model, session), timeout)
 
     def get_estimator(self, model: str = "", *, timeout: float | None = None) -> pb.GetEstimatorResponse:
         """The adaptive token estimator's multipliers and samples (one

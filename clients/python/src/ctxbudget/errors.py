@@ -90,12 +90,28 @@ class BudgetUnavailable(BudgetError):
         self.headers = {"Retry-After": "1"}
 
 
+def level_name(level: int) -> str:
+    """A ``Level``'s lower-case name (``LEVEL_SESSION``: ``"session"``), as
+    the service names levels in its messages; "" for ``LEVEL_UNSPECIFIED``
+    or a level this client does not know."""
+    try:
+        name = pb.Level.Name(level)
+    except ValueError:
+        return ""
+    return "" if level == pb.LEVEL_UNSPECIFIED else name.removeprefix("LEVEL_").lower()
+
+
 class BudgetDenied(BudgetError):
     """CheckAndReserve said no.
 
     Attributes:
         reason: the ``Reason`` name, e.g. ``"REASON_RPM_EXCEEDED"``.
-        level: the ``Level`` name that denied, e.g. ``"LEVEL_USER"``.
+        level: the ``Level`` name that denied, e.g. ``"LEVEL_USER"``,
+            ``"LEVEL_SESSION"`` (one session of the user: an agent run).
+        level_name: the same in the service's words, as its messages and
+            error bodies say it: ``"global"``, ``"tenant"``, ``"user"``,
+            ``"session"`` ("" when no level denied, e.g. a request over
+            the tier's context).
         retry_after_ms: when a retry may pass (0: never as sent).
         http_status: 429; 413 for a request that can never fit; 403 for a
             blocked tenant or user.
@@ -107,6 +123,7 @@ class BudgetDenied(BudgetError):
         self.response = response
         self.reason = pb.Reason.Name(response.reason)
         self.level = pb.Level.Name(response.limiting_level)
+        self.level_name = level_name(response.limiting_level)
         self.retry_after_ms = response.retry_after_ms
         super().__init__(f"{self.reason} at {self.level}: {response.detail}", code="OK", details=response.detail)
         self.http_status = http_status

@@ -4,14 +4,16 @@
 and the headers it sends: 200 (forward), 429 / 413 / 403, ``Retry-After`` on
 a 429, and OpenAI's ``x-ratelimit-limit|remaining|reset-requests|tokens``.
 
-The headers describe the caller's own scope: only the user's and the
-tenant's limits feed them, never the global level (the size of the provider
-account is not the gateway's customer's to see). Which of those entries:
-when denied at the user or tenant level, the entry of the binding limit
-(``limiting_level``, ``limiting_model_group``, ``limiting_dimension``,
-``limiting_period_seconds``); otherwise, among the user and tenant entries of
-the dimension (the all-model ones and those of the request's model group),
-the one with the least ``remaining / limit`` (the user's on a tie). A
+The headers describe the caller's own scope: only the session's, the user's
+and the tenant's limits feed them, never the global level (the size of the
+provider account is not the gateway's customer's to see). Which of those
+entries: when denied at the session, user or tenant level, the entry of the
+binding limit (``limiting_level``, ``limiting_model_group``,
+``limiting_dimension``, ``limiting_period_seconds``); otherwise, among the
+session, user and tenant entries of the dimension (the all-model ones and
+those of the request's model group), the one with the least
+``remaining / limit`` (the innermost level on a tie: the session's, else the
+user's) — the service's own rule (``src/api/http.rs``, ``binding_in``). A
 dimension without such an entry gets no headers. A denial at the global
 level is a 429 with ``Retry-After`` only (a 413 with no headers when the
 request can never fit).
@@ -30,7 +32,7 @@ from .v1 import budget_pb2 as pb
 
 _HEADER_DIMENSIONS = (("requests", pb.DIMENSION_REQUESTS), ("tokens", pb.DIMENSION_TOKENS))
 #: The levels whose limits the headers may show: the caller's own.
-_CALLER_LEVELS = (pb.LEVEL_TENANT, pb.LEVEL_USER)
+_CALLER_LEVELS = (pb.LEVEL_TENANT, pb.LEVEL_USER, pb.LEVEL_SESSION)
 
 
 def duration(ms: int) -> str:
@@ -56,7 +58,8 @@ def _share_left(entry: pb.LimitStatus) -> float:
 
 
 def _binding(response: pb.CheckAndReserveResponse, dimension: pb.Dimension) -> pb.LimitStatus | None:
-    """The user or tenant entry of ``dimension`` that feeds the headers."""
+    """The session, user or tenant entry of ``dimension`` that feeds the
+    headers."""
     entries = [e for e in response.limits if e.dimension == dimension and e.level in _CALLER_LEVELS]
     if not response.allowed and response.limiting_dimension == dimension:
         for e in entries:
@@ -68,8 +71,9 @@ def _binding(response: pb.CheckAndReserveResponse, dimension: pb.Dimension) -> p
                 return e
     if not entries:
         return None
-    # Least share left; the user's on a tie.
-    return min(entries, key=lambda e: (_share_left(e), e.level != pb.LEVEL_USER))
+    # Least share left; on a tie the innermost level (session, then user),
+    # then the entry listed last, as the service picks.
+    return min(reversed(entries), key=lambda e: (_share_left(e), -e.level))
 
 
 def _headers(response: pb.CheckAndReserveResponse) -> dict[str, str]:

@@ -11,6 +11,7 @@ variables, which LiteLLM's ``environment_variables:`` block can set)::
       CTXBUDGET_USER_FROM: "user_id"
       CTXBUDGET_TIER_FROM: "metadata.tier"
       CTXBUDGET_DEFAULT_TIER: "free"
+      CTXBUDGET_SESSION_FROM: "litellm"      # the session level: LiteLLM's session/trace id
 
 Before each chat or text completion, Responses API call
 (``/v1/responses``) or Anthropic-format message (``/v1/messages``) the hook
@@ -56,6 +57,49 @@ Settings (environment):
   request's ``user`` field). Defaults: tenant ``team_id`` (else the key's
   hash), user ``user_id``, tier ``metadata.tier``.
 - ``CTXBUDGET_DEFAULT_TIER``: the tier when none is named (``default``).
+- ``CTXBUDGET_SESSION_FROM``: the session of each call (an agent run, a
+  trace, a conversation), whose tier's ``session`` limits apply beside the
+  user's (``check_and_reserve(session=...)``). ``none`` or the empty string:
+  no session level. A path as for the user (``request.<name>``,
+  ``metadata.<name>``…). Unset, or ``litellm``: the session LiteLLM itself
+  resolved for the call, read from the request data its pre-call hook gets,
+  the first non-empty string of
+
+  1. ``litellm_session_id``, at the top level of the request data: the
+     request body's own ``litellm_session_id`` field, or what the proxy put
+     there from the ``x-litellm-session-id`` / ``x-litellm-trace-id`` headers
+     (or another ``x-*-session-id`` header), from Claude Code's
+     ``metadata.user_id`` (``…_session_<id>``) on ``/v1/messages``, or from a
+     W3C ``baggage: session.id=…`` header
+     (``litellm/proxy/litellm_pre_call_utils.py``,
+     ``add_litellm_data_to_request``);
+  2. ``session_id`` in LiteLLM's metadata of the call (``litellm_metadata``
+     on the routes whose ``metadata`` is the provider's, ``/v1/responses`` and
+     ``/v1/messages``, where LiteLLM copies the caller's ``metadata.session_id``
+     into it; else ``metadata``), then in the request's ``metadata``;
+  3. ``trace_id`` in the same metadata (the caller's ``metadata.trace_id``,
+     or the trace id of a W3C ``traceparent`` header), then
+     ``existing_trace_id`` (Langfuse's: a call joining an existing trace).
+
+  LiteLLM's own order (``litellm/litellm_core_utils/get_litellm_params.py``:
+  ``litellm_session_id``, else ``metadata.session_id``, else
+  ``metadata.trace_id``), so the session limited is the one LiteLLM's logs
+  show. A session id LiteLLM made up for a call that named none
+  (``general_settings.missing_session_id: generate`` marks it
+  ``litellm_session_id_generated`` in the metadata) is not a session: steps
+  1 and 2 are skipped then. With OpenTelemetry on, LiteLLM may put its own
+  span's trace id in ``metadata.trace_id``: each call is then a session of
+  its own unless the caller propagates one trace across its run (set
+  ``request.session_id`` to count only sessions the caller named).
+
+  The session comes from what the caller sent, and that is fine: a session
+  is a scope inside the caller's own user (the same id under two users is
+  two sessions), so naming one can only add limits to the caller's calls,
+  never lift the user's or tenant's, nor spend another user's. Session
+  limits bound a caller's runaway agent loop; a caller that wants to dodge
+  them can name a new session each call. A malformed session id (control
+  characters, over 256 bytes) is the caller's error: a 400 naming
+  ``session_id``.
 """
 
 from __future__ import annotations
@@ -90,6 +134,12 @@ _TOKEN = "ctxbudget_hook_token"
 # Where LiteLLM keeps a call's metadata: "metadata", or "litellm_metadata" on
 # the routes where "metadata" is a field of the provider's API.
 _METADATA = ("litellm_metadata", "metadata")
+#: ``session_from``'s default: the session LiteLLM resolved (the module doc).
+LITELLM_SESSION = "litellm"
+# What LiteLLM marks a session id with that it generated for a call naming
+# none (``litellm.constants.SESSION_ID_GENERATED_METADATA_KEY``).
+_GENERATED_SESSION = "litellm_session_id_generated"
+
 #: How long after a logged failure the reservation is settled unless the
 #: call's retry succeeds first (seconds).
 REFUND_AFTER_S = 30.0
@@ -112,6 +162,17 @@ def _lookup(path: str, key: Any, data: dict[str, Any]) -> str:
     if rest:
         value = (value or {}).get(rest) if isinstance(value, dict) else None
     return "" if value is None else str(value)
+
+
+def _litellm_session(data: Mapping[str, Any]) -> str:
+    """The session LiteLLM resolved for a call, "" when none (the module doc
+    has the fields and their order)."""
+    metas = [m for m in (data.get(name) for name in _METADATA) if isinstance(m, Mapping)]
+    generated = any(m.get(_GENERATED_SESSION) for m in metas)
+    sessions = [] if generated else [data.get("litellm_session_id"), *(m.get("session_id") for m in metas)]
+    traces = [m.get(name) for name in ("trace_id", "existing_trace_id") for m in metas]
+    # Strings only, as LiteLLM counts them (a number or an object is no id).
+    return next((v for v in (*sessions, *traces) if isinstance(v, str) and v), "")
 
 
 def _output_field(call_type: str, data: Mapping[str, Any]) -> str:
@@ -163,6 +224,18 @@ class CtxBudgetHook(CustomLogger):
     def _setting(self, name: str, default: str) -> str:
         return self._settings.get(name) or os.environ.get(f"CTXBUDGET_{name.upper()}") or default
 
+    def _session(self, key: Any, data: dict[str, Any]) -> str:
+        """The call's session (``session_from``): unlike the other settings,
+        an empty value given switches it off rather than meaning the
+        default."""
+        given = self._settings.get("session_from", os.environ.get("CTXBUDGET_SESSION_FROM"))
+        source = LITELLM_SESSION if given is None else given.strip()
+        if source.lower() in ("", "none"):
+            return ""
+        if source == LITELLM_SESSION:
+            return _litellm_session(data)
+        return _lookup(source, key, data)
+
     @property
     def client(self) -> AsyncBudgetClient:
         # Made on first use: LiteLLM sets the configuration's
@@ -176,17 +249,19 @@ class CtxBudgetHook(CustomLogger):
             )
         return self._client
 
-    def _who(self, key: Any, data: dict[str, Any]) -> tuple[str, str, str]:
+    def _who(self, key: Any, data: dict[str, Any]) -> tuple[str, str, str, str]:
+        """The call's tenant, user, session and tier."""
         tenant = _lookup(self._setting("tenant_from", "team_id"), key, data)
         if not tenant:
             tenant = str(getattr(key, "token", "") or getattr(key, "api_key", "") or "anonymous")
         user = _lookup(self._setting("user_from", "user_id"), key, data)
         tier = _lookup(self._setting("tier_from", "metadata.tier"), key, data) or self._setting("default_tier", "default")
-        return tenant, user, tier
+        return tenant, user, self._session(key, data), tier
 
     async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: Any) -> dict[str, Any]:
         # The caller's request metadata merges into LiteLLM's: never trust a
-        # reservation id found there.
+        # reservation id found there. (The session read from it below is the
+        # caller's to name: it only narrows the caller's own budget.)
         for name in _METADATA:
             if isinstance(data.get(name), dict):
                 data[name].pop(_KEY, None)
@@ -194,12 +269,12 @@ class CtxBudgetHook(CustomLogger):
         call = str(getattr(call_type, "value", call_type))
         if call not in BUDGETED_CALLS:
             return data
-        tenant, user, tier = self._who(user_api_key_dict, data)
+        tenant, user, session, tier = self._who(user_api_key_dict, data)
         field = _output_field(call, data)
         asked = (data.get("max_completion_tokens") or data.get("max_tokens")) if call in _CHAT_CALLS else data.get(field)
         try:
             r = await self.client.reserve(
-                tenant=tenant, user=user, tier=tier, model=str(data.get("model") or ""),
+                tenant=tenant, user=user, session=session, tier=tier, model=str(data.get("model") or ""),
                 max_output_tokens=int(asked or 0), **_prompt(call, data),
             )
         except BudgetDenied as d:
