@@ -1,14 +1,14 @@
 //! Redis CPU per CheckAndReserve and per Commit, measured apart from any load:
 //! 1,000 reservations spread over 100 users of 10 tenants on the most limited
-//! tier, then 1,000 commits, in three rounds; the report takes each script's
-//! median.
+//! tier (each user in one session when the tier limits sessions), then 1,000
+//! commits, in three rounds; the report takes each script's median.
 
 use super::redis_info::commandstats;
 use super::report::Calibration;
 use super::{BenchError, engines, err};
 use crate::config::Settings;
 use crate::domain::plan::ReserveRequest;
-use crate::domain::{Priority, PromptInput, ReservationId, TenantId, UserId};
+use crate::domain::{Priority, PromptInput, ReservationId, SessionId, TenantId, UserId};
 use crate::engine::{CommitRequest, Completion, Engine};
 use crate::store::redis::RedisStore;
 use std::sync::Arc;
@@ -33,19 +33,26 @@ pub(super) async fn calibrate(
     stamp: u128,
 ) -> Result<Calibration, BenchError> {
     let tier = calibration_tier(settings)?;
+    let sessions = settings.limits.tier(&tier).is_some_and(|t| {
+        !t.session.is_unlimited() || t.models.values().any(|m| !m.session.is_unlimited())
+    });
     let prefix = format!("ctxb:bench:{stamp}:calibration:");
     let engine = engines::redis_engine(settings, url, &prefix, 4).await?;
     let scope = crate::domain::plan::Scope {
         tier: settings.limits.tier(&tier).map(|t| t.as_ref()),
         group: settings.limits.group_of(CALIBRATION_MODEL),
         has_user: true,
-        has_session: false,
+        has_session: sessions,
         now_us: crate::domain::Clock::now_us(&crate::domain::SystemClock),
     };
     let levels = crate::domain::plan::levels(&settings.limits, scope, false);
     let buckets: usize = levels.iter().map(|l| l.buckets.len()).sum();
     let slots = levels.iter().filter(|l| l.concurrency.is_some()).count();
-    let calls = Calls { engine, tier };
+    let calls = Calls {
+        engine,
+        tier,
+        sessions,
+    };
     calls.warm().await?;
     let (mut reserve, mut commit) = (Vec::new(), Vec::new());
     let mut allowed = 0;
@@ -93,15 +100,21 @@ struct Round {
 struct Calls {
     engine: Arc<Engine<RedisStore>>,
     tier: String,
+    /// Each user's calls are one session's.
+    sessions: bool,
 }
 
 impl Calls {
-    /// Reservation `i`: one of 100 users of 10 tenants.
+    /// Reservation `i`: one of 100 users of 10 tenants (in one session each
+    /// with `sessions`).
     fn request(&self, i: u64) -> Result<ReserveRequest, BenchError> {
         Ok(ReserveRequest {
             tenant: TenantId::parse(&format!("c{}", i % 10)).map_err(err)?,
             user: Some(UserId::parse(&format!("u{}", i % 100)).map_err(err)?),
-            session: None,
+            session: match self.sessions {
+                true => Some(SessionId::parse(&format!("run{}", i % 100)).map_err(err)?),
+                false => None,
+            },
             tier: self.tier.clone(),
             model: CALIBRATION_MODEL.into(),
             prompt: PromptInput::Tokens(1000),

@@ -569,7 +569,7 @@ def test_a_sessions_third_call_is_denied_and_another_session_passes(setup):
     LiteLLM moves it into ``litellm_metadata``), else ``metadata.trace_id`` —
     meets the tier's limit of 2 requests per session, across both proxies;
     calls of other sessions, and calls naming none, pass."""
-    service, upstream, proxies, *_ = setup
+    _, upstream, proxies, *_ = setup
     httpx.post(upstream.url + "/reset")
     chat = [{"role": "user", "content": "One step of an agent run."}]
 
@@ -642,8 +642,8 @@ def test_the_session_setting_reads_what_it_names_or_nothing(monkeypatch):
             # Refunds give the requests back: hold them to count.
             one = [call(litellm_session_id="s-1") for _ in range(3)]
             assert await statuses(CtxBudgetHook(client=client), one) == [200, 200, 200], "refunded, so never three held"
-            hook = CtxBudgetHook(client=client)
-            held = [await hook.async_pre_call_hook(key, None, call(litellm_session_id="s-1"), "acompletion") for _ in range(2)]
+            holder, hook = CtxBudgetHook(client=client), CtxBudgetHook(client=client)
+            held = [await holder.async_pre_call_hook(key, None, call(litellm_session_id="s-1"), "acompletion") for _ in range(2)]
             assert await statuses(hook, [call(litellm_session_id="s-1"), call(metadata={"session_id": "s-1"}),
                                          call(litellm_metadata={"session_id": "s-1"}),
                                          call(metadata={"existing_trace_id": "s-1"})]) == [429, 429, 429, 429]
@@ -666,7 +666,8 @@ def test_the_session_setting_reads_what_it_names_or_nothing(monkeypatch):
             # An explicit setting beats the environment.
             assert await statuses(CtxBudgetHook(client=client, session_from="litellm"), [call(litellm_session_id="s-1")]) == [429]
             for data in held:
-                await hook.async_post_call_failure_hook(data, RuntimeError("not sent"), key)
+                await holder.async_post_call_failure_hook(data, RuntimeError("not sent"), key)
+            assert not holder._open
 
     try:
         asyncio.run(run())

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from conftest import Service
+
 from ctxbudget import AsyncBudgetClient, BudgetClient, BudgetDenied, BudgetInvalidArgument, http_status_and_headers, pb
 
 CONFIG = """

@@ -15,7 +15,7 @@ KEYS = {
     "sk-blocked": dict(team_id="blocked", user_id="u", metadata={"tier": "stream"}),
     "sk-gone": dict(team_id="gone", user_id="u", metadata={"tier": "gone"}),
     "sk-fmt": dict(team_id="fmt", user_id="u", metadata={"tier": "fmt"}),
-    "sk-sess": dict(team_id="sess", user_id="u", metadata={"tier": "sess"}),
+    "sk-sess": {"team_id": "sess", "user_id": "u", "metadata": {"tier": "sess"}},
     "sk-badtier": dict(team_id="badtier", user_id="u", metadata={"tier": "no-such-tier"}),
     "sk-badid": dict(team_id="bad\tteam", user_id="u", metadata={"tier": "stream"}),
     "sk-native-conc": dict(team_id="n-conc", user_id="n", max_parallel_requests=5, metadata={}),
