@@ -3,7 +3,8 @@
 //! gives each budget script in `lua/` its prelude: the constants of
 //! `src/domain/budget/layout.rs` (the Rust algorithm's own), the clock, and
 //! for the scripts that write the usage ledger `lua/ledger.lua`, for those that
-//! read level states `lua/state.lua`, for those that write them `lua/level.lua`.
+//! read level states `lua/state.lua`, for those that write them `lua/level.lua`;
+//! and makes `reserve_first.lua` of `reserve.lua` wrapped in a function.
 
 use prost::Message;
 use std::fmt::Write as _;
@@ -53,6 +54,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             with_prelude(&script, name)?,
         )?;
     }
+    fs::write(out.join("reserve_first.lua"), reserve_first()?)?;
 
     let fds = protox::compile(protos, ["proto"])?;
     fs::write(out.join("ctxbudget_descriptor.bin"), fds.encode_to_vec())?;
@@ -94,6 +96,27 @@ fn with_prelude(script: &str, name: &str) -> Result<String, Box<dyn std::error::
         out.push_str(&fs::read_to_string("lua/level.lua")?);
     }
     out.push_str(&splice(body, name)?);
+    Ok(out)
+}
+
+/// `lua/reserve_first.lua` with the prelude's constants before it and, first,
+/// `reserve_one(KEYS, ARGV)`: reserve.lua with its whole prelude as one
+/// function, its KEYS and ARGV the arguments (Lua 5.1 caps a function's
+/// upvalues at 60: inside it, the prelude's constants are its own locals).
+fn reserve_first() -> Result<String, Box<dyn std::error::Error>> {
+    let reserve = with_prelude(&fs::read_to_string("lua/reserve.lua")?, "reserve")?;
+    let (_, reserve) = reserve.split_once('\n').ok_or("reserve.lua is empty")?;
+    let driver = fs::read_to_string("lua/reserve_first.lua")?;
+    let (shebang, driver) = driver
+        .split_once('\n')
+        .filter(|(first, _)| first.starts_with("#!lua"))
+        .ok_or("lua/reserve_first.lua must open with a #!lua line")?;
+    let mut out = format!("{shebang}\n-- reserve.lua as reserve_one (build.rs)\n");
+    out.push_str("local function reserve_one(KEYS, ARGV)\n");
+    out.push_str(reserve);
+    out.push_str("\nend\n");
+    writeln!(out, "local REPLY_ALLOWED = {}", layout::REPLY_ALLOWED)?;
+    out.push_str(driver);
     Ok(out)
 }
 

@@ -22,7 +22,7 @@ pub fn retry_after(d: &Denial) -> Option<u64> {
     (denial_status(d) == 429).then(|| d.retry_after_ms.div_ceil(1000))
 }
 
-/// Among `limits` of the user and tenant levels (of `dimension`, when
+/// Among `limits` of the tenant, user and session levels (of `dimension`, when
 /// given): the one that denied, else the one with the least left for its
 /// size, the innermost level on a tie.
 pub fn binding_in<'a>(
@@ -50,7 +50,7 @@ pub fn binding_in<'a>(
     {
         return Some(l);
     }
-    // Ties go to the innermost level (the user's), listed last.
+    // Ties go to the innermost level (the session's, then the user's), listed last.
     limits.iter().rev().filter(of).min_by(tightest)
 }
 

@@ -2,18 +2,21 @@
 //! as CheckAndReserve reserves one, until one has room. A denied candidate
 //! holds nothing (a reservation is all or nothing), so trying the next one
 //! leaves no trace but its denial. The tier is resolved and a block (which
-//! holds for every model) checked once, and the prompt counted once per
-//! tokenizer and estimator key.
+//! holds for every model) checked once, the prompt counted once per
+//! tokenizer and estimator key, and every candidate planned before the store
+//! is asked: the plans go to it in one call ([`Store::reserve_first`]: one
+//! script call on Redis), but under a quota in shadow, checked plan by plan.
 
 use super::reply::ReserveOutcome;
 use super::{Engine, EngineError};
-use crate::domain::plan::ReserveRequest;
-use crate::domain::{Denial, PromptCount, PromptInput};
+use crate::domain::plan::{ReservePlan, ReserveRequest};
+use crate::domain::{Denial, PromptCount, PromptInput, Tier};
 use crate::estimator::Method;
+use crate::store::{Store, StoreError};
+use std::time::Duration;
 
 /// How a candidate's prompt is counted: its tokenizer and estimator key.
 type CountedAs = (Method, String);
-use crate::store::Store;
 
 /// The most candidates one request may name.
 pub const MAX_CANDIDATES: usize = 8;
@@ -59,8 +62,10 @@ impl<S: Store> Engine<S> {
                 });
             }
         };
-        let mut skipped: Vec<Skipped> = Vec::with_capacity(candidates.len());
-        let mut first: Option<ReserveOutcome> = None;
+        // Every candidate planned first: those no store could admit (a
+        // context too large) are answered here; the others go to the store
+        // together.
+        let mut entries = Vec::with_capacity(candidates.len());
         // The prompt is counted once per way of counting it: candidates of
         // one tokenizer and one estimator key share the count.
         let mut counted: Vec<(CountedAs, PromptCount)> = Vec::new();
@@ -76,35 +81,168 @@ impl<S: Store> Engine<S> {
                     counted.len() - 1
                 }
             };
-            let count = &counted[i].1;
-            let out = Box::pin(self.reserve_counted(&attempt, &limits, &tier, count)).await?;
-            let Some(denial) = out.denial.clone() else {
-                return Ok(FallbackOutcome {
-                    outcome: out,
-                    chosen_model: Some(model),
-                    skipped,
-                });
-            };
-            skipped.push(Skipped { model, denial });
-            first.get_or_insert(out);
+            let planned = self.plan(&attempt, &limits, &tier, &counted[i].1).await?;
+            entries.push((model, i, planned));
         }
-        let mut outcome = first.expect("at least one candidate was tried");
-        if let Some(d) = &mut outcome.denial {
-            // The earliest retry among all: the first that may pass.
-            if let Some(soonest) = skipped
-                .iter()
-                .map(|s| s.denial.retry_after_ms)
-                .filter(|ms| *ms > 0)
-                .min()
-            {
-                d.retry_after_ms = soonest;
+        let outcomes = match tier.shadow.is_some() {
+            // A quota in shadow is checked plan by plan, as for one model.
+            true => self.one_by_one(entries, &tier, &counted).await?,
+            false => self.together(entries, &tier, &counted).await?,
+        };
+        Ok(first_allowed(outcomes))
+    }
+
+    /// Each candidate reserved as CheckAndReserve reserves one model, until
+    /// one is allowed.
+    async fn one_by_one(
+        &self,
+        entries: Vec<Entry>,
+        tier: &Tier,
+        counted: &[(CountedAs, PromptCount)],
+    ) -> Result<Vec<(String, ReserveOutcome)>, EngineError> {
+        let mut outcomes = Vec::with_capacity(entries.len());
+        for (model, i, planned) in entries {
+            let out = match planned {
+                Ok(plan) => Box::pin(self.reserve_plan(plan, tier, &counted[i].1)).await?,
+                Err(refused) => refused,
+            };
+            let allowed = out.denial.is_none();
+            outcomes.push((model, out));
+            if allowed {
+                break;
             }
         }
-        Ok(FallbackOutcome {
-            outcome,
-            chosen_model: None,
-            skipped,
-        })
+        Ok(outcomes)
+    }
+
+    /// The candidates' plans in one store call ([`Store::reserve_first`]),
+    /// each answered as CheckAndReserve answers one model; with the store
+    /// failing, the failure policy decides plan by plan.
+    async fn together(
+        &self,
+        entries: Vec<Entry>,
+        tier: &Tier,
+        counted: &[(CountedAs, PromptCount)],
+    ) -> Result<Vec<(String, ReserveOutcome)>, EngineError> {
+        let plans: Vec<ReservePlan> = entries
+            .iter()
+            .filter_map(|(_, _, planned)| planned.as_ref().ok().cloned())
+            .collect();
+        let life = |plan: &ReservePlan| {
+            Duration::from_millis(plan.lease_ttl_ms + self.settings.retention.record_ms)
+        };
+        // Until the caller has its answer, a reservation the store may have
+        // made is cancelled if this call is dropped: any of the plans may be it.
+        let mut guards: Vec<_> = plans
+            .iter()
+            .map(|p| self.cancels.guard(&p.id, life(p), true))
+            .collect();
+        let replies = match plans.is_empty() {
+            true => Ok(Vec::new()),
+            false => {
+                self.guarded("reserve", self.store.reserve_first(&plans))
+                    .await
+            }
+        };
+        let mut replies = match replies {
+            Ok(replies) => {
+                guards.iter_mut().for_each(|g| g.disarm());
+                replies.into_iter()
+            }
+            Err(e) => {
+                for (plan, guard) in plans.iter().zip(&mut guards) {
+                    self.cancel_if_unanswered(&Err(e.clone()), plan, life(plan), guard);
+                }
+                return self.degraded_one_by_one(entries, e, tier, counted).await;
+            }
+        };
+        let mut outcomes = Vec::with_capacity(entries.len());
+        let mut plans = plans.into_iter();
+        for (model, i, planned) in entries {
+            let out = match planned {
+                Err(refused) => refused,
+                Ok(_) => {
+                    let (Some(plan), Some(reply)) = (plans.next(), replies.next()) else {
+                        break;
+                    };
+                    self.explain(&plan, reply, tier, &counted[i].1, false, None)?
+                }
+            };
+            let allowed = out.denial.is_none();
+            outcomes.push((model, out));
+            if allowed {
+                break;
+            }
+        }
+        Ok(outcomes)
+    }
+
+    /// With the store failing (`error`): each plan as the failure policy
+    /// decides it (from this replica's memory under `local`), until one is
+    /// allowed.
+    async fn degraded_one_by_one(
+        &self,
+        entries: Vec<Entry>,
+        error: StoreError,
+        tier: &Tier,
+        counted: &[(CountedAs, PromptCount)],
+    ) -> Result<Vec<(String, ReserveOutcome)>, EngineError> {
+        let mut outcomes = Vec::with_capacity(entries.len());
+        for (model, i, planned) in entries {
+            let out = match planned {
+                Err(refused) => refused,
+                Ok(plan) => {
+                    let (plan, reply, degraded) = self.or_degraded(plan, Err(error.clone())).await;
+                    self.explain(&plan, reply?, tier, &counted[i].1, degraded, None)?
+                }
+            };
+            let allowed = out.denial.is_none();
+            outcomes.push((model, out));
+            if allowed {
+                break;
+            }
+        }
+        Ok(outcomes)
+    }
+}
+
+/// One candidate: its model as sent, which count it shares, and its plan
+/// (or the answer no store could change).
+type Entry = (String, usize, Result<ReservePlan, ReserveOutcome>);
+
+/// The answer from the candidates tried: the last, if allowed, with the
+/// others skipped; else the first candidate's denial with the earliest retry
+/// among all.
+fn first_allowed(outcomes: Vec<(String, ReserveOutcome)>) -> FallbackOutcome {
+    let mut skipped: Vec<Skipped> = Vec::with_capacity(outcomes.len());
+    let mut first: Option<ReserveOutcome> = None;
+    for (model, out) in outcomes {
+        let Some(denial) = out.denial.clone() else {
+            return FallbackOutcome {
+                outcome: out,
+                chosen_model: Some(model),
+                skipped,
+            };
+        };
+        skipped.push(Skipped { model, denial });
+        first.get_or_insert(out);
+    }
+    let mut outcome = first.expect("at least one candidate was tried");
+    if let Some(d) = &mut outcome.denial {
+        // The earliest retry among all: the first that may pass.
+        if let Some(soonest) = skipped
+            .iter()
+            .map(|s| s.denial.retry_after_ms)
+            .filter(|ms| *ms > 0)
+            .min()
+        {
+            d.retry_after_ms = soonest;
+        }
+    }
+    FallbackOutcome {
+        outcome,
+        chosen_model: None,
+        skipped,
     }
 }
 

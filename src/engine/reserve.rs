@@ -59,6 +59,25 @@ impl<S: Store> Engine<S> {
         tier: &Arc<Tier>,
         count: &PromptCount,
     ) -> Result<ReserveOutcome, EngineError> {
+        match self.plan(req, limits, tier, count).await? {
+            Ok(plan) => {
+                // Every later line of this call names the reservation.
+                tracing::Span::current().record("reservation", tracing::field::display(&plan.id));
+                self.reserve_plan(plan, tier, count).await
+            }
+            Err(refused) => Ok(refused),
+        }
+    }
+
+    /// The plan of `req`, its prompt counted as `count` (its learned output
+    /// read, its price checked), or the answer when no store could change it.
+    pub(super) async fn plan(
+        &self,
+        req: &ReserveRequest,
+        limits: &Arc<Limits>,
+        tier: &Arc<Tier>,
+        count: &PromptCount,
+    ) -> Result<Result<ReservePlan, ReserveOutcome>, EngineError> {
         let terms = Terms {
             limits,
             tier,
@@ -76,21 +95,19 @@ impl<S: Store> Engine<S> {
                 telemetry::decision(&tier.name, Some(&denial), 0);
                 let now = self.limits_now(req, limits, tier).await;
                 let out = ReserveOutcome::refused(denial, tokens, max_output_tokens, count, now);
-                return Ok(out);
+                return Ok(Err(out));
             }
         };
-        // Every later line of this call names the reservation.
-        tracing::Span::current().record("reservation", tracing::field::display(&plan.id));
         self.check_price(&plan, &req.model, limits)?;
         if plan.levels.iter().any(|l| l.overrun.is_some()) {
             plan.learned_output = self.learned_output(&plan.id.estimator, &tier.name).await;
         }
-        self.reserve_plan(plan, tier, count).await
+        Ok(Ok(plan))
     }
 
     /// The store's part of CheckAndReserve: check the quota in shadow,
     /// reserve (or, degraded, reserve locally), and explain the reply.
-    async fn reserve_plan(
+    pub(super) async fn reserve_plan(
         &self,
         plan: ReservePlan,
         tier: &Tier,
@@ -116,7 +133,22 @@ impl<S: Store> Engine<S> {
             }
             shadow_denial = shadow.denial;
         }
-        let reply = reply?;
+        let out = self.explain(&plan, reply?, tier, count, degraded, shadow_denial)?;
+        guard.disarm();
+        Ok(out)
+    }
+
+    /// The answer to a plan the store replied to: counted, recorded, with the
+    /// limits and retry the caller needs.
+    pub(super) fn explain(
+        &self,
+        plan: &ReservePlan,
+        reply: ReserveReply,
+        tier: &Tier,
+        count: &PromptCount,
+        degraded: bool,
+        shadow_denial: Option<crate::domain::Denial>,
+    ) -> Result<ReserveOutcome, EngineError> {
         if !degraded {
             let reclaimed = reply.reclaimed();
             for level in Level::ALL {
@@ -134,13 +166,12 @@ impl<S: Store> Engine<S> {
                 0
             },
         };
-        let out = reply::outcome(&plan, reply, count, how)?;
+        let out = reply::outcome(plan, reply, count, how)?;
         if let (true, Some(id)) = (out.replayed, &out.reservation_id) {
             // The earlier reservation, not the plan's id, is the one answered.
             tracing::Span::current().record("reservation", id.as_str());
         }
-        record_decision(&tier.name, &plan, &out);
-        guard.disarm();
+        record_decision(&tier.name, plan, &out);
         Ok(out)
     }
 
@@ -267,7 +298,7 @@ impl<S: Store> Engine<S> {
     /// After the store call: a reservation the caller will not get is queued
     /// for cancellation, and the drop guard stands down unless the store
     /// reserved something new (the guard then holds until the answer is out).
-    fn cancel_if_unanswered(
+    pub(super) fn cancel_if_unanswered(
         &self,
         reply: &Result<ReserveReply, StoreError>,
         plan: &ReservePlan,
@@ -295,7 +326,7 @@ impl<S: Store> Engine<S> {
     /// The store's reply, or — when it failed and the policy allows — the
     /// local store's, for the plan the local store enforces; true when
     /// degraded so.
-    async fn or_degraded(
+    pub(super) async fn or_degraded(
         &self,
         plan: ReservePlan,
         reply: Result<ReserveReply, StoreError>,

@@ -35,6 +35,23 @@ pub struct Settlement<'a> {
     pub levels: &'a [LevelPlan],
 }
 
+/// [`Store::reserve_first`] as one [`Store::reserve`] call per plan.
+pub async fn one_by_one<S: Store + ?Sized>(
+    store: &S,
+    plans: &[ReservePlan],
+) -> Result<Vec<ReserveReply>, StoreError> {
+    let mut replies = Vec::with_capacity(plans.len());
+    for plan in plans {
+        let reply = store.reserve(plan).await?;
+        let allowed = matches!(reply, ReserveReply::Allowed { .. });
+        replies.push(reply);
+        if allowed {
+            break;
+        }
+    }
+    Ok(replies)
+}
+
 /// Whose levels: a tenant, and its user and session when they apply.
 #[derive(Clone, Copy, Debug)]
 pub struct Scope<'a> {
@@ -198,6 +215,18 @@ pub trait Store: Send + Sync + 'static {
         &self,
         plan: &ReservePlan,
     ) -> impl Future<Output = Result<ReserveReply, StoreError>> + Send;
+
+    /// Reserves the first of `plans` (fallback candidates, in order) whose
+    /// limits all have room: each plan decided as [`Store::reserve`] decides
+    /// it. The replies of the plans tried, every one denied but the last,
+    /// which may be allowed. Here one call per plan; the Redis store makes
+    /// them one script call.
+    fn reserve_first(
+        &self,
+        plans: &[ReservePlan],
+    ) -> impl Future<Output = Result<Vec<ReserveReply>, StoreError>> + Send {
+        one_by_one(self, plans)
+    }
 
     /// Settles a reservation with the usage the upstream reported (its prompt
     /// is an estimator sample when the service counted the prompt).

@@ -97,6 +97,7 @@ pub struct RedisStore {
     retention: Retention,
     timeout: Duration,
     reserve: Script,
+    reserve_first: Script,
     settle: Script,
     renew: Script,
     status: Script,
@@ -153,6 +154,7 @@ impl RedisStore {
             retention,
             timeout: settings.timeout,
             reserve: Script::new(scripts::RESERVE),
+            reserve_first: Script::new(scripts::RESERVE_FIRST),
             settle: Script::new(scripts::SETTLE),
             renew: Script::new(scripts::RENEW),
             status: Script::new(scripts::STATUS),
@@ -197,6 +199,7 @@ impl RedisStore {
             Script::new(&script.replacen(layout::SERVER_CLOCK, &clock, 1))
         };
         self.reserve = clocked(scripts::RESERVE);
+        self.reserve_first = clocked(scripts::RESERVE_FIRST);
         self.settle = clocked(scripts::SETTLE);
         self.renew = clocked(scripts::RENEW);
         self.status = clocked(scripts::STATUS);
@@ -216,6 +219,10 @@ impl RedisStore {
 impl Store for RedisStore {
     async fn reserve(&self, plan: &ReservePlan) -> Result<ReserveReply, StoreError> {
         self.reserve_call(plan).await
+    }
+
+    async fn reserve_first(&self, plans: &[ReservePlan]) -> Result<Vec<ReserveReply>, StoreError> {
+        self.reserve_first_call(plans).await
     }
 
     async fn commit(&self, s: Settlement<'_>, usage: Usage) -> Result<SettleReply, StoreError> {
@@ -277,6 +284,7 @@ impl Store for RedisStore {
             },
             timeout: self.timeout,
             reserve: self.reserve.clone(),
+            reserve_first: self.reserve_first.clone(),
             settle: self.settle.clone(),
             renew: self.renew.clone(),
             status: self.status.clone(),

@@ -5,6 +5,9 @@
 
 /// Takes a reservation at every level, all or nothing.
 pub const RESERVE: &str = include_str!(concat!(env!("OUT_DIR"), "/reserve.lua"));
+/// Takes a reservation on the first of several plans with room (fallback
+/// candidates): reserve.lua on each in turn, in one call.
+pub const RESERVE_FIRST: &str = include_str!(concat!(env!("OUT_DIR"), "/reserve_first.lua"));
 /// Commits or refunds a reservation.
 pub const SETTLE: &str = include_str!(concat!(env!("OUT_DIR"), "/settle.lua"));
 /// Extends a live reservation's lease.
@@ -27,8 +30,9 @@ mod tests {
     use crate::domain::budget::layout::SERVER_CLOCK;
 
     /// Every budget script as built, by name.
-    const BUDGET_SCRIPTS: [(&str, &str); 6] = [
+    const BUDGET_SCRIPTS: [(&str, &str); 7] = [
         ("reserve", RESERVE),
+        ("reserve_first", RESERVE_FIRST),
         ("settle", SETTLE),
         ("renew", RENEW),
         ("status", STATUS),

@@ -1,5 +1,6 @@
 //! The reserve call: KEYS and ARGV for `lua/reserve.lua` from a plan, and its
-//! reply as a [`ReserveReply`].
+//! reply as a [`ReserveReply`]; and fallback candidates' plans in one
+//! `lua/reserve_first.lua` call.
 //! The reply's tags and layout are the script's contract, in its header.
 
 use super::RedisStore;
@@ -15,7 +16,7 @@ use crate::domain::price::SpendRates;
 use crate::domain::{Level, ReservePlan};
 use crate::store::keys::{lease_field, ledger_fields};
 use crate::store::{Reclaimed, ReserveReply, Scope, StoreError};
-use redis::{ScriptInvocation, Value};
+use redis::{ScriptInvocation, ToRedisArgs, Value};
 
 impl RedisStore {
     /// Takes the plan's cost at every level, or nothing.
@@ -23,46 +24,139 @@ impl RedisStore {
         &self,
         plan: &ReservePlan,
     ) -> Result<ReserveReply, StoreError> {
-        let inv = self.reserve_invocation(plan);
+        let mut inv = self.reserve.prepare_invoke();
+        self.reserve_args(plan, &mut inv);
         let reply = self.run(&inv).await?;
         decode_reserve(plan, &reply)
     }
 
+    /// The first of `plans` with room, in one call: reserve.lua's KEYS and
+    /// ARGV of each plan, one after the other (lua/reserve_first.lua). On a
+    /// cluster layout, where plans' keys may lie in several slots, one call
+    /// per plan.
+    pub(super) async fn reserve_first_call(
+        &self,
+        plans: &[ReservePlan],
+    ) -> Result<Vec<ReserveReply>, StoreError> {
+        if plans.len() < 2 || self.keys.is_clustered() {
+            return crate::store::one_by_one(self, plans).await;
+        }
+        let parts: Vec<Parts> = plans
+            .iter()
+            .map(|plan| {
+                let mut parts = Parts::default();
+                self.reserve_args(plan, &mut parts);
+                parts
+            })
+            .collect();
+        let mut inv = self.reserve_first.prepare_invoke();
+        inv.arg(plans.len());
+        for p in &parts {
+            inv.arg(p.keys.len()).arg(p.args.len());
+        }
+        for p in &parts {
+            for key in &p.keys {
+                inv.key(key);
+            }
+            for arg in &p.args {
+                inv.arg(arg.as_slice());
+            }
+        }
+        let reply = self.run(&inv).await?;
+        let tried = int_at(&reply, 0)?;
+        let replies = &reply[1..];
+        let well_formed = replies.len() <= plans.len()
+            && (tried == 0 && replies.len() == plans.len() || tried == replies.len() as i64);
+        if !well_formed {
+            return Err(StoreError::Protocol(
+                format!(
+                    "reserve_first script replied for {} of {} plans with {tried} chosen (is \
+                     lua/reserve_first.lua out of step with this binary?)",
+                    replies.len(),
+                    plans.len()
+                )
+                .into(),
+            ));
+        }
+        plans
+            .iter()
+            .zip(replies)
+            .map(|(plan, reply)| match reply {
+                Value::Array(values) => decode_reserve(plan, values),
+                other => Err(StoreError::Protocol(
+                    format!("reserve_first script replied {other:?} for a plan").into(),
+                )),
+            })
+            .collect()
+    }
+
     /// KEYS: every level, the record, the idempotency key if any; ARGV: the
     /// plan as doubles, the lease field, TTLs, the record's tail and layouts.
-    fn reserve_invocation(&self, plan: &ReservePlan) -> ScriptInvocation<'_> {
+    fn reserve_args(&self, plan: &ReservePlan, call: &mut impl Call) {
         let id = &plan.id;
-        let mut inv = self.reserve.prepare_invoke();
         for lp in &plan.levels {
-            inv.key(self.keys.plan_level(lp, Scope::of(id)));
+            call.key(self.keys.plan_level(lp, Scope::of(id)));
         }
-        inv.key(self.keys.record(id));
+        call.key(self.keys.record(id));
         let idem_ttl = match &plan.idempotency_key {
             Some(k) => {
-                inv.key(self.keys.idempotency(&id.tenant, k));
+                call.key(self.keys.idempotency(&id.tenant, k));
                 self.retention.idempotency_ms
             }
             None => 0,
         };
         let spec = reserve_spec(plan, self.retention.ledger);
-        inv.arg(&spec.0)
-            .arg(lease_field(id))
-            .arg(plan.lease_ttl_ms + self.retention.record_ms)
-            .arg(idem_ttl)
-            .arg(record_tail(plan))
-            .arg(doubles(spec.count()));
+        call.arg(&spec.0);
+        call.arg(lease_field(id));
+        call.arg(plan.lease_ttl_ms + self.retention.record_ms);
+        call.arg(idem_ttl);
+        call.arg(record_tail(plan));
+        call.arg(doubles(spec.count()));
         for lp in &plan.levels {
-            inv.arg(doubles(STATE_HEAD + BUCKET_WIDTH * lp.buckets.len()));
+            call.arg(doubles(STATE_HEAD + BUCKET_WIDTH * lp.buckets.len()));
         }
         if self.retention.ledger.is_some() {
             let (hour, day) = ledger_fields(&id.group, id.user.as_ref());
-            inv.arg(self.keys.ledger_base(&id.tenant))
-                .arg(hour)
-                .arg(day);
+            call.arg(self.keys.ledger_base(&id.tenant));
+            call.arg(hour);
+            call.arg(day);
         }
         // Last, wherever the optional arguments before it end.
-        inv.arg(self.keys.record_prefix(&id.tenant));
-        inv
+        call.arg(self.keys.record_prefix(&id.tenant));
+    }
+}
+
+/// Where a reserve call's KEYS and ARGV go: the script invocation itself,
+/// or one plan's share of a reserve_first call.
+trait Call {
+    fn key(&mut self, key: String);
+    fn arg<T: ToRedisArgs>(&mut self, arg: T);
+}
+
+impl Call for ScriptInvocation<'_> {
+    fn key(&mut self, key: String) {
+        ScriptInvocation::key(self, key);
+    }
+
+    fn arg<T: ToRedisArgs>(&mut self, arg: T) {
+        ScriptInvocation::arg(self, arg);
+    }
+}
+
+/// One plan's KEYS and ARGV, to be counted and joined to others'.
+#[derive(Default)]
+struct Parts {
+    keys: Vec<String>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Call for Parts {
+    fn key(&mut self, key: String) {
+        self.keys.push(key);
+    }
+
+    fn arg<T: ToRedisArgs>(&mut self, arg: T) {
+        self.args.extend(arg.to_redis_args());
     }
 }
 
@@ -143,7 +237,8 @@ fn decode_reserve(plan: &ReservePlan, reply: &[Value]) -> Result<ReserveReply, S
 }
 
 /// The expired leases the call reclaimed: a reply may end with them, packed
-/// [`RECLAIM_BITS`] bits per level (global, tenant, user), after the tag's extras.
+/// [`RECLAIM_BITS`] bits per level (global, tenant, user, session), after the tag's
+/// extras.
 fn reclaimed(plan: &ReservePlan, reply: &[Value], tag: i64) -> Result<Reclaimed, StoreError> {
     let extras = match tag {
         REPLY_ALLOWED | REPLY_DENIED => 1,
@@ -165,7 +260,7 @@ fn reclaimed(plan: &ReservePlan, reply: &[Value], tag: i64) -> Result<Reclaimed,
         }
     };
     let mut reclaimed = Reclaimed::default();
-    for level in [Level::Global, Level::Tenant, Level::User] {
+    for level in Level::ALL {
         let shift = RECLAIM_BITS * Reclaimed::index(level) as u32;
         reclaimed.add(level, (packed >> shift) & RECLAIM_CAP);
     }

@@ -90,6 +90,7 @@ impl RedisStore {
     async fn load_scripts(&self, classify: Classify) -> Result<(), StoreError> {
         for script in [
             &self.reserve,
+            &self.reserve_first,
             &self.settle,
             &self.renew,
             &self.status,
