@@ -95,6 +95,7 @@ suite!(
     global_slots_free_on_settle_and_on_lapse,
     a_global_overage_is_debt_the_next_reservation_honours,
     charges_take_the_global_level_too,
+    the_first_plan_with_room_is_reserved_and_those_before_it_hold_nothing,
 );
 
 const RETENTION: Retention = Retention {
@@ -392,6 +393,66 @@ async fn a_denial_names_the_check_and_changes_nothing<S: Store>(c: &Ctx<S>) {
         c.refund(&p).await,
         SettleReply::NotFound,
         "nor leaves a record"
+    );
+}
+
+async fn the_first_plan_with_room_is_reserved_and_those_before_it_hold_nothing<S: Store>(
+    c: &Ctx<S>,
+) {
+    // Fallback candidates: alice's level has one request left, then none;
+    // bob's has room. Each candidate is decided as one reservation would be.
+    let spent = vec![
+        global_level(Some(1000), None, None),
+        user_level(1, 1000, Some(5)),
+    ];
+    let open = vec![
+        global_level(Some(1000), None, None),
+        user_level(100, 1000, Some(5)),
+    ];
+    assert!(allowed(
+        &c.reserve(&plan("alice", spent.clone(), 10, 10)).await
+    ));
+    let (a, b, late) = (
+        plan("alice", spent.clone(), 10, 10),
+        plan("bob", open.clone(), 10, 10),
+        plan("carol", open.clone(), 10, 10),
+    );
+    let before = c.status(&a).await;
+    let replies = c
+        .store
+        .reserve_first(&[a.clone(), b.clone(), late.clone()])
+        .await
+        .unwrap();
+    assert_eq!(replies.len(), 2, "carol's plan is never tried: {replies:?}");
+    let ReserveReply::Denied { denied_mask, .. } = &replies[0] else {
+        panic!("alice's requests are spent: {replies:?}");
+    };
+    assert_eq!(*denied_mask, 2.into(), "check 1: alice's request bucket");
+    assert!(allowed(&replies[1]), "{replies:?}");
+    // Alice's denial took nothing, not even from the global level bob's took one from.
+    let after = c.status(&a).await;
+    assert_eq!(after[1..], before[1..], "alice's level as it was");
+    assert_eq!(
+        after[0],
+        bucket(998_000),
+        "the global level: alice's first and bob's"
+    );
+    assert_eq!(c.refund(&a).await, SettleReply::NotFound);
+    assert_eq!(c.refund(&late).await, SettleReply::NotFound);
+    assert!(matches!(c.refund(&b).await, SettleReply::Applied { .. }));
+    // None with room: every plan's denial, in order.
+    let none = c
+        .store
+        .reserve_first(&[
+            plan("alice", spent.clone(), 10, 10),
+            plan("alice", spent, 10, 10),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(none.len(), 2);
+    assert!(
+        none.iter()
+            .all(|r| matches!(r, ReserveReply::Denied { .. }))
     );
 }
 
