@@ -3,7 +3,10 @@ a `ctxbudget serve` on a fresh redis-server, N CheckAndReserve + Refund on
 one model, then N with candidate_models [a, b, c] whose first two are spent;
 EVALSHA calls and Redis time per decision from INFO commandstats.
 
-    target/venv/bin/python scripts/bench-fallback.py [N]   # default 3000; needs a release build
+    target/venv/bin/python scripts/bench-fallback.py [N] [REDIS_PORT]   # default 3000; needs a release build
+
+With REDIS_PORT, a redis-server already listening there is used (e.g. one
+under callgrind with --dump-before=infoCommand: each phase is then one dump).
 """
 import os, re, socket, subprocess, sys, time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -11,9 +14,13 @@ sys.path.insert(0, os.path.join(REPO, "clients/python/src"))
 from ctxbudget import BudgetClient
 def port():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
-rp, sp = port(), port()
-redis = subprocess.Popen(["redis-server", "--port", str(rp), "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
-time.sleep(0.5)
+sp = port()
+if len(sys.argv) > 2:
+    rp, redis = int(sys.argv[2]), None
+else:
+    rp = port()
+    redis = subprocess.Popen(["redis-server", "--port", str(rp), "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    time.sleep(0.5)
 srv = subprocess.Popen([os.path.join(REPO, "target/release/ctxbudget"), "serve", "--config", os.path.join(REPO, "config/bench-fallback.toml"),
                         "--listen", f"127.0.0.1:{sp}", "--redis-url", f"redis://127.0.0.1:{rp}/0"],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -38,4 +45,6 @@ with BudgetClient(f"127.0.0.1:{sp}") as c:
         c1, u1 = stats()
         calls, usec = c1 - c0, u1 - u0
         print(f"{label}: {calls / N:.1f} EVALSHA per decision + refund, {usec / N:.1f} µs of Redis per decision + refund")
-srv.terminate(); redis.terminate()
+srv.terminate()
+if redis:
+    redis.terminate()
