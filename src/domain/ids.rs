@@ -241,20 +241,7 @@ impl ReservationId {
         let user = r.string().ok_or_else(bad)?;
         let tier = r.string().ok_or_else(bad)?;
         let estimator = r.string().ok_or_else(bad)?;
-        let group = match version {
-            RESERVATION_VERSION_GROUP => r.string().filter(|g| is_tier_name(g)).ok_or_else(bad)?,
-            RESERVATION_VERSION_SESSION => r
-                .string()
-                .filter(|g| g.is_empty() || is_tier_name(g))
-                .ok_or_else(bad)?,
-            _ => "",
-        };
-        let session = match version {
-            RESERVATION_VERSION_SESSION => {
-                Some(SessionId::parse(r.string().ok_or_else(bad)?).map_err(|_| bad())?)
-            }
-            _ => None,
-        };
+        let (group, session) = r.group_and_session(version).ok_or_else(bad)?;
         let nonce: [u8; NONCE_BYTES] = r.rest().try_into().map_err(|_| bad())?;
         let tenant = TenantId::parse(tenant).map_err(|_| bad())?;
         let user = match user {
@@ -333,6 +320,19 @@ impl<'a> Reader<'a> {
         let (s, rest) = self.0.split_at(len);
         self.0 = rest;
         std::str::from_utf8(s).ok()
+    }
+
+    /// What follows the estimator key in an id of `version`: the model group
+    /// (version 2, or 3 where it may be empty) and the session (version 3).
+    fn group_and_session(&mut self, version: u8) -> Option<(&'a str, Option<SessionId>)> {
+        Some(match version {
+            RESERVATION_VERSION_GROUP => (self.string().filter(|g| is_tier_name(g))?, None),
+            RESERVATION_VERSION_SESSION => {
+                let group = self.string().filter(|g| g.is_empty() || is_tier_name(g))?;
+                (group, Some(SessionId::parse(self.string()?).ok()?))
+            }
+            _ => ("", None),
+        })
     }
 
     fn rest(self) -> &'a [u8] {
