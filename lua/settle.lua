@@ -122,7 +122,7 @@ end
 -- Read every level and compute its new state. The writes: 6 entries per
 -- level written (key, holds, state, grow, expiry, credit), in one table sized
 -- for three levels (a table per level, or one grown from {}, costs its
--- allocations: issue 27).
+-- allocations: issue 27; a session's fourth level grows it once).
 local writes, nw, p = {false, false, false, false, false, false, false, false, false,
   false, false, false, false, false, false, false, false, false}, 0, 12
 for i = 1, nlev do

@@ -179,9 +179,10 @@ impl Deltas {
 
 /// Gives a level holding the learned output back the credit its reservation
 /// took (`taken`: the grant less what it held), never above the capacity.
-/// A credit no longer stored (its key lapsed) is full already.
+/// A credit no longer stored (its key lapsed) is full already; a credit of
+/// capacity 0 (its limit since lowered) is none, as for settle.lua.
 fn give_back(lp: &LevelPlan, stored: &mut Option<StoredLevel>, taken: f64, now: f64) {
-    if let (Some(o), Some(stored)) = (lp.overrun, stored.as_mut())
+    if let (Some(o), Some(stored)) = (lp.overrun.filter(|o| o.capacity > 0), stored.as_mut())
         && stored.credit.is_some()
     {
         let credit = (o.now(stored.credit, now) + taken).min(o.capacity as f64);

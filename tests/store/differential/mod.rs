@@ -31,6 +31,10 @@
 //! a key up to 1 ms past its state's expiry; the test follows memory there.)
 //! The shortest TTL the scripts set is a second (`TTL_SLACK_US`, record
 //! retention), far longer than an operation and its dump take.
+//! A session's keys are compared the same way: they live at most their
+//! `session_ttl` past a write (`LevelPlan::idle_secs`) yet outlive their
+//! leases, and the generator draws some of a few seconds, so they lapse
+//! within a case.
 //!
 //! # Replaying a failure
 //! A mismatch panics with the case's seed, the operation index and the

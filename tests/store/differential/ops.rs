@@ -165,7 +165,7 @@ pub(super) fn pick<'a, T>(rng: &mut StdRng, items: &'a [T]) -> &'a T {
 /// group's slots at a level (odd `i`); at the session level, with a random
 /// `session_ttl` as its key's longest life past a write.
 pub(super) fn entry_plan(rng: &mut StdRng, i: usize) -> LevelPlan {
-    let level = [Level::Global, Level::Tenant, Level::User, Level::Session][i / 2];
+    let level = Level::ALL[i / 2];
     let plan = match i % 2 {
         0 => level_plan(rng, level),
         _ => LevelPlan {
@@ -407,7 +407,8 @@ impl Gen {
         let prompt = match r.random_range(0..5) {
             0 => 0,
             _ if big => r.random_range(0..=cap * 2),
-            _ => r.random_range(1..=cap / 3),
+            // A limit scaled down to 1 or 2 leaves a third of nothing.
+            _ => r.random_range(1..=(cap / 3).max(1)),
         };
         let max_output = match big {
             true => r.random_range(1..=cap * 2),

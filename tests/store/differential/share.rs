@@ -8,8 +8,9 @@
 //! memory store's level: it holds each bucket's level exactly (read from the
 //! memory store's state, as `f64`), the global key is left at zero, and the
 //! slots the memory store counts in use are the key's, held elsewhere. The
-//! share then does what `ClusterStore` does around its tenant slot, with the
-//! memory store's reply standing in for the tenant's: [`share::take`], then
+//! share then does what `ClusterStore` does around its tenant slot (the
+//! tenant's levels, its users' and sessions' with them), with the memory
+//! store's reply standing in for the tenant's: [`share::take`], then
 //! [`share::put_back`] to the grant (or all of it when the reply is not an
 //! allowance); [`share::charge`], then [`share::uncharge`] if it was denied;
 //! [`share::deltas`] of the settle reply, then [`share::settle`]. Last, one
