@@ -70,11 +70,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// `script` with the shared constants and the clock after its first line (the
 /// `#!lua` shebang must stay first).
 fn with_prelude(script: &str, name: &str) -> Result<String, Box<dyn std::error::Error>> {
-    let (shebang, body) = script
+    let (shebang, body) = shebang_and_body(script, name)?;
+    let mut out = format!("{shebang}\n");
+    out.push_str(&prelude(name)?);
+    out.push_str(&splice(body, name)?);
+    Ok(out)
+}
+
+/// A script's `#!lua` first line and the rest.
+fn shebang_and_body<'a>(
+    script: &'a str,
+    name: &str,
+) -> Result<(&'a str, &'a str), Box<dyn std::error::Error>> {
+    script
         .split_once('\n')
         .filter(|(first, _)| first.starts_with("#!lua"))
-        .ok_or_else(|| format!("lua/{name}.lua must open with a #!lua line"))?;
-    let mut out = format!("{shebang}\n-- prelude from src/domain/budget/layout.rs (build.rs)\n");
+        .ok_or_else(|| format!("lua/{name}.lua must open with a #!lua line").into())
+}
+
+/// The constants, the clock and the shared Lua of script `name`.
+fn prelude(name: &str) -> Result<String, Box<dyn std::error::Error>> {
+    let mut out = String::from("-- prelude from src/domain/budget/layout.rs (build.rs)\n");
     for (lua, value) in layout::LUA_CONSTANTS {
         assert!(
             value.fract() == 0.0 && value.abs() < 9e15,
@@ -95,27 +111,23 @@ fn with_prelude(script: &str, name: &str) -> Result<String, Box<dyn std::error::
     if LEVEL_SCRIPTS.contains(&name) {
         out.push_str(&fs::read_to_string("lua/level.lua")?);
     }
-    out.push_str(&splice(body, name)?);
     Ok(out)
 }
 
-/// `lua/reserve_first.lua` with the prelude's constants before it and, first,
-/// `reserve_one(KEYS, ARGV)`: reserve.lua with its whole prelude as one
-/// function, its KEYS and ARGV the arguments (Lua 5.1 caps a function's
-/// upvalues at 60: inside it, the prelude's constants are its own locals).
+/// `lua/reserve_first.lua` after reserve.lua's prelude and
+/// `reserve_one(KEYS, ARGV)`: reserve.lua's body as a function, its KEYS and
+/// ARGV the arguments, the prelude's names its upvalues (27 of Lua 5.1's 60).
 fn reserve_first() -> Result<String, Box<dyn std::error::Error>> {
-    let reserve = with_prelude(&fs::read_to_string("lua/reserve.lua")?, "reserve")?;
-    let (_, reserve) = reserve.split_once('\n').ok_or("reserve.lua is empty")?;
+    let reserve = fs::read_to_string("lua/reserve.lua")?;
+    let (_, reserve) = shebang_and_body(&reserve, "reserve")?;
     let driver = fs::read_to_string("lua/reserve_first.lua")?;
-    let (shebang, driver) = driver
-        .split_once('\n')
-        .filter(|(first, _)| first.starts_with("#!lua"))
-        .ok_or("lua/reserve_first.lua must open with a #!lua line")?;
-    let mut out = format!("{shebang}\n-- reserve.lua as reserve_one (build.rs)\n");
+    let (shebang, driver) = shebang_and_body(&driver, "reserve_first")?;
+    let mut out = format!("{shebang}\n");
+    out.push_str(&prelude("reserve")?);
+    out.push_str("-- reserve.lua as reserve_one (build.rs)\n");
     out.push_str("local function reserve_one(KEYS, ARGV)\n");
-    out.push_str(reserve);
-    out.push_str("\nend\n");
-    writeln!(out, "local REPLY_ALLOWED = {}", layout::REPLY_ALLOWED)?;
+    out.push_str(&splice(reserve, "reserve")?);
+    out.push_str("end\n");
     out.push_str(driver);
     Ok(out)
 }

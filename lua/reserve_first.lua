@@ -1,9 +1,9 @@
 #!lua
 -- reserve_first.lua: CheckAndReserve with fallback candidates in one call:
 -- lua/reserve.lua run on each candidate's KEYS and ARGV in order until one is
--- allowed. build.rs makes reserve_one(KEYS, ARGV) of lua/reserve.lua, its
--- prelude inside it, and puts it before this driver; each candidate is thus
--- exactly one reserve.lua call, the candidates one atomic step.
+-- allowed. build.rs puts reserve.lua's prelude and reserve_one(KEYS, ARGV),
+-- reserve.lua's body as a function, before this driver; each candidate is
+-- thus exactly one reserve.lua call, the candidates one atomic step.
 --
 -- KEYS     each candidate's KEYS (as reserve.lua takes them), one after the other
 -- ARGV[1]  c, the number of candidates
