@@ -33,7 +33,7 @@ local D = ARGV[2]
 local spec = {struct.unpack(ARGV[3], ARGV[1])}
 local nlev, r, t, enforce = spec[1], spec[2], spec[3], spec[4] == 1
 local raws, states, ttls = {}, {}, {}
-local dm, ci, denied = {0, 0, 0, 0, 0, 0, 0, 0}, 0, false
+local dm, ci, denied = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 0, false
 local p = 5
 for i = 1, nlev do
   local nb = spec[p]
@@ -86,7 +86,7 @@ end
 
 if denied then
   local out = {REPLY_DENIED, now, unpack(raws)}
-  out[#out + 1] = struct.pack('<dddddddd', unpack(dm))
+  out[#out + 1] = struct.pack('<dddddddddddd', unpack(dm))
   return out
 end
 if r == 0 and t == 0 then return {REPLY_ALLOWED, now, unpack(raws)} end

@@ -33,7 +33,7 @@
 
 local now = clock_us()
 local D = ARGV[3]
-local spec = {struct.unpack(string.sub(D, 1, #ARGV[1] / 8 + 1), ARGV[1])}
+local spec = {struct.unpack(fmt_of(D, #ARGV[1] / 8), ARGV[1])}
 local n = spec[1]
 local mine_field = ARGV[2]
 local grants, raws = {}, {}
@@ -137,7 +137,7 @@ for _ = 1, deletes do
   a = a + 2
 end
 
-local out = {now, struct.pack(string.sub(D, 1, #grants + 1), unpack(grants))}
+local out = {now, struct.pack(fmt_of(D, #grants), unpack(grants))}
 if #grants == 0 then out[2] = '' end
 for i = 1, n do out[#out + 1] = raws[i] end
 if ARGV[5] == '1' then

@@ -16,7 +16,7 @@
 -- Every level is read before anything is written.
 
 local D = ARGV[5]
-local spec = {struct.unpack(string.sub(D, 1, #ARGV[1] / 8 + 1), ARGV[1])}
+local spec = {struct.unpack(fmt_of(D, #ARGV[1] / 8), ARGV[1])}
 local nlev, ttl = spec[1], spec[2]
 local rkey = KEYS[nlev + 1]
 local rec = redis.call('GET', rkey)

@@ -81,7 +81,7 @@
 --                                                          state after taking the cost; the
 --                                                          most output any level holds
 --   {0, now, granted output, state..., mask, [reclaimed]}  denied; nothing changed; states as
---                                                          they were; mask: 8 doubles of 32 bits,
+--                                                          they were; mask: 12 doubles of 32 bits,
 --                                                          bit i of the whole: check i denied
 --   {2, now, 0, state..., nonce, cost, lease_left_ms, [reclaimed]}  idempotent replay; nothing taken
 --   ([reclaimed], only when non-zero: the expired leases this call dropped — leases never
@@ -267,7 +267,7 @@ for i = 1, nlev do
     local l = s[k + 1]
     if l - c < headroom * lim then
       local w = (check_at - check_at % 32) / 32 + 1
-      denied_mask = denied_mask or {0, 0, 0, 0, 0, 0, 0, 0}
+      denied_mask = denied_mask or {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
       denied_mask[w] = denied_mask[w] + 2 ^ (check_at % 32)
     end
     check_at = check_at + 1
@@ -283,7 +283,7 @@ for i = 1, nlev do
   if clim >= 0 then
     if s[1] + 1 > clim - headroom * clim then
       local w = (check_at - check_at % 32) / 32 + 1
-      denied_mask = denied_mask or {0, 0, 0, 0, 0, 0, 0, 0}
+      denied_mask = denied_mask or {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
       denied_mask[w] = denied_mask[w] + 2 ^ (check_at % 32)
     end
     check_at = check_at + 1
@@ -300,7 +300,7 @@ if replay or denied_mask then
     out[1], out[3] = REPLY_REPLAYED, 0
     out[#out + 1], out[#out + 2], out[#out + 3] = replay[1], replay[2], replay[3]
   else
-    out[#out + 1] = struct.pack('<dddddddd', unpack(denied_mask))
+    out[#out + 1] = struct.pack('<dddddddddddd', unpack(denied_mask))
   end
   if reclaimed > 0 then out[#out + 1] = reclaimed end
   return out

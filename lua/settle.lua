@@ -60,7 +60,7 @@
 -- was taken (src/domain/budget/ledger.rs); one taken outside the ledger enters whole.
 
 local D = ARGV[5]
-local spec = {struct.unpack(string.sub(D, 1, #ARGV[1] / 8 + 1), ARGV[1])}
+local spec = {struct.unpack(fmt_of(D, #ARGV[1] / 8), ARGV[1])}
 local nlev = spec[1]
 local rkey = KEYS[nlev + 1]
 local rec = redis.call('GET', rkey)

@@ -18,7 +18,11 @@
 local now = clock_us()
 local D = ARGV[2]
 local exact = ARGV[3] == '1'
-local spec = {struct.unpack(string.sub(D, 1, #ARGV[1] / 8 + 1), ARGV[1])}
+-- A spec longer than D (a plan of more buckets than D covers) gets its own format.
+local nspec = #ARGV[1] / 8
+local sfmt = string.sub(D, 1, nspec + 1)
+if nspec >= #D then sfmt = '<' .. string.rep('d', nspec) end
+local spec = {struct.unpack(sfmt, ARGV[1])}
 local out = {now}
 for i = 1, spec[1] do
   local raw = redis.call('HGET', KEYS[i], 's') or ''

@@ -23,7 +23,7 @@ use ctxbudget::domain::output::OverrunCredit;
 use ctxbudget::domain::window::{Window, WindowKind, parse_zone};
 use ctxbudget::domain::{
     Clock, Dimension, IdempotencyKey, Level, LevelPlan, ManualClock, Reading, ReservationId,
-    ReservePlan, TenantId, UserId,
+    ReservePlan, SessionId, TenantId, UserId,
 };
 use ctxbudget::domain::{LevelLimits, ModelGroup};
 use ctxbudget::store::cluster::ClusterStore;
@@ -96,6 +96,7 @@ suite!(
     a_global_overage_is_debt_the_next_reservation_honours,
     charges_take_the_global_level_too,
     the_first_plan_with_room_is_reserved_and_those_before_it_hold_nothing,
+    a_denial_past_the_256th_check_is_named,
 );
 
 const RETENTION: Retention = Retention {
@@ -275,12 +276,10 @@ impl<S: Store> Ctx<S> {
 
     /// The readings of `plan`'s levels, exact.
     async fn status(&self, plan: &ReservePlan) -> Vec<Reading> {
-        let scope = Scope {
-            tenant: &plan.id.tenant,
-            user: plan.id.user.as_ref(),
-            session: None,
-        };
-        self.store.status(scope, &plan.levels, true).await.unwrap()
+        self.store
+            .status(Scope::of(&plan.id), &plan.levels, true)
+            .await
+            .unwrap()
     }
 }
 
@@ -454,6 +453,62 @@ async fn the_first_plan_with_room_is_reserved_and_those_before_it_hold_nothing<S
         none.iter()
             .all(|r| matches!(r, ReserveReply::Denied { .. }))
     );
+}
+
+async fn a_denial_past_the_256th_check_is_named<S: Store>(c: &Ctx<S>) {
+    // Four levels of 80 buckets and a concurrency limit each: 324 checks
+    // (a tier allows 8 rates of each of 5 kinds, all-model and per group).
+    let level = |level, last_limit| {
+        let mut buckets = Vec::new();
+        for dimension in Dimension::RATES {
+            for period_secs in 1..=16 {
+                buckets.push(BucketSpec {
+                    level,
+                    dimension,
+                    limit: 1_000_000_000,
+                    period_secs,
+                    group: 0,
+                    window: None,
+                });
+            }
+        }
+        // Tokens per 16 s: bucket 31 of the level.
+        buckets[31].limit = last_limit;
+        LevelPlan {
+            level,
+            group: None,
+            slots: false,
+            buckets,
+            concurrency: Some(100),
+            overrun: None,
+            idle_secs: (level == Level::Session).then_some(3600),
+        }
+    };
+    let levels: Vec<LevelPlan> = [Level::Global, Level::Tenant, Level::User]
+        .into_iter()
+        .map(|l| level(l, 1_000_000_000))
+        .chain([level(Level::Session, 5)])
+        .collect();
+    let mut p = plan("alice", levels, 10, 10);
+    p.id = p.id.with_session(Some(SessionId::parse("run").unwrap()));
+    let ReserveReply::Denied { denied_mask, .. } = c.reserve(&p).await else {
+        panic!("the session's 5 tokens per 16 s cannot hold 20");
+    };
+    let denied: Vec<usize> = (0..324).filter(|&i| denied_mask.contains(i)).collect();
+    assert_eq!(denied, [3 * 81 + 31], "the session's tokens per 16 s");
+    // Such plans reserve, read and settle too (their specs outgrow the
+    // scripts' ready-made formats).
+    let mut roomy = p.clone();
+    roomy.levels[3].buckets[31].limit = 1_000;
+    roomy.id = plan("alice", Vec::new(), 0, 0)
+        .id
+        .with_session(p.id.session.clone());
+    assert!(allowed(&c.reserve(&roomy).await));
+    assert_eq!(c.status(&roomy).await.len(), 324);
+    assert!(matches!(
+        c.commit(&roomy, 15, 10).await,
+        SettleReply::Applied { .. }
+    ));
 }
 
 async fn buckets_refill_continuously<S: Store>(c: &Ctx<S>) {

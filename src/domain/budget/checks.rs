@@ -2,16 +2,19 @@
 //! either store (`reserve.lua` packs it) to the decision that explains it.
 
 /// Which checks of a plan denied (check i: the i-th bucket or concurrency
-/// limit in plan order). Room for [`DeniedChecks::MAX`]: a plan has at most 3
-/// levels × (5 rate kinds × 2 × 8 rates + 1) + 3 group slot limits = 246
+/// limit in plan order). Room for [`DeniedChecks::MAX`]: a plan has at most 4
+/// levels × (5 rate kinds × 2 × 8 rates + 1) + 4 group slot limits = 328
 /// checks (tier.rs caps rates per kind at 8). A mask of one number held 53
 /// exact bits in Lua: a plan with more checks lost denials.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DeniedChecks([u64; 4]);
+pub struct DeniedChecks([u64; WORDS]);
+
+/// 64-bit words of a mask; the scripts send twice as many doubles of 32 bits.
+const WORDS: usize = 6;
 
 impl DeniedChecks {
     /// The most checks a mask holds.
-    pub const MAX: usize = 256;
+    pub const MAX: usize = 64 * WORDS;
 
     /// Marks check `i` denied.
     pub fn insert(&mut self, i: usize) {
@@ -28,13 +31,13 @@ impl DeniedChecks {
 
     /// No check denied.
     pub fn is_empty(&self) -> bool {
-        self.0 == [0; 4]
+        self.0 == [0; WORDS]
     }
 
-    /// reserve.lua's mask: 8 little-endian doubles of 32 bits each, the
+    /// reserve.lua's mask: 12 little-endian doubles of 32 bits each, the
     /// first holding checks 0–31. `None` when it is not one.
     pub fn from_script(bytes: &[u8]) -> Option<Self> {
-        if bytes.len() != 64 {
+        if bytes.len() != 16 * WORDS {
             return None;
         }
         let mut out = DeniedChecks::default();
@@ -52,7 +55,9 @@ impl DeniedChecks {
 /// Checks 0–63 as the bits of `mask`.
 impl From<u64> for DeniedChecks {
     fn from(mask: u64) -> Self {
-        DeniedChecks([mask, 0, 0, 0])
+        let mut out = DeniedChecks::default();
+        out.0[0] = mask;
+        out
     }
 }
 
@@ -62,17 +67,21 @@ mod tests {
 
     #[test]
     fn denied_checks_past_53_keep_every_bit_from_the_script() {
-        // Checks 3, 57 and 245 denied, as reserve.lua packs them.
-        let words: [f64; 8] = [8.0, 2f64.powi(25), 0.0, 0.0, 0.0, 0.0, 0.0, 2f64.powi(21)];
+        // Checks 3, 57, 245 and 327 denied, as reserve.lua packs them.
+        let mut words = [0.0f64; 12];
+        words[0] = 8.0;
+        words[1] = 2f64.powi(25);
+        words[7] = 2f64.powi(21);
+        words[10] = 2f64.powi(7);
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         let mask = DeniedChecks::from_script(&bytes).expect("a mask");
         let denied: Vec<usize> = (0..DeniedChecks::MAX)
             .filter(|&i| mask.contains(i))
             .collect();
-        assert_eq!(denied, [3, 57, 245]);
+        assert_eq!(denied, [3, 57, 245, 327]);
         let mut built = DeniedChecks::default();
-        [3, 57, 245].into_iter().for_each(|i| built.insert(i));
+        [3, 57, 245, 327].into_iter().for_each(|i| built.insert(i));
         assert_eq!(built, mask);
-        assert_eq!(DeniedChecks::from_script(&bytes[..56]), None);
+        assert_eq!(DeniedChecks::from_script(&bytes[..88]), None);
     }
 }

@@ -32,9 +32,11 @@ impl RedisStore {
                 .push(lp.max_life_us())
                 .buckets(lp);
         }
-        inv.arg(&spec.0).arg(DOUBLES).arg(doubles(spec.count()));
+        inv.arg(&spec.0)
+            .arg(DOUBLES)
+            .arg(doubles(spec.count()).as_ref());
         for lp in &plan.levels {
-            inv.arg(doubles(STATE_HEAD + BUCKET_WIDTH * lp.buckets.len()));
+            inv.arg(doubles(STATE_HEAD + BUCKET_WIDTH * lp.buckets.len()).as_ref());
         }
         let reply = self.run(&inv).await?;
         let nlev = plan.levels.len();

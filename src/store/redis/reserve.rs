@@ -111,9 +111,9 @@ impl RedisStore {
         call.arg(plan.lease_ttl_ms + self.retention.record_ms);
         call.arg(idem_ttl);
         call.arg(record_tail(plan));
-        call.arg(doubles(spec.count()));
+        call.arg(doubles(spec.count()).as_ref());
         for lp in &plan.levels {
-            call.arg(doubles(STATE_HEAD + BUCKET_WIDTH * lp.buckets.len()));
+            call.arg(doubles(STATE_HEAD + BUCKET_WIDTH * lp.buckets.len()).as_ref());
         }
         if self.retention.ledger.is_some() {
             let (hour, day) = ledger_fields(&id.group, id.user.as_ref());

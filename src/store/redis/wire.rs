@@ -8,6 +8,7 @@ use crate::domain::budget::{DeniedChecks, Record};
 use crate::domain::{LevelPlan, ReservePlan};
 use crate::store::StoreError;
 use redis::Value;
+use std::borrow::Cow;
 
 /// `'<'` and enough `'d'`s for any spec or state: scripts slice struct formats from it.
 pub(super) const DOUBLES: &str = concat!(
@@ -17,9 +18,13 @@ pub(super) const DOUBLES: &str = concat!(
     "dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd"
 );
 
-/// The struct format of `n` doubles.
-pub(super) fn doubles(n: usize) -> &'static str {
-    &DOUBLES[..(n + 1).min(DOUBLES.len())]
+/// The struct format of `n` doubles: a slice of [`DOUBLES`], or — for a plan
+/// of more buckets than it covers (up to 4 levels of 81) — one made.
+pub(super) fn doubles(n: usize) -> Cow<'static, str> {
+    match DOUBLES.get(..n + 1) {
+        Some(format) => Cow::Borrowed(format),
+        None => Cow::Owned(format!("<{}", "d".repeat(n))),
+    }
 }
 
 /// Little-endian doubles, the way every script takes its numbers.
