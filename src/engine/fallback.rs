@@ -8,9 +8,10 @@
 //! script call on Redis), but under a quota in shadow, checked plan by plan.
 
 use super::reply::ReserveOutcome;
+use super::reserve::Refusal;
 use super::{Engine, EngineError};
 use crate::domain::plan::{ReservePlan, ReserveRequest};
-use crate::domain::{Denial, PromptCount, PromptInput, Tier};
+use crate::domain::{Denial, Limits, PromptCount, PromptInput, Tier};
 use crate::estimator::Method;
 use crate::store::{Store, StoreError};
 use std::time::Duration;
@@ -62,9 +63,8 @@ impl<S: Store> Engine<S> {
                 });
             }
         };
-        // Every candidate planned first: those no store could admit (a
-        // context too large) are answered here; the others go to the store
-        // together.
+        // Every candidate planned first; those no store could admit (a
+        // context too large) and planning errors are answered when reached.
         let mut entries = Vec::with_capacity(candidates.len());
         // The prompt is counted once per way of counting it: candidates of
         // one tokenizer and one estimator key share the count.
@@ -81,13 +81,23 @@ impl<S: Store> Engine<S> {
                     counted.len() - 1
                 }
             };
-            let planned = self.plan(&attempt, &limits, &tier, &counted[i].1).await?;
-            entries.push((model, i, planned));
+            let planned = self.plan(&attempt, &limits, &tier, &counted[i].1).await;
+            entries.push(Entry {
+                model,
+                counted: i,
+                attempt,
+                planned,
+            });
         }
+        let ctx = Tried {
+            limits: &limits,
+            tier: &tier,
+            counted: &counted,
+        };
         let outcomes = match tier.shadow.is_some() {
             // A quota in shadow is checked plan by plan, as for one model.
-            true => self.one_by_one(entries, &tier, &counted).await?,
-            false => self.together(entries, &tier, &counted).await?,
+            true => self.one_by_one(entries, &ctx).await?,
+            false => self.together(entries, &ctx).await?,
         };
         Ok(first_allowed(outcomes))
     }
@@ -97,17 +107,21 @@ impl<S: Store> Engine<S> {
     async fn one_by_one(
         &self,
         entries: Vec<Entry>,
-        tier: &Tier,
-        counted: &[(CountedAs, PromptCount)],
+        ctx: &Tried<'_>,
     ) -> Result<Vec<(String, ReserveOutcome)>, EngineError> {
         let mut outcomes = Vec::with_capacity(entries.len());
-        for (model, i, planned) in entries {
-            let out = match planned {
-                Ok(plan) => Box::pin(self.reserve_plan(plan, tier, &counted[i].1)).await?,
-                Err(refused) => refused,
+        for entry in entries {
+            let count = &ctx.counted[entry.counted].1;
+            // A candidate's planning error is the call's once it is reached.
+            let out = match entry.planned? {
+                Ok(plan) => Box::pin(self.reserve_plan(plan, ctx.tier, count)).await?,
+                Err(refusal) => {
+                    self.refused(&entry.attempt, ctx.limits, ctx.tier, count, refusal)
+                        .await
+                }
             };
             let allowed = out.denial.is_none();
-            outcomes.push((model, out));
+            outcomes.push((entry.model, out));
             if allowed {
                 break;
             }
@@ -117,17 +131,15 @@ impl<S: Store> Engine<S> {
 
     /// The candidates' plans in one store call ([`Store::reserve_first`]),
     /// each answered as CheckAndReserve answers one model; with the store
-    /// failing, the failure policy decides plan by plan.
+    /// failing, the failure policy decides plan by plan. Candidates after
+    /// one that could not be planned are not sent: its error answers the
+    /// call if every candidate before it is denied.
     async fn together(
         &self,
         entries: Vec<Entry>,
-        tier: &Tier,
-        counted: &[(CountedAs, PromptCount)],
+        ctx: &Tried<'_>,
     ) -> Result<Vec<(String, ReserveOutcome)>, EngineError> {
-        let plans: Vec<ReservePlan> = entries
-            .iter()
-            .filter_map(|(_, _, planned)| planned.as_ref().ok().cloned())
-            .collect();
+        let plans = batch(&entries);
         let life = |plan: &ReservePlan| {
             Duration::from_millis(plan.lease_ttl_ms + self.settings.retention.record_ms)
         };
@@ -144,32 +156,42 @@ impl<S: Store> Engine<S> {
                     .await
             }
         };
-        let mut replies = match replies {
+        let replies = match replies {
             Ok(replies) => {
+                // Answered: the caller gets what the store reserved.
                 guards.iter_mut().for_each(|g| g.disarm());
-                replies.into_iter()
+                replies
             }
             Err(e) => {
                 for (plan, guard) in plans.iter().zip(&mut guards) {
                     self.cancel_if_unanswered(&Err(e.clone()), plan, life(plan), guard);
                 }
-                return self.degraded_one_by_one(entries, e, tier, counted).await;
+                return self.degraded_one_by_one(entries, e, ctx).await;
             }
         };
+        let mut replies = plans.into_iter().zip(replies);
         let mut outcomes = Vec::with_capacity(entries.len());
-        let mut plans = plans.into_iter();
-        for (model, i, planned) in entries {
-            let out = match planned {
-                Err(refused) => refused,
+        for entry in entries {
+            let count = &ctx.counted[entry.counted].1;
+            let out = match entry.planned? {
+                Err(refusal) => {
+                    self.refused(&entry.attempt, ctx.limits, ctx.tier, count, refusal)
+                        .await
+                }
                 Ok(_) => {
-                    let (Some(plan), Some(reply)) = (plans.next(), replies.next()) else {
+                    let Some((plan, reply)) = replies.next() else {
                         break;
                     };
-                    self.explain(&plan, reply, tier, &counted[i].1, false, None)?
+                    let out = self.explain(&plan, reply, ctx.tier, count, false, None)?;
+                    if out.denial.is_none() {
+                        tracing::Span::current()
+                            .record("reservation", tracing::field::display(&plan.id));
+                    }
+                    out
                 }
             };
             let allowed = out.denial.is_none();
-            outcomes.push((model, out));
+            outcomes.push((entry.model, out));
             if allowed {
                 break;
             }
@@ -184,20 +206,23 @@ impl<S: Store> Engine<S> {
         &self,
         entries: Vec<Entry>,
         error: StoreError,
-        tier: &Tier,
-        counted: &[(CountedAs, PromptCount)],
+        ctx: &Tried<'_>,
     ) -> Result<Vec<(String, ReserveOutcome)>, EngineError> {
         let mut outcomes = Vec::with_capacity(entries.len());
-        for (model, i, planned) in entries {
-            let out = match planned {
-                Err(refused) => refused,
+        for entry in entries {
+            let count = &ctx.counted[entry.counted].1;
+            let out = match entry.planned? {
+                Err(refusal) => {
+                    self.refused(&entry.attempt, ctx.limits, ctx.tier, count, refusal)
+                        .await
+                }
                 Ok(plan) => {
                     let (plan, reply, degraded) = self.or_degraded(plan, Err(error.clone())).await;
-                    self.explain(&plan, reply?, tier, &counted[i].1, degraded, None)?
+                    self.explain(&plan, reply?, ctx.tier, count, degraded, None)?
                 }
             };
             let allowed = out.denial.is_none();
-            outcomes.push((model, out));
+            outcomes.push((entry.model, out));
             if allowed {
                 break;
             }
@@ -206,9 +231,32 @@ impl<S: Store> Engine<S> {
     }
 }
 
-/// One candidate: its model as sent, which count it shares, and its plan
-/// (or the answer no store could change).
-type Entry = (String, usize, Result<ReservePlan, ReserveOutcome>);
+/// The plans sent together: those of the candidates before the first that
+/// could not be planned.
+fn batch(entries: &[Entry]) -> Vec<ReservePlan> {
+    entries
+        .iter()
+        .map_while(|e| e.planned.as_ref().ok())
+        .filter_map(|planned| planned.as_ref().ok().cloned())
+        .collect()
+}
+
+/// What the candidates are decided under.
+struct Tried<'a> {
+    limits: &'a Limits,
+    tier: &'a Tier,
+    /// Each way of counting the prompt, and its count.
+    counted: &'a [(CountedAs, PromptCount)],
+}
+
+/// One candidate: its model as sent, its request, which count it shares, and
+/// its plan (or why no store could admit it, or the error of planning it).
+struct Entry {
+    model: String,
+    attempt: ReserveRequest,
+    counted: usize,
+    planned: Result<Result<ReservePlan, Refusal>, EngineError>,
+}
 
 /// The answer from the candidates tried: the last, if allowed, with the
 /// others skipped; else the first candidate's denial with the earliest retry

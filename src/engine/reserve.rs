@@ -15,6 +15,17 @@ use crate::store::{ReserveReply, Scope, Store, StoreError};
 use crate::telemetry;
 use std::sync::Arc;
 
+/// Why a request was refused before the store: it can never fit.
+#[derive(Clone, Debug)]
+pub(super) struct Refusal {
+    /// Context or request too large.
+    denial: crate::domain::Denial,
+    /// Prompt + output tokens the request asked for.
+    tokens: u64,
+    /// The output part of `tokens`.
+    max_output_tokens: u64,
+}
+
 impl<S: Store> Engine<S> {
     /// CheckAndReserve: resolve the tier, count, plan, and reserve.
     pub async fn reserve(&self, mut req: ReserveRequest) -> Result<ReserveOutcome, EngineError> {
@@ -65,19 +76,40 @@ impl<S: Store> Engine<S> {
                 tracing::Span::current().record("reservation", tracing::field::display(&plan.id));
                 self.reserve_plan(plan, tier, count).await
             }
-            Err(refused) => Ok(refused),
+            Err(refusal) => Ok(self.refused(req, limits, tier, count, refusal).await),
         }
     }
 
+    /// The answer to a request no store could admit (counted), with the
+    /// limits of its scope as they stand.
+    pub(super) async fn refused(
+        &self,
+        req: &ReserveRequest,
+        limits: &Limits,
+        tier: &Tier,
+        count: &PromptCount,
+        refusal: Refusal,
+    ) -> ReserveOutcome {
+        telemetry::decision(&tier.name, Some(&refusal.denial), 0);
+        let now = self.limits_now(req, limits, tier).await;
+        ReserveOutcome::refused(
+            refusal.denial,
+            refusal.tokens,
+            refusal.max_output_tokens,
+            count,
+            now,
+        )
+    }
+
     /// The plan of `req`, its prompt counted as `count` (its learned output
-    /// read, its price checked), or the answer when no store could change it.
+    /// read, its price checked), or why no store could admit it.
     pub(super) async fn plan(
         &self,
         req: &ReserveRequest,
         limits: &Arc<Limits>,
         tier: &Arc<Tier>,
         count: &PromptCount,
-    ) -> Result<Result<ReservePlan, ReserveOutcome>, EngineError> {
+    ) -> Result<Result<ReservePlan, Refusal>, EngineError> {
         let terms = Terms {
             limits,
             tier,
@@ -92,10 +124,11 @@ impl<S: Store> Engine<S> {
                 tokens,
                 max_output_tokens,
             } => {
-                telemetry::decision(&tier.name, Some(&denial), 0);
-                let now = self.limits_now(req, limits, tier).await;
-                let out = ReserveOutcome::refused(denial, tokens, max_output_tokens, count, now);
-                return Ok(Err(out));
+                return Ok(Err(Refusal {
+                    denial,
+                    tokens,
+                    max_output_tokens,
+                }));
             }
         };
         self.check_price(&plan, &req.model, limits)?;

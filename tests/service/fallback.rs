@@ -16,6 +16,7 @@ on_every_store!(
     when_no_candidate_fits_the_first_denial_answers_with_the_earliest_retry,
     concurrent_callers_never_overspend_any_candidate,
     bad_candidate_lists_are_refused_and_change_nothing,
+    a_later_candidates_error_answers_only_once_the_earlier_are_denied,
 );
 
 const CONFIG: &str = r#"
@@ -255,4 +256,42 @@ async fn bad_candidate_lists_are_refused_and_change_nothing(backend: Backend) {
     };
     let r = call(&mut h, same).await;
     assert_eq!(r.chosen_model, "small-1", "{r:#?}");
+}
+
+const PRICED: &str = r#"
+[money]
+require_price = true
+
+[models.priced]
+match = ["priced-*"]
+global = { requests = [{ limit = 1, period = "1h" }] }
+
+[models.unpriced]
+match = ["unpriced-*"]
+
+[prices.priced]
+input = 1.00
+output = 1.00
+
+[tiers.t]
+max_context_tokens = 100000
+default_max_output_tokens = 100
+tenant = { spend = [{ limit_usd = 100.00, period = "1d" }] }
+"#;
+
+/// Under `require_price`, a candidate without a price is an error only when
+/// it is reached: while an earlier candidate has room, the call is served.
+async fn a_later_candidates_error_answers_only_once_the_earlier_are_denied(backend: Backend) {
+    let mut h = Harness::start(backend, PRICED).await;
+    let r = call(&mut h, ask(&["priced-1", "unpriced-1"], "acme")).await;
+    assert!(r.allowed, "{r:#?}");
+    assert_eq!(r.chosen_model, "priced-1");
+    // priced takes one request an hour: now the unpriced candidate is reached.
+    let e = h
+        .client
+        .check_and_reserve(ask(&["priced-1", "unpriced-1"], "acme"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("unpriced-1"), "{}", e.message());
 }
