@@ -4,6 +4,7 @@ one model, then N with candidate_models [a, b, c] whose first two are spent;
 EVALSHA calls and Redis time per decision from INFO commandstats.
 
     target/venv/bin/python scripts/bench-fallback.py [N] [REDIS_PORT]   # default 3000; needs a release build
+                                     # (CTXBUDGET_BIN: another binary)
 
 With REDIS_PORT, a redis-server already listening there is used (e.g. one
 under callgrind with --dump-before=infoCommand: each phase is then one dump).
@@ -21,7 +22,7 @@ else:
     rp = port()
     redis = subprocess.Popen(["redis-server", "--port", str(rp), "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
     time.sleep(0.5)
-srv = subprocess.Popen([os.path.join(REPO, "target/release/ctxbudget"), "serve", "--config", os.path.join(REPO, "config/bench-fallback.toml"),
+srv = subprocess.Popen([os.environ.get("CTXBUDGET_BIN", os.path.join(REPO, "target/release/ctxbudget")), "serve", "--config", os.path.join(REPO, "config/bench-fallback.toml"),
                         "--listen", f"127.0.0.1:{sp}", "--redis-url", f"redis://127.0.0.1:{rp}/0"],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 time.sleep(2)

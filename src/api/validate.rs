@@ -71,7 +71,8 @@ pub fn check_bytes(data: &[u8]) -> Result<Rpc, String> {
                 user: r.user.as_ref(),
                 session: r.session.as_ref(),
             };
-            for level in [Level::Tenant, Level::User, Level::Session] {
+            let session = who.session.map(|_| Level::Session);
+            for level in [Level::Tenant, Level::User].into_iter().chain(session) {
                 check_key(&keys.level(level, who));
             }
         }

@@ -32,6 +32,9 @@ pub struct EnvoySection {
     /// The entry key that carries the user id (optional in a descriptor).
     pub user: String,
     /// The entry key that carries the session id (optional in a descriptor).
+    /// Left out when stored as the default, so replicas of the release
+    /// before sessions still read the section.
+    #[serde(skip_serializing_if = "is_default_session")]
     pub session: String,
     /// The entry key that carries the tier (optional: else `default_tier`).
     pub tier: String,
@@ -68,6 +71,10 @@ impl Default for EnvoySection {
             response_keys: Vec::new(),
         }
     }
+}
+
+fn is_default_session(key: &str) -> bool {
+    key == "session"
 }
 
 impl EnvoySection {
@@ -111,6 +118,19 @@ impl EnvoySection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_session_key_is_not_stored() {
+        let stored = serde_json::to_string(&EnvoySection::default()).unwrap();
+        assert!(!stored.contains("session"), "{stored}");
+        let named = EnvoySection {
+            session: "run".into(),
+            ..EnvoySection::default()
+        };
+        let stored = serde_json::to_string(&named).unwrap();
+        let back: EnvoySection = serde_json::from_str(&stored).unwrap();
+        assert_eq!(back, named);
+    }
 
     #[test]
     fn a_map_needs_distinct_keys() {

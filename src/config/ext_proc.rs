@@ -44,6 +44,9 @@ pub struct ExtProcSection {
     pub user_header: String,
     /// The request header that carries the session id (an agent run, a
     /// trace; optional on a request): the tier's session limits apply to it.
+    /// Left out when stored as the default, so replicas of the release
+    /// before sessions still read the section.
+    #[serde(skip_serializing_if = "is_default_session_header")]
     pub session_header: String,
     /// The request header that carries the tier (optional: else `default_tier`).
     pub tier_header: String,
@@ -96,6 +99,10 @@ impl Default for ExtProcSection {
             stream_usage: true,
         }
     }
+}
+
+fn is_default_session_header(header: &str) -> bool {
+    header == "x-session-id"
 }
 
 impl ExtProcSection {
@@ -173,6 +180,14 @@ mod tests {
             ..ExtProcSection::default()
         };
         assert_eq!(relative.validate().unwrap_err().field, "ext_proc.paths");
+    }
+
+    #[test]
+    fn the_default_session_header_is_not_stored() {
+        let stored = serde_json::to_string(&ExtProcSection::default()).unwrap();
+        assert!(!stored.contains("session"), "{stored}");
+        let back: ExtProcSection = serde_json::from_str(&stored).unwrap();
+        assert_eq!(back.session_header, "x-session-id");
     }
 
     #[test]

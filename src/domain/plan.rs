@@ -14,6 +14,7 @@
 use super::bucket::Cost;
 use super::decision::Denial;
 use super::ids::{Fnv, IdempotencyKey, InvalidInput, ReservationId, SessionId, TenantId, UserId};
+use super::level::Level;
 pub use super::level_plan::{LevelPlan, Scope, levels, shadow_levels};
 use super::limits::Limits;
 use super::mix::PromptMix;
@@ -259,7 +260,14 @@ pub fn prepare(
         count.estimator.clone(),
     )
     .with_group(group_name)
-    .with_session(req.session.clone());
+    // Only a reservation the session's limits apply to carries it: ids of
+    // the earlier layout, which replicas of the release before sessions read,
+    // serve every other.
+    .with_session(
+        req.session
+            .clone()
+            .filter(|_| levels.iter().any(|l| l.level == Level::Session)),
+    );
     Ok(Prepared::Plan(ReservePlan {
         id,
         levels,
@@ -440,6 +448,27 @@ mod tests {
         assert_eq!(p.levels.len(), 1, "only the user level has limits");
         assert_eq!(p.tokens(), 150);
         assert_eq!(p.lease_mask(), Level::User.bit());
+    }
+
+    #[test]
+    fn a_session_joins_the_plan_and_the_id_only_where_its_limits_apply() {
+        let mut r = request(50, 0);
+        r.session = Some(SessionId::parse("run").unwrap());
+        let Prepared::Plan(p) = plan(&r, &limits()).unwrap() else {
+            panic!("expected a plan");
+        };
+        assert_eq!(p.levels.len(), 1, "the tier limits no session");
+        assert_eq!(p.id.session, None, "an id the previous release reads");
+        let mut with = limits();
+        let mut tier = (**with.tier("free").unwrap()).clone();
+        tier.session.concurrency = Some(1);
+        with.tiers.insert("free".into(), Arc::new(tier));
+        let Prepared::Plan(p) = plan(&r, &with).unwrap() else {
+            panic!("expected a plan");
+        };
+        assert_eq!(p.levels.last().map(|l| l.level), Some(Level::Session));
+        assert_eq!(p.id.session, r.session);
+        assert_eq!(p.lease_mask(), Level::User.bit() | Level::Session.bit());
     }
 
     #[test]

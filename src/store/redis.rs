@@ -1,8 +1,6 @@
 //! The Redis store: state shared by every replica, changed only by the Lua
-//! scripts in `lua/`, one EVALSHA per call. Scripts are loaded at connect
-//! time and re-loaded transparently on NOSCRIPT (Redis restarted or flushed) by
-//! [`redis::Script::invoke_async`]. A Redis that does not answer at start-up
-//! is no error: connections are made lazily and the breaker's probe checks it.
+//! scripts in `lua/` (one EVALSHA per call, loaded at connect and on NOSCRIPT);
+//! a Redis silent at start-up is no error: the breaker's probe checks it.
 //!
 //! This file owns the store type, its settings and its set-up. The rest:
 //! - `client`: the URL and TLS files as a [`redis::Client`] ([`open_client`]),

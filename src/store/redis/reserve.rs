@@ -63,31 +63,7 @@ impl RedisStore {
             }
         }
         let reply = self.run(&inv).await?;
-        let tried = int_at(&reply, 0)?;
-        let replies = &reply[1..];
-        let well_formed = replies.len() <= plans.len()
-            && (tried == 0 && replies.len() == plans.len() || tried == replies.len() as i64);
-        if !well_formed {
-            return Err(StoreError::Protocol(
-                format!(
-                    "reserve_first script replied for {} of {} plans with {tried} chosen (is \
-                     lua/reserve_first.lua out of step with this binary?)",
-                    replies.len(),
-                    plans.len()
-                )
-                .into(),
-            ));
-        }
-        plans
-            .iter()
-            .zip(replies)
-            .map(|(plan, reply)| match reply {
-                Value::Array(values) => decode_reserve(plan, values),
-                other => Err(StoreError::Protocol(
-                    format!("reserve_first script replied {other:?} for a plan").into(),
-                )),
-            })
-            .collect()
+        decode_first(plans, &reply)
     }
 
     /// KEYS: every level, the record, the idempotency key if any; ARGV: the
@@ -191,6 +167,53 @@ fn reserve_spec(plan: &ReservePlan, ledger: Option<LedgerRetention>) -> Spec {
             .buckets(lp);
     }
     spec
+}
+
+/// reserve_first.lua's reply: each tried plan's reply, decoded as
+/// reserve.lua's, checked against the candidate the script names.
+fn decode_first(plans: &[ReservePlan], reply: &[Value]) -> Result<Vec<ReserveReply>, StoreError> {
+    let tried = int_at(reply, 0)?;
+    let replies = &reply[1..];
+    let well_formed = replies.len() <= plans.len()
+        && (tried == 0 && replies.len() == plans.len() || tried == replies.len() as i64);
+    if !well_formed {
+        return Err(StoreError::Protocol(
+            format!(
+                "reserve_first script replied for {} of {} plans with {tried} chosen (is \
+                 lua/reserve_first.lua out of step with this binary?)",
+                replies.len(),
+                plans.len()
+            )
+            .into(),
+        ));
+    }
+    let replies = plans
+        .iter()
+        .zip(replies)
+        .map(|(plan, reply)| match reply {
+            Value::Array(values) => decode_reserve(plan, values),
+            other => Err(StoreError::Protocol(
+                format!("reserve_first script replied {other:?} for a plan").into(),
+            )),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    // Allowed: the candidate it names, and only it.
+    let allowed_at = replies
+        .iter()
+        .position(|r| matches!(r, ReserveReply::Allowed { .. }));
+    if allowed_at.map_or(0, |i| i as i64 + 1) != tried
+        || replies
+            .iter()
+            .filter(|r| matches!(r, ReserveReply::Allowed { .. }))
+            .count()
+            > 1
+    {
+        return Err(StoreError::Protocol(
+            format!("reserve_first script named candidate {tried} but allowed {allowed_at:?}")
+                .into(),
+        ));
+    }
+    Ok(replies)
 }
 
 /// reserve.lua's reply as the store's answer.

@@ -46,21 +46,19 @@
 
 mod keys;
 mod ops;
+mod reserve;
 mod share;
 
 use crate::support::RedisServer;
 use ctxbudget::domain::budget::Settle;
 use ctxbudget::domain::budget::ledger::LedgerRetention;
 use ctxbudget::domain::mix::EstimatorSample;
-use ctxbudget::domain::{
-    Clock, Level, LevelPlan, ManualClock, Reading, ReservationId, ReservePlan,
-};
+use ctxbudget::domain::{Clock, LevelPlan, ManualClock, Reading, ReservationId};
 use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::{MemoryStore, Stored};
 use ctxbudget::store::redis::{RedisSettings, RedisStore};
 use ctxbudget::store::{
-    ChargeReply, EXACT_LEASES, RenewReply, ReserveReply, Retention, Scope, SettleReply, Settlement,
-    Store, Usage,
+    ChargeReply, EXACT_LEASES, RenewReply, Retention, Scope, SettleReply, Settlement, Store, Usage,
 };
 use ops::{Gen, Op, entry_plan, pick};
 use rand::rngs::StdRng;
@@ -141,7 +139,10 @@ async fn memory_redis_and_the_cluster_share_agree_on_random_sequences() {
 type Seen = BTreeMap<&'static str, u64>;
 
 /// The answers a default run must reach.
-const MUST_SEE: [&str; 41] = [
+const MUST_SEE: [&str; 44] = [
+    "reserve_first allowed the first candidate",
+    "reserve_first allowed the second candidate",
+    "reserve_first denied every candidate",
     "reserve allowed in a session",
     "reserve allowed in a session of no user",
     "reserve reclaimed leases at the session level",
@@ -187,30 +188,6 @@ const MUST_SEE: [&str; 41] = [
 
 fn count(seen: &mut Seen, what: &'static str) {
     *seen.entry(what).or_default() += 1;
-}
-
-/// Counts the session paths a reservation `plan` answered with `reply` took.
-fn count_session(seen: &mut Seen, plan: &ReservePlan, reply: &ReserveReply) {
-    if reply.reclaimed().at(Level::Session) > 0 {
-        count(seen, "reserve reclaimed leases at the session level");
-    }
-    if plan.id.session.is_none() || !matches!(reply, ReserveReply::Allowed { .. }) {
-        return;
-    }
-    count(
-        seen,
-        match plan.id.user {
-            Some(_) => "reserve allowed in a session",
-            None => "reserve allowed in a session of no user",
-        },
-    );
-    let lease_us = plan.lease_ttl_ms * 1000;
-    let outlives = |l: &LevelPlan| {
-        l.concurrency.is_some() && l.idle_secs.is_some_and(|s| s * 1_000_000 < lease_us)
-    };
-    if plan.levels.iter().any(outlives) {
-        count(seen, "a session's lease outliving its session_ttl");
-    }
 }
 
 /// A settlement or renewal by `id` whose session is not the one it was
@@ -364,83 +341,9 @@ async fn step(
     db: &mut keys::Db,
     seen: &mut Seen,
 ) -> Result<(), String> {
-    fn same<T: PartialEq + std::fmt::Debug>(what: &str, m: T, r: T) -> Result<(), String> {
-        if m == r {
-            Ok(())
-        } else {
-            Err(format!("{what}:\n    memory {m:?}\n    redis  {r:?}"))
-        }
-    }
     match op {
-        Op::Reserve(plans) => {
-            for (j, plan) in plans.iter().enumerate() {
-                let global = Episode::before(memory, &plan.levels, &plan.id.tenant, clock.now_us());
-                let m = memory.reserve(plan).await.unwrap();
-                let r = redis.reserve(plan).await.unwrap();
-                let m2 = m.clone();
-                if let ReserveReply::Allowed {
-                    granted_output,
-                    reserved_output,
-                    ..
-                } = &m
-                    && plan.learned_output.is_some_and(|l| l < *granted_output)
-                    && plan.levels.iter().any(|l| l.overrun.is_some())
-                {
-                    count(
-                        seen,
-                        match reserved_output < granted_output {
-                            true => "reserve holding the learned output at every level",
-                            false => "reserve with a learned output, the grant held at some level",
-                        },
-                    );
-                }
-                count(
-                    seen,
-                    match &m {
-                        ReserveReply::Allowed { .. } => "reserve allowed",
-                        ReserveReply::Denied { .. } => "reserve denied",
-                        ReserveReply::Replayed { .. } => "reserve replayed",
-                        ReserveReply::IdempotencyConflict => "reserve idempotency conflict",
-                        ReserveReply::IdempotencySpent { .. } => "reserve idempotency spent",
-                    },
-                );
-                let windows = plan
-                    .levels
-                    .iter()
-                    .flat_map(|l| &l.buckets)
-                    .filter_map(|b| b.window);
-                for w in windows {
-                    let now = clock.now_us();
-                    count(
-                        seen,
-                        match now >= w.span.end_us {
-                            true => "reserve in the window after its plan's",
-                            false => "reserve in a calendar window",
-                        },
-                    );
-                    if (w.span.start_us..w.span.start_us + 600_000_000).contains(&now) {
-                        count(seen, "reserve within 10 minutes of a window's start");
-                    }
-                }
-                if m.reclaimed() != Default::default() {
-                    count(seen, "reserve reclaimed leases");
-                }
-                count_session(seen, plan, &m);
-                same(&format!("reserve {j} of {}", plans.len()), m2, r)?;
-                if let Some(mut ep) = global {
-                    let what = format!("reserve {j} of {}", plans.len());
-                    ep.reserve(plan, &m, seen).map_err(|e| on_share(&what, e))?;
-                    ep.compare(memory, true, seen)
-                        .await
-                        .map_err(|e| on_share(&what, e))?;
-                }
-                g.issued.push(plan.clone());
-                if matches!(m, ReserveReply::Allowed { .. }) {
-                    let expiry = clock.now_us() + plan.lease_ttl_ms as i64 * 1000;
-                    g.taken.push((plan.id.clone(), expiry));
-                }
-            }
-        }
+        Op::Reserve(plans) => reserve::one_by_one(g, plans, memory, redis, clock, seen).await?,
+        Op::ReserveFirst(plans) => reserve::first(g, plans, memory, redis, clock, seen).await?,
         Op::Commit {
             id,
             levels,
@@ -590,6 +493,15 @@ async fn step(
     Ok(())
 }
 
+/// `m` and `r` are the memory and Redis stores' answers to `what`: equal.
+fn same<T: PartialEq + std::fmt::Debug>(what: &str, m: T, r: T) -> Result<(), String> {
+    if m == r {
+        Ok(())
+    } else {
+        Err(format!("{what}:\n    memory {m:?}\n    redis  {r:?}"))
+    }
+}
+
 /// A divergence of the cluster share's column, said as such.
 fn on_share(what: &str, e: String) -> String {
     format!("{what}, the cluster share against memory's global level:\n    {e}")
@@ -609,11 +521,15 @@ fn brief(op: &Op) -> String {
         )
     };
     match op {
-        Op::Reserve(plans) => plans
+        Op::Reserve(plans) | Op::ReserveFirst(plans) => plans
             .iter()
             .map(|p| {
+                let what = match op {
+                    Op::ReserveFirst(_) => "reserve_first candidate",
+                    _ => "reserve",
+                };
                 format!(
-                    "reserve {} prompt {} out {}..{} est {} lease {} ms key {:?} fp {} levels {:?}",
+                    "{what} {} prompt {} out {}..{} est {} lease {} ms key {:?} fp {} levels {:?}",
                     id(&p.id),
                     p.prompt_tokens,
                     p.min_output_tokens,

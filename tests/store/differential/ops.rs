@@ -33,6 +33,9 @@ pub(super) static GROUP: LazyLock<Arc<ModelGroup>> = LazyLock::new(|| {
 pub(super) enum Op {
     /// Several reservations at one instant (one TTL check after them all).
     Reserve(Vec<ReservePlan>),
+    /// Fallback candidates of one request (`Store::reserve_first`): the
+    /// first with room is reserved.
+    ReserveFirst(Vec<ReservePlan>),
     Commit {
         id: ReservationId,
         levels: Vec<LevelPlan>,
@@ -393,6 +396,53 @@ impl Gen {
         let estimator = *pick(&mut self.rng, &ESTIMATORS);
         let id = self.id(who, tier, estimator);
         let levels = self.levels(who.user.is_some(), who.session.is_some(), false);
+        let mut plan = self.sized(id, levels);
+        let r = &mut self.rng;
+        plan.idempotency_key = r
+            .random_bool(0.35)
+            .then(|| IdempotencyKey::parse(KEYS[r.random_range(0..KEYS.len())]).unwrap());
+        plan
+    }
+
+    /// Fallback candidates: 2–4 plans of one request for different models,
+    /// as the service plans them (one scope and tier, one lease, output and
+    /// priority; a prompt, estimator, price and id of each model's own; no
+    /// idempotency key). The first mostly under the model group's limits
+    /// too, the later ones less often (another model's, or a model of no
+    /// group: the all-model limits only), so an earlier candidate is often
+    /// denied where a later one has room.
+    fn candidates(&mut self) -> Vec<ReservePlan> {
+        let who = self.scope();
+        let tier = *pick(&mut self.rng, &TIERS);
+        let levels = self.levels(who.user.is_some(), who.session.is_some(), false);
+        let n = self.rng.random_range(2..=4);
+        let mut plans: Vec<ReservePlan> = Vec::with_capacity(n);
+        for k in 0..n {
+            let estimator = *pick(&mut self.rng, &ESTIMATORS);
+            let id = self.id(who, tier, estimator);
+            let grouped = self.rng.random_bool(if k == 0 { 0.8 } else { 0.35 });
+            let levels = match grouped {
+                true => levels.clone(),
+                false => all_model(&levels),
+            };
+            let mut plan = self.sized(id, levels);
+            if let Some(first) = plans.first() {
+                plan.lease_ttl_ms = first.lease_ttl_ms;
+                plan.headroom = first.headroom;
+                plan.max_output_tokens = first.max_output_tokens;
+                plan.min_output_tokens = first.min_output_tokens;
+                plan.learned_output = plan
+                    .learned_output
+                    .map(|l| l.min(first.max_output_tokens.max(1) + 5));
+            }
+            plans.push(plan);
+        }
+        plans
+    }
+
+    /// A new request of `id` on `levels`, with no idempotency key.
+    fn sized(&mut self, id: ReservationId, levels: Vec<LevelPlan>) -> ReservePlan {
+        let estimator = !id.estimator.is_empty();
         // Sizes around the smallest token bucket, so most requests can fit.
         let cap = levels
             .iter()
@@ -419,14 +469,10 @@ impl Gen {
         } else {
             max_output
         };
-        let estimated = if estimator.is_empty() {
-            0
-        } else {
-            r.random_range(1..=3000)
+        let estimated = match estimator {
+            true => r.random_range(1..=3000),
+            false => 0,
         };
-        let key = r
-            .random_bool(0.35)
-            .then(|| IdempotencyKey::parse(KEYS[r.random_range(0..KEYS.len())]).unwrap());
         let headroom = match self.rng.random_range(0..10) {
             0..=6 => 0.0,
             7 => 0.1,
@@ -461,7 +507,7 @@ impl Gen {
                 _ => Some(self.rng.random_range(1..=max_output.max(1) + 5)),
             },
             lease_ttl_ms: ttl_ms(&mut self.rng),
-            idempotency_key: key,
+            idempotency_key: None,
             fingerprint: self.rng.random_range(0..4),
             id,
         }
@@ -550,7 +596,8 @@ impl Gen {
             };
         }
         match self.rng.random_range(0..100) {
-            0..=29 => Op::Reserve(vec![self.reservation()]),
+            0..=23 => Op::Reserve(vec![self.reservation()]),
+            24..=29 => Op::ReserveFirst(self.candidates()),
             30..=32 => {
                 let n = self.rng.random_range(5..=25);
                 Op::Reserve((0..n).map(|_| self.reservation()).collect())
@@ -706,6 +753,21 @@ impl Gen {
             _ => (pick(r, &future) - now + r.random_range(-1..=1)).max(0),
         }
     }
+}
+
+/// `levels` as a model of no group meets them: the all-model buckets, no
+/// group's tagged buckets or slots; levels left with no limit dropped.
+fn all_model(levels: &[LevelPlan]) -> Vec<LevelPlan> {
+    levels
+        .iter()
+        .filter(|l| !l.slots)
+        .map(|l| LevelPlan {
+            group: None,
+            buckets: l.buckets.iter().filter(|b| b.group == 0).cloned().collect(),
+            ..l.clone()
+        })
+        .filter(|l| !l.is_unlimited())
+        .collect()
 }
 
 /// A random mix of `estimated` tokens: some groups empty, the rest shared at random.
