@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 /// One stored bucket.
 #[derive(Serialize)]
 pub(super) struct BucketRow {
-    /// `global`, `tenant` or `user`.
+    /// `global`, `tenant`, `user` or `session`.
     pub level: &'static str,
     /// The model group the bucket limits (`None`: all models); a tag no
     /// configured group has reads `tag N`.
@@ -41,7 +41,7 @@ pub(super) struct BucketRow {
 /// One live lease.
 #[derive(Serialize)]
 pub(super) struct LeaseRow {
-    /// `global`, `tenant` or `user`.
+    /// `global`, `tenant`, `user` or `session`.
     pub level: &'static str,
     /// The model group whose slots hold it (`None`: the level's own).
     pub model_group: Option<String>,

@@ -163,3 +163,93 @@ async fn inspect_shows_the_reservation_ids_clients_hold() {
     );
     h.stop().await;
 }
+
+/// `inspect --session` adds the session level: its buckets against the
+/// tier's session limits, and its leases under the ids their clients hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_a_sessions_buckets_and_leases() {
+    const CONFIG: &str = r#"
+[tiers.agents]
+max_context_tokens = 100000
+default_max_output_tokens = 100
+user = { requests = [{ limit = 100, period = "1h" }] }
+session = { requests = [{ limit = 10, period = "1h" }], concurrency = 4 }
+"#;
+    let mut h = Harness::start(Backend::Redis, CONFIG).await;
+    let mut ids = Vec::new();
+    for session in ["run-1", "run-1", "run-2"] {
+        let r = h
+            .client
+            .check_and_reserve(pb::CheckAndReserveRequest {
+                session_id: session.into(),
+                ..reserve("acme", "alice", "agents", 100, 10)
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(r.allowed, "{r:?}");
+        ids.push(r.reservation_id);
+    }
+    let redis = h.redis.take().expect("a Redis-backed harness");
+    let out = ctl_ok(
+        &redis,
+        &[
+            "inspect",
+            "--tenant",
+            "acme",
+            "--user",
+            "alice",
+            "--session",
+            "run-1",
+            "--tier",
+            "agents",
+            "--json",
+        ],
+    );
+    let report: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(report["session"], "run-1", "{report:#}");
+    let requests = report["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["level"] == "session")
+        .unwrap_or_else(|| panic!("the session's bucket: {report:#}"));
+    assert_eq!(
+        (&requests["dimension"], &requests["limit"]),
+        (&Value::from("requests"), &Value::from(10)),
+        "{requests}"
+    );
+    let left = requests["level_now"].as_f64().unwrap();
+    assert!(
+        (8.0..8.1).contains(&left),
+        "two of its ten requests taken (refilling since): {requests}"
+    );
+    let leases: BTreeSet<&str> = report["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["level"] == "session")
+        .filter_map(|l| l["reservation_id"].as_str())
+        .collect();
+    assert_eq!(
+        leases,
+        BTreeSet::from([ids[0].as_str(), ids[1].as_str()]),
+        "run-1's leases, named: {report:#}"
+    );
+    let text = ctl_ok(
+        &redis,
+        &[
+            "inspect",
+            "--tenant",
+            "acme",
+            "--user",
+            "alice",
+            "--session",
+            "run-1",
+            "--tier",
+            "agents",
+        ],
+    );
+    assert!(text.contains("session"), "{text}");
+    h.stop().await;
+}
