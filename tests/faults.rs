@@ -1227,3 +1227,54 @@ async fn a_reservation_whose_caller_gave_up_waiting_is_cancelled() {
     assert!(cancelled >= 1.0, "cancelled {cancelled}");
     assert_healthy(&mut svc);
 }
+
+/// Fallback candidates without Redis: under `local`, each candidate is
+/// decided from this replica's memory (its share of each limit), in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fallback_candidates_follow_the_local_policy_without_redis() {
+    let mut redis = RedisServer::start();
+    let models = r#"
+[models.a]
+match = ["a-*"]
+global = { requests = [{ limit = 2, period = "1h" }] }
+
+[models.b]
+match = ["b-*"]
+"#;
+    let cfg = format!("{}{models}", config("local"));
+    let mut svc = Service::start("fallback", &cfg, Some(&redis.url()));
+    let mut c = support::connect(svc.addr).await;
+    redis.kill();
+    let ask = || pb::CheckAndReserveRequest {
+        model: String::new(),
+        candidate_models: vec!["a-1".into(), "b-1".into()],
+        ..reserve("acme", "u", "t")
+    };
+    let mut chosen = Vec::new();
+    for _ in 0..2 {
+        let started = Instant::now();
+        let r = c
+            .check_and_reserve(ask())
+            .await
+            .expect("the local policy answers")
+            .into_inner();
+        assert!(started.elapsed() <= DEADLINE + MARGIN + MARGIN);
+        assert!(r.allowed && r.degraded, "{r:?}");
+        chosen.push(r.chosen_model.clone());
+        // Committed, the request stays spent (a refund would give it back).
+        let done = c
+            .commit(pb::CommitRequest {
+                reservation_id: r.reservation_id,
+                prompt_tokens: 1,
+                completion_tokens: 1,
+                ..Default::default()
+            })
+            .await
+            .expect("a local reservation commits")
+            .into_inner();
+        assert_eq!(done.outcome(), pb::Outcome::Applied);
+    }
+    // a's 2 an hour, halved between 2 replicas: one here, then b.
+    assert_eq!(chosen, ["a-1", "b-1"]);
+    assert_healthy(&mut svc);
+}

@@ -13,7 +13,7 @@ use super::{Engine, EngineError};
 use crate::domain::plan::{ReservePlan, ReserveRequest};
 use crate::domain::{Denial, Limits, PromptCount, PromptInput, Tier};
 use crate::estimator::Method;
-use crate::store::{Store, StoreError};
+use crate::store::{ReserveReply, Store, StoreError};
 use std::time::Duration;
 
 /// How a candidate's prompt is counted: its tokenizer and estimator key.
@@ -96,28 +96,46 @@ impl<S: Store> Engine<S> {
         };
         let outcomes = match tier.shadow.is_some() {
             // A quota in shadow is checked plan by plan, as for one model.
-            true => self.one_by_one(entries, &ctx).await?,
+            true => self.in_order(entries, &ctx, How::OneByOne).await?,
             false => self.together(entries, &ctx).await?,
         };
         Ok(first_allowed(outcomes))
     }
 
-    /// Each candidate reserved as CheckAndReserve reserves one model, until
-    /// one is allowed.
-    async fn one_by_one(
+    /// The candidates answered in order until one is allowed: a plan as
+    /// `how` says, a refusal as it stands, the error of planning a candidate
+    /// as the call's (every candidate before it was denied).
+    async fn in_order(
         &self,
         entries: Vec<Entry>,
         ctx: &Tried<'_>,
+        mut how: How,
     ) -> Result<Vec<(String, ReserveOutcome)>, EngineError> {
         let mut outcomes = Vec::with_capacity(entries.len());
         for entry in entries {
             let count = &ctx.counted[entry.counted].1;
-            // A candidate's planning error is the call's once it is reached.
-            let out = match entry.planned? {
-                Ok(plan) => Box::pin(self.reserve_plan(plan, ctx.tier, count)).await?,
-                Err(refusal) => {
+            let out = match (entry.planned?, &mut how) {
+                (Err(refusal), _) => {
                     self.refused(&entry.attempt, ctx.limits, ctx.tier, count, refusal)
                         .await
+                }
+                (Ok(plan), How::OneByOne) => {
+                    Box::pin(self.reserve_plan(plan, ctx.tier, count)).await?
+                }
+                (Ok(_), How::Replied(replies)) => {
+                    let Some((plan, reply)) = replies.next() else {
+                        break;
+                    };
+                    let out = self.explain(&plan, reply, ctx.tier, count, false, None)?;
+                    if out.denial.is_none() {
+                        let id = tracing::field::display(&plan.id);
+                        tracing::Span::current().record("reservation", id);
+                    }
+                    out
+                }
+                (Ok(plan), How::Degraded(error)) => {
+                    let (plan, reply, degraded) = self.or_degraded(plan, Err(error.clone())).await;
+                    self.explain(&plan, reply?, ctx.tier, count, degraded, None)?
                 }
             };
             let allowed = out.denial.is_none();
@@ -156,79 +174,32 @@ impl<S: Store> Engine<S> {
                     .await
             }
         };
-        let replies = match replies {
+        let how = match replies {
             Ok(replies) => {
                 // Answered: the caller gets what the store reserved.
                 guards.iter_mut().for_each(|g| g.disarm());
-                replies
+                How::Replied(plans.into_iter().zip(replies))
             }
             Err(e) => {
                 for (plan, guard) in plans.iter().zip(&mut guards) {
                     self.cancel_if_unanswered(&Err(e.clone()), plan, life(plan), guard);
                 }
-                return self.degraded_one_by_one(entries, e, ctx).await;
+                How::Degraded(e)
             }
         };
-        let mut replies = plans.into_iter().zip(replies);
-        let mut outcomes = Vec::with_capacity(entries.len());
-        for entry in entries {
-            let count = &ctx.counted[entry.counted].1;
-            let out = match entry.planned? {
-                Err(refusal) => {
-                    self.refused(&entry.attempt, ctx.limits, ctx.tier, count, refusal)
-                        .await
-                }
-                Ok(_) => {
-                    let Some((plan, reply)) = replies.next() else {
-                        break;
-                    };
-                    let out = self.explain(&plan, reply, ctx.tier, count, false, None)?;
-                    if out.denial.is_none() {
-                        tracing::Span::current()
-                            .record("reservation", tracing::field::display(&plan.id));
-                    }
-                    out
-                }
-            };
-            let allowed = out.denial.is_none();
-            outcomes.push((entry.model, out));
-            if allowed {
-                break;
-            }
-        }
-        Ok(outcomes)
+        self.in_order(entries, ctx, how).await
     }
+}
 
-    /// With the store failing (`error`): each plan as the failure policy
-    /// decides it (from this replica's memory under `local`), until one is
-    /// allowed.
-    async fn degraded_one_by_one(
-        &self,
-        entries: Vec<Entry>,
-        error: StoreError,
-        ctx: &Tried<'_>,
-    ) -> Result<Vec<(String, ReserveOutcome)>, EngineError> {
-        let mut outcomes = Vec::with_capacity(entries.len());
-        for entry in entries {
-            let count = &ctx.counted[entry.counted].1;
-            let out = match entry.planned? {
-                Err(refusal) => {
-                    self.refused(&entry.attempt, ctx.limits, ctx.tier, count, refusal)
-                        .await
-                }
-                Ok(plan) => {
-                    let (plan, reply, degraded) = self.or_degraded(plan, Err(error.clone())).await;
-                    self.explain(&plan, reply?, ctx.tier, count, degraded, None)?
-                }
-            };
-            let allowed = out.denial.is_none();
-            outcomes.push((entry.model, out));
-            if allowed {
-                break;
-            }
-        }
-        Ok(outcomes)
-    }
+/// How [`Engine::in_order`] answers a candidate's plan.
+enum How {
+    /// Reserved alone, as CheckAndReserve reserves one model.
+    OneByOne,
+    /// From the store's replies to the plans sent together, in order.
+    Replied(std::iter::Zip<std::vec::IntoIter<ReservePlan>, std::vec::IntoIter<ReserveReply>>),
+    /// With the store failing: as the failure policy decides (from this
+    /// replica's memory under `local`).
+    Degraded(StoreError),
 }
 
 /// The plans sent together: those of the candidates before the first that

@@ -17,6 +17,7 @@ on_every_store!(
     concurrent_callers_never_overspend_any_candidate,
     bad_candidate_lists_are_refused_and_change_nothing,
     a_later_candidates_error_answers_only_once_the_earlier_are_denied,
+    under_a_quota_in_shadow_each_candidate_is_checked_against_it,
 );
 
 const CONFIG: &str = r#"
@@ -40,6 +41,12 @@ global = { tokens = [{ limit = 5000, period = "1h" }] }
 max_context_tokens = 100000
 default_max_output_tokens = 100
 tenant = { requests = [{ limit = 100000, period = "1h" }] }
+
+[tiers.watched]
+max_context_tokens = 100000
+default_max_output_tokens = 100
+tenant = { requests = [{ limit = 100000, period = "1h" }] }
+shadow = { tenant = { requests = [{ limit = 2, period = "1h" }] } }
 "#;
 
 fn ask(models: &[&str], tenant: &str) -> pb::CheckAndReserveRequest {
@@ -294,4 +301,29 @@ async fn a_later_candidates_error_answers_only_once_the_earlier_are_denied(backe
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert!(e.message().contains("unpriced-1"), "{}", e.message());
+}
+
+/// A tier with a quota in shadow decides candidates one call each, the
+/// shadow quota checked for the candidate taken as for one model.
+async fn under_a_quota_in_shadow_each_candidate_is_checked_against_it(backend: Backend) {
+    let mut h = Harness::start(backend, CONFIG).await;
+    let ask = |models: &[&str]| pb::CheckAndReserveRequest {
+        tier: "watched".into(),
+        ..ask(models, "acme")
+    };
+    let mut shadow = Vec::new();
+    let mut fell_back = false;
+    for _ in 0..4 {
+        let r = call(&mut h, ask(&["small-1", "steady-1"])).await;
+        assert!(r.allowed, "{r:#?}");
+        fell_back |= r.chosen_model == "steady-1";
+        shadow.push(r.shadow_denied);
+    }
+    // small holds 1000 tokens an hour, 500 a call: the third call falls back.
+    assert!(fell_back, "small ran out");
+    assert_eq!(
+        shadow,
+        [false, false, true, true],
+        "the shadow quota's 2 an hour"
+    );
 }
