@@ -123,26 +123,62 @@ fn messages(list: Vec<pb::Message>) -> Result<Vec<ChatMessage>, InvalidInput> {
 }
 
 /// A Commit request, validated: the reservation id, the counts, and the
-/// cached part of the prompt no larger than the prompt.
+/// parts of the prompt (cache reads and writes) and of the completion
+/// (reasoning) no larger than their whole.
 pub(super) fn commit_request(r: pb::CommitRequest) -> Result<CommitRequest, InvalidInput> {
-    let completion = completion(r.completion_tokens, r.completion_text)?;
-    let id = ReservationId::parse(&r.reservation_id)?;
-    let prompt = check_tokens("prompt_tokens", r.prompt_tokens)?;
-    let cached = r.cached_prompt_tokens;
-    if cached > prompt {
+    if r.reasoning_tokens > 0 && !r.completion_text.is_empty() {
         return Err(InvalidInput::new(
-            "cached_prompt_tokens",
+            "reasoning_tokens",
+            "goes with completion_tokens (the upstream's usage, reasoning included), not with \
+             completion_text",
+        ));
+    }
+    let reasoning = r.reasoning_tokens;
+    let completion = completion(r.completion_tokens, r.completion_text)?;
+    if let Completion::Tokens(n) = completion
+        && reasoning > n
+    {
+        return Err(InvalidInput::new(
+            "reasoning_tokens",
             format!(
-                "{cached} is above prompt_tokens {prompt}: cached tokens are part of the prompt \
-                 (OpenAI's prompt_tokens_details.cached_tokens); send at most prompt_tokens"
+                "{reasoning} is above completion_tokens {n}: reasoning tokens are part of the \
+                 completion (OpenAI's completion_tokens_details.reasoning_tokens)"
             ),
         ));
+    }
+    let id = ReservationId::parse(&r.reservation_id)?;
+    let prompt = check_tokens("prompt_tokens", r.prompt_tokens)?;
+    let parts = [
+        ("cached_prompt_tokens", r.cached_prompt_tokens),
+        ("cache_write_prompt_tokens", r.cache_write_prompt_tokens),
+        (
+            "cache_write_1h_prompt_tokens",
+            r.cache_write_1h_prompt_tokens,
+        ),
+    ];
+    let mut sum = 0u64;
+    for (field, n) in parts {
+        sum = sum.saturating_add(n);
+        if sum > prompt {
+            return Err(InvalidInput::new(
+                field,
+                format!(
+                    "cache reads and writes of {sum} tokens are above prompt_tokens {prompt}: \
+                     they are parts of the prompt (a gateway adds Anthropic's input_tokens, \
+                     cache_creation_input_tokens and cache_read_input_tokens into \
+                     prompt_tokens); send parts that sum to at most prompt_tokens"
+                ),
+            ));
+        }
     }
     Ok(CommitRequest {
         id,
         prompt_tokens: prompt,
         completion,
-        cached_prompt_tokens: cached,
+        cached_prompt_tokens: r.cached_prompt_tokens,
+        cache_write_prompt_tokens: r.cache_write_prompt_tokens,
+        cache_write_1h_prompt_tokens: r.cache_write_1h_prompt_tokens,
+        reasoning_tokens: reasoning,
     })
 }
 

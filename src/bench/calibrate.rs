@@ -181,6 +181,9 @@ impl Calls {
                     prompt_tokens: 1000,
                     completion: Completion::Tokens(300),
                     cached_prompt_tokens: 0,
+                    cache_write_prompt_tokens: 0,
+                    cache_write_1h_prompt_tokens: 0,
+                    reasoning_tokens: 0,
                 };
                 self.engine.commit(req).await.map_err(err)
             });

@@ -201,8 +201,7 @@ impl Target {
                     reservation_id: id.to_string(),
                     prompt_tokens: prompt,
                     completion_tokens: completion,
-                    cached_prompt_tokens: 0,
-                    completion_text: String::new(),
+                    ..Default::default()
                 })
                 .await
                 .map(drop)
@@ -287,6 +286,9 @@ fn commit_request(id: &str, prompt: u64, completion: u64) -> Result<CommitReques
         prompt_tokens: prompt,
         completion: Completion::Tokens(completion),
         cached_prompt_tokens: 0,
+        cache_write_prompt_tokens: 0,
+        cache_write_1h_prompt_tokens: 0,
+        reasoning_tokens: 0,
     })
 }
 

@@ -76,7 +76,7 @@ pub(super) async fn prices(cmd: PricesCmd, args: AdminArgs) -> anyhow::Result<()
         PricesCmd::Set { group, file } => {
             let section: PriceSection = parse_document(&read_input(&file)?)
                 .map_err(|e| anyhow::anyhow!("prices.{group}.{e}; nothing was written"))?;
-            doc.prices.insert(group.clone(), section);
+            doc.prices.insert(group.clone(), section.clone());
             check_whole(&doc)?;
             write(&cfg, Field::Price(group), Some(document(&section)), &args).await
         }
@@ -124,19 +124,47 @@ fn list(doc: &ConfigDoc, args: &AdminArgs) -> anyhow::Result<()> {
         .prices
         .iter()
         .map(|(group, p)| {
+            let tiers: Vec<String> = p
+                .above
+                .iter()
+                .map(|t| format!(">{}", t.prompt_tokens))
+                .collect();
             vec![
                 group.clone(),
                 usd(p.input),
                 usd(p.cached_input.unwrap_or(p.input)),
+                usd(p.cache_write.unwrap_or(p.input)),
+                usd(p.cache_write_1h.unwrap_or(p.input)),
                 usd(p.output),
+                usd(p.reasoning.unwrap_or(p.output)),
+                usd(p.per_call.unwrap_or(0.0)),
+                if tiers.is_empty() {
+                    "-".into()
+                } else {
+                    tiers.join(" ")
+                },
             ]
         })
         .collect();
     outln!(
-        "configuration version {}; USD per million tokens",
+        "configuration version {}; USD per million tokens (PER CALL: USD a call; \
+         LONG CONTEXT: prompt sizes above which a tier prices the call, `prices get`)",
         doc.version
     );
-    table(&["MODEL GROUP", "INPUT", "CACHED INPUT", "OUTPUT"], &rows);
+    table(
+        &[
+            "MODEL GROUP",
+            "INPUT",
+            "CACHED INPUT",
+            "CACHE WRITE",
+            "CACHE WRITE 1H",
+            "OUTPUT",
+            "REASONING",
+            "PER CALL",
+            "LONG CONTEXT",
+        ],
+        &rows,
+    );
     Ok(())
 }
 

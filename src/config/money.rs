@@ -20,7 +20,7 @@
 
 use super::rates::{Period, RateSection, period_seconds};
 use crate::domain::budget::ledger::LedgerRetention;
-use crate::domain::price::{MAX_PRICE_MICROS, MAX_SPEND_MICROS, Price, usd_to_micros};
+use crate::domain::price::{MAX_PRICE_MICROS, MAX_SPEND_MICROS, Price, Rates, usd_to_micros};
 use crate::domain::{LimitsError, Rate};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -81,8 +81,8 @@ pub fn spend_rates(path: &str, spend: &[SpendSection]) -> Result<Vec<Rate>, Limi
         .collect()
 }
 
-/// `[prices.<group>]`: USD per million tokens.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize)]
+/// `[prices.<group>]`: USD per million tokens (`per_call`: USD per call).
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PriceSection {
     /// Prompt tokens.
@@ -90,8 +90,55 @@ pub struct PriceSection {
     /// Prompt tokens read from the provider's cache; default `input`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_input: Option<f64>,
+    /// Prompt tokens written to the provider's cache for 5 minutes; default `input`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<f64>,
+    /// Prompt tokens written to the provider's cache for an hour; default `input`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_1h: Option<f64>,
     /// Output tokens.
     pub output: f64,
+    /// Reasoning tokens (part of the output); default `output`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<f64>,
+    /// A flat fee per call (a web-search tool call), USD; default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_call: Option<f64>,
+    /// Long-context tiers: a prompt above a tier's `prompt_tokens` prices the
+    /// whole call at the tier's prices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub above: Vec<PriceTierSection>,
+}
+
+/// `[[prices.<group>.above]]`: the prices of a call whose prompt is above
+/// `prompt_tokens`; a price left out is the group's own, but `reasoning`,
+/// which is the tier's `output` unless given.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceTierSection {
+    /// The threshold: a prompt of more tokens is priced here.
+    pub prompt_tokens: u64,
+    /// Prompt tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<f64>,
+    /// Prompt tokens read from the cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input: Option<f64>,
+    /// Prompt tokens written to the cache for 5 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<f64>,
+    /// Prompt tokens written to the cache for an hour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_1h: Option<f64>,
+    /// Output tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<f64>,
+    /// Reasoning tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<f64>,
+    /// A flat fee per call, USD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_call: Option<f64>,
 }
 
 impl PriceSection {
@@ -99,15 +146,59 @@ impl PriceSection {
     pub fn to_domain(&self, path: &str) -> Result<Price, LimitsError> {
         let micros =
             |name: &str, usd: f64| usd_to_micros(&format!("{path}.{name}"), usd, MAX_PRICE_MICROS);
+        let or = |name: &str, usd: Option<f64>, default: u64| match usd {
+            Some(usd) => micros(name, usd),
+            None => Ok(default),
+        };
         let input = micros("input", self.input)?;
-        Ok(Price {
+        let output = micros("output", self.output)?;
+        let base = Rates {
             input,
-            cached_input: match self.cached_input {
-                Some(c) => micros("cached_input", c)?,
-                None => input,
-            },
-            output: micros("output", self.output)?,
-        })
+            cached_input: or("cached_input", self.cached_input, input)?,
+            cache_write: or("cache_write", self.cache_write, input)?,
+            cache_write_1h: or("cache_write_1h", self.cache_write_1h, input)?,
+            output,
+            reasoning: or("reasoning", self.reasoning, output)?,
+            per_call: or("per_call", self.per_call, 0)?,
+        };
+        let above = self
+            .above
+            .iter()
+            .enumerate()
+            .map(|(i, t)| t.to_domain(&format!("{path}.above[{i}]"), base))
+            .collect::<Result<Vec<_>, _>>()?;
+        let price = Price { base, above };
+        price.validate(path)?;
+        Ok(price)
+    }
+}
+
+impl PriceTierSection {
+    /// The tier's threshold and rates, `base`'s where left out.
+    fn to_domain(&self, path: &str, base: Rates) -> Result<(u64, Rates), LimitsError> {
+        let or = |name: &str, usd: Option<f64>, default: u64| match usd {
+            Some(usd) => usd_to_micros(&format!("{path}.{name}"), usd, MAX_PRICE_MICROS),
+            None => Ok(default),
+        };
+        if self.prompt_tokens == 0 {
+            return Err(LimitsError::new(
+                format!("{path}.prompt_tokens"),
+                "is required: the prompt size above which these prices apply (e.g. 200000)",
+            ));
+        }
+        let output = or("output", self.output, base.output)?;
+        let rates = Rates {
+            input: or("input", self.input, base.input)?,
+            cached_input: or("cached_input", self.cached_input, base.cached_input)?,
+            cache_write: or("cache_write", self.cache_write, base.cache_write)?,
+            cache_write_1h: or("cache_write_1h", self.cache_write_1h, base.cache_write_1h)?,
+            output,
+            // As at the group's own prices: reasoning is priced as output
+            // unless told otherwise.
+            reasoning: or("reasoning", self.reasoning, output)?,
+            per_call: or("per_call", self.per_call, base.per_call)?,
+        };
+        Ok((self.prompt_tokens, rates))
     }
 }
 
@@ -200,5 +291,53 @@ impl MoneySection {
                 3_660 * 86_400,
             )?,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn price(toml: &str) -> Result<Price, LimitsError> {
+        let section: PriceSection = toml::from_str(toml).unwrap();
+        section.to_domain("prices.g")
+    }
+
+    #[test]
+    fn prices_left_out_follow_the_rules_providers_bill_by() {
+        let p = price(
+            "input = 3.0\noutput = 15.0\ncache_write = 3.75\nper_call = 0.01\n\
+             [[above]]\nprompt_tokens = 200000\ninput = 6.0\noutput = 22.5\n",
+        )
+        .unwrap();
+        let base = p.base;
+        assert_eq!(
+            (base.cached_input, base.cache_write_1h),
+            (3_000_000, 3_000_000)
+        );
+        assert_eq!((base.cache_write, base.reasoning), (3_750_000, 15_000_000));
+        assert_eq!(base.per_call, 10_000);
+        let (threshold, long) = p.above[0];
+        assert_eq!(threshold, 200_000);
+        // The group's own where left out, but reasoning follows the tier's output.
+        assert_eq!(
+            (long.input, long.cache_write, long.per_call),
+            (6_000_000, 3_750_000, 10_000)
+        );
+        assert_eq!(long.reasoning, 22_500_000);
+    }
+
+    #[test]
+    fn a_tier_needs_its_threshold_in_ascending_order() {
+        let err = price("input = 1.0\noutput = 1.0\n[[above]]\nprompt_tokens = 0\ninput = 2.0\n")
+            .unwrap_err();
+        assert_eq!(err.field, "prices.g.above[0].prompt_tokens");
+        let err = price(
+            "input = 1.0\noutput = 1.0\n[[above]]\nprompt_tokens = 9\n[[above]]\nprompt_tokens = 9\n",
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "prices.g.above[1].prompt_tokens");
+        let err = price("input = 1.0\noutput = 1.0\nper_call = -1.0\n").unwrap_err();
+        assert_eq!(err.field, "prices.g.per_call");
     }
 }

@@ -19,7 +19,7 @@ pub use super::level_plan::{LevelPlan, Scope, levels, shadow_levels};
 use super::limits::Limits;
 use super::mix::PromptMix;
 use super::model::ModelGroup;
-use super::price::Price;
+use super::price::Rates;
 use super::priority::{Priorities, Priority};
 use super::prompt::{PromptCount, PromptInput};
 use super::tier::{MAX_COUNT, Tier};
@@ -112,9 +112,11 @@ pub struct ReservePlan {
     /// headroom): a bucket must keep `headroom × limit` after the cost, a
     /// concurrency limit as many free slots.
     pub headroom: f64,
-    /// The model group's price, if it has one: spend buckets take
-    /// `ceil((prompt × input + output granted × output) / 10⁶)` µ$.
-    pub price: Price,
+    /// The model group's rates at the reserved prompt's size (its
+    /// long-context tier), if it has a price: spend buckets take
+    /// `ceil((prompt × input + output granted × output) / 10⁶)` µ$ and the
+    /// call's fee.
+    pub price: Rates,
     /// Prompt tokens taken from every token bucket.
     pub prompt_tokens: u64,
     /// Output tokens wanted on top.
@@ -238,10 +240,11 @@ pub fn prepare(
         now_us: terms.now_us,
     };
     let levels = levels(limits, scope, false);
+    // The rates of the tier the reserved prompt reaches.
     let price = group
         .as_ref()
         .and_then(|g| limits.prices.get(&g.name))
-        .copied()
+        .map(|p| p.at(count.reserve))
         .unwrap_or_default();
     let smallest = Cost::reservation(
         count.reserve,

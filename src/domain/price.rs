@@ -6,6 +6,12 @@
 //! products are summed exactly (integers) and rounded up once, so a request
 //! never costs less than its tokens at list price, and by less than one µ$
 //! more.
+//!
+//! As providers bill: a prompt is its uncached part at the input price, its
+//! cache reads and its cache writes (5-minute and 1-hour) each at their own;
+//! a completion its visible part at the output price and its reasoning part
+//! at the reasoning price; a call may carry a flat fee; and a prompt past a
+//! long-context threshold prices the whole call at that tier's rates.
 
 use super::tier::LimitsError;
 pub use super::tier::MAX_SPEND_MICROS;
@@ -13,47 +19,167 @@ pub use super::tier::MAX_SPEND_MICROS;
 /// The most a price may be: $1,000,000 per million tokens.
 pub const MAX_PRICE_MICROS: u64 = 1_000_000_000_000;
 
-/// One model group's prices, µ$ per million tokens.
+/// One model group's prices at one prompt size, µ$ per million tokens (the
+/// flat fee µ$ per call).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Price {
+pub struct Rates {
     /// Prompt tokens.
     pub input: u64,
     /// Prompt tokens read from the provider's cache.
     pub cached_input: u64,
+    /// Prompt tokens written to the provider's cache for 5 minutes.
+    pub cache_write: u64,
+    /// Prompt tokens written to the provider's cache for an hour.
+    pub cache_write_1h: u64,
     /// Output tokens.
     pub output: u64,
+    /// Reasoning tokens (part of the output).
+    pub reasoning: u64,
+    /// Per call, µ$ (not per million).
+    pub per_call: u64,
 }
 
-impl Price {
-    /// What a reservation of `prompt` and `output` tokens may cost at most
-    /// (every prompt token at the uncached price), µ$: the reservation's
-    /// spend as every store computes it ([`SpendRates::spend`]).
+impl Rates {
+    /// Flat rates: every prompt token at `input`, every output token at
+    /// `output`, no fee.
+    pub fn flat(input: u64, output: u64) -> Self {
+        Rates {
+            input,
+            cached_input: input,
+            cache_write: input,
+            cache_write_1h: input,
+            output,
+            reasoning: output,
+            per_call: 0,
+        }
+    }
+
+    /// The most an output token may cost: visible or reasoning.
+    fn output_at_most(&self) -> u64 {
+        self.output.max(self.reasoning)
+    }
+
+    /// What `prompt` and `output` tokens may cost at most at these rates, µ$
+    /// (see [`Price::worst_case`]).
     pub fn worst_case(&self, prompt: u64, output: u64) -> u64 {
         SpendRates::new(*self, prompt).spend(output as f64) as u64
     }
+}
 
-    /// What the usage cost, µ$: `cached` of the `prompt` tokens at the cached
-    /// price.
-    pub fn actual(&self, prompt: u64, cached: u64, completion: u64) -> u64 {
-        let cached = cached.min(prompt);
+/// One model group's prices: its rates, and the rates of each long-context
+/// tier, by the prompt size above which it prices the whole call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Price {
+    /// The rates of a prompt at or below every tier's threshold.
+    pub base: Rates,
+    /// (prompt tokens, rates): a prompt above the threshold is priced at
+    /// those rates, the whole call; thresholds ascending.
+    pub above: Vec<(u64, Rates)>,
+}
+
+/// What a call used, as providers report it: the parts of the prompt and of
+/// the completion priced apart.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Billed {
+    /// Prompt tokens, every part included.
+    pub prompt: u64,
+    /// Of `prompt`, read from the provider's cache.
+    pub cached: u64,
+    /// Of `prompt`, written to the cache for 5 minutes.
+    pub cache_write: u64,
+    /// Of `prompt`, written to the cache for an hour.
+    pub cache_write_1h: u64,
+    /// Completion tokens, reasoning included.
+    pub completion: u64,
+    /// Of `completion`, reasoning.
+    pub reasoning: u64,
+}
+
+impl Price {
+    /// Flat prices, no tier: see [`Rates::flat`].
+    pub fn flat(input: u64, output: u64) -> Self {
+        Price {
+            base: Rates::flat(input, output),
+            above: Vec::new(),
+        }
+    }
+
+    /// The rates of a call whose prompt is `prompt` tokens: those of the
+    /// highest tier whose threshold it passes, else the base.
+    pub fn at(&self, prompt: u64) -> Rates {
+        self.above
+            .iter()
+            .rev()
+            .find(|(threshold, _)| prompt > *threshold)
+            .map_or(self.base, |(_, r)| *r)
+    }
+
+    /// What a reservation of `prompt` and `output` tokens may cost at most
+    /// (every prompt token at the input price of its tier, every output
+    /// token at the dearer of output and reasoning, the fee), µ$: the
+    /// reservation's spend as every store computes it ([`SpendRates::spend`]).
+    pub fn worst_case(&self, prompt: u64, output: u64) -> u64 {
+        self.at(prompt).worst_case(prompt, output)
+    }
+
+    /// What a call cost, µ$, at the tier its prompt reached; each part at its
+    /// price (parts beyond the whole are capped, so never negative).
+    pub fn actual(&self, used: Billed) -> u64 {
+        let r = self.at(used.prompt);
+        let cached = used.cached.min(used.prompt);
+        let write = used.cache_write.min(used.prompt - cached);
+        let write_1h = used.cache_write_1h.min(used.prompt - cached - write);
+        let reasoning = used.reasoning.min(used.completion);
+        let times = |tokens: u64, price: u64| u128::from(tokens) * u128::from(price);
         ceil_micros(
-            u128::from(prompt - cached) * u128::from(self.input)
-                + u128::from(cached) * u128::from(self.cached_input)
-                + u128::from(completion) * u128::from(self.output),
+            times(used.prompt - cached - write - write_1h, r.input)
+                + times(cached, r.cached_input)
+                + times(write, r.cache_write)
+                + times(write_1h, r.cache_write_1h)
+                + times(used.completion - reasoning, r.output)
+                + times(reasoning, r.reasoning)
+                + times(r.per_call, 1_000_000),
         )
     }
 
-    /// Checks each price; `path` names the section in errors.
+    /// Checks each price and that thresholds ascend; `path` names the
+    /// section in errors.
     pub fn validate(&self, path: &str) -> Result<(), LimitsError> {
-        for (name, v) in [
-            ("input", self.input),
-            ("cached_input", self.cached_input),
-            ("output", self.output),
-        ] {
-            if v > MAX_PRICE_MICROS {
+        let tiers = self.above.iter().enumerate();
+        let all = std::iter::once((path.to_owned(), &self.base))
+            .chain(tiers.map(|(i, (_, r))| (format!("{path}.above[{i}]"), r)));
+        for (at, r) in all {
+            for (name, v) in [
+                ("input", r.input),
+                ("cached_input", r.cached_input),
+                ("cache_write", r.cache_write),
+                ("cache_write_1h", r.cache_write_1h),
+                ("output", r.output),
+                ("reasoning", r.reasoning),
+            ] {
+                if v > MAX_PRICE_MICROS {
+                    return Err(LimitsError::new(
+                        format!("{at}.{name}"),
+                        "at most 1000000 USD per million tokens",
+                    ));
+                }
+            }
+            if r.per_call > MAX_PRICE_MICROS {
                 return Err(LimitsError::new(
-                    format!("{path}.{name}"),
-                    "at most 1000000 USD per million tokens",
+                    format!("{at}.per_call"),
+                    "at most 1000000 USD per call",
+                ));
+            }
+        }
+        for (i, pair) in self.above.windows(2).enumerate() {
+            if pair[1].0 <= pair[0].0 {
+                return Err(LimitsError::new(
+                    format!("{path}.above[{}].prompt_tokens", i + 1),
+                    format!(
+                        "{} is not above the tier before it ({}): list tiers by ascending \
+                         prompt_tokens",
+                        pair[1].0, pair[0].0
+                    ),
                 ));
             }
         }
@@ -74,11 +200,12 @@ pub struct SpendRates {
 }
 
 impl SpendRates {
-    /// The rates of `prompt` tokens and any output at `price`.
-    pub fn new(price: Price, prompt: u64) -> Self {
+    /// The rates of `prompt` tokens (and the call's fee) and any output at
+    /// `rates` (an output token at the dearer of output and reasoning).
+    pub fn new(rates: Rates, prompt: u64) -> Self {
         SpendRates {
-            prompt: prompt as f64 * price.input as f64,
-            output: price.output as f64,
+            prompt: prompt as f64 * rates.input as f64 + rates.per_call as f64 * 1e6,
+            output: rates.output_at_most() as f64,
         }
     }
 
@@ -129,9 +256,20 @@ mod tests {
 
     fn gpt_4o() -> Price {
         Price {
-            input: 2_500_000,
-            cached_input: 1_250_000,
-            output: 10_000_000,
+            base: Rates {
+                cached_input: 1_250_000,
+                ..Rates::flat(2_500_000, 10_000_000)
+            },
+            above: Vec::new(),
+        }
+    }
+
+    fn used(prompt: u64, cached: u64, completion: u64) -> Billed {
+        Billed {
+            prompt,
+            cached,
+            completion,
+            ..Billed::default()
         }
     }
 
@@ -140,11 +278,88 @@ mod tests {
         let p = gpt_4o();
         // 10,000 prompt tokens at $2.50/M = $0.025; 5,000 output at $10/M = $0.05.
         assert_eq!(p.worst_case(10_000, 5_000), 75_000);
-        assert_eq!(p.actual(10_000, 4_000, 1_000), 15_000 + 5_000 + 10_000);
+        assert_eq!(
+            p.actual(used(10_000, 4_000, 1_000)),
+            15_000 + 5_000 + 10_000
+        );
         // One token at $2.50/M is 2.5 µ$: rounded up to 3, once per request.
         assert_eq!(p.worst_case(1, 0), 3);
-        assert_eq!(p.actual(3, 0, 0), 8);
+        assert_eq!(p.actual(used(3, 0, 0)), 8);
         assert_eq!(Price::default().worst_case(1 << 40, 1 << 40), 0);
+    }
+
+    /// Claude Sonnet's way: above 200K prompt tokens the whole call at the
+    /// long-context rates; cache writes at 1.25× and 2× the input price; a
+    /// web search at $0.01 a call; reasoning at the output price.
+    #[test]
+    fn calls_are_priced_as_providers_bill_them() {
+        let base = Rates {
+            cached_input: 300_000,
+            cache_write: 3_750_000,
+            cache_write_1h: 6_000_000,
+            per_call: 10_000,
+            ..Rates::flat(3_000_000, 15_000_000)
+        };
+        let long = Rates {
+            cached_input: 600_000,
+            cache_write: 7_500_000,
+            cache_write_1h: 12_000_000,
+            ..Rates::flat(6_000_000, 22_500_000)
+        };
+        let p = Price {
+            base,
+            above: vec![(
+                200_000,
+                Rates {
+                    per_call: 10_000,
+                    ..long
+                },
+            )],
+        };
+        assert_eq!(p.at(200_000), base, "at the threshold: the base");
+        assert_eq!(p.at(200_001).input, 6_000_000, "above it: the tier");
+        // 100,000 prompt tokens: 10,000 read, 20,000 written for 5 min, 30,000
+        // for an hour, 40,000 plain; 2,000 completion, 500 of them reasoning.
+        let billed = Billed {
+            prompt: 100_000,
+            cached: 10_000,
+            cache_write: 20_000,
+            cache_write_1h: 30_000,
+            completion: 2_000,
+            reasoning: 500,
+        };
+        let parts = 40_000 * 3 + 10_000 * 3 / 10 + 20_000 * 15 / 4 + 30_000 * 6;
+        let cost = parts + 1_500 * 15 + 500 * 15 + 10_000;
+        assert_eq!(p.actual(billed), cost);
+        // The same call past 200K: every part at the long-context rate.
+        let long_call = Billed {
+            prompt: 250_000,
+            ..billed
+        };
+        let long_parts = 190_000 * 6 + 10_000 * 6 / 10 + 20_000 * 15 / 2 + 30_000 * 12;
+        assert_eq!(p.actual(long_call), long_parts + 2_000 * 45 / 2 + 10_000);
+        // Reserved: the prompt at its tier's input price, the output at the
+        // dearer of output and reasoning, the fee.
+        assert_eq!(p.worst_case(250_000, 1_000), 1_500_000 + 22_500 + 10_000);
+        assert_eq!(p.worst_case(100_000, 1_000), 300_000 + 15_000 + 10_000);
+        let dear_reasoning = Price {
+            base: Rates {
+                reasoning: 60_000_000,
+                ..base
+            },
+            above: Vec::new(),
+        };
+        assert_eq!(dear_reasoning.worst_case(0, 1_000), 60_000 + 10_000);
+    }
+
+    #[test]
+    fn tiers_ascend() {
+        let p = Price {
+            base: Rates::flat(1, 1),
+            above: vec![(200_000, Rates::flat(2, 2)), (100_000, Rates::flat(3, 3))],
+        };
+        let err = p.validate("prices.g").unwrap_err();
+        assert_eq!(err.field, "prices.g.above[1].prompt_tokens");
     }
 
     #[test]

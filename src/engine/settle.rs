@@ -6,6 +6,7 @@ use super::shadow::ShadowSettle;
 use super::{Engine, EngineError};
 use crate::domain::budget::Usage;
 use crate::domain::plan::{self, LevelPlan};
+use crate::domain::price::Billed;
 use crate::domain::tier::MAX_COUNT;
 use crate::domain::{Prompt, ReservationId};
 use crate::store::{RenewReply, SettleReply, Settled, Settlement, Store};
@@ -44,6 +45,13 @@ pub struct CommitRequest {
     /// Of `prompt_tokens`, those read from the provider's prompt cache (at
     /// most `prompt_tokens`).
     pub cached_prompt_tokens: u64,
+    /// Of `prompt_tokens`, those written to the provider's cache for 5
+    /// minutes (with the cached ones and the next, at most `prompt_tokens`).
+    pub cache_write_prompt_tokens: u64,
+    /// Of `prompt_tokens`, those written to the provider's cache for an hour.
+    pub cache_write_1h_prompt_tokens: u64,
+    /// Of the completion, its reasoning tokens.
+    pub reasoning_tokens: u64,
 }
 
 /// The answer to Commit.
@@ -122,6 +130,9 @@ impl<S: Store> Engine<S> {
             prompt_tokens: prompt,
             completion,
             cached_prompt_tokens,
+            cache_write_prompt_tokens,
+            cache_write_1h_prompt_tokens,
+            reasoning_tokens,
         } = req;
         // A count of the delivered text comes with a prompt the gateway only
         // knew as reserved: nothing for the estimator to learn from.
@@ -132,7 +143,17 @@ impl<S: Store> Engine<S> {
         let usage = Usage {
             learn,
             output_kept: self.output_kept(&id),
-            ..self.usage(&id, prompt, completion, cached_prompt_tokens)
+            ..self.usage(
+                &id,
+                Billed {
+                    prompt,
+                    cached: cached_prompt_tokens,
+                    cache_write: cache_write_prompt_tokens,
+                    cache_write_1h: cache_write_1h_prompt_tokens,
+                    completion,
+                    reasoning: reasoning_tokens,
+                },
+            )
         };
         let levels = self.settlement_levels(&id);
         let s = Settlement {
@@ -208,20 +229,22 @@ impl<S: Store> Engine<S> {
     }
 
     /// The usage as the reservation's buckets count it: cached prompt tokens
-    /// leave the input count when the reservation's model group says so.
-    fn usage(&self, id: &ReservationId, prompt: u64, completion: u64, cached: u64) -> Usage {
+    /// leave the input count when the reservation's model group says so; the
+    /// cost as the provider bills it.
+    fn usage(&self, id: &ReservationId, used: Billed) -> Usage {
         let limits = self.limits();
+        let (prompt, cached) = (used.prompt, used.cached);
         let uncounted = match limits.models.get(&id.group) {
             Some(g) if !g.cached_input_counts => cached,
             _ => 0,
         };
-        let price = limits.prices.get(&id.group).copied().unwrap_or_default();
+        let cost = limits.prices.get(&id.group).map_or(0, |p| p.actual(used));
         Usage {
-            tokens: prompt + completion,
+            tokens: prompt + used.completion,
             prompt,
             input: prompt - uncounted,
             cached,
-            cost: price.actual(prompt, cached, completion),
+            cost,
             learn: true,
             output_kept: 0,
         }

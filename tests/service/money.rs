@@ -15,6 +15,7 @@ on_every_store!(
     a_monthly_budget_denies_once_committed_spend_reaches_it,
     a_refund_returns_the_reserved_spend,
     a_model_without_a_price_costs_nothing_or_is_refused,
+    calls_are_priced_as_the_provider_bills_them,
 );
 
 const BUDGET: &str = r#"
@@ -169,4 +170,117 @@ async fn a_model_without_a_price_costs_nothing_or_is_refused(backend: Backend) {
     assert!(err.message().contains("no price"), "{err:?}");
     assert!(call(&mut h.client, ask("gpt-4o")).await.allowed);
     h.stop().await;
+}
+
+/// Claude Sonnet's prices: above 200K prompt tokens the whole call at the
+/// long-context rates; 5-minute and 1-hour cache writes; a fee per call.
+const PROVIDER: &str = r#"
+[models.sonnet]
+match = ["claude-sonnet*"]
+
+[prices.sonnet]
+input = 3.00
+cached_input = 0.30
+cache_write = 3.75
+cache_write_1h = 6.00
+output = 15.00
+per_call = 0.01
+
+[[prices.sonnet.above]]
+prompt_tokens = 200000
+input = 6.00
+cached_input = 0.60
+cache_write = 7.50
+cache_write_1h = 12.00
+output = 22.50
+
+[tiers.t]
+max_context_tokens = 1000000
+default_max_output_tokens = 100
+tenant = { spend = [{ limit_usd = 100.00, window = "month" }] }
+"#;
+
+async fn calls_are_priced_as_the_provider_bills_them(backend: Backend) {
+    let mut h = Harness::start(backend, PROVIDER).await;
+    let c = &mut h.client;
+    let ask = |prompt| pb::CheckAndReserveRequest {
+        model: "claude-sonnet-4".into(),
+        ..reserve("acme", "", "t", prompt, 1_000)
+    };
+    // Reserved at the tier the prompt falls in: 250,000 × $6/M + 1,000 ×
+    // $22.50/M + $0.01; 150,000 × $3/M + 1,000 × $15/M + $0.01.
+    let long = call(c, ask(250_000)).await;
+    assert!(long.allowed, "{long:?}");
+    assert_eq!(spend_left(&long), 100_000_000 - 1_532_500);
+    let short = call(c, ask(150_000)).await;
+    assert_eq!(spend_left(&short), 100_000_000 - 1_532_500 - 475_000);
+    // Committed as billed: of the prompt 10,000 read from the cache, 20,000
+    // and 30,000 written for 5 minutes and an hour; 500 of 2,000 output
+    // tokens reasoning (at the output price, the default).
+    let billed = |id: &str, prompt| pb::CommitRequest {
+        reservation_id: id.into(),
+        prompt_tokens: prompt,
+        completion_tokens: 2_000,
+        cached_prompt_tokens: 10_000,
+        cache_write_prompt_tokens: 20_000,
+        cache_write_1h_prompt_tokens: 30_000,
+        reasoning_tokens: 500,
+        ..Default::default()
+    };
+    // Malformed parts are refused and change nothing.
+    for (bad, field) in [
+        (
+            pb::CommitRequest {
+                cache_write_1h_prompt_tokens: 230_000,
+                ..billed(&long.reservation_id, 250_000)
+            },
+            "cache_write_1h_prompt_tokens",
+        ),
+        (
+            pb::CommitRequest {
+                reasoning_tokens: 2_001,
+                ..billed(&long.reservation_id, 250_000)
+            },
+            "reasoning_tokens",
+        ),
+        (
+            pb::CommitRequest {
+                completion_tokens: 0,
+                completion_text: "Hello".into(),
+                ..billed(&long.reservation_id, 250_000)
+            },
+            "reasoning_tokens",
+        ),
+    ] {
+        let err = c.commit(bad).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+        assert!(err.message().starts_with(field), "{}", err.message());
+    }
+    let cost = |r: tonic::Response<pb::CommitResponse>| {
+        let r = r.into_inner();
+        assert_eq!(r.outcome(), pb::Outcome::Applied);
+        r.cost_micros
+    };
+    let long_cost = cost(
+        c.commit(billed(&long.reservation_id, 250_000))
+            .await
+            .unwrap(),
+    );
+    let long_parts = 190_000 * 6 + 10_000 * 6 / 10 + 20_000 * 15 / 2 + 30_000 * 12;
+    assert_eq!(long_cost, long_parts + 2_000 * 45 / 2 + 10_000);
+    // Under 200K, the base rates; the reservation's tier does not matter.
+    let short_cost = cost(
+        c.commit(billed(&short.reservation_id, 100_000))
+            .await
+            .unwrap(),
+    );
+    let short_parts = 40_000 * 3 + 10_000 * 3 / 10 + 20_000 * 15 / 4 + 30_000 * 6;
+    assert_eq!(short_cost, short_parts + 2_000 * 15 + 10_000);
+    // The spend limit holds what was billed.
+    let after = call(c, ask(1)).await;
+    let one = 3 + 15_000 + 10_000;
+    assert_eq!(
+        spend_left(&after),
+        100_000_000 - long_cost as i64 - short_cost as i64 - one
+    );
 }

@@ -515,6 +515,9 @@ impl<S: Store> Session<S> {
                     prompt_tokens,
                     completion,
                     cached_prompt_tokens,
+                    cache_write_prompt_tokens: 0,
+                    cache_write_1h_prompt_tokens: 0,
+                    reasoning_tokens: 0,
                 };
                 Box::pin(self.engine.commit(req)).await.map(|_| how)
             }

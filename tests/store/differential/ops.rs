@@ -7,7 +7,7 @@ use ctxbudget::domain::budget::ChargePlan;
 use ctxbudget::domain::budget::ledger::Period;
 use ctxbudget::domain::mix::{self, PromptMix};
 use ctxbudget::domain::output::OverrunCredit;
-use ctxbudget::domain::price::Price;
+use ctxbudget::domain::price::Rates;
 use ctxbudget::domain::window::{Window, WindowKind};
 use ctxbudget::domain::{
     Dimension, IdempotencyKey, Level, LevelLimits, LevelPlan, ModelGroup, ReservationId,
@@ -481,13 +481,19 @@ impl Gen {
         };
         let grouped = levels.iter().any(|l| l.group.is_some());
         let price = match self.rng.random_range(0..4) {
-            0 => Price::default(),
+            0 => Rates::default(),
             _ => {
                 let input = self.rng.random_range(0..=20_000_000);
-                Price {
-                    input,
+                let output: u64 = self.rng.random_range(0..=80_000_000);
+                Rates {
                     cached_input: self.rng.random_range(0..=input),
-                    output: self.rng.random_range(0..=80_000_000),
+                    // Reasoning dearer than output sometimes, and a fee.
+                    reasoning: self.rng.random_range(0..=output.saturating_mul(2)),
+                    per_call: match self.rng.random_bool(0.3) {
+                        true => self.rng.random_range(1..=50_000),
+                        false => 0,
+                    },
+                    ..Rates::flat(input, output)
                 }
             }
         };

@@ -110,6 +110,9 @@ class AsyncBudgetClient:
         cached_prompt_tokens: int = 0,
         *,
         completion_text: str = "",
+        cache_write_prompt_tokens: int = 0,
+        cache_write_1h_prompt_tokens: int = 0,
+        reasoning_tokens: int = 0,
         timeout: float | None = None,
     ) -> pb.CommitResponse:
         """See ``BudgetClient.commit``."""
@@ -119,6 +122,9 @@ class AsyncBudgetClient:
             completion_tokens=completion_tokens,
             cached_prompt_tokens=cached_prompt_tokens,
             completion_text=completion_text,
+            cache_write_prompt_tokens=cache_write_prompt_tokens,
+            cache_write_1h_prompt_tokens=cache_write_1h_prompt_tokens,
+            reasoning_tokens=reasoning_tokens,
         )
         return await self._call(self._stub.Commit, req, timeout)
 

@@ -143,17 +143,26 @@ class BudgetClient:
         cached_prompt_tokens: int = 0,
         *,
         completion_text: str = "",
+        cache_write_prompt_tokens: int = 0,
+        cache_write_1h_prompt_tokens: int = 0,
+        reasoning_tokens: int = 0,
         timeout: float | None = None,
     ) -> pb.CommitResponse:
         """Commit the real usage; ``completion_text`` instead of
         ``completion_tokens`` when the upstream reported none (the service
-        counts it)."""
+        counts it). The cache reads and writes are parts of ``prompt_tokens``
+        (add Anthropic's ``input_tokens``, ``cache_creation_input_tokens`` and
+        ``cache_read_input_tokens`` into it); ``reasoning_tokens`` part of
+        ``completion_tokens``; each priced at the model group's price for it."""
         req = pb.CommitRequest(
             reservation_id=reservation_id,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             cached_prompt_tokens=cached_prompt_tokens,
             completion_text=completion_text,
+            cache_write_prompt_tokens=cache_write_prompt_tokens,
+            cache_write_1h_prompt_tokens=cache_write_1h_prompt_tokens,
+            reasoning_tokens=reasoning_tokens,
         )
         return self._call(self._stub.Commit, req, timeout)
 

@@ -217,18 +217,24 @@ class CheckAndReserveResponse(_message.Message):
     def __init__(self, allowed: _Optional[bool] = ..., reservation_id: _Optional[str] = ..., reason: _Optional[_Union[Reason, str]] = ..., limiting_level: _Optional[_Union[Level, str]] = ..., retry_after_ms: _Optional[int] = ..., reserved_tokens: _Optional[int] = ..., limits: _Optional[_Iterable[_Union[LimitStatus, _Mapping]]] = ..., detail: _Optional[str] = ..., limiting_dimension: _Optional[_Union[Dimension, str]] = ..., limiting_period_seconds: _Optional[int] = ..., lease_expires_in_ms: _Optional[int] = ..., replayed: _Optional[bool] = ..., max_output_tokens: _Optional[int] = ..., estimated_prompt_tokens: _Optional[int] = ..., estimator_multiplier: _Optional[float] = ..., granted_max_output_tokens: _Optional[int] = ..., shadow_denied: _Optional[bool] = ..., shadow_reason: _Optional[_Union[Reason, str]] = ..., shadow_limiting_level: _Optional[_Union[Level, str]] = ..., shadow_detail: _Optional[str] = ..., degraded: _Optional[bool] = ..., limiting_model_group: _Optional[str] = ..., reserved_output_tokens: _Optional[int] = ..., chosen_model: _Optional[str] = ..., skipped_candidates: _Optional[_Iterable[_Union[SkippedCandidate, _Mapping]]] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
-    __slots__ = ("reservation_id", "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "completion_text")
+    __slots__ = ("reservation_id", "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "completion_text", "cache_write_prompt_tokens", "cache_write_1h_prompt_tokens", "reasoning_tokens")
     RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHED_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_TEXT_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_1H_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REASONING_TOKENS_FIELD_NUMBER: _ClassVar[int]
     reservation_id: str
     prompt_tokens: int
     completion_tokens: int
     cached_prompt_tokens: int
     completion_text: str
-    def __init__(self, reservation_id: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., completion_text: _Optional[str] = ...) -> None: ...
+    cache_write_prompt_tokens: int
+    cache_write_1h_prompt_tokens: int
+    reasoning_tokens: int
+    def __init__(self, reservation_id: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., completion_text: _Optional[str] = ..., cache_write_prompt_tokens: _Optional[int] = ..., cache_write_1h_prompt_tokens: _Optional[int] = ..., reasoning_tokens: _Optional[int] = ...) -> None: ...
 
 class CommitResponse(_message.Message):
     __slots__ = ("outcome", "token_delta", "estimation_ratio", "estimation_error_tokens", "cost_micros", "completion_tokens")
