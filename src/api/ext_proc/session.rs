@@ -13,7 +13,7 @@
 use super::answer::{Changes, Part, Refusal, pass_headers, proceed};
 use super::llm_request::{Api, LlmRequest, NotRead};
 use super::reading::{Reading, RequestHead};
-use super::usage::AnswerReader;
+use super::usage::{AnswerReader, Usage};
 use crate::api::auth;
 use crate::api::http::reservation_headers;
 use crate::config::OtherRequests;
@@ -480,44 +480,37 @@ impl<S: Store> Session<S> {
         let Some(held) = self.held.take() else { return };
         let answer = self.answer.as_mut();
         let delivered = answer.as_ref().is_some_and(|a| a.delivered_bytes() > 0);
+        let reserved = Usage {
+            prompt_tokens: held.prompt_tokens,
+            ..Usage::default()
+        };
         let commit = match answer {
             // Unreadable: charged as the grant, the most it can be.
             Some(_) if delivered && self.encoded => Some((
                 "delivered",
-                held.prompt_tokens,
+                reserved,
                 Completion::Tokens(held.granted_output),
-                0,
             )),
             Some(a) => match a.usage() {
-                Some(u) => Some((
-                    "usage",
-                    u.prompt_tokens,
-                    Completion::Tokens(u.completion_tokens),
-                    u.cached_prompt_tokens,
-                )),
+                Some(u) => Some(("usage", u, Completion::Tokens(u.completion_tokens))),
                 None if delivered => {
-                    let (prompt, cached) = a.reported_prompt().unwrap_or((held.prompt_tokens, 0));
-                    Some((
-                        "delivered",
-                        prompt,
-                        Completion::Text(a.delivered_text()),
-                        cached,
-                    ))
+                    let prompt = a.reported_prompt().unwrap_or(reserved);
+                    Some(("delivered", prompt, Completion::Text(a.delivered_text())))
                 }
                 None => None,
             },
             None => None,
         };
         let result = match commit {
-            Some((how, prompt_tokens, completion, cached_prompt_tokens)) => {
+            Some((how, u, completion)) => {
                 let req = CommitRequest {
                     id: held.id.clone(),
-                    prompt_tokens,
+                    prompt_tokens: u.prompt_tokens,
                     completion,
-                    cached_prompt_tokens,
-                    cache_write_prompt_tokens: 0,
-                    cache_write_1h_prompt_tokens: 0,
-                    reasoning_tokens: 0,
+                    cached_prompt_tokens: u.cached_prompt_tokens,
+                    cache_write_prompt_tokens: u.cache_write_prompt_tokens,
+                    cache_write_1h_prompt_tokens: u.cache_write_1h_prompt_tokens,
+                    reasoning_tokens: u.reasoning_tokens,
                 };
                 Box::pin(self.engine.commit(req)).await.map(|_| how)
             }

@@ -27,6 +27,12 @@ pub struct Usage {
     pub completion_tokens: u64,
     /// Of the prompt, tokens read from the provider's cache.
     pub cached_prompt_tokens: u64,
+    /// Of the prompt, tokens written to the cache for 5 minutes.
+    pub cache_write_prompt_tokens: u64,
+    /// Of the prompt, tokens written to the cache for an hour.
+    pub cache_write_1h_prompt_tokens: u64,
+    /// Of the completion, reasoning tokens.
+    pub reasoning_tokens: u64,
 }
 
 /// The longest answer kept to read (a whole JSON body; one event of a
@@ -48,6 +54,9 @@ pub struct AnswerReader {
     prompt: Option<u64>,
     completion: Option<u64>,
     cached: u64,
+    /// Written to the cache for 5 minutes and for an hour.
+    cache_write: (u64, u64),
+    reasoning: u64,
     /// Whether the usage is whole (Anthropic streams report it in two parts).
     complete: bool,
     /// Body bytes passed on to the caller.
@@ -75,6 +84,8 @@ impl AnswerReader {
             prompt: None,
             completion: None,
             cached: 0,
+            cache_write: (0, 0),
+            reasoning: 0,
             complete: false,
             delivered: 0,
             overflowed: false,
@@ -158,20 +169,32 @@ impl AnswerReader {
 
     /// The usage, when the provider reported all of it.
     pub fn usage(&self) -> Option<Usage> {
-        match (self.complete, self.prompt, self.completion) {
-            (true, Some(prompt), Some(completion)) => Some(Usage {
-                prompt_tokens: prompt,
+        match (self.complete, self.completion) {
+            (true, Some(completion)) => Some(Usage {
                 completion_tokens: completion,
-                cached_prompt_tokens: self.cached.min(prompt),
+                reasoning_tokens: self.reasoning.min(completion),
+                ..self.reported_prompt()?
             }),
             _ => None,
         }
     }
 
-    /// The prompt tokens the provider reported, if it did (an Anthropic
-    /// stream cut after `message_start`).
-    pub fn reported_prompt(&self) -> Option<(u64, u64)> {
-        self.prompt.map(|p| (p, self.cached.min(p)))
+    /// The prompt the provider reported, with its parts, if it did (an
+    /// Anthropic stream cut after `message_start`); no completion.
+    pub fn reported_prompt(&self) -> Option<Usage> {
+        let prompt = self.prompt?;
+        // The parts, as far as the whole holds them.
+        let cached = self.cached.min(prompt);
+        let write = self.cache_write.0.min(prompt - cached);
+        let write_1h = self.cache_write.1.min(prompt - cached - write);
+        Some(Usage {
+            prompt_tokens: prompt,
+            completion_tokens: 0,
+            cached_prompt_tokens: cached,
+            cache_write_prompt_tokens: write,
+            cache_write_1h_prompt_tokens: write_1h,
+            reasoning_tokens: 0,
+        })
     }
 
     /// The completion text delivered: what the stream carried, or for a JSON
@@ -314,18 +337,37 @@ impl AnswerReader {
             .and_then(|d| d.get("cached_tokens"))
             .and_then(Value::as_u64)
             .unwrap_or(0);
+        // Chat's completion_tokens_details, Responses' output_tokens_details.
+        self.reasoning = ["completion_tokens_details", "output_tokens_details"]
+            .iter()
+            .find_map(|k| u.get(*k))
+            .and_then(|d| d.get("reasoning_tokens"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
         self.complete = self.prompt.is_some() && self.completion.is_some();
     }
 
     /// Anthropic's prompt: uncached input plus what was read from and written
-    /// to the cache; cached = read from it.
+    /// to the cache; cached = read from it; written = its 5-minute and 1-hour
+    /// parts (`cache_creation`), or all of it for 5 minutes.
     fn anthropic_prompt(&mut self, u: &Value) {
         let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
         if u.get("input_tokens").is_some() {
-            self.prompt = Some(
-                n("input_tokens") + n("cache_read_input_tokens") + n("cache_creation_input_tokens"),
-            );
+            let written = n("cache_creation_input_tokens");
+            self.prompt = Some(n("input_tokens") + n("cache_read_input_tokens") + written);
             self.cached = n("cache_read_input_tokens");
+            let ttl = |k: &str| {
+                u.get("cache_creation")
+                    .and_then(|c| c.get(k))
+                    .and_then(Value::as_u64)
+            };
+            self.cache_write = match (
+                ttl("ephemeral_5m_input_tokens"),
+                ttl("ephemeral_1h_input_tokens"),
+            ) {
+                (None, None) => (written, 0),
+                (five, hour) => (five.unwrap_or(0), hour.unwrap_or(0)),
+            };
         }
     }
 
@@ -413,6 +455,7 @@ mod tests {
                 prompt_tokens: 12,
                 completion_tokens: 3,
                 cached_prompt_tokens: 4,
+                ..Usage::default()
             };
             assert_eq!(r.usage(), Some(want), "cut every {step} bytes");
             assert_eq!(r.delivered_text(), "Héllo");
@@ -457,7 +500,8 @@ mod tests {
         );
         let mut cut = read("text/event-stream", body.as_bytes(), 7);
         assert_eq!(cut.usage(), None, "no message_delta yet");
-        assert_eq!(cut.reported_prompt(), Some((15, 5)));
+        let prompt = cut.reported_prompt().unwrap();
+        assert_eq!((prompt.prompt_tokens, prompt.cached_prompt_tokens), (15, 5));
         assert_eq!(cut.delivered_text(), "Hi");
         let whole = format!(
             "{body}event: message_delta\ndata: {{\"type\":\"message_delta\",\"usage\":{{\"output_tokens\":9}}}}\n\n"
@@ -482,5 +526,34 @@ mod tests {
         let responses_event = "data: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":4}}}\n\n";
         let r = read("text/event-stream", responses_event.as_bytes(), 2);
         assert_eq!(r.usage().map(|u| u.completion_tokens), Some(4));
+    }
+
+    #[test]
+    fn cache_writes_and_reasoning_are_read_apart() {
+        // Anthropic: the 5-minute and 1-hour writes, or all of it for 5 minutes.
+        let split = br#"{"type":"message","usage":{"input_tokens":6,"cache_read_input_tokens":3,"cache_creation_input_tokens":10,"cache_creation":{"ephemeral_5m_input_tokens":4,"ephemeral_1h_input_tokens":6},"output_tokens":2}}"#;
+        let u = read("application/json", split, 5).usage().unwrap();
+        assert_eq!(
+            (u.prompt_tokens, u.cached_prompt_tokens),
+            (19, 3),
+            "input, read and written"
+        );
+        assert_eq!(
+            (u.cache_write_prompt_tokens, u.cache_write_1h_prompt_tokens),
+            (4, 6)
+        );
+        let whole = br#"{"type":"message","usage":{"input_tokens":6,"cache_creation_input_tokens":10,"output_tokens":2}}"#;
+        let u = read("application/json", whole, 5).usage().unwrap();
+        assert_eq!(
+            (u.cache_write_prompt_tokens, u.cache_write_1h_prompt_tokens),
+            (10, 0)
+        );
+        // OpenAI chat and Responses: reasoning within the completion.
+        let chat = br#"{"usage":{"prompt_tokens":7,"completion_tokens":20,"completion_tokens_details":{"reasoning_tokens":12}}}"#;
+        let responses = br#"{"object":"response","usage":{"input_tokens":7,"output_tokens":20,"output_tokens_details":{"reasoning_tokens":12}}}"#;
+        for body in [&chat[..], responses] {
+            let u = read("application/json", body, 4).usage().unwrap();
+            assert_eq!((u.completion_tokens, u.reasoning_tokens), (20, 12));
+        }
     }
 }
