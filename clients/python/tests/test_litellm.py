@@ -673,3 +673,30 @@ def test_the_session_setting_reads_what_it_names_or_nothing(monkeypatch):
         asyncio.run(run())
     finally:
         service.stop()
+
+
+def test_litellm_usage_objects_give_their_priced_parts() -> None:
+    """LiteLLM's own Usage: cache reads and writes (with their TTLs) and
+    reasoning tokens reach the Commit, within their whole."""
+    from litellm.types.utils import Usage as LiteLLMUsage
+
+    from ctxbudget.litellm import _usage_of
+
+    anthropic = LiteLLMUsage(
+        prompt_tokens=1_000,
+        completion_tokens=50,
+        cache_read_input_tokens=300,
+        cache_creation_input_tokens=200,
+    )
+    u = _usage_of(anthropic)
+    assert u is not None
+    assert (u.prompt_tokens, u.cached_prompt_tokens, u.cache_write_prompt_tokens) == (1_000, 300, 200)
+    openai = LiteLLMUsage(prompt_tokens=100, completion_tokens=80, reasoning_tokens=60)
+    u = _usage_of(openai)
+    assert u is not None and (u.completion_tokens, u.reasoning_tokens) == (80, 60)
+    # Anthropic's own shape, the TTLs apart.
+    native = {"input_tokens": 10, "cache_read_input_tokens": 5, "cache_creation_input_tokens": 30,
+              "cache_creation": {"ephemeral_5m_input_tokens": 10, "ephemeral_1h_input_tokens": 20}, "output_tokens": 3}
+    u = _usage_of(native)
+    assert u is not None
+    assert (u.prompt_tokens, u.cache_write_prompt_tokens, u.cache_write_1h_prompt_tokens) == (45, 10, 20)

@@ -281,6 +281,12 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int
     cached_prompt_tokens: int = 0
+    #: Of the prompt, written to the provider's cache for 5 minutes.
+    cache_write_prompt_tokens: int = 0
+    #: Of the prompt, written to the cache for an hour.
+    cache_write_1h_prompt_tokens: int = 0
+    #: Of the completion, reasoning tokens.
+    reasoning_tokens: int = 0
 
 
 class ReservationState:
@@ -348,9 +354,27 @@ class ReservationState:
         """``x-ratelimit-*`` headers for the gateway's own answer."""
         return http_status_and_headers(self.response)[1] if self.response else {}
 
-    def set_usage(self, prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int = 0) -> None:
-        """The upstream's usage: committed when the call settles."""
-        self.usage = Usage(prompt_tokens, completion_tokens, cached_prompt_tokens)
+    def set_usage(
+        self,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_prompt_tokens: int = 0,
+        *,
+        cache_write_prompt_tokens: int = 0,
+        cache_write_1h_prompt_tokens: int = 0,
+        reasoning_tokens: int = 0,
+    ) -> None:
+        """The upstream's usage: committed when the call settles. The cache
+        reads and writes are parts of ``prompt_tokens``, the reasoning tokens
+        of ``completion_tokens`` (each priced at its own price)."""
+        self.usage = Usage(
+            prompt_tokens,
+            completion_tokens,
+            cached_prompt_tokens,
+            cache_write_prompt_tokens,
+            cache_write_1h_prompt_tokens,
+            reasoning_tokens,
+        )
 
     def record_output(self, text: str = "") -> None:
         """Output reached the caller (a streamed chunk; ``text`` is its part
@@ -383,6 +407,9 @@ class ReservationState:
                 prompt_tokens=self.usage.prompt_tokens,
                 completion_tokens=self.usage.completion_tokens,
                 cached_prompt_tokens=self.usage.cached_prompt_tokens,
+                cache_write_prompt_tokens=self.usage.cache_write_prompt_tokens,
+                cache_write_1h_prompt_tokens=self.usage.cache_write_1h_prompt_tokens,
+                reasoning_tokens=self.usage.reasoning_tokens,
             )
         if self._delivered:
             return pb.CommitRequest(

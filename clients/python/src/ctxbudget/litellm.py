@@ -113,7 +113,7 @@ from typing import Any
 
 from fastapi import HTTPException
 
-from ._common import ReservationState, check_on_unavailable, text_of
+from ._common import ReservationState, Usage, check_on_unavailable, text_of
 from .aio import AsyncBudgetClient
 from .errors import BudgetDenied, BudgetError
 
@@ -357,7 +357,14 @@ class CtxBudgetHook(CustomLogger):
             return
         usage = _usage(kwargs, response_obj)
         if usage is not None:
-            r.set_usage(*usage)
+            r.set_usage(
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                usage.cached_prompt_tokens,
+                cache_write_prompt_tokens=usage.cache_write_prompt_tokens,
+                cache_write_1h_prompt_tokens=usage.cache_write_1h_prompt_tokens,
+                reasoning_tokens=usage.reasoning_tokens,
+            )
         await self.client.settle(r)
 
     async def async_log_failure_event(self, kwargs: dict[str, Any], response_obj: Any, start_time: Any, end_time: Any) -> None:
@@ -410,39 +417,61 @@ def _chunk_text(chunk: Any) -> str:
     return "".join(out)
 
 
-def _usage_of(usage: Any) -> tuple[int, int, int] | None:
-    """(prompt, completion, cached prompt) tokens from a usage in OpenAI's
-    chat shape, the Responses API's, or Anthropic's (whose input_tokens
-    leave out the cache reads and writes)."""
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, (int, float)) else 0
+
+
+def _billed(prompt: int, completion: int, cached: int, usage: Any, write: int) -> Usage:
+    """The usage with its priced parts: cache writes (``write`` of them,
+    split by TTL where the usage says, else all for 5 minutes) and reasoning
+    tokens; parts held within their whole, so a Commit never refuses them."""
+    ttl = _get(usage, "cache_creation_token_details") or _get(usage, "cache_creation")
+    five, hour = (_int(_get(ttl, "ephemeral_5m_input_tokens")), _int(_get(ttl, "ephemeral_1h_input_tokens"))) if ttl else (0, 0)
+    if not (five or hour):
+        five = write
+    cached = min(cached, prompt)
+    five = min(five, prompt - cached)
+    hour = min(hour, prompt - cached - five)
+    details = _get(usage, "completion_tokens_details") or _get(usage, "output_tokens_details")
+    reasoning = min(_int(_get(details, "reasoning_tokens")) if details else 0, completion)
+    return Usage(prompt, completion, cached, five, hour, reasoning)
+
+
+def _usage_of(usage: Any) -> Usage | None:
+    """The tokens of a usage in OpenAI's chat shape (as LiteLLM reports
+    every provider's, cache writes in ``prompt_tokens_details.cache_write_tokens``
+    or ``cache_creation_input_tokens``), the Responses API's, or Anthropic's
+    (whose input_tokens leave out the cache reads and writes)."""
     prompt, completion = _get(usage, "prompt_tokens"), _get(usage, "completion_tokens")
-    cache_read = _get(usage, "cache_read_input_tokens") or 0
+    cache_read = _int(_get(usage, "cache_read_input_tokens"))
+    cache_write = _int(_get(usage, "cache_creation_input_tokens"))
     if prompt is not None or completion is not None:
         details = _get(usage, "prompt_tokens_details")
-        cached = (_get(details, "cached_tokens") if details else 0) or cache_read
-        return int(prompt or 0), int(completion or 0), int(cached or 0)
+        cached = (_int(_get(details, "cached_tokens")) if details else 0) or cache_read
+        written = (_int(_get(details, "cache_write_tokens")) if details else 0) or cache_write
+        return _billed(_int(prompt), _int(completion), cached, usage, written)
     inputs, outputs = _get(usage, "input_tokens"), _get(usage, "output_tokens")
     if inputs is None and outputs is None:
         return None
-    cache_write = _get(usage, "cache_creation_input_tokens") or 0
     if cache_read or cache_write:
-        return int(inputs or 0) + int(cache_read) + int(cache_write), int(outputs or 0), int(cache_read)
+        return _billed(_int(inputs) + cache_read + cache_write, _int(outputs), cache_read, usage, cache_write)
     details = _get(usage, "input_tokens_details")
-    cached = (_get(details, "cached_tokens") if details else 0) or 0
-    return int(inputs or 0), int(outputs or 0), int(cached)
+    cached = _int(_get(details, "cached_tokens")) if details else 0
+    return _billed(_int(inputs), _int(outputs), cached, usage, 0)
 
 
-def _usage(kwargs: dict[str, Any], response_obj: Any) -> tuple[int, int, int] | None:
-    """(prompt, completion, cached prompt) tokens of a finished call: the
-    response's usage, or for a stream the one LiteLLM assembled."""
+def _usage(kwargs: dict[str, Any], response_obj: Any) -> Usage | None:
+    """The tokens of a finished call: the response's usage, or for a
+    stream the one LiteLLM assembled."""
     for source in (kwargs.get("async_complete_streaming_response"), kwargs.get("complete_streaming_response"), response_obj):
         usage = _get(source, "usage") if source is not None else None
         if usage:
             found = _usage_of(usage)
-            if found is not None and any(found):
+            if found is not None and (found.prompt_tokens or found.completion_tokens):
                 return found
     slo = kwargs.get("standard_logging_object") or {}
     if slo.get("total_tokens"):
-        return int(slo.get("prompt_tokens", 0)), int(slo.get("completion_tokens", 0)), 0
+        return Usage(int(slo.get("prompt_tokens", 0)), int(slo.get("completion_tokens", 0)))
     return None
 
 
