@@ -125,9 +125,21 @@ async def settle(r: Any, *, failed: bool = False) -> None:
         log.warning("settling %s failed: %s", r.reservation_id, e)
 
 
-def usage_of(u: dict[str, Any]) -> tuple[int, int, int]:
-    cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-    return int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0)), int(cached)
+def usage_of(u: dict[str, Any]) -> dict[str, int]:
+    """An OpenAI usage as ``set_usage`` takes it: the prompt with its cache
+    reads and writes, the completion with its reasoning tokens (each priced
+    at the model group's price for it)."""
+    details = u.get("prompt_tokens_details") or {}
+    reasoning = (u.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
+    prompt, completion = int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0))
+    cached = min(int(details.get("cached_tokens") or 0), prompt)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "cached_prompt_tokens": cached,
+        "cache_write_prompt_tokens": min(int(details.get("cache_write_tokens") or 0), prompt - cached),
+        "reasoning_tokens": min(int(reasoning), completion),
+    }
 
 
 @app.post("/v1/chat/completions")
@@ -180,7 +192,7 @@ async def chat_completions(request: Request) -> Response:
 
     if not stream:
         data = resp.json()
-        r.set_usage(*usage_of(data.get("usage") or {}))
+        r.set_usage(**usage_of(data.get("usage") or {}))
         await settle(r)
         return JSONResponse(data, headers=r.headers)
 
@@ -194,7 +206,7 @@ async def chat_completions(request: Request) -> Response:
                 if line.startswith("data: ") and line != "data: [DONE]":
                     chunk = json.loads(line[6:])
                     if chunk.get("usage"):
-                        r.set_usage(*usage_of(chunk["usage"]))
+                        r.set_usage(**usage_of(chunk["usage"]))
                         if not chunk.get("choices") and not wants_usage:
                             continue
                     text = text_of(chunk)
