@@ -22,7 +22,9 @@ pub enum PricesCmd {
         group: String,
     },
     /// Set a group's prices from a TOML or JSON document (`-`: stdin):
-    /// input, output and optionally cached_input, USD per million tokens.
+    /// input, output and optionally cached_input, cache_write, cache_write_1h,
+    /// reasoning (USD per million tokens), per_call (USD a call) and
+    /// [[above]] long-context tiers.
     Set {
         /// The model group.
         group: String,
@@ -64,7 +66,7 @@ pub(super) async fn prices(cmd: PricesCmd, args: AdminArgs) -> anyhow::Result<()
             print_document(
                 &[
                     format!(
-                        "Prices of model group {group}, USD per million tokens (configuration \
+                        "Prices of model group {group}, USD per million tokens, per_call USD a call (configuration \
                          version {}).",
                         doc.version
                     ),

@@ -114,9 +114,10 @@ impl Price {
             .map_or(self.base, |(_, r)| *r)
     }
 
-    /// What a reservation of `prompt` and `output` tokens may cost at most
-    /// (every prompt token at the input price of its tier, every output
-    /// token at the dearer of output and reasoning, the fee), µ$: the
+    /// What a reservation of `prompt` and `output` tokens holds: every prompt
+    /// token at the input price of its tier (cache writes dearer than input
+    /// are charged at Commit, as tokens above a reservation are), every
+    /// output token at the dearer of output and reasoning, the fee, µ$: the
     /// reservation's spend as every store computes it ([`SpendRates::spend`]).
     pub fn worst_case(&self, prompt: u64, output: u64) -> u64 {
         self.at(prompt).worst_case(prompt, output)
@@ -193,7 +194,7 @@ impl Price {
 /// `op`). Exact while tokens × price stays below 2⁵³ (any real price).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct SpendRates {
-    /// The prompt at the input price, µ$ × 10⁶.
+    /// The prompt at the input price and the call's fee, µ$ × 10⁶.
     pub prompt: f64,
     /// The output price, µ$ per million tokens.
     pub output: f64,

@@ -575,8 +575,12 @@ def test_a_sessions_third_call_is_denied_and_another_session_passes(setup):
 
     def call(i: int, path: str = "/v1/chat/completions", headers: dict[str, str] | None = None, **body) -> httpx.Response:
         body = {"model": "gpt-4o", **({"input": "One step."} if path == "/v1/responses" else {"messages": chat}), **body}
-        return httpx.post(proxies[i % 2].url + path, json=body, timeout=60,
-                          headers={"Authorization": "Bearer sk-sess", **(headers or {})})
+        r = httpx.post(proxies[i % 2].url + path, json=body, timeout=60,
+                       headers={"Authorization": "Bearer sk-sess", **(headers or {})})
+        if r.status_code >= 500:
+            # Shown with a failure: what the proxy logged (a 500 seen once in CI).
+            print(r.text, open(proxies[i % 2].log.name).read()[-6000:])
+        return r
 
     # run-1 named by the body's litellm_session_id.
     assert [call(i, litellm_session_id="run-1").status_code for i in range(2)] == [200, 200]
@@ -694,6 +698,18 @@ def test_litellm_usage_objects_give_their_priced_parts() -> None:
     openai = LiteLLMUsage(prompt_tokens=100, completion_tokens=80, reasoning_tokens=60)
     u = _usage_of(openai)
     assert u is not None and (u.completion_tokens, u.reasoning_tokens) == (80, 60)
+    # As LiteLLM maps an Anthropic answer: the TTLs in prompt_tokens_details.
+    from litellm.llms.anthropic.chat.transformation import AnthropicConfig
+
+    mapped = AnthropicConfig().calculate_usage(
+        {"input_tokens": 10, "cache_read_input_tokens": 5, "cache_creation_input_tokens": 30,
+         "cache_creation": {"ephemeral_5m_input_tokens": 10, "ephemeral_1h_input_tokens": 20}, "output_tokens": 3},
+        reasoning_content=None,
+    )
+    u = _usage_of(mapped)
+    assert u is not None
+    assert (u.prompt_tokens, u.cached_prompt_tokens) == (45, 5)
+    assert (u.cache_write_prompt_tokens, u.cache_write_1h_prompt_tokens) == (10, 20)
     # Anthropic's own shape, the TTLs apart.
     native = {"input_tokens": 10, "cache_read_input_tokens": 5, "cache_creation_input_tokens": 30,
               "cache_creation": {"ephemeral_5m_input_tokens": 10, "ephemeral_1h_input_tokens": 20}, "output_tokens": 3}

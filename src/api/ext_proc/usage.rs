@@ -365,6 +365,11 @@ impl AnswerReader {
                 ttl("ephemeral_5m_input_tokens"),
                 ttl("ephemeral_1h_input_tokens"),
             ) {
+                // A message_delta repeats the total without the split: the
+                // split message_start gave stands while it adds up.
+                (None, None) if self.cache_write.0 + self.cache_write.1 == written => {
+                    self.cache_write
+                }
                 (None, None) => (written, 0),
                 (five, hour) => (five.unwrap_or(0), hour.unwrap_or(0)),
             };
@@ -526,6 +531,32 @@ mod tests {
         let responses_event = "data: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":4}}}\n\n";
         let r = read("text/event-stream", responses_event.as_bytes(), 2);
         assert_eq!(r.usage().map(|u| u.completion_tokens), Some(4));
+    }
+
+    #[test]
+    fn a_streams_cache_write_split_outlives_a_delta_without_it() {
+        let body = concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":",
+            "{\"input_tokens\":10,\"cache_creation_input_tokens\":30,\"cache_creation\":",
+            "{\"ephemeral_5m_input_tokens\":10,\"ephemeral_1h_input_tokens\":20},\"output_tokens\":1}}}\n\n",
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":",
+            "{\"input_tokens\":10,\"cache_creation_input_tokens\":30,\"output_tokens\":9}}\n\n",
+        );
+        for step in [1, 7, 300] {
+            let u = read("text/event-stream", body.as_bytes(), step)
+                .usage()
+                .unwrap();
+            assert_eq!(
+                (
+                    u.prompt_tokens,
+                    u.cache_write_prompt_tokens,
+                    u.cache_write_1h_prompt_tokens
+                ),
+                (40, 10, 20),
+                "every {step}"
+            );
+            assert_eq!(u.completion_tokens, 9);
+        }
     }
 
     #[test]

@@ -425,7 +425,13 @@ def _billed(prompt: int, completion: int, cached: int, usage: Any, write: int) -
     """The usage with its priced parts: cache writes (``write`` of them,
     split by TTL where the usage says, else all for 5 minutes) and reasoning
     tokens; parts held within their whole, so a Commit never refuses them."""
-    ttl = _get(usage, "cache_creation_token_details") or _get(usage, "cache_creation")
+    # LiteLLM keeps the split in prompt_tokens_details; Anthropic's own shape
+    # in cache_creation.
+    ttl = (
+        _get(_get(usage, "prompt_tokens_details"), "cache_creation_token_details")
+        or _get(usage, "cache_creation_token_details")
+        or _get(usage, "cache_creation")
+    )
     five, hour = (_int(_get(ttl, "ephemeral_5m_input_tokens")), _int(_get(ttl, "ephemeral_1h_input_tokens"))) if ttl else (0, 0)
     if not (five or hour):
         five = write
