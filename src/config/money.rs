@@ -144,14 +144,9 @@ pub struct PriceTierSection {
 impl PriceSection {
     /// The domain price, µ$ per million tokens; `path` names it in errors.
     pub fn to_domain(&self, path: &str) -> Result<Price, LimitsError> {
-        let micros =
-            |name: &str, usd: f64| usd_to_micros(&format!("{path}.{name}"), usd, MAX_PRICE_MICROS);
-        let or = |name: &str, usd: Option<f64>, default: u64| match usd {
-            Some(usd) => micros(name, usd),
-            None => Ok(default),
-        };
-        let input = micros("input", self.input)?;
-        let output = micros("output", self.output)?;
+        let or = |name: &str, usd: Option<f64>, default: u64| price_or(path, name, usd, default);
+        let input = price_or(path, "input", Some(self.input), 0)?;
+        let output = price_or(path, "output", Some(self.output), 0)?;
         let base = Rates {
             input,
             cached_input: or("cached_input", self.cached_input, input)?,
@@ -176,10 +171,7 @@ impl PriceSection {
 impl PriceTierSection {
     /// The tier's threshold and rates, `base`'s where left out.
     fn to_domain(&self, path: &str, base: Rates) -> Result<(u64, Rates), LimitsError> {
-        let or = |name: &str, usd: Option<f64>, default: u64| match usd {
-            Some(usd) => usd_to_micros(&format!("{path}.{name}"), usd, MAX_PRICE_MICROS),
-            None => Ok(default),
-        };
+        let or = |name: &str, usd: Option<f64>, default: u64| price_or(path, name, usd, default);
         if self.prompt_tokens == 0 {
             return Err(LimitsError::new(
                 format!("{path}.prompt_tokens"),
@@ -199,6 +191,15 @@ impl PriceTierSection {
             per_call: or("per_call", self.per_call, base.per_call)?,
         };
         Ok((self.prompt_tokens, rates))
+    }
+}
+
+/// `usd` (field `name` of the section at `path`) in µ$, or `default` when
+/// left out.
+fn price_or(path: &str, name: &str, usd: Option<f64>, default: u64) -> Result<u64, LimitsError> {
+    match usd {
+        Some(usd) => usd_to_micros(&format!("{path}.{name}"), usd, MAX_PRICE_MICROS),
+        None => Ok(default),
     }
 }
 
