@@ -16,7 +16,9 @@
 --          samples kept (0: the prompt is no upstream count, no sample), actual input tokens (the prompt less what the model group
 --          does not count: cached tokens), actual cost (µ$), cached prompt tokens,
 --          hret and dret (ledger rows' retention past their hour and day, µs; 0:
---          no ledger), completions kept (0: no completion sample), then per level:
+--          no ledger), completions kept (0: no completion sample), the prompt's
+--          cache-write tokens (5-minute, 1-hour) and the completion's reasoning
+--          tokens (the ledger's parts), then per level:
 --          level bit, bucket count b, the overrun credit's capacity and refill
 --          period (us; 0: none), the key's longest life past this write (us, as
 --          in reserve.lua), then b times: id, limit (id as in reserve.lua;
@@ -124,7 +126,7 @@ end
 -- for three levels (a table per level, or one grown from {}, costs its
 -- allocations: issue 27; a session's fourth level grows it once).
 local writes, nw, p = {false, false, false, false, false, false, false, false, false,
-  false, false, false, false, false, false, false, false, false}, 0, 12
+  false, false, false, false, false, false, false, false, false}, 0, 15
 for i = 1, nlev do
   local lbit, nb, cap = spec[p], spec[p + 1], spec[p + 2]
   ltok, lin, lou, lsp = dtok, din, dout, dspend
@@ -255,6 +257,7 @@ if spec[9] > 0 then
     local pr = cost - granted
     d[1], d[5], d[6], d[7], d[8] = 1, spec[4], spec[8], spec[3] - spec[4], spec[7]
     d[9], d[10] = pr, math.abs(pr - spec[4])
+    if spec[12] + spec[13] + spec[14] > 0 then d[11], d[12], d[13] = spec[12], spec[13], spec[14] end
   else
     d[2] = 1
   end

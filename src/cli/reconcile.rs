@@ -35,7 +35,9 @@ pub struct ReconcileArgs {
     #[arg(long)]
     pub to: String,
     /// The export's column names, where they differ:
-    /// `hour_start=start_time,model=model_id,input_tokens=…,cached_input_tokens=…,output_tokens=…,cost=…`.
+    /// `hour_start=start_time,model=model_id,input_tokens=…,cached_input_tokens=…,
+    /// cache_write_input_tokens=…,cache_write_1h_input_tokens=…,output_tokens=…,
+    /// reasoning_tokens=…,cost=…`.
     #[arg(long, default_value = "")]
     pub columns: String,
     /// The drift a row may have before it is flagged.
@@ -83,7 +85,10 @@ struct Shown {
     folded_groups: Vec<String>,
     input_tokens: ShownMetric,
     cached_input_tokens: Option<ShownMetric>,
+    cache_write_input_tokens: Option<ShownMetric>,
+    cache_write_1h_input_tokens: Option<ShownMetric>,
     output_tokens: ShownMetric,
+    reasoning_tokens: Option<ShownMetric>,
     cost_micros: Option<ShownMetric>,
     unsettled: u64,
     flagged: bool,
@@ -108,6 +113,16 @@ struct CsvRow<'a> {
     cost_drift_pct: Option<f64>,
     unsettled: u64,
     flagged: bool,
+    // Last, so scripts reading the earlier columns by position still work.
+    cache_write_ours: Option<u64>,
+    cache_write_theirs: Option<u64>,
+    cache_write_drift_pct: Option<f64>,
+    cache_write_1h_ours: Option<u64>,
+    cache_write_1h_theirs: Option<u64>,
+    cache_write_1h_drift_pct: Option<f64>,
+    reasoning_ours: Option<u64>,
+    reasoning_theirs: Option<u64>,
+    reasoning_drift_pct: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -230,7 +245,10 @@ fn shown(c: &Compared) -> Shown {
         folded_groups: c.folded.clone(),
         input_tokens: c.input.into(),
         cached_input_tokens: c.cached.map(Into::into),
+        cache_write_input_tokens: c.cache_write.map(Into::into),
+        cache_write_1h_input_tokens: c.cache_write_1h.map(Into::into),
         output_tokens: c.output.into(),
+        reasoning_tokens: c.reasoning.map(Into::into),
         cost_micros: c.cost.map(Into::into),
         unsettled: c.unsettled,
         flagged: c.flagged,
@@ -258,64 +276,88 @@ fn print_csv(rows: &[Compared]) -> anyhow::Result<()> {
             cost_drift_pct: c.cost.and_then(|m| m.drift.map(pct)),
             unsettled: c.unsettled,
             flagged: c.flagged,
+            cache_write_ours: c.cache_write.map(|m| m.ours),
+            cache_write_theirs: c.cache_write.map(|m| m.theirs),
+            cache_write_drift_pct: c.cache_write.and_then(|m| m.drift.map(pct)),
+            cache_write_1h_ours: c.cache_write_1h.map(|m| m.ours),
+            cache_write_1h_theirs: c.cache_write_1h.map(|m| m.theirs),
+            cache_write_1h_drift_pct: c.cache_write_1h.and_then(|m| m.drift.map(pct)),
+            reasoning_ours: c.reasoning.map(|m| m.ours),
+            reasoning_theirs: c.reasoning.map(|m| m.theirs),
+            reasoning_drift_pct: c.reasoning.and_then(|m| m.drift.map(pct)),
         })?;
     }
     w.flush()?;
     Ok(())
 }
 
+/// The compared metrics a table shows, by column title; the parts (cache
+/// writes, reasoning) only `with_parts`.
+fn table_metrics(c: &Compared, with_parts: bool) -> Vec<(&'static str, Option<Metric>)> {
+    let mut m = vec![
+        ("INPUT OURS / THEIRS", Some(c.input)),
+        ("CACHED", c.cached),
+        ("OUTPUT", Some(c.output)),
+    ];
+    if with_parts {
+        m.extend([
+            ("CACHE WRITES", c.cache_write),
+            ("1H WRITES", c.cache_write_1h),
+            ("REASONING", c.reasoning),
+        ]);
+    }
+    m.push(("COST USD", c.cost));
+    m
+}
+
 /// The rows in words; `grouped`: the configuration has model groups.
 fn print_table(rows: &[Compared], tenants: usize, grouped: bool) {
-    let pair = |m: &Metric| format!("{} / {}", m.ours, m.theirs);
+    let pair = |title: &str, m: &Metric| match title {
+        "COST USD" => format!("{} / {}", usd(m.ours), usd(m.theirs)),
+        _ => format!("{} / {}", m.ours, m.theirs),
+    };
     let drift = |m: &Metric| {
         m.drift
             .map_or("new".to_owned(), |d| format!("{:.2}%", pct(d)))
     };
-    let opt = |m: &Option<Metric>, f: &dyn Fn(&Metric) -> String| m.as_ref().map_or("-".into(), f);
-    let money = |m: &Metric| format!("{} / {}", usd(m.ours), usd(m.theirs));
+    // The parts only when some row has them.
+    let used = |m: &Option<Metric>| m.is_some_and(|m| m.ours > 0 || m.theirs > 0);
+    let with_parts = rows.iter().any(|c| {
+        [c.cache_write, c.cache_write_1h, c.reasoning]
+            .iter()
+            .any(used)
+    });
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|c| {
-            vec![
-                hour_label(c),
-                std::iter::once(group_label(&c.model_group, grouped))
-                    .chain(c.folded.iter().map(String::as_str))
-                    .collect::<Vec<_>>()
-                    .join(" + "),
-                pair(&c.input),
-                drift(&c.input),
-                opt(&c.cached, &pair),
-                opt(&c.cached, &drift),
-                pair(&c.output),
-                drift(&c.output),
-                opt(&c.cost, &money),
-                opt(&c.cost, &drift),
-                c.unsettled.to_string(),
-                if c.flagged {
-                    "DRIFT".into()
-                } else {
-                    "ok".into()
-                },
-            ]
+            let group = std::iter::once(group_label(&c.model_group, grouped))
+                .chain(c.folded.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(" + ");
+            let metrics = table_metrics(c, with_parts)
+                .into_iter()
+                .flat_map(|(t, m)| match m {
+                    Some(m) => [pair(t, &m), drift(&m)],
+                    None => ["-".into(), "-".into()],
+                });
+            let flag = if c.flagged { "DRIFT" } else { "ok" };
+            [hour_label(c), group]
+                .into_iter()
+                .chain(metrics)
+                .chain([c.unsettled.to_string(), flag.into()])
+                .collect()
         })
         .collect();
-    table(
-        &[
-            "HOUR",
-            "MODEL GROUP",
-            "INPUT OURS / THEIRS",
-            "DRIFT",
-            "CACHED",
-            "DRIFT",
-            "OUTPUT",
-            "DRIFT",
-            "COST USD",
-            "DRIFT",
-            "UNSETTLED",
-            "",
-        ],
-        &cells,
+    let titles = rows.first().map_or_else(
+        || table_metrics(&Compared::default(), false),
+        |c| table_metrics(c, with_parts),
     );
+    let header: Vec<&str> = ["HOUR", "MODEL GROUP"]
+        .into_iter()
+        .chain(titles.iter().flat_map(|(t, _)| [*t, "DRIFT"]))
+        .chain(["UNSETTLED", ""])
+        .collect();
+    table(&header, &cells);
     outln!(
         "({} in the ledger for the range)",
         count(tenants, "tenant", "tenants")

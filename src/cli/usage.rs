@@ -77,6 +77,10 @@ struct Shown {
     prompt_error: u64,
     /// Σ |prompt reserved − prompt| ÷ Σ prompt, in percent.
     estimate_error_pct: Option<f64>,
+    // Last, so scripts reading the earlier columns by position still work.
+    cache_write_prompt_tokens: u64,
+    cache_write_1h_prompt_tokens: u64,
+    reasoning_tokens: u64,
 }
 
 impl Shown {
@@ -98,6 +102,9 @@ impl Shown {
             prompt_error: n(r.prompt_error),
             estimate_error_pct: (r.prompt_tokens > 0.0)
                 .then(|| (r.prompt_error / r.prompt_tokens * 1e4).round() / 100.0),
+            cache_write_prompt_tokens: n(r.cache_write_prompt_tokens),
+            cache_write_1h_prompt_tokens: n(r.cache_write_1h_prompt_tokens),
+            reasoning_tokens: n(r.reasoning_tokens),
         }
     }
 }
@@ -257,7 +264,7 @@ fn print_csv(lines: &[Shown]) -> anyhow::Result<()> {
     Ok(())
 }
 
-const CSV_HEADER: [&str; 14] = [
+const CSV_HEADER: [&str; 17] = [
     "period",
     "model_group",
     "requests",
@@ -272,6 +279,9 @@ const CSV_HEADER: [&str; 14] = [
     "prompt_reserved",
     "prompt_error",
     "estimate_error_pct",
+    "cache_write_prompt_tokens",
+    "cache_write_1h_prompt_tokens",
+    "reasoning_tokens",
 ];
 
 fn print_table(lines: &[Shown], total: &Shown, grouped: bool) {
@@ -285,7 +295,9 @@ fn print_table(lines: &[Shown], total: &Shown, grouped: bool) {
             l.reserved_tokens.to_string(),
             l.prompt_tokens.to_string(),
             l.cached_prompt_tokens.to_string(),
+            (l.cache_write_prompt_tokens + l.cache_write_1h_prompt_tokens).to_string(),
             l.completion_tokens.to_string(),
+            l.reasoning_tokens.to_string(),
             l.cost_usd.clone(),
             l.estimate_error_pct
                 .map_or("-".into(), |p| format!("{p:.2}%")),
@@ -307,7 +319,9 @@ fn print_table(lines: &[Shown], total: &Shown, grouped: bool) {
             "RESERVED",
             "PROMPT",
             "CACHED",
+            "CACHE WRITES",
             "COMPLETION",
+            "REASONING",
             "COST USD",
             "EST. ERROR",
         ],

@@ -34,8 +34,14 @@ pub struct Theirs {
     pub input_tokens: u64,
     /// Of which cached (`None`: the export has no such column).
     pub cached_input_tokens: Option<u64>,
+    /// Of the input, written to the cache for 5 minutes (`None`: no such column).
+    pub cache_write_input_tokens: Option<u64>,
+    /// Of the input, written to the cache for an hour (`None`: no such column).
+    pub cache_write_1h_input_tokens: Option<u64>,
     /// Output tokens.
     pub output_tokens: u64,
+    /// Of the output, reasoning (`None`: no such column).
+    pub reasoning_tokens: Option<u64>,
     /// What it cost, µ$ (`None`: no cost column).
     pub cost_micros: Option<u64>,
 }
@@ -49,13 +55,20 @@ impl Theirs {
             (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
         };
         self.cached_input_tokens = add(self.cached_input_tokens, o.cached_input_tokens);
+        self.cache_write_input_tokens =
+            add(self.cache_write_input_tokens, o.cache_write_input_tokens);
+        self.cache_write_1h_input_tokens = add(
+            self.cache_write_1h_input_tokens,
+            o.cache_write_1h_input_tokens,
+        );
+        self.reasoning_tokens = add(self.reasoning_tokens, o.reasoning_tokens);
         self.cost_micros = add(self.cost_micros, o.cost_micros);
     }
 }
 
 /// One metric of one row: ours, theirs, and the drift (a share; `None`:
 /// unbounded, theirs 0 and ours not).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Metric {
     /// The ledger's figure.
     pub ours: u64,
@@ -85,7 +98,7 @@ impl Metric {
 }
 
 /// One compared row.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Compared {
     /// The hour's start (µs).
     pub hour_us: i64,
@@ -97,8 +110,14 @@ pub struct Compared {
     pub input: Metric,
     /// Cached (when the export has them).
     pub cached: Option<Metric>,
+    /// Written to the cache for 5 minutes (when the export has them).
+    pub cache_write: Option<Metric>,
+    /// Written to the cache for an hour (when the export has them).
+    pub cache_write_1h: Option<Metric>,
     /// Completion vs output tokens.
     pub output: Metric,
+    /// Reasoning (when the export has them).
+    pub reasoning: Option<Metric>,
     /// Cost, µ$ (when the export has it).
     pub cost: Option<Metric>,
     /// Reservations the ledger holds unsettled in the hour (their usage
@@ -172,22 +191,28 @@ pub fn compare(sides: &Sides, max_drift: f64) -> Vec<Compared> {
             let o = ours.get(key).copied().unwrap_or_default();
             let t = theirs.get(key).copied().unwrap_or_default();
             let n = |v: f64| v.max(0.0) as u64;
-            // A side with no rows at all: every column it would have had is 0.
-            let has_cached = t.cached_input_tokens.is_some() || !theirs.contains_key(key);
-            let has_cost = t.cost_micros.is_some() || !theirs.contains_key(key);
+            // An optional column, compared when the export has it. A side
+            // with no rows at all: every column it would have had is 0.
+            let none_of_theirs = !theirs.contains_key(key);
+            let optional = |ours: f64, theirs: Option<u64>| {
+                (theirs.is_some() || none_of_theirs)
+                    .then(|| Metric::of(n(ours), theirs.unwrap_or(0)))
+            };
             let input = Metric::of(n(o.prompt_tokens), t.input_tokens);
             let output = Metric::of(n(o.completion_tokens), t.output_tokens);
-            let cached = has_cached.then(|| {
-                Metric::of(
-                    n(o.cached_prompt_tokens),
-                    t.cached_input_tokens.unwrap_or(0),
-                )
-            });
-            let cost = has_cost.then(|| Metric::of(n(o.cost_micros), t.cost_micros.unwrap_or(0)));
-            let flagged = input.over(max_drift)
-                || output.over(max_drift)
-                || cached.is_some_and(|m| m.over(max_drift))
-                || cost.is_some_and(|m| m.over(max_drift));
+            let cached = optional(o.cached_prompt_tokens, t.cached_input_tokens);
+            let cache_write = optional(o.cache_write_prompt_tokens, t.cache_write_input_tokens);
+            let cache_write_1h = optional(
+                o.cache_write_1h_prompt_tokens,
+                t.cache_write_1h_input_tokens,
+            );
+            let reasoning = optional(o.reasoning_tokens, t.reasoning_tokens);
+            let cost = optional(o.cost_micros, t.cost_micros);
+            let flagged = [input, output].iter().any(|m| m.over(max_drift))
+                || [cached, cache_write, cache_write_1h, reasoning, cost]
+                    .iter()
+                    .flatten()
+                    .any(|m| m.over(max_drift));
             let folded = match key.1.is_empty() {
                 true => sides.folded.get(&key.0),
                 false => None,
@@ -198,7 +223,10 @@ pub fn compare(sides: &Sides, max_drift: f64) -> Vec<Compared> {
                 folded: folded.map_or(Vec::new(), |f| f.iter().cloned().collect()),
                 input,
                 cached,
+                cache_write,
+                cache_write_1h,
                 output,
+                reasoning,
                 cost,
                 unsettled: n(o.unsettled),
                 flagged,
@@ -249,9 +277,9 @@ mod tests {
                 (0, "g".to_string()),
                 Theirs {
                     input_tokens: 1_005,
-                    cached_input_tokens: None,
                     output_tokens: 200,
                     cost_micros: Some(3_000),
+                    ..Theirs::default()
                 },
             ),
             (

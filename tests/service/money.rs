@@ -3,6 +3,7 @@
 //! cached price), the surplus returned, and the denial once committed spend
 //! reaches the budget — with Retry-After at the month's end there.
 
+use crate::operations::ctl_binary_at;
 use crate::support;
 
 use ctxbudget::domain::window::{Window, WindowKind, parse_zone};
@@ -201,6 +202,13 @@ tenant = { spend = [{ limit_usd = 100.00, window = "month" }] }
 "#;
 
 async fn calls_are_priced_as_the_provider_bills_them(backend: Backend) {
+    // The calls stay within one hour, so the export's hourly row is the
+    // test's to write: wait out the last 30 s of an hour.
+    let left = 3600 - now_secs() % 3600;
+    if left < 30 {
+        tokio::time::sleep(std::time::Duration::from_secs(left + 1)).await;
+    }
+    let hour = now_secs() - now_secs() % 3600;
     let mut h = Harness::start(backend, PROVIDER).await;
     let c = &mut h.client;
     let ask = |prompt| pb::CheckAndReserveRequest {
@@ -283,4 +291,98 @@ async fn calls_are_priced_as_the_provider_bills_them(backend: Backend) {
         spend_left(&after),
         100_000_000 - long_cost as i64 - short_cost as i64 - one
     );
+    // The ledger holds the parts; the memory store's ledger lives in the
+    // service (the differential test holds it to Redis's).
+    if let Some(store) = h.store_args() {
+        the_ledger_reconciles_with_the_bill(&store, hour, long_cost + short_cost);
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemClock.now_us() as u64 / 1_000_000
+}
+
+/// `usage` shows the two calls' cache writes and reasoning tokens, and
+/// `reconcile` finds no drift against an export with those columns — and
+/// flags the row once the export's reasoning count is changed.
+fn the_ledger_reconciles_with_the_bill(store: &[String], hour: u64, cost: u64) {
+    let (from, to) = (hour.to_string(), (hour + 3600).to_string());
+    let rfc = |secs: u64| {
+        chrono::DateTime::from_timestamp(secs as i64, 0)
+            .unwrap()
+            .to_rfc3339()
+    };
+    let (from, to) = (rfc(from.parse().unwrap()), rfc(to.parse().unwrap()));
+    let (ok, out, err) = ctl_binary_at(
+        store,
+        &[
+            "usage", "--tenant", "acme", "--by", "hour", "--from", &from, "--to", &to, "--json",
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    let total = &json(&out)["total"];
+    for (column, want) in [
+        ("prompt_tokens", 350_000),
+        ("cached_prompt_tokens", 20_000),
+        ("cache_write_prompt_tokens", 40_000),
+        ("cache_write_1h_prompt_tokens", 60_000),
+        ("completion_tokens", 4_000),
+        ("reasoning_tokens", 1_000),
+        ("cost_micros", cost),
+    ] {
+        assert_eq!(total[column], want, "{column} of {total}");
+    }
+    let dir = crate::operations::temp_dir("reconcile-parts");
+    let export = |reasoning: u64| {
+        let text = format!(
+            "hour,model,input,cache_read,cache_5m,cache_1h,output,thinking,usd\n\
+             {hour},claude-sonnet-4,350000,20000,40000,60000,4000,{reasoning},{}.{:06}\n",
+            cost / 1_000_000,
+            cost % 1_000_000
+        );
+        crate::operations::document(&dir, &format!("export-{reasoning}.csv"), &text)
+    };
+    let reconcile = |file: &str| {
+        ctl_binary_at(
+            store,
+            &[
+                "reconcile",
+                "--provider-usage",
+                file,
+                "--from",
+                &from,
+                "--to",
+                &to,
+                "--columns",
+                "hour_start=hour,input_tokens=input,cached_input_tokens=cache_read,\
+                 cache_write_input_tokens=cache_5m,cache_write_1h_input_tokens=cache_1h,\
+                 output_tokens=output,reasoning_tokens=thinking,cost=usd",
+                "--format",
+                "json",
+            ],
+        )
+    };
+    let (ok, out, err) = reconcile(&export(1_000));
+    assert!(ok, "no drift: {out}{err}");
+    let row = &json(&out)["rows"][0];
+    for m in [
+        "input_tokens",
+        "cached_input_tokens",
+        "cache_write_input_tokens",
+        "cache_write_1h_input_tokens",
+        "output_tokens",
+        "reasoning_tokens",
+        "cost_micros",
+    ] {
+        assert_eq!(row[m]["drift_pct"], 0.0, "{m} of {row}");
+    }
+    let (ok, out, err) = reconcile(&export(1_100));
+    assert!(!ok && err.contains("1 of 1 row drifts"), "{out}{err}");
+    let row = &json(&out)["rows"][0];
+    assert_eq!(row["reasoning_tokens"]["drift_pct"], 9.09, "{row}");
+    assert_eq!(row["flagged"], true);
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }

@@ -38,9 +38,14 @@ pub(crate) async fn ctl(redis: &RedisServer, args: &[&str]) -> anyhow::Result<()
 
 /// Runs the real `ctxbudget` binary against `redis` (see [`run_binary`]).
 pub(crate) fn ctl_binary(redis: &RedisServer, args: &[&str]) -> (bool, String, String) {
-    let url = redis.url();
+    ctl_binary_at(&["--redis-url".into(), redis.url()], args)
+}
+
+/// [`ctl_binary`] against the store `store` names (`Harness::store_args`).
+pub(crate) fn ctl_binary_at(store: &[String], args: &[&str]) -> (bool, String, String) {
     let mut argv = args.to_vec();
-    argv.extend_from_slice(&["--redis-url", &url, "--actor", "test-operator"]);
+    argv.extend(store.iter().map(String::as_str));
+    argv.extend_from_slice(&["--actor", "test-operator"]);
     run_binary(&argv)
 }
 

@@ -1103,9 +1103,7 @@ async fn input_and_output_tokens_take_their_part_and_settle_to_usage<S: Store>(c
         prompt: 300,
         input: 100,
         cached: 200,
-        cost: 0,
-        learn: true,
-        output_kept: 0,
+        ..Usage::new(350, 300)
     };
     assert!(matches!(
         c.commit_usage(&p, usage).await,

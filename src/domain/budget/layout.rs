@@ -134,6 +134,9 @@ pub const REC_LEN_V1: usize = 50;
 /// A usage-ledger row is this many little-endian signed integers of
 /// [`LEDGER_INT_BYTES`] each (see `super::ledger::Row`).
 pub const LEDGER_FIELDS: usize = 10;
+/// A row that has counted cache writes or reasoning tokens stores them in
+/// this many more fields (see `super::ledger::Row`).
+pub const LEDGER_PARTS: usize = 3;
 /// Bytes per ledger field: 6, exact below 2^47 (1.4 × 10^14 tokens or µ$ in
 /// one row), so a row (60 bytes) stays within Redis's compact hash encoding.
 pub const LEDGER_INT_BYTES: usize = 6;
@@ -217,6 +220,7 @@ pub const LUA_CONSTANTS: &[(&str, f64)] = &[
     ("MIX_BYTES", MIX_BYTES as f64),
     ("REC_LEN_V2", REC_LEN_V2 as f64),
     ("LEDGER_FIELDS", LEDGER_FIELDS as f64),
+    ("LEDGER_PARTS", LEDGER_PARTS as f64),
     ("HOUR_US", HOUR_US),
     ("LEDGER_MIN_LIFE", LEDGER_MIN_LIFE_US),
     ("DAY_US", DAY_US),

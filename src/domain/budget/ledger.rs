@@ -16,15 +16,23 @@
 //! A row is [`LEDGER_FIELDS`] little-endian signed integers of
 //! [`LEDGER_INT_BYTES`] bytes (exact below 2^47: 1.4 × 10^14 tokens or µ$ in
 //! one hour or day of one tenant and group), in [`Row`]'s field order: 60
-//! bytes, within Redis's compact (listpack) hash encoding.
+//! bytes, within Redis's compact (listpack) hash encoding. A row that has
+//! counted cache writes or reasoning tokens carries them in
+//! [`LEDGER_PARTS`] more (78 bytes): only the hashes of tenants whose
+//! providers report those pay the larger encoding, and rows written before
+//! those columns existed read as none.
 
-use super::layout::{DAY_US, HOUR_US, LEDGER_FIELDS, LEDGER_INT_BYTES};
+use super::layout::{DAY_US, HOUR_US, LEDGER_FIELDS, LEDGER_INT_BYTES, LEDGER_PARTS};
 use super::record::Record;
 use super::usage::Settle;
 use crate::domain::UserId;
 
 // lua/ledger.lua spells the ten fields out (a loop cost twice the Redis CPU).
 const _: () = assert!(LEDGER_FIELDS == 10, "lua/ledger.lua spells out ten fields");
+const _: () = assert!(LEDGER_PARTS == 3, "lua/ledger.lua adds three parts");
+
+/// The fields of a row with its parts.
+const LONG: usize = LEDGER_FIELDS + LEDGER_PARTS;
 
 /// One ledger row: the sums over the reservations it covers.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -51,6 +59,12 @@ pub struct Row {
     /// Σ |prompt reserved − prompt committed| over the committed reservations:
     /// the estimator's error.
     pub prompt_error: f64,
+    /// Of the prompt tokens, written to the provider's cache for 5 minutes.
+    pub cache_write_prompt_tokens: f64,
+    /// Of the prompt tokens, written to the provider's cache for an hour.
+    pub cache_write_1h_prompt_tokens: f64,
+    /// Of the completion tokens, reasoning.
+    pub reasoning_tokens: f64,
 }
 
 /// One row as a report reads it: its model group ("": none), its user (daily
@@ -120,7 +134,7 @@ impl Period {
 
 impl Row {
     /// The fields in their stored order.
-    fn fields(&self) -> [f64; LEDGER_FIELDS] {
+    fn fields(&self) -> [f64; LONG] {
         [
             self.requests,
             self.refunds,
@@ -132,10 +146,13 @@ impl Row {
             self.cost_micros,
             self.prompt_reserved,
             self.prompt_error,
+            self.cache_write_prompt_tokens,
+            self.cache_write_1h_prompt_tokens,
+            self.reasoning_tokens,
         ]
     }
 
-    fn from_fields(f: [f64; LEDGER_FIELDS]) -> Row {
+    fn from_fields(f: [f64; LONG]) -> Row {
         let [
             requests,
             refunds,
@@ -147,6 +164,9 @@ impl Row {
             cost_micros,
             prompt_reserved,
             prompt_error,
+            cache_write_prompt_tokens,
+            cache_write_1h_prompt_tokens,
+            reasoning_tokens,
         ] = f;
         Row {
             requests,
@@ -159,13 +179,29 @@ impl Row {
             cost_micros,
             prompt_reserved,
             prompt_error,
+            cache_write_prompt_tokens,
+            cache_write_1h_prompt_tokens,
+            reasoning_tokens,
         }
     }
 
+    /// Whether the row has counted a part (cache writes, reasoning): it is
+    /// stored with them.
+    fn has_parts(&self) -> bool {
+        self.cache_write_prompt_tokens != 0.0
+            || self.cache_write_1h_prompt_tokens != 0.0
+            || self.reasoning_tokens != 0.0
+    }
+
     /// The row's bytes as the scripts store them: each field's low
-    /// [`LEDGER_INT_BYTES`] bytes, little-endian two's complement.
+    /// [`LEDGER_INT_BYTES`] bytes, little-endian two's complement; the parts
+    /// only when the row has any.
     pub fn encode(&self) -> Vec<u8> {
-        self.fields()
+        let n = match self.has_parts() {
+            true => LONG,
+            false => LEDGER_FIELDS,
+        };
+        self.fields()[..n]
             .iter()
             .flat_map(|f| {
                 let v = (*f as i64).to_le_bytes();
@@ -174,12 +210,14 @@ impl Row {
             .collect()
     }
 
-    /// Stored bytes back to a row; `None` when they are not a row.
+    /// Stored bytes back to a row (a row without parts reads as none);
+    /// `None` when they are not a row.
     pub fn decode(bytes: &[u8]) -> Option<Row> {
-        if bytes.len() != LEDGER_FIELDS * LEDGER_INT_BYTES {
+        if bytes.len() != LEDGER_FIELDS * LEDGER_INT_BYTES && bytes.len() != LONG * LEDGER_INT_BYTES
+        {
             return None;
         }
-        let mut f = [0.0; LEDGER_FIELDS];
+        let mut f = [0.0; LONG];
         for (v, chunk) in f.iter_mut().zip(bytes.chunks_exact(LEDGER_INT_BYTES)) {
             // Sign-extend the low bytes to 8.
             let fill = if chunk[LEDGER_INT_BYTES - 1] & 0x80 != 0 {
@@ -240,98 +278,13 @@ pub fn settled(now_us: f64, how: Settle, rec: &Record) -> Entry {
             row.cost_micros = usage.cost as f64;
             row.prompt_reserved = reserved_prompt;
             row.prompt_error = (reserved_prompt - prompt).abs();
+            row.cache_write_prompt_tokens = usage.cache_write as f64;
+            row.cache_write_1h_prompt_tokens = usage.cache_write_1h as f64;
+            row.reasoning_tokens = usage.reasoning as f64;
         }
     }
     Entry { at_us, row }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::domain::budget::{RecordState, Usage};
-
-    fn record(ledger_at: f64) -> Record {
-        Record {
-            state: RecordState::Reserved,
-            cost: 1_500.0,
-            lease_expires_us: 0.0,
-            mask: 0,
-            owner: 0,
-            fingerprint: 0,
-            amount: 0.0,
-            estimated: 0.0,
-            output: 500.0,
-            spend: 0.0,
-            ledger_at,
-            mix: None,
-            learned: None,
-        }
-    }
-
-    #[test]
-    fn a_commit_moves_its_reservation_from_unsettled_to_committed_in_the_hour_it_was_taken() {
-        let taken = 1_764_547_200_000_000.0 + 5.0 * HOUR_US + 59.0 * 60e6;
-        let mut row = reserved(taken, 1_500.0).row;
-        let usage = Usage {
-            cached: 300,
-            cost: 4_250,
-            learn: true,
-            ..Usage::new(1_700, 1_100)
-        };
-        let commit = settled(taken + 2.0 * 60e6, Settle::Commit(usage), &record(taken));
-        assert_eq!(commit.at_us, taken, "the rows of the hour it was taken");
-        row.add(&commit.row);
-        let want = Row {
-            requests: 1.0,
-            unsettled: 0.0,
-            reserved_tokens: 1_500.0,
-            prompt_tokens: 1_100.0,
-            cached_prompt_tokens: 300.0,
-            completion_tokens: 600.0,
-            cost_micros: 4_250.0,
-            prompt_reserved: 1_000.0,
-            prompt_error: 100.0,
-            ..Row::default()
-        };
-        assert_eq!(row, want);
-        assert_eq!(Row::decode(&row.encode()), Some(row));
-        assert_eq!(row.encode().len(), 60);
-        assert_eq!(Row::decode(&row.encode()[..54]), None);
-        let signed = Row {
-            unsettled: -3.0,
-            cost_micros: 1.4e14,
-            ..Row::default()
-        };
-        assert_eq!(Row::decode(&signed.encode()), Some(signed));
-    }
-
-    #[test]
-    fn a_reservation_outside_the_ledger_enters_whole_when_it_settles() {
-        let now = 1_764_547_200_000_000.0;
-        let refund = settled(now, Settle::Refund, &record(0.0));
-        assert_eq!(refund.at_us, now);
-        assert_eq!(
-            refund.row,
-            Row {
-                refunds: 1.0,
-                reserved_tokens: 1_500.0,
-                ..Row::default()
-            }
-        );
-    }
-
-    #[test]
-    fn periods_are_utc_hours_and_days_and_rows_expire_after_their_retention() {
-        // 2025-12-01T23:30:00Z
-        let at = 1_764_631_800_000_000.0;
-        let (hour, day) = Period::of(at);
-        assert_eq!(hour.start_us(), 1_764_630_000_000_000);
-        assert_eq!(day.start_us(), 1_764_547_200_000_000);
-        let keep = LedgerRetention {
-            hourly_us: 10,
-            daily_us: 20,
-        };
-        assert_eq!(hour.expires_us(keep), 1_764_633_600_000_010);
-        assert_eq!(day.expires_us(keep), 1_764_633_600_000_020);
-    }
-}
+mod tests;

@@ -14,6 +14,13 @@ pub struct Usage {
     /// Of the prompt, the tokens the upstream served from its cache (the
     /// ledger reports them).
     pub cached: u64,
+    /// Of the prompt, the tokens written to the upstream's cache for 5
+    /// minutes (the ledger reports them).
+    pub cache_write: u64,
+    /// Of the prompt, written to the cache for an hour (the ledger reports them).
+    pub cache_write_1h: u64,
+    /// Of the completion, reasoning tokens (the ledger reports them).
+    pub reasoning: u64,
     /// What the usage cost at the model group's price, µ$.
     pub cost: u64,
     /// `prompt` is the upstream's own count, so it teaches the estimator; not
@@ -34,6 +41,9 @@ impl Usage {
             prompt,
             input: prompt,
             cached: 0,
+            cache_write: 0,
+            cache_write_1h: 0,
+            reasoning: 0,
             cost: 0,
             learn: true,
             output_kept: 0,

@@ -16,8 +16,14 @@ pub struct Columns {
     pub input_tokens: String,
     /// Cached input tokens (optional in the file).
     pub cached_input_tokens: String,
+    /// Input tokens written to the cache for 5 minutes (optional in the file).
+    pub cache_write_input_tokens: String,
+    /// Input tokens written to the cache for an hour (optional in the file).
+    pub cache_write_1h_input_tokens: String,
     /// Output tokens.
     pub output_tokens: String,
+    /// Of the output, reasoning tokens (optional in the file).
+    pub reasoning_tokens: String,
     /// Cost in USD (optional in the file).
     pub cost: String,
 }
@@ -29,7 +35,10 @@ impl Default for Columns {
             model: "model".into(),
             input_tokens: "input_tokens".into(),
             cached_input_tokens: "cached_input_tokens".into(),
+            cache_write_input_tokens: "cache_write_input_tokens".into(),
+            cache_write_1h_input_tokens: "cache_write_1h_input_tokens".into(),
             output_tokens: "output_tokens".into(),
+            reasoning_tokens: "reasoning_tokens".into(),
             cost: "cost".into(),
         }
     }
@@ -51,12 +60,16 @@ impl Columns {
                 "model" => &mut c.model,
                 "input_tokens" => &mut c.input_tokens,
                 "cached_input_tokens" => &mut c.cached_input_tokens,
+                "cache_write_input_tokens" => &mut c.cache_write_input_tokens,
+                "cache_write_1h_input_tokens" => &mut c.cache_write_1h_input_tokens,
                 "output_tokens" => &mut c.output_tokens,
+                "reasoning_tokens" => &mut c.reasoning_tokens,
                 "cost" => &mut c.cost,
                 other => {
                     return Err(ReconcileError(format!(
                         "--columns: {other:?} is not a column; the columns are hour_start, \
-                         model, input_tokens, cached_input_tokens, output_tokens and cost"
+                         model, input_tokens, cached_input_tokens, cache_write_input_tokens, \
+                         cache_write_1h_input_tokens, output_tokens, reasoning_tokens and cost"
                     )));
                 }
             };
@@ -73,7 +86,10 @@ pub struct Positions {
     model: usize,
     input_tokens: usize,
     cached_input_tokens: Option<usize>,
+    cache_write_input_tokens: Option<usize>,
+    cache_write_1h_input_tokens: Option<usize>,
     output_tokens: usize,
+    reasoning_tokens: Option<usize>,
     cost: Option<usize>,
 }
 
@@ -96,7 +112,10 @@ impl Positions {
             model: need(&columns.model, "model")?,
             input_tokens: need(&columns.input_tokens, "input_tokens")?,
             cached_input_tokens: at(&columns.cached_input_tokens),
+            cache_write_input_tokens: at(&columns.cache_write_input_tokens),
+            cache_write_1h_input_tokens: at(&columns.cache_write_1h_input_tokens),
             output_tokens: need(&columns.output_tokens, "output_tokens")?,
+            reasoning_tokens: at(&columns.reasoning_tokens),
             cost: at(&columns.cost),
         })
     }
@@ -134,13 +153,17 @@ pub fn provider_row(
         }
         _ => Ok(None),
     };
+    let count = |i| opt(i, parse_count, "is no token count:");
     Ok(ProviderRow {
         hour_us: hour - hour.rem_euclid(HOUR_US),
         model: cell(at.model).to_owned(),
         usage: Theirs {
             input_tokens: tokens(at.input_tokens)?,
-            cached_input_tokens: opt(at.cached_input_tokens, parse_count, "is no token count:")?,
+            cached_input_tokens: count(at.cached_input_tokens)?,
+            cache_write_input_tokens: count(at.cache_write_input_tokens)?,
+            cache_write_1h_input_tokens: count(at.cache_write_1h_input_tokens)?,
             output_tokens: tokens(at.output_tokens)?,
+            reasoning_tokens: count(at.reasoning_tokens)?,
             cost_micros: opt(at.cost, parse_usd, "is no amount of USD:")?,
         },
     })

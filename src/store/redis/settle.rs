@@ -195,7 +195,10 @@ fn settle_spec(
         .push(usage.cost as f64)
         .push(usage.cached as f64)
         .ledger(retention.ledger)
-        .push(output_kept as f64);
+        .push(output_kept as f64)
+        .push(usage.cache_write as f64)
+        .push(usage.cache_write_1h as f64)
+        .push(usage.reasoning as f64);
     for lp in s.levels {
         spec.push(f64::from(lp.bit()))
             .push(lp.buckets.len() as f64)

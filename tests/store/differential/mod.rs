@@ -58,7 +58,7 @@ use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::{MemoryStore, Stored};
 use ctxbudget::store::redis::{RedisSettings, RedisStore};
 use ctxbudget::store::{
-    ChargeReply, EXACT_LEASES, RenewReply, Retention, Scope, SettleReply, Settlement, Store, Usage,
+    ChargeReply, EXACT_LEASES, RenewReply, Retention, Scope, SettleReply, Settlement, Store,
 };
 use ops::{Gen, Op, entry_plan, pick};
 use rand::rngs::StdRng;
@@ -344,27 +344,8 @@ async fn step(
     match op {
         Op::Reserve(plans) => reserve::one_by_one(g, plans, memory, redis, clock, seen).await?,
         Op::ReserveFirst(plans) => reserve::first(g, plans, memory, redis, clock, seen).await?,
-        Op::Commit {
-            id,
-            levels,
-            actual,
-            prompt,
-            input,
-            cached,
-            cost,
-            learn,
-            output_kept,
-        } => {
-            let s = Settlement { id, levels };
-            let usage = Usage {
-                tokens: *actual,
-                prompt: *prompt,
-                input: *input,
-                cached: *cached,
-                cost: *cost,
-                learn: *learn,
-                output_kept: *output_kept,
-            };
+        Op::Commit { id, levels, usage } => {
+            let (s, usage) = (Settlement { id, levels }, *usage);
             let global = Episode::before(memory, levels, &id.tenant, clock.now_us());
             let m = memory.commit(s, usage).await.unwrap();
             count(seen, settled("commit", &m));
@@ -544,12 +525,18 @@ fn brief(op: &Op) -> String {
             .collect::<Vec<_>>()
             .join("\n        "),
         Op::Commit {
-            id: i,
-            actual,
-            prompt,
-            input,
-            ..
-        } => format!("commit {} {actual} ({prompt} prompt, {input} input)", id(i)),
+            id: i, usage: u, ..
+        } => format!(
+            "commit {} {} ({} prompt, {} input, {}/{}/{} cached/written/written 1h, {} reasoning)",
+            id(i),
+            u.tokens,
+            u.prompt,
+            u.input,
+            u.cached,
+            u.cache_write,
+            u.cache_write_1h,
+            u.reasoning
+        ),
         Op::Refund { id: i, .. } => format!("refund {}", id(i)),
         Op::Renew { id: i, ttl_ms, .. } => format!("renew {} {ttl_ms} ms", id(i)),
         Op::Status {

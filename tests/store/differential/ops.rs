@@ -3,8 +3,8 @@
 //! a seed replays the same sequence.
 
 use ctxbudget::domain::bucket::{BucketSpec, Windowed};
-use ctxbudget::domain::budget::ChargePlan;
 use ctxbudget::domain::budget::ledger::Period;
+use ctxbudget::domain::budget::{ChargePlan, Usage};
 use ctxbudget::domain::mix::{self, PromptMix};
 use ctxbudget::domain::output::OverrunCredit;
 use ctxbudget::domain::price::Rates;
@@ -39,15 +39,8 @@ pub(super) enum Op {
     Commit {
         id: ReservationId,
         levels: Vec<LevelPlan>,
-        actual: u64,
-        prompt: u64,
-        input: u64,
-        cached: u64,
-        cost: u64,
-        /// The prompt is the upstream's count (an estimator sample).
-        learn: bool,
-        /// Completions kept for a learned output (0: none).
-        output_kept: usize,
+        /// The usage, its parts drawn within their wholes.
+        usage: Usage,
     },
     Refund {
         id: ReservationId,
@@ -643,16 +636,36 @@ impl Gen {
                     0 => 0,
                     _ => r.random_range(1..=4),
                 };
+                // Cache writes and reasoning (the ledger's parts), sometimes:
+                // rows with and without them.
+                let (cache_write, cache_write_1h, reasoning) = match r.random_range(0..3) {
+                    0 => {
+                        let rest = prompt - cached;
+                        let cache_write = r.random_range(0..=rest);
+                        let cache_write_1h = r.random_range(0..=rest - cache_write);
+                        (
+                            cache_write,
+                            cache_write_1h,
+                            r.random_range(0..=actual - prompt),
+                        )
+                    }
+                    _ => (0, 0, 0),
+                };
                 Op::Commit {
                     id,
                     levels,
-                    actual,
-                    prompt,
-                    input,
-                    cached,
-                    cost,
-                    learn,
-                    output_kept,
+                    usage: Usage {
+                        tokens: actual,
+                        prompt,
+                        input,
+                        cached,
+                        cache_write,
+                        cache_write_1h,
+                        reasoning,
+                        cost,
+                        learn,
+                        output_kept,
+                    },
                 }
             }
             45..=51 => {
