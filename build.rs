@@ -3,7 +3,8 @@
 //! gives each budget script in `lua/` its prelude: the constants of
 //! `src/domain/budget/layout.rs` (the Rust algorithm's own), the clock, and
 //! for the scripts that write the usage ledger `lua/ledger.lua`, for those that
-//! read level states `lua/state.lua`, for those that write them `lua/level.lua`;
+//! read level states `lua/state.lua`, for those that write them `lua/level.lua`,
+//! for those that queue threshold alerts `lua/alerts.lua`;
 //! and makes `reserve_first.lua` of `reserve.lua` wrapped in a function.
 
 use prost::Message;
@@ -25,6 +26,8 @@ const BUDGET_SCRIPTS: [&str; 6] = [
 ];
 /// The scripts that write the usage ledger: `lua/ledger.lua` joins their prelude.
 const LEDGER_SCRIPTS: [&str; 2] = ["reserve", "settle"];
+/// The scripts that queue threshold alerts: `lua/alerts.lua` joins their prelude.
+const ALERT_SCRIPTS: [&str; 2] = ["reserve", "settle"];
 /// The scripts that read level states: `lua/state.lua` joins their prelude.
 const STATE_SCRIPTS: [&str; 5] = ["reserve", "settle", "renew", "charge", "global_lease"];
 /// The scripts that write level states: `lua/level.lua` joins their prelude.
@@ -110,6 +113,9 @@ fn prelude(name: &str) -> Result<String, Box<dyn std::error::Error>> {
     }
     if LEVEL_SCRIPTS.contains(&name) {
         out.push_str(&fs::read_to_string("lua/level.lua")?);
+    }
+    if ALERT_SCRIPTS.contains(&name) {
+        out.push_str(&fs::read_to_string("lua/alerts.lua")?);
     }
     Ok(out)
 }

@@ -121,6 +121,7 @@ fn benches(c: &mut Criterion) {
                 hourly_us: 35 * 86_400_000_000,
                 daily_us: 400 * 86_400_000_000,
             }),
+            alert_queue: 1_000,
         },
     );
     let scope = plan::Scope {

@@ -58,6 +58,12 @@
 --          (any other length, e.g. with buckets passing through, gets one built)
 -- ARGV[7+n], ARGV[8+n], ARGV[9+n]  with the ledger on: the tenant's ledger key
 --          prefix, the reservation's hourly and daily row fields (ledger.lua)
+-- ARGV[#ARGV-1]  when some bucket has alert thresholds (after the ledger's, if any):
+--          little-endian doubles: the most alerts a tenant's queue holds, then
+--          per threshold, in plan order: the bucket's place in the plan (1: the
+--          first level's first bucket), the threshold in basis points; KEYS then
+--          end with the tenant's alert queue, its records and the queues' set
+--          (alerts.lua)
 -- ARGV[#ARGV]  the tenant's record key prefix: a record key is it and a nonce
 --          (for an idempotent replay, whose entry holds the nonce)
 --
@@ -111,6 +117,17 @@ local hret, dret = spec[10], spec[11]
 local learned = spec[12]
 if learned <= 0 or learned >= max_out then learned = nil end
 local FIRST = 13
+-- Alert thresholds: the place of the next bucket that has one (0: none).
+local alert_spec, alert_at, alert_next = nil, 2, 0
+do
+  local at = 7 + nlev
+  if hret > 0 then at = at + 3 end
+  if #ARGV > at then
+    alert_spec = {struct.unpack(fmt_of(DOUBLES, #ARGV[at] / 8), ARGV[at])}
+    alert_next = alert_spec[2]
+  end
+end
+local crossings = nil
 
 -- An earlier reservation under the same idempotency key?
 local replay
@@ -271,6 +288,19 @@ for i = 1, nlev do
       denied_mask[w] = denied_mask[w] + 2 ^ (check_at % 32)
     end
     check_at = check_at + 1
+    if seen + b == alert_next then
+      -- This bucket's thresholds: those the move from l to l - c crosses.
+      repeat
+        local bp = alert_spec[alert_at + 1]
+        local t = bp / 10000 * lim
+        if lim - l < t and lim - (l - c) >= t then
+          crossings = crossings or {}
+          crossings[#crossings + 1] = {i, id, lim, lim - (l - c), bp, ws}
+        end
+        alert_at = alert_at + 2
+        alert_next = alert_spec[alert_at] or 0
+      until alert_next ~= seen + b
+    end
     l = l - c
     s[k + 1], s[k + 2], s[k + 3] = l, now, lim
     -- How long the key must live for this bucket: until full again, or
@@ -349,6 +379,7 @@ end
 if ARGV[4] ~= '0' then
   redis.call('SET', KEYS[nlev + 2], string.sub(ARGV[2], 2), 'PX', ARGV[4])
 end
+if crossings then alerts_fire(KEYS, crossings, alert_spec[1], now) end
 -- The reply's tail rides in raws (sized for it) so the reply is made at its size.
 raws[nlev + 1] = reserved
 if reclaimed > 0 then

@@ -27,6 +27,10 @@
 -- ARGV[5]  '<' followed by at least as many 'd' as the longest state or spec
 -- ARGV[6], ARGV[7], ARGV[8]  with the ledger on: the tenant's ledger key prefix, the
 --          reservation's hourly and daily row fields (ledger.lua)
+-- ARGV[9] (ARGV[6] with the ledger off)  when some bucket has alert thresholds: as
+--          reserve.lua's (the most queued, then bucket place and basis points per
+--          threshold); KEYS then end with the tenant's alert queue, its records and
+--          the queues' set (alerts.lua)
 --
 -- Returns (the tags first: REPLY_APPLIED 1, REPLY_SETTLED_BEFORE 0, REPLY_NOT_FOUND -1,
 -- from src/domain/budget/layout.rs)
@@ -64,6 +68,17 @@
 local D = ARGV[5]
 local spec = {struct.unpack(fmt_of(D, #ARGV[1] / 8), ARGV[1])}
 local nlev = spec[1]
+-- Alert thresholds: by a bucket's place, where its first one is in alert_spec.
+local alert_spec, alert_of, crossings = nil, nil, nil
+do
+  local at = 6
+  if spec[9] > 0 then at = 9 end
+  if ARGV[at] then
+    alert_spec = {struct.unpack(fmt_of(D, #ARGV[at] / 8), ARGV[at])}
+    alert_of = {}
+    for j = #alert_spec - 2, 2, -2 do alert_of[alert_spec[j]] = j end
+  end
+end
 local rkey = KEYS[nlev + 1]
 local rec = redis.call('GET', rkey)
 if not rec then return {REPLY_NOT_FOUND} end
@@ -127,6 +142,7 @@ end
 -- allocations: issue 27; a session's fourth level grows it once).
 local writes, nw, p = {false, false, false, false, false, false, false, false, false,
   false, false, false, false, false, false, false, false, false}, 0, 15
+local seen = 0 -- the buckets of earlier levels
 for i = 1, nlev do
   local lbit, nb, cap = spec[p], spec[p + 1], spec[p + 2]
   ltok, lin, lou, lsp = dtok, din, dout, dspend
@@ -186,8 +202,20 @@ for i = 1, nlev do
           if s[j] == id then k = j break end
         end
         --@splice bucket_level
+        local before = l
         l = l - d
         if d < 0 and l > lim then l = lim end
+        local ai = alert_of and alert_of[seen + b]
+        while ai and alert_spec[ai] == seen + b do
+          -- This bucket's thresholds: those the move from before to l crosses.
+          local bp = alert_spec[ai + 1]
+          local t = bp / 10000 * lim
+          if lim - before < t and lim - l >= t then
+            crossings = crossings or {}
+            crossings[#crossings + 1] = {i, id, lim, lim - l, bp, ws}
+          end
+          ai = ai + 2
+        end
         s[k + 1], s[k + 2], s[k + 3] = l, now, lim
         local full
         if we > 0 then full = we - now else full = (lim - l) * per / lim end
@@ -202,6 +230,7 @@ for i = 1, nlev do
     nw = nw + 6
   end
   p = after
+  seen = seen + nb
 end
 
 -- Write.
@@ -218,6 +247,7 @@ for w = 1, nw, 6 do
 end
 redis.call('SET', rkey, state .. string.sub(rec, REC_COST, REC_AMOUNT - 1)
   .. struct.pack('<d', amount) .. string.sub(rec, REC_ESTIMATED), 'PX', ARGV[3])
+if crossings then alerts_fire(KEYS, crossings, alert_spec[1], now) end
 -- The estimator sample: the actual and counted prompt tokens and the record's mix, or
 -- (a record without one) actual / estimated. Without the samples' key (a
 -- cluster) the reply carries it for the caller to push.

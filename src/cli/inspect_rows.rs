@@ -196,6 +196,7 @@ mod tests {
             period_secs,
             group,
             window: None,
+            alert_at: Default::default(),
         }
     }
 

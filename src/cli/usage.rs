@@ -163,6 +163,7 @@ pub(super) async fn ledger_store(admin: &AdminArgs) -> anyhow::Result<RedisStore
         idempotency_ms: 0,
         samples: 0,
         ledger: None,
+        alert_queue: 0,
     };
     let keys = Keys::new(&admin.key_prefix)?;
     Ok(RedisStore::connect(&settings, keys, retention).await?)

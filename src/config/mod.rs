@@ -17,6 +17,7 @@
 //! - [`live`]: the live configuration's documents (kept in Redis by
 //!   `store::config_repo`) as sections.
 
+pub mod alerts;
 pub mod auth;
 pub mod envoy;
 pub mod estimation;
@@ -33,6 +34,7 @@ pub mod resilience;
 pub mod sections;
 pub mod settings;
 
+pub use alerts::{AlertSettings, AlertsSection};
 pub use auth::{AuthSection, MIN_TOKEN_LEN, TokenSection, validate_tokens};
 pub use envoy::EnvoySection;
 pub use estimation::EstimatorSection;
@@ -165,6 +167,7 @@ impl FileConfig {
         self.auth = other.auth.or(self.auth);
         self.envoy = other.envoy.or(self.envoy);
         self.ext_proc = other.ext_proc.or(self.ext_proc);
+        self.alerts = other.alerts.or(self.alerts);
         self
     }
 
@@ -283,6 +286,7 @@ mod tests {
                 limit: 10,
                 period_secs: 60,
                 window: None,
+                alert_at: Default::default(),
             }]
         );
         assert_eq!(
@@ -291,6 +295,7 @@ mod tests {
                 limit: 50_000,
                 period_secs: 60,
                 window: None,
+                alert_at: Default::default(),
             }]
         );
         assert_eq!(free.user.concurrency, Some(1));

@@ -41,6 +41,9 @@ pub struct SpendSection {
     /// The window's IANA time zone (default UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timezone: Option<String>,
+    /// Fractions of the limit to alert at: `[0.8, 1.0]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alert_at: Vec<f64>,
 }
 
 impl SpendSection {
@@ -56,6 +59,7 @@ impl SpendSection {
             period: self.period.clone(),
             window: self.window.clone(),
             timezone: self.timezone.clone(),
+            alert_at: self.alert_at.clone(),
         }
         .to_domain(field)
     }
@@ -68,6 +72,7 @@ impl SpendSection {
             period: r.period,
             window: r.window,
             timezone: r.timezone,
+            alert_at: r.alert_at,
         }
     }
 }

@@ -219,6 +219,7 @@ mod tests {
                 limit: 1000,
                 period_secs: 60,
                 window: None,
+                alert_at: Default::default(),
             }])
         );
         assert_eq!(d.user.concurrency, Setting::Unlimited);

@@ -1,6 +1,7 @@
 //! Rates as written — `{ limit = 60, period = "1m" }` or a calendar window —
 //! and their periods, with their conversion into domain rates.
 
+use crate::domain::alert::Thresholds;
 use crate::domain::window::{Window, WindowKind, parse_zone};
 use crate::domain::{LimitsError, Rate};
 use serde::{Deserialize, Serialize};
@@ -21,6 +22,9 @@ pub struct RateSection {
     /// The window's IANA time zone (default UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timezone: Option<String>,
+    /// Fractions of the limit to alert at: `[0.8, 0.95, 1.0]` (docs/operations.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alert_at: Vec<f64>,
 }
 
 impl RateSection {
@@ -28,6 +32,7 @@ impl RateSection {
     pub(crate) fn to_domain(&self, field: &str) -> Result<Rate, LimitsError> {
         let err =
             |name: &str, problem: String| LimitsError::new(format!("{field}.{name}"), problem);
+        let alert_at = Thresholds::new(&self.alert_at, &format!("{field}.alert_at"))?;
         match (&self.period, &self.window) {
             (Some(period), None) => {
                 if self.timezone.is_some() {
@@ -43,6 +48,7 @@ impl RateSection {
                     limit: self.limit,
                     period_secs,
                     window: None,
+                    alert_at,
                 })
             }
             (None, Some(kind)) => {
@@ -65,6 +71,7 @@ impl RateSection {
                     limit: self.limit,
                     period_secs: 0,
                     window: Some(Window { kind, tz }),
+                    alert_at,
                 })
             }
             (Some(_), Some(_)) => Err(err(
@@ -82,12 +89,14 @@ impl RateSection {
 
     /// A domain rate as written.
     pub fn of(rate: &Rate) -> Self {
+        let alert_at = rate.alert_at.iter().collect();
         match rate.window {
             Some(w) => RateSection {
                 limit: rate.limit,
                 period: None,
                 window: Some(w.kind.as_str().into()),
                 timezone: Some(w.tz.name().into()),
+                alert_at,
             },
             None => RateSection {
                 limit: rate.limit,
@@ -96,6 +105,7 @@ impl RateSection {
                 ))),
                 window: None,
                 timezone: None,
+                alert_at,
             },
         }
     }

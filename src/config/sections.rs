@@ -48,6 +48,8 @@ pub struct FileConfig {
     pub envoy: Option<super::EnvoySection>,
     /// How Envoy's external processor reads requests.
     pub ext_proc: Option<super::ExtProcSection>,
+    /// Where threshold alerts go.
+    pub alerts: Option<super::AlertsSection>,
 }
 
 /// `[server]`.

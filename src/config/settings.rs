@@ -55,6 +55,8 @@ pub struct Settings {
     pub priorities: Priorities,
     /// `[money] require_price`.
     pub require_price: bool,
+    /// `[alerts]`.
+    pub alerts: super::AlertSettings,
     /// The configuration file read, if any (SIGHUP re-reads it).
     pub config_path: Option<PathBuf>,
     /// The live configuration as written: what seeds an empty Redis.
@@ -162,6 +164,7 @@ impl FileConfig {
         let priorities = self.priorities.unwrap_or_default().to_domain()?;
         let money = self.money.clone().unwrap_or_default();
         let (require_price, ledger) = (money.require_price, money.ledger()?);
+        let alerts = self.alerts.clone().unwrap_or_default().settings()?;
         let seed = ConfigDoc::written(&self);
         let defaults = Self::built_in();
         let server = self.server.or(defaults.server).expect("built-in [server]");
@@ -206,7 +209,7 @@ impl FileConfig {
                 key: store.tls_key,
             },
             leases: res.leases(),
-            retention: res.retention(adaptive.samples_kept(), ledger),
+            retention: res.retention(adaptive.samples_kept(), ledger, alerts.max_queued),
             retry_jitter_ms: res.retry_jitter_ms,
             concurrency_retry_ms: res.concurrency_retry_ms,
             limits: Arc::new(limits),
@@ -214,6 +217,7 @@ impl FileConfig {
             ext_proc: self.ext_proc.clone().unwrap_or_default(),
             priorities,
             require_price,
+            alerts,
             max_message_bytes: server.max_message_bytes,
             admission: admission(&server)?,
             config_path: None,
@@ -240,13 +244,19 @@ impl ReservationsSection {
     }
 
     /// How long records and idempotency keys are kept, `samples` estimator
-    /// samples per key, and the ledger's rows.
-    fn retention(&self, samples: usize, ledger: Option<LedgerRetention>) -> Retention {
+    /// samples per key, the ledger's rows, and the alerts a tenant's queue holds.
+    fn retention(
+        &self,
+        samples: usize,
+        ledger: Option<LedgerRetention>,
+        alert_queue: usize,
+    ) -> Retention {
         Retention {
             record_ms: self.retention_ms,
             idempotency_ms: self.idempotency_ttl_ms,
             samples,
             ledger,
+            alert_queue,
         }
     }
 }

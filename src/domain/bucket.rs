@@ -7,6 +7,7 @@
 //! repeats these formulas operation for operation, so both stores compute the same
 //! doubles; stores report levels as whole thousandths ("milli" units).
 
+use super::alert::Thresholds;
 use super::limits::{Dimension, Level};
 use super::price::SpendRates;
 use super::window::{Span, Window};
@@ -28,6 +29,8 @@ pub struct BucketSpec {
     /// A calendar window instead of the rolling period: the bucket is full
     /// again at each boundary and does not refill in between.
     pub window: Option<Windowed>,
+    /// Fractions of the limit to alert at (none: no alerts).
+    pub alert_at: Thresholds,
 }
 
 /// A calendar window and where its boundaries fall around the plan's instant.
@@ -266,6 +269,7 @@ mod tests {
             period_secs: 60,
             group: 0,
             window: None,
+            alert_at: Default::default(),
         }
     }
 

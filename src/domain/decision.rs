@@ -207,6 +207,7 @@ mod tests {
                     period_secs: 60,
                     group: 0,
                     window: None,
+                    alert_at: Default::default(),
                 },
                 BucketSpec {
                     level: Level::User,
@@ -215,6 +216,7 @@ mod tests {
                     period_secs: 60,
                     group: 0,
                     window: None,
+                    alert_at: Default::default(),
                 },
             ],
             concurrency: Some(2),

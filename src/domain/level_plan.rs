@@ -200,6 +200,7 @@ fn push_rates(
                 window,
                 span: window.span(now_us),
             }),
+            alert_at: r.alert_at,
         }));
     }
 }

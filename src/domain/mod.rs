@@ -5,6 +5,7 @@
 //! persistence around it (the memory store calls it, the Lua scripts in `lua/`
 //! port it to Redis), and the differential test holds the two to one answer.
 
+pub mod alert;
 pub mod block;
 pub mod bucket;
 pub mod budget;

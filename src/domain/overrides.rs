@@ -218,6 +218,7 @@ mod tests {
             limit,
             period_secs,
             window: None,
+            alert_at: Default::default(),
         }
     }
 

@@ -385,11 +385,13 @@ mod tests {
                     limit: 10,
                     period_secs: 60,
                     window: None,
+                    alert_at: Default::default(),
                 }],
                 tokens: vec![Rate {
                     limit: 5000,
                     period_secs: 60,
                     window: None,
+                    alert_at: Default::default(),
                 }],
                 concurrency: Some(1),
                 ..LevelLimits::default()

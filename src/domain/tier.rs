@@ -6,6 +6,7 @@
 //! Size: the whole limit vocabulary an operator writes (levels, tiers, model
 //! and shadow limits) and its validation rules, kept together as one contract.
 
+use super::alert::Thresholds;
 use super::level::{Dimension, Level};
 use super::output::OutputReservation;
 use super::window::Window;
@@ -34,6 +35,8 @@ pub struct Rate {
     pub period_secs: u64,
     /// A calendar window instead of a rolling period.
     pub window: Option<Window>,
+    /// Fractions of the limit to alert at (`alert_at`; none: no alerts).
+    pub alert_at: Thresholds,
 }
 
 impl Rate {
@@ -411,6 +414,7 @@ mod tests {
                     limit: 100,
                     period_secs: 60,
                     window: None,
+                    alert_at: Default::default(),
                 }],
                 concurrency: Some(10),
                 ..LevelLimits::default()
@@ -420,11 +424,13 @@ mod tests {
                     limit: 10,
                     period_secs: 60,
                     window: None,
+                    alert_at: Default::default(),
                 }],
                 tokens: vec![Rate {
                     limit: 1000,
                     period_secs: 60,
                     window: None,
+                    alert_at: Default::default(),
                 }],
                 concurrency: Some(2),
                 ..LevelLimits::default()
@@ -458,6 +464,7 @@ mod tests {
             limit: 11,
             period_secs: 60,
             window: None,
+            alert_at: Default::default(),
         }];
         let err = t.validate("tiers.pro").unwrap_err();
         assert_eq!(err.field, "tiers.pro.session.requests[0].limit");
@@ -506,6 +513,7 @@ mod tests {
             limit: 5,
             period_secs: 60,
             window: None,
+            alert_at: Default::default(),
         });
         assert_eq!(
             t.validate("tiers.pro").unwrap_err().field,

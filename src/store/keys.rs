@@ -18,6 +18,11 @@
 //! ctxb:o:<M>:<R>               list   completions (output tokens) under estimator key M, tier R
 //! ctxb:{T}:l:h:<hour>          hash   usage ledger: one hour's rows, field <group>
 //! ctxb:{T}:l:d:<day>           hash   usage ledger: one UTC day's rows, field <group>:<U>
+//! ctxb:{T}:a                   zset   alerts to send: event id → when due (µs)
+//! ctxb:{T}:a:e                 hash   their records (event id → record), attempts
+//!                                     (n:<event id>), and `dropped` (a full queue)
+//! ctxb:a                       set    the tenants' alert queues with alerts in them
+//! ctxb:a:recent                list   the last alerts sent or dropped (JSON), newest first
 //! ```
 //! Ledger hours and days are counted from the Unix epoch (`h:491904` is
 //! 2026-02-14T00:00Z); each row is `domain::budget::ledger::Row`.
@@ -54,11 +59,15 @@
 //! o           a learned output's overrun credit and when it was written (µs):
 //!             two little-endian doubles (see `domain::output`)
 //! #<nonce>    one live lease: its expiry in µs, a little-endian double
+//! a<id>:<bp>  an alert threshold's marker (bucket id, threshold in basis points):
+//!             the window it last fired in, or when it last crossed (µs, a double)
 //! ```
 
 use super::Scope;
 use crate::domain::budget::ledger::{LedgerRow, Period, Row};
-use crate::domain::{IdempotencyKey, Level, LevelPlan, ReservationId, TenantId, UserId};
+use crate::domain::{
+    IdempotencyKey, Level, LevelPlan, ReservationId, SessionId, TenantId, UserId,
+};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
@@ -130,6 +139,69 @@ impl Keys {
 
     fn tenant_tag(&self, tenant: &TenantId) -> String {
         format!("{}{{{}}}", self.prefix, encode(tenant.as_str()))
+    }
+
+    /// The queue of alerts `tenant`'s calls crossed, and its records' hash.
+    pub fn alert_queue(&self, tenant: &TenantId) -> (String, String) {
+        let q = format!("{}:a", self.tenant_tag(tenant));
+        let e = format!("{q}:e");
+        (q, e)
+    }
+
+    /// The set of alert queues that hold alerts.
+    pub fn alert_index(&self) -> String {
+        format!("{}a", self.prefix)
+    }
+
+    /// The last alerts sent or dropped.
+    pub fn alert_recent(&self) -> String {
+        format!("{}a:recent", self.prefix)
+    }
+
+    /// The tenant of an alert queue key.
+    pub fn parse_alert_queue(&self, key: &str) -> Option<TenantId> {
+        let rest = key.strip_prefix(&self.prefix)?.strip_prefix('{')?;
+        let (tenant, rest) = rest.split_once('}')?;
+        (rest == ":a").then_some(())?;
+        TenantId::parse(&decode(tenant)?).ok()
+    }
+
+    /// The level, tenant, user and session a level key names (`None` for the
+    /// global level's tenant, and for a key of no level).
+    pub fn parse_level(&self, key: &str) -> Option<ParsedLevel> {
+        let rest = key.strip_prefix(&self.prefix)?;
+        if rest == "g" || rest == "{g}" {
+            return Some(ParsedLevel {
+                level: Level::Global,
+                tenant: None,
+                user: None,
+                session: None,
+            });
+        }
+        let (tenant, rest) = rest.strip_prefix('{')?.split_once('}')?;
+        let tenant = Some(TenantId::parse(&decode(tenant)?).ok()?);
+        let id = |s: &str| decode(s);
+        let parsed = |level, user: Option<String>, session: Option<String>| {
+            Some(ParsedLevel {
+                level,
+                tenant: tenant.clone(),
+                user: match user {
+                    Some(u) => Some(UserId::parse(&u).ok()?),
+                    None => None,
+                },
+                session: match session {
+                    Some(s) => Some(SessionId::parse(&s).ok()?),
+                    None => None,
+                },
+            })
+        };
+        match rest.strip_prefix(':')?.split(':').collect::<Vec<_>>()[..] {
+            ["t"] => parsed(Level::Tenant, None, None),
+            ["u", u] => parsed(Level::User, Some(id(u)?), None),
+            ["s", "", s] => parsed(Level::Session, None, Some(id(s)?)),
+            ["s", u, s] => parsed(Level::Session, Some(id(u)?), Some(id(s)?)),
+            _ => None,
+        }
     }
 
     /// The hash of one level of `who`: the tenant's, its user's at the user
@@ -277,6 +349,19 @@ pub fn parse_ledger_day_field(field: &str) -> Option<(&str, Option<UserId>)> {
         u => Some(UserId::parse(&decode(u)?).ok()?),
     };
     Some((group, user))
+}
+
+/// Who a level key names ([`Keys::parse_level`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParsedLevel {
+    /// The level.
+    pub level: Level,
+    /// Its tenant (`None` at the global level).
+    pub tenant: Option<TenantId>,
+    /// Its user, at the user and session levels.
+    pub user: Option<UserId>,
+    /// Its session, at the session level.
+    pub session: Option<SessionId>,
 }
 
 /// The hash field of a reservation's lease.

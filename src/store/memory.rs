@@ -374,6 +374,7 @@ impl<C: Clock + Clone> Store for MemoryStore<C> {
         // Quotas in shadow keep no ledger: the enforced store's is the record.
         let retention = Retention {
             ledger: None,
+            alert_queue: 0,
             ..self.retention
         };
         MemoryStore::with_clock(self.keys.shadow(), retention, self.clock.clone())

@@ -278,6 +278,7 @@ impl Store for RedisStore {
             // Quotas in shadow keep no ledger: the enforced store's is the record.
             retention: Retention {
                 ledger: None,
+                alert_queue: 0,
                 ..self.retention
             },
             timeout: self.timeout,
@@ -332,6 +333,7 @@ mod tests {
             idempotency_ms: 1000,
             samples: 10,
             ledger: None,
+            alert_queue: 0,
         };
         RedisStore::connect(settings, Keys::new(DEFAULT_PREFIX).unwrap(), retention).await
     }

@@ -305,6 +305,7 @@ fn short_lived() -> (MemoryStore<ManualClock>, ManualClock) {
             hourly_us: HOUR_US,
             daily_us: DAY_US,
         }),
+        alert_queue: 0,
     };
     let keys = Keys::new(DEFAULT_PREFIX).unwrap();
     (

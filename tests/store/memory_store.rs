@@ -29,6 +29,7 @@ user = { requests = [{ limit = 10, period = "1m" }], concurrency = 1 }
         idempotency_ms: 1_000,
         samples: 100,
         ledger: None,
+        alert_queue: 0,
     };
     let store =
         MemoryStore::with_clock(Keys::new(DEFAULT_PREFIX).unwrap(), retention, clock.clone());

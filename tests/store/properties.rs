@@ -82,6 +82,7 @@ impl World {
             idempotency_ms: 60_000,
             samples: 10,
             ledger: None,
+            alert_queue: 0,
         };
         let store =
             MemoryStore::with_clock(Keys::new(DEFAULT_PREFIX).unwrap(), retention, clock.clone());
@@ -194,7 +195,7 @@ proptest! {
         more_us in 0i64..1_000_000_000_000,
         surplus in 1i64..1_000_000_000_000,
     ) {
-        let b = BucketSpec { level: Level::Tenant, dimension: Dimension::Tokens, limit, period_secs, group: 0, window: None };
+        let b = BucketSpec { level: Level::Tenant, dimension: Dimension::Tokens, limit, period_secs, group: 0, window: None, alert_at: Default::default() };
         let level = level.min(limit as f64);
         let once = b.refill(level, elapsed_us);
         prop_assert!(once <= limit as f64);

@@ -108,6 +108,7 @@ const RETENTION: Retention = Retention {
         hourly_us: 35 * 86_400_000_000,
         daily_us: 400 * 86_400_000_000,
     }),
+    alert_queue: 100,
 };
 const CLOCK_KEY: &str = "suite:clock";
 
@@ -299,6 +300,7 @@ pub(crate) fn user_level(requests: u64, tokens: u64, concurrency: Option<u64>) -
         period_secs: 60,
         group: 0,
         window: None,
+        alert_at: Default::default(),
     };
     LevelPlan {
         level: Level::User,
@@ -469,6 +471,7 @@ async fn a_denial_past_the_256th_check_is_named<S: Store>(c: &Ctx<S>) {
                     period_secs,
                     group: 0,
                     window: None,
+                    alert_at: Default::default(),
                 });
             }
         }
@@ -938,6 +941,7 @@ async fn foreign_buckets_touched_this_instant_are_kept<S: Store>(c: &Ctx<S>) {
                     period_secs,
                     group: 0,
                     window: None,
+                    alert_at: Default::default(),
                 })
                 .collect(),
             concurrency: None,
@@ -1053,6 +1057,7 @@ fn model_levels() -> Vec<LevelPlan> {
         period_secs: 60,
         group,
         window: None,
+        alert_at: Default::default(),
     };
     vec![
         LevelPlan {
@@ -1165,6 +1170,7 @@ async fn a_calendar_window_resets_at_its_boundary_and_not_before<S: Store>(c: &C
             period_secs: 0,
             group: 0,
             window: Some(Windowed { window, span }),
+            alert_at: Default::default(),
         }],
         concurrency: None,
         overrun: None,
@@ -1211,6 +1217,7 @@ pub(crate) fn global_level(
         period_secs,
         group: 0,
         window: None,
+        alert_at: Default::default(),
     };
     let mut buckets = Vec::new();
     buckets.extend(requests.map(|r| bucket(Dimension::Requests, r, 3600)));

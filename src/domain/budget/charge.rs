@@ -148,6 +148,7 @@ mod tests {
             period_secs: 60,
             group: 0,
             window: None,
+            alert_at: Default::default(),
         };
         ChargePlan {
             tenant: TenantId::parse("t").unwrap(),

@@ -20,6 +20,9 @@ pub struct StoredLevel {
     /// The `o` field: a learned level's overrun credit and when it was
     /// written (µs); `None`: never written (full).
     pub credit: Option<(f64, f64)>,
+    /// The `a…` fields: each alert threshold's marker
+    /// (`domain::alert::Crossing::marker_field` → its value).
+    pub alert_markers: FastMap<String, f64>,
 }
 
 impl StoredLevel {

@@ -14,6 +14,7 @@
 //!   [`usage`]: what a settle is told.
 //! - [`replies`]: what they answer; [`checks`]: which checks of a plan denied.
 
+pub mod alerts;
 pub mod charge;
 pub mod checks;
 pub mod layout;

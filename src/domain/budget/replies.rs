@@ -16,6 +16,9 @@ pub struct Retention {
     pub samples: usize,
     /// How long usage-ledger rows are kept; `None`: no ledger.
     pub ledger: Option<super::ledger::LedgerRetention>,
+    /// The most threshold alerts one tenant's queue holds; 0: alert
+    /// thresholds are not checked (a store in shadow).
+    pub alert_queue: usize,
 }
 
 /// The answer to a reservation.

@@ -14,6 +14,7 @@
 //! Size: the one reserve algorithm, kept whole so it reads beside
 //! `lua/reserve.lua` step for step, and its unit tests.
 
+use super::alerts;
 use super::checks::DeniedChecks;
 use super::layout::{MAX_FOREIGN, MAX_TTL_US, RECLAIM_CAP};
 use super::ledger::{self, Entry};
@@ -21,6 +22,7 @@ use super::level::StoredLevel;
 use super::record::{LearnedOutput, Record, RecordState};
 use super::replies::{Reclaimed, ReserveReply, Retention};
 use super::state::{self, BucketState, LevelState, bucket_id, ceil_ms};
+use crate::domain::alert::Crossing;
 use crate::domain::bucket::Cost;
 use crate::domain::price::SpendRates;
 use crate::domain::{LevelPlan, ReservePlan};
@@ -47,6 +49,8 @@ pub struct Reserved {
     /// What the new reservation adds to the usage ledger, when taken with
     /// the ledger on.
     pub ledger: Option<Entry>,
+    /// The alert thresholds it crossed, when taken (`super::alerts`).
+    pub crossings: Vec<Crossing>,
 }
 
 impl Reserved {
@@ -56,6 +60,7 @@ impl Reserved {
             record: None,
             idempotency_ms: None,
             ledger: None,
+            crossings: Vec::new(),
         }
     }
 }
@@ -94,7 +99,8 @@ pub fn reserve(
     // The output to grant: all of it, or as much as fits, never below the min.
     let grant = read.room.floor().max(plan.min_output_tokens as f64);
     let held = Held::of(plan, &read.credits, grant);
-    let (denied, ttls) = check(plan, &mut read, &held, now);
+    let mut crossings = Vec::new();
+    let (denied, ttls) = check(plan, &mut read, &held, now, &mut crossings);
     let reclaimed = read.reclaimed;
     let readings = |levels: &[Option<StoredLevel>]| {
         state::readings_of(&plan.levels, |i| Some(&levels[i].as_ref()?.state), &[], now)
@@ -133,6 +139,7 @@ pub fn reserve(
             .as_ref()
             .map(|_| retention.idempotency_ms),
         ledger,
+        crossings,
     }
 }
 
@@ -338,7 +345,13 @@ pub fn counts_reclaims(levels: &[LevelPlan], i: usize) -> bool {
 /// Checks every bucket and limit in plan order, taking the cost in the working
 /// states (each level what it holds: [`Held`]). Returns the denied checks and
 /// each level's time to refill (µs).
-fn check(plan: &ReservePlan, read: &mut Read, held: &Held, now: f64) -> (DeniedChecks, Vec<f64>) {
+fn check(
+    plan: &ReservePlan,
+    read: &mut Read,
+    held: &Held,
+    now: f64,
+    crossings: &mut Vec<Crossing>,
+) -> (DeniedChecks, Vec<f64>) {
     let h = plan.headroom;
     let (mut denied, mut i) = (DeniedChecks::default(), 0);
     let mut ttls = Vec::with_capacity(plan.levels.len());
@@ -354,6 +367,7 @@ fn check(plan: &ReservePlan, read: &mut Read, held: &Held, now: f64) -> (DeniedC
             }
             i += 1;
             let level = l - c;
+            alerts::crossed(at, b, (l, level), now, crossings);
             s.buckets[k] = BucketState {
                 id: bucket_id(b),
                 level,
@@ -441,6 +455,7 @@ mod tests {
             period_secs: 60,
             group: 0,
             window: None,
+            alert_at: Default::default(),
         };
         ReservePlan {
             id: ReservationId::generate(TenantId::parse("t").unwrap(), None, "p".into(), "".into()),
@@ -474,6 +489,7 @@ mod tests {
             idempotency_ms: 60_000,
             samples: 8,
             ledger: None,
+            alert_queue: 0,
         }
     }
 

@@ -12,6 +12,7 @@
 //! for the record retention, so repeats answer already-settled and change
 //! nothing.
 
+use super::alerts;
 use super::ledger::{self, Entry};
 use super::level::StoredLevel;
 use super::record::{Record, RecordState};
@@ -19,6 +20,7 @@ use super::replies::{Retention, SettleReply, Settled};
 use super::state::{BucketState, bucket_id};
 use super::usage::Settle;
 use crate::domain::LevelPlan;
+use crate::domain::alert::Crossing;
 use crate::domain::bucket::Cost;
 use crate::domain::mix::EstimatorSample;
 
@@ -37,6 +39,8 @@ pub struct SettleOutcome {
     /// A completion sample (its output tokens) to add, when a commit's tier
     /// learns its output ([`Usage::output_kept`]).
     pub output_sample: Option<u64>,
+    /// The alert thresholds the settlement crossed (`super::alerts`).
+    pub crossings: Vec<Crossing>,
 }
 
 impl SettleOutcome {
@@ -47,6 +51,7 @@ impl SettleOutcome {
             sample: None,
             ledger: None,
             output_sample: None,
+            crossings: Vec::new(),
         }
     }
 }
@@ -71,7 +76,8 @@ pub fn settle(
     };
     let now = now_us as f64;
     let (deltas, settled) = Deltas::settling(how, rec);
-    for (lp, stored) in plan.iter().zip(levels.iter_mut()) {
+    let mut crossings = Vec::new();
+    for (at, (lp, stored)) in plan.iter().zip(levels.iter_mut()).enumerate() {
         let deltas = match rec.held_at(lp.bit()) {
             (output, _) if output == rec.output => deltas,
             (output, spend) => {
@@ -87,7 +93,7 @@ pub fn settle(
                     .is_some_and(|s| s.leases.contains_key(lease)));
         let touched = lp.buckets.iter().any(|b| deltas.of(b.dimension) != 0.0);
         if touched || holds {
-            settle_level(lp, stored, holds, deltas, lease, now_us);
+            settle_level(at, &mut crossings, lp, stored, holds, deltas, lease, now_us);
         }
     }
     let (state, amount) = match settled {
@@ -119,6 +125,7 @@ pub fn settle(
             Settle::Commit(u) if u.learn && u.output_kept > 0 => Some(u.tokens - u.prompt),
             _ => None,
         },
+        crossings,
     }
 }
 
@@ -191,7 +198,13 @@ fn give_back(lp: &LevelPlan, stored: &mut Option<StoredLevel>, taken: f64, now: 
 }
 
 /// Frees the lease (when `holds`) and moves every bucket by its delta.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "settle.lua's per-level step, argument for argument"
+)]
 fn settle_level(
+    at: usize,
+    crossings: &mut Vec<Crossing>,
     lp: &LevelPlan,
     stored: &mut Option<StoredLevel>,
     holds: bool,
@@ -229,6 +242,7 @@ fn settle_level(
             }
         };
         let level = b.settle(l, delta);
+        alerts::crossed(at, b, (l, level), now, crossings);
         st.buckets[k] = BucketState {
             id,
             level,

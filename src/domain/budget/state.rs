@@ -278,6 +278,7 @@ mod tests {
             period_secs: 60,
             group: 0,
             window: None,
+            alert_at: Default::default(),
         };
         let s = LevelState {
             buckets: vec![BucketState {

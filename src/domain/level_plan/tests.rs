@@ -15,6 +15,7 @@ fn group(concurrency: Option<u64>) -> Arc<ModelGroup> {
                 limit: 100,
                 period_secs: 60,
                 window: None,
+                alert_at: Default::default(),
             }],
             concurrency,
             ..LevelLimits::default()

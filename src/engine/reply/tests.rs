@@ -19,6 +19,7 @@ fn plan() -> ReservePlan {
         period_secs: 60,
         group: 0,
         window: None,
+        alert_at: Default::default(),
     };
     ReservePlan {
         id: ReservationId::generate(

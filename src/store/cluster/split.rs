@@ -197,6 +197,7 @@ mod tests {
             period_secs: 60,
             group: 0,
             window: None,
+            alert_at: Default::default(),
         };
         LevelPlan {
             level,

@@ -241,6 +241,8 @@ async fn run_case(
             hourly_us: *pick(&mut rng, &[2_000_000, 3_600_000_000, 3_024_000_000_000]),
             daily_us: *pick(&mut rng, &[5_000_000, 86_400_000_000, 34_560_000_000_000]),
         }),
+        // Alerts mostly on, the queue sometimes small enough to fill.
+        alert_queue: *pick(&mut rng, &[0, 3, 1_000, 1_000]),
     };
     // Mostly short runs; some long ones; some where the limits keep changing
     // (so a level gathers more foreign buckets than it keeps).

@@ -250,6 +250,7 @@ pub(super) fn level_plan(rng: &mut StdRng, level: Level) -> LevelPlan {
                 period_secs,
                 group,
                 window: None,
+                alert_at: Default::default(),
             });
         }
         // Sometimes one calendar window of this dimension too (its span is
@@ -266,6 +267,7 @@ pub(super) fn level_plan(rng: &mut StdRng, level: Level) -> LevelPlan {
                     window,
                     span: window.span(0),
                 }),
+                alert_at: Default::default(),
             });
         }
     }

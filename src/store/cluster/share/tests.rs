@@ -18,6 +18,7 @@ fn global(requests: u64, concurrency: Option<u64>) -> LevelPlan {
             period_secs: 3600,
             group: 0,
             window: None,
+            alert_at: Default::default(),
         }],
         concurrency,
         overrun: None,
