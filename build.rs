@@ -16,13 +16,15 @@ use std::{env, fs, path::PathBuf};
 mod layout;
 
 /// The scripts that run the budget algorithm.
-const BUDGET_SCRIPTS: [&str; 6] = [
+const BUDGET_SCRIPTS: [&str; 8] = [
     "reserve",
     "settle",
     "renew",
     "status",
     "charge",
     "global_lease",
+    "alert_claim",
+    "alert_done",
 ];
 /// The scripts that write the usage ledger: `lua/ledger.lua` joins their prelude.
 const LEDGER_SCRIPTS: [&str; 2] = ["reserve", "settle"];

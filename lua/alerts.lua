@@ -10,17 +10,17 @@
 -- field 'a<id>:<bp>' of the level's hash, holds the window it last fired in
 -- (or when a rolling limit last crossed); it fires unless that is this
 -- window (or less than a period ago), and the marker is rewritten either way.
--- A crossing that fires is queued in the tenant's queue, the last three of K
--- (zset: event id -> due, us; hash: event id -> record; the set of queues
--- holding alerts), unless `max` wait there already: then it is counted in
--- the hash's field 'dropped'. The record: now, bucket id, limit, use,
+-- A crossing that fires is queued in the tenant's queue, the last four of K
+-- being the queue (zset: event id -> due, us), its records (hash: event id ->
+-- record), the set of queues holding alerts and the count of alerts dropped,
+-- unless `max` wait there already: then it is counted dropped. The record: now, bucket id, limit, use,
 -- threshold (a fraction), window start as little-endian doubles, then the
 -- level's key; its event id is its SHA-1. Only a crossing costs calls: two
 -- to mark it, four to queue it.
 
 local function alerts_fire(K, crossings, max, now)
   local nk = #K
-  local q, e, idx = K[nk - 2], K[nk - 1], K[nk]
+  local q, e, idx, dropped = K[nk - 3], K[nk - 2], K[nk - 1], K[nk]
   for j = 1, #crossings do
     local c = crossings[j]
     local key, id, ws = K[c[1]], c[2], c[6]
@@ -42,7 +42,7 @@ local function alerts_fire(K, crossings, max, now)
         redis.call('ZADD', q, now, eid)
         redis.call('SADD', idx, q)
       else
-        redis.call('HINCRBY', e, 'dropped', 1)
+        redis.call('INCR', dropped)
       end
     end
   end

@@ -137,7 +137,10 @@ mod tests {
         };
         let s = ok.settings().unwrap();
         assert_eq!((s.max_queued, s.max_age.as_secs()), (1_000, 86_400));
-        assert!(!format!("{s:?}").contains("\"k\""), "the secret stays out of logs");
+        assert!(
+            !format!("{s:?}").contains("\"k\""),
+            "the secret stays out of logs"
+        );
         for (bad, field) in [
             (
                 AlertsSection {

@@ -19,9 +19,10 @@
 //! ctxb:{T}:l:h:<hour>          hash   usage ledger: one hour's rows, field <group>
 //! ctxb:{T}:l:d:<day>           hash   usage ledger: one UTC day's rows, field <group>:<U>
 //! ctxb:{T}:a                   zset   alerts to send: event id → when due (µs)
-//! ctxb:{T}:a:e                 hash   their records (event id → record), attempts
-//!                                     (n:<event id>), and `dropped` (a full queue)
+//! ctxb:{T}:a:e                 hash   their records (event id → record) and attempts
+//!                                     (n:<event id>)
 //! ctxb:a                       set    the tenants' alert queues with alerts in them
+//! ctxb:a:dropped               string alerts dropped (a full queue, or given up)
 //! ctxb:a:recent                list   the last alerts sent or dropped (JSON), newest first
 //! ```
 //! Ledger hours and days are counted from the Unix epoch (`h:491904` is
@@ -65,9 +66,7 @@
 
 use super::Scope;
 use crate::domain::budget::ledger::{LedgerRow, Period, Row};
-use crate::domain::{
-    IdempotencyKey, Level, LevelPlan, ReservationId, SessionId, TenantId, UserId,
-};
+use crate::domain::{IdempotencyKey, Level, LevelPlan, ReservationId, SessionId, TenantId, UserId};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
@@ -151,6 +150,11 @@ impl Keys {
     /// The set of alert queues that hold alerts.
     pub fn alert_index(&self) -> String {
         format!("{}a", self.prefix)
+    }
+
+    /// The count of alerts dropped.
+    pub fn alert_dropped(&self) -> String {
+        format!("{}a:dropped", self.prefix)
     }
 
     /// The last alerts sent or dropped.

@@ -8,18 +8,22 @@
 //! Idle state expires as Redis keys would, and a sweep once per second of store
 //! time drops it, keeping memory bounded however many ids arrive.
 
+mod alerts;
 mod ledger;
 mod samples;
 mod sharded;
 mod snapshot;
 
-pub use snapshot::Stored;
+pub use snapshot::{NEVER, Stored};
 
 use self::sharded::Sharded;
 use super::keys::{Keys, lease_field};
 use super::{
-    RenewReply, ReserveReply, Retention, Scope, SettleReply, Settlement, Store, StoreError, Usage,
+    AlertBacklog, AlertDone, QueuedAlert, RenewReply, ReserveReply, Retention, Scope, SettleReply,
+    Settlement, Store, StoreError, Usage,
 };
+use crate::domain::alert::Crossing;
+use crate::domain::budget::alerts::AlertQueue;
 use crate::domain::budget::ledger::{LedgerRow, Period, Row};
 use crate::domain::budget::{
     ChargePlan, ChargeReply, Earlier, FastMap, Record, Settle, StoredLevel, charge::charge,
@@ -50,6 +54,12 @@ struct Data {
     outputs: HashMap<String, (VecDeque<u64>, i64)>,
     /// Usage-ledger hashes: rows by field.
     ledger: HashMap<String, (BTreeMap<String, Row>, i64)>,
+    /// Threshold alerts to send, by tenant queue key (kept until sent).
+    alerts: BTreeMap<String, AlertQueue>,
+    /// The last alerts sent or dropped (JSON), newest first.
+    alert_recent: VecDeque<String>,
+    /// Alerts dropped: a full queue, or given up.
+    alert_dropped: u64,
     next_sweep_us: i64,
 }
 
@@ -118,6 +128,7 @@ impl<C: Clock> MemoryStore<C> {
             .map(|(nonce, record)| Earlier { nonce, record });
         let mut taken = d.take(level_keys, now);
         let out = reserve(now, plan, earlier, taken.levels(), &lease, &self.retention);
+        self.fire(&mut d, &mut taken, &id.tenant, &out.crossings, now);
         d.put(taken);
         if let Some((record, ttl_ms)) = out.record {
             d.records.insert(record_key, (record, expiry(now, ttl_ms)));
@@ -138,7 +149,8 @@ impl<C: Clock> MemoryStore<C> {
             let (owner, retention) = (s.id.owner_tag(), &self.retention);
             let mut out = settle(now, how, owner, record, s.levels, levels, lease, retention);
             let kept = out.record.take();
-            (out, kept)
+            let crossings = std::mem::take(&mut out.crossings);
+            (out, kept, crossings)
         });
         if let Some(sample) = out.sample {
             let key = self.keys.estimator(&s.id.estimator);
@@ -158,17 +170,18 @@ impl<C: Clock> MemoryStore<C> {
     fn renew_now(&self, s: Settlement<'_>, ttl_ms: u64) -> RenewReply {
         let (reply, _held, _) = self.on_reservation(s, |now, record, levels, lease| {
             let (owner, retention) = (s.id.owner_tag(), &self.retention);
-            renew(
+            let (reply, kept) = renew(
                 now, owner, record, s.levels, levels, lease, ttl_ms, retention,
-            )
+            );
+            (reply, kept, Vec::new())
         });
         reply
     }
 
     /// Under the lock, hands `op` the time, the reservation's record and its
     /// levels (keys built before the lock), then keeps the levels and the
-    /// record `op` returns (with its life in ms). Returns `op`'s answer, the
-    /// still-held lock and the time.
+    /// record `op` returns (with its life in ms), firing the alert thresholds
+    /// it crossed. Returns `op`'s answer, the still-held lock and the time.
     fn on_reservation<T>(
         &self,
         s: Settlement<'_>,
@@ -177,7 +190,7 @@ impl<C: Clock> MemoryStore<C> {
             Option<&Record>,
             &mut [Option<StoredLevel>],
             &str,
-        ) -> (T, Option<(Record, u64)>),
+        ) -> (T, Option<(Record, u64)>, Vec<Crossing>),
     ) -> (T, MutexGuard<'_, Data>, i64) {
         let (rkey, lease) = (self.keys.record(s.id), lease_field(s.id));
         let level_keys = self.level_keys(Scope::of(s.id), s.levels);
@@ -185,7 +198,8 @@ impl<C: Clock> MemoryStore<C> {
         let mut d = self.lock(now);
         let record = d.record_get(&rkey, now);
         let mut taken = d.take(level_keys, now);
-        let (answer, kept) = op(now, record.as_ref(), taken.levels(), &lease);
+        let (answer, kept, crossings) = op(now, record.as_ref(), taken.levels(), &lease);
+        self.fire(&mut d, &mut taken, &s.id.tenant, &crossings, now);
         d.put(taken);
         if let Some((record, ttl_ms)) = kept {
             d.records.insert(rkey, (record, expiry(now, ttl_ms)));
@@ -368,6 +382,33 @@ impl<C: Clock + Clone> Store for MemoryStore<C> {
 
     async fn charge(&self, plan: &ChargePlan) -> Result<ChargeReply, StoreError> {
         Ok(self.charge_now(plan))
+    }
+
+    async fn claim_alerts(
+        &self,
+        max: usize,
+        claim_ms: u64,
+    ) -> Result<Vec<QueuedAlert>, StoreError> {
+        Ok(self.claim_now(max, claim_ms))
+    }
+
+    async fn finish_alert(&self, alert: &QueuedAlert, done: AlertDone) -> Result<(), StoreError> {
+        self.finish_now(alert, done);
+        Ok(())
+    }
+
+    async fn alert_backlog(&self) -> Result<AlertBacklog, StoreError> {
+        Ok(self.backlog_now())
+    }
+
+    async fn note_alert(&self, line: String, keep: usize) -> Result<(), StoreError> {
+        self.lock(self.clock.now_us()).note_alert(line, keep);
+        Ok(())
+    }
+
+    async fn recent_alerts(&self, n: usize) -> Result<Vec<String>, StoreError> {
+        let d = self.lock(self.clock.now_us());
+        Ok(d.alert_recent.iter().take(n).cloned().collect())
     }
 
     fn shadow(&self) -> Self {

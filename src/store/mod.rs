@@ -5,6 +5,7 @@
 //! the Redis store and leases the global level in chunks. The conformance
 //! suite in `tests/` runs one set of behaviours against all three.
 
+pub mod alerts;
 pub mod cluster;
 pub mod config_repo;
 pub mod keys;
@@ -23,6 +24,7 @@ pub use crate::domain::budget::{
     ChargePlan, ChargeReply, DeniedChecks, Reclaimed, RenewReply, ReserveReply, Retention,
     SettleReply, Settled, Usage,
 };
+pub use alerts::{AlertBacklog, AlertDone, QueuedAlert};
 
 /// Which reservation to settle, and the levels it touched (every level of the
 /// reservation, limited or not, so a lease is released wherever it is held).
@@ -287,6 +289,53 @@ pub trait Store: Send + Sync + 'static {
         tenant: &TenantId,
         periods: &[Period],
     ) -> impl Future<Output = Result<Vec<Vec<LedgerRow>>, StoreError>> + Send;
+
+    /// Claims up to `max` queued alerts due now, each for `claim_ms` (no
+    /// other replica takes them meanwhile; a claim not finished lapses and the
+    /// alert is due again). None on a store that keeps no alerts.
+    fn claim_alerts(
+        &self,
+        max: usize,
+        claim_ms: u64,
+    ) -> impl Future<Output = Result<Vec<QueuedAlert>, StoreError>> + Send {
+        let _ = (max, claim_ms);
+        async { Ok(Vec::new()) }
+    }
+
+    /// What became of a claimed alert.
+    fn finish_alert(
+        &self,
+        alert: &QueuedAlert,
+        done: AlertDone,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (alert, done);
+        async { Ok(()) }
+    }
+
+    /// Every queued alert and the counts dropped (`ctxbudget alerts list`).
+    fn alert_backlog(&self) -> impl Future<Output = Result<AlertBacklog, StoreError>> + Send {
+        async { Ok(AlertBacklog::default()) }
+    }
+
+    /// Keeps `line` (an alert sent or dropped, as JSON) first among the last
+    /// `keep`.
+    fn note_alert(
+        &self,
+        line: String,
+        keep: usize,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (line, keep);
+        async { Ok(()) }
+    }
+
+    /// The last `n` alerts sent or dropped, newest first.
+    fn recent_alerts(
+        &self,
+        n: usize,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send {
+        let _ = n;
+        async { Ok(Vec::new()) }
+    }
 
     /// The same backend with every key under `<prefix>shadow:`: where quotas in
     /// shadow keep their own buckets and leases, apart from the enforced ones.

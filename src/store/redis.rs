@@ -15,6 +15,7 @@
 //! - `errors`: Redis errors as store errors (transient, maybe applied, wrong settings).
 //! - `wire`: the scripts' argument encoding and reply decoding.
 
+mod alerts;
 mod call;
 mod charge;
 mod client;
@@ -37,8 +38,8 @@ pub use pool::PoolKind;
 
 use super::keys::Keys;
 use super::{
-    RenewReply, ReserveReply, Retention, Scope, SettleReply, Settlement, Store, StoreError, Usage,
-    scripts,
+    AlertBacklog, AlertDone, QueuedAlert, RenewReply, ReserveReply, Retention, Scope, SettleReply,
+    Settlement, Store, StoreError, Usage, scripts,
 };
 use crate::domain::budget::layout;
 use crate::domain::budget::ledger::{LedgerRow, Period};
@@ -101,6 +102,8 @@ pub struct RedisStore {
     status: Script,
     charge: Script,
     global_lease: Script,
+    alert_claim: Script,
+    alert_done: Script,
     url: String,
     /// Redis answered the version check and loaded the scripts.
     verified: Arc<AtomicBool>,
@@ -158,6 +161,8 @@ impl RedisStore {
             status: Script::new(scripts::STATUS),
             charge: Script::new(scripts::CHARGE),
             global_lease: Script::new(scripts::GLOBAL_LEASE),
+            alert_claim: Script::new(scripts::ALERT_CLAIM),
+            alert_done: Script::new(scripts::ALERT_DONE),
             url,
             verified: Arc::new(AtomicBool::new(false)),
         };
@@ -203,6 +208,8 @@ impl RedisStore {
         self.status = clocked(scripts::STATUS);
         self.charge = clocked(scripts::CHARGE);
         self.global_lease = clocked(scripts::GLOBAL_LEASE);
+        self.alert_claim = clocked(scripts::ALERT_CLAIM);
+        self.alert_done = clocked(scripts::ALERT_DONE);
         self
     }
 }
@@ -271,6 +278,30 @@ impl Store for RedisStore {
         self.charge_call(plan).await
     }
 
+    async fn claim_alerts(
+        &self,
+        max: usize,
+        claim_ms: u64,
+    ) -> Result<Vec<QueuedAlert>, StoreError> {
+        self.claim_alerts_call(max, claim_ms).await
+    }
+
+    async fn finish_alert(&self, alert: &QueuedAlert, done: AlertDone) -> Result<(), StoreError> {
+        self.finish_alert_call(alert, done).await
+    }
+
+    async fn alert_backlog(&self) -> Result<AlertBacklog, StoreError> {
+        self.alert_backlog_call().await
+    }
+
+    async fn note_alert(&self, line: String, keep: usize) -> Result<(), StoreError> {
+        self.note_alert_call(line, keep).await
+    }
+
+    async fn recent_alerts(&self, n: usize) -> Result<Vec<String>, StoreError> {
+        self.recent_alerts_call(n).await
+    }
+
     fn shadow(&self) -> Self {
         RedisStore {
             connections: self.connections.clone(),
@@ -289,6 +320,8 @@ impl Store for RedisStore {
             status: self.status.clone(),
             charge: self.charge.clone(),
             global_lease: self.global_lease.clone(),
+            alert_claim: self.alert_claim.clone(),
+            alert_done: self.alert_done.clone(),
             url: self.url.clone(),
             verified: self.verified.clone(),
         }

@@ -18,6 +18,10 @@ pub const STATUS: &str = include_str!(concat!(env!("OUT_DIR"), "/status.lua"));
 pub const CHARGE: &str = include_str!(concat!(env!("OUT_DIR"), "/charge.lua"));
 /// A replica's sync with the global level on a Redis Cluster (leased chunks).
 pub const GLOBAL_LEASE: &str = include_str!(concat!(env!("OUT_DIR"), "/global_lease.lua"));
+/// A sender claims a tenant's due threshold alerts.
+pub const ALERT_CLAIM: &str = include_str!(concat!(env!("OUT_DIR"), "/alert_claim.lua"));
+/// What became of a claimed alert.
+pub const ALERT_DONE: &str = include_str!(concat!(env!("OUT_DIR"), "/alert_done.lua"));
 
 /// Changes one configuration document (versioned, audited, announced).
 pub const CONFIG_SET: &str = include_str!("../../lua/config_set.lua");
@@ -30,7 +34,7 @@ mod tests {
     use crate::domain::budget::layout::SERVER_CLOCK;
 
     /// Every budget script as built, by name.
-    const BUDGET_SCRIPTS: [(&str, &str); 7] = [
+    const BUDGET_SCRIPTS: [(&str, &str); 9] = [
         ("reserve", RESERVE),
         ("reserve_first", RESERVE_FIRST),
         ("settle", SETTLE),
@@ -38,6 +42,8 @@ mod tests {
         ("status", STATUS),
         ("charge", CHARGE),
         ("global_lease", GLOBAL_LEASE),
+        ("alert_claim", ALERT_CLAIM),
+        ("alert_done", ALERT_DONE),
     ];
 
     /// Every name in capitals a budget script uses is a local it declares (the

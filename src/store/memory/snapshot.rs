@@ -6,7 +6,7 @@ use super::MemoryStore;
 use crate::domain::Clock;
 use crate::domain::budget::StoredLevel;
 use crate::domain::mix::EstimatorSample;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One key's value in Redis's terms: what [`MemoryStore::snapshot`] reports.
 #[derive(Clone, Debug, PartialEq)]
@@ -17,7 +17,14 @@ pub enum Stored {
     Hash(BTreeMap<String, Vec<u8>>),
     /// A list (estimator samples, newest first).
     List(Vec<Vec<u8>>),
+    /// A sorted set (an alert queue): members by score, then by name.
+    ZSet(Vec<(String, f64)>),
+    /// A set (the alert queues holding alerts).
+    Set(BTreeSet<String>),
 }
+
+/// The expiry of a key that has none.
+pub const NEVER: i64 = i64::MAX;
 
 impl<C: Clock> MemoryStore<C> {
     /// The level hash `key` holds now (`None`: none, or expired), exactly:
@@ -45,6 +52,9 @@ impl<C: Clock> MemoryStore<C> {
                 let bytes = [credit.to_le_bytes(), t.to_le_bytes()].concat();
                 fields.insert("o".into(), bytes);
             }
+            for (f, marker) in &l.alert_markers {
+                fields.insert(f.clone(), marker.to_le_bytes().to_vec());
+            }
             out.insert(k.clone(), (Stored::Hash(fields), l.expires_at_us));
         }
         for (k, (r, exp)) in d.records.iter().filter(|(_, (_, e))| *e > now) {
@@ -71,6 +81,45 @@ impl<C: Clock> MemoryStore<C> {
             let fields = rows.iter().map(|(f, r)| (f.clone(), r.encode())).collect();
             out.insert(k.clone(), (Stored::Hash(fields), *exp));
         }
+        self.alerts_snapshot(&d, &mut out);
         out
+    }
+
+    /// The alert queues, their records' hashes, the queues' set and the
+    /// recent alerts, as Redis holds them (no expiry).
+    fn alerts_snapshot(&self, d: &super::Data, out: &mut BTreeMap<String, (Stored, i64)>) {
+        let mut index = BTreeSet::new();
+        for (key, q) in &d.alerts {
+            if !q.due.is_empty() {
+                index.insert(key.clone());
+                out.insert(key.clone(), (Stored::ZSet(q.by_due()), NEVER));
+            }
+            let mut fields: BTreeMap<String, Vec<u8>> = q
+                .records
+                .iter()
+                .map(|(id, r)| (id.clone(), r.clone()))
+                .collect();
+            for (id, n) in q.attempts.iter().filter(|(_, n)| **n > 0) {
+                fields.insert(format!("n:{id}"), n.to_string().into_bytes());
+            }
+            if !fields.is_empty() {
+                out.insert(format!("{key}:e"), (Stored::Hash(fields), NEVER));
+            }
+        }
+        if !index.is_empty() {
+            out.insert(self.keys.alert_index(), (Stored::Set(index), NEVER));
+        }
+        if d.alert_dropped > 0 {
+            let n = d.alert_dropped.to_string().into_bytes();
+            out.insert(self.keys.alert_dropped(), (Stored::String(n), NEVER));
+        }
+        if !d.alert_recent.is_empty() {
+            let lines = d
+                .alert_recent
+                .iter()
+                .map(|l| l.clone().into_bytes())
+                .collect();
+            out.insert(self.keys.alert_recent(), (Stored::List(lines), NEVER));
+        }
     }
 }

@@ -81,6 +81,10 @@ impl RedisStore {
             }
             None => 0,
         };
+        let alerts = self.alert_args(&id.tenant, &plan.levels);
+        for key in alerts.iter().flat_map(|(keys, _)| keys) {
+            call.key(key.clone());
+        }
         let spec = reserve_spec(plan, self.retention.ledger);
         call.arg(&spec.0);
         call.arg(lease_field(id));
@@ -96,6 +100,9 @@ impl RedisStore {
             call.arg(self.keys.ledger_base(&id.tenant));
             call.arg(hour);
             call.arg(day);
+        }
+        if let Some((_, spec)) = &alerts {
+            call.arg(&spec.0);
         }
         // Last, wherever the optional arguments before it end.
         call.arg(self.keys.record_prefix(&id.tenant));

@@ -72,6 +72,12 @@ impl RedisStore {
                 .arg(hour)
                 .arg(day);
         }
+        if let Some((keys, spec)) = self.alert_args(&s.id.tenant, s.levels) {
+            for key in keys {
+                inv.key(key);
+            }
+            inv.arg(spec.0);
+        }
         let reply = self.run(&inv).await?;
         // On a cluster the reply carries the estimator sample to push.
         if cluster && let Some(Value::BulkString(sample)) = reply.get(5) {

@@ -2,7 +2,7 @@
 //! key expiry on the test clock (see the parent module's doc for why this is
 //! exact).
 
-use ctxbudget::store::memory::Stored;
+use ctxbudget::store::memory::{NEVER, Stored};
 use redis::aio::MultiplexedConnection;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -28,7 +28,9 @@ for _, k in ipairs(redis.call('KEYS', ARGV[1] .. '*')) do
   local v = {}
   if ty == 'string' then v = {redis.call('GET', k)}
   elseif ty == 'hash' then v = redis.call('HGETALL', k)
-  elseif ty == 'list' then v = redis.call('LRANGE', k, 0, -1) end
+  elseif ty == 'list' then v = redis.call('LRANGE', k, 0, -1)
+  elseif ty == 'zset' then v = redis.call('ZRANGE', k, 0, -1, 'WITHSCORES')
+  elseif ty == 'set' then v = redis.call('SMEMBERS', k) end
   if at >= 0 then redis.call('PERSIST', k) end
   out[#out + 1] = {k, ty, at, v}
 end
@@ -82,6 +84,12 @@ pub(super) fn show(v: &Stored) -> String {
             .map(|b| doubles(b))
             .collect::<Vec<_>>()
             .join(" "),
+        Stored::ZSet(members) => members
+            .iter()
+            .map(|(m, score)| format!("{m}@{score}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        Stored::Set(members) => members.iter().cloned().collect::<Vec<_>>().join(" "),
     }
 }
 
@@ -190,6 +198,19 @@ impl Db {
                         .collect(),
                 ),
                 "list" => Stored::List(v),
+                "zset" => Stored::ZSet(
+                    v.chunks(2)
+                        .map(|p| {
+                            let score = String::from_utf8_lossy(&p[1]).parse().unwrap();
+                            (String::from_utf8(p[0].clone()).unwrap(), score)
+                        })
+                        .collect(),
+                ),
+                "set" => Stored::Set(
+                    v.into_iter()
+                        .map(|m| String::from_utf8(m).unwrap())
+                        .collect(),
+                ),
                 other => return Err(format!("{k}: unexpected Redis type {other}")),
             };
             redis_keys.insert(k, (stored, at));
@@ -232,6 +253,9 @@ impl Db {
         now_us: i64,
         (t0, t1): (i64, i64),
     ) -> Result<(), String> {
+        if at < 0 && exp == NEVER {
+            return Ok(());
+        }
         if at < 0 {
             return match self.expiries.get(k) {
                 Some(&e) if e == exp => Ok(()),

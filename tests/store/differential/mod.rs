@@ -58,7 +58,8 @@ use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::{MemoryStore, Stored};
 use ctxbudget::store::redis::{RedisSettings, RedisStore};
 use ctxbudget::store::{
-    ChargeReply, EXACT_LEASES, RenewReply, Retention, Scope, SettleReply, Settlement, Store,
+    ChargeReply, EXACT_LEASES, QueuedAlert, RenewReply, Retention, Scope, SettleReply, Settlement,
+    Store,
 };
 use ops::{Gen, Op, entry_plan, pick};
 use rand::rngs::StdRng;
@@ -269,6 +270,7 @@ async fn run_case(
         rng,
         config,
         issued: Vec::new(),
+        claimed: Vec::new(),
         taken: Vec::new(),
         churn,
         crowd: kind == 3,
@@ -462,6 +464,28 @@ async fn step(
             let r = redis.ledger(tenant, periods).await.unwrap();
             same("ledger rows", m, r)?;
         }
+        Op::ClaimAlerts { max, claim_ms } => {
+            let sorted = |mut v: Vec<QueuedAlert>| {
+                v.sort_by(|a, b| (&a.queue, &a.id).cmp(&(&b.queue, &b.id)));
+                v
+            };
+            let m = sorted(memory.claim_alerts(*max, *claim_ms).await.unwrap());
+            if !m.is_empty() {
+                count(seen, "alerts claimed");
+            }
+            let r = sorted(redis.claim_alerts(*max, *claim_ms).await.unwrap());
+            same("alerts claimed", &m, &r)?;
+            if !m.is_empty() {
+                g.claimed = m;
+            }
+        }
+        Op::FinishAlert { which, done } => {
+            if let Some(a) = g.claimed.get(*which % g.claimed.len().max(1)).cloned() {
+                count(seen, "alerts finished");
+                memory.finish_alert(&a, *done).await.unwrap();
+                redis.finish_alert(&a, *done).await.unwrap();
+            }
+        }
         Op::Advance(us) => {
             clock.advance_us(*us);
             db.set_clock(clock.now_us()).await;
@@ -565,6 +589,8 @@ fn brief(op: &Op) -> String {
             p.levels
         ),
         Op::Samples(_) => "estimator samples".into(),
+        Op::ClaimAlerts { max, claim_ms } => format!("claim {max} alerts for {claim_ms} ms"),
+        Op::FinishAlert { which, done } => format!("finish claimed alert {which}: {done:?}"),
         Op::Ledger(tenant, _) => format!("ledger of {}", tenant.as_str()),
         Op::Advance(us) => format!("advance {us} µs"),
         Op::Reconfigure(i, plan) => format!("reconfigure entry {i}: {plan:?}"),

@@ -2,6 +2,7 @@
 //! [`StdRng`] over the run's current configuration and what it has issued, so
 //! a seed replays the same sequence.
 
+use ctxbudget::domain::alert::Thresholds;
 use ctxbudget::domain::bucket::{BucketSpec, Windowed};
 use ctxbudget::domain::budget::ledger::Period;
 use ctxbudget::domain::budget::{ChargePlan, Usage};
@@ -13,6 +14,7 @@ use ctxbudget::domain::{
     Dimension, IdempotencyKey, Level, LevelLimits, LevelPlan, ModelGroup, ReservationId,
     ReservePlan, SessionId, TenantId, UserId,
 };
+use ctxbudget::store::{AlertDone, QueuedAlert};
 use rand::Rng;
 use rand::rngs::StdRng;
 use std::sync::{Arc, LazyLock};
@@ -63,6 +65,16 @@ pub(super) enum Op {
     Samples(Vec<String>),
     /// A tenant's ledger rows of some hours and days around now.
     Ledger(TenantId, Vec<Period>),
+    /// A sender claims the due threshold alerts.
+    ClaimAlerts {
+        max: usize,
+        claim_ms: u64,
+    },
+    /// A sender finishes one it claimed (an index into [`Gen::claimed`]).
+    FinishAlert {
+        which: usize,
+        done: AlertDone,
+    },
     /// Moves the clock by this many µs.
     Advance(i64),
     /// The configuration of one entry (index into [`Gen::config`]) changes
@@ -119,6 +131,8 @@ pub(super) struct Gen {
     /// The ids of reservations a store took (live, settled or lapsed), with
     /// their lease expiry (µs) as last reserved or renewed.
     pub taken: Vec<(ReservationId, i64)>,
+    /// The alerts claimed last, for a later finish.
+    pub claimed: Vec<QueuedAlert>,
     /// How often the configuration changes, beyond the usual few percent.
     pub churn: f64,
     /// Crowded with long leases: bursts of reservations, generous buckets.
@@ -250,7 +264,7 @@ pub(super) fn level_plan(rng: &mut StdRng, level: Level) -> LevelPlan {
                 period_secs,
                 group,
                 window: None,
-                alert_at: Default::default(),
+                alert_at: thresholds(rng),
             });
         }
         // Sometimes one calendar window of this dimension too (its span is
@@ -267,7 +281,7 @@ pub(super) fn level_plan(rng: &mut StdRng, level: Level) -> LevelPlan {
                     window,
                     span: window.span(0),
                 }),
-                alert_at: Default::default(),
+                alert_at: thresholds(rng),
             });
         }
     }
@@ -295,6 +309,19 @@ pub(super) fn level_plan(rng: &mut StdRng, level: Level) -> LevelPlan {
         overrun,
         idle_secs: None,
     }
+}
+
+/// A bucket's alert thresholds: mostly none; the usual ones, or odd
+/// fractions (above the limit too: debt).
+fn thresholds(rng: &mut StdRng) -> Thresholds {
+    let fractions: &[f64] = match rng.random_range(0..10) {
+        0..=5 => &[],
+        6 => &[0.8],
+        7 => &[0.5, 0.8, 0.95, 1.0],
+        8 => &[0.1, 0.3333, 0.9999],
+        _ => &[1.0, 1.5, 2.0],
+    };
+    Thresholds::new(fractions, "alert_at").unwrap()
 }
 
 /// A lease or renewal length (ms): tiny ones lapse at once, long ones outlive
@@ -706,7 +733,21 @@ impl Gen {
                 Op::Ledger(TenantId::parse(tenant).unwrap(), periods)
             }
             74..=77 => Op::Charge(self.charge()),
-            78..=95 => Op::Advance(self.advance(now, expiries)),
+            78..=92 => Op::Advance(self.advance(now, expiries)),
+            93 => Op::ClaimAlerts {
+                max: self.rng.random_range(1..=4),
+                claim_ms: *pick(&mut self.rng, &[1, 1_000, 60_000]),
+            },
+            94..=95 => Op::FinishAlert {
+                which: self.rng.random_range(0..4),
+                done: match self.rng.random_range(0..3) {
+                    0 => AlertDone::Sent,
+                    1 => AlertDone::Dropped,
+                    _ => AlertDone::Retry {
+                        after_ms: *pick(&mut self.rng, &[1, 500, 30_000]),
+                    },
+                },
+            },
             96..=97 => {
                 let i = self.rng.random_range(0..ENTRIES);
                 Op::Reconfigure(i, entry_plan(&mut self.rng, i))

@@ -1,0 +1,25 @@
+#!lua
+-- alert_done.lua: what became of a claimed alert (the Redis side of
+-- MemoryStore::finish_now; the queue's layout in alerts.lua). build.rs
+-- prepends the constants and clock_us().
+--
+-- KEYS[1] the queue   KEYS[2] its records   KEYS[3] the set of queues holding
+-- alerts   KEYS[4] the count of alerts dropped
+-- ARGV[1] the event id   ARGV[2] 1 sent, 2 to retry, 3 dropped
+-- ARGV[3] (to retry) the wait before it is due again (us)
+--
+-- Returns {1}, or {0} when the alert is no longer queued (another sender
+-- finished it). Sent and dropped leave the queue (dropped is counted); a
+-- queue left empty leaves the set.
+
+local now = clock_us()
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {0} end
+if ARGV[2] == '2' then
+  redis.call('ZADD', KEYS[1], now + ARGV[3], ARGV[1])
+  return {1}
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1], 'n:' .. ARGV[1])
+if ARGV[2] == '3' then redis.call('INCR', KEYS[4]) end
+if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('SREM', KEYS[3], KEYS[1]) end
+return {1}

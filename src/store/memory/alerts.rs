@@ -1,0 +1,137 @@
+//! The memory store's threshold alerts: `lua/alerts.lua`'s step (markers and
+//! the bounded queue, under the operation's lock) and the sender's calls on
+//! the queue, as the Redis store makes them (`lua/alert_claim.lua`,
+//! `lua/alert_done.lua`).
+
+use super::{Data, MemoryStore, Taken};
+use crate::domain::alert::Crossing;
+use crate::domain::budget::alerts::{AlertQueue, fires};
+use crate::domain::{Clock, TenantId};
+use crate::store::{AlertBacklog, AlertDone, QueuedAlert};
+
+impl<C: Clock> MemoryStore<C> {
+    /// alerts.lua: each crossing of `taken`'s levels that fires is queued in
+    /// `tenant`'s queue, unless full (then counted dropped).
+    pub(super) fn fire(
+        &self,
+        d: &mut Data,
+        taken: &mut Taken,
+        tenant: &TenantId,
+        crossings: &[Crossing],
+        now: i64,
+    ) {
+        let max = self.retention.alert_queue;
+        if crossings.is_empty() || max == 0 {
+            return;
+        }
+        let now = now as f64;
+        let (queue, _) = self.keys.alert_queue(tenant);
+        for c in crossings {
+            let key = &taken.keys[c.level];
+            let Some(level) = taken.levels[c.level].as_mut() else {
+                continue;
+            };
+            if !fires(level, c, now) {
+                continue;
+            }
+            let q = d.alerts.entry(queue.clone()).or_default();
+            if !q.push(c.record(now, key), now, max) {
+                d.alert_dropped += 1;
+            }
+        }
+    }
+
+    /// alert_claim.lua on every queue.
+    pub(super) fn claim_now(&self, max: usize, claim_ms: u64) -> Vec<QueuedAlert> {
+        let now = self.clock.now_us() as f64;
+        let mut d = self.lock(now as i64);
+        let mut out = Vec::new();
+        for (key, q) in d.alerts.iter_mut() {
+            let due: Vec<String> = q
+                .by_due()
+                .into_iter()
+                .filter(|(_, at)| *at <= now)
+                .take(max)
+                .map(|(id, _)| id)
+                .collect();
+            for id in due {
+                q.due.insert(id.clone(), now + claim_ms as f64 * 1000.0);
+                let attempts = q.attempts.entry(id.clone()).or_default();
+                *attempts += 1;
+                out.push(QueuedAlert {
+                    queue: key.clone(),
+                    record: q.records.get(&id).cloned().unwrap_or_default(),
+                    attempts: *attempts,
+                    id,
+                });
+            }
+        }
+        out
+    }
+
+    /// alert_done.lua.
+    pub(super) fn finish_now(&self, alert: &QueuedAlert, done: AlertDone) {
+        let now = self.clock.now_us() as f64;
+        let mut d = self.lock(now as i64);
+        let Some(q) = d.alerts.get_mut(&alert.queue) else {
+            return;
+        };
+        if !q.due.contains_key(&alert.id) {
+            return;
+        }
+        match done {
+            AlertDone::Retry { after_ms } => {
+                q.due
+                    .insert(alert.id.clone(), now + after_ms as f64 * 1000.0);
+            }
+            AlertDone::Sent | AlertDone::Dropped => {
+                q.due.remove(&alert.id);
+                q.records.remove(&alert.id);
+                q.attempts.remove(&alert.id);
+                let empty = q.due.is_empty();
+                if done == AlertDone::Dropped {
+                    d.alert_dropped += 1;
+                }
+                if empty {
+                    d.alerts.remove(&alert.queue);
+                }
+            }
+        }
+    }
+
+    /// Every queued alert and the counts dropped.
+    pub(super) fn backlog_now(&self) -> AlertBacklog {
+        let d = self.lock(self.clock.now_us());
+        let mut out = AlertBacklog::default();
+        for (key, q) in &d.alerts {
+            for (id, _) in q.by_due() {
+                out.queued.push(QueuedAlert {
+                    queue: key.clone(),
+                    record: q.records.get(&id).cloned().unwrap_or_default(),
+                    attempts: q.attempts.get(&id).copied().unwrap_or(0),
+                    id,
+                });
+            }
+        }
+        out.dropped = d.alert_dropped;
+        out
+    }
+}
+
+impl AlertQueue {
+    /// Its alerts by when they are due, then by id (as a Redis sorted set
+    /// orders them).
+    pub(super) fn by_due(&self) -> Vec<(String, f64)> {
+        let mut v: Vec<(String, f64)> = self.due.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        v.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+        v
+    }
+}
+
+impl Data {
+    /// Keeps `line` first among the last `keep` alerts sent or dropped.
+    pub(super) fn note_alert(&mut self, line: String, keep: usize) {
+        self.alert_recent.push_front(line);
+        self.alert_recent.truncate(keep);
+    }
+}
