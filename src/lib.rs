@@ -29,12 +29,15 @@
 //! - [`api`]: the tonic services (ctxbudget's, and Envoy's with its descriptor
 //!   vocabulary); protobuf conversion, authentication, and the one mapping of
 //!   errors to `tonic::Status`.
+//! - [`alerts`]: threshold alerts' delivery: claimed from the store's queues,
+//!   POSTed signed to the receiver, logged and counted.
 //! - [`reload`]: configuration changes without a restart (Redis watch, SIGHUP).
 //! - [`server`]: bootstrap; `run(settings, listener, shutdown)`.
 //! - [`bench`]: `ctxbudget bench`, the load generator and overspend check.
 //! - [`cli`]: the `ctxbudget` command line.
 #![forbid(unsafe_code)]
 
+pub mod alerts;
 pub mod api;
 pub mod bench;
 pub mod cli;

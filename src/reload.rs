@@ -13,7 +13,7 @@
 use crate::api::LiveMap;
 use crate::api::auth::Auth;
 use crate::api::ext_proc::LiveReading;
-use crate::config::{ConfigDoc, EnvoySection, ExtProcSection, FileConfig, Flags};
+use crate::config::{AlertSettings, ConfigDoc, EnvoySection, ExtProcSection, FileConfig, Flags};
 use crate::domain::Limits;
 use crate::engine::Engine;
 use crate::store::Store;
@@ -38,6 +38,8 @@ pub struct Live<S> {
     pub envoy_map: Arc<LiveMap>,
     /// The external processor's `[ext_proc]`.
     pub ext_proc: Arc<LiveReading>,
+    /// `[alerts]`: where threshold alerts go (re-read from the file on SIGHUP).
+    pub alerts: Arc<tokio::sync::watch::Sender<AlertSettings>>,
 }
 
 impl<S> Clone for Live<S> {
@@ -46,6 +48,7 @@ impl<S> Clone for Live<S> {
             engine: self.engine.clone(),
             envoy_map: self.envoy_map.clone(),
             ext_proc: self.ext_proc.clone(),
+            alerts: self.alerts.clone(),
         }
     }
 }
@@ -227,6 +230,15 @@ pub fn reload_file<S: Store>(
         Ok(settings) => {
             // Refused (and logged) when it would turn authentication off.
             let _ = auth.replace(settings.tokens);
+            let alerts = settings.alerts;
+            live.alerts.send_if_modified(|now| {
+                let changed = *now != alerts;
+                if changed {
+                    tracing::info!(receiver = ?alerts.webhook_url, "reloaded [alerts]");
+                    *now = alerts;
+                }
+                changed
+            });
             if limits {
                 let limits = settings.limits.as_ref().clone();
                 tracing::info!(

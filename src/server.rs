@@ -263,6 +263,7 @@ pub async fn serve<S: Store>(
         engine: engine.clone(),
         envoy_map: Arc::new(LiveMap::new(&settings.envoy)),
         ext_proc: Arc::new(LiveReading::new(&settings.ext_proc)),
+        alerts: Arc::new(tokio::sync::watch::Sender::new(settings.alerts.clone())),
     };
     let mut tasks = background_tasks(&live, settings, &auth, redis);
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -299,6 +300,14 @@ fn background_tasks<S: Store>(
     redis: Option<RedisStart>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = engine_tasks(&live.engine);
+    match Keys::new(&settings.key_prefix) {
+        Ok(keys) => tasks.push(tokio::spawn(crate::alerts::run(
+            live.engine.clone(),
+            keys,
+            live.alerts.subscribe(),
+        ))),
+        Err(e) => tracing::error!(error = %e, "no threshold alerts: the key prefix is refused"),
+    }
     tasks.push(tokio::spawn(reload::on_sighup(
         live.clone(),
         settings.config_path.clone(),

@@ -51,6 +51,13 @@ pub const DEGRADED: &str = "ctxbudget_degraded_decisions_total";
 /// [`COST_TENANTS`] tenants seen, then `other`) and `model_group` (configured
 /// groups, or `none`).
 pub const COST_MICROS: &str = "ctxbudget_cost_micros_total";
+/// Threshold alerts emitted (sent, or logged with no receiver), labelled
+/// `level`, `dimension` and `threshold`.
+pub const ALERTS: &str = "ctxbudget_alerts_total";
+/// Threshold alert deliveries that failed (each is retried), labelled `reason`.
+pub const ALERT_FAILURES: &str = "ctxbudget_alert_delivery_failures_total";
+/// Threshold alerts given up (too old, or unreadable), labelled `reason`.
+pub const ALERTS_DROPPED: &str = "ctxbudget_alerts_dropped_total";
 /// Tenants that get a `tenant` label of their own on [`COST_MICROS`]; the rest
 /// share `other`, so hostile or numerous tenant ids cannot grow the series.
 pub const COST_TENANTS: usize = 1000;
@@ -381,6 +388,22 @@ fn cost_tenant(tenant: &str) -> String {
         return tenant.to_owned();
     }
     "other".into()
+}
+
+/// Counts one threshold alert emitted.
+pub fn alert(level: &'static str, dimension: &'static str, threshold: f64) {
+    counter!(ALERTS, "level" => level, "dimension" => dimension, "threshold" => threshold.to_string())
+        .increment(1);
+}
+
+/// Counts one failed alert delivery (`reason`: status, timeout, connect).
+pub fn alert_failed(reason: &'static str) {
+    counter!(ALERT_FAILURES, "reason" => reason).increment(1);
+}
+
+/// Counts one alert given up (`reason`: too_old, unreadable).
+pub fn alert_dropped(reason: &'static str) {
+    counter!(ALERTS_DROPPED, "reason" => reason).increment(1);
 }
 
 /// Counts one applied Refund.

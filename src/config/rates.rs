@@ -32,7 +32,7 @@ impl RateSection {
     pub(crate) fn to_domain(&self, field: &str) -> Result<Rate, LimitsError> {
         let err =
             |name: &str, problem: String| LimitsError::new(format!("{field}.{name}"), problem);
-        let alert_at = Thresholds::new(&self.alert_at, &format!("{field}.alert_at"))?;
+        let alert_at = Thresholds::new(&self.alert_at).map_err(|p| err("alert_at", p))?;
         match (&self.period, &self.window) {
             (Some(period), None) => {
                 if self.timezone.is_some() {

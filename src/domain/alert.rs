@@ -13,7 +13,8 @@
 //! all of it refilled). A crossing that fires is queued with the record below,
 //! in the same atomic step as the operation.
 
-use crate::domain::LimitsError;
+use crate::domain::level::Dimension;
+use crate::domain::window::WindowKind;
 
 /// The most thresholds one limit takes.
 pub const MAX_THRESHOLDS: usize = 8;
@@ -28,10 +29,10 @@ pub struct Thresholds {
 
 impl Thresholds {
     /// The thresholds `fractions` (each above 0 and at most 2, in steps of
-    /// 0.0001; at most [`MAX_THRESHOLDS`], no two equal), sorted; `field`
-    /// names them in errors.
-    pub fn new(fractions: &[f64], field: &str) -> Result<Self, LimitsError> {
-        let err = |problem: String| LimitsError::new(field.to_owned(), problem);
+    /// 0.0001; at most [`MAX_THRESHOLDS`], no two equal), sorted; or what is
+    /// wrong with them.
+    pub fn new(fractions: &[f64]) -> Result<Self, String> {
+        let err = |problem: String| problem;
         if fractions.len() > MAX_THRESHOLDS {
             return Err(err(format!(
                 "has {} thresholds; at most {MAX_THRESHOLDS}",
@@ -157,6 +158,51 @@ impl Crossing {
     }
 }
 
+/// What a bucket id says of its limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitOf {
+    /// What it counts.
+    pub dimension: Dimension,
+    /// A rolling period (seconds), or `None` for a calendar window.
+    pub period_secs: Option<u64>,
+    /// A calendar window's kind.
+    pub window: Option<WindowKind>,
+    /// The model group's tag (0: all models).
+    pub group_tag: u32,
+}
+
+impl LimitOf {
+    /// Reads `bucket_id` (`budget::state::bucket_id`).
+    pub fn of(bucket_id: f64) -> LimitOf {
+        use crate::domain::budget::layout::{
+            DIMENSION_SCALE, GROUP_SCALE, INPUT_DIMENSION, OUTPUT_DIMENSION, SPEND_DIMENSION,
+            TOKENS_DIMENSION, WINDOW_PERIODS,
+        };
+        let id = bucket_id as u64;
+        let (group, dim, period) = (
+            id / GROUP_SCALE as u64,
+            id % GROUP_SCALE as u64 / DIMENSION_SCALE as u64,
+            id % DIMENSION_SCALE as u64,
+        );
+        let dimension = match dim as f64 {
+            d if d == TOKENS_DIMENSION => Dimension::Tokens,
+            d if d == INPUT_DIMENSION => Dimension::InputTokens,
+            d if d == OUTPUT_DIMENSION => Dimension::OutputTokens,
+            d if d == SPEND_DIMENSION => Dimension::Spend,
+            _ => Dimension::Requests,
+        };
+        let windowed = period >= WINDOW_PERIODS as u64;
+        LimitOf {
+            dimension,
+            period_secs: (!windowed).then_some(period),
+            window: windowed
+                .then(|| WindowKind::of_tag((period - WINDOW_PERIODS as u64) as u32))
+                .flatten(),
+            group_tag: group as u32,
+        }
+    }
+}
+
 /// A queued record read back.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AlertRecord {
@@ -203,16 +249,16 @@ mod tests {
 
     #[test]
     fn thresholds_are_fractions_sorted_and_checked() {
-        let t = Thresholds::new(&[1.0, 0.8, 0.95], "alert_at").unwrap();
+        let t = Thresholds::new(&[1.0, 0.8, 0.95]).unwrap();
         assert_eq!(t.iter().collect::<Vec<_>>(), [0.8, 0.95, 1.0]);
         for bad in [&[0.0][..], &[2.5], &[0.12345], &[0.8, 0.8], &[0.1; 9]] {
-            assert!(Thresholds::new(bad, "alert_at").is_err(), "{bad:?}");
+            assert!(Thresholds::new(bad).is_err(), "{bad:?}");
         }
     }
 
     #[test]
     fn a_crossing_is_from_below_to_at_or_above() {
-        let t = Thresholds::new(&[0.8, 0.95, 1.0], "a").unwrap();
+        let t = Thresholds::new(&[0.8, 0.95, 1.0]).unwrap();
         // Use 700 → 960 of 1,000: 80% and 95%.
         assert_eq!(
             crossed(&t, 1000.0, 300.0, 40.0).collect::<Vec<_>>(),

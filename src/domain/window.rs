@@ -43,6 +43,13 @@ impl WindowKind {
         }
     }
 
+    /// The kind a window's tag ([`Window::tag`]) says.
+    pub fn of_tag(tag: u32) -> Option<Self> {
+        [WindowKind::Day, WindowKind::Week, WindowKind::Month]
+            .into_iter()
+            .find(|k| k.digit() == tag / 100_000)
+    }
+
     fn digit(self) -> u32 {
         match self {
             WindowKind::Day => 1,

@@ -147,9 +147,13 @@ impl<S: Store> Engine<S> {
             store,
             limits: RwLock::new(limits),
             breaker: Breaker::new(settings.breaker),
+            // Degraded decisions queue no alerts: nothing would send them.
             local: MemoryStore::new(
                 Keys::new(DEFAULT_PREFIX).expect("the default prefix is valid"),
-                settings.retention,
+                crate::store::Retention {
+                    alert_queue: 0,
+                    ..settings.retention
+                },
             ),
             settings,
             counter,

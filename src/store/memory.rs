@@ -7,6 +7,9 @@
 //!
 //! Idle state expires as Redis keys would, and a sweep once per second of store
 //! time drops it, keeping memory bounded however many ids arrive.
+//!
+//! Size: the `Store` implementation is one impl block, each operation a line
+//! or two handing its keys to the algorithm; the rest lives in the submodules.
 
 mod alerts;
 mod ledger;

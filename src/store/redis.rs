@@ -14,6 +14,11 @@
 //! - `lease`: the global level's sync on a Redis Cluster (`store::cluster`).
 //! - `errors`: Redis errors as store errors (transient, maybe applied, wrong settings).
 //! - `wire`: the scripts' argument encoding and reply decoding.
+//! - `alerts`: threshold alerts' arguments to the budget scripts, and the
+//!   sender's calls on the queues.
+//!
+//! Size: the `Store` implementation is one impl block, each operation a line
+//! handing over to its submodule.
 
 mod alerts;
 mod call;

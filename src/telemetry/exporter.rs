@@ -115,6 +115,18 @@ pub fn describe() {
             SHED,
             "Calls shed before any work: full (RESOURCE_EXHAUSTED) or deadline (DEADLINE_EXCEEDED)",
         ),
+        (
+            ALERTS,
+            "Threshold alerts emitted (sent to the receiver, or logged without one)",
+        ),
+        (
+            ALERT_FAILURES,
+            "Threshold alert deliveries that failed and will be retried",
+        ),
+        (
+            ALERTS_DROPPED,
+            "Threshold alerts given up by the sender (too old, unreadable)",
+        ),
     ];
     for (name, help) in counters {
         describe_counter!(name, help);

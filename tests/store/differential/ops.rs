@@ -321,7 +321,7 @@ fn thresholds(rng: &mut StdRng) -> Thresholds {
         8 => &[0.1, 0.3333, 0.9999],
         _ => &[1.0, 1.5, 2.0],
     };
-    Thresholds::new(fractions, "alert_at").unwrap()
+    Thresholds::new(fractions).unwrap()
 }
 
 /// A lease or renewal length (ms): tiny ones lapse at once, long ones outlive
