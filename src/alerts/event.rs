@@ -50,7 +50,7 @@ pub struct LimitShown {
     /// `requests`, `tokens`, `input_tokens`, `output_tokens` or `spend`.
     pub dimension: &'static str,
     /// Units per period or window (µ$ for spend).
-    pub limit: f64,
+    pub limit: u64,
     /// A rolling period, in seconds.
     pub period_secs: Option<u64>,
     /// `day`, `week` or `month`, for a calendar window.
@@ -86,7 +86,7 @@ impl Event {
             model_group,
             limit: LimitShown {
                 dimension: of.dimension.as_str(),
-                limit: c.limit,
+                limit: c.limit as u64,
                 period_secs: of.period_secs,
                 window: of.window.map(|w| w.as_str()),
             },
@@ -110,7 +110,7 @@ impl Event {
             model_group: None,
             limit: LimitShown {
                 dimension: Dimension::Spend.as_str(),
-                limit: 100_000_000.0,
+                limit: 100_000_000,
                 period_secs: None,
                 window: Some("month"),
             },

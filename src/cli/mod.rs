@@ -3,6 +3,7 @@
 //! ledger's (`usage`, `reconcile`) and `health`.
 
 mod admin;
+mod alerts;
 mod block;
 mod flags;
 mod health;
@@ -131,6 +132,15 @@ pub enum Command {
     /// Ask a running service whether it is serving (grpc.health.v1); exits 0
     /// when SERVING. For container healthchecks.
     Health(HealthArgs),
+    /// Threshold alerts: list the queued and recent ones, or send a test event.
+    Alerts {
+        /// What to do.
+        #[command(subcommand)]
+        cmd: alerts::AlertsCmd,
+        /// Where.
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
 }
 
 /// `ctxbudget serve`.
@@ -181,6 +191,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Usage(args) => usage::usage(args).await,
         Command::Reconcile(args) => reconcile::reconcile(args).await,
         Command::Health(args) => health::health(args).await,
+        Command::Alerts { cmd, admin } => alerts::alerts(cmd, admin).await,
     }
 }
 

@@ -44,6 +44,7 @@ macro_rules! on_every_store {
     };
 }
 
+mod alerts;
 mod bench;
 mod blocks;
 mod cli_output;

@@ -14,6 +14,7 @@ use tonic::transport::Channel;
 
 pub(crate) mod cluster;
 pub(crate) mod process;
+pub(crate) mod receiver;
 
 /// A `redis-server` child process on 127.0.0.1, killed on drop. Fault tests
 /// kill, restart, freeze and thaw it.
