@@ -84,6 +84,12 @@ async fn list(admin: &AdminArgs, recent: usize) -> anyhow::Result<()> {
             "dropped": backlog.dropped,
         }));
     }
+    print_table(&queued, &recent, backlog.dropped);
+    Ok(())
+}
+
+/// The queued alerts, then the recent ones, a line each.
+fn print_table(queued: &[Value], recent: &[Value], dropped: u64) {
     let cell = |v: &Value, k: &str| match &v[k] {
         Value::String(s) => s.clone(),
         Value::Null => "-".into(),
@@ -91,7 +97,7 @@ async fn list(admin: &AdminArgs, recent: usize) -> anyhow::Result<()> {
     };
     let rows: Vec<Vec<String>> = queued
         .iter()
-        .chain(&recent)
+        .chain(recent)
         .map(|v| {
             let limit = format!(
                 "{} {}{}",
@@ -135,11 +141,9 @@ async fn list(admin: &AdminArgs, recent: usize) -> anyhow::Result<()> {
         &rows,
     );
     outln!(
-        "({} queued; {} dropped in all: a full queue, or not delivered within max_age)",
+        "({} queued; {dropped} dropped in all: a full queue, or not delivered within max_age)",
         queued.len(),
-        backlog.dropped
     );
-    Ok(())
 }
 
 async fn test(args: TestArgs, json_out: bool) -> anyhow::Result<()> {
