@@ -2,25 +2,36 @@
 -- src/domain/budget/alerts.rs and the rules of src/domain/alert.rs. Not a
 -- script of its own: build.rs puts it in their prelude.
 --
+-- The spec (an ARGV of little-endian doubles): the most alerts a tenant's
+-- queue holds, then per bucket that has thresholds, in plan order: its place
+-- in the plan (1: the first level's first bucket), its count k of
+-- thresholds, and those k in basis points, ascending.
+--
 -- While an operation moves its buckets it collects, for each threshold a
 -- move crosses upward (use before < t x limit <= use after; use = limit -
 -- level), a crossing {level index, bucket id, limit, use after, threshold in
--- basis points, window start (0: rolling)}. Once its writes are made,
--- alerts_fire(K, crossings, max, now) takes each crossing in turn: its marker,
--- field 'a<id>:<bp>' of the level's hash, holds the window it last fired in
--- (or when a rolling limit last crossed); it fires unless that is this
--- window (or less than a period ago), and the marker is rewritten either way.
--- A crossing that fires is queued in the tenant's queue, the last four of K
--- being the queue (zset: event id -> due, us), its records (hash: event id ->
--- record), the set of queues holding alerts and the count of alerts dropped,
--- unless `max` wait there already: then it is counted dropped. The record: now, bucket id, limit, use,
--- threshold (a fraction), window start as little-endian doubles, then the
--- level's key; its event id is its SHA-1. Only a crossing costs calls: two
--- to mark it, four to queue it.
+-- basis points, window start (0: rolling)}; a move that ends below the
+-- lowest threshold is passed over with one comparison. Once its writes are
+-- made, alerts_fire(K, crossings, max, rkey, now) takes each crossing in
+-- turn: its marker, field 'a<id>:<bp>' of the level's hash, holds the window
+-- it last fired in (or when a rolling limit last crossed); it fires unless
+-- that is this window (or less than a period ago), and the marker is
+-- rewritten either way. A crossing that fires is queued in the tenant's
+-- queue (zset <tag>:a: event id -> due, us; hash <tag>:a:e: event id ->
+-- record), and the queue is in the index <prefix>a (zset: queue -> its
+-- earliest due), unless `max` wait there already: then it is counted in
+-- <prefix>a:dropped. The tenant's hash tag and
+-- the prefix are read off `rkey` (a record key or the record key prefix,
+-- '<prefix>{T}:r:…'): these keys are reached only at a crossing, so no call
+-- pays for declaring them. The record: now, bucket id, limit, use, threshold
+-- (a fraction), window start as little-endian doubles, then the level's key;
+-- its event id is its SHA-1. Only a crossing costs calls: two to mark it,
+-- four to queue it.
 
-local function alerts_fire(K, crossings, max, now)
-  local nk = #K
-  local q, e, idx, dropped = K[nk - 3], K[nk - 2], K[nk - 1], K[nk]
+local function alerts_fire(K, crossings, max, rkey, now)
+  local cut = string.find(rkey, '}:r:', 1, true)
+  local tag, prefix = string.sub(rkey, 1, cut), string.match(rkey, '^([^{]*){')
+  local q, e = tag .. ':a', tag .. ':a:e'
   for j = 1, #crossings do
     local c = crossings[j]
     local key, id, ws = K[c[1]], c[2], c[6]
@@ -40,9 +51,9 @@ local function alerts_fire(K, crossings, max, now)
         local eid = redis.sha1hex(rec)
         redis.call('HSET', e, eid, rec)
         redis.call('ZADD', q, now, eid)
-        redis.call('SADD', idx, q)
+        redis.call('ZADD', prefix .. 'a', 'LT', now, q)
       else
-        redis.call('INCR', dropped)
+        redis.call('INCR', prefix .. 'a:dropped')
       end
     end
   end

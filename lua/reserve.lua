@@ -59,11 +59,7 @@
 -- ARGV[7+n], ARGV[8+n], ARGV[9+n]  with the ledger on: the tenant's ledger key
 --          prefix, the reservation's hourly and daily row fields (ledger.lua)
 -- ARGV[#ARGV-1]  when some bucket has alert thresholds (after the ledger's, if any):
---          little-endian doubles: the most alerts a tenant's queue holds, then
---          per threshold, in plan order: the bucket's place in the plan (1: the
---          first level's first bucket), the threshold in basis points; KEYS then
---          end with the tenant's alert queue, its records and the queues' set
---          (alerts.lua)
+--          their spec (alerts.lua)
 -- ARGV[#ARGV]  the tenant's record key prefix: a record key is it and a nonce
 --          (for an idempotent replay, whose entry holds the nonce)
 --
@@ -117,13 +113,15 @@ local hret, dret = spec[10], spec[11]
 local learned = spec[12]
 if learned <= 0 or learned >= max_out then learned = nil end
 local FIRST = 13
--- Alert thresholds: the place of the next bucket that has one (0: none).
+-- Alert thresholds: the place of the next bucket that has some (0: none),
+-- its entry at alert_at.
 local alert_spec, alert_at, alert_next = nil, 2, 0
 do
   local at = 7 + nlev
   if hret > 0 then at = at + 3 end
   if #ARGV > at then
     alert_spec = {struct.unpack(fmt_of(DOUBLES, #ARGV[at] / 8), ARGV[at])}
+    alert_spec[#alert_spec] = nil -- struct.unpack's last value is the next read position
     alert_next = alert_spec[2]
   end
 end
@@ -289,17 +287,21 @@ for i = 1, nlev do
     end
     check_at = check_at + 1
     if seen + b == alert_next then
-      -- This bucket's thresholds: those the move from l to l - c crosses.
-      repeat
-        local bp = alert_spec[alert_at + 1]
-        local t = bp / 10000 * lim
-        if lim - l < t and lim - (l - c) >= t then
-          crossings = crossings or {}
-          crossings[#crossings + 1] = {i, id, lim, lim - (l - c), bp, ws}
+      -- This bucket's thresholds: those the move from l to l - c crosses
+      -- (none when it ends below the lowest).
+      local k, used = alert_spec[alert_at + 1], lim - (l - c)
+      if used >= alert_spec[alert_at + 2] / 10000 * lim then
+        for a = alert_at + 2, alert_at + 1 + k do
+          local bp = alert_spec[a]
+          local t = bp / 10000 * lim
+          if lim - l < t and used >= t then
+            crossings = crossings or {}
+            crossings[#crossings + 1] = {i, id, lim, used, bp, ws}
+          end
         end
-        alert_at = alert_at + 2
-        alert_next = alert_spec[alert_at] or 0
-      until alert_next ~= seen + b
+      end
+      alert_at = alert_at + 2 + k
+      alert_next = alert_spec[alert_at] or 0
     end
     l = l - c
     s[k + 1], s[k + 2], s[k + 3] = l, now, lim
@@ -379,7 +381,7 @@ end
 if ARGV[4] ~= '0' then
   redis.call('SET', KEYS[nlev + 2], string.sub(ARGV[2], 2), 'PX', ARGV[4])
 end
-if crossings then alerts_fire(KEYS, crossings, alert_spec[1], now) end
+if crossings then alerts_fire(KEYS, crossings, alert_spec[1], ARGV[#ARGV], now) end
 -- The reply's tail rides in raws (sized for it) so the reply is made at its size.
 raws[nlev + 1] = reserved
 if reclaimed > 0 then

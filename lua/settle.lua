@@ -27,10 +27,8 @@
 -- ARGV[5]  '<' followed by at least as many 'd' as the longest state or spec
 -- ARGV[6], ARGV[7], ARGV[8]  with the ledger on: the tenant's ledger key prefix, the
 --          reservation's hourly and daily row fields (ledger.lua)
--- ARGV[9] (ARGV[6] with the ledger off)  when some bucket has alert thresholds: as
---          reserve.lua's (the most queued, then bucket place and basis points per
---          threshold); KEYS then end with the tenant's alert queue, its records and
---          the queues' set (alerts.lua)
+-- ARGV[9] (ARGV[6] with the ledger off)  when some bucket has alert thresholds:
+--          their spec (alerts.lua)
 --
 -- Returns (the tags first: REPLY_APPLIED 1, REPLY_SETTLED_BEFORE 0, REPLY_NOT_FOUND -1,
 -- from src/domain/budget/layout.rs)
@@ -75,8 +73,13 @@ do
   if spec[9] > 0 then at = 9 end
   if ARGV[at] then
     alert_spec = {struct.unpack(fmt_of(D, #ARGV[at] / 8), ARGV[at])}
+    alert_spec[#alert_spec] = nil -- struct.unpack's last value is the next read position
     alert_of = {}
-    for j = #alert_spec - 2, 2, -2 do alert_of[alert_spec[j]] = j end
+    local j = 2
+    while alert_spec[j] do
+      alert_of[alert_spec[j]] = j
+      j = j + 2 + alert_spec[j + 1]
+    end
   end
 end
 local rkey = KEYS[nlev + 1]
@@ -206,15 +209,16 @@ for i = 1, nlev do
         l = l - d
         if d < 0 and l > lim then l = lim end
         local ai = alert_of and alert_of[seen + b]
-        while ai and alert_spec[ai] == seen + b do
+        if ai then
           -- This bucket's thresholds: those the move from before to l crosses.
-          local bp = alert_spec[ai + 1]
-          local t = bp / 10000 * lim
-          if lim - before < t and lim - l >= t then
-            crossings = crossings or {}
-            crossings[#crossings + 1] = {i, id, lim, lim - l, bp, ws}
+          for a = ai + 2, ai + 1 + alert_spec[ai + 1] do
+            local bp = alert_spec[a]
+            local t = bp / 10000 * lim
+            if lim - before < t and lim - l >= t then
+              crossings = crossings or {}
+              crossings[#crossings + 1] = {i, id, lim, lim - l, bp, ws}
+            end
           end
-          ai = ai + 2
         end
         s[k + 1], s[k + 2], s[k + 3] = l, now, lim
         local full
@@ -247,7 +251,7 @@ for w = 1, nw, 6 do
 end
 redis.call('SET', rkey, state .. string.sub(rec, REC_COST, REC_AMOUNT - 1)
   .. struct.pack('<d', amount) .. string.sub(rec, REC_ESTIMATED), 'PX', ARGV[3])
-if crossings then alerts_fire(KEYS, crossings, alert_spec[1], now) end
+if crossings then alerts_fire(KEYS, crossings, alert_spec[1], rkey, now) end
 -- The estimator sample: the actual and counted prompt tokens and the record's mix, or
 -- (a record without one) actual / estimated. Without the samples' key (a
 -- cluster) the reply carries it for the caller to push.

@@ -31,9 +31,8 @@ use tokio::sync::watch;
 
 /// How often a replica looks for due alerts.
 pub const POLL: Duration = Duration::from_millis(250);
-/// The most alerts of one queue a replica claims at a time.
-const CLAIM_MAX: usize = 64;
-/// POSTs in flight at once, per replica.
+/// POSTs in flight at once, per replica: as many as it claims at a time, so
+/// every claimed alert is tried within its claim.
 const IN_FLIGHT: usize = 16;
 /// Alerts kept for `ctxbudget alerts list`.
 pub const RECENT: usize = 200;
@@ -55,7 +54,7 @@ pub async fn run<S: Store>(
         tick.tick().await;
         let s = settings.borrow().clone();
         let claim_ms = 2 * s.timeout.as_millis() as u64 + 1_000;
-        let claimed = match engine.store().claim_alerts(CLAIM_MAX, claim_ms).await {
+        let claimed = match engine.store().claim_alerts(IN_FLIGHT, claim_ms).await {
             Ok(c) => {
                 failing = false;
                 c
@@ -153,7 +152,7 @@ impl<S: Store> Sending<'_, S> {
             threshold = event.threshold,
             status,
             "threshold alert: {}% of a {} limit used",
-            event.threshold * 100.0,
+            crate::domain::alert::percent(event.threshold),
             event.limit.dimension
         );
         telemetry::alert(event.level, event.limit.dimension, event.threshold);

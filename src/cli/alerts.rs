@@ -9,6 +9,7 @@ use super::usage::{ledger_store, live_limits};
 use crate::alerts::event::Event;
 use crate::alerts::webhook;
 use crate::config::{AlertsSection, FileConfig};
+use crate::domain::alert::percent;
 use crate::domain::{Clock, SystemClock};
 use crate::store::Store;
 use crate::store::keys::Keys;
@@ -53,10 +54,14 @@ pub(super) async fn alerts(cmd: AlertsCmd, admin: AdminArgs) -> anyhow::Result<(
 }
 
 async fn list(admin: &AdminArgs, recent: usize) -> anyhow::Result<()> {
-    let store = ledger_store(admin).await.context(
-        "with the in-memory store the alert queue lives inside the service: its log has \
-         every alert (\"threshold alert\")",
-    )?;
+    if admin.endpoint().is_none() {
+        anyhow::bail!(
+            "the alert queue is in Redis: pass --redis-url or set CTXBUDGET_REDIS_URL (with the \
+             in-memory store it lives inside the service, whose log has every alert: \
+             \"threshold alert\")"
+        );
+    }
+    let store = ledger_store(admin).await?;
     let (_, limits) = live_limits(admin).await?;
     let keys = Keys::new(&admin.key_prefix)?;
     let backlog = store.alert_backlog().await?;
@@ -116,7 +121,7 @@ fn print_table(queued: &[Value], recent: &[Value], dropped: u64) {
                 cell(v, "user"),
                 cell(v, "level"),
                 limit,
-                format!("{}%", v["threshold"].as_f64().unwrap_or(0.0) * 100.0),
+                format!("{}%", percent(v["threshold"].as_f64().unwrap_or(0.0))),
                 v["usage"]
                     .as_f64()
                     .map_or_else(|| "-".into(), |u| format!("{u:.0}")),

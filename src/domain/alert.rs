@@ -85,6 +85,15 @@ pub fn crossed(
         .filter(move |t| used_before < t * limit && used_after >= t * limit)
 }
 
+/// A threshold as a percentage for people: `80`, `95`, `57.5`.
+pub fn percent(threshold: f64) -> String {
+    let bp = (threshold * 10_000.0).round() as i64;
+    match bp % 100 {
+        0 => format!("{}", bp / 100),
+        _ => format!("{}", bp as f64 / 100.0),
+    }
+}
+
 /// One crossing an operation made: what its alert reports.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Crossing {
@@ -302,5 +311,7 @@ mod tests {
         );
         assert_eq!(back.crossing, Crossing { level: 0, ..month });
         assert_eq!(event_id(b"abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
+        let shown: Vec<String> = [0.8, 0.57, 0.575, 1.0, 2.0].map(percent).into();
+        assert_eq!(shown, ["80", "57", "57.5", "100", "200"]);
     }
 }

@@ -21,7 +21,8 @@
 //! ctxb:{T}:a                   zset   alerts to send: event id → when due (µs)
 //! ctxb:{T}:a:e                 hash   their records (event id → record) and attempts
 //!                                     (n:<event id>)
-//! ctxb:a                       set    the tenants' alert queues with alerts in them
+//! ctxb:a                       zset   the tenants' alert queues with alerts in them,
+//!                                     by their earliest due (µs)
 //! ctxb:a:dropped               string alerts dropped (a full queue, or given up)
 //! ctxb:a:recent                list   the last alerts sent or dropped (JSON), newest first
 //! ```
@@ -147,7 +148,7 @@ impl Keys {
         (q, e)
     }
 
-    /// The set of alert queues that hold alerts.
+    /// The index of alert queues that hold alerts, by their earliest due.
     pub fn alert_index(&self) -> String {
         format!("{}a", self.prefix)
     }
@@ -469,6 +470,40 @@ mod tests {
         let open = key.find('{').expect("tenant keys carry a hash tag");
         let close = open + key[open..].find('}').expect("closed tag");
         &key[open + 1..close]
+    }
+
+    #[test]
+    fn level_and_alert_queue_keys_read_back() {
+        let keys = Keys::new(DEFAULT_PREFIX).unwrap();
+        let tenant = TenantId::parse("t{1}:x").unwrap();
+        let user = UserId::parse("alice").unwrap();
+        let session = SessionId::parse("s:{1}").unwrap();
+        for (level, user, session) in [
+            (Level::Global, None, None),
+            (Level::Tenant, None, None),
+            (Level::User, Some(&user), None),
+            (Level::Session, Some(&user), Some(&session)),
+            (Level::Session, None, Some(&session)),
+        ] {
+            let who = Scope {
+                tenant: &tenant,
+                user,
+                session,
+            };
+            let parsed = keys.parse_level(&keys.level(level, who)).unwrap();
+            let tenant = (level != Level::Global).then(|| tenant.clone());
+            let want = ParsedLevel {
+                level,
+                tenant,
+                user: user.cloned(),
+                session: session.cloned(),
+            };
+            assert_eq!(parsed, want);
+        }
+        assert_eq!(keys.parse_level("ctxb:{dA}:l:h:1"), None);
+        let (queue, records) = keys.alert_queue(&tenant);
+        assert_eq!(keys.parse_alert_queue(&queue), Some(tenant));
+        assert_eq!(keys.parse_alert_queue(&records), None);
     }
 
     #[test]

@@ -290,9 +290,10 @@ pub trait Store: Send + Sync + 'static {
         periods: &[Period],
     ) -> impl Future<Output = Result<Vec<Vec<LedgerRow>>, StoreError>> + Send;
 
-    /// Claims up to `max` queued alerts due now, each for `claim_ms` (no
-    /// other replica takes them meanwhile; a claim not finished lapses and the
-    /// alert is due again). None on a store that keeps no alerts.
+    /// Claims up to `max` queued alerts due now in all (queue by queue, in
+    /// the order of their keys), each for `claim_ms` (no other replica takes
+    /// them meanwhile; a claim not finished lapses and the alert is due
+    /// again). None on a store that keeps no alerts.
     fn claim_alerts(
         &self,
         max: usize,

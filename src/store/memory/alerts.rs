@@ -8,6 +8,7 @@ use crate::domain::alert::Crossing;
 use crate::domain::budget::alerts::{AlertQueue, fires};
 use crate::domain::{Clock, TenantId};
 use crate::store::{AlertBacklog, AlertDone, QueuedAlert};
+use std::collections::BTreeMap;
 
 impl<C: Clock> MemoryStore<C> {
     /// alerts.lua: each crossing of `taken`'s levels that fires is queued in
@@ -41,19 +42,31 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
-    /// alert_claim.lua on every queue.
+    /// alert_claim.lua on each queue in turn, the earliest due first, up to
+    /// `max` in all, stopping at a queue with none due.
     pub(super) fn claim_now(&self, max: usize, claim_ms: u64) -> Vec<QueuedAlert> {
         let now = self.clock.now_us() as f64;
         let mut d = self.lock(now as i64);
         let mut out = Vec::new();
-        for (key, q) in d.alerts.iter_mut() {
+        let order: Vec<String> = index(&d.alerts).into_iter().map(|(k, _)| k).collect();
+        for key in order.into_iter().take(max) {
+            let left = max - out.len();
+            if left == 0 {
+                break;
+            }
+            let Some(q) = d.alerts.get_mut(&key) else {
+                continue;
+            };
             let due: Vec<String> = q
                 .by_due()
                 .into_iter()
                 .filter(|(_, at)| *at <= now)
-                .take(max)
+                .take(left)
                 .map(|(id, _)| id)
                 .collect();
+            if due.is_empty() {
+                break;
+            }
             for id in due {
                 q.due.insert(id.clone(), now + claim_ms as f64 * 1000.0);
                 let attempts = q.attempts.entry(id.clone()).or_default();
@@ -103,7 +116,8 @@ impl<C: Clock> MemoryStore<C> {
     pub(super) fn backlog_now(&self) -> AlertBacklog {
         let d = self.lock(self.clock.now_us());
         let mut out = AlertBacklog::default();
-        for (key, q) in &d.alerts {
+        for (key, _) in index(&d.alerts) {
+            let q = &d.alerts[&key];
             for (id, _) in q.by_due() {
                 out.queued.push(QueuedAlert {
                     queue: key.clone(),
@@ -126,6 +140,17 @@ impl AlertQueue {
         v.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
         v
     }
+}
+
+/// The queues holding alerts by their earliest due, then by key (Redis's
+/// index: a sorted set).
+pub(super) fn index(alerts: &BTreeMap<String, AlertQueue>) -> Vec<(String, f64)> {
+    let mut v: Vec<(String, f64)> = alerts
+        .iter()
+        .filter_map(|(k, q)| Some((k.clone(), q.by_due().first()?.1)))
+        .collect();
+    v.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+    v
 }
 
 impl Data {

@@ -6,7 +6,7 @@ use super::MemoryStore;
 use crate::domain::Clock;
 use crate::domain::budget::StoredLevel;
 use crate::domain::mix::EstimatorSample;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// One key's value in Redis's terms: what [`MemoryStore::snapshot`] reports.
 #[derive(Clone, Debug, PartialEq)]
@@ -17,10 +17,9 @@ pub enum Stored {
     Hash(BTreeMap<String, Vec<u8>>),
     /// A list (estimator samples, newest first).
     List(Vec<Vec<u8>>),
-    /// A sorted set (an alert queue): members by score, then by name.
+    /// A sorted set (an alert queue, the queues' index): members by score,
+    /// then by name.
     ZSet(Vec<(String, f64)>),
-    /// A set (the alert queues holding alerts).
-    Set(BTreeSet<String>),
 }
 
 /// The expiry of a key that has none.
@@ -85,13 +84,11 @@ impl<C: Clock> MemoryStore<C> {
         out
     }
 
-    /// The alert queues, their records' hashes, the queues' set and the
+    /// The alert queues, their records' hashes, the queues' index and the
     /// recent alerts, as Redis holds them (no expiry).
     fn alerts_snapshot(&self, d: &super::Data, out: &mut BTreeMap<String, (Stored, i64)>) {
-        let mut index = BTreeSet::new();
         for (key, q) in &d.alerts {
             if !q.due.is_empty() {
-                index.insert(key.clone());
                 out.insert(key.clone(), (Stored::ZSet(q.by_due()), NEVER));
             }
             let mut fields: BTreeMap<String, Vec<u8>> = q
@@ -106,8 +103,9 @@ impl<C: Clock> MemoryStore<C> {
                 out.insert(format!("{key}:e"), (Stored::Hash(fields), NEVER));
             }
         }
+        let index = super::alerts::index(&d.alerts);
         if !index.is_empty() {
-            out.insert(self.keys.alert_index(), (Stored::Set(index), NEVER));
+            out.insert(self.keys.alert_index(), (Stored::ZSet(index), NEVER));
         }
         if d.alert_dropped > 0 {
             let n = d.alert_dropped.to_string().into_bytes();

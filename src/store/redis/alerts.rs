@@ -7,46 +7,59 @@
 
 use super::RedisStore;
 use super::wire::{Spec, int_at};
-use crate::domain::{LevelPlan, TenantId};
+use crate::domain::LevelPlan;
 use crate::store::{AlertBacklog, AlertDone, QueuedAlert, StoreError};
 use redis::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Says once, when a plan first has thresholds, that a cluster checks none.
+fn warn_once_on_cluster(levels: &[LevelPlan]) {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if WARNED.load(Ordering::Relaxed) {
+        return;
+    }
+    let thresholds = levels
+        .iter()
+        .flat_map(|lp| &lp.buckets)
+        .any(|b| !b.alert_at.is_empty());
+    if thresholds && !WARNED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            "limits have alert_at thresholds, but a Redis Cluster checks none: no threshold \
+             alerts are sent (docs/cluster.md)"
+        );
+    }
+}
 
 impl RedisStore {
-    /// The KEYS (the tenant's queue and records, the queues' set, the dropped
-    /// count) and the spec a budget script checks `levels`' thresholds with:
-    /// the most queued, then per threshold its bucket's place in the plan (1:
-    /// the first) and its basis points. `None` without any threshold, with
-    /// alerts off, or on a cluster.
-    pub(super) fn alert_args(
-        &self,
-        tenant: &TenantId,
-        levels: &[LevelPlan],
-    ) -> Option<([String; 4], Spec)> {
-        if self.retention.alert_queue == 0 || self.keys.is_clustered() {
+    /// The spec a budget script checks `levels`' thresholds with
+    /// (`lua/alerts.lua`): the most queued, then per bucket that has
+    /// thresholds its place in the plan (1: the first), their count and their
+    /// basis points. `None` without any threshold, with alerts off, or on a
+    /// cluster. The queue's keys are not passed: the script names them from
+    /// the record's key, at a crossing only.
+    pub(super) fn alert_args(&self, levels: &[LevelPlan]) -> Option<Spec> {
+        if self.keys.is_clustered() {
+            warn_once_on_cluster(levels);
+            return None;
+        }
+        if self.retention.alert_queue == 0 {
             return None;
         }
         let mut spec = Spec::default();
         spec.push(self.retention.alert_queue as f64);
         let buckets = levels.iter().flat_map(|lp| &lp.buckets);
-        for (place, b) in buckets.enumerate() {
+        for (place, b) in buckets.enumerate().filter(|(_, b)| !b.alert_at.is_empty()) {
+            spec.push((place + 1) as f64);
+            spec.push(b.alert_at.iter().count() as f64);
             for t in b.alert_at.iter() {
-                spec.push((place + 1) as f64).push((t * 10_000.0).round());
+                spec.push((t * 10_000.0).round());
             }
         }
-        if spec.count() == 1 {
-            return None;
-        }
-        let (queue, records) = self.keys.alert_queue(tenant);
-        let keys = [
-            queue,
-            records,
-            self.keys.alert_index(),
-            self.keys.alert_dropped(),
-        ];
-        Some((keys, spec))
+        (spec.count() > 1).then_some(spec)
     }
 
-    /// Claims up to `max` due alerts of every queue holding some.
+    /// Claims up to `max` due alerts in all, queue by queue, the earliest due
+    /// first, stopping at a queue with none due (none on a cluster).
     pub(super) async fn claim_alerts_call(
         &self,
         max: usize,
@@ -55,19 +68,34 @@ impl RedisStore {
         if self.keys.is_clustered() {
             return Ok(Vec::new());
         }
+        let index = self.keys.alert_index();
         let queues: Vec<String> = self
-            .query(redis::pipe().cmd("SMEMBERS").arg(self.keys.alert_index()))
+            .query(
+                redis::pipe()
+                    .cmd("ZRANGE")
+                    .arg(&index)
+                    .arg(0)
+                    .arg(max as i64 - 1),
+            )
             .await
             .map(|(q,): (Vec<String>,)| q)?;
         let mut out = Vec::new();
         for queue in queues {
+            let left = max - out.len();
+            if left == 0 {
+                break;
+            }
             let mut inv = self.alert_claim.prepare_invoke();
             inv.key(&queue)
                 .key(format!("{queue}:e"))
                 .key(self.keys.alert_index())
-                .arg(max)
+                .arg(left)
                 .arg(claim_ms * 1000);
             let reply = self.run(&inv).await?;
+            if reply.is_empty() {
+                // The later queues are due later still.
+                break;
+            }
             for chunk in reply.chunks(3) {
                 let [Value::BulkString(id), record, _] = chunk else {
                     return Err(StoreError::Protocol(
@@ -117,8 +145,10 @@ impl RedisStore {
         let (queues, dropped): (Vec<String>, Option<u64>) = self
             .query(
                 redis::pipe()
-                    .cmd("SMEMBERS")
+                    .cmd("ZRANGE")
                     .arg(self.keys.alert_index())
+                    .arg(0)
+                    .arg(-1)
                     .cmd("GET")
                     .arg(self.keys.alert_dropped()),
             )

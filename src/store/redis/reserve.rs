@@ -81,10 +81,7 @@ impl RedisStore {
             }
             None => 0,
         };
-        let alerts = self.alert_args(&id.tenant, &plan.levels);
-        for key in alerts.iter().flat_map(|(keys, _)| keys) {
-            call.key(key.clone());
-        }
+        let alerts = self.alert_args(&plan.levels);
         let spec = reserve_spec(plan, self.retention.ledger);
         call.arg(&spec.0);
         call.arg(lease_field(id));
@@ -101,7 +98,7 @@ impl RedisStore {
             call.arg(hour);
             call.arg(day);
         }
-        if let Some((_, spec)) = &alerts {
+        if let Some(spec) = &alerts {
             call.arg(&spec.0);
         }
         // Last, wherever the optional arguments before it end.

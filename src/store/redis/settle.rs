@@ -72,10 +72,7 @@ impl RedisStore {
                 .arg(hour)
                 .arg(day);
         }
-        if let Some((keys, spec)) = self.alert_args(&s.id.tenant, s.levels) {
-            for key in keys {
-                inv.key(key);
-            }
+        if let Some(spec) = self.alert_args(s.levels) {
             inv.arg(spec.0);
         }
         let reply = self.run(&inv).await?;

@@ -29,8 +29,7 @@ for _, k in ipairs(redis.call('KEYS', ARGV[1] .. '*')) do
   if ty == 'string' then v = {redis.call('GET', k)}
   elseif ty == 'hash' then v = redis.call('HGETALL', k)
   elseif ty == 'list' then v = redis.call('LRANGE', k, 0, -1)
-  elseif ty == 'zset' then v = redis.call('ZRANGE', k, 0, -1, 'WITHSCORES')
-  elseif ty == 'set' then v = redis.call('SMEMBERS', k) end
+  elseif ty == 'zset' then v = redis.call('ZRANGE', k, 0, -1, 'WITHSCORES') end
   if at >= 0 then redis.call('PERSIST', k) end
   out[#out + 1] = {k, ty, at, v}
 end
@@ -89,7 +88,6 @@ pub(super) fn show(v: &Stored) -> String {
             .map(|(m, score)| format!("{m}@{score}"))
             .collect::<Vec<_>>()
             .join(" "),
-        Stored::Set(members) => members.iter().cloned().collect::<Vec<_>>().join(" "),
     }
 }
 
@@ -206,11 +204,7 @@ impl Db {
                         })
                         .collect(),
                 ),
-                "set" => Stored::Set(
-                    v.into_iter()
-                        .map(|m| String::from_utf8(m).unwrap())
-                        .collect(),
-                ),
+
                 other => return Err(format!("{k}: unexpected Redis type {other}")),
             };
             redis_keys.insert(k, (stored, at));
