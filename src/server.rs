@@ -13,6 +13,7 @@ use crate::estimator::{Counter, Multipliers};
 use crate::reload::{self, Live};
 
 mod admission;
+mod health;
 mod grpc;
 mod message_limit;
 use crate::store::cluster::ClusterStore;
@@ -266,12 +267,8 @@ pub async fn serve<S: Store>(
         alerts: Arc::new(tokio::sync::watch::Sender::new(settings.alerts.clone())),
     };
     let mut tasks = background_tasks(&live, settings, &auth, redis);
-    let (health, health_service) = tonic_health::server::health_reporter();
-    for service in SERVED {
-        let serving = tonic_health::ServingStatus::Serving;
-        health.set_service_status(service, serving).await;
-    }
-    tasks.push(tokio::spawn(report_health(engine.clone(), health)));
+    let (reporting, health_service) = health::start(engine.clone()).await;
+    tasks.push(reporting);
     let faces = Faces {
         envoy_map: live.envoy_map,
         ext_proc: live.ext_proc,
@@ -365,44 +362,5 @@ async fn probe_store<S: Store>(engine: Arc<Engine<S>>) {
     loop {
         tick.tick().await;
         engine.probe_if_due().await;
-    }
-}
-
-/// The services whose health is reported: the server's ("") and each one.
-const SERVED: [&str; 4] = [
-    "",
-    "ctxbudget.v1.BudgetService",
-    "envoy.service.ratelimit.v3.RateLimitService",
-    "envoy.service.ext_proc.v3.ExternalProcessor",
-];
-
-/// The gRPC health service says NOT_SERVING while the store's breaker is open
-/// and the policy is `fail_closed` (every reservation would be refused); under
-/// the degraded policies the service keeps answering, so it stays SERVING.
-async fn report_health<S: Store>(
-    engine: Arc<Engine<S>>,
-    health: tonic_health::server::HealthReporter,
-) {
-    use crate::engine::{BreakerState, FailurePolicy};
-    let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
-    let mut serving = true;
-    loop {
-        tick.tick().await;
-        let state = engine.breaker_state();
-        crate::telemetry::breaker(state);
-        let now_serving =
-            !(state == BreakerState::Open && engine.policy() == FailurePolicy::FailClosed);
-        if now_serving != serving {
-            serving = now_serving;
-            let status = if serving {
-                tonic_health::ServingStatus::Serving
-            } else {
-                tonic_health::ServingStatus::NotServing
-            };
-            tracing::warn!(?status, breaker = state.as_str(), "health changed");
-            for service in SERVED {
-                health.set_service_status(service, status).await;
-            }
-        }
     }
 }
