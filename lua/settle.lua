@@ -66,20 +66,16 @@
 local D = ARGV[5]
 local spec = {struct.unpack(fmt_of(D, #ARGV[1] / 8), ARGV[1])}
 local nlev = spec[1]
--- Alert thresholds: by a bucket's place, where its first one is in alert_spec.
-local alert_spec, alert_of, crossings = nil, nil, nil
+-- Alert thresholds: the place of the next bucket that has some (0: none),
+-- its entry at alert_at (as in reserve.lua).
+local alert_spec, alert_at, alert_next, crossings = nil, 2, 0, nil
 do
   local at = 6
   if spec[9] > 0 then at = 9 end
   if ARGV[at] then
     alert_spec = {struct.unpack(fmt_of(D, #ARGV[at] / 8), ARGV[at])}
     alert_spec[#alert_spec] = nil -- struct.unpack's last value is the next read position
-    alert_of = {}
-    local j = 2
-    while alert_spec[j] do
-      alert_of[alert_spec[j]] = j
-      j = j + 2 + alert_spec[j + 1]
-    end
+    alert_next = alert_spec[2]
   end
 end
 local rkey = KEYS[nlev + 1]
@@ -208,10 +204,15 @@ for i = 1, nlev do
         local before = l
         l = l - d
         if d < 0 and l > lim then l = lim end
-        local ai = alert_of and alert_of[seen + b]
-        if ai then
-          -- This bucket's thresholds: those the move from before to l crosses.
-          for a = ai + 2, ai + 1 + alert_spec[ai + 1] do
+        -- Past the thresholds of buckets this settle did not move.
+        while alert_next ~= 0 and alert_next < seen + b do
+          alert_at = alert_at + 2 + alert_spec[alert_at + 1]
+          alert_next = alert_spec[alert_at] or 0
+        end
+        if alert_next == seen + b and lim - l >= alert_spec[alert_at + 2] / 10000 * lim then
+          -- This bucket's thresholds: those the move from before to l crosses
+          -- (none when it ends below the lowest).
+          for a = alert_at + 2, alert_at + 1 + alert_spec[alert_at + 1] do
             local bp = alert_spec[a]
             local t = bp / 10000 * lim
             if lim - before < t and lim - l >= t then
