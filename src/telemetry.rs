@@ -52,12 +52,17 @@ pub const DEGRADED: &str = "ctxbudget_degraded_decisions_total";
 /// groups, or `none`).
 pub const COST_MICROS: &str = "ctxbudget_cost_micros_total";
 /// Threshold alerts emitted (sent, or logged with no receiver), labelled
-/// `level`, `dimension` and `threshold`.
+/// `level` and `dimension`.
 pub const ALERTS: &str = "ctxbudget_alerts_total";
-/// Threshold alert deliveries that failed (each is retried), labelled `reason`.
+/// Threshold alert deliveries that failed (each is retried), labelled
+/// `reason` ([`ALERT_FAILURE_REASONS`]).
 pub const ALERT_FAILURES: &str = "ctxbudget_alert_delivery_failures_total";
-/// Threshold alerts given up (too old, or unreadable), labelled `reason`.
+/// Why a delivery failed.
+pub const ALERT_FAILURE_REASONS: [&str; 3] = ["status", "timeout", "connect"];
+/// Threshold alerts given up, labelled `reason` ([`ALERT_DROP_REASONS`]).
 pub const ALERTS_DROPPED: &str = "ctxbudget_alerts_dropped_total";
+/// Why the sender gave an alert up.
+pub const ALERT_DROP_REASONS: [&str; 2] = ["too_old", "unreadable"];
 /// Tenants that get a `tenant` label of their own on [`COST_MICROS`]; the rest
 /// share `other`, so hostile or numerous tenant ids cannot grow the series.
 pub const COST_TENANTS: usize = 1000;
@@ -391,9 +396,8 @@ fn cost_tenant(tenant: &str) -> String {
 }
 
 /// Counts one threshold alert emitted.
-pub fn alert(level: &'static str, dimension: &'static str, threshold: f64) {
-    counter!(ALERTS, "level" => level, "dimension" => dimension, "threshold" => threshold.to_string())
-        .increment(1);
+pub fn alert(level: &'static str, dimension: &'static str) {
+    counter!(ALERTS, "level" => level, "dimension" => dimension).increment(1);
 }
 
 /// Counts one failed alert delivery (`reason`: status, timeout, connect).

@@ -155,7 +155,7 @@ impl<S: Store> Sending<'_, S> {
             crate::domain::alert::percent(event.threshold),
             event.limit.dimension
         );
-        telemetry::alert(event.level, event.limit.dimension, event.threshold);
+        telemetry::alert(event.level, event.limit.dimension);
         self.note(&event, status, alert.attempts).await;
         AlertDone::Sent
     }

@@ -2,7 +2,7 @@
 //! the series whose labels are known at start, registered at zero.
 
 use super::*;
-use crate::domain::{Level, Reason};
+use crate::domain::{Dimension, Level, Reason};
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
 use std::net::SocketAddr;
@@ -219,6 +219,16 @@ pub fn register(known: &KnownSeries) {
     }
     for level in Level::ALL {
         counter!(LEASES_EXPIRED, "level" => level.as_str()).increment(0);
+        for dimension in Dimension::RATES {
+            counter!(ALERTS, "level" => level.as_str(), "dimension" => dimension.as_str())
+                .increment(0);
+        }
+    }
+    for reason in ALERT_FAILURE_REASONS {
+        counter!(ALERT_FAILURES, "reason" => reason).increment(0);
+    }
+    for reason in ALERT_DROP_REASONS {
+        counter!(ALERTS_DROPPED, "reason" => reason).increment(0);
     }
     for code in [tonic::Code::Unauthenticated, tonic::Code::PermissionDenied] {
         counter!(AUTH_REFUSED, "code" => code_name(code)).increment(0);
