@@ -168,6 +168,22 @@ pub fn describe() {
     );
 }
 
+/// The threshold alerts' series, at zero.
+fn register_alerts() {
+    for level in Level::ALL {
+        for dimension in Dimension::RATES {
+            counter!(ALERTS, "level" => level.as_str(), "dimension" => dimension.as_str())
+                .increment(0);
+        }
+    }
+    for reason in ALERT_FAILURE_REASONS {
+        counter!(ALERT_FAILURES, "reason" => reason).increment(0);
+    }
+    for reason in ALERT_DROP_REASONS {
+        counter!(ALERTS_DROPPED, "reason" => reason).increment(0);
+    }
+}
+
 /// Registers at zero every series whose labels are known at start, so each
 /// documented metric is on the first scrape and a first increment shows in
 /// `rate()`. Series of tiers or estimator keys that appear later (a tier set
@@ -219,17 +235,8 @@ pub fn register(known: &KnownSeries) {
     }
     for level in Level::ALL {
         counter!(LEASES_EXPIRED, "level" => level.as_str()).increment(0);
-        for dimension in Dimension::RATES {
-            counter!(ALERTS, "level" => level.as_str(), "dimension" => dimension.as_str())
-                .increment(0);
-        }
     }
-    for reason in ALERT_FAILURE_REASONS {
-        counter!(ALERT_FAILURES, "reason" => reason).increment(0);
-    }
-    for reason in ALERT_DROP_REASONS {
-        counter!(ALERTS_DROPPED, "reason" => reason).increment(0);
-    }
+    register_alerts();
     for code in [tonic::Code::Unauthenticated, tonic::Code::PermissionDenied] {
         counter!(AUTH_REFUSED, "code" => code_name(code)).increment(0);
     }
