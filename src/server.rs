@@ -13,8 +13,8 @@ use crate::estimator::{Counter, Multipliers};
 use crate::reload::{self, Live};
 
 mod admission;
-mod health;
 mod grpc;
+mod health;
 mod message_limit;
 use crate::store::cluster::ClusterStore;
 use crate::store::config_repo::ConfigStore;
