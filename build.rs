@@ -16,7 +16,7 @@ use std::{env, fs, path::PathBuf};
 mod layout;
 
 /// The scripts that run the budget algorithm.
-const BUDGET_SCRIPTS: [&str; 8] = [
+const BUDGET_SCRIPTS: [&str; 9] = [
     "reserve",
     "settle",
     "renew",
@@ -25,6 +25,7 @@ const BUDGET_SCRIPTS: [&str; 8] = [
     "global_lease",
     "alert_claim",
     "alert_done",
+    "alert_index",
 ];
 /// The scripts that write the usage ledger: `lua/ledger.lua` joins their prelude.
 const LEDGER_SCRIPTS: [&str; 2] = ["reserve", "settle"];

@@ -3,7 +3,8 @@
 -- script of its own: build.rs puts it in their prelude.
 --
 -- The spec (an ARGV of little-endian doubles): the most alerts a tenant's
--- queue holds, then per bucket that has thresholds, in plan order: its place
+-- queue holds (negative on a Redis Cluster: see below), then per bucket that
+-- has thresholds, in plan order: its place
 -- in the plan (1: the first level's first bucket), its count k of
 -- thresholds, and those k in basis points, ascending.
 --
@@ -27,11 +28,19 @@
 -- (a fraction), window start as little-endian doubles, then the level's key;
 -- its event id is its SHA-1. Only a crossing costs calls: two to mark it,
 -- four to queue it.
+--
+-- On a Redis Cluster (max < 0) the index and the count are in other slots:
+-- a full queue counts its drops in the records' field 'dropped', and
+-- alerts_fire returns 'A<now>' (now in decimal µs) when it queued an alert,
+-- for the script's reply to end with and the caller to index the queue, due
+-- and seen then (alert_index.lua).
 
 local function alerts_fire(K, crossings, max, rkey, now)
   local cut = string.find(rkey, '}:r:', 1, true)
   local tag, prefix = string.sub(rkey, 1, cut), string.match(rkey, '^([^{]*){')
   local q, e = tag .. ':a', tag .. ':a:e'
+  local cluster, queued = max < 0, false
+  if cluster then max = -max end
   for j = 1, #crossings do
     local c = crossings[j]
     local key, id, ws = K[c[1]], c[2], c[6]
@@ -51,10 +60,15 @@ local function alerts_fire(K, crossings, max, rkey, now)
         local eid = redis.sha1hex(rec)
         redis.call('HSET', e, eid, rec)
         redis.call('ZADD', q, now, eid)
-        redis.call('ZADD', prefix .. 'a', 'LT', now, q)
+        queued = true
+        if not cluster then redis.call('ZADD', prefix .. 'a', 'LT', now, q) end
+      elseif cluster then
+        redis.call('HINCRBY', e, 'dropped', 1)
       else
         redis.call('INCR', prefix .. 'a:dropped')
       end
     end
   end
+  if queued and cluster then return 'A' .. string.format('%d', now) end
+  return nil
 end

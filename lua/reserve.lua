@@ -86,6 +86,7 @@
 --                                                          they were; mask: 12 doubles of 32 bits,
 --                                                          bit i of the whole: check i denied
 --   {2, now, 0, state..., nonce, cost, lease_left_ms, [reclaimed]}  idempotent replay; nothing taken
+--   (a cluster's reply that queued an alert ends with 'A<now>': alerts.lua)
 --   ([reclaimed], only when non-zero: the expired leases this call dropped — leases never
 --   settled — per level, packed as the sum of count_k * 2^(13 k) (the weights above),
 --   each count capped at 2^13 - 1; one optional integer: every reply value costs Redis CPU)
@@ -381,11 +382,16 @@ end
 if ARGV[4] ~= '0' then
   redis.call('SET', KEYS[nlev + 2], string.sub(ARGV[2], 2), 'PX', ARGV[4])
 end
-if crossings then alerts_fire(KEYS, crossings, alert_spec[1], ARGV[#ARGV], now) end
+local indexed = crossings and alerts_fire(KEYS, crossings, alert_spec[1], ARGV[#ARGV], now)
 -- The reply's tail rides in raws (sized for it) so the reply is made at its size.
 raws[nlev + 1] = reserved
+local n = nlev + 1
 if reclaimed > 0 then
-  raws[nlev + 2] = reclaimed
-  return {REPLY_ALLOWED, now, grant, unpack(raws, 1, nlev + 2)}
+  n = n + 1
+  raws[n] = reclaimed
 end
-return {REPLY_ALLOWED, now, grant, unpack(raws, 1, nlev + 1)}
+if indexed then
+  n = n + 1
+  raws[n] = indexed
+end
+return {REPLY_ALLOWED, now, grant, unpack(raws, 1, n)}

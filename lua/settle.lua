@@ -33,6 +33,8 @@
 -- Returns (the tags first: REPLY_APPLIED 1, REPLY_SETTLED_BEFORE 0, REPLY_NOT_FOUND -1,
 -- from src/domain/budget/layout.rs)
 --   {1, amount, estimated, spend, granted, [sample]}  applied: commit → actual - reserved;
+--                           (a cluster's reply that queued an alert: the sample or
+--                           false, then 'A<now>': alerts.lua)
 --                           refund → tokens returned; the prompt tokens the service
 --                           had estimated (0 when the caller counted); the spend
 --                           reserved (µ$); the output tokens granted; the estimator
@@ -252,7 +254,7 @@ for w = 1, nw, 6 do
 end
 redis.call('SET', rkey, state .. string.sub(rec, REC_COST, REC_AMOUNT - 1)
   .. struct.pack('<d', amount) .. string.sub(rec, REC_ESTIMATED), 'PX', ARGV[3])
-if crossings then alerts_fire(KEYS, crossings, alert_spec[1], rkey, now) end
+local indexed = crossings and alerts_fire(KEYS, crossings, alert_spec[1], rkey, now)
 -- The estimator sample: the actual and counted prompt tokens and the record's mix, or
 -- (a record without one) actual / estimated. Without the samples' key (a
 -- cluster) the reply carries it for the caller to push.
@@ -298,4 +300,5 @@ if spec[9] > 0 then
   end
   ledger_add(ARGV[6], lat, ARGV[7], ARGV[8], d, spec[9], spec[10], now)
 end
+if indexed then return {REPLY_APPLIED, amount, estimated, spent, granted, sample or false, indexed} end
 return {REPLY_APPLIED, amount, estimated, spent, granted, sample}

@@ -28,8 +28,8 @@ mod take;
 
 use super::redis::RedisStore;
 use super::{
-    ChargePlan, ChargeReply, RenewReply, ReserveReply, Scope, SettleReply, Settlement, Store,
-    StoreError, Usage,
+    AlertBacklog, AlertDone, ChargePlan, ChargeReply, QueuedAlert, RenewReply, ReserveReply, Scope,
+    SettleReply, Settlement, Store, StoreError, Usage,
 };
 use crate::domain::budget::Settle;
 use crate::domain::budget::ledger::{LedgerRow, Period};
@@ -190,6 +190,30 @@ impl<C: Clock + Clone> Store for ClusterStore<C> {
         periods: &[Period],
     ) -> Result<Vec<Vec<LedgerRow>>, StoreError> {
         self.inner.tenants.ledger(tenant, periods).await
+    }
+
+    async fn claim_alerts(
+        &self,
+        max: usize,
+        claim_ms: u64,
+    ) -> Result<Vec<QueuedAlert>, StoreError> {
+        self.inner.tenants.claim_alerts(max, claim_ms).await
+    }
+
+    async fn finish_alert(&self, alert: &QueuedAlert, done: AlertDone) -> Result<(), StoreError> {
+        self.inner.tenants.finish_alert(alert, done).await
+    }
+
+    async fn alert_backlog(&self) -> Result<AlertBacklog, StoreError> {
+        self.inner.tenants.alert_backlog().await
+    }
+
+    async fn note_alert(&self, line: String, keep: usize) -> Result<(), StoreError> {
+        self.inner.tenants.note_alert(line, keep).await
+    }
+
+    async fn recent_alerts(&self, n: usize) -> Result<Vec<String>, StoreError> {
+        self.inner.tenants.recent_alerts(n).await
     }
 
     fn shadow(&self) -> Self {

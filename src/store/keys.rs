@@ -23,7 +23,10 @@
 //!                                     (n:<event id>)
 //! ctxb:a                       zset   the tenants' alert queues with alerts in them,
 //!                                     by their earliest due (µs)
-//! ctxb:a:dropped               string alerts dropped (a full queue, or given up)
+//! ctxb:a:dropped               string alerts dropped (a full queue, or given up;
+//!                                     on a cluster also each queue's `dropped` field)
+//! ctxb:{a}, ctxb:{a}:seen      zset, hash  on a cluster, the index, and when each queue
+//!                                     was last seen (`lua/alert_index.lua`)
 //! ctxb:a:recent                list   the last alerts sent or dropped (JSON), newest first
 //! ```
 //! Ledger hours and days are counted from the Unix epoch (`h:491904` is
@@ -148,9 +151,18 @@ impl Keys {
         (q, e)
     }
 
-    /// The index of alert queues that hold alerts, by their earliest due.
+    /// The index of alert queues that hold alerts, by their earliest due
+    /// (hash-tagged on a cluster, with [`Keys::alert_seen`]).
     pub fn alert_index(&self) -> String {
-        format!("{}a", self.prefix)
+        match self.cluster {
+            true => format!("{}{{a}}", self.prefix),
+            false => format!("{}a", self.prefix),
+        }
+    }
+
+    /// On a cluster: when each indexed alert queue was last seen (µs).
+    pub fn alert_seen(&self) -> String {
+        format!("{}{{a}}:seen", self.prefix)
     }
 
     /// The count of alerts dropped.

@@ -109,6 +109,7 @@ pub struct RedisStore {
     global_lease: Script,
     alert_claim: Script,
     alert_done: Script,
+    alert_index: Script,
     url: String,
     /// Redis answered the version check and loaded the scripts.
     verified: Arc<AtomicBool>,
@@ -168,6 +169,7 @@ impl RedisStore {
             global_lease: Script::new(scripts::GLOBAL_LEASE),
             alert_claim: Script::new(scripts::ALERT_CLAIM),
             alert_done: Script::new(scripts::ALERT_DONE),
+            alert_index: Script::new(scripts::ALERT_INDEX),
             url,
             verified: Arc::new(AtomicBool::new(false)),
         };
@@ -215,6 +217,7 @@ impl RedisStore {
         self.global_lease = clocked(scripts::GLOBAL_LEASE);
         self.alert_claim = clocked(scripts::ALERT_CLAIM);
         self.alert_done = clocked(scripts::ALERT_DONE);
+        self.alert_index = clocked(scripts::ALERT_INDEX);
         self
     }
 }
@@ -327,6 +330,7 @@ impl Store for RedisStore {
             global_lease: self.global_lease.clone(),
             alert_claim: self.alert_claim.clone(),
             alert_done: self.alert_done.clone(),
+            alert_index: self.alert_index.clone(),
             url: self.url.clone(),
             verified: self.verified.clone(),
         }

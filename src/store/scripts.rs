@@ -22,6 +22,8 @@ pub const GLOBAL_LEASE: &str = include_str!(concat!(env!("OUT_DIR"), "/global_le
 pub const ALERT_CLAIM: &str = include_str!(concat!(env!("OUT_DIR"), "/alert_claim.lua"));
 /// What became of a claimed alert.
 pub const ALERT_DONE: &str = include_str!(concat!(env!("OUT_DIR"), "/alert_done.lua"));
+/// On a Redis Cluster, the index of alert queues as the tenant's scripts saw them.
+pub const ALERT_INDEX: &str = include_str!(concat!(env!("OUT_DIR"), "/alert_index.lua"));
 
 /// Changes one configuration document (versioned, audited, announced).
 pub const CONFIG_SET: &str = include_str!("../../lua/config_set.lua");
@@ -34,7 +36,7 @@ mod tests {
     use crate::domain::budget::layout::SERVER_CLOCK;
 
     /// Every budget script as built, by name.
-    const BUDGET_SCRIPTS: [(&str, &str); 9] = [
+    const BUDGET_SCRIPTS: [(&str, &str); 10] = [
         ("reserve", RESERVE),
         ("reserve_first", RESERVE_FIRST),
         ("settle", SETTLE),
@@ -44,6 +46,7 @@ mod tests {
         ("global_lease", GLOBAL_LEASE),
         ("alert_claim", ALERT_CLAIM),
         ("alert_done", ALERT_DONE),
+        ("alert_index", ALERT_INDEX),
     ];
 
     /// Every name in capitals a budget script uses is a local it declares (the

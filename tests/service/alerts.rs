@@ -6,15 +6,16 @@
 //! after the crossing leaves its alerts to another; `ctxbudget alerts list`
 //! shows them and `alerts test` sends a signed test event.
 
-use crate::operations::ctl_binary;
+use crate::operations::{ctl_binary, ctl_binary_at};
 use crate::support;
 
 use ctxbudget::pb;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+use support::cluster::RedisCluster;
 use support::receiver::{Post, Receiver};
-use support::{Harness, RedisServer, reserve, settings};
+use support::{Backend, Harness, RedisServer, reserve, settings};
 
 const SECRET: &str = "alert-signing-secret";
 
@@ -225,4 +226,37 @@ async fn a_replica_killed_after_the_crossing_leaves_its_alerts_to_another() {
     exactly_the_four(&receiver.await_accepted(4, Duration::from_secs(30)).await);
     assert!(tried_by_a > 0);
     b.stop().await;
+}
+
+/// Two replicas over one local Redis Cluster, where the tenant's queue and
+/// the index of queues are in different slots (`lua/alert_index.lua`): the
+/// receiver down, the replica that crossed killed, the other delivers each
+/// alert once; `alerts list` reads the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_killed_replicas_alerts_are_delivered_once_by_another() {
+    let receiver = Receiver::start().await;
+    receiver.set_down(true);
+    let mut a = Harness::start(Backend::Cluster, &config(&receiver.url)).await;
+    // The cluster outlives the replica that started it.
+    let cluster: RedisCluster = a.cluster.take().unwrap();
+    let nodes = cluster.urls();
+    let on_cluster = |toml: &str| {
+        let mut s = settings(toml, None);
+        s.cluster_nodes = nodes.clone();
+        s
+    };
+    let b = Harness::start_with(on_cluster(&config(&receiver.url)), None).await;
+    two_hundred_callers(&[a.client.clone(), b.client.clone()]).await;
+    receiver.await_refused(Duration::from_secs(10)).await;
+    let store = vec!["--redis-cluster-nodes".to_string(), nodes.join(",")];
+    a.stop().await;
+    receiver.set_down(false);
+    exactly_the_four(&receiver.await_accepted(4, Duration::from_secs(30)).await);
+    let (ok, out, err) = ctl_binary_at(&store, &["alerts", "list", "--json"]);
+    assert!(ok, "{out}{err}");
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(listed["queued"].as_array().unwrap().len(), 0, "{listed}");
+    assert_eq!(listed["recent"].as_array().unwrap().len(), 4, "{listed}");
+    b.stop().await;
+    drop(cluster);
 }

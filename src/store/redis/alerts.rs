@@ -2,51 +2,35 @@
 //! check thresholds and queue crossings (`lua/alerts.lua`), and the sender's
 //! calls on the queues (`lua/alert_claim.lua`, `lua/alert_done.lua`).
 //!
-//! Only on a single Redis: a cluster's scripts see one slot, and the set of
-//! queues holding alerts is in another (see docs/operations.md).
+//! On a Redis Cluster a tenant's queue and the index of queues are in
+//! different slots: the tenant's scripts say what they saw (a reply ending
+//! `A<now>` after a crossing queued one; a claim's or a finish's earliest due
+//! and time) and this side tells the index (`lua/alert_index.lua`).
 
 use super::RedisStore;
 use super::wire::{Spec, int_at};
-use crate::domain::LevelPlan;
+use crate::domain::{LevelPlan, TenantId};
 use crate::store::{AlertBacklog, AlertDone, QueuedAlert, StoreError};
 use redis::Value;
-use std::sync::atomic::{AtomicBool, Ordering};
-
-/// Says once, when a plan first has thresholds, that a cluster checks none.
-fn warn_once_on_cluster(levels: &[LevelPlan]) {
-    static WARNED: AtomicBool = AtomicBool::new(false);
-    if WARNED.load(Ordering::Relaxed) {
-        return;
-    }
-    let thresholds = levels
-        .iter()
-        .flat_map(|lp| &lp.buckets)
-        .any(|b| !b.alert_at.is_empty());
-    if thresholds && !WARNED.swap(true, Ordering::Relaxed) {
-        tracing::warn!(
-            "limits have alert_at thresholds, but a Redis Cluster checks none: no threshold \
-             alerts are sent (docs/cluster.md)"
-        );
-    }
-}
 
 impl RedisStore {
     /// The spec a budget script checks `levels`' thresholds with
     /// (`lua/alerts.lua`): the most queued, then per bucket that has
     /// thresholds its place in the plan (1: the first), their count and their
-    /// basis points. `None` without any threshold, with alerts off, or on a
-    /// cluster. The queue's keys are not passed: the script names them from
-    /// the record's key, at a crossing only.
+    /// basis points (the most queued negative on a cluster). `None` without
+    /// any threshold, or with alerts off. The queue's keys are not passed: the
+    /// script names them from the record's key, at a crossing only.
     pub(super) fn alert_args(&self, levels: &[LevelPlan]) -> Option<Spec> {
-        if self.keys.is_clustered() {
-            warn_once_on_cluster(levels);
-            return None;
-        }
         if self.retention.alert_queue == 0 {
             return None;
         }
         let mut spec = Spec::default();
-        spec.push(self.retention.alert_queue as f64);
+        // Negative on a cluster: the script leaves the index to this side.
+        let max = self.retention.alert_queue as f64;
+        spec.push(match self.keys.is_clustered() {
+            true => -max,
+            false => max,
+        });
         let buckets = levels.iter().flat_map(|lp| &lp.buckets);
         for (place, b) in buckets.enumerate().filter(|(_, b)| !b.alert_at.is_empty()) {
             spec.push((place + 1) as f64);
@@ -59,15 +43,13 @@ impl RedisStore {
     }
 
     /// Claims up to `max` due alerts in all, queue by queue, the earliest due
-    /// first, stopping at a queue with none due (none on a cluster).
+    /// first, stopping at a queue with none due.
     pub(super) async fn claim_alerts_call(
         &self,
         max: usize,
         claim_ms: u64,
     ) -> Result<Vec<QueuedAlert>, StoreError> {
-        if self.keys.is_clustered() {
-            return Ok(Vec::new());
-        }
+        let cluster = self.keys.is_clustered();
         let index = self.keys.alert_index();
         let queues: Vec<String> = self
             .query(
@@ -86,12 +68,16 @@ impl RedisStore {
                 break;
             }
             let mut inv = self.alert_claim.prepare_invoke();
-            inv.key(&queue)
-                .key(format!("{queue}:e"))
-                .key(self.keys.alert_index())
-                .arg(left)
-                .arg(claim_ms * 1000);
-            let reply = self.run(&inv).await?;
+            inv.key(&queue).key(format!("{queue}:e"));
+            if !cluster {
+                inv.key(&index);
+            }
+            inv.arg(left).arg(claim_ms * 1000);
+            let mut reply = self.run(&inv).await?;
+            if cluster {
+                let (due, seen) = seen_at_end(&mut reply, "alert_claim")?;
+                self.index_queue(&queue, &seen, &due).await?;
+            }
             if reply.is_empty() {
                 // The later queues are due later still.
                 break;
@@ -128,30 +114,79 @@ impl RedisStore {
             AlertDone::Retry { after_ms } => (2, after_ms * 1000),
             AlertDone::Dropped => (3, 0),
         };
+        let cluster = self.keys.is_clustered();
         let mut inv = self.alert_done.prepare_invoke();
-        inv.key(&alert.queue)
-            .key(format!("{}:e", alert.queue))
-            .key(self.keys.alert_index())
-            .key(self.keys.alert_dropped())
-            .arg(&alert.id)
-            .arg(mode)
-            .arg(after_us);
+        inv.key(&alert.queue).key(format!("{}:e", alert.queue));
+        if !cluster {
+            inv.key(self.keys.alert_index())
+                .key(self.keys.alert_dropped());
+        }
+        inv.arg(&alert.id).arg(mode).arg(after_us);
+        let mut reply = self.run(&inv).await?;
+        if cluster && reply.len() == 3 {
+            let (due, seen) = seen_at_end(&mut reply, "alert_done")?;
+            self.index_queue(&alert.queue, &seen, &due).await?;
+        }
+        Ok(())
+    }
+
+    /// On a cluster: tells the index that `queue` was seen at `seen` (µs,
+    /// decimal) with its earliest due `due` ('-': empty).
+    pub(super) async fn index_queue(
+        &self,
+        queue: &str,
+        seen: &str,
+        due: &str,
+    ) -> Result<(), StoreError> {
+        let mut inv = self.alert_index.prepare_invoke();
+        inv.key(self.keys.alert_index())
+            .key(self.keys.alert_seen())
+            .arg(queue)
+            .arg(seen)
+            .arg(due);
         self.run(&inv).await?;
         Ok(())
     }
 
-    /// Every queued alert and the count dropped.
+    /// On a cluster: a budget script's reply that ends `A<now>` queued an
+    /// alert in `tenant`'s queue; the mark leaves the reply and the queue is
+    /// indexed, due then. A reply without it is left as it is.
+    pub(super) async fn index_crossing(
+        &self,
+        tenant: &TenantId,
+        reply: &mut Vec<Value>,
+    ) -> Result<(), StoreError> {
+        let Some(Value::BulkString(mark)) = reply.last() else {
+            return Ok(());
+        };
+        let Some(at) = mark.strip_prefix(b"A") else {
+            return Ok(());
+        };
+        let at = String::from_utf8_lossy(at).into_owned();
+        reply.pop();
+        let (queue, _) = self.keys.alert_queue(tenant);
+        if let Err(e) = self.index_queue(&queue, &at, &at).await {
+            // Queued all the same; the tenant's next crossing indexes it.
+            tracing::warn!(error = %e, queue, "an alert was queued but not indexed");
+        }
+        Ok(())
+    }
+
+    /// Every queued alert and the count dropped (on a cluster, with the drops
+    /// of the queues that hold alerts).
     pub(super) async fn alert_backlog_call(&self) -> Result<AlertBacklog, StoreError> {
-        let (queues, dropped): (Vec<String>, Option<u64>) = self
+        // Two keys, in two slots on a cluster: two calls.
+        let (queues,): (Vec<String>,) = self
             .query(
                 redis::pipe()
                     .cmd("ZRANGE")
                     .arg(self.keys.alert_index())
                     .arg(0)
-                    .arg(-1)
-                    .cmd("GET")
-                    .arg(self.keys.alert_dropped()),
+                    .arg(-1),
             )
+            .await?;
+        let (dropped,): (Option<u64>,) = self
+            .query(redis::pipe().cmd("GET").arg(self.keys.alert_dropped()))
             .await?;
         let mut out = AlertBacklog {
             queued: Vec::new(),
@@ -169,6 +204,11 @@ impl RedisStore {
                         .arg(format!("{queue}:e")),
                 )
                 .await?;
+            // On a cluster a full queue counts its drops itself.
+            out.dropped += fields
+                .get("dropped")
+                .and_then(|n| std::str::from_utf8(n).ok()?.parse::<u64>().ok())
+                .unwrap_or(0);
             for id in ids {
                 let attempts = fields
                     .get(&format!("n:{id}"))
@@ -219,5 +259,23 @@ impl RedisStore {
             )
             .await?;
         Ok(lines)
+    }
+}
+
+/// The last two values of a cluster's claim or finish reply (its earliest due,
+/// '-' when empty, and the time of the call), taken off it.
+fn seen_at_end(reply: &mut Vec<Value>, script: &str) -> Result<(String, String), StoreError> {
+    let text = |v: Option<Value>| match v {
+        Some(Value::BulkString(b)) => Some(String::from_utf8_lossy(&b).into_owned()),
+        Some(Value::Int(n)) => Some(n.to_string()),
+        _ => None,
+    };
+    let seen = text(reply.pop());
+    let due = text(reply.pop());
+    match (due, seen) {
+        (Some(due), Some(seen)) => Ok((due, seen)),
+        _ => Err(StoreError::Protocol(
+            format!("{script}.lua replied without the queue's earliest due and time").into(),
+        )),
     }
 }

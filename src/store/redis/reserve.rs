@@ -26,7 +26,10 @@ impl RedisStore {
     ) -> Result<ReserveReply, StoreError> {
         let mut inv = self.reserve.prepare_invoke();
         self.reserve_args(plan, &mut inv);
-        let reply = self.run(&inv).await?;
+        let mut reply = self.run(&inv).await?;
+        if self.keys.is_clustered() {
+            self.index_crossing(&plan.id.tenant, &mut reply).await?;
+        }
         decode_reserve(plan, &reply)
     }
 

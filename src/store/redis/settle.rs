@@ -75,7 +75,10 @@ impl RedisStore {
         if let Some(spec) = self.alert_args(s.levels) {
             inv.arg(spec.0);
         }
-        let reply = self.run(&inv).await?;
+        let mut reply = self.run(&inv).await?;
+        if cluster {
+            self.index_crossing(&s.id.tenant, &mut reply).await?;
+        }
         // On a cluster the reply carries the estimator sample to push.
         if cluster && let Some(Value::BulkString(sample)) = reply.get(5) {
             let key = self.keys.estimator(&s.id.estimator);
