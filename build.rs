@@ -30,7 +30,7 @@ const BUDGET_SCRIPTS: [&str; 9] = [
 /// The scripts that write the usage ledger: `lua/ledger.lua` joins their prelude.
 const LEDGER_SCRIPTS: [&str; 2] = ["reserve", "settle"];
 /// The scripts that queue threshold alerts: `lua/alerts.lua` joins their prelude.
-const ALERT_SCRIPTS: [&str; 2] = ["reserve", "settle"];
+const ALERT_SCRIPTS: [&str; 3] = ["reserve", "settle", "charge"];
 /// The scripts that read level states: `lua/state.lua` joins their prelude.
 const STATE_SCRIPTS: [&str; 5] = ["reserve", "settle", "renew", "charge", "global_lease"];
 /// The scripts that write level states: `lua/level.lua` joins their prelude.

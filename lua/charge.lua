@@ -3,8 +3,8 @@
 -- behind them (no record, no lease). The Redis port of
 -- src/domain/budget/charge.rs, held to it by tests/store/differential/; state
 -- layout as in reserve.lua. build.rs prepends the constants in capitals
--- (src/domain/budget/layout.rs), clock_us(), lua/state.lua and lua/level.lua,
--- and splices lua/splice/window_now.lua and bucket_level.lua.
+-- (src/domain/budget/layout.rs), clock_us(), lua/state.lua, lua/level.lua
+-- and lua/alerts.lua, and splices lua/splice/window_now.lua and bucket_level.lua.
 --
 -- KEYS[1..n]  level hashes, outermost first
 -- ARGV[1]  spec: little-endian doubles: n, requests r, tokens t, enforce (1 or 0),
@@ -17,11 +17,15 @@
 -- ARGV[2]  '<' followed by at least as many 'd' as the longest state or spec
 -- ARGV[3]  the struct format of ARGV[1]
 -- ARGV[4..3+n]  the struct format of each level's state as this call's buckets make it
+-- ARGV[4+n], ARGV[5+n]  when some bucket has alert thresholds: their spec
+--          (alerts.lua), and the tenant's record key prefix (whose queue takes
+--          a crossing: alerts.lua)
 --
 -- Returns
 --   (tags REPLY_ALLOWED 1 and REPLY_DENIED 0, from src/domain/budget/layout.rs)
 --   {1, now, state...}        charged (or, r = t = 0, checked: nothing written);
---                             each level's state after
+--                             each level's state after (a cluster's reply that
+--                             queued an alert ends with 'A<now>': alerts.lua)
 --   {0, now, state..., mask}  denied; nothing changed; mask as in reserve.lua
 -- A state is '' for a level never written. Concurrency leases are not touched.
 --
@@ -34,7 +38,15 @@ local spec = {struct.unpack(ARGV[3], ARGV[1])}
 local nlev, r, t, enforce = spec[1], spec[2], spec[3], spec[4] == 1
 local raws, states, ttls = {}, {}, {}
 local dm, ci, denied = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 0, false
-local p = 5
+-- Alert thresholds: the place of the next bucket that has some (0: none),
+-- its entry at alert_at (as in reserve.lua).
+local alert_spec, alert_at, alert_next, crossings = nil, 2, 0, nil
+if ARGV[4 + nlev] then
+  alert_spec = {struct.unpack(fmt_of(D, #ARGV[4 + nlev] / 8), ARGV[4 + nlev])}
+  alert_spec[#alert_spec] = nil -- struct.unpack's last value is the next read position
+  alert_next = alert_spec[2]
+end
+local p, seen = 5, 0
 for i = 1, nlev do
   local nb = spec[p]
   local raw = redis.call('HGET', KEYS[i], 's')
@@ -72,6 +84,23 @@ for i = 1, nlev do
       denied = true
     end
     ci = ci + 1
+    if seen + b == alert_next then
+      -- This bucket's thresholds: those the move from l to l - c crosses
+      -- (none when it ends below the lowest).
+      local k, used = alert_spec[alert_at + 1], lim - (l - c)
+      if used >= alert_spec[alert_at + 2] / 10000 * lim then
+        for a = alert_at + 2, alert_at + 1 + k do
+          local bp = alert_spec[a]
+          local t = bp / 10000 * lim
+          if lim - l < t and used >= t then
+            crossings = crossings or {}
+            crossings[#crossings + 1] = {i, id, lim, used, bp, ws}
+          end
+        end
+      end
+      alert_at = alert_at + 2 + k
+      alert_next = alert_spec[alert_at] or 0
+    end
     l = l - c
     s[k + 1], s[k + 2], s[k + 3] = l, now, lim
     local full
@@ -82,6 +111,7 @@ for i = 1, nlev do
   if ttl > spec[p + 1] then ttl = spec[p + 1] end
   raws[i], states[i], ttls[i] = raw, s, ttl
   p = q
+  seen = seen + nb
 end
 
 if denied then
@@ -101,4 +131,6 @@ for i = 1, nlev do
   end
   p = q
 end
+local indexed = crossings and alerts_fire(KEYS, crossings, alert_spec[1], ARGV[5 + nlev], now)
+if indexed then raws[nlev + 1] = indexed end
 return {REPLY_ALLOWED, now, unpack(raws)}

@@ -48,7 +48,7 @@ impl Thresholds {
                      (0.8 for 80%), with at most four decimals"
                 )));
             }
-            if t.iter().any(|x| x == f) {
+            if t.basis_points[..t.len as usize].contains(&(bp as u16)) {
                 return Err(err(format!("{f} is given twice")));
             }
             t.basis_points[t.len as usize] = bp as u16;
@@ -260,7 +260,15 @@ mod tests {
     fn thresholds_are_fractions_sorted_and_checked() {
         let t = Thresholds::new(&[1.0, 0.8, 0.95]).unwrap();
         assert_eq!(t.iter().collect::<Vec<_>>(), [0.8, 0.95, 1.0]);
-        for bad in [&[0.0][..], &[2.5], &[0.12345], &[0.8, 0.8], &[0.1; 9]] {
+        let twice = [0.8, 0.8000000000001];
+        for bad in [
+            &[0.0][..],
+            &[2.5],
+            &[0.12345],
+            &[0.8, 0.8],
+            &twice,
+            &[0.1; 9],
+        ] {
             assert!(Thresholds::new(bad).is_err(), "{bad:?}");
         }
     }

@@ -233,7 +233,8 @@ impl<C: Clock> MemoryStore<C> {
         let now = self.clock.now_us();
         let mut d = self.lock(now);
         let mut taken = d.take(level_keys, now);
-        let out = charge(now, plan, taken.levels());
+        let (out, crossings) = charge(now, plan, taken.levels());
+        self.fire(&mut d, &mut taken, &plan.tenant, &crossings, now);
         d.put(taken);
         out
     }

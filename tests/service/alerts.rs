@@ -260,3 +260,43 @@ async fn on_a_cluster_a_killed_replicas_alerts_are_delivered_once_by_another() {
     b.stop().await;
     drop(cluster);
 }
+
+/// Envoy's rate limit service charges without a reservation: its requests
+/// cross thresholds too (`lua/charge.lua`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_requests_cross_thresholds_too() {
+    use crate::envoy::{ask, descriptor, envoy_client, request};
+    let receiver = Receiver::start().await;
+    let toml = format!(
+        r#"
+[alerts]
+webhook_url = "{}"
+secret = "{SECRET}"
+
+[envoy]
+default_tier = "t"
+
+[tiers.t]
+max_context_tokens = 100000
+default_max_output_tokens = 1
+tenant = {{ requests = [{{ limit = 10, window = "day", alert_at = [0.5] }}] }}
+"#,
+        receiver.url
+    );
+    let redis = RedisServer::start();
+    let h = Harness::start_with(settings(&toml, Some(redis.url())), None).await;
+    let mut envoy = envoy_client(&h).await;
+    for _ in 0..6 {
+        let tenant = descriptor(&[("tenant", "acme")], Some(1));
+        ask(&mut envoy, request("llm", vec![tenant])).await;
+    }
+    let posts = receiver.await_accepted(1, Duration::from_secs(20)).await;
+    assert_eq!(posts.len(), 1, "50% crossed once: {posts:?}");
+    let e = posts[0].json();
+    assert_eq!(
+        (e["tenant"].as_str(), e["threshold"].as_f64()),
+        (Some("acme"), Some(0.5))
+    );
+    assert_eq!(e["limit"]["dimension"], "requests");
+    h.stop().await;
+}

@@ -10,10 +10,12 @@
 //! that already happened). Concurrency limits do not apply: without a
 //! release call a slot could never be freed.
 
+use super::alerts;
 use super::checks::DeniedChecks;
 use super::level::StoredLevel;
 use super::reserve::drop_foreign;
 use super::state::{self, BucketState, bucket_id};
+use crate::domain::alert::Crossing;
 use crate::domain::bucket::Cost;
 use crate::domain::{Dimension, LevelPlan, Readings, SessionId, TenantId, UserId};
 
@@ -84,13 +86,18 @@ impl ChargeReply {
 }
 
 /// Charges `plan` at `now_us` on `levels` (one per plan level, `None` where
-/// the store holds nothing).
-pub fn charge(now_us: i64, plan: &ChargePlan, levels: &mut [Option<StoredLevel>]) -> ChargeReply {
+/// the store holds nothing); with the alert thresholds a charge crossed.
+pub fn charge(
+    now_us: i64,
+    plan: &ChargePlan,
+    levels: &mut [Option<StoredLevel>],
+) -> (ChargeReply, Vec<Crossing>) {
     let now = now_us as f64;
     let mut denied = DeniedChecks::default();
     let mut after = Vec::with_capacity(plan.levels.len());
+    let mut crossings = Vec::new();
     let mut i = 0;
-    for (lp, stored) in plan.levels.iter().zip(levels.iter()) {
+    for (at, (lp, stored)) in plan.levels.iter().zip(levels.iter()).enumerate() {
         let mut s = stored.as_ref().map(|s| s.state.clone()).unwrap_or_default();
         let mut ttl = 0.0f64;
         for (hint, b) in lp.buckets.iter().enumerate() {
@@ -102,6 +109,7 @@ pub fn charge(now_us: i64, plan: &ChargePlan, levels: &mut [Option<StoredLevel>]
             }
             i += 1;
             let level = l - c;
+            alerts::crossed(at, b, (l, level), now, &mut crossings);
             s.buckets[k] = BucketState {
                 id,
                 level,
@@ -115,22 +123,22 @@ pub fn charge(now_us: i64, plan: &ChargePlan, levels: &mut [Option<StoredLevel>]
     if !denied.is_empty() || plan.takes_nothing() {
         let readings =
             state::readings_of(&plan.levels, |i| Some(&levels[i].as_ref()?.state), &[], now);
-        return match denied.is_empty() {
+        let reply = match denied.is_empty() {
             true => ChargeReply::Charged { readings },
             false => ChargeReply::Denied {
                 readings,
                 denied_mask: denied,
             },
         };
+        return (reply, Vec::new());
     }
     for ((lp, (mut s, ttl)), stored) in plan.levels.iter().zip(after).zip(levels.iter_mut()) {
         let stored = stored.get_or_insert_with(StoredLevel::default);
         drop_foreign(&mut s, lp.buckets.len(), now);
         stored.store(s, now_us, ttl.min(lp.max_life_us()));
     }
-    ChargeReply::Charged {
-        readings: state::readings_of(&plan.levels, |i| Some(&levels[i].as_ref()?.state), &[], now),
-    }
+    let readings = state::readings_of(&plan.levels, |i| Some(&levels[i].as_ref()?.state), &[], now);
+    (ChargeReply::Charged { readings }, crossings)
 }
 
 #[cfg(test)]
@@ -186,7 +194,7 @@ mod tests {
     #[test]
     fn a_check_takes_nothing_and_writes_nothing() {
         let mut levels = vec![None];
-        let out = charge(NOW, &plan(0, 0, true), &mut levels);
+        let (out, _) = charge(NOW, &plan(0, 0, true), &mut levels);
         assert_eq!(milli(&out), [2000, 100_000]);
         assert!(levels[0].is_none(), "a check writes no key");
     }
@@ -195,17 +203,17 @@ mod tests {
     fn requests_are_taken_until_none_is_left() {
         let mut levels = vec![None];
         for _ in 0..2 {
-            let out = charge(NOW, &plan(1, 0, true), &mut levels);
+            let (out, _) = charge(NOW, &plan(1, 0, true), &mut levels);
             assert!(matches!(out, ChargeReply::Charged { .. }), "{out:?}");
         }
         let before = levels[0].clone();
-        let out = charge(NOW, &plan(1, 0, true), &mut levels);
+        let (out, _) = charge(NOW, &plan(1, 0, true), &mut levels);
         let ChargeReply::Denied { denied_mask, .. } = out else {
             panic!("{out:?}")
         };
         assert_eq!(denied_mask, DeniedChecks::from(1));
         assert_eq!(levels[0], before, "a denial writes nothing");
-        let out = charge(NOW, &plan(0, 0, true), &mut levels);
+        let (out, _) = charge(NOW, &plan(0, 0, true), &mut levels);
         assert!(
             matches!(out, ChargeReply::Denied { .. }),
             "a check needs room"
@@ -215,9 +223,9 @@ mod tests {
     #[test]
     fn forced_tokens_go_into_debt_and_then_deny_checks() {
         let mut levels = vec![None];
-        let out = charge(NOW, &plan(0, 250, false), &mut levels);
+        let (out, _) = charge(NOW, &plan(0, 250, false), &mut levels);
         assert_eq!(milli(&out), [2000, -150_000]);
-        let out = charge(NOW, &plan(0, 0, true), &mut levels);
+        let (out, _) = charge(NOW, &plan(0, 0, true), &mut levels);
         let ChargeReply::Denied { denied_mask, .. } = out else {
             panic!("{out:?}")
         };
@@ -228,7 +236,7 @@ mod tests {
         );
         // 151 tokens refill at 100 a minute: room again after 90.6 s.
         let later = NOW + 91_000_000;
-        let out = charge(later, &plan(0, 0, true), &mut levels);
+        let (out, _) = charge(later, &plan(0, 0, true), &mut levels);
         assert!(matches!(out, ChargeReply::Charged { .. }), "{out:?}");
     }
 }

@@ -157,6 +157,6 @@ impl Data {
     /// Keeps `line` first among the last `keep` alerts sent or dropped.
     pub(super) fn note_alert(&mut self, line: String, keep: usize) {
         self.alert_recent.push_front(line);
-        self.alert_recent.truncate(keep);
+        self.alert_recent.truncate(keep.max(1));
     }
 }

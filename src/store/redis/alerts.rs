@@ -49,6 +49,9 @@ impl RedisStore {
         max: usize,
         claim_ms: u64,
     ) -> Result<Vec<QueuedAlert>, StoreError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
         let cluster = self.keys.is_clustered();
         let index = self.keys.alert_index();
         let queues: Vec<String> = self
@@ -231,7 +234,7 @@ impl RedisStore {
         line: String,
         keep: usize,
     ) -> Result<(), StoreError> {
-        let key = self.keys.alert_recent();
+        let (key, keep) = (self.keys.alert_recent(), keep.max(1));
         self.query::<()>(
             redis::pipe()
                 .cmd("LPUSH")
@@ -249,6 +252,10 @@ impl RedisStore {
 
     /// The last `n` alerts sent or dropped.
     pub(super) async fn recent_alerts_call(&self, n: usize) -> Result<Vec<String>, StoreError> {
+        if n == 0 {
+            // LRANGE 0 -1 would be every line.
+            return Ok(Vec::new());
+        }
         let (lines,): (Vec<String>,) = self
             .query(
                 redis::pipe()

@@ -38,7 +38,14 @@ impl RedisStore {
         for lp in &plan.levels {
             inv.arg(doubles(STATE_HEAD + BUCKET_WIDTH * lp.buckets.len()).as_ref());
         }
-        let reply = self.run(&inv).await?;
+        if let Some(alerts) = self.alert_args(&plan.levels) {
+            inv.arg(&alerts.0)
+                .arg(self.keys.record_prefix(&plan.tenant));
+        }
+        let mut reply = self.run(&inv).await?;
+        if self.keys.is_clustered() {
+            self.index_crossing(&plan.tenant, &mut reply).await?;
+        }
         let nlev = plan.levels.len();
         let now = int_at(&reply, 1)? as f64;
         let states = (0..nlev)
