@@ -36,6 +36,9 @@ pub const POLL: Duration = Duration::from_millis(250);
 const IN_FLIGHT: usize = 16;
 /// Alerts kept for `ctxbudget alerts list`.
 pub const RECENT: usize = 200;
+/// How long a replica waits to look for unindexed queues again when the
+/// store did not answer.
+const REINDEX_RETRY: Duration = Duration::from_secs(30);
 /// The first retry's wait; each later one doubles it (to `max_backoff`).
 const FIRST_BACKOFF_MS: u64 = 500;
 
@@ -50,8 +53,13 @@ pub async fn run<S: Store>(
     let mut tick = tokio::time::interval(POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
+    // Once, as soon as the store answers: queues the index lacks.
+    let mut reindex_at = Some(tokio::time::Instant::now());
     loop {
         tick.tick().await;
+        if reindex_at.is_some_and(|at| at <= tokio::time::Instant::now()) {
+            reindex_at = reindex(engine.store()).await;
+        }
         let s = settings.borrow().clone();
         let claim_ms = 2 * s.timeout.as_millis() as u64 + 1_000;
         let claimed = match engine.store().claim_alerts(IN_FLIGHT, claim_ms).await {
@@ -78,6 +86,23 @@ pub async fn run<S: Store>(
         futures_util::stream::iter(claimed)
             .for_each_concurrent(IN_FLIGHT, |a| sender.send(a))
             .await;
+    }
+}
+
+/// Indexes the queues holding alerts (on a Redis Cluster, a replica that
+/// died between a crossing and indexing its queue leaves it out). `None`
+/// once done; when the store did not answer, when to try again.
+async fn reindex<S: Store>(store: &S) -> Option<tokio::time::Instant> {
+    match store.reindex_alerts().await {
+        Ok(0) => None,
+        Ok(n) => {
+            tracing::info!(queues = n, "alert queues holding alerts indexed");
+            None
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot look for alert queues to index yet");
+            Some(tokio::time::Instant::now() + REINDEX_RETRY)
+        }
     }
 }
 

@@ -208,6 +208,10 @@ impl<C: Clock + Clone> Store for ClusterStore<C> {
         self.inner.tenants.alert_backlog().await
     }
 
+    async fn reindex_alerts(&self) -> Result<usize, StoreError> {
+        self.inner.tenants.reindex_alerts().await
+    }
+
     async fn note_alert(&self, line: String, keep: usize) -> Result<(), StoreError> {
         self.inner.tenants.note_alert(line, keep).await
     }

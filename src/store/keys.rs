@@ -175,6 +175,11 @@ impl Keys {
         format!("{}a:recent", self.prefix)
     }
 
+    /// A pattern for SCAN matching every tenant's alert queue.
+    pub fn alert_queue_pattern(&self) -> String {
+        format!("{}{{*}}:a", self.prefix)
+    }
+
     /// The tenant of an alert queue key.
     pub fn parse_alert_queue(&self, key: &str) -> Option<TenantId> {
         let rest = key.strip_prefix(&self.prefix)?.strip_prefix('{')?;

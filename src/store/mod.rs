@@ -313,6 +313,13 @@ pub trait Store: Send + Sync + 'static {
         async { Ok(()) }
     }
 
+    /// Finds queues holding alerts that the index lacks and indexes them (on a
+    /// Redis Cluster, a replica that died between a crossing and indexing its
+    /// queue leaves one so); how many. Nothing to do elsewhere.
+    fn reindex_alerts(&self) -> impl Future<Output = Result<usize, StoreError>> + Send {
+        async { Ok(0) }
+    }
+
     /// Every queued alert and the counts dropped (`ctxbudget alerts list`).
     fn alert_backlog(&self) -> impl Future<Output = Result<AlertBacklog, StoreError>> + Send {
         async { Ok(AlertBacklog::default()) }

@@ -302,6 +302,10 @@ impl Store for RedisStore {
         self.alert_backlog_call().await
     }
 
+    async fn reindex_alerts(&self) -> Result<usize, StoreError> {
+        self.reindex_alerts_call().await
+    }
+
     async fn note_alert(&self, line: String, keep: usize) -> Result<(), StoreError> {
         self.note_alert_call(line, keep).await
     }

@@ -300,3 +300,31 @@ tenant = {{ requests = [{{ limit = 10, window = "day", alert_at = [0.5] }}] }}
     assert_eq!(e["limit"]["dimension"], "requests");
     h.stop().await;
 }
+
+/// On a cluster, a replica that died between a crossing and indexing its
+/// queue leaves the queue out of the index: the next replica to start finds
+/// it (one SCAN) and delivers its alerts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_queue_left_out_of_the_index_is_found_at_start() {
+    let receiver = Receiver::start().await;
+    receiver.set_down(true);
+    let mut a = Harness::start(Backend::Cluster, &config(&receiver.url)).await;
+    let cluster: RedisCluster = a.cluster.take().unwrap();
+    let nodes = cluster.urls();
+    two_hundred_callers(std::slice::from_ref(&a.client)).await;
+    a.stop().await;
+    // As if the replica had died before indexing: no index at all.
+    let port = nodes[0].rsplit(':').next().unwrap().trim_end_matches('/');
+    let deleted = std::process::Command::new("redis-cli")
+        .args(["-c", "-p", port, "DEL", "ctxb:{a}", "ctxb:{a}:seen"])
+        .output()
+        .unwrap();
+    assert!(deleted.status.success(), "{deleted:?}");
+    receiver.set_down(false);
+    let mut s = settings(&config(&receiver.url), None);
+    s.cluster_nodes = nodes.clone();
+    let b = Harness::start_with(s, None).await;
+    exactly_the_four(&receiver.await_accepted(4, Duration::from_secs(30)).await);
+    b.stop().await;
+    drop(cluster);
+}

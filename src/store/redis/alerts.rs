@@ -175,6 +175,28 @@ impl RedisStore {
         Ok(())
     }
 
+    /// On a cluster: indexes every tenant queue holding alerts, as a claim of
+    /// none sees it (its earliest due, at the tenant node's time); how many
+    /// queues. One SCAN of every master: run once, at a replica's start.
+    pub(super) async fn reindex_alerts_call(&self) -> Result<usize, StoreError> {
+        if !self.keys.is_clustered() {
+            return Ok(0);
+        }
+        let queues = self.scan_keys(&self.keys.alert_queue_pattern()).await?;
+        let mut indexed = 0;
+        for queue in queues {
+            let mut inv = self.alert_claim.prepare_invoke();
+            inv.key(&queue).key(format!("{queue}:e")).arg(0).arg(0);
+            let mut reply = self.run(&inv).await?;
+            let (due, seen) = seen_at_end(&mut reply, "alert_claim")?;
+            if due != "-" {
+                self.index_queue(&queue, &seen, &due).await?;
+                indexed += 1;
+            }
+        }
+        Ok(indexed)
+    }
+
     /// Every queued alert and the count dropped (on a cluster, with the drops
     /// of the queues that hold alerts).
     pub(super) async fn alert_backlog_call(&self) -> Result<AlertBacklog, StoreError> {

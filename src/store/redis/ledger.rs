@@ -57,17 +57,24 @@ impl RedisStore {
 
     /// Every tenant with hourly (or daily) ledger rows, and which periods
     /// (on a cluster, SCAN runs on every master).
-    #[expect(
-        clippy::too_many_lines,
-        reason = "a SCAN per node and the parsing of each key it finds"
-    )]
     pub async fn ledger_keys(&self, hourly: bool) -> Result<Vec<(TenantId, Period)>, StoreError> {
-        let pattern = self.keys.ledger_pattern(hourly);
+        let keys = self.scan_keys(&self.keys.ledger_pattern(hourly)).await?;
+        let mut out: Vec<(TenantId, Period)> = keys
+            .iter()
+            .filter_map(|k| self.keys.parse_ledger(k))
+            .collect();
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// Every key matching `pattern` (on a cluster, SCAN runs on every master).
+    pub(super) async fn scan_keys(&self, pattern: &str) -> Result<Vec<String>, StoreError> {
         let scan = |cursor: u64| {
             let mut scan = redis::cmd("SCAN");
             scan.arg(cursor)
                 .arg("MATCH")
-                .arg(&pattern)
+                .arg(pattern)
                 .arg("COUNT")
                 .arg(1000);
             scan
@@ -118,18 +125,12 @@ impl RedisStore {
                 }
             }
         }
-        out.sort();
-        out.dedup();
         Ok(out)
     }
 
     /// Runs SCAN pages (`page(cursor)` → next cursor, keys) to the end,
-    /// adding the ledger keys found to `out`.
-    async fn scan_pages<F, Fut>(
-        &self,
-        out: &mut Vec<(TenantId, Period)>,
-        mut page: F,
-    ) -> Result<(), StoreError>
+    /// adding the keys found to `out`.
+    async fn scan_pages<F, Fut>(&self, out: &mut Vec<String>, mut page: F) -> Result<(), StoreError>
     where
         F: FnMut(u64) -> Fut,
         Fut: std::future::Future<Output = Result<(u64, Vec<String>), StoreError>>,
@@ -137,7 +138,7 @@ impl RedisStore {
         let mut cursor = 0u64;
         loop {
             let (next, keys) = page(cursor).await?;
-            out.extend(keys.iter().filter_map(|k| self.keys.parse_ledger(k)));
+            out.extend(keys);
             if next == 0 {
                 return Ok(());
             }
