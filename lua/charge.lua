@@ -4,7 +4,8 @@
 -- src/domain/budget/charge.rs, held to it by tests/store/differential/; state
 -- layout as in reserve.lua. build.rs prepends the constants in capitals
 -- (src/domain/budget/layout.rs), clock_us(), lua/state.lua, lua/level.lua
--- and lua/alerts.lua, and splices lua/splice/window_now.lua and bucket_level.lua.
+-- and lua/alerts.lua, and splices lua/splice/window_now.lua, bucket_level.lua
+-- and bucket_crossings.lua.
 --
 -- KEYS[1..n]  level hashes, outermost first
 -- ARGV[1]  spec: little-endian doubles: n, requests r, tokens t, enforce (1 or 0),
@@ -84,23 +85,7 @@ for i = 1, nlev do
       denied = true
     end
     ci = ci + 1
-    if seen + b == alert_next then
-      -- This bucket's thresholds: those the move from l to l - c crosses
-      -- (none when it ends below the lowest).
-      local k, used = alert_spec[alert_at + 1], lim - (l - c)
-      if used >= alert_spec[alert_at + 2] / 10000 * lim then
-        for a = alert_at + 2, alert_at + 1 + k do
-          local bp = alert_spec[a]
-          local t = bp / 10000 * lim
-          if lim - l < t and used >= t then
-            crossings = crossings or {}
-            crossings[#crossings + 1] = {i, id, lim, used, bp, ws}
-          end
-        end
-      end
-      alert_at = alert_at + 2 + k
-      alert_next = alert_spec[alert_at] or 0
-    end
+    --@splice bucket_crossings
     l = l - c
     s[k + 1], s[k + 2], s[k + 3] = l, now, lim
     local full

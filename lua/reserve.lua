@@ -3,9 +3,10 @@
 -- lease at every level, all or nothing. The Redis port of the one algorithm,
 -- src/domain/budget/reserve.rs, held to it by tests/store/differential/; state layout
 -- in src/domain/budget/state.rs. build.rs prepends the constants in capitals
--- (src/domain/budget/layout.rs), clock_us(), lua/ledger.lua, lua/state.lua and
--- lua/level.lua, and splices the rules of lua/splice/ (window_now, bucket_level,
--- output_room, reservation_spend, reservation_cost) at their markers.
+-- (src/domain/budget/layout.rs), clock_us(), lua/ledger.lua, lua/state.lua,
+-- lua/level.lua and lua/alerts.lua, and splices the rules of lua/splice/
+-- (window_now, bucket_level, output_room, reservation_spend, reservation_cost,
+-- bucket_crossings) at their markers.
 --
 -- One chunk in three parts (read, check, write), not three local functions:
 -- a function would reach the chunk's locals and the prelude's constants as
@@ -287,23 +288,7 @@ for i = 1, nlev do
       denied_mask[w] = denied_mask[w] + 2 ^ (check_at % 32)
     end
     check_at = check_at + 1
-    if seen + b == alert_next then
-      -- This bucket's thresholds: those the move from l to l - c crosses
-      -- (none when it ends below the lowest).
-      local k, used = alert_spec[alert_at + 1], lim - (l - c)
-      if used >= alert_spec[alert_at + 2] / 10000 * lim then
-        for a = alert_at + 2, alert_at + 1 + k do
-          local bp = alert_spec[a]
-          local t = bp / 10000 * lim
-          if lim - l < t and used >= t then
-            crossings = crossings or {}
-            crossings[#crossings + 1] = {i, id, lim, used, bp, ws}
-          end
-        end
-      end
-      alert_at = alert_at + 2 + k
-      alert_next = alert_spec[alert_at] or 0
-    end
+    --@splice bucket_crossings
     l = l - c
     s[k + 1], s[k + 2], s[k + 3] = l, now, lim
     -- How long the key must live for this bucket: until full again, or
