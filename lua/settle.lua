@@ -3,7 +3,8 @@
 -- The Redis port of src/domain/budget/settle.rs, held to it by
 -- tests/store/differential/; state layout as in reserve.lua. build.rs prepends the
 -- constants in capitals (src/domain/budget/layout.rs), clock_us(), lua/ledger.lua
--- and lua/state.lua, and splices lua/splice/window_now.lua and bucket_level.lua.
+-- and lua/state.lua, and splices lua/splice/window_now.lua, bucket_level.lua and
+-- bucket_crossings.lua.
 --
 -- KEYS[1..n]  level hashes of the reservation, outermost first (every level, limited or not)
 -- KEYS[n+1]   reservation record
@@ -203,26 +204,12 @@ for i = 1, nlev do
           if s[j] == id then k = j break end
         end
         --@splice bucket_level
-        local before = l
+        -- This bucket's thresholds (a move down crosses none: the clamp
+        -- below cannot matter).
+        local c = d
+        --@splice bucket_crossings
         l = l - d
         if d < 0 and l > lim then l = lim end
-        -- Past the thresholds of buckets this settle did not move.
-        while alert_next ~= 0 and alert_next < seen + b do
-          alert_at = alert_at + 2 + alert_spec[alert_at + 1]
-          alert_next = alert_spec[alert_at] or 0
-        end
-        if alert_next == seen + b and lim - l >= alert_spec[alert_at + 2] / 10000 * lim then
-          -- This bucket's thresholds: those the move from before to l crosses
-          -- (none when it ends below the lowest).
-          for a = alert_at + 2, alert_at + 1 + alert_spec[alert_at + 1] do
-            local bp = alert_spec[a]
-            local t = bp / 10000 * lim
-            if lim - before < t and lim - l >= t then
-              crossings = crossings or {}
-              crossings[#crossings + 1] = {i, id, lim, lim - l, bp, ws}
-            end
-          end
-        end
         s[k + 1], s[k + 2], s[k + 3] = l, now, lim
         local full
         if we > 0 then full = we - now else full = (lim - l) * per / lim end
