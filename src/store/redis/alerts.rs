@@ -21,7 +21,9 @@ impl RedisStore {
     /// any threshold, or with alerts off. The queue's keys are not passed: the
     /// script names them from the record's key, at a crossing only.
     pub(super) fn alert_args(&self, levels: &[LevelPlan]) -> Option<Spec> {
-        if self.retention.alert_queue == 0 {
+        let buckets = || levels.iter().flat_map(|lp| &lp.buckets);
+        // Most calls have no thresholds: nothing allocated for them.
+        if self.retention.alert_queue == 0 || buckets().all(|b| b.alert_at.is_empty()) {
             return None;
         }
         let mut spec = Spec::default();
@@ -31,15 +33,17 @@ impl RedisStore {
             true => -max,
             false => max,
         });
-        let buckets = levels.iter().flat_map(|lp| &lp.buckets);
-        for (place, b) in buckets.enumerate().filter(|(_, b)| !b.alert_at.is_empty()) {
+        for (place, b) in buckets()
+            .enumerate()
+            .filter(|(_, b)| !b.alert_at.is_empty())
+        {
             spec.push((place + 1) as f64);
             spec.push(b.alert_at.iter().count() as f64);
             for t in b.alert_at.iter() {
                 spec.push((t * 10_000.0).round());
             }
         }
-        (spec.count() > 1).then_some(spec)
+        Some(spec)
     }
 
     /// Claims up to `max` due alerts in all, queue by queue, the earliest due
