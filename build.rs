@@ -64,6 +64,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let fds = protox::compile(protos, ["proto"])?;
     fs::write(out.join("ctxbudget_descriptor.bin"), fds.encode_to_vec())?;
+    // proto3 JSON (serde) of ctxbudget's own messages, for the HTTP API.
+    pbjson_build::Builder::new()
+        .register_descriptors(&fds.encode_to_vec())?
+        .out_dir(&out)
+        // Every field, defaults too: a curl user reads `"allowed": false`.
+        .emit_fields()
+        .build(&[".ctxbudget.v1"])?;
     tonic_prost_build::configure()
         // Undecodable requests are INVALID_ARGUMENT (see src/api/codec.rs).
         .codec_path("crate::api::codec::Codec")

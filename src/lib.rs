@@ -29,6 +29,8 @@
 //! - [`api`]: the tonic services (ctxbudget's, and Envoy's with its descriptor
 //!   vocabulary); protobuf conversion, authentication, and the one mapping of
 //!   errors to `tonic::Status`.
+//! - [`http`]: the HTTP/JSON API (every RPC as `POST /v1/…`), on the
+//!   [`api`] services, with its one mapping of statuses to HTTP.
 //! - [`alerts`]: threshold alerts' delivery: claimed from the store's queues,
 //!   POSTed signed to the receiver, logged and counted.
 //! - [`reload`]: configuration changes without a restart (Redis watch, SIGHUP).
@@ -45,6 +47,7 @@ pub mod config;
 pub mod domain;
 pub mod engine;
 pub mod estimator;
+pub mod http;
 pub mod reload;
 pub mod server;
 pub mod store;
@@ -57,6 +60,7 @@ mod layout_tests;
 #[allow(missing_docs, clippy::all, clippy::too_many_lines)]
 pub mod pb {
     tonic::include_proto!("ctxbudget.v1");
+    include!(concat!(env!("OUT_DIR"), "/ctxbudget.v1.serde.rs"));
 
     /// The encoded descriptor set, served by gRPC reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] =

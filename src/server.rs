@@ -1,19 +1,24 @@
-//! Bootstrap: builds the store and engine from settings and serves gRPC on a
+//! Bootstrap: builds the store and engine from settings and serves gRPC (and
+//! with `[http] listen`, the HTTP API) on a
 //! listener until `shutdown` resolves. Tests call [`run`] with a port-0 listener.
 //! The services and the listener's TLS are in `grpc`; the refusal of an
 //! oversized request, in words that name the setting, in `message_limit`.
 
-use crate::api::LiveMap;
+use crate::api::admission::Gate;
 use crate::api::auth::Auth;
 use crate::api::ext_proc::LiveReading;
-use crate::config::{ConfigDoc, EnvoySection, ExtProcSection, Settings};
-use crate::domain::Limits;
+use crate::api::{BudgetApi, LiveMap};
+use crate::config::Settings;
 use crate::engine::{Engine, EngineSettings};
 use crate::estimator::{Counter, Multipliers};
+use crate::http::HttpState;
 use crate::reload::{self, Live};
 
 mod admission;
 mod grpc;
+mod startup;
+pub use startup::RedisStart;
+use startup::{load_when_reachable, redis_start};
 mod health;
 mod message_limit;
 use crate::store::cluster::ClusterStore;
@@ -43,17 +48,6 @@ pub enum ServeError {
     /// Invalid settings.
     #[error("{0}")]
     Settings(String),
-}
-
-/// What a Redis-backed replica found when it started.
-pub struct RedisStart {
-    /// Where the configuration lives.
-    pub config: ConfigStore,
-    /// Redis answered at start-up.
-    pub reachable: bool,
-    /// The tiers, global limits and overrides were loaded from Redis (else the
-    /// replica decides with the file's until Redis answers, then loads them).
-    pub loaded: bool,
 }
 
 /// Serves on `listener` with the store `settings` name until `shutdown`. A
@@ -93,113 +87,6 @@ pub fn redis_settings(settings: &Settings) -> RedisSettings {
         tls: settings.redis_tls.clone(),
         cluster_nodes: settings.cluster_nodes.clone(),
     }
-}
-
-/// What a Redis-backed replica starts with: the configuration in Redis when
-/// it answers (seeded from the file if empty), else the file's until it does.
-async fn redis_start(
-    mut settings: Settings,
-    cfg: ConfigStore,
-    reachable: bool,
-) -> Result<(Settings, RedisStart), ServeError> {
-    let mut loaded = false;
-    if reachable {
-        match startup_limits(&cfg, &settings).await {
-            Ok((limits, envoy, ext_proc)) => {
-                settings.limits = Arc::new(limits);
-                settings.envoy = envoy;
-                settings.ext_proc = ext_proc;
-                loaded = true;
-            }
-            Err(ServeError::Store(e)) if e.is_transient() => {
-                tracing::warn!(error = %e, "cannot read the configuration in Redis yet");
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    let start = RedisStart {
-        config: cfg,
-        reachable,
-        loaded,
-    };
-    Ok((settings, start))
-}
-
-/// The limits and `[envoy]` map a Redis-backed replica starts with: Redis's
-/// configuration, seeded first from the file (or the built-in defaults) if
-/// Redis holds no tier yet.
-async fn startup_limits(
-    cfg: &ConfigStore,
-    settings: &Settings,
-) -> Result<(Limits, EnvoySection, ExtProcSection), ServeError> {
-    let source = settings
-        .config_path
-        .as_ref()
-        .map_or("the built-in defaults".to_string(), |p| {
-            p.display().to_string()
-        });
-    let actor = format!("ctxbudget serve (seed from {source})");
-    match cfg.seed(&settings.seed.documents(), &actor).await? {
-        Some(version) => tracing::info!(
-            "Redis held no tiers: seeded it from {source} (configuration version {version})"
-        ),
-        None => tracing::info!(
-            "using the tiers, global limits and overrides stored in Redis; those of {source} are ignored \
-             (change them with `ctxbudget tiers|global|overrides`)"
-        ),
-    }
-    let doc = ConfigDoc::from_stored(cfg.load().await?)?;
-    if let Some(file_map) = &settings.seed.envoy
-        && doc.envoy.as_ref() != Some(file_map)
-    {
-        tracing::warn!(
-            "the [envoy] map of {source} differs from the one in Redis, which is used (change \
-             it with `ctxbudget envoy set`)"
-        );
-    }
-    let limits = doc.limits().map_err(|e| {
-        ServeError::Settings(format!(
-            "the configuration in Redis (version {}) is invalid: {e}; fix it with `ctxbudget tiers set`",
-            doc.version
-        ))
-    })?;
-    Ok((
-        limits,
-        doc.envoy.unwrap_or_default(),
-        doc.ext_proc.unwrap_or_default(),
-    ))
-}
-
-/// For a replica that started before Redis answered: seeds and loads the
-/// configuration once Redis answers (until then it decides with the file's),
-/// then follows its changes.
-async fn load_when_reachable<S: Store>(live: Live<S>, cfg: ConfigStore, settings: Settings) {
-    let mut backoff = std::time::Duration::from_millis(100);
-    loop {
-        match startup_limits(&cfg, &settings).await {
-            Ok((limits, envoy, ext_proc)) => {
-                tracing::info!(
-                    version = limits.version,
-                    "Redis answers: applied configuration version {}",
-                    limits.version
-                );
-                live.apply(limits, &envoy, &ext_proc);
-                break;
-            }
-            Err(ServeError::Store(e)) if e.is_transient() => {
-                tracing::debug!(error = %e, "the configuration in Redis is not reachable yet");
-            }
-            Err(e) => {
-                // Invalid configuration in Redis: keep the file's and follow
-                // changes, so a fix through the CLI applies.
-                tracing::error!(error = %e, "cannot apply the configuration in Redis; keeping the file's");
-                break;
-            }
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(std::time::Duration::from_millis(500));
-    }
-    reload::watch_redis(live, cfg).await;
 }
 
 /// An engine over `store` as `settings` configure it.
@@ -245,19 +132,8 @@ pub async fn serve<S: Store>(
         tiers = %settings.limits.tier_names(),
         "ctxbudget serving gRPC on {addr}"
     );
-    let engine = Arc::new(engine(store, settings));
-    if redis.as_ref().is_some_and(|r| !r.reachable) {
-        engine.trip_breaker();
-    }
-    if redis.as_ref().is_some_and(|r| !r.loaded) {
-        engine.set_provisional(true);
-    }
-    let auth = Arc::new(Auth::new(settings.tokens.clone()));
-    if !auth.enabled() {
-        tracing::warn!(
-            "no [auth] tokens configured: any client that reaches {addr} may reserve and settle"
-        );
-    }
+    let engine = started_engine(store, settings, redis.as_ref());
+    let auth = authentication(settings, addr);
     // Load the tokenizers in the background: the first long prompt should not pay.
     tokio::task::spawn_blocking(crate::estimator::count::warm_up);
     let live = Live {
@@ -273,18 +149,94 @@ pub async fn serve<S: Store>(
         envoy_map: live.envoy_map,
         ext_proc: live.ext_proc,
     };
-    let served = routes(engine, faces, settings, auth, health_service)?
+    let gate = Gate::new(settings.admission);
+    // One shutdown for both listeners.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tasks.push(tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    }));
+    let http = match settings.http_listen {
+        Some(addr) => {
+            let state = HttpState {
+                api: Arc::new(BudgetApi::new(engine.clone())),
+                auth: auth.clone(),
+                gate: gate.clone(),
+                max_body: settings.max_message_bytes,
+            };
+            Some(serve_http(addr, state, until(stopped.clone())).await?)
+        }
+        None => None,
+    };
+    let served = routes(engine, faces, settings, auth, gate, health_service)?
         .serve_with_incoming_shutdown(
             TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown,
+            until(stopped),
         )
         .await;
+    if let Some(http) = http {
+        // Calls in flight on HTTP finish too (the watch stopped its listener).
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), http).await;
+    }
     for task in tasks {
         task.abort();
     }
     served?;
     tracing::info!("ctxbudget stopped");
     Ok(())
+}
+
+/// The tokens callers present, with a warning when there are none.
+fn authentication(settings: &Settings, addr: std::net::SocketAddr) -> Arc<Auth> {
+    let auth = Arc::new(Auth::new(settings.tokens.clone()));
+    if !auth.enabled() {
+        tracing::warn!(
+            "no [auth] tokens configured: any client that reaches {addr} may reserve and settle"
+        );
+    }
+    auth
+}
+
+/// Resolves once the shutdown watch says stop.
+async fn until(mut stopped: tokio::sync::watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|stop| *stop).await;
+}
+
+/// The engine over `store`, its breaker open while Redis has not answered,
+/// provisional while its configuration is not loaded.
+fn started_engine<S: Store>(
+    store: S,
+    settings: &Settings,
+    redis: Option<&RedisStart>,
+) -> Arc<Engine<S>> {
+    let engine = Arc::new(engine(store, settings));
+    if redis.is_some_and(|r| !r.reachable) {
+        engine.trip_breaker();
+    }
+    if redis.is_some_and(|r| !r.loaded) {
+        engine.set_provisional(true);
+    }
+    engine
+}
+
+/// Binds the HTTP listener at `addr` and serves the HTTP API on it until
+/// `shutdown`.
+async fn serve_http<S: Store>(
+    addr: std::net::SocketAddr,
+    state: HttpState<S>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<tokio::task::JoinHandle<()>, ServeError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| ServeError::Settings(format!("cannot listen on {addr} for HTTP: {e}")))?;
+    let shown = listener.local_addr().map_or(addr, |a| a);
+    tracing::info!(listen = %shown, "serving the HTTP/JSON API on http://{shown}/v1/");
+    let router = crate::http::router(state);
+    Ok(tokio::spawn(async move {
+        if let Err(e) = crate::http::serve(listener, router, shutdown).await {
+            tracing::error!(error = %e, "the HTTP listener failed");
+        }
+    }))
 }
 
 /// The tasks beside the gRPC service: the engine's own, the SIGHUP reload,

@@ -6,7 +6,7 @@
 //! UNAUTHENTICATED and touches nothing. Tokens never reach a log.
 
 use super::errors::{Refusal, refusal_status};
-pub use crate::config::{MIN_TOKEN_LEN, TokenSection};
+pub use crate::config::{MIN_TOKEN_LEN, Role, TokenSection};
 use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
 use subtle::ConstantTimeEq;
@@ -18,9 +18,15 @@ pub struct Caller {
     /// The token's name.
     pub name: String,
     tenants: Option<BTreeSet<String>>,
+    role: Role,
 }
 
 impl Caller {
+    /// May use the admin API and the console (`role = "admin"`).
+    pub fn is_admin(&self) -> bool {
+        self.role == Role::Admin
+    }
+
     /// PERMISSION_DENIED unless this caller may act for `tenant`.
     pub fn check_tenant(&self, tenant: &str) -> Result<(), Status> {
         match &self.tenants {
@@ -83,8 +89,27 @@ impl Auth {
             .is_empty()
     }
 
+    /// True when some token has `role = "admin"`.
+    pub fn has_admin(&self) -> bool {
+        self.tokens
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|t| t.role == Role::Admin)
+    }
+
     /// The caller behind `request`'s bearer token, or UNAUTHENTICATED.
     pub fn authenticate<T>(&self, request: &Request<T>) -> Result<Option<Caller>, Status> {
+        let header = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        self.authenticate_header(header)
+    }
+
+    /// The caller behind an `authorization` header's value (`Bearer <token>`),
+    /// or UNAUTHENTICATED; `None` when authentication is off.
+    pub fn authenticate_header(&self, header: Option<&str>) -> Result<Option<Caller>, Status> {
         let tokens = self
             .tokens
             .read()
@@ -93,17 +118,14 @@ impl Auth {
         if tokens.is_empty() {
             return Ok(None);
         }
-        let presented = request
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
+        let presented = header
             .and_then(|v| {
                 v.strip_prefix("Bearer ")
                     .or_else(|| v.strip_prefix("bearer "))
             })
             .ok_or_else(|| {
                 refusal_status(Refusal::Unauthenticated(
-                    "missing bearer token: send the metadata `authorization: Bearer <token>`",
+                    "missing bearer token: send the header (gRPC metadata) `authorization: Bearer <token>`",
                 ))
             })?;
         // Compare with every token, in constant time, before deciding.
@@ -117,6 +139,7 @@ impl Auth {
             Some(t) => Ok(Some(Caller {
                 name: t.name.clone(),
                 tenants: t.tenants.clone(),
+                role: t.role,
             })),
             None => Err(refusal_status(Refusal::Unauthenticated(
                 "invalid bearer token: it is not among the service's configured tokens",
@@ -179,6 +202,7 @@ mod tests {
             name: name.into(),
             token: secret.into(),
             tenants: tenants.map(|t| t.iter().map(|s| s.to_string()).collect()),
+            role: Role::Caller,
         }
     }
 

@@ -5,6 +5,33 @@
 
 use crate::domain::decision::LimitState;
 use crate::domain::{Denial, Dimension, Level, Reason};
+use crate::engine::ReserveOutcome;
+
+/// How HTTP states a reservation's answer: 200 when allowed, else the
+/// denial's status; `Retry-After` when waiting helps, and the
+/// `x-ratelimit-*` headers of the binding limits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpAnswer {
+    /// The HTTP status.
+    pub status: u16,
+    /// The headers, names lower case.
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl HttpAnswer {
+    /// The answer to `out`.
+    pub fn of(out: &ReserveOutcome) -> Self {
+        let denial = out.denial.as_ref();
+        let mut headers = reservation_headers(&out.limits, denial);
+        if let Some(secs) = denial.and_then(retry_after) {
+            headers.push(("retry-after", secs.to_string()));
+        }
+        HttpAnswer {
+            status: denial.map_or(200, denial_status),
+            headers,
+        }
+    }
+}
 
 /// The HTTP status of a denial: 403 for an operator's block, 413 for a
 /// request that can never fit, 429 otherwise.

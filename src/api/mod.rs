@@ -2,6 +2,7 @@
 //! service in [`envoy`]), protobuf ↔ domain conversion, and the one
 //! place errors become `tonic::Status`. No budget arithmetic lives here.
 
+pub mod admission;
 pub mod auth;
 mod candidates;
 pub mod codec;

@@ -5,6 +5,7 @@
 //! above it (the handler's block, `timed`, tonic's boxed future) would hold and
 //! copy it again; boxed, it is copied once.
 
+use super::http::HttpAnswer;
 use super::{auth, candidates, convert};
 use crate::domain::ReservationId;
 use crate::engine::{Engine, EngineError};
@@ -94,12 +95,24 @@ pub(super) async fn timed_with<T, E: Into<Status>>(
     result.map(Response::new)
 }
 
-#[tonic::async_trait]
-impl<S: Store> BudgetService for BudgetApi<S> {
-    async fn check_and_reserve(
+/// A CheckAndReserve answered: the response, and for the HTTP API how HTTP
+/// states it.
+pub struct Reserved {
+    /// The response.
+    pub response: pb::CheckAndReserveResponse,
+    /// Its HTTP status and headers (docs/http.md), when asked for.
+    pub http: Option<HttpAnswer>,
+}
+
+impl<S: Store> BudgetApi<S> {
+    /// CheckAndReserve, for gRPC (`http` false) or the HTTP API, which also
+    /// needs the answer's HTTP status and headers: made from the decision
+    /// here, where the limits are still the domain's.
+    pub async fn reserve(
         &self,
         request: Request<pb::CheckAndReserveRequest>,
-    ) -> Result<Response<pb::CheckAndReserveResponse>, Status> {
+        http: bool,
+    ) -> Result<Response<Reserved>, Status> {
         admit(&request, Some(&request.get_ref().tenant_id))?;
         timed("CheckAndReserve", span("CheckAndReserve", None), async {
             let mut r = request.into_inner();
@@ -107,12 +120,27 @@ impl<S: Store> BudgetService for BudgetApi<S> {
             let req = convert::reserve_request(r)?;
             if !candidates.is_empty() {
                 let out = Box::pin(self.engine.reserve_first(req, candidates)).await?;
-                return Ok(candidates::fallback_response(out));
+                let http = http.then(|| HttpAnswer::of(&out.outcome));
+                let response = candidates::fallback_response(out);
+                return Ok(Reserved { response, http });
             }
             let out = Box::pin(self.engine.reserve(req)).await?;
-            Ok(convert::reserve_response(out))
+            let http = http.then(|| HttpAnswer::of(&out));
+            let response = convert::reserve_response(out);
+            Ok(Reserved { response, http })
         })
         .await
+    }
+}
+
+#[tonic::async_trait]
+impl<S: Store> BudgetService for BudgetApi<S> {
+    async fn check_and_reserve(
+        &self,
+        request: Request<pb::CheckAndReserveRequest>,
+    ) -> Result<Response<pb::CheckAndReserveResponse>, Status> {
+        let reserved = self.reserve(request, false).await?;
+        Ok(reserved.map(|r| r.response))
     }
 
     async fn commit(

@@ -149,6 +149,10 @@ pub struct ServeArgs {
     /// Address to listen on [default from config: 127.0.0.1:50051].
     #[arg(long, env = "CTXBUDGET_LISTEN")]
     pub listen: Option<SocketAddr>,
+    /// Serve the HTTP/JSON API, the admin API and the console on this address
+    /// [default from config: [http] listen; off when unset].
+    #[arg(long, env = "CTXBUDGET_HTTP_LISTEN")]
+    pub http_listen: Option<SocketAddr>,
     /// Redis URL (redis://, rediss://); without one the in-memory store is used.
     #[arg(long, env = "CTXBUDGET_REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
@@ -199,6 +203,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     telemetry::init_logging(args.log_format);
     let overrides = Flags {
         listen: args.listen,
+        http_listen: args.http_listen,
         redis_url: args.redis_url,
         redis_cluster_nodes: args.redis_cluster_nodes,
         key_prefix: args.key_prefix,

@@ -27,6 +27,27 @@ pub struct TokenSection {
     /// Tenants this token may act for; absent: all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenants: Option<BTreeSet<String>>,
+    /// What the token may do.
+    #[serde(default, skip_serializing_if = "Role::is_caller")]
+    pub role: Role,
+}
+
+/// What a token may do.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Reserve, settle and read status (gRPC and `/v1/*`).
+    #[default]
+    Caller,
+    /// All a caller may, for every tenant, and the admin API and console
+    /// (`/admin/v1/*`, `/console`): change quotas, read usage.
+    Admin,
+}
+
+impl Role {
+    fn is_caller(&self) -> bool {
+        *self == Role::Caller
+    }
 }
 
 impl std::fmt::Debug for TokenSection {
@@ -35,8 +56,24 @@ impl std::fmt::Debug for TokenSection {
             .field("name", &self.name)
             .field("token", &"<redacted>")
             .field("tenants", &self.tenants)
+            .field("role", &self.role)
             .finish()
     }
+}
+
+/// An admin token acts for every tenant: one bound to tenants is refused.
+fn admin_for_all(i: usize, t: &TokenSection) -> Result<(), LimitsError> {
+    if t.role == Role::Admin && t.tenants.is_some() {
+        return Err(LimitsError::new(
+            format!("auth.tokens[{i}].tenants"),
+            format!(
+                "token {:?} is an admin token, which acts for every tenant: drop `tenants`, \
+                 or give the tenant-bound caller a token of role \"caller\"",
+                t.name
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Shortest token accepted: anything shorter can be guessed.
@@ -79,6 +116,7 @@ pub fn validate_tokens(tokens: &[TokenSection]) -> Result<(), LimitsError> {
                 ),
             ));
         }
+        admin_for_all(i, t)?;
         for earlier in &tokens[..i] {
             if earlier.name == t.name {
                 return Err(problem(

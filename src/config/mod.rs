@@ -32,10 +32,11 @@ pub mod overrides;
 pub mod rates;
 pub mod resilience;
 pub mod sections;
+mod server;
 pub mod settings;
 
 pub use alerts::{AlertSettings, AlertsSection};
-pub use auth::{AuthSection, MIN_TOKEN_LEN, TokenSection, validate_tokens};
+pub use auth::{AuthSection, MIN_TOKEN_LEN, Role, TokenSection, validate_tokens};
 pub use envoy::EnvoySection;
 pub use estimation::EstimatorSection;
 pub use ext_proc::{ExtProcSection, OtherRequests};
@@ -49,7 +50,7 @@ pub use overrides::{LevelOverrideSection, OverrideSection, ShadowOverrideSection
 pub(crate) use rates::rates;
 pub use rates::{Period, PeriodError, RateSection, period_seconds};
 pub use resilience::ResilienceSection;
-pub use sections::{FileConfig, ReservationsSection, ServerSection, StoreSection};
+pub use sections::{FileConfig, HttpSection, ReservationsSection, ServerSection, StoreSection};
 pub use settings::{AdmissionSettings, Settings, TlsFiles};
 
 use crate::domain::{Limits, LimitsError};
@@ -94,6 +95,8 @@ pub enum ConfigError {
 pub struct Flags {
     /// `--listen`.
     pub listen: Option<SocketAddr>,
+    /// `--http-listen`.
+    pub http_listen: Option<SocketAddr>,
     /// `--redis-url`.
     pub redis_url: Option<String>,
     /// `--redis-cluster-nodes` (empty: not given).
@@ -153,6 +156,7 @@ impl FileConfig {
     /// `self` with every section `other` defines replaced by `other`'s.
     pub fn overlay(mut self, other: FileConfig) -> Self {
         self.server = other.server.or(self.server);
+        self.http = other.http.or(self.http);
         self.store = other.store.or(self.store);
         self.reservations = other.reservations.or(self.reservations);
         self.global = other.global.or(self.global);
@@ -223,6 +227,36 @@ mod tests {
     use crate::domain::Rate;
     use crate::engine::FailurePolicy;
     use std::time::Duration;
+
+    #[test]
+    fn the_http_listener_is_off_unless_the_file_or_a_flag_sets_it() {
+        let settings = |file: &str, flag: Option<&str>| {
+            let file = FileConfig::parse(file, "t.toml").unwrap();
+            let flags = Flags {
+                http_listen: flag.map(|f| f.parse().unwrap()),
+                ..Flags::default()
+            };
+            FileConfig::built_in().overlay(file).settings(flags)
+        };
+        assert_eq!(settings("", None).unwrap().http_listen, None);
+        let on = "[http]\nlisten = \"127.0.0.1:8080\"\n";
+        assert_eq!(
+            settings(on, None).unwrap().http_listen,
+            Some("127.0.0.1:8080".parse().unwrap())
+        );
+        assert_eq!(
+            settings(on, Some("127.0.0.1:9090")).unwrap().http_listen,
+            Some("127.0.0.1:9090".parse().unwrap()),
+            "the flag wins"
+        );
+        let admin_bound = "[[auth.tokens]]\nname = \"ops\"\ntoken = \"0123456789abcdef0123\"\n\
+                           role = \"admin\"\ntenants = [\"acme\"]\n";
+        let err = settings(admin_bound, None).unwrap_err().to_string();
+        assert!(
+            err.contains("auth.tokens[0].tenants") && err.contains("admin"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn a_file_may_set_settings_keys_one_by_one() {

@@ -20,6 +20,8 @@ use std::net::SocketAddr;
 pub struct FileConfig {
     /// Listener settings.
     pub server: Option<ServerSection>,
+    /// The HTTP/JSON API's listener.
+    pub http: Option<HttpSection>,
     /// Where state lives.
     pub store: Option<StoreSection>,
     /// Lease and retention settings.
@@ -82,6 +84,15 @@ pub struct ServerSection {
     /// HTTP/2 streams one connection may have open at once.
     #[serde(default = "default_max_concurrent_streams")]
     pub max_concurrent_streams: u32,
+}
+
+/// `[http]`: the HTTP/JSON API, the admin API and the console.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSection {
+    /// Where they listen; absent: no HTTP listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
 }
 
 fn default_max_message_bytes() -> usize {

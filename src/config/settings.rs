@@ -3,9 +3,11 @@
 //! function, in the file's order, so the first bad field is the one reported.
 
 use super::input::within;
+pub use super::server::{AdmissionSettings, TlsFiles};
+use super::server::{admission, tls_files};
 use super::{
-    ConfigDoc, ConfigError, EnvoySection, FileConfig, Flags, ReservationsSection, ServerSection,
-    StoreSection, TokenSection, validate_tokens,
+    ConfigDoc, ConfigError, EnvoySection, FileConfig, Flags, ReservationsSection, StoreSection,
+    TokenSection, validate_tokens,
 };
 use crate::domain::budget::ledger::LedgerRetention;
 use crate::domain::plan::LeasePolicy;
@@ -23,6 +25,8 @@ use std::time::Duration;
 pub struct Settings {
     /// gRPC listen address.
     pub listen: SocketAddr,
+    /// The HTTP/JSON API's listen address; `None`: not served.
+    pub http_listen: Option<SocketAddr>,
     /// Redis URL; `None` selects the in-memory store (unless `cluster_nodes`).
     pub redis_url: Option<String>,
     /// A Redis Cluster's seed nodes; non-empty selects the cluster.
@@ -83,21 +87,11 @@ pub struct Settings {
     pub tls: Option<TlsFiles>,
 }
 
-/// The PEM files of the gRPC listener's TLS.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// Certificate chain.
-    pub cert: PathBuf,
-    /// Private key.
-    pub key: PathBuf,
-    /// CA that signs client certificates; set: mutual TLS.
-    pub client_ca: Option<PathBuf>,
-}
-
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Settings")
             .field("listen", &self.listen)
+            .field("http_listen", &self.http_listen)
             .field(
                 "redis_url",
                 &self
@@ -197,6 +191,9 @@ impl FileConfig {
         let tls = tls_files(&server)?;
         Ok(Settings {
             listen: overrides.listen.unwrap_or(server.listen),
+            http_listen: overrides
+                .http_listen
+                .or_else(|| self.http.as_ref().and_then(|h| h.listen)),
             redis_url: where_.redis_url,
             cluster_nodes: where_.cluster_nodes,
             key_prefix: where_.key_prefix,
@@ -338,59 +335,4 @@ fn check_reservations(res: &ReservationsSection) -> Result<(), LimitsError> {
         1,
         3_600_000,
     )
-}
-
-/// The listener's TLS files: none, or a certificate with its key (and a
-/// client CA for mutual TLS).
-fn tls_files(server: &ServerSection) -> Result<Option<TlsFiles>, LimitsError> {
-    match (&server.tls_cert, &server.tls_key, &server.tls_client_ca) {
-        (None, None, None) => Ok(None),
-        (Some(cert), Some(key), client_ca) => Ok(Some(TlsFiles {
-            cert: cert.clone(),
-            key: key.clone(),
-            client_ca: client_ca.clone(),
-        })),
-        _ => Err(LimitsError::new(
-            "server.tls_cert",
-            "TLS needs both tls_cert and tls_key (tls_client_ca adds mutual TLS on top)",
-        )),
-    }
-}
-
-/// Admission under overload (`[server] max_in_flight`, `queue_ms`,
-/// `shed_retry_ms`, `max_concurrent_streams`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AdmissionSettings {
-    /// Budget and Envoy calls worked on at once.
-    pub max_in_flight: usize,
-    /// How long a call waits for a slot before it is shed.
-    pub queue: Duration,
-    /// The retry hint of a shed call, ms.
-    pub retry_ms: u64,
-    /// HTTP/2 streams per connection.
-    pub max_concurrent_streams: u32,
-}
-
-/// `[server]`'s admission settings, each checked against its range.
-fn admission(server: &ServerSection) -> Result<AdmissionSettings, LimitsError> {
-    within(
-        "server.max_in_flight",
-        server.max_in_flight as u64,
-        1,
-        1_000_000,
-    )?;
-    within("server.queue_ms", server.queue_ms, 0, 60_000)?;
-    within("server.shed_retry_ms", server.shed_retry_ms, 1, 3_600_000)?;
-    within(
-        "server.max_concurrent_streams",
-        u64::from(server.max_concurrent_streams),
-        1,
-        1_000_000,
-    )?;
-    Ok(AdmissionSettings {
-        max_in_flight: server.max_in_flight,
-        queue: Duration::from_millis(server.queue_ms),
-        retry_ms: server.shed_retry_ms,
-        max_concurrent_streams: server.max_concurrent_streams,
-    })
 }

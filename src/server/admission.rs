@@ -1,4 +1,5 @@
-//! Admission under overload: at most `[server] max_in_flight` budget and
+//! Admission under overload, for gRPC (the gate itself is
+//! [`crate::api::admission`], shared with the HTTP API): at most `[server] max_in_flight` budget and
 //! Envoy calls are worked on at once; a call that finds them all busy waits
 //! at most `queue_ms` (or half its own gRPC deadline, if less: the other half
 //! is for its work) for one to free, and is otherwise shed — `RESOURCE_EXHAUSTED` with a retry
@@ -16,70 +17,11 @@ const GATED: [&str; 2] = [
     "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
 ];
 
-use crate::config::AdmissionSettings;
+use crate::api::admission::Gate;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Semaphore;
 use tonic::codegen::{BoxFuture, Context, Poll, Service, http};
 use tonic::server::NamedService;
-use tonic::{Code, Status};
-
-/// The slots every admitted call shares, across connections and services.
-pub(super) struct Gate {
-    slots: Arc<Semaphore>,
-    settings: AdmissionSettings,
-}
-
-impl Gate {
-    /// A gate of `settings.max_in_flight` slots.
-    pub(super) fn new(settings: AdmissionSettings) -> Arc<Self> {
-        crate::telemetry::in_flight_limit(settings.max_in_flight);
-        Arc::new(Gate {
-            slots: Arc::new(Semaphore::new(settings.max_in_flight)),
-            settings,
-        })
-    }
-
-    /// The refusal of a call that found no slot in time; `deadline`: its
-    /// own deadline ran out first.
-    fn shed(&self, deadline: bool) -> Status {
-        let s = &self.settings;
-        let mut status = match deadline {
-            true => {
-                crate::telemetry::shed("deadline");
-                Status::new(
-                    Code::DeadlineExceeded,
-                    format!(
-                        "half the call's deadline passed while it waited for one of the \
-                         {} calls in flight to finish ([server] max_in_flight), too little \
-                         to be served in; nothing was done: retry with a longer deadline, \
-                         or later",
-                        s.max_in_flight
-                    ),
-                )
-            }
-            false => {
-                crate::telemetry::shed("full");
-                Status::new(
-                    Code::ResourceExhausted,
-                    format!(
-                        "the service is at its limit of {} calls in flight ([server] \
-                         max_in_flight) and none finished within {} ms; nothing was \
-                         done: retry after {} ms",
-                        s.max_in_flight,
-                        s.queue.as_millis(),
-                        s.retry_ms
-                    ),
-                )
-            }
-        };
-        // gRPC's retry pushback: a client retrying by policy waits this long.
-        if let Ok(v) = s.retry_ms.to_string().parse() {
-            status.metadata_mut().insert("grpc-retry-pushback-ms", v);
-        }
-        status
-    }
-}
 
 /// A gRPC service whose calls pass the [`Gate`] first.
 #[derive(Clone)]
@@ -126,29 +68,11 @@ where
         let gate = self.gate.clone();
         let deadline = grpc_timeout(request.headers());
         Box::pin(async move {
-            let permit = match gate.slots.clone().try_acquire_owned() {
+            let _permit = match gate.admit(deadline).await {
                 Ok(permit) => permit,
-                Err(_) => {
-                    let queue = gate.settings.queue;
-                    let wait = deadline.map_or(queue, |d| (d / 2).min(queue));
-                    match tokio::time::timeout(wait, gate.slots.clone().acquire_owned()).await {
-                        Ok(Ok(permit)) => permit,
-                        _ => {
-                            let ran_out = deadline.is_some_and(|d| d / 2 <= queue);
-                            return Ok(gate.shed(ran_out).into_http());
-                        }
-                    }
-                }
+                Err(shed) => return Ok(shed.into_http()),
             };
-            crate::telemetry::in_flight(
-                gate.settings.max_in_flight - gate.slots.available_permits(),
-            );
-            let response = inner.call(request).await;
-            drop(permit);
-            crate::telemetry::in_flight(
-                gate.settings.max_in_flight - gate.slots.available_permits(),
-            );
-            response
+            inner.call(request).await
         })
     }
 }

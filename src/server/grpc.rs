@@ -1,8 +1,9 @@
 //! The gRPC services a replica serves, and the listener's TLS.
 
 use super::ServeError;
-use super::admission::{Admission, Gate};
+use super::admission::Admission;
 use super::message_limit::MessageLimit;
+use crate::api::admission::Gate;
 use crate::api::auth::Auth;
 use crate::api::ext_proc::{ExtProcApi, LiveReading};
 use crate::api::{BudgetApi, EnvoyApi, LiveMap};
@@ -36,6 +37,7 @@ pub(super) fn routes<S: Store>(
     faces: Faces,
     settings: &Settings,
     auth: Arc<Auth>,
+    gate: Arc<Gate>,
     health: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
     >,
@@ -57,9 +59,8 @@ pub(super) fn routes<S: Store>(
         settings.max_message_bytes,
     ))
     .max_decoding_message_size(settings.max_message_bytes);
-    // One gate for both: the slots bound the work of the whole replica; a
-    // call refused by authentication never takes one.
-    let gate = Gate::new(settings.admission);
+    // One gate for both (and the HTTP API): the slots bound the work of the
+    // whole replica; a call refused by authentication never takes one.
     let budget = Admission::new(budget, gate.clone());
     let envoy = Admission::new(envoy, gate);
     // Authentication runs on the headers, before the body is even decoded.

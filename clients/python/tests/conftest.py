@@ -40,6 +40,8 @@ class Service:
         env: dict[str, str] | None = None,
         tls_ca: str | None = None,
         client_cert: tuple[str, str] | None = None,
+        http: bool = False,
+        cluster_nodes: list[str] | None = None,
     ):
         self.dir = tempfile.mkdtemp(prefix="ctxbudget-py-")
         path = os.path.join(self.dir, "config.toml")
@@ -50,6 +52,14 @@ class Service:
         args = [binary(), "serve", "--listen", self.target, "--config", path]
         if redis_url:
             args += ["--redis-url", redis_url]
+        if cluster_nodes:
+            args += ["--redis-cluster-nodes", ",".join(cluster_nodes)]
+        # The HTTP/JSON API, the admin API and the console, when asked for.
+        self.http_url: str | None = None
+        if http:
+            http_port = free_port()
+            self.http_url = f"http://127.0.0.1:{http_port}"
+            args += ["--http-listen", f"127.0.0.1:{http_port}"]
         self.log = open(os.path.join(self.dir, "service.log"), "w")
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("CTXBUDGET_")}
         full_env.update(env or {})
@@ -109,6 +119,72 @@ class Redis:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=10)
+
+
+def cluster_port() -> int:
+    """A free port whose cluster bus port (+10000) is free too: at most 55535."""
+    import random
+
+    for _ in range(1000):
+        port = random.randint(20000, 45000)
+        try:
+            for p in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+class RedisCluster:
+    """A local Redis Cluster of three masters, formed with redis-cli."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="ctxbudget-cluster-")
+        self.ports = [cluster_port() for _ in range(3)]
+        self.procs = [
+            subprocess.Popen(
+                ["redis-server", "--port", str(p), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                 "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{p}.conf",
+                 "--cluster-node-timeout", "2000", "--dir", self.dir],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for p in self.ports
+        ]
+        for p in self.ports:
+            deadline = time.time() + 10
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", p), timeout=0.2).close()
+                    break
+                except OSError:
+                    if time.time() > deadline:
+                        raise RuntimeError(f"cluster node {p} did not start")
+                    time.sleep(0.05)
+        subprocess.run(
+            ["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in self.ports],
+             "--cluster-replicas", "0", "--cluster-yes"],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.time() + 30
+        while not all(self._ok(p) for p in self.ports):
+            if time.time() > deadline:
+                raise RuntimeError("the Redis Cluster did not form")
+            time.sleep(0.1)
+        self.nodes = [f"redis://127.0.0.1:{p}" for p in self.ports]
+
+    @staticmethod
+    def _ok(port: int) -> bool:
+        out = subprocess.run(["redis-cli", "-p", str(port), "cluster", "info"], capture_output=True, text=True).stdout
+        return "cluster_state:ok" in out
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            proc.wait(timeout=10)
 
 
 class Uvicorn:

@@ -1,0 +1,113 @@
+//! The admission gate: at most `[server] max_in_flight` decisions are worked
+//! on at once, over every transport (gRPC's budget and Envoy services, the
+//! HTTP API); a decision that finds them all busy waits at most `queue_ms` (or
+//! half its own deadline, if less) for one to free, and is otherwise shed with
+//! a status that says when to retry, before any of its work starts.
+
+use crate::config::AdmissionSettings;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tonic::{Code, Status};
+
+/// The slots every admitted call shares, across connections and services.
+pub struct Gate {
+    slots: Arc<Semaphore>,
+    settings: AdmissionSettings,
+}
+
+impl Gate {
+    /// A gate of `settings.max_in_flight` slots.
+    pub fn new(settings: AdmissionSettings) -> Arc<Self> {
+        crate::telemetry::in_flight_limit(settings.max_in_flight);
+        Arc::new(Gate {
+            slots: Arc::new(Semaphore::new(settings.max_in_flight)),
+            settings,
+        })
+    }
+
+    /// The refusal of a call that found no slot in time; `deadline`: its
+    /// own deadline ran out first.
+    pub fn shed(&self, deadline: bool) -> Status {
+        let s = &self.settings;
+        let mut status = match deadline {
+            true => {
+                crate::telemetry::shed("deadline");
+                Status::new(
+                    Code::DeadlineExceeded,
+                    format!(
+                        "half the call's deadline passed while it waited for one of the \
+                         {} calls in flight to finish ([server] max_in_flight), too little \
+                         to be served in; nothing was done: retry with a longer deadline, \
+                         or later",
+                        s.max_in_flight
+                    ),
+                )
+            }
+            false => {
+                crate::telemetry::shed("full");
+                Status::new(
+                    Code::ResourceExhausted,
+                    format!(
+                        "the service is at its limit of {} calls in flight ([server] \
+                         max_in_flight) and none finished within {} ms; nothing was \
+                         done: retry after {} ms",
+                        s.max_in_flight,
+                        s.queue.as_millis(),
+                        s.retry_ms
+                    ),
+                )
+            }
+        };
+        // gRPC's retry pushback: a client retrying by policy waits this long.
+        if let Ok(v) = s.retry_ms.to_string().parse() {
+            status.metadata_mut().insert("grpc-retry-pushback-ms", v);
+        }
+        status
+    }
+}
+
+impl Gate {
+    /// A slot, waited for as the module says (`deadline`: the call's own),
+    /// or the refusal of a call shed. The slot frees when the permit drops.
+    pub async fn admit(self: &Arc<Self>, deadline: Option<Duration>) -> Result<Permit, Status> {
+        let permit = match self.slots.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                let queue = self.settings.queue;
+                let wait = deadline.map_or(queue, |d| (d / 2).min(queue));
+                match tokio::time::timeout(wait, self.slots.clone().acquire_owned()).await {
+                    Ok(Ok(permit)) => permit,
+                    _ => {
+                        let ran_out = deadline.is_some_and(|d| d / 2 <= queue);
+                        return Err(self.shed(ran_out));
+                    }
+                }
+            }
+        };
+        self.report();
+        Ok(Permit {
+            _permit: permit,
+            gate: self.clone(),
+        })
+    }
+
+    /// Records the calls in flight.
+    fn report(&self) {
+        crate::telemetry::in_flight(self.settings.max_in_flight - self.slots.available_permits());
+    }
+}
+
+/// One admitted call's slot; dropping it frees the slot.
+pub struct Permit {
+    _permit: OwnedSemaphorePermit,
+    gate: Arc<Gate>,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        // The semaphore's permit is returned after this body: count it free.
+        let busy = self.gate.settings.max_in_flight - self.gate.slots.available_permits();
+        crate::telemetry::in_flight(busy.saturating_sub(1));
+    }
+}

@@ -1,0 +1,74 @@
+//! `[server]`'s settings beyond the listen address: the listener's TLS files
+//! and admission under overload, each checked against its range.
+
+use super::ServerSection;
+use super::input::within;
+use crate::domain::LimitsError;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The PEM files of the gRPC listener's TLS.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// Certificate chain.
+    pub cert: PathBuf,
+    /// Private key.
+    pub key: PathBuf,
+    /// CA that signs client certificates; set: mutual TLS.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// The listener's TLS files: none, or a certificate with its key (and a
+/// client CA for mutual TLS).
+pub(super) fn tls_files(server: &ServerSection) -> Result<Option<TlsFiles>, LimitsError> {
+    match (&server.tls_cert, &server.tls_key, &server.tls_client_ca) {
+        (None, None, None) => Ok(None),
+        (Some(cert), Some(key), client_ca) => Ok(Some(TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: client_ca.clone(),
+        })),
+        _ => Err(LimitsError::new(
+            "server.tls_cert",
+            "TLS needs both tls_cert and tls_key (tls_client_ca adds mutual TLS on top)",
+        )),
+    }
+}
+
+/// Admission under overload (`[server] max_in_flight`, `queue_ms`,
+/// `shed_retry_ms`, `max_concurrent_streams`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdmissionSettings {
+    /// Budget and Envoy calls worked on at once.
+    pub max_in_flight: usize,
+    /// How long a call waits for a slot before it is shed.
+    pub queue: Duration,
+    /// The retry hint of a shed call, ms.
+    pub retry_ms: u64,
+    /// HTTP/2 streams per connection.
+    pub max_concurrent_streams: u32,
+}
+
+/// `[server]`'s admission settings, each checked against its range.
+pub(super) fn admission(server: &ServerSection) -> Result<AdmissionSettings, LimitsError> {
+    within(
+        "server.max_in_flight",
+        server.max_in_flight as u64,
+        1,
+        1_000_000,
+    )?;
+    within("server.queue_ms", server.queue_ms, 0, 60_000)?;
+    within("server.shed_retry_ms", server.shed_retry_ms, 1, 3_600_000)?;
+    within(
+        "server.max_concurrent_streams",
+        u64::from(server.max_concurrent_streams),
+        1,
+        1_000_000,
+    )?;
+    Ok(AdmissionSettings {
+        max_in_flight: server.max_in_flight,
+        queue: Duration::from_millis(server.queue_ms),
+        retry_ms: server.shed_retry_ms,
+        max_concurrent_streams: server.max_concurrent_streams,
+    })
+}

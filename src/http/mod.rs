@@ -1,0 +1,52 @@
+//! The HTTP/JSON face of the service, on a port of its own (`[http] listen`):
+//! every `BudgetService` RPC as `POST /v1/<rpc in kebab case>` in protobuf's
+//! JSON mapping (`rpc`), answered by the same [`BudgetApi`] as gRPC, behind
+//! the same tokens, tenant bindings and admission gate. Errors and denials
+//! become HTTP statuses in one place (`reply`). docs/http-api.md is the
+//! reference.
+
+mod reply;
+mod rpc;
+
+use crate::api::BudgetApi;
+use crate::api::admission::Gate;
+use crate::api::auth::Auth;
+use crate::store::Store;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use std::future::Future;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+/// What every HTTP handler shares.
+pub struct HttpState<S> {
+    /// The budget service, as gRPC serves it.
+    pub api: Arc<BudgetApi<S>>,
+    /// The accepted tokens (reloaded on SIGHUP).
+    pub auth: Arc<Auth>,
+    /// The admission gate decisions share with gRPC.
+    pub gate: Arc<Gate>,
+    /// Largest request body accepted (`[server] max_message_bytes`).
+    pub max_body: usize,
+}
+
+/// Every route of the HTTP listener.
+pub fn router<S: Store>(state: HttpState<S>) -> Router {
+    let max_body = state.max_body;
+    rpc::routes::<S>()
+        .fallback(reply::no_route)
+        .method_not_allowed_fallback(reply::wrong_method)
+        .with_state(Arc::new(state))
+        .layer(DefaultBodyLimit::max(max_body))
+}
+
+/// Serves `router` on `listener` until `shutdown`.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -1,0 +1,161 @@
+//! What the HTTP API answers, in one place: JSON bodies, request bodies read
+//! within their bound, and every gRPC status mapped to its HTTP status with
+//! a JSON error that says what to do (docs/http-api.md#errors).
+
+use crate::api::{Refusal, refusal_status};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tonic::{Code, Status};
+
+/// `value` as a JSON body with `status`.
+pub(super) fn json<T: Serialize>(status: StatusCode, value: &T) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(body) => (
+            status,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body,
+        )
+            .into_response(),
+        Err(e) => error(Status::internal(format!(
+            "cannot write the answer as JSON: {e}; report this to the operator"
+        ))),
+    }
+}
+
+/// The HTTP status of a gRPC status code.
+pub(super) fn http_status(code: Code) -> StatusCode {
+    match code {
+        // The request must change: a field in error, or a body that is no
+        // request.
+        Code::InvalidArgument => StatusCode::BAD_REQUEST,
+        // Larger than `[server] max_message_bytes`.
+        Code::OutOfRange => StatusCode::PAYLOAD_TOO_LARGE,
+        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Code::PermissionDenied => StatusCode::FORBIDDEN,
+        Code::NotFound => StatusCode::NOT_FOUND,
+        // Well-formed, but the state it names forbids it (a spent
+        // idempotency key; a stale version).
+        Code::FailedPrecondition => StatusCode::CONFLICT,
+        Code::Aborted => StatusCode::PRECONDITION_FAILED,
+        // Shed by the admission gate: retry after the hint.
+        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+        Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+        // The store cannot answer: the gateway's fail-open/closed choice.
+        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The JSON error of `status`: `{"error": {"code", "status", "message"}}`,
+/// with `Retry-After` when retrying helps and `WWW-Authenticate` when a
+/// token is missing.
+pub(super) fn error(status: Status) -> Response {
+    let http = http_status(status.code());
+    let body = serde_json::json!({
+        "error": {
+            "code": http.as_u16(),
+            "status": code_name(status.code()),
+            "message": status.message(),
+        }
+    });
+    let mut response = json(http, &body);
+    let headers = response.headers_mut();
+    match status.code() {
+        Code::ResourceExhausted => {
+            let ms: u64 = status
+                .metadata()
+                .get("grpc-retry-pushback-ms")
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(1000);
+            headers.insert(header::RETRY_AFTER, ms.div_ceil(1000).max(1).into());
+        }
+        Code::Unavailable => {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        Code::Unauthenticated => {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        _ => {}
+    }
+    response
+}
+
+/// gRPC's name of a code, as Google's JSON errors spell it.
+fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// The request body, read within `limit` bytes, as a `T` in protobuf's JSON
+/// mapping (`what` names it in errors); an empty body is `{}`.
+pub(super) fn body<T: DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+    headers: &HeaderMap,
+    limit: usize,
+    what: &str,
+) -> Result<T, Status> {
+    let bytes = body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => refusal_status(Refusal::MessageTooLarge {
+            found: headers
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok()?.parse().ok()),
+            limit,
+        }),
+        _ => Status::invalid_argument(format!("cannot read the request body: {rejection}")),
+    })?;
+    let text: &[u8] = match bytes.iter().all(u8::is_ascii_whitespace) {
+        true => b"{}",
+        false => &bytes,
+    };
+    serde_json::from_slice(text).map_err(|e| {
+        Status::invalid_argument(format!(
+            "the body is not a {what} in protobuf's JSON mapping: {e}; send a JSON object \
+             of its fields (lowerCamelCase or the proto's names, enums as names, 64-bit \
+             integers as numbers or strings), see docs/http-api.md"
+        ))
+    })
+}
+
+/// 404 for a path no route serves.
+pub(super) async fn no_route(uri: axum::http::Uri) -> Response {
+    error(Status::not_found(format!(
+        "no route {}: the API is POST /v1/check-and-reserve, /v1/commit, /v1/refund, \
+         /v1/renew-lease, /v1/get-status and /v1/get-estimator (docs/http-api.md)",
+        uri.path()
+    )))
+}
+
+/// 405 for a method a route does not take.
+pub(super) async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let mut response = error(Status::unimplemented(format!(
+        "{method} {} is not served: the RPCs take POST with a JSON body (docs/http-api.md)",
+        uri.path()
+    )));
+    *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    response
+}
