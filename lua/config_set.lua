@@ -1,27 +1,39 @@
 #!lua
 -- config_set.lua: change one document of the live configuration, version it,
--- audit it and tell every replica. Used by `ctxbudget tiers|global|overrides`.
+-- audit it and tell every replica. Used by `ctxbudget tiers|global|overrides`
+-- and the admin API (src/admin/).
 --
--- KEYS[1]  the configuration hash: 'version', 'global', 'tier:<name>', 'override:<tenant>'
+-- KEYS[1]  the configuration hash: 'version', 'global', 'tier:<name>', 'override:<tenant>', ...
+--          and beside each document the version of its last change (ARGV[7])
 -- KEYS[2]  the audit stream
 -- ARGV[1]  field   ARGV[2] new JSON document ('' deletes the field)
 -- ARGV[3]  actor   ARGV[4] channel to publish the new version on
 -- ARGV[5]  audit entries to keep (approximately)
+-- ARGV[6]  '' or a configuration version the writer read the document at: the
+--          write is refused if the document changed after it
+-- ARGV[7]  the field holding the version of the document's last change
 --
--- Returns {old document ('' if none), new version}. The caller validated the
--- document; the write, the version bump, the audit entry and the notification
--- happen together or not at all.
+-- Returns {old document ('' if none), new version, version of the document's
+-- last change}. A refused write returns {old, 0, that version} and changes
+-- nothing. The caller validated the document; the write, the version bump,
+-- the audit entry and the notification happen together or not at all.
 
 local old = redis.call('HGET', KEYS[1], ARGV[1]) or ''
+local changed_field = ARGV[7]
+local changed = tonumber(redis.call('HGET', KEYS[1], changed_field) or '0')
+if ARGV[6] ~= '' and changed > tonumber(ARGV[6]) then
+  return {old, 0, changed}
+end
 if ARGV[2] == '' then
   redis.call('HDEL', KEYS[1], ARGV[1])
 else
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 end
 local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
+redis.call('HSET', KEYS[1], changed_field, version)
 local t = redis.call('TIME')
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*',
   'actor', ARGV[3], 'field', ARGV[1], 'old', old, 'new', ARGV[2],
   'version', version, 'at_ms', t[1] * 1000 + math.floor(t[2] / 1000))
 redis.call('PUBLISH', ARGV[4], version)
-return {old, version}
+return {old, version, version}

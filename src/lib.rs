@@ -24,6 +24,8 @@
 //! - [`config`]: defaults, TOML file, env and flags → validated settings for
 //!   every layer below, one file per section; the live configuration's
 //!   documents as sections.
+//! - [`admin`]: changes to the live configuration — each document kind's
+//!   rules, the versioned, audited write — for the CLI and the admin API.
 //! - [`pb`] and [`envoy`]: the generated protobuf types (`ctxbudget.v1`, and
 //!   the part of Envoy's API served), client and server.
 //! - [`api`]: the tonic services (ctxbudget's, and Envoy's with its descriptor
@@ -39,6 +41,7 @@
 //! - [`cli`]: the `ctxbudget` command line.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod alerts;
 pub mod api;
 pub mod bench;

@@ -6,12 +6,13 @@
 use super::output::{
     outln, print_document, print_json, rate_summary, table, toml_document, write_out,
 };
+use crate::admin::{Change, Kind, documents};
+use crate::config::FileConfig;
 use crate::config::live::{ConfigDoc, document};
-use crate::config::{FileConfig, LevelSection, TierSection, build_limits, parse_document};
 use crate::store::config_repo::{ConfigStore, Field};
 use crate::store::keys::Keys;
 use crate::store::redis::Endpoint;
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Args, Subcommand};
 use std::io::Read;
 use std::path::PathBuf;
@@ -167,32 +168,55 @@ pub(super) fn read_input(file: &PathBuf) -> anyhow::Result<String> {
 
 /// Validates `doc` with one change applied, as the replicas will.
 pub(super) fn check_whole(doc: &ConfigDoc) -> anyhow::Result<()> {
-    build_limits(doc.sections(), doc.version)
-        .map_err(|e| anyhow::anyhow!("{e}; nothing was written"))?;
+    Ok(documents::check_whole(doc)?)
+}
+
+/// Writes one change (through [`crate::admin::write`], as the admin API
+/// does) and says what happened, in words.
+pub(super) async fn write(
+    cfg: &ConfigStore,
+    change: Change,
+    args: &AdminArgs,
+) -> anyhow::Result<()> {
+    if let Some(note) = &change.note {
+        eprintln!("{note}");
+    }
+    let field = change.field.clone();
+    let written = crate::admin::write(cfg, change, &args.actor(), None).await?;
+    if args.json {
+        print_json(&serde_json::json!({
+            "version": written.version,
+            "old": written.old.as_ref().map_or(String::new(), |v| v.to_string()),
+            "new": written.new.as_ref().map(|v| v.to_string()),
+        }))?;
+    } else {
+        let what = match (written.new.is_some(), written.old.is_none()) {
+            (false, _) => "deleted",
+            (true, true) => "created",
+            _ => "updated",
+        };
+        outln!(
+            "{what} {field} (configuration version {}); every replica applies it within a second",
+            written.version
+        );
+    }
     Ok(())
 }
 
-/// Writes one change and says what happened, in words.
-pub(super) async fn write(
+/// Writes the document `field` holds in `doc`, as the CLI's own verbs
+/// (imports, blocks) build it.
+pub(super) async fn write_document(
     cfg: &ConfigStore,
     field: Field,
     value: Option<String>,
     args: &AdminArgs,
 ) -> anyhow::Result<()> {
-    let (old, version) = cfg.set(&field, value.as_deref(), &args.actor()).await?;
-    if args.json {
-        print_json(&serde_json::json!({ "version": version, "old": old, "new": value }))?;
-    } else {
-        let what = match (&field, value.is_some(), old.is_empty()) {
-            (_, false, _) => "deleted",
-            (_, true, true) => "created",
-            _ => "updated",
-        };
-        outln!(
-            "{what} {field} (configuration version {version}); every replica applies it within a second"
-        );
-    }
-    Ok(())
+    let change = Change {
+        field,
+        document: value,
+        note: None,
+    };
+    write(cfg, change, args).await
 }
 
 /// `ctxbudget tiers ...`.
@@ -203,21 +227,12 @@ pub(super) async fn tiers(cmd: TiersCmd, args: AdminArgs) -> anyhow::Result<()> 
         TiersCmd::List => list_tiers(&doc, &args),
         TiersCmd::Get { name } => get_tier(&doc, &name, &args),
         TiersCmd::Set { name, file } => {
-            let section: TierSection = parse_document(&read_input(&file)?)
-                .map_err(|e| anyhow::anyhow!("tiers.{name}.{e}; nothing was written"))?;
-            section
-                .to_domain(&name)
-                .map_err(|e| anyhow::anyhow!("{e}; nothing was written"))?;
-            doc.tiers.insert(name.clone(), section.clone());
-            check_whole(&doc)?;
-            write(&cfg, Field::Tier(name), Some(document(&section)), &args).await
+            let change = documents::set(&mut doc, Kind::Tier, &name, &read_input(&file)?)?;
+            write(&cfg, change, &args).await
         }
         TiersCmd::Delete { name } => {
-            if doc.tiers.remove(&name).is_none() {
-                bail!(no_tier(&name, &doc));
-            }
-            check_whole(&doc)?;
-            write(&cfg, Field::Tier(name), None, &args).await
+            let change = documents::delete(&mut doc, Kind::Tier, &name)?;
+            write(&cfg, change, &args).await
         }
         TiersCmd::Import { file } => import_tiers(&cfg, doc, &file, &args).await,
         TiersCmd::Export => export_tiers(doc, &args),
@@ -299,7 +314,7 @@ async fn import_tiers(
     }
     check_whole(&doc)?;
     for (name, t) in tiers {
-        write(cfg, Field::Tier(name), Some(document(&t)), args).await?;
+        write_document(cfg, Field::Tier(name), Some(document(&t)), args).await?;
     }
     Ok(())
 }
@@ -345,11 +360,8 @@ pub(super) async fn global(cmd: GlobalCmd, args: AdminArgs) -> anyhow::Result<()
             )?;
         }
         GlobalCmd::Set { file } => {
-            let section: LevelSection = parse_document(&read_input(&file)?)
-                .map_err(|e| anyhow::anyhow!("global.{e}; nothing was written"))?;
-            doc.global = Some(section.clone());
-            check_whole(&doc)?;
-            write(&cfg, Field::Global, Some(document(&section)), &args).await?;
+            let change = documents::set(&mut doc, Kind::Global, "", &read_input(&file)?)?;
+            write(&cfg, change, &args).await?;
         }
     }
     Ok(())

@@ -9,18 +9,6 @@ use crate::domain::block::{Blocks, check_reason};
 use crate::domain::{TenantId, UserId};
 use anyhow::bail;
 
-/// Carries `old`'s blocks into `new` where `new` names none of its own.
-pub(super) fn keep_blocks(old: &OverrideSection, new: &mut OverrideSection) {
-    if new.blocked.is_none() {
-        new.blocked.clone_from(&old.blocked);
-    }
-    for (user, reason) in &old.blocked_users {
-        new.blocked_users
-            .entry(user.clone())
-            .or_insert_with(|| reason.clone());
-    }
-}
-
 /// `tenant`'s override with the tenant (or `user`) blocked for `reason`;
 /// nothing is written when an id or the reason is refused.
 pub(super) fn block(

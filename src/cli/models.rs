@@ -4,14 +4,15 @@
 //! validated, versioned, audited and announced like `ctxbudget tiers`; a group
 //! a tier still limits cannot be deleted.
 
-use super::admin::{AdminArgs, check_whole, read_input, write};
+use super::admin::{AdminArgs, check_whole, read_input, write, write_document};
 use super::output::{
     outln, print_document, print_json, rate_summary, table, toml_document, write_out,
 };
+use crate::admin::{Kind, documents};
 use crate::config::live::{ConfigDoc, document};
-use crate::config::{FileConfig, ModelSection, parse_document};
+use crate::config::{FileConfig, ModelSection};
 use crate::store::config_repo::{ConfigStore, Field};
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Subcommand;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -56,24 +57,12 @@ pub(super) async fn models(cmd: ModelsCmd, args: AdminArgs) -> anyhow::Result<()
         ModelsCmd::List => list(&doc, &args),
         ModelsCmd::Get { name } => get(&doc, &name, &args),
         ModelsCmd::Set { name, file } => {
-            let section: ModelSection = parse_document(&read_input(&file)?)
-                .map_err(|e| anyhow::anyhow!("models.{name}.{e}; nothing was written"))?;
-            section
-                .to_domain(&name)
-                .map_err(|e| anyhow::anyhow!("{e}; nothing was written"))?;
-            doc.models.insert(name.clone(), section.clone());
-            check_whole(&doc)?;
-            write(&cfg, Field::Model(name), Some(document(&section)), &args).await
+            let change = documents::set(&mut doc, Kind::Model, &name, &read_input(&file)?)?;
+            write(&cfg, change, &args).await
         }
         ModelsCmd::Delete { name } => {
-            if doc.models.remove(&name).is_none() {
-                bail!(no_group(&name, &doc));
-            }
-            if let Some(why) = still_used(&doc, &name) {
-                bail!(why);
-            }
-            check_whole(&doc)?;
-            write(&cfg, Field::Model(name), None, &args).await
+            let change = documents::delete(&mut doc, Kind::Model, &name)?;
+            write(&cfg, change, &args).await
         }
         ModelsCmd::Import { file } => import(&cfg, doc, &file, &args).await,
         ModelsCmd::Export => export(doc, &args),
@@ -119,7 +108,7 @@ fn get(doc: &ConfigDoc, name: &str, args: &AdminArgs) -> anyhow::Result<()> {
         ),
         format!("`ctxbudget models set {name} FILE` takes this document back."),
     ];
-    let users = users_of(doc, name);
+    let users = documents::users_of(doc, name);
     if !users.is_empty() {
         comments.push(format!("Limited per tier by {}.", users.join(", ")));
     }
@@ -155,7 +144,7 @@ async fn import(
     }
     for name in order {
         let value = Some(document(&groups[&name]));
-        write(cfg, Field::Model(name), value, args).await?;
+        write_document(cfg, Field::Model(name), value, args).await?;
     }
     Ok(())
 }
@@ -196,54 +185,6 @@ fn export(doc: ConfigDoc, args: &AdminArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Why group `name` may not be deleted: the tiers that still limit it, and
-/// what to do about it; `None` when no tier does.
-fn still_used(doc: &ConfigDoc, name: &str) -> Option<String> {
-    let paths = users_of(doc, name);
-    let mut tiers: Vec<&str> = paths
-        .iter()
-        .filter_map(|p| p.strip_prefix("tiers.")?.split('.').next())
-        .collect();
-    tiers.dedup();
-    let (which, how) = match tiers.as_slice() {
-        [] => return None,
-        [one] => (
-            format!("tier {one}"),
-            format!(
-                "`ctxbudget tiers get {one} > {one}.toml`, delete them, `ctxbudget tiers set {one} {one}.toml`"
-            ),
-        ),
-        many => (
-            format!("tiers {}", many.join(", ")),
-            "`ctxbudget tiers get TIER > t.toml`, delete them, `ctxbudget tiers set TIER t.toml`"
-                .to_string(),
-        ),
-    };
-    Some(format!(
-        "model group {name} is still limited by {which} ({}); remove those sections first \
-         ({how}), then delete the group; nothing was written",
-        paths.join(", ")
-    ))
-}
-
-/// The sections of tiers that set limits for group `name`, as paths
-/// (`tiers.pro.models.gpt-4o`).
-fn users_of(doc: &ConfigDoc, name: &str) -> Vec<String> {
-    let mut users = Vec::new();
-    for (tier, t) in &doc.tiers {
-        if t.models.contains_key(name) {
-            users.push(format!("tiers.{tier}.models.{name}"));
-        }
-        if t.shadow
-            .as_ref()
-            .is_some_and(|s| s.models.contains_key(name))
-        {
-            users.push(format!("tiers.{tier}.shadow.models.{name}"));
-        }
-    }
-    users
-}
-
 fn no_group(name: &str, doc: &ConfigDoc) -> String {
     let known: Vec<&str> = doc.models.keys().map(String::as_str).collect();
     match known.is_empty() {
@@ -258,6 +199,8 @@ fn no_group(name: &str, doc: &ConfigDoc) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admin::documents::still_used;
+    use crate::config::parse_document;
 
     fn group(patterns: &str) -> ModelSection {
         parse_document(&format!("match = {patterns}\n")).unwrap()

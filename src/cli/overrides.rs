@@ -2,13 +2,14 @@
 //! differs from the tier; `get` shows the document and, beside it, the limits
 //! in force for the tenant on each tier, so what it inherits is never a guess.
 
-use super::admin::{AdminArgs, check_whole, read_input, write};
+use super::admin::{AdminArgs, check_whole, read_input, write, write_document};
 use super::block;
 use super::output::{
     Effective, effective_lines, override_summary, print_document, print_json, table,
 };
+use crate::admin::{Kind, documents};
+use crate::config::OverrideSection;
 use crate::config::live::{ConfigDoc, document};
-use crate::config::{OverrideSection, parse_document};
 use crate::domain::Limits;
 use crate::store::config_repo::Field;
 use anyhow::{Context, bail};
@@ -83,10 +84,6 @@ pub enum OverridesCmd {
 }
 
 /// `ctxbudget overrides ...`.
-#[expect(
-    clippy::too_many_lines,
-    reason = "one match arm per verb of `ctxbudget overrides`"
-)]
 pub(super) async fn overrides(cmd: OverridesCmd, args: AdminArgs) -> anyhow::Result<()> {
     let cfg = args.connect().await?;
     let mut doc = ConfigDoc::from_stored(cfg.load().await?)?;
@@ -94,36 +91,12 @@ pub(super) async fn overrides(cmd: OverridesCmd, args: AdminArgs) -> anyhow::Res
         OverridesCmd::List => list(&doc, &args)?,
         OverridesCmd::Get { tenant, tier } => get(&doc, &tenant, tier.as_deref(), &args)?,
         OverridesCmd::Set { tenant, file } => {
-            crate::domain::TenantId::parse(&tenant)
-                .map_err(|e| anyhow::anyhow!("--tenant: {}", e.message))?;
-            let mut section: OverrideSection = parse_document(&read_input(&file)?)
-                .map_err(|e| anyhow::anyhow!("overrides.{tenant}.{e}; nothing was written"))?;
-            // Blocks are lifted with `unblock` alone, never by a new deal.
-            if let Some(old) = doc.overrides.get(&tenant) {
-                block::keep_blocks(old, &mut section);
-            }
-            section
-                .to_domain(&tenant)
-                .map_err(|e| anyhow::anyhow!("{e}; nothing was written"))?;
-            doc.overrides.insert(tenant.clone(), section.clone());
-            check_whole(&doc)?;
-            let value = Some(document(&section));
-            write(&cfg, Field::Override(tenant), value, &args).await?;
+            let change = documents::set(&mut doc, Kind::Override, &tenant, &read_input(&file)?)?;
+            write(&cfg, change, &args).await?;
         }
         OverridesCmd::Delete { tenant } => {
-            let Some(old) = doc.overrides.remove(&tenant) else {
-                bail!("tenant {tenant} has no override");
-            };
-            let mut left = OverrideSection::default();
-            block::keep_blocks(&old, &mut left);
-            let value = (!left.is_empty()).then(|| document(&left));
-            if value.is_some() {
-                eprintln!(
-                    "tenant {tenant}'s limits are its tier's again; its block stays (lift it \
-                     with `ctxbudget overrides unblock`)"
-                );
-            }
-            write(&cfg, Field::Override(tenant), value, &args).await?;
+            let change = documents::delete(&mut doc, Kind::Override, &tenant)?;
+            write(&cfg, change, &args).await?;
         }
         OverridesCmd::Block {
             tenant,
@@ -135,7 +108,7 @@ pub(super) async fn overrides(cmd: OverridesCmd, args: AdminArgs) -> anyhow::Res
             let section = block::block(&doc, &tenant, user.as_deref(), &reason)?;
             doc.overrides.insert(tenant.clone(), section.clone());
             check_whole(&doc)?;
-            write(
+            write_document(
                 &cfg,
                 Field::Override(tenant),
                 Some(document(&section)),
@@ -151,7 +124,7 @@ pub(super) async fn overrides(cmd: OverridesCmd, args: AdminArgs) -> anyhow::Res
             let tenant = one_tenant(tenant, tenant_flag)?;
             let section = block::unblock(&doc, &tenant, user.as_deref())?;
             let value = (!section.is_empty()).then(|| document(&section));
-            write(&cfg, Field::Override(tenant), value, &args).await?;
+            write_document(&cfg, Field::Override(tenant), value, &args).await?;
         }
     }
     Ok(())

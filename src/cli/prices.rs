@@ -2,12 +2,13 @@
 //! (Redis), USD per million tokens — what spend limits charge. Changes are
 //! validated, versioned, audited and announced like `ctxbudget tiers`.
 
-use super::admin::{AdminArgs, check_whole, read_input, write};
+use super::admin::{AdminArgs, check_whole, read_input, write, write_document};
 use super::output::{outln, print_document, print_json, table, toml_document, write_out};
+use crate::admin::{Kind, documents};
+use crate::config::FileConfig;
 use crate::config::live::{ConfigDoc, document};
-use crate::config::{FileConfig, PriceSection, parse_document};
 use crate::store::config_repo::Field;
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Subcommand;
 use std::path::PathBuf;
 
@@ -46,10 +47,6 @@ pub enum PricesCmd {
 }
 
 /// `ctxbudget prices ...`.
-#[expect(
-    clippy::too_many_lines,
-    reason = "one match arm per verb of `ctxbudget prices`"
-)]
 pub(super) async fn prices(cmd: PricesCmd, args: AdminArgs) -> anyhow::Result<()> {
     let cfg = args.connect().await?;
     let mut doc = ConfigDoc::from_stored(cfg.load().await?)?;
@@ -76,18 +73,12 @@ pub(super) async fn prices(cmd: PricesCmd, args: AdminArgs) -> anyhow::Result<()
             )
         }
         PricesCmd::Set { group, file } => {
-            let section: PriceSection = parse_document(&read_input(&file)?)
-                .map_err(|e| anyhow::anyhow!("prices.{group}.{e}; nothing was written"))?;
-            doc.prices.insert(group.clone(), section.clone());
-            check_whole(&doc)?;
-            write(&cfg, Field::Price(group), Some(document(&section)), &args).await
+            let change = documents::set(&mut doc, Kind::Price, &group, &read_input(&file)?)?;
+            write(&cfg, change, &args).await
         }
         PricesCmd::Delete { group } => {
-            if doc.prices.remove(&group).is_none() {
-                bail!(no_price(&group, &doc));
-            }
-            check_whole(&doc)?;
-            write(&cfg, Field::Price(group), None, &args).await
+            let change = documents::delete(&mut doc, Kind::Price, &group)?;
+            write(&cfg, change, &args).await
         }
         PricesCmd::Import { file } => {
             let text = read_input(&file)?;
@@ -98,7 +89,7 @@ pub(super) async fn prices(cmd: PricesCmd, args: AdminArgs) -> anyhow::Result<()
             doc.prices.extend(prices.clone());
             check_whole(&doc)?;
             for (group, p) in prices {
-                write(&cfg, Field::Price(group), Some(document(&p)), &args).await?;
+                write_document(&cfg, Field::Price(group), Some(document(&p)), &args).await?;
             }
             Ok(())
         }

@@ -5,11 +5,11 @@
 //! announced like `ctxbudget tiers`; every replica applies them within a
 //! second.
 
-use super::admin::{AdminArgs, check_whole, read_input, write};
+use super::admin::{AdminArgs, read_input, write};
 use super::output::{print_document, print_json};
-use crate::config::live::{ConfigDoc, document};
-use crate::config::{EnvoySection, ExtProcSection, parse_document};
-use crate::store::config_repo::Field;
+use crate::admin::{Kind, documents};
+use crate::config::live::ConfigDoc;
+use crate::config::{EnvoySection, ExtProcSection};
 use clap::Subcommand;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -32,14 +32,12 @@ pub enum SectionCmd {
 
 /// One single-document section of the live configuration.
 struct Section<T> {
-    /// Its key in the configuration (`envoy`, `ext_proc`).
-    key: &'static str,
     /// The command that manages it.
     command: &'static str,
     /// What it is, for `get`'s header.
     about: &'static str,
-    /// Its document in Redis.
-    field: Field,
+    /// Its kind of document.
+    kind: Kind,
     /// Its place in the documents.
     slot: fn(&mut ConfigDoc) -> &mut Option<T>,
 }
@@ -47,10 +45,9 @@ struct Section<T> {
 /// `ctxbudget envoy ...`.
 pub(super) async fn envoy(cmd: SectionCmd, args: AdminArgs) -> anyhow::Result<()> {
     let section = Section::<EnvoySection> {
-        key: "envoy",
         command: "envoy",
         about: "How Envoy's rate limit descriptors map to budgets",
-        field: Field::Envoy,
+        kind: Kind::Envoy,
         slot: |d| &mut d.envoy,
     };
     run(section, cmd, args, "docs/envoy.md").await
@@ -59,10 +56,9 @@ pub(super) async fn envoy(cmd: SectionCmd, args: AdminArgs) -> anyhow::Result<()
 /// `ctxbudget ext-proc ...`.
 pub(super) async fn ext_proc(cmd: SectionCmd, args: AdminArgs) -> anyhow::Result<()> {
     let section = Section::<ExtProcSection> {
-        key: "ext_proc",
         command: "ext-proc",
         about: "How Envoy's external processor reads requests",
-        field: Field::ExtProc,
+        kind: Kind::ExtProc,
         slot: |d| &mut d.ext_proc,
     };
     run(section, cmd, args, "docs/ext_proc.md").await
@@ -104,17 +100,12 @@ where
             )
         }
         SectionCmd::Set { file } => {
-            let value: T = parse_document(&read_input(&file)?)
-                .map_err(|e| anyhow::anyhow!("{}.{e}; nothing was written", section.key))?;
-            let text = document(&value);
-            *slot = Some(value);
-            check_whole(&doc)?;
-            write(&cfg, section.field, Some(text), &args).await
+            let change = documents::set(&mut doc, section.kind, "", &read_input(&file)?)?;
+            write(&cfg, change, &args).await
         }
         SectionCmd::Reset => {
-            *slot = None;
-            check_whole(&doc)?;
-            write(&cfg, section.field, None, &args).await
+            let change = documents::delete(&mut doc, section.kind, "")?;
+            write(&cfg, change, &args).await
         }
     }
 }

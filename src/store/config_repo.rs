@@ -44,6 +44,24 @@ pub struct StoredConfig {
     pub source: String,
 }
 
+/// What a [`ConfigStore::set`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SetOutcome {
+    /// Written as version `version`; `old` the document before ('' if none).
+    Written {
+        /// The document before ('' if none).
+        old: String,
+        /// The configuration version the change produced.
+        version: u64,
+    },
+    /// Refused: the document changed (at version `changed`) after the
+    /// version the writer read; nothing was written.
+    Stale {
+        /// The version of the document's last change.
+        changed: u64,
+    },
+}
+
 /// One audited change.
 #[derive(Clone, Debug, Serialize)]
 pub struct AuditEntry {
@@ -242,27 +260,34 @@ impl ConfigStore {
         Ok((v > 0).then_some(v))
     }
 
-    /// Sets (`Some`) or deletes (`None`) one document. Returns the previous
-    /// document ('' if none) and the new version.
+    /// Sets (`Some`) or deletes (`None`) one document; with `read_at`, only
+    /// if the document has not changed since that configuration version.
     pub async fn set(
         &self,
         field: &Field,
         document: Option<&str>,
         actor: &str,
-    ) -> Result<(String, u64), StoreError> {
+        read_at: Option<u64>,
+    ) -> Result<SetOutcome, StoreError> {
+        let name = field.name();
         let mut inv = SET.prepare_invoke();
         inv.key(&self.hash)
             .key(&self.audit)
-            .arg(field.name())
+            .arg(&name)
             .arg(document.unwrap_or(""))
             .arg(actor)
             .arg(&self.channel)
-            .arg(AUDIT_KEEP);
-        let (old, version): (String, u64) = inv
+            .arg(AUDIT_KEEP)
+            .arg(read_at.map_or(String::new(), |v| v.to_string()))
+            .arg(config_field::changed(&name));
+        let (old, version, changed): (String, u64, u64) = inv
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| self.err(e))?;
-        Ok((old, version))
+        Ok(match version {
+            0 => SetOutcome::Stale { changed },
+            _ => SetOutcome::Written { old, version },
+        })
     }
 
     /// The newest `count` audit entries, newest first.

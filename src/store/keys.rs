@@ -467,6 +467,13 @@ pub mod config_field {
     pub fn as_override(field: &str) -> Option<&str> {
         field.strip_prefix(OVERRIDE)
     }
+
+    /// The field holding the configuration version of document `field`'s
+    /// last change (`changed:tier:pro`): what a write naming the version it
+    /// read at is checked against. No document kind's prefix begins so.
+    pub fn changed(field: &str) -> String {
+        format!("changed:{field}")
+    }
 }
 
 fn encode(id: &str) -> String {
