@@ -4,10 +4,10 @@
 //! The services and the listener's TLS are in `grpc`; the refusal of an
 //! oversized request, in words that name the setting, in `message_limit`.
 
+use crate::api::LiveMap;
 use crate::api::admission::Gate;
 use crate::api::auth::Auth;
 use crate::api::ext_proc::LiveReading;
-use crate::api::{BudgetApi, LiveMap};
 use crate::config::Settings;
 use crate::engine::{Engine, EngineSettings};
 use crate::estimator::{Counter, Multipliers};
@@ -142,6 +142,7 @@ pub async fn serve<S: Store>(
         ext_proc: Arc::new(LiveReading::new(&settings.ext_proc)),
         alerts: Arc::new(tokio::sync::watch::Sender::new(settings.alerts.clone())),
     };
+    let config = redis.as_ref().map(|r| r.config.clone());
     let mut tasks = background_tasks(&live, settings, &auth, redis);
     let (reporting, health_service) = health::start(engine.clone()).await;
     tasks.push(reporting);
@@ -158,12 +159,8 @@ pub async fn serve<S: Store>(
     }));
     let http = match settings.http_listen {
         Some(addr) => {
-            let state = HttpState {
-                api: Arc::new(BudgetApi::new(engine.clone())),
-                auth: auth.clone(),
-                gate: gate.clone(),
-                max_body: settings.max_message_bytes,
-            };
+            let body = settings.max_message_bytes;
+            let state = HttpState::new(engine.clone(), config, auth.clone(), gate.clone(), body);
             Some(serve_http(addr, state, until(stopped.clone())).await?)
         }
         None => None,

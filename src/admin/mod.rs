@@ -6,6 +6,9 @@
 //! [`write`]. Nothing is written unless everything checks.
 
 pub mod documents;
+pub mod history;
+pub mod reconcile;
+pub mod usage;
 
 pub use documents::{Change, Kind};
 

@@ -236,7 +236,7 @@ pub(super) async fn tiers(cmd: TiersCmd, args: AdminArgs) -> anyhow::Result<()> 
         }
         TiersCmd::Import { file } => import_tiers(&cfg, doc, &file, &args).await,
         TiersCmd::Export => export_tiers(doc, &args),
-        TiersCmd::History { limit } => super::history::history(&cfg, limit, args.json).await,
+        TiersCmd::History { limit } => print_history(&cfg, limit, args.json).await,
     }
 }
 
@@ -362,6 +362,34 @@ pub(super) async fn global(cmd: GlobalCmd, args: AdminArgs) -> anyhow::Result<()
         GlobalCmd::Set { file } => {
             let change = documents::set(&mut doc, Kind::Global, "", &read_input(&file)?)?;
             write(&cfg, change, &args).await?;
+        }
+    }
+    Ok(())
+}
+
+/// `tiers history`: the newest `limit` audit entries, each with what it
+/// changed (as JSON with `json`: `--json`).
+async fn print_history(cfg: &ConfigStore, limit: usize, json: bool) -> anyhow::Result<()> {
+    let shown = crate::admin::history::history(cfg, None, limit).await?;
+    if json {
+        let entries: Vec<_> = shown.into_iter().map(|s| s.entry).collect();
+        return print_json(&entries);
+    }
+    if shown.is_empty() {
+        outln!("(no changes recorded)");
+    }
+    for s in &shown {
+        let e = &s.entry;
+        outln!(
+            "{} UTC  {}  {}  version {} ({})",
+            s.at,
+            e.actor,
+            e.field,
+            e.version,
+            s.what
+        );
+        for line in &s.changes {
+            outln!("    {line}");
         }
     }
     Ok(())

@@ -3,37 +3,16 @@
 //! name the flag, or say what it takes.
 
 use crate::domain::usage::By;
-use anyhow::{anyhow, bail};
-use chrono::{DateTime, NaiveDate};
+use anyhow::anyhow;
 
 /// `2026-12-01` (00:00 UTC that day) or an RFC 3339 time, as µs since the epoch.
 pub(super) fn parse_instant(text: &str) -> anyhow::Result<i64> {
-    let text = text.trim();
-    if let Ok(date) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
-        let t = date
-            .and_hms_opt(0, 0, 0)
-            .expect("midnight exists")
-            .and_utc();
-        return Ok(t.timestamp_micros());
-    }
-    DateTime::parse_from_rfc3339(text)
-        .map(|t| t.timestamp_micros())
-        .map_err(|_| {
-            anyhow!(
-                "{text:?} is not a date (2026-12-01, meaning 00:00 UTC) or an RFC 3339 time \
-                 (2026-12-01T10:00:00Z)"
-            )
-        })
+    crate::admin::usage::parse_instant(text).map_err(|e| anyhow!(e))
 }
 
 /// `--max-drift`: a percentage, `1%` or `1` (1%), `0.5%`, as a share of 1.
 pub(super) fn parse_max_drift(s: &str) -> anyhow::Result<f64> {
-    let pct: f64 = (s.trim().trim_end_matches('%').trim().parse())
-        .map_err(|_| anyhow!("--max-drift {s:?}: write a percentage such as 1%"))?;
-    if !(0.0..=100.0).contains(&pct) {
-        bail!("--max-drift {s:?}: between 0% and 100%");
-    }
-    Ok(pct / 100.0)
+    crate::admin::reconcile::parse_max_drift(s).map_err(|e| anyhow!("--max-drift {e}"))
 }
 
 /// `--by hour|day|month`.

@@ -7,7 +7,6 @@ mod alerts;
 mod block;
 mod flags;
 mod health;
-mod history;
 mod inspect;
 mod inspect_ids;
 mod inspect_rows;

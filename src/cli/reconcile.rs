@@ -1,22 +1,19 @@
 //! `ctxbudget reconcile`: the provider's usage export (CSV) against the
 //! ledger, per hour and model group; prints ours, theirs and the drift of
 //! each metric, and fails (exit 1) when any row drifts more than
-//! `--max-drift`, so a cron job or CI alerts on it. The arithmetic is
-//! `domain::reconcile`.
+//! `--max-drift`, so a cron job or CI alerts on it. The comparison is
+//! `admin::reconcile`'s, as the admin API's.
 
 use super::admin::AdminArgs;
 use super::flags::{parse_instant, parse_max_drift};
 use super::output::{Stdout, count, outln, print_json, table};
 use super::usage::{Format, group_label, ledger_store, live_limits, usd};
+use crate::admin::reconcile::{ReconcileQuery, hour_label, pct, read_export};
 use crate::domain::TenantId;
-use crate::domain::budget::ledger::{Period, Row};
-use crate::domain::reconcile::{self, Columns, Compared, Metric, Positions, compare, sum_theirs};
-use crate::domain::usage::{self, By};
-use crate::store::Store;
+use crate::domain::reconcile::{Columns, Compared, Metric};
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// `ctxbudget reconcile` flags.
@@ -52,48 +49,6 @@ pub struct ReconcileArgs {
     pub format: Format,
 }
 
-/// One metric as JSON and CSV show it.
-#[derive(Serialize)]
-struct ShownMetric {
-    ours: u64,
-    theirs: u64,
-    /// In percent; `null`: theirs is 0 and ours is not.
-    drift_pct: Option<f64>,
-}
-
-impl From<Metric> for ShownMetric {
-    fn from(m: Metric) -> Self {
-        ShownMetric {
-            ours: m.ours,
-            theirs: m.theirs,
-            drift_pct: m.drift.map(pct),
-        }
-    }
-}
-
-/// A share in percent, to two decimals.
-fn pct(share: f64) -> f64 {
-    (share * 1e4).round() / 100.0
-}
-
-#[derive(Serialize)]
-struct Shown {
-    hour: String,
-    model_group: String,
-    /// In the ungrouped row: the groups whose usage was compared in it (see
-    /// `domain::reconcile::regroup`).
-    folded_groups: Vec<String>,
-    input_tokens: ShownMetric,
-    cached_input_tokens: Option<ShownMetric>,
-    cache_write_input_tokens: Option<ShownMetric>,
-    cache_write_1h_input_tokens: Option<ShownMetric>,
-    output_tokens: ShownMetric,
-    reasoning_tokens: Option<ShownMetric>,
-    cost_micros: Option<ShownMetric>,
-    unsettled: u64,
-    flagged: bool,
-}
-
 /// A row flattened for CSV.
 #[derive(Serialize)]
 struct CsvRow<'a> {
@@ -125,60 +80,36 @@ struct CsvRow<'a> {
     reasoning_drift_pct: Option<f64>,
 }
 
-#[derive(Serialize)]
-struct Report<'a> {
-    from: &'a str,
-    to: &'a str,
-    max_drift_pct: f64,
-    tenants: usize,
-    rows: Vec<Shown>,
-    flagged: usize,
-}
-
 /// Runs `ctxbudget reconcile`.
-#[expect(
-    clippy::too_many_lines,
-    reason = "read, compare and print the report, in that order"
-)]
 pub(super) async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
     let from = parse_instant(&args.from).context("--from")?;
     let to = parse_instant(&args.to).context("--to")?;
-    let hours = usage::periods(from, to, By::Hour)?;
+    // The range's errors name the flags, before the export is read.
+    crate::domain::usage::periods(from, to, crate::domain::usage::By::Hour)?;
     let max_drift = parse_max_drift(&args.max_drift)?;
     let columns = Columns::with_mapping(&args.columns)?;
-    let theirs_rows = read_provider(&args.provider_usage, &columns)?;
+    let file = std::fs::File::open(&args.provider_usage).with_context(|| {
+        format!(
+            "cannot read --provider-usage {}",
+            args.provider_usage.display()
+        )
+    })?;
+    let shown = args.provider_usage.display().to_string();
+    let theirs = read_export(file, &columns, &shown)?;
     let (_, limits) = live_limits(&args.admin).await?;
-    let group_of = |model: &str| match limits.models.contains_key(model) {
-        true => model.to_owned(),
-        false => limits
-            .group_of(model)
-            .map_or(String::new(), |g| g.name.clone()),
-    };
-    let theirs = sum_theirs(theirs_rows, group_of, (from, to));
-
     let store = ledger_store(&args.admin).await?;
-    let wanted: Vec<TenantId> = args
-        .tenant
-        .iter()
-        .map(|t| TenantId::parse(t).with_context(|| format!("--tenant {t:?}")))
-        .collect::<Result<_, _>>()?;
-    // Which tenants have which of the range's hours: SCAN once, read those.
-    let mut by_tenant: BTreeMap<TenantId, Vec<Period>> = BTreeMap::new();
-    for (tenant, period) in store.ledger_keys(true).await? {
-        if hours.contains(&period) && (wanted.is_empty() || wanted.contains(&tenant)) {
-            by_tenant.entry(tenant).or_default().push(period);
-        }
-    }
-    let mut ours: BTreeMap<(i64, String), Row> = BTreeMap::new();
-    for (tenant, periods) in &by_tenant {
-        for (p, rows) in periods.iter().zip(store.ledger(tenant, periods).await?) {
-            for r in rows {
-                ours.entry((p.start_us(), r.group)).or_default().add(&r.row);
-            }
-        }
-    }
-    let sides = reconcile::regroup(ours, theirs, |g| limits.models.contains_key(g));
-    let compared = compare(&sides, max_drift);
+    let query = ReconcileQuery {
+        from: args.from.clone(),
+        to: args.to.clone(),
+        max_drift,
+        tenants: args
+            .tenant
+            .iter()
+            .map(|t| TenantId::parse(t).with_context(|| format!("--tenant {t:?}")))
+            .collect::<Result<_, _>>()?,
+    };
+    let done = crate::admin::reconcile::reconcile(&store, &limits, &query, theirs).await?;
+    let compared = &done.compared;
     let flagged = compared.iter().filter(|c| c.flagged).count();
     let format = if args.admin.json {
         Format::Json
@@ -186,16 +117,9 @@ pub(super) async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
         args.format
     };
     match format {
-        Format::Json => print_json(&Report {
-            from: &args.from,
-            to: &args.to,
-            max_drift_pct: pct(max_drift),
-            tenants: by_tenant.len(),
-            rows: compared.iter().map(shown).collect(),
-            flagged,
-        })?,
-        Format::Csv => print_csv(&compared)?,
-        Format::Table => print_table(&compared, by_tenant.len(), !limits.models.is_empty()),
+        Format::Json => print_json(&done.report(&query))?,
+        Format::Csv => print_csv(compared)?,
+        Format::Table => print_table(compared, done.tenants, done.grouped),
     }
     if flagged > 0 {
         let drift = if flagged == 1 { "drifts" } else { "drift" };
@@ -208,51 +132,6 @@ pub(super) async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// The provider's rows.
-fn read_provider(path: &PathBuf, columns: &Columns) -> anyhow::Result<Vec<reconcile::ProviderRow>> {
-    let mut reader = csv::ReaderBuilder::new()
-        .flexible(true)
-        .from_path(path)
-        .with_context(|| format!("cannot read --provider-usage {}", path.display()))?;
-    let header: Vec<String> = reader.headers()?.iter().map(str::to_owned).collect();
-    let header: Vec<&str> = header.iter().map(String::as_str).collect();
-    let at = Positions::find(columns, &header)?;
-    let mut rows = Vec::new();
-    for (i, record) in reader.records().enumerate() {
-        let record = record.with_context(|| format!("{}: line {}", path.display(), i + 2))?;
-        let cells: Vec<&str> = record.iter().collect();
-        if cells.iter().all(|c| c.trim().is_empty()) {
-            continue;
-        }
-        rows.push(
-            reconcile::provider_row(&cells, &at, i as u64 + 2)
-                .with_context(|| path.display().to_string())?,
-        );
-    }
-    Ok(rows)
-}
-
-fn hour_label(c: &Compared) -> String {
-    usage::label(c.hour_us, By::Hour)
-}
-
-fn shown(c: &Compared) -> Shown {
-    Shown {
-        hour: hour_label(c),
-        model_group: c.model_group.clone(),
-        folded_groups: c.folded.clone(),
-        input_tokens: c.input.into(),
-        cached_input_tokens: c.cached.map(Into::into),
-        cache_write_input_tokens: c.cache_write.map(Into::into),
-        cache_write_1h_input_tokens: c.cache_write_1h.map(Into::into),
-        output_tokens: c.output.into(),
-        reasoning_tokens: c.reasoning.map(Into::into),
-        cost_micros: c.cost.map(Into::into),
-        unsettled: c.unsettled,
-        flagged: c.flagged,
-    }
 }
 
 fn print_csv(rows: &[Compared]) -> anyhow::Result<()> {

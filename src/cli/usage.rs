@@ -6,17 +6,17 @@
 use super::admin::AdminArgs;
 use super::flags::parse_instant;
 use super::output::{Stdout, print_json, table};
+use crate::admin::usage::{UsageLine, UsageQuery};
+pub(super) use crate::admin::usage::{group_label, usd};
 use crate::config::ConfigDoc;
-use crate::domain::budget::ledger::Row;
-use crate::domain::usage::{self, By, Line};
+use crate::domain::usage::By;
 use crate::domain::{Limits, TenantId, UserId};
+use crate::store::Retention;
 use crate::store::config_repo::ConfigStore;
 use crate::store::keys::Keys;
 use crate::store::redis::{Endpoint, RedisSettings, RedisStore};
-use crate::store::{Retention, Store};
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use serde::Serialize;
 use std::time::Duration;
 
 /// How a report prints.
@@ -59,85 +59,6 @@ pub struct UsageArgs {
     pub format: Format,
 }
 
-/// One line of the report, as JSON and CSV show it.
-#[derive(Serialize)]
-struct Shown {
-    period: String,
-    model_group: String,
-    requests: u64,
-    refunds: u64,
-    unsettled: u64,
-    reserved_tokens: u64,
-    prompt_tokens: u64,
-    cached_prompt_tokens: u64,
-    completion_tokens: u64,
-    cost_micros: u64,
-    cost_usd: String,
-    prompt_reserved: u64,
-    prompt_error: u64,
-    /// Σ |prompt reserved − prompt| ÷ Σ prompt, in percent.
-    estimate_error_pct: Option<f64>,
-    // Last, so scripts reading the earlier columns by position still work.
-    cache_write_prompt_tokens: u64,
-    cache_write_1h_prompt_tokens: u64,
-    reasoning_tokens: u64,
-}
-
-impl Shown {
-    fn of(period: String, model_group: &str, r: &Row) -> Shown {
-        let n = |v: f64| v.max(0.0) as u64;
-        Shown {
-            period,
-            model_group: model_group.to_owned(),
-            requests: n(r.requests),
-            refunds: n(r.refunds),
-            unsettled: n(r.unsettled),
-            reserved_tokens: n(r.reserved_tokens),
-            prompt_tokens: n(r.prompt_tokens),
-            cached_prompt_tokens: n(r.cached_prompt_tokens),
-            completion_tokens: n(r.completion_tokens),
-            cost_micros: n(r.cost_micros),
-            cost_usd: usd(n(r.cost_micros)),
-            prompt_reserved: n(r.prompt_reserved),
-            prompt_error: n(r.prompt_error),
-            estimate_error_pct: (r.prompt_tokens > 0.0)
-                .then(|| (r.prompt_error / r.prompt_tokens * 1e4).round() / 100.0),
-            cache_write_prompt_tokens: n(r.cache_write_prompt_tokens),
-            cache_write_1h_prompt_tokens: n(r.cache_write_1h_prompt_tokens),
-            reasoning_tokens: n(r.reasoning_tokens),
-        }
-    }
-}
-
-/// The whole report as JSON.
-#[derive(Serialize)]
-struct Report<'a> {
-    tenant: &'a str,
-    user: Option<&'a str>,
-    model_group: Option<&'a str>,
-    from: &'a str,
-    to: &'a str,
-    by: &'static str,
-    lines: Vec<Shown>,
-    total: Shown,
-}
-
-/// µ$ as dollars, exactly: `12.345678`.
-pub(super) fn usd(micros: u64) -> String {
-    format!("{}.{:06}", micros / 1_000_000, micros % 1_000_000)
-}
-
-/// A model group's name as reports show it. "" holds the calls whose model
-/// was in no group when they were made: `all models` while the configuration
-/// has no groups (`grouped` false), else `other models`.
-pub(super) fn group_label(group: &str, grouped: bool) -> &str {
-    match (group, grouped) {
-        ("", false) => "all models",
-        ("", true) => "other models",
-        (g, _) => g,
-    }
-}
-
 /// The ledger's store: the service's Redis, for reading.
 pub(super) async fn ledger_store(admin: &AdminArgs) -> anyhow::Result<RedisStore> {
     let endpoint = admin.endpoint().context(
@@ -178,115 +99,49 @@ pub(super) async fn live_limits(admin: &AdminArgs) -> anyhow::Result<(ConfigStor
     Ok((cfg, limits))
 }
 
-/// The model group `model` names: a group's own name, or the group whose
-/// patterns match it.
-fn group_named(limits: &Limits, model: &str) -> anyhow::Result<String> {
-    if limits.models.contains_key(model) {
-        return Ok(model.to_owned());
-    }
-    match limits.group_of(model) {
-        Some(g) => Ok(g.name.clone()),
-        None => anyhow::bail!(
-            "{model:?} is no model group and no group's patterns match it; the ledger keeps \
-             usage per model group (groups: {}; see ctxbudget models list)",
-            limits.group_names()
-        ),
-    }
-}
-
 /// Runs `ctxbudget usage`.
 pub(super) async fn usage(args: UsageArgs) -> anyhow::Result<()> {
-    let tenant = TenantId::parse(&args.tenant).context("--tenant")?;
-    let user = args
-        .user
-        .as_deref()
-        .map(UserId::parse)
-        .transpose()
-        .context("--user")?;
-    if user.is_some() && args.by == By::Hour {
-        anyhow::bail!("a user's usage is kept per day: use --by day or --by month");
-    }
-    let from = parse_instant(&args.from).context("--from")?;
-    let to = parse_instant(&args.to).context("--to")?;
-    let periods = usage::periods(from, to, args.by)?;
+    let query = UsageQuery {
+        tenant: TenantId::parse(&args.tenant).context("--tenant")?,
+        user: args
+            .user
+            .as_deref()
+            .map(UserId::parse)
+            .transpose()
+            .context("--user")?,
+        model: args.model.clone(),
+        from: args.from.clone(),
+        to: args.to.clone(),
+        by: args.by,
+    };
+    parse_instant(&args.from).context("--from")?;
+    parse_instant(&args.to).context("--to")?;
     // The groups name the rows; without a readable configuration, the
     // ungrouped row is still `other models`.
     let limits = live_limits(&args.admin).await;
-    let grouped = limits.as_ref().map_or(true, |(_, l)| !l.models.is_empty());
-    let group = match &args.model {
-        Some(m) => Some(group_named(&limits?.1, m)?),
-        None => None,
-    };
+    if args.model.is_some() {
+        limits.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    }
     let store = ledger_store(&args.admin).await?;
-    let read = store.ledger(&tenant, &periods).await?;
-    let rows: Vec<_> = periods.into_iter().zip(read).collect();
-    let lines = usage::sum(&rows, args.by, user.as_ref(), group.as_deref());
-    let mut total = Row::default();
-    lines.iter().for_each(|l| total.add(&l.row));
-    let shown: Vec<Shown> = lines.iter().map(|l| line(l, args.by)).collect();
+    let report =
+        crate::admin::usage::report(&store, limits.as_ref().ok().map(|(_, l)| l), &query).await?;
     let format = if args.admin.json {
         Format::Json
     } else {
         args.format
     };
     match format {
-        Format::Json => print_json(&Report {
-            tenant: tenant.as_str(),
-            user: user.as_ref().map(|u| u.as_str()),
-            model_group: group.as_deref(),
-            from: &args.from,
-            to: &args.to,
-            by: args.by.name(),
-            lines: shown,
-            total: Shown::of("total".into(), "", &total),
-        }),
-        Format::Csv => print_csv(&shown),
+        Format::Json => print_json(&report),
+        Format::Csv => Ok(crate::admin::usage::csv(&report.lines, Stdout)?),
         Format::Table => {
-            print_table(&shown, &Shown::of("total".into(), "", &total), grouped);
+            print_table(&report.lines, &report.total, report.grouped);
             Ok(())
         }
     }
 }
 
-fn line(l: &Line, by: By) -> Shown {
-    Shown::of(usage::label(l.start_us, by), &l.model_group, &l.row)
-}
-
-fn print_csv(lines: &[Shown]) -> anyhow::Result<()> {
-    let mut w = csv::Writer::from_writer(Stdout);
-    for l in lines {
-        w.serialize(l)?;
-    }
-    if lines.is_empty() {
-        // The header alone, so a script still reads the columns.
-        w.write_record(CSV_HEADER)?;
-    }
-    w.flush()?;
-    Ok(())
-}
-
-const CSV_HEADER: [&str; 17] = [
-    "period",
-    "model_group",
-    "requests",
-    "refunds",
-    "unsettled",
-    "reserved_tokens",
-    "prompt_tokens",
-    "cached_prompt_tokens",
-    "completion_tokens",
-    "cost_micros",
-    "cost_usd",
-    "prompt_reserved",
-    "prompt_error",
-    "estimate_error_pct",
-    "cache_write_prompt_tokens",
-    "cache_write_1h_prompt_tokens",
-    "reasoning_tokens",
-];
-
-fn print_table(lines: &[Shown], total: &Shown, grouped: bool) {
-    let cells = |l: &Shown| {
+fn print_table(lines: &[UsageLine], total: &UsageLine, grouped: bool) {
+    let cells = |l: &UsageLine| {
         vec![
             l.period.clone(),
             group_label(&l.model_group, grouped).to_owned(),

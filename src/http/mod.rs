@@ -1,17 +1,22 @@
 //! The HTTP/JSON face of the service, on a port of its own (`[http] listen`):
 //! every `BudgetService` RPC as `POST /v1/<rpc in kebab case>` in protobuf's
 //! JSON mapping (`rpc`), answered by the same [`BudgetApi`] as gRPC, behind
-//! the same tokens, tenant bindings and admission gate. Errors and denials
+//! the same tokens, tenant bindings and admission gate; the admin API under
+//! `/admin/v1/` (`admin`), for admin tokens. Errors and denials
 //! become HTTP statuses in one place (`reply`). docs/http-api.md is the
 //! reference.
 
+mod admin;
+mod ledger;
 mod reply;
 mod rpc;
 
 use crate::api::BudgetApi;
 use crate::api::admission::Gate;
 use crate::api::auth::Auth;
+use crate::engine::Engine;
 use crate::store::Store;
+use crate::store::config_repo::ConfigStore;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use std::future::Future;
@@ -22,6 +27,10 @@ use tokio::net::TcpListener;
 pub struct HttpState<S> {
     /// The budget service, as gRPC serves it.
     pub api: Arc<BudgetApi<S>>,
+    /// The engine behind it (the store, the live limits), for the admin API.
+    pub engine: Arc<Engine<S>>,
+    /// The live configuration in Redis; `None` on the in-memory store.
+    pub config: Option<ConfigStore>,
     /// The accepted tokens (reloaded on SIGHUP).
     pub auth: Arc<Auth>,
     /// The admission gate decisions share with gRPC.
@@ -30,10 +39,32 @@ pub struct HttpState<S> {
     pub max_body: usize,
 }
 
+impl<S> HttpState<S> {
+    /// The state of a replica serving `engine`.
+    pub fn new(
+        engine: Arc<Engine<S>>,
+        config: Option<ConfigStore>,
+        auth: Arc<Auth>,
+        gate: Arc<Gate>,
+        max_body: usize,
+    ) -> Self {
+        HttpState {
+            api: Arc::new(BudgetApi::new(engine.clone())),
+            engine,
+            config,
+            auth,
+            gate,
+            max_body,
+        }
+    }
+}
+
 /// Every route of the HTTP listener.
 pub fn router<S: Store>(state: HttpState<S>) -> Router {
     let max_body = state.max_body;
     rpc::routes::<S>()
+        .merge(admin::routes::<S>())
+        .merge(ledger::routes::<S>())
         .fallback(reply::no_route)
         .method_not_allowed_fallback(reply::wrong_method)
         .with_state(Arc::new(state))

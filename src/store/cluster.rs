@@ -192,6 +192,10 @@ impl<C: Clock + Clone> Store for ClusterStore<C> {
         self.inner.tenants.ledger(tenant, periods).await
     }
 
+    async fn ledger_keys(&self, hourly: bool) -> Result<Vec<(TenantId, Period)>, StoreError> {
+        self.inner.tenants.ledger_keys(hourly).await
+    }
+
     async fn claim_alerts(
         &self,
         max: usize,

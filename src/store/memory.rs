@@ -371,6 +371,10 @@ impl<C: Clock + Clone> Store for MemoryStore<C> {
         Ok(self.ledger_rows(tenant, periods))
     }
 
+    async fn ledger_keys(&self, hourly: bool) -> Result<Vec<(TenantId, Period)>, StoreError> {
+        Ok(self.ledger_periods(hourly))
+    }
+
     async fn renew(&self, s: Settlement<'_>, ttl_ms: u64) -> Result<RenewReply, StoreError> {
         Ok(self.renew_now(s, ttl_ms))
     }

@@ -290,6 +290,13 @@ pub trait Store: Send + Sync + 'static {
         periods: &[Period],
     ) -> impl Future<Output = Result<Vec<Vec<LedgerRow>>, StoreError>> + Send;
 
+    /// Every tenant with hourly (`hourly`) or daily ledger rows, and which
+    /// periods, sorted (reconciliation, the console's tenant list).
+    fn ledger_keys(
+        &self,
+        hourly: bool,
+    ) -> impl Future<Output = Result<Vec<(TenantId, Period)>, StoreError>> + Send;
+
     /// Claims up to `max` queued alerts due now in all (queue by queue, in
     /// the order of their keys), each for `claim_ms` (no other replica takes
     /// them meanwhile; a claim not finished lapses and the alert is due

@@ -269,6 +269,10 @@ impl Store for RedisStore {
         self.ledger_call(tenant, periods).await
     }
 
+    async fn ledger_keys(&self, hourly: bool) -> Result<Vec<(TenantId, Period)>, StoreError> {
+        self.ledger_keys_call(hourly).await
+    }
+
     async fn renew(&self, s: Settlement<'_>, ttl_ms: u64) -> Result<RenewReply, StoreError> {
         self.renew_call(s, ttl_ms).await
     }

@@ -59,4 +59,20 @@ impl<C: Clock> MemoryStore<C> {
             })
             .collect()
     }
+
+    /// Every tenant with hourly (`hourly`) or daily rows, and which periods.
+    pub(super) fn ledger_periods(&self, hourly: bool) -> Vec<(TenantId, Period)> {
+        let now = self.clock.now_us();
+        let d = self.lock(now);
+        let mut out: Vec<(TenantId, Period)> = d
+            .ledger
+            .iter()
+            .filter(|(_, (_, exp))| *exp > now)
+            .filter_map(|(key, _)| self.keys.parse_ledger(key))
+            .filter(|(_, p)| matches!(p, Period::Hour(_)) == hourly)
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
 }

@@ -57,7 +57,10 @@ impl RedisStore {
 
     /// Every tenant with hourly (or daily) ledger rows, and which periods
     /// (on a cluster, SCAN runs on every master).
-    pub async fn ledger_keys(&self, hourly: bool) -> Result<Vec<(TenantId, Period)>, StoreError> {
+    pub(super) async fn ledger_keys_call(
+        &self,
+        hourly: bool,
+    ) -> Result<Vec<(TenantId, Period)>, StoreError> {
         let keys = self.scan_keys(&self.keys.ledger_pattern(hourly)).await?;
         let mut out: Vec<(TenantId, Period)> = keys
             .iter()

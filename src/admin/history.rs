@@ -1,50 +1,72 @@
-//! `ctxbudget tiers history`: the audit log of configuration changes, newest
-//! first, each entry followed by what it changed, field by field, in full.
+//! The audit log of configuration changes, newest first, each entry with
+//! what it changed, field by field, in full: printed by `ctxbudget tiers
+//! history`, served by the admin API (`/admin/v1/history`).
 //!
 //! ```text
 //! 2026-11-30 01:02:00 UTC  alice  tier:pro  version 2 (updated)
 //!     user.requests: [{"limit":60,"period":"1m"}] → [{"limit":40,"period":"1m"}]
 //! ```
 
-use super::output::{outln, print_json};
 use crate::store::config_repo::{AuditEntry, ConfigStore};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// Prints the newest `limit` audit entries (as JSON with `json`: `--json`).
-pub(super) async fn history(cfg: &ConfigStore, limit: usize, json: bool) -> anyhow::Result<()> {
-    let entries: Vec<AuditEntry> = cfg.history(limit).await?;
-    if json {
-        return print_json(&entries);
+/// One change as the admin API shows it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Shown {
+    /// The audit entry.
+    #[serde(flatten)]
+    pub entry: AuditEntry,
+    /// `created`, `updated`, `deleted` or `seeded`.
+    pub what: &'static str,
+    /// When, `YYYY-MM-DD hh:mm:ss` UTC.
+    pub at: String,
+    /// What changed, one line per field ([`changes`]).
+    pub changes: Vec<String>,
+}
+
+/// The newest `limit` audit entries, of document `field` only when given
+/// (`tier:pro`; among the newest entries the log keeps).
+pub async fn history(
+    cfg: &ConfigStore,
+    field: Option<&str>,
+    limit: usize,
+) -> Result<Vec<Shown>, crate::store::StoreError> {
+    let read = match field {
+        Some(_) => AUDIT_KEPT,
+        None => limit,
+    };
+    let entries: Vec<AuditEntry> = cfg.history(read).await?;
+    Ok(entries
+        .into_iter()
+        .filter(|e| field.is_none_or(|f| e.field == f))
+        .take(limit)
+        .map(|e| Shown {
+            what: what(&e),
+            at: utc(e.at_ms),
+            changes: changes(&e.old, &e.new),
+            entry: e,
+        })
+        .collect())
+}
+
+/// How many entries the audit log keeps, about.
+const AUDIT_KEPT: usize = 10_000;
+
+/// What an entry did.
+pub fn what(e: &AuditEntry) -> &'static str {
+    match (e.old.is_empty(), e.new.is_empty()) {
+        _ if e.field == "*" => "seeded",
+        (true, _) => "created",
+        (false, true) => "deleted",
+        (false, false) => "updated",
     }
-    if entries.is_empty() {
-        outln!("(no changes recorded)");
-    }
-    for e in &entries {
-        let what = match (e.old.is_empty(), e.new.is_empty()) {
-            _ if e.field == "*" => "seeded",
-            (true, _) => "created",
-            (false, true) => "deleted",
-            (false, false) => "updated",
-        };
-        outln!(
-            "{} UTC  {}  {}  version {} ({what})",
-            utc(e.at_ms),
-            e.actor,
-            e.field,
-            e.version
-        );
-        for line in changes(&e.old, &e.new) {
-            outln!("    {line}");
-        }
-    }
-    Ok(())
 }
 
 /// What changed between two stored documents, one line per field whose value
 /// differs (`path: old → new`, `-` for absent); texts that are not JSON
 /// documents (a seed's summary) as they are.
-pub(super) fn changes(old: &str, new: &str) -> Vec<String> {
+pub fn changes(old: &str, new: &str) -> Vec<String> {
     let (Some(before), Some(after)) = (fields(old), fields(new)) else {
         let mut lines = Vec::new();
         if !old.is_empty() {
@@ -104,7 +126,7 @@ fn flatten(prefix: &str, value: &Value, out: &mut BTreeMap<String, Value>) {
 }
 
 /// `ms` since the epoch as `YYYY-MM-DD hh:mm:ss`.
-pub(super) fn utc(ms: u64) -> String {
+pub fn utc(ms: u64) -> String {
     let secs = ms / 1000;
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).

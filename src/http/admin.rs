@@ -1,0 +1,400 @@
+//! `/admin/v1/…`: the live configuration over HTTP, for tools (a portal, a
+//! billing system, Terraform) and the console. Every route takes an admin
+//! token (`role = "admin"`); a caller's token is refused 403. Changes go
+//! through [`crate::admin`], as the CLI's do: the same validation, versions,
+//! audit and live reload. A GET answers the configuration version in
+//! `ETag`; a write with `If-Match` naming a version after which its document
+//! changed is refused 412 and changes nothing.
+//!
+//! | route | verbs |
+//! |---|---|
+//! | `/admin/v1/{tiers,models,prices,overrides}` | GET: list (`search`, `offset`, `limit`) |
+//! | `/admin/v1/{kind}/{name}` | GET, PUT (the document), DELETE |
+//! | `/admin/v1/{kind}/{name}/history` | GET |
+//! | `/admin/v1/{envoy,ext-proc,global}` | GET, PUT, DELETE (back to the defaults) |
+//! | `/admin/v1/{envoy,ext-proc,global}/history` | GET |
+//! | `/admin/v1/history` | GET: every change (`limit`) |
+
+use super::HttpState;
+use super::reply::{error, json};
+use super::rpc::caller;
+use crate::admin::documents::{self, Kind};
+use crate::admin::{AdminError, history};
+use crate::api::auth::Caller;
+use crate::config::ConfigDoc;
+use crate::store::Store;
+use crate::store::config_repo::ConfigStore;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use axum::routing::get;
+use serde::Deserialize;
+use std::sync::Arc;
+use tonic::Status;
+
+type St<S> = State<Arc<HttpState<S>>>;
+
+/// The admin routes of the live configuration.
+pub(super) fn routes<S: Store>() -> Router<Arc<HttpState<S>>> {
+    Router::new()
+        .route("/admin/v1/history", get(all_history::<S>))
+        .route(
+            "/admin/v1/{kind}",
+            get(list::<S>)
+                .put(put_single::<S>)
+                .delete(delete_single::<S>),
+        )
+        .route(
+            "/admin/v1/{kind}/{name}",
+            get(get_one::<S>).put(put_one::<S>).delete(delete_one::<S>),
+        )
+        .route("/admin/v1/{kind}/{name}/history", get(one_history::<S>))
+}
+
+/// The admin caller behind the headers: UNAUTHENTICATED without a valid
+/// token, PERMISSION_DENIED for a caller's token or when no admin token is
+/// configured at all.
+pub(super) fn admin<S>(state: &HttpState<S>, headers: &HeaderMap) -> Result<Caller, Status> {
+    if !state.auth.has_admin() {
+        return Err(Status::permission_denied(
+            "the admin API and the console take an admin token, and none is configured: add \
+             [[auth.tokens]] with role = \"admin\" to the configuration file and send the \
+             service SIGHUP (docs/http-api.md#admin-api)",
+        ));
+    }
+    match caller(state, headers)? {
+        Some(c) if c.is_admin() => Ok(c),
+        Some(c) => Err(Status::permission_denied(format!(
+            "token {:?} is a caller's token; the admin API takes a token of role \"admin\"",
+            c.name
+        ))),
+        None => Err(Status::unauthenticated(
+            "missing bearer token: send the header `authorization: Bearer <admin token>`",
+        )),
+    }
+}
+
+/// The live configuration's store, or FAILED_PRECONDITION on a replica
+/// whose configuration is its file (the in-memory store).
+fn config<S>(state: &HttpState<S>) -> Result<&ConfigStore, Status> {
+    state.config.as_ref().ok_or_else(|| {
+        Status::failed_precondition(
+            "this replica runs on the in-memory store, whose configuration is its file: edit \
+             the file and send the service SIGHUP (the admin API changes the live \
+             configuration in Redis)",
+        )
+    })
+}
+
+/// The status of an admin error.
+pub(super) fn status(e: AdminError) -> Status {
+    match e {
+        AdminError::Invalid(m) => Status::invalid_argument(m),
+        AdminError::NotFound(m) => Status::not_found(m),
+        // Answered 412 Precondition Failed.
+        e @ AdminError::Stale { .. } => Status::aborted(e.to_string()),
+        AdminError::Store(e) => crate::api::to_status(e.into()),
+    }
+}
+
+/// The kind a path segment names, or NOT_FOUND listing them.
+fn kind(segment: &str) -> Result<Kind, Status> {
+    Kind::of_segment(segment).ok_or_else(|| {
+        let kinds: Vec<&str> = documents::KINDS.iter().map(|k| k.segment()).collect();
+        Status::not_found(format!(
+            "no /admin/v1/{segment}: the documents are {}, and usage, reconcile, history",
+            kinds.join(", ")
+        ))
+    })
+}
+
+/// The configuration as stored now.
+async fn load(cfg: &ConfigStore) -> Result<ConfigDoc, Status> {
+    let stored = cfg.load().await.map_err(|e| status(e.into()))?;
+    ConfigDoc::from_stored(stored).map_err(|e| status(e.into()))
+}
+
+/// `body` with an `ETag` of configuration version `version`.
+fn tagged(mut response: Response, version: u64) -> Response {
+    if let Ok(v) = HeaderValue::from_str(&format!("\"{version}\"")) {
+        response.headers_mut().insert(header::ETAG, v);
+    }
+    response
+}
+
+/// The version `If-Match` names: `"7"`, `W/"7"` or `7`; none (or `*`):
+/// write whatever changed.
+fn if_match(headers: &HeaderMap) -> Result<Option<u64>, Status> {
+    let Some(value) = headers.get(header::IF_MATCH) else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or("").trim();
+    if text == "*" {
+        return Ok(None);
+    }
+    let bare = text.trim_start_matches("W/").trim_matches('"');
+    bare.parse().map(Some).map_err(|_| {
+        Status::invalid_argument(format!(
+            "If-Match {text:?} is not a configuration version: send the ETag a GET answered \
+             (\"7\")"
+        ))
+    })
+}
+
+/// Paging and search of a list.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Page {
+    /// Only names containing this (case-insensitive).
+    #[serde(default)]
+    search: Option<String>,
+    /// Items to skip.
+    #[serde(default)]
+    offset: usize,
+    /// Items to return (at most 1000; default 100).
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+impl Page {
+    /// The page of `items` (name, value) this asks for, and how many match.
+    pub(super) fn of<T>(
+        &self,
+        items: impl Iterator<Item = (String, T)>,
+    ) -> (usize, Vec<(String, T)>) {
+        let needle = self.search.as_deref().unwrap_or("").to_lowercase();
+        let matching: Vec<(String, T)> = items
+            .filter(|(name, _)| needle.is_empty() || name.to_lowercase().contains(&needle))
+            .collect();
+        let total = matching.len();
+        let limit = self.limit.unwrap_or(100).clamp(1, 1000);
+        (
+            total,
+            matching.into_iter().skip(self.offset).take(limit).collect(),
+        )
+    }
+}
+
+async fn list<S: Store>(
+    State(state): St<S>,
+    headers: HeaderMap,
+    Path(segment): Path<String>,
+    page: Result<Query<Page>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let run = async {
+        admin(&state, &headers)?;
+        let kind = kind(&segment)?;
+        let doc = load(config(&state)?).await?;
+        if !kind.named() {
+            return Ok(tagged(
+                json(StatusCode::OK, &documents::list(&doc, kind)),
+                doc.version,
+            ));
+        }
+        let Query(page) = page.map_err(|e| {
+            Status::invalid_argument(format!("{e}: the list takes search, offset and limit"))
+        })?;
+        let all = match documents::list(&doc, kind) {
+            serde_json::Value::Object(map) => map,
+            _ => serde_json::Map::new(),
+        };
+        let (total, items) = page.of(all.into_iter());
+        let items: Vec<serde_json::Value> = items
+            .into_iter()
+            .map(|(name, document)| serde_json::json!({ "name": name, "document": document }))
+            .collect();
+        let body = serde_json::json!({
+            "version": doc.version,
+            "total": total,
+            "offset": page.offset,
+            "items": items,
+        });
+        Ok(tagged(json(StatusCode::OK, &body), doc.version))
+    };
+    run.await.unwrap_or_else(error)
+}
+
+async fn get_one<S: Store>(
+    State(state): St<S>,
+    headers: HeaderMap,
+    Path((segment, name)): Path<(String, String)>,
+) -> Response {
+    let run = async {
+        admin(&state, &headers)?;
+        let kind = kind(&segment)?;
+        if !kind.named() && name == "history" {
+            let shown = history::history(config(&state)?, Some(&kind.field("").name()), 100)
+                .await
+                .map_err(|e| status(e.into()))?;
+            return Ok(json(StatusCode::OK, &shown));
+        }
+        let doc = load(config(&state)?).await?;
+        let document = documents::get(&doc, kind, &name).map_err(status)?;
+        Ok(tagged(json(StatusCode::OK, &document), doc.version))
+    };
+    run.await.unwrap_or_else(error)
+}
+
+/// Sets or deletes (`text` `None`) a document, as `who`, checked against
+/// `If-Match`.
+async fn change<S: Store>(
+    state: &HttpState<S>,
+    headers: &HeaderMap,
+    segment: &str,
+    name: Option<&str>,
+    text: Option<String>,
+) -> Result<Response, Status> {
+    let who = admin(state, headers)?;
+    let kind = kind(segment)?;
+    let name = match (kind.named(), name) {
+        (true, Some(n)) => n,
+        (false, None) => "",
+        (true, None) => {
+            return Err(Status::invalid_argument(format!(
+                "name the document: /admin/v1/{segment}/{{name}}"
+            )));
+        }
+        (false, Some(_)) => {
+            return Err(Status::invalid_argument(format!(
+                "{segment} is one document: /admin/v1/{segment}"
+            )));
+        }
+    };
+    let read_at = if_match(headers)?;
+    let cfg = config(state)?;
+    let mut doc = load(cfg).await?;
+    let change = match &text {
+        Some(text) => documents::set(&mut doc, kind, name, text),
+        None => documents::delete(&mut doc, kind, name),
+    }
+    .map_err(status)?;
+    let note = change.note.clone();
+    let actor = format!("{} (admin API)", who.name);
+    let written = crate::admin::write(cfg, change, &actor, read_at)
+        .await
+        .map_err(status)?;
+    let code = match (&written.old, &written.new) {
+        (None, Some(_)) => StatusCode::CREATED,
+        _ => StatusCode::OK,
+    };
+    let mut body = serde_json::to_value(&written).unwrap_or_default();
+    if let Some(note) = note {
+        body["note"] = note.into();
+    }
+    Ok(tagged(json(code, &body), written.version))
+}
+
+/// A document's text from the body (JSON or TOML).
+fn text(
+    raw: Result<Bytes, BytesRejection>,
+    headers: &HeaderMap,
+    limit: usize,
+) -> Result<String, Status> {
+    let bytes = raw.map_err(|r| match r.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            crate::api::refusal_status(crate::api::Refusal::MessageTooLarge {
+                found: headers
+                    .get(header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok()?.parse().ok()),
+                limit,
+            })
+        }
+        _ => Status::invalid_argument(format!("cannot read the request body: {r}")),
+    })?;
+    String::from_utf8(bytes.to_vec()).map_err(|_| {
+        Status::invalid_argument("the document is not UTF-8 text: send JSON (or TOML)")
+    })
+}
+
+async fn put_one<S: Store>(
+    State(state): St<S>,
+    headers: HeaderMap,
+    Path((segment, name)): Path<(String, String)>,
+    raw: Result<Bytes, BytesRejection>,
+) -> Response {
+    let run = async {
+        let text = text(raw, &headers, state.max_body)?;
+        change(&state, &headers, &segment, Some(&name), Some(text)).await
+    };
+    run.await.unwrap_or_else(error)
+}
+
+async fn delete_one<S: Store>(
+    State(state): St<S>,
+    headers: HeaderMap,
+    Path((segment, name)): Path<(String, String)>,
+) -> Response {
+    change(&state, &headers, &segment, Some(&name), None)
+        .await
+        .unwrap_or_else(error)
+}
+
+async fn put_single<S: Store>(
+    State(state): St<S>,
+    headers: HeaderMap,
+    Path(segment): Path<String>,
+    raw: Result<Bytes, BytesRejection>,
+) -> Response {
+    let run = async {
+        let text = text(raw, &headers, state.max_body)?;
+        change(&state, &headers, &segment, None, Some(text)).await
+    };
+    run.await.unwrap_or_else(error)
+}
+
+async fn delete_single<S: Store>(
+    State(state): St<S>,
+    headers: HeaderMap,
+    Path(segment): Path<String>,
+) -> Response {
+    change(&state, &headers, &segment, None, None)
+        .await
+        .unwrap_or_else(error)
+}
+
+/// `?limit=` of a history.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Last {
+    #[serde(default = "hundred")]
+    limit: usize,
+}
+
+fn hundred() -> usize {
+    100
+}
+
+async fn one_history<S: Store>(
+    State(state): St<S>,
+    headers: HeaderMap,
+    Path((segment, name)): Path<(String, String)>,
+    Query(last): Query<Last>,
+) -> Response {
+    let run = async {
+        admin(&state, &headers)?;
+        let field = kind(&segment)?.field(&name).name();
+        let shown = history::history(config(&state)?, Some(&field), last.limit.min(10_000))
+            .await
+            .map_err(|e| status(e.into()))?;
+        Ok(json(StatusCode::OK, &shown))
+    };
+    run.await.unwrap_or_else(error)
+}
+
+async fn all_history<S: Store>(
+    State(state): St<S>,
+    headers: HeaderMap,
+    Query(last): Query<Last>,
+) -> Response {
+    let run = async {
+        admin(&state, &headers)?;
+        let shown = history::history(config(&state)?, None, last.limit.min(10_000))
+            .await
+            .map_err(|e| status(e.into()))?;
+        Ok(json(StatusCode::OK, &shown))
+    };
+    run.await.unwrap_or_else(error)
+}
