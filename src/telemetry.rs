@@ -20,7 +20,7 @@
 mod exporter;
 mod logging;
 
-pub use exporter::{KnownSeries, describe, register, serve_metrics};
+pub use exporter::{KnownSeries, describe, install_metrics, register, render};
 pub use logging::{LogFormat, init_logging};
 
 use crate::domain::Denial;

@@ -5,6 +5,7 @@
 //! when the document changed after the version the writer read — in
 //! [`write`]. Nothing is written unless everything checks.
 
+pub mod blocks;
 pub mod documents;
 pub mod history;
 pub mod reconcile;

@@ -4,7 +4,6 @@
 
 mod admin;
 mod alerts;
-mod block;
 mod flags;
 mod health;
 mod inspect;
@@ -131,6 +130,8 @@ pub enum Command {
     /// Ask a running service whether it is serving (grpc.health.v1); exits 0
     /// when SERVING. For container healthchecks.
     Health(HealthArgs),
+    /// Print the HTTP API's OpenAPI document (what `/openapi.json` serves).
+    Openapi,
     /// Threshold alerts: list the queued and recent ones, or send a test event.
     Alerts {
         /// What to do.
@@ -195,6 +196,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Reconcile(args) => reconcile::reconcile(args).await,
         Command::Health(args) => health::health(args).await,
         Command::Alerts { cmd, admin } => alerts::alerts(cmd, admin).await,
+        Command::Openapi => output::print_json(&crate::http::openapi::document()),
     }
 }
 
@@ -213,10 +215,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .with_context(|| format!("cannot listen on {}", settings.listen))?;
-    if let Some(addr) = args.metrics_listen {
-        telemetry::serve_metrics(addr, &settings)
-            .with_context(|| format!("cannot serve metrics on {addr}"))?;
-        tracing::info!("metrics at http://{addr}/metrics");
+    // The console (on the HTTP port) reads the same counters.
+    if args.metrics_listen.is_some() || settings.http_listen.is_some() {
+        let addr = args.metrics_listen;
+        telemetry::install_metrics(addr, &settings).with_context(|| match addr {
+            Some(addr) => format!("cannot serve metrics on {addr}"),
+            None => "cannot record metrics".to_string(),
+        })?;
+        if let Some(addr) = addr {
+            tracing::info!("metrics at http://{addr}/metrics");
+        }
     }
     server::run(settings, listener, shutdown_signal()).await?;
     Ok(())

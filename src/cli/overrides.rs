@@ -2,16 +2,14 @@
 //! differs from the tier; `get` shows the document and, beside it, the limits
 //! in force for the tenant on each tier, so what it inherits is never a guess.
 
-use super::admin::{AdminArgs, check_whole, read_input, write, write_document};
-use super::block;
+use super::admin::{AdminArgs, read_input, write};
 use super::output::{
     Effective, effective_lines, override_summary, print_document, print_json, table,
 };
-use crate::admin::{Kind, documents};
+use crate::admin::{Kind, blocks, documents};
 use crate::config::OverrideSection;
-use crate::config::live::{ConfigDoc, document};
+use crate::config::live::ConfigDoc;
 use crate::domain::Limits;
-use crate::store::config_repo::Field;
 use anyhow::{Context, bail};
 use clap::Subcommand;
 use serde::Serialize;
@@ -105,16 +103,8 @@ pub(super) async fn overrides(cmd: OverridesCmd, args: AdminArgs) -> anyhow::Res
             reason,
         } => {
             let tenant = one_tenant(tenant, tenant_flag)?;
-            let section = block::block(&doc, &tenant, user.as_deref(), &reason)?;
-            doc.overrides.insert(tenant.clone(), section.clone());
-            check_whole(&doc)?;
-            write_document(
-                &cfg,
-                Field::Override(tenant),
-                Some(document(&section)),
-                &args,
-            )
-            .await?;
+            let change = blocks::block(&mut doc, &tenant, user.as_deref(), &reason)?;
+            write(&cfg, change, &args).await?;
         }
         OverridesCmd::Unblock {
             tenant,
@@ -122,9 +112,8 @@ pub(super) async fn overrides(cmd: OverridesCmd, args: AdminArgs) -> anyhow::Res
             user,
         } => {
             let tenant = one_tenant(tenant, tenant_flag)?;
-            let section = block::unblock(&doc, &tenant, user.as_deref())?;
-            let value = (!section.is_empty()).then(|| document(&section));
-            write_document(&cfg, Field::Override(tenant), value, &args).await?;
+            let change = blocks::unblock(&doc, &tenant, user.as_deref())?;
+            write(&cfg, change, &args).await?;
         }
     }
     Ok(())

@@ -13,6 +13,7 @@
 //! | `/admin/v1/{kind}/{name}/history` | GET |
 //! | `/admin/v1/{envoy,ext-proc,global}` | GET, PUT, DELETE (back to the defaults) |
 //! | `/admin/v1/{envoy,ext-proc,global}/history` | GET |
+//! | `/admin/v1/overrides/{tenant}/block` | PUT `{"reason", "user"?}`: block the tenant or a user; DELETE (`?user=`): lift it |
 //! | `/admin/v1/history` | GET: every change (`limit`) |
 
 use super::HttpState;
@@ -52,6 +53,10 @@ pub(super) fn routes<S: Store>() -> Router<Arc<HttpState<S>>> {
             get(get_one::<S>).put(put_one::<S>).delete(delete_one::<S>),
         )
         .route("/admin/v1/{kind}/{name}/history", get(one_history::<S>))
+        .route(
+            "/admin/v1/{kind}/{name}/block",
+            axum::routing::put(block::<S>).delete(unblock::<S>),
+        )
 }
 
 /// The admin caller behind the headers: UNAUTHENTICATED without a valid
@@ -105,7 +110,8 @@ fn kind(segment: &str) -> Result<Kind, Status> {
     Kind::of_segment(segment).ok_or_else(|| {
         let kinds: Vec<&str> = documents::KINDS.iter().map(|k| k.segment()).collect();
         Status::not_found(format!(
-            "no /admin/v1/{segment}: the documents are {}, and usage, reconcile, history",
+            "no route /admin/v1/{segment}: the documents are {}; beside them usage, reconcile, \
+             history, tenants, metrics and service (see /openapi.json)",
             kinds.join(", ")
         ))
     })
@@ -150,13 +156,13 @@ fn if_match(headers: &HeaderMap) -> Result<Option<u64>, Status> {
 pub(super) struct Page {
     /// Only names containing this (case-insensitive).
     #[serde(default)]
-    search: Option<String>,
+    pub(super) search: Option<String>,
     /// Items to skip.
     #[serde(default)]
-    offset: usize,
+    pub(super) offset: usize,
     /// Items to return (at most 1000; default 100).
     #[serde(default)]
-    limit: Option<usize>,
+    pub(super) limit: Option<usize>,
 }
 
 impl Page {
@@ -395,6 +401,94 @@ async fn all_history<S: Store>(
             .await
             .map_err(|e| status(e.into()))?;
         Ok(json(StatusCode::OK, &shown))
+    };
+    run.await.unwrap_or_else(error)
+}
+
+/// The body of a block.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BlockBody {
+    /// Why, shown to every refused caller.
+    reason: String,
+    /// One user of the tenant; absent: the whole tenant.
+    #[serde(default)]
+    user: Option<String>,
+}
+
+/// `?user=` of an unblock.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Whose {
+    #[serde(default)]
+    user: Option<String>,
+}
+
+/// Only `/admin/v1/overrides/{tenant}/block` exists.
+fn overrides_only(segment: &str) -> Result<(), Status> {
+    match segment {
+        "overrides" => Ok(()),
+        _ => Err(Status::not_found(format!(
+            "no route /admin/v1/{segment}/…/block: blocks are kept in overrides \
+             (/admin/v1/overrides/{{tenant}}/block)"
+        ))),
+    }
+}
+
+/// Writes a block change as `who`, checked against `If-Match`.
+async fn write_block<S: Store>(
+    state: &HttpState<S>,
+    headers: &HeaderMap,
+    who: &Caller,
+    change: impl FnOnce(&mut ConfigDoc) -> Result<crate::admin::Change, AdminError>,
+) -> Result<Response, Status> {
+    let read_at = if_match(headers)?;
+    let cfg = config(state)?;
+    let mut doc = load(cfg).await?;
+    let change = change(&mut doc).map_err(status)?;
+    let actor = format!("{} (admin API)", who.name);
+    let written = crate::admin::write(cfg, change, &actor, read_at)
+        .await
+        .map_err(status)?;
+    Ok(tagged(json(StatusCode::OK, &written), written.version))
+}
+
+async fn block<S: Store>(
+    State(state): St<S>,
+    headers: HeaderMap,
+    Path((segment, tenant)): Path<(String, String)>,
+    raw: Result<Bytes, BytesRejection>,
+) -> Response {
+    let run = async {
+        let who = admin(&state, &headers)?;
+        overrides_only(&segment)?;
+        let text = text(raw, &headers, state.max_body)?;
+        let body: BlockBody = serde_json::from_str(&text).map_err(|e| {
+            Status::invalid_argument(format!(
+                "the body is no block: {e}; send {{\"reason\": \"…\"}} (and \"user\" to block one user)"
+            ))
+        })?;
+        write_block(&state, &headers, &who, |doc| {
+            crate::admin::blocks::block(doc, &tenant, body.user.as_deref(), &body.reason)
+        })
+        .await
+    };
+    run.await.unwrap_or_else(error)
+}
+
+async fn unblock<S: Store>(
+    State(state): St<S>,
+    headers: HeaderMap,
+    Path((segment, tenant)): Path<(String, String)>,
+    Query(whose): Query<Whose>,
+) -> Response {
+    let run = async {
+        let who = admin(&state, &headers)?;
+        overrides_only(&segment)?;
+        write_block(&state, &headers, &who, |doc| {
+            crate::admin::blocks::unblock(doc, &tenant, whose.user.as_deref())
+        })
+        .await
     };
     run.await.unwrap_or_else(error)
 }

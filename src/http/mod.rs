@@ -2,14 +2,19 @@
 //! every `BudgetService` RPC as `POST /v1/<rpc in kebab case>` in protobuf's
 //! JSON mapping (`rpc`), answered by the same [`BudgetApi`] as gRPC, behind
 //! the same tokens, tenant bindings and admission gate; the admin API under
-//! `/admin/v1/` (`admin`), for admin tokens. Errors and denials
+//! `/admin/v1/` (`admin`, `ledger`, `tenants`), for admin tokens; and the
+//! console at `/console` (`console`). Errors and denials
 //! become HTTP statuses in one place (`reply`). docs/http-api.md is the
 //! reference.
 
 mod admin;
+mod console;
 mod ledger;
+pub mod openapi;
+mod openapi_admin;
 mod reply;
 mod rpc;
+mod tenants;
 
 use crate::api::BudgetApi;
 use crate::api::admission::Gate;
@@ -37,6 +42,8 @@ pub struct HttpState<S> {
     pub gate: Arc<Gate>,
     /// Largest request body accepted (`[server] max_message_bytes`).
     pub max_body: usize,
+    /// The tenants the admin API lists, read now and then.
+    tenants: tenants::TenantList,
 }
 
 impl<S> HttpState<S> {
@@ -55,6 +62,7 @@ impl<S> HttpState<S> {
             auth,
             gate,
             max_body,
+            tenants: tenants::TenantList::default(),
         }
     }
 }
@@ -65,10 +73,18 @@ pub fn router<S: Store>(state: HttpState<S>) -> Router {
     rpc::routes::<S>()
         .merge(admin::routes::<S>())
         .merge(ledger::routes::<S>())
+        .merge(tenants::routes::<S>())
+        .merge(console::routes::<S>())
+        .route("/openapi.json", axum::routing::get(openapi_json))
         .fallback(reply::no_route)
         .method_not_allowed_fallback(reply::wrong_method)
         .with_state(Arc::new(state))
         .layer(DefaultBodyLimit::max(max_body))
+}
+
+/// `/openapi.json`: the description of every route (no token needed).
+async fn openapi_json() -> axum::response::Response {
+    reply::json(axum::http::StatusCode::OK, &openapi::document())
 }
 
 /// Serves `router` on `listener` until `shutdown`.

@@ -145,7 +145,9 @@ pub(super) fn body<T: DeserializeOwned>(
 pub(super) async fn no_route(uri: axum::http::Uri) -> Response {
     error(Status::not_found(format!(
         "no route {}: the API is POST /v1/check-and-reserve, /v1/commit, /v1/refund, \
-         /v1/renew-lease, /v1/get-status and /v1/get-estimator (docs/http-api.md)",
+         /v1/renew-lease, /v1/get-status and /v1/get-estimator; the admin API is under \
+         /admin/v1/, the console at /console, the API's description at /openapi.json \
+         (docs/http-api.md)",
         uri.path()
     )))
 }
@@ -153,7 +155,8 @@ pub(super) async fn no_route(uri: axum::http::Uri) -> Response {
 /// 405 for a method a route does not take.
 pub(super) async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {
     let mut response = error(Status::unimplemented(format!(
-        "{method} {} is not served: the RPCs take POST with a JSON body (docs/http-api.md)",
+        "{method} {} is not served: the RPCs take POST with a JSON body; see /openapi.json \
+         for each route's methods (docs/http-api.md)",
         uri.path()
     )));
     *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;

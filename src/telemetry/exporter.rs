@@ -4,7 +4,7 @@
 use super::*;
 use crate::domain::{Dimension, Level, Reason};
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
-use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use std::net::SocketAddr;
 
 /// The series labels known when the exporter starts: what [`register`] sets
@@ -24,28 +24,57 @@ pub struct KnownSeries {
     pub max_in_flight: usize,
 }
 
-/// Serves Prometheus metrics at `http://addr/metrics`: distributions as
-/// histograms, every metric described, and the series whose labels are known
-/// at start (the configured tiers and estimator keys among them) registered
-/// at zero.
-pub fn serve_metrics(addr: SocketAddr, known: impl Into<KnownSeries>) -> Result<(), BuildError> {
+/// The recorder's handle, once installed: what the admin API's
+/// `/admin/v1/metrics` renders for the console.
+static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
+
+/// Records metrics in this process: served at `http://listen/metrics` when
+/// `listen` is given, and rendered by [`render`] either way (the console
+/// reads them). Distributions are histograms, every metric is described, and
+/// the series whose labels are known at start (the configured tiers and
+/// estimator keys among them) are registered at zero.
+pub fn install_metrics(
+    listen: Option<SocketAddr>,
+    known: impl Into<KnownSeries>,
+) -> Result<(), BuildError> {
     // Built, installed and filled before the listener is spawned, so the
     // first scrape that answers already has every series.
     let runtime = tokio::runtime::Handle::current();
-    let (recorder, exporter) = {
-        let _in_runtime = runtime.enter();
-        PrometheusBuilder::new()
-            .with_http_listener(addr)
-            .set_buckets(LATENCY_BUCKETS)?
-            .set_buckets_for_metric(Matcher::Full(COMMIT_DELTA.into()), DELTA_BUCKETS)?
-            .set_buckets_for_metric(Matcher::Full(ESTIMATION_RATIO.into()), RATIO_BUCKETS)?
-            .build()?
+    let builder = PrometheusBuilder::new()
+        .set_buckets(LATENCY_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(COMMIT_DELTA.into()), DELTA_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(ESTIMATION_RATIO.into()), RATIO_BUCKETS)?;
+    let (recorder, exporter) = match listen {
+        Some(addr) => {
+            let _in_runtime = runtime.enter();
+            let (recorder, exporter) = builder.with_http_listener(addr).build()?;
+            (recorder, Some(exporter))
+        }
+        None => (builder.build_recorder(), None),
     };
+    let handle = recorder.handle();
     metrics::set_global_recorder(recorder)?;
+    let _ = HANDLE.set(handle.clone());
     describe();
     register(&known.into());
-    runtime.spawn(exporter);
+    if let Some(exporter) = exporter {
+        runtime.spawn(exporter);
+    }
+    // Histograms and summaries are drained on render; without a scraper,
+    // something must drain them now and then.
+    runtime.spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
+        loop {
+            tick.tick().await;
+            handle.run_upkeep();
+        }
+    });
     Ok(())
+}
+
+/// The metrics in Prometheus's text format, when [`install_metrics`] ran.
+pub fn render() -> Option<String> {
+    HANDLE.get().map(PrometheusHandle::render)
 }
 
 /// Gives every metric its `# HELP` line and unit.

@@ -179,8 +179,6 @@ def test_every_document_kind(a, b):
     assert a.put("/admin/v1/overrides/acme-deal", json=deal).status_code == 201
     shown = b.get("/admin/v1/overrides/acme-deal").json()
     assert shown["blocked"] == "unpaid invoice", "the block is part of the override"
-    refused = reserve(b, "t", tenant="acme-deal")
-    assert refused.status_code in (200, 403)
     # A new deal keeps the block; deleting the override keeps it too.
     assert a.put("/admin/v1/overrides/acme-deal", json={"user": {}}).json()["new"]["blocked"] == "unpaid invoice"
     dropped = a.delete("/admin/v1/overrides/acme-deal")
@@ -284,3 +282,24 @@ def test_without_an_admin_token_the_admin_api_says_how_to_get_one():
         assert 'role = \\"admin\\"' in r.text or 'role = "admin"' in r.json()["error"]["message"]
     finally:
         s.stop()
+
+
+def test_a_tenant_is_blocked_and_unblocked_on_both_replicas(a, b):
+    blocked = a.put("/admin/v1/overrides/blocked-co/block", json={"reason": "unpaid invoice"})
+    assert blocked.status_code == 200, blocked.text
+    deadline = time.monotonic() + 5
+    while (r := reserve(b, "t", tenant="blocked-co")).status_code != 403:
+        assert time.monotonic() < deadline, r.text
+        time.sleep(0.02)
+    assert r.json()["reason"] == "REASON_BLOCKED" and "unpaid invoice" in r.json()["detail"]
+    assert a.get("/admin/v1/overrides/blocked-co").json()["blocked"] == "unpaid invoice"
+    assert a.put("/admin/v1/overrides/blocked-co/block", json={"why": "x"}).status_code == 400
+    assert a.put("/admin/v1/tiers/t/block", json={"reason": "x"}).status_code == 404
+    lifted = a.delete("/admin/v1/overrides/blocked-co/block")
+    assert lifted.status_code == 200 and lifted.json()["new"] is None, "nothing else was in the override"
+    deadline = time.monotonic() + 5
+    while (r := reserve(b, "t", tenant="blocked-co")).status_code != 200:
+        assert time.monotonic() < deadline, r.text
+        time.sleep(0.02)
+    again = a.delete("/admin/v1/overrides/blocked-co/block")
+    assert again.status_code == 404 and "not blocked" in again.json()["error"]["message"]

@@ -1,28 +1,30 @@
-//! `ctxbudget overrides block|unblock`: the block of a tenant or of one user
-//! of it, kept in the tenant's override beside its limits. A new deal
-//! (`overrides set`) or deleting the override never lifts a block by accident:
-//! only `unblock` does.
+//! The block of a tenant or of one user of it, kept in the tenant's override
+//! beside its limits (`ctxbudget overrides block|unblock`, and the admin
+//! API's `/admin/v1/overrides/{tenant}/block`). A new deal or deleting the
+//! override never lifts a block by accident: only an unblock does.
 
+use super::{AdminError, Change, Kind, documents};
 use crate::config::ConfigDoc;
-use crate::config::OverrideSection;
+use crate::config::live::document;
 use crate::domain::block::{Blocks, check_reason};
 use crate::domain::{TenantId, UserId};
-use anyhow::bail;
 
-/// `tenant`'s override with the tenant (or `user`) blocked for `reason`;
-/// nothing is written when an id or the reason is refused.
-pub(super) fn block(
-    doc: &ConfigDoc,
+/// `tenant`'s override with the tenant (or `user`) blocked for `reason`,
+/// checked as a whole in `doc` (left holding it); nothing is written when
+/// an id or the reason is refused.
+pub fn block(
+    doc: &mut ConfigDoc,
     tenant: &str,
     user: Option<&str>,
     reason: &str,
-) -> anyhow::Result<OverrideSection> {
+) -> Result<Change, AdminError> {
     check_ids(tenant, user)?;
     let field = match user {
         Some(u) => format!("overrides.{tenant}.blocked_users.{u}"),
         None => format!("overrides.{tenant}.blocked"),
     };
-    check_reason(&field, reason).map_err(|e| anyhow::anyhow!("{e}; nothing was written"))?;
+    check_reason(&field, reason)
+        .map_err(|e| AdminError::Invalid(format!("{e}; nothing was written")))?;
     let mut section = doc.overrides.get(tenant).cloned().unwrap_or_default();
     match user {
         Some(u) => {
@@ -32,16 +34,18 @@ pub(super) fn block(
         }
         None => section.blocked = Some(reason.to_owned()),
     }
-    Ok(section)
+    doc.overrides.insert(tenant.to_owned(), section.clone());
+    documents::check_whole(doc)?;
+    Ok(Change {
+        field: Kind::Override.field(tenant),
+        document: Some(document(&section)),
+        note: None,
+    })
 }
 
-/// `tenant`'s override with the block of the tenant (or of `user`) lifted;
-/// an error when there is no such block.
-pub(super) fn unblock(
-    doc: &ConfigDoc,
-    tenant: &str,
-    user: Option<&str>,
-) -> anyhow::Result<OverrideSection> {
+/// `tenant`'s override with the block of the tenant (or of `user`) lifted
+/// (deleted when nothing is left of it); an error when there is no such block.
+pub fn unblock(doc: &ConfigDoc, tenant: &str, user: Option<&str>) -> Result<Change, AdminError> {
     check_ids(tenant, user)?;
     let mut section = doc.overrides.get(tenant).cloned().unwrap_or_default();
     let lifted = match user {
@@ -57,12 +61,16 @@ pub(super) fn unblock(
             Some(u) => format!("user {u} of tenant {tenant}"),
             None => format!("tenant {tenant}"),
         };
-        bail!(
+        return Err(AdminError::NotFound(format!(
             "{who} is not blocked; nothing was written ({})",
             describe(&blocks)
-        );
+        )));
     }
-    Ok(section)
+    Ok(Change {
+        field: Kind::Override.field(tenant),
+        document: (!section.is_empty()).then(|| document(&section)),
+        note: None,
+    })
 }
 
 /// What is blocked of a tenant, in words.
@@ -81,10 +89,10 @@ fn describe(blocks: &Blocks) -> String {
     parts.join("; ")
 }
 
-fn check_ids(tenant: &str, user: Option<&str>) -> anyhow::Result<()> {
-    TenantId::parse(tenant).map_err(|e| anyhow::anyhow!("TENANT: {}", e.message))?;
+fn check_ids(tenant: &str, user: Option<&str>) -> Result<(), AdminError> {
+    TenantId::parse(tenant).map_err(|e| AdminError::Invalid(format!("tenant: {}", e.message)))?;
     if let Some(u) = user {
-        UserId::parse(u).map_err(|e| anyhow::anyhow!("--user: {}", e.message))?;
+        UserId::parse(u).map_err(|e| AdminError::Invalid(format!("user: {}", e.message)))?;
     }
     Ok(())
 }
