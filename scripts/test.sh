@@ -30,6 +30,15 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
 fi
+# The console's tests drive Debian's chromium through its chromedriver
+# (selenium; nothing is downloaded at run time).
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  echo "test.sh: chromium or chromedriver not found; installing chromium and chromium-driver with apt-get" >&2
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
 version=$(redis-server --version | sed -n 's/.*v=\([0-9]*\)\..*/\1/p')
 if [ "${version:-0}" -lt 7 ]; then
   echo "test.sh: $(redis-server --version) is too old; ctxbudget needs Redis 7.0 or newer" >&2

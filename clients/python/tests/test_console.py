@@ -23,16 +23,14 @@ import time
 
 import httpx
 import pytest
+from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.webdriver.chrome.service import Service as DriverService
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import WebDriverWait
 
 from conftest import Redis, Service
-
-selenium = pytest.importorskip("selenium")
-from selenium import webdriver  # noqa: E402
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException  # noqa: E402
-from selenium.webdriver.chrome.service import Service as DriverService  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support import expected_conditions as EC  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 CONFIG = """
 [reservations]
@@ -95,6 +93,17 @@ def world():
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         list(pool.map(seed, [names[i::4] for i in range(4)]))
+    # Calls whose prompt the service counts: the estimator learns from them.
+    with httpx.Client(base_url=a.http_url, timeout=30) as client:
+        for i in range(12):
+            r = client.post("/v1/check-and-reserve", headers=CALLER, json={
+                "tenantId": "tenant-0001", "userId": "writer", "tier": "t", "model": "gpt-4o-mini",
+                "messages": [{"role": "user", "content": "Summarise the quarterly report, please. " * (5 + i)}],
+                "maxOutputTokens": 100})
+            assert r.status_code == 200, r.text
+            counted = int(r.json()["estimatedPromptTokens"])
+            client.post("/v1/commit", headers=CALLER, json={
+                "reservationId": r.json()["reservationId"], "promptTokens": counted + 7, "completionTokens": 40})
     yield a, b
     a.stop()
     b.stop()
@@ -153,6 +162,21 @@ def test_log_in_with_a_caller_token_is_refused_then_an_admin_token_works(world, 
     browser.execute_script("sessionStorage.clear()")
     log_in(browser, a.http_url)
     wait(browser, lambda d: int(text_of(d, "#id-total .value").replace(",", "")) >= TENANTS)
+    # Traffic while the page watches: one user past its 100 requests a day.
+    with httpx.Client(base_url=a.http_url, timeout=30) as client:
+        denied = 0
+        for _ in range(110):
+            r = client.post("/v1/check-and-reserve", headers=CALLER, json={
+                "tenantId": "busy", "userId": "hog", "tier": "t", "model": "gpt-4o", "promptTokens": 10,
+                "maxOutputTokens": 10})
+            if r.status_code == 200:
+                client.post("/v1/commit", headers=CALLER, json={
+                    "reservationId": r.json()["reservationId"], "promptTokens": 10, "completionTokens": 1})
+            else:
+                denied += 1
+        assert denied == 10
+    wait(browser, lambda d: float(text_of(d, "#id-decisions .value")) > 0)
+    wait(browser, lambda d: "rpm_exceeded" in text_of(d, "#denials") and "user" in text_of(d, "#denials"))
     assert "breaker" in text_of(browser, "#id-breaker .label")
     assert "redis" in text_of(browser, "#who").lower()
     shot(browser, "overview")
@@ -170,7 +194,8 @@ def test_find_a_tenant_among_a_thousand_and_see_its_bar_move(world, browser):
     a, _ = world
     log_in(browser, a.http_url)
     browser.get(a.http_url + "/console/#/tenants")
-    wait(browser, lambda d: "of 1,000" in text_of(d, "#tenant-count"))
+    # The thousand seeded, and "busy" of the overview's traffic.
+    wait(browser, lambda d: text_of(d, "#tenant-count").endswith(f"of {TENANTS + 1:,}"))
     search = browser.find_element(By.ID, "tenant-search")
     search.send_keys("tenant-0777")
     wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".tenant-link")) == 1)
@@ -252,6 +277,10 @@ def test_the_estimator_page_and_a_narrow_screen(world, browser):
     log_in(browser, a.http_url)
     browser.get(a.http_url + "/console/#/estimator")
     wait(browser, EC.presence_of_element_located((By.ID, "estimators")))
+    # Twelve calls whose prompt the service counted, each committed with the
+    # upstream's count: the key they map to has learned from them.
+    rows = [r.text.split() for r in browser.find_elements(By.CSS_SELECTOR, "#estimators tr")[1:]]
+    assert any(r[0] == "gpt-4o" and r[3] == "12" for r in rows), rows
     shot(browser, "estimator")
     browser.set_window_size(390, 844)
     try:
