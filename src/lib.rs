@@ -24,15 +24,18 @@
 //! - [`config`]: defaults, TOML file, env and flags → validated settings for
 //!   every layer below, one file per section; the live configuration's
 //!   documents as sections.
-//! - [`admin`]: changes to the live configuration — each document kind's
-//!   rules, the versioned, audited write — for the CLI and the admin API.
+//! - [`admin`]: what operators and finance do, for the CLI and the admin
+//!   API alike: changes to the live configuration (each document kind's
+//!   rules, blocks, the versioned, audited write, its history), usage
+//!   reports and reconciliation from any store.
 //! - [`pb`] and [`envoy`]: the generated protobuf types (`ctxbudget.v1`, and
 //!   the part of Envoy's API served), client and server.
 //! - [`api`]: the tonic services (ctxbudget's, and Envoy's with its descriptor
 //!   vocabulary); protobuf conversion, authentication, and the one mapping of
 //!   errors to `tonic::Status`.
-//! - [`http`]: the HTTP/JSON API (every RPC as `POST /v1/…`), on the
-//!   [`api`] services, with its one mapping of statuses to HTTP.
+//! - [`http`]: the HTTP listener: every RPC as `POST /v1/…` on the [`api`]
+//!   services, the admin API (`/admin/v1/…`) on [`admin`], the console, the
+//!   OpenAPI document; its one mapping of statuses to HTTP.
 //! - [`alerts`]: threshold alerts' delivery: claimed from the store's queues,
 //!   POSTed signed to the receiver, logged and counted.
 //! - [`reload`]: configuration changes without a restart (Redis watch, SIGHUP).

@@ -229,36 +229,6 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn the_http_listener_is_off_unless_the_file_or_a_flag_sets_it() {
-        let settings = |file: &str, flag: Option<&str>| {
-            let file = FileConfig::parse(file, "t.toml").unwrap();
-            let flags = Flags {
-                http_listen: flag.map(|f| f.parse().unwrap()),
-                ..Flags::default()
-            };
-            FileConfig::built_in().overlay(file).settings(flags)
-        };
-        assert_eq!(settings("", None).unwrap().http_listen, None);
-        let on = "[http]\nlisten = \"127.0.0.1:8080\"\n";
-        assert_eq!(
-            settings(on, None).unwrap().http_listen,
-            Some("127.0.0.1:8080".parse().unwrap())
-        );
-        assert_eq!(
-            settings(on, Some("127.0.0.1:9090")).unwrap().http_listen,
-            Some("127.0.0.1:9090".parse().unwrap()),
-            "the flag wins"
-        );
-        let admin_bound = "[[auth.tokens]]\nname = \"ops\"\ntoken = \"0123456789abcdef0123\"\n\
-                           role = \"admin\"\ntenants = [\"acme\"]\n";
-        let err = settings(admin_bound, None).unwrap_err().to_string();
-        assert!(
-            err.contains("auth.tokens[0].tenants") && err.contains("admin"),
-            "{err}"
-        );
-    }
-
-    #[test]
     fn a_file_may_set_settings_keys_one_by_one() {
         let dir = std::env::temp_dir().join(format!("ctxbudget-keyed-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

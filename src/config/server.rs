@@ -72,3 +72,38 @@ pub(super) fn admission(server: &ServerSection) -> Result<AdmissionSettings, Lim
         max_concurrent_streams: server.max_concurrent_streams,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{FileConfig, Flags};
+
+    #[test]
+    fn the_http_listener_is_off_unless_the_file_or_a_flag_sets_it() {
+        let settings = |file: &str, flag: Option<&str>| {
+            let file = FileConfig::parse(file, "t.toml").unwrap();
+            let flags = Flags {
+                http_listen: flag.map(|f| f.parse().unwrap()),
+                ..Flags::default()
+            };
+            FileConfig::built_in().overlay(file).settings(flags)
+        };
+        assert_eq!(settings("", None).unwrap().http_listen, None);
+        let on = "[http]\nlisten = \"127.0.0.1:8080\"\n";
+        assert_eq!(
+            settings(on, None).unwrap().http_listen,
+            Some("127.0.0.1:8080".parse().unwrap())
+        );
+        assert_eq!(
+            settings(on, Some("127.0.0.1:9090")).unwrap().http_listen,
+            Some("127.0.0.1:9090".parse().unwrap()),
+            "the flag wins"
+        );
+        let admin_bound = "[[auth.tokens]]\nname = \"ops\"\ntoken = \"0123456789abcdef0123\"\n\
+                           role = \"admin\"\ntenants = [\"acme\"]\n";
+        let err = settings(admin_bound, None).unwrap_err().to_string();
+        assert!(
+            err.contains("auth.tokens[0].tenants") && err.contains("admin"),
+            "{err}"
+        );
+    }
+}

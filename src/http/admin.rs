@@ -17,7 +17,7 @@
 //! | `/admin/v1/history` | GET: every change (`limit`) |
 
 use super::HttpState;
-use super::reply::{error, json};
+use super::reply::{Page, error, json};
 use super::rpc::caller;
 use crate::admin::documents::{self, Kind};
 use crate::admin::{AdminError, history};
@@ -53,10 +53,6 @@ pub(super) fn routes<S: Store>() -> Router<Arc<HttpState<S>>> {
             get(get_one::<S>).put(put_one::<S>).delete(delete_one::<S>),
         )
         .route("/admin/v1/{kind}/{name}/history", get(one_history::<S>))
-        .route(
-            "/admin/v1/{kind}/{name}/block",
-            axum::routing::put(block::<S>).delete(unblock::<S>),
-        )
 }
 
 /// The admin caller behind the headers: UNAUTHENTICATED without a valid
@@ -84,7 +80,7 @@ pub(super) fn admin<S>(state: &HttpState<S>, headers: &HeaderMap) -> Result<Call
 
 /// The live configuration's store, or FAILED_PRECONDITION on a replica
 /// whose configuration is its file (the in-memory store).
-fn config<S>(state: &HttpState<S>) -> Result<&ConfigStore, Status> {
+pub(super) fn config<S>(state: &HttpState<S>) -> Result<&ConfigStore, Status> {
     state.config.as_ref().ok_or_else(|| {
         Status::failed_precondition(
             "this replica runs on the in-memory store, whose configuration is its file: edit \
@@ -118,13 +114,13 @@ fn kind(segment: &str) -> Result<Kind, Status> {
 }
 
 /// The configuration as stored now.
-async fn load(cfg: &ConfigStore) -> Result<ConfigDoc, Status> {
+pub(super) async fn load(cfg: &ConfigStore) -> Result<ConfigDoc, Status> {
     let stored = cfg.load().await.map_err(|e| status(e.into()))?;
     ConfigDoc::from_stored(stored).map_err(|e| status(e.into()))
 }
 
 /// `body` with an `ETag` of configuration version `version`.
-fn tagged(mut response: Response, version: u64) -> Response {
+pub(super) fn tagged(mut response: Response, version: u64) -> Response {
     if let Ok(v) = HeaderValue::from_str(&format!("\"{version}\"")) {
         response.headers_mut().insert(header::ETAG, v);
     }
@@ -133,7 +129,7 @@ fn tagged(mut response: Response, version: u64) -> Response {
 
 /// The version `If-Match` names: `"7"`, `W/"7"` or `7`; none (or `*`):
 /// write whatever changed.
-fn if_match(headers: &HeaderMap) -> Result<Option<u64>, Status> {
+pub(super) fn if_match(headers: &HeaderMap) -> Result<Option<u64>, Status> {
     let Some(value) = headers.get(header::IF_MATCH) else {
         return Ok(None);
     };
@@ -148,40 +144,6 @@ fn if_match(headers: &HeaderMap) -> Result<Option<u64>, Status> {
              (\"7\")"
         ))
     })
-}
-
-/// Paging and search of a list.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct Page {
-    /// Only names containing this (case-insensitive).
-    #[serde(default)]
-    pub(super) search: Option<String>,
-    /// Items to skip.
-    #[serde(default)]
-    pub(super) offset: usize,
-    /// Items to return (at most 1000; default 100).
-    #[serde(default)]
-    pub(super) limit: Option<usize>,
-}
-
-impl Page {
-    /// The page of `items` (name, value) this asks for, and how many match.
-    pub(super) fn of<T>(
-        &self,
-        items: impl Iterator<Item = (String, T)>,
-    ) -> (usize, Vec<(String, T)>) {
-        let needle = self.search.as_deref().unwrap_or("").to_lowercase();
-        let matching: Vec<(String, T)> = items
-            .filter(|(name, _)| needle.is_empty() || name.to_lowercase().contains(&needle))
-            .collect();
-        let total = matching.len();
-        let limit = self.limit.unwrap_or(100).clamp(1, 1000);
-        (
-            total,
-            matching.into_iter().skip(self.offset).take(limit).collect(),
-        )
-    }
 }
 
 async fn list<S: Store>(
@@ -294,7 +256,7 @@ async fn change<S: Store>(
 }
 
 /// A document's text from the body (JSON or TOML).
-fn text(
+pub(super) fn text(
     raw: Result<Bytes, BytesRejection>,
     headers: &HeaderMap,
     limit: usize,
@@ -401,94 +363,6 @@ async fn all_history<S: Store>(
             .await
             .map_err(|e| status(e.into()))?;
         Ok(json(StatusCode::OK, &shown))
-    };
-    run.await.unwrap_or_else(error)
-}
-
-/// The body of a block.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BlockBody {
-    /// Why, shown to every refused caller.
-    reason: String,
-    /// One user of the tenant; absent: the whole tenant.
-    #[serde(default)]
-    user: Option<String>,
-}
-
-/// `?user=` of an unblock.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Whose {
-    #[serde(default)]
-    user: Option<String>,
-}
-
-/// Only `/admin/v1/overrides/{tenant}/block` exists.
-fn overrides_only(segment: &str) -> Result<(), Status> {
-    match segment {
-        "overrides" => Ok(()),
-        _ => Err(Status::not_found(format!(
-            "no route /admin/v1/{segment}/…/block: blocks are kept in overrides \
-             (/admin/v1/overrides/{{tenant}}/block)"
-        ))),
-    }
-}
-
-/// Writes a block change as `who`, checked against `If-Match`.
-async fn write_block<S: Store>(
-    state: &HttpState<S>,
-    headers: &HeaderMap,
-    who: &Caller,
-    change: impl FnOnce(&mut ConfigDoc) -> Result<crate::admin::Change, AdminError>,
-) -> Result<Response, Status> {
-    let read_at = if_match(headers)?;
-    let cfg = config(state)?;
-    let mut doc = load(cfg).await?;
-    let change = change(&mut doc).map_err(status)?;
-    let actor = format!("{} (admin API)", who.name);
-    let written = crate::admin::write(cfg, change, &actor, read_at)
-        .await
-        .map_err(status)?;
-    Ok(tagged(json(StatusCode::OK, &written), written.version))
-}
-
-async fn block<S: Store>(
-    State(state): St<S>,
-    headers: HeaderMap,
-    Path((segment, tenant)): Path<(String, String)>,
-    raw: Result<Bytes, BytesRejection>,
-) -> Response {
-    let run = async {
-        let who = admin(&state, &headers)?;
-        overrides_only(&segment)?;
-        let text = text(raw, &headers, state.max_body)?;
-        let body: BlockBody = serde_json::from_str(&text).map_err(|e| {
-            Status::invalid_argument(format!(
-                "the body is no block: {e}; send {{\"reason\": \"…\"}} (and \"user\" to block one user)"
-            ))
-        })?;
-        write_block(&state, &headers, &who, |doc| {
-            crate::admin::blocks::block(doc, &tenant, body.user.as_deref(), &body.reason)
-        })
-        .await
-    };
-    run.await.unwrap_or_else(error)
-}
-
-async fn unblock<S: Store>(
-    State(state): St<S>,
-    headers: HeaderMap,
-    Path((segment, tenant)): Path<(String, String)>,
-    Query(whose): Query<Whose>,
-) -> Response {
-    let run = async {
-        let who = admin(&state, &headers)?;
-        overrides_only(&segment)?;
-        write_block(&state, &headers, &who, |doc| {
-            crate::admin::blocks::unblock(doc, &tenant, whose.user.as_deref())
-        })
-        .await
     };
     run.await.unwrap_or_else(error)
 }

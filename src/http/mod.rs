@@ -8,10 +8,12 @@
 //! reference.
 
 mod admin;
+mod blocks;
 mod console;
 mod ledger;
 pub mod openapi;
 mod openapi_admin;
+mod openapi_parts;
 mod reply;
 mod rpc;
 mod tenants;
@@ -72,6 +74,7 @@ pub fn router<S: Store>(state: HttpState<S>) -> Router {
     let max_body = state.max_body;
     rpc::routes::<S>()
         .merge(admin::routes::<S>())
+        .merge(blocks::routes::<S>())
         .merge(ledger::routes::<S>())
         .merge(tenants::routes::<S>())
         .merge(console::routes::<S>())

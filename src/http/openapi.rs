@@ -6,6 +6,7 @@
 //! (or numbers) — with the proto's comments as descriptions, so they cannot
 //! drift from the proto.
 
+use super::openapi_parts::{errors, returns, schema};
 use crate::pb;
 use prost::Message;
 use prost_types::field_descriptor_proto::{Label, Type};
@@ -55,25 +56,6 @@ pub fn document() -> Value {
         "security": [{"bearer": []}],
         "paths": paths,
     })
-}
-
-/// The reference to schema `name`.
-pub(super) fn schema(name: &str) -> Value {
-    json!({ "$ref": format!("#/components/schemas/{name}") })
-}
-
-/// A JSON response of schema `name`.
-pub(super) fn returns(description: &str, name: &str) -> Value {
-    json!({ "description": description, "content": { "application/json": { "schema": schema(name) } } })
-}
-
-/// The errors every route may answer.
-pub(super) fn errors(codes: &[(&str, &str)]) -> Map<String, Value> {
-    let mut out = Map::new();
-    for (code, why) in codes {
-        out.insert((*code).into(), returns(why, "Error"));
-    }
-    out
 }
 
 fn rpc(path: &str, request: &str, response: &str) -> Value {

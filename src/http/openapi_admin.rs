@@ -3,7 +3,7 @@
 //! they answer. The configuration documents themselves are described by
 //! docs/configuration.md (their keys are the configuration file's).
 
-use super::openapi::{errors, returns, schema};
+use super::openapi_parts::{errors, returns, schema};
 use crate::admin::documents::{KINDS, Kind};
 use serde_json::{Map, Value, json};
 

@@ -7,8 +7,8 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use tonic::{Code, Status};
 
 /// `value` as a JSON body with `status`.
@@ -161,4 +161,38 @@ pub(super) async fn wrong_method(method: axum::http::Method, uri: axum::http::Ur
     )));
     *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
     response
+}
+
+/// Paging and search of a list.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Page {
+    /// Only names containing this (case-insensitive).
+    #[serde(default)]
+    pub(super) search: Option<String>,
+    /// Items to skip.
+    #[serde(default)]
+    pub(super) offset: usize,
+    /// Items to return (at most 1000; default 100).
+    #[serde(default)]
+    pub(super) limit: Option<usize>,
+}
+
+impl Page {
+    /// The page of `items` (name, value) this asks for, and how many match.
+    pub(super) fn of<T>(
+        &self,
+        items: impl Iterator<Item = (String, T)>,
+    ) -> (usize, Vec<(String, T)>) {
+        let needle = self.search.as_deref().unwrap_or("").to_lowercase();
+        let matching: Vec<(String, T)> = items
+            .filter(|(name, _)| needle.is_empty() || name.to_lowercase().contains(&needle))
+            .collect();
+        let total = matching.len();
+        let limit = self.limit.unwrap_or(100).clamp(1, 1000);
+        (
+            total,
+            matching.into_iter().skip(self.offset).take(limit).collect(),
+        )
+    }
 }
