@@ -14,15 +14,18 @@
 -- ARGV[7]  the field holding the version of the document's last change
 --
 -- Returns {old document ('' if none), new version, version of the document's
--- last change}. A refused write returns {old, 0, that version} and changes
--- nothing. The caller validated the document; the write, the version bump,
+-- last change, the configuration's version before}. A refused write returns
+-- {old, 0, that version, the configuration's version} and changes nothing:
+-- refused when the document changed after ARGV[6], or when ARGV[6] is a
+-- version the configuration never reached. The caller validated the document; the write, the version bump,
 -- the audit entry and the notification happen together or not at all.
 
 local old = redis.call('HGET', KEYS[1], ARGV[1]) or ''
 local changed_field = ARGV[7]
 local changed = tonumber(redis.call('HGET', KEYS[1], changed_field) or '0')
-if ARGV[6] ~= '' and changed > tonumber(ARGV[6]) then
-  return {old, 0, changed}
+local current = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
+if ARGV[6] ~= '' and (changed > tonumber(ARGV[6]) or tonumber(ARGV[6]) > current) then
+  return {old, 0, changed, current}
 end
 if ARGV[2] == '' then
   redis.call('HDEL', KEYS[1], ARGV[1])
@@ -36,4 +39,4 @@ redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*',
   'actor', ARGV[3], 'field', ARGV[1], 'old', old, 'new', ARGV[2],
   'version', version, 'at_ms', t[1] * 1000 + math.floor(t[2] / 1000))
 redis.call('PUBLISH', ARGV[4], version)
-return {old, version, version}
+return {old, version, version, current}

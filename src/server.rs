@@ -151,44 +151,82 @@ pub async fn serve<S: Store>(
         ext_proc: live.ext_proc,
     };
     let gate = Gate::new(settings.admission);
-    // One shutdown for both listeners.
+    // One shutdown for both listeners; sent also when gRPC stops by itself.
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stop = Arc::new(stop);
+    let on_signal = stop.clone();
     tasks.push(tokio::spawn(async move {
         shutdown.await;
-        let _ = stop.send(true);
+        let _ = on_signal.send(true);
     }));
     let http = match settings.http_listen {
         Some(addr) => {
             let body = settings.max_message_bytes;
             let state = HttpState::new(engine.clone(), config, auth.clone(), gate.clone(), body);
-            Some(serve_http(addr, state, until(stopped.clone())).await?)
+            match serve_http(addr, state, until(stopped.clone())).await {
+                Ok(task) => Some(task),
+                Err(e) => {
+                    tasks.iter().for_each(|t| t.abort());
+                    return Err(e);
+                }
+            }
         }
         None => None,
     };
-    let served = routes(engine, faces, settings, auth, gate, health_service)?
+    let served = match routes(engine, faces, settings, auth, gate, health_service) {
+        Ok(routes) => serve_grpc(routes, listener, until(stopped)).await,
+        Err(e) => Err(e),
+    };
+    let _ = stop.send(true);
+    finish(http, tasks).await;
+    served?;
+    tracing::info!("ctxbudget stopped");
+    Ok(())
+}
+
+/// Serves the gRPC `routes` on `listener` until `shutdown`.
+async fn serve_grpc(
+    routes: tonic::transport::server::Router,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    routes
         .serve_with_incoming_shutdown(
             TcpIncoming::from(listener).with_nodelay(Some(true)),
-            until(stopped),
+            shutdown,
         )
-        .await;
-    if let Some(http) = http {
-        // Calls in flight on HTTP finish too (the watch stopped its listener).
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), http).await;
+        .await
+        .map_err(ServeError::from)
+}
+
+/// Once gRPC has stopped: lets the HTTP listener's calls in flight finish
+/// (for at most ten seconds), then stops the background tasks.
+async fn finish(
+    http: Option<tokio::task::JoinHandle<()>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+) {
+    if let Some(mut http) = http
+        && tokio::time::timeout(std::time::Duration::from_secs(10), &mut http)
+            .await
+            .is_err()
+    {
+        http.abort();
     }
     for task in tasks {
         task.abort();
     }
-    served?;
-    tracing::info!("ctxbudget stopped");
-    Ok(())
 }
 
 /// The tokens callers present, with a warning when there are none.
 fn authentication(settings: &Settings, addr: std::net::SocketAddr) -> Arc<Auth> {
     let auth = Arc::new(Auth::new(settings.tokens.clone()));
     if !auth.enabled() {
+        let http = settings
+            .http_listen
+            .map_or(String::new(), |h| format!(" or http://{h}/v1/"));
         tracing::warn!(
-            "no [auth] tokens configured: any client that reaches {addr} may reserve and settle"
+            "no [auth] tokens configured: any client that reaches {addr}{http} may reserve and \
+             settle"
         );
     }
     auth

@@ -19,6 +19,7 @@ pub fn block(
     reason: &str,
 ) -> Result<Change, AdminError> {
     check_ids(tenant, user)?;
+    let existed = doc.overrides.contains_key(tenant);
     let field = match user {
         Some(u) => format!("overrides.{tenant}.blocked_users.{u}"),
         None => format!("overrides.{tenant}.blocked"),
@@ -40,6 +41,7 @@ pub fn block(
         field: Kind::Override.field(tenant),
         document: Some(document(&section)),
         note: None,
+        existed,
     })
 }
 
@@ -70,6 +72,7 @@ pub fn unblock(doc: &ConfigDoc, tenant: &str, user: Option<&str>) -> Result<Chan
         field: Kind::Override.field(tenant),
         document: (!section.is_empty()).then(|| document(&section)),
         note: None,
+        existed: true,
     })
 }
 

@@ -110,6 +110,8 @@ pub struct Change {
     pub document: Option<String>,
     /// What else the writer should know (a block that stays).
     pub note: Option<String>,
+    /// The document existed before the change.
+    pub existed: bool,
 }
 
 /// Every document of `kind` as JSON: by name for named kinds, else the one
@@ -148,11 +150,19 @@ fn names(doc: &ConfigDoc, kind: Kind) -> Vec<String> {
     }
 }
 
+/// Names a not-found message lists at most.
+const SHOWN: usize = 20;
+
 fn not_found(doc: &ConfigDoc, kind: Kind, name: &str) -> AdminError {
     let known = names(doc, kind);
-    let list = |plural: &str| match known.is_empty() {
-        true => format!("there are no {plural} yet"),
-        false => format!("the {plural} are: {}", known.join(", ")),
+    let list = |plural: &str| match known.len() {
+        0 => format!("there are no {plural} yet"),
+        n if n > SHOWN => format!(
+            "the {plural} are: {}, and {} more",
+            known[..SHOWN].join(", "),
+            n - SHOWN
+        ),
+        _ => format!("the {plural} are: {}", known.join(", ")),
     };
     AdminError::NotFound(match kind {
         Kind::Tier => format!("no tier {name:?}; {}", list("tiers")),
@@ -188,6 +198,7 @@ fn parse<T: serde::de::DeserializeOwned>(
 pub fn set(doc: &mut ConfigDoc, kind: Kind, name: &str, text: &str) -> Result<Change, AdminError> {
     let invalid =
         |e: crate::domain::LimitsError| AdminError::Invalid(format!("{e}; nothing was written"));
+    let existed = exists(doc, kind, name);
     let text = match kind {
         Kind::Tier => {
             let s: TierSection = parse(kind, name, text)?;
@@ -240,7 +251,22 @@ pub fn set(doc: &mut ConfigDoc, kind: Kind, name: &str, text: &str) -> Result<Ch
         field: kind.field(name),
         document: Some(text),
         note: None,
+        existed,
     })
+}
+
+/// True when `doc` stores document `name` of `kind` (a single section:
+/// when one is stored, not its defaults).
+pub fn exists(doc: &ConfigDoc, kind: Kind, name: &str) -> bool {
+    match kind {
+        Kind::Tier => doc.tiers.contains_key(name),
+        Kind::Model => doc.models.contains_key(name),
+        Kind::Price => doc.prices.contains_key(name),
+        Kind::Override => doc.overrides.contains_key(name),
+        Kind::Envoy => doc.envoy.is_some(),
+        Kind::ExtProc => doc.ext_proc.is_some(),
+        Kind::Global => doc.global.is_some(),
+    }
 }
 
 /// Deletes document `name` of `kind` from `doc` (a single section: back to
@@ -251,6 +277,7 @@ pub fn delete(doc: &mut ConfigDoc, kind: Kind, name: &str) -> Result<Change, Adm
         field: kind.field(name),
         document: None,
         note: None,
+        existed: exists(doc, kind, name),
     };
     let existed = match kind {
         Kind::Tier => doc.tiers.remove(name).is_some(),
@@ -263,7 +290,8 @@ pub fn delete(doc: &mut ConfigDoc, kind: Kind, name: &str) -> Result<Change, Adm
                 if !left.is_empty() {
                     change.note = Some(format!(
                         "tenant {name}'s limits are its tier's again; its block stays (lift it \
-                         with `ctxbudget overrides unblock`)"
+                         with `ctxbudget overrides unblock`, or DELETE \
+                         /admin/v1/overrides/{name}/block)"
                     ));
                     change.document = Some(document(&left));
                     doc.overrides.insert(name.into(), left);

@@ -7,7 +7,7 @@
 //!     user.requests: [{"limit":60,"period":"1m"}] → [{"limit":40,"period":"1m"}]
 //! ```
 
-use crate::store::config_repo::{AuditEntry, ConfigStore};
+use crate::store::config_repo::{AUDIT_KEEP, AuditEntry, ConfigStore};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -32,26 +32,40 @@ pub async fn history(
     field: Option<&str>,
     limit: usize,
 ) -> Result<Vec<Shown>, crate::store::StoreError> {
-    let read = match field {
-        Some(_) => AUDIT_KEPT,
-        None => limit,
+    let Some(field) = field else {
+        let entries = cfg.history(limit).await?;
+        return Ok(entries.into_iter().map(shown).collect());
     };
-    let entries: Vec<AuditEntry> = cfg.history(read).await?;
-    Ok(entries
-        .into_iter()
-        .filter(|e| field.is_none_or(|f| e.field == f))
-        .take(limit)
-        .map(|e| Shown {
-            what: what(&e),
-            at: utc(e.at_ms),
-            changes: changes(&e.old, &e.new),
-            entry: e,
-        })
-        .collect())
+    // One document's entries: the log read a page at a time, newest first,
+    // until enough are found (each page a short call, so Redis never stalls
+    // on the whole log).
+    let mut found = Vec::new();
+    let mut before: Option<String> = None;
+    for _ in 0..(AUDIT_KEEP as usize).div_ceil(PAGE) {
+        let page = cfg.history_before(before.as_deref(), PAGE).await?;
+        let last = page.len() < PAGE;
+        before = page.last().map(|e| e.id.clone());
+        found.extend(page.into_iter().filter(|e| e.field == field).map(shown));
+        if last || found.len() >= limit {
+            break;
+        }
+    }
+    found.truncate(limit);
+    Ok(found)
 }
 
-/// How many entries the audit log keeps, about.
-const AUDIT_KEPT: usize = 10_000;
+/// Entries read at once while looking for one document's.
+const PAGE: usize = 200;
+
+/// An entry as the admin API shows it.
+fn shown(e: AuditEntry) -> Shown {
+    Shown {
+        what: what(&e),
+        at: utc(e.at_ms),
+        changes: changes(&e.old, &e.new),
+        entry: e,
+    }
+}
 
 /// What an entry did.
 pub fn what(e: &AuditEntry) -> &'static str {

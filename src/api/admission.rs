@@ -92,6 +92,11 @@ impl Gate {
         })
     }
 
+    /// What the gate was built with.
+    pub fn settings(&self) -> &AdmissionSettings {
+        &self.settings
+    }
+
     /// Records the calls in flight.
     fn report(&self) {
         crate::telemetry::in_flight(self.settings.max_in_flight - self.slots.available_permits());

@@ -59,6 +59,14 @@ pub(super) async fn redis_engine(
     Ok(engine)
 }
 
+/// A free local address for a listener the service binds itself.
+pub(super) async fn free_port() -> Result<SocketAddr, BenchError> {
+    let probe = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(err)?;
+    probe.local_addr().map_err(err)
+}
+
 /// Starts a service on a free local port and waits until it serves; sending on
 /// the returned channel stops it.
 pub(super) async fn embedded_server(

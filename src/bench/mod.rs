@@ -17,6 +17,7 @@
 mod calibrate;
 mod engines;
 mod ext_proc;
+mod http;
 pub mod ledger;
 mod phases;
 pub mod plot;
@@ -57,8 +58,10 @@ pub struct BenchArgs {
     /// Refund), `envoy` (ShouldRateLimit: the request path for each
     /// reservation, the response path charging each Commit's tokens) or
     /// `ext_proc` (one Process stream per call: the body read and reserved,
-    /// the streamed answer read for its usage and committed). The last two
-    /// need a gRPC target: --embedded or --target.
+    /// the streamed answer read for its usage and committed) or `http` (the
+    /// HTTP/JSON API: --target names the service's `[http] listen`, e.g.
+    /// http://127.0.0.1:8080). The last three need a service: --embedded or
+    /// --target.
     #[arg(long, value_enum, default_value = "budget")]
     pub api: target::Api,
     /// Closed loop: reservations in flight.
@@ -127,8 +130,8 @@ pub async fn run(args: BenchArgs, command: String) -> Result<BenchReport, BenchE
     let settings = config::load(args.config.as_deref(), Flags::default()).map_err(err)?;
     if args.api != target::Api::Budget && (args.direct.is_some() || args.ceiling.is_some()) {
         return Err(BenchError(
-            "--api envoy and --api ext_proc drive Envoy's gRPC APIs: use --embedded or --target, \
-             without --direct or --ceiling"
+            "--api envoy, ext_proc and http drive the service's other faces: use --embedded or \
+             --target, without --direct or --ceiling"
                 .into(),
         ));
     }

@@ -87,9 +87,14 @@ impl Bench<'_> {
                 let target = Target::grpc(&url, self.connections, self.api)
                     .await
                     .map_err(BenchError)?;
+                let face = if self.api == Api::Http {
+                    "HTTP"
+                } else {
+                    "gRPC"
+                };
                 Ok(MainPhase {
                     name: "service",
-                    what: format!("gRPC to {url}{}", self.api_note()),
+                    what: format!("{face} to {url}{}", self.api_note()),
                     target,
                     url: None,
                     server: None,
@@ -142,18 +147,25 @@ impl Bench<'_> {
         }
         s.key_prefix = format!("ctxb:bench:{}:service:", self.stamp);
         s.connections = self.connections;
+        if self.api == Api::Http {
+            s.http_listen = Some(engines::free_port().await?);
+        }
+        let http = s.http_listen;
         let (addr, stop) = engines::embedded_server(s).await?;
-        let endpoint = format!("http://{addr}");
-        let target = Target::grpc(&endpoint, self.connections, self.api)
-            .await
-            .map_err(BenchError)?;
+        let target = match http {
+            Some(h) => Target::http(&format!("http://{h}"), self.connections),
+            None => Target::grpc(&format!("http://{addr}"), self.connections, self.api).await,
+        }
+        .map_err(BenchError)?;
         let store = url
             .as_deref()
             .map_or("memory store".to_string(), redact_url);
         Ok(MainPhase {
             name: "service",
             what: format!(
-                "gRPC to an in-process service on {addr} ({store}){}",
+                "{} to an in-process service on {} ({store}){}",
+                if http.is_some() { "HTTP" } else { "gRPC" },
+                http.unwrap_or(addr),
                 self.api_note()
             ),
             target,
@@ -170,6 +182,7 @@ impl Bench<'_> {
                 ", Envoy's ShouldRateLimit: request path as CheckAndReserve, response path as \
                  Commit"
             }
+            Api::Http => ", the HTTP/JSON API: POST /v1/check-and-reserve, /v1/commit, /v1/refund",
             Api::ExtProc => {
                 ", Envoy's ExternalProcessor: one Process stream per call, the prompt as text, \
                  the answer streamed with its usage"

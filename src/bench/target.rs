@@ -3,7 +3,8 @@
 //! ceiling, and the memory store's own speed).
 
 use super::ext_proc::ExtProcTarget;
-use super::workload::{BENCH_MODEL, Item, Reply};
+use super::http::HttpTarget;
+use super::workload::{BENCH_MODEL, Item, Reply, pb_reason_name};
 use crate::domain::plan::ReserveRequest;
 use crate::domain::{PromptInput, Reason, ReservationId, TenantId, UserId};
 use crate::engine::{CommitRequest, Completion, Engine, EngineError};
@@ -46,6 +47,8 @@ pub enum Target {
     /// A ctxbudget service's external processor, as Envoy's ext_proc filter
     /// calls it: one stream per request, held open around the upstream call.
     ExtProc(ExtProcTarget),
+    /// A ctxbudget service's HTTP/JSON API (`POST /v1/…`).
+    Http(HttpTarget),
 }
 
 /// Which API a gRPC target is driven through.
@@ -59,23 +62,13 @@ pub enum Api {
     /// `envoy.service.ext_proc.v3.ExternalProcessor/Process`.
     #[value(name = "ext_proc")]
     ExtProc,
+    /// The HTTP/JSON API: `POST /v1/check-and-reserve`, `/v1/commit`,
+    /// `/v1/refund` (the service's `[http] listen`).
+    Http,
 }
 
 fn reason_name(r: Reason) -> &'static str {
     r.as_str()
-}
-
-fn pb_reason_name(r: pb::Reason) -> &'static str {
-    match r {
-        pb::Reason::Unspecified => "allowed",
-        pb::Reason::RpmExceeded => Reason::RequestsExceeded.as_str(),
-        pb::Reason::TpmExceeded => Reason::TokensExceeded.as_str(),
-        pb::Reason::ConcurrencyExceeded => Reason::ConcurrencyExceeded.as_str(),
-        pb::Reason::ContextTooLarge => Reason::ContextTooLarge.as_str(),
-        pb::Reason::RequestTooLarge => Reason::RequestTooLarge.as_str(),
-        pb::Reason::BudgetExceeded => Reason::BudgetExceeded.as_str(),
-        pb::Reason::Blocked => Reason::Blocked.as_str(),
-    }
 }
 
 fn engine_error(e: EngineError) -> String {
@@ -119,7 +112,13 @@ impl Target {
                 next,
             },
             Api::ExtProc => Target::ExtProc(ExtProcTarget::new(channels)),
+            Api::Http => return Target::http(endpoint, connections),
         })
+    }
+
+    /// Calls the HTTP/JSON API at `base` (`http://127.0.0.1:8080`).
+    pub fn http(base: &str, connections: usize) -> Result<Self, String> {
+        Ok(Target::Http(HttpTarget::new(base, connections)?))
     }
 
     fn client(
@@ -169,6 +168,7 @@ impl Target {
             Target::Memory(e) => engine_reserve(e, item, tier).await,
             Target::Redis(e) => engine_reserve(e, item, tier).await,
             Target::ExtProc(x) => x.reserve(item, tier).await,
+            Target::Http(h) => h.reserve(item, tier).await,
             Target::Envoy { clients, next } => {
                 let r = Self::pick(clients, next)
                     .should_rate_limit(envoy_request(item, tier, None))
@@ -191,6 +191,7 @@ impl Target {
         let (prompt, completion) = (item.prompt, item.completion);
         match self {
             Target::ExtProc(x) => x.commit(item, id).await,
+            Target::Http(h) => h.commit(id, prompt, completion).await,
             Target::Envoy { clients, next } => Self::pick(clients, next)
                 .should_rate_limit(envoy_request(item, tier, Some(prompt + completion)))
                 .await
@@ -225,6 +226,7 @@ impl Target {
             // A failed call charges nothing on Envoy's response path.
             Target::Envoy { .. } => Ok(()),
             Target::ExtProc(x) => x.refund(id).await,
+            Target::Http(h) => h.refund(id).await,
             Target::Grpc { clients, next } => Self::client(clients, next)
                 .refund(pb::RefundRequest {
                     reservation_id: id.to_string(),

@@ -3,6 +3,7 @@
 //! Defaults resemble an LLM gateway: a few tenants and users do most of the
 //! traffic (Zipf), most prompts are short, and a long tail is 32K–128K tokens.
 
+use crate::pb;
 use rand::Rng;
 use rand::rngs::SmallRng;
 use rand_distr::{Distribution, LogNormal, Zipf};
@@ -225,6 +226,20 @@ impl Workload {
             refund: rng.random_bool(self.args.refund_share.clamp(0.0, 1.0)),
             prompt_as_text: self.args.prompt_as_text,
         }
+    }
+}
+
+/// A denial reason of the API, as metrics name it.
+pub(super) fn pb_reason_name(r: pb::Reason) -> &'static str {
+    match r {
+        pb::Reason::Unspecified => "allowed",
+        pb::Reason::RpmExceeded => crate::domain::Reason::RequestsExceeded.as_str(),
+        pb::Reason::TpmExceeded => crate::domain::Reason::TokensExceeded.as_str(),
+        pb::Reason::ConcurrencyExceeded => crate::domain::Reason::ConcurrencyExceeded.as_str(),
+        pb::Reason::ContextTooLarge => crate::domain::Reason::ContextTooLarge.as_str(),
+        pb::Reason::RequestTooLarge => crate::domain::Reason::RequestTooLarge.as_str(),
+        pb::Reason::BudgetExceeded => crate::domain::Reason::BudgetExceeded.as_str(),
+        pb::Reason::Blocked => crate::domain::Reason::Blocked.as_str(),
     }
 }
 

@@ -6,7 +6,7 @@
 use super::output::{
     outln, print_document, print_json, rate_summary, table, toml_document, write_out,
 };
-use crate::admin::{Change, Kind, documents};
+use crate::admin::{Change, Kind, Precondition, documents};
 use crate::config::FileConfig;
 use crate::config::live::{ConfigDoc, document};
 use crate::store::config_repo::{ConfigStore, Field};
@@ -171,35 +171,52 @@ pub(super) fn check_whole(doc: &ConfigDoc) -> anyhow::Result<()> {
     Ok(documents::check_whole(doc)?)
 }
 
-/// Writes one change (through [`crate::admin::write`], as the admin API
-/// does) and says what happened, in words.
+/// Makes the change `build` makes of the configuration (through
+/// [`crate::admin::apply`], as the admin API does: built again on a fresh
+/// read if another writer changed the same document meanwhile) and says
+/// what happened, in words.
+pub(super) async fn apply(
+    cfg: &ConfigStore,
+    args: &AdminArgs,
+    build: impl FnMut(&mut ConfigDoc) -> Result<Change, crate::admin::AdminError>,
+) -> anyhow::Result<()> {
+    let written = crate::admin::apply(cfg, &args.actor(), Precondition::None, build).await?;
+    report(&written, args)
+}
+
+/// Writes one change as built (an import's, whose documents were all
+/// checked together) and says what happened, in words.
 pub(super) async fn write(
     cfg: &ConfigStore,
     change: Change,
     args: &AdminArgs,
 ) -> anyhow::Result<()> {
-    if let Some(note) = &change.note {
+    let written = crate::admin::write(cfg, change, &args.actor(), None).await?;
+    report(&written, args)
+}
+
+/// What a written change says: a line (and its note), or `--json`.
+fn report(written: &crate::admin::Written, args: &AdminArgs) -> anyhow::Result<()> {
+    if let Some(note) = &written.note {
         eprintln!("{note}");
     }
-    let field = change.field.clone();
-    let written = crate::admin::write(cfg, change, &args.actor(), None).await?;
     if args.json {
-        print_json(&serde_json::json!({
+        return print_json(&serde_json::json!({
             "version": written.version,
-            "old": written.old.as_ref().map_or(String::new(), |v| v.to_string()),
-            "new": written.new.as_ref().map(|v| v.to_string()),
-        }))?;
-    } else {
-        let what = match (written.new.is_some(), written.old.is_none()) {
-            (false, _) => "deleted",
-            (true, true) => "created",
-            _ => "updated",
-        };
-        outln!(
-            "{what} {field} (configuration version {}); every replica applies it within a second",
-            written.version
-        );
+            "old": written.old_text,
+            "new": written.new_text,
+        }));
     }
+    let what = match (written.new.is_some(), written.old.is_none()) {
+        (false, _) => "deleted",
+        (true, true) => "created",
+        _ => "updated",
+    };
+    let field = Field::parse(&written.field).map_or(written.field.clone(), |f| f.to_string());
+    outln!(
+        "{what} {field} (configuration version {}); every replica applies it within a second",
+        written.version
+    );
     Ok(())
 }
 
@@ -215,6 +232,7 @@ pub(super) async fn write_document(
         field,
         document: value,
         note: None,
+        existed: true,
     };
     write(cfg, change, args).await
 }
@@ -222,17 +240,19 @@ pub(super) async fn write_document(
 /// `ctxbudget tiers ...`.
 pub(super) async fn tiers(cmd: TiersCmd, args: AdminArgs) -> anyhow::Result<()> {
     let cfg = args.connect().await?;
-    let mut doc = ConfigDoc::from_stored(cfg.load().await?)?;
+    let doc = ConfigDoc::from_stored(cfg.load().await?)?;
     match cmd {
         TiersCmd::List => list_tiers(&doc, &args),
         TiersCmd::Get { name } => get_tier(&doc, &name, &args),
         TiersCmd::Set { name, file } => {
-            let change = documents::set(&mut doc, Kind::Tier, &name, &read_input(&file)?)?;
-            write(&cfg, change, &args).await
+            let text = read_input(&file)?;
+            apply(&cfg, &args, |doc| {
+                documents::set(doc, Kind::Tier, &name, &text)
+            })
+            .await
         }
         TiersCmd::Delete { name } => {
-            let change = documents::delete(&mut doc, Kind::Tier, &name)?;
-            write(&cfg, change, &args).await
+            apply(&cfg, &args, |doc| documents::delete(doc, Kind::Tier, &name)).await
         }
         TiersCmd::Import { file } => import_tiers(&cfg, doc, &file, &args).await,
         TiersCmd::Export => export_tiers(doc, &args),
@@ -340,7 +360,7 @@ fn no_tier(name: &str, doc: &ConfigDoc) -> String {
 /// `ctxbudget global ...`.
 pub(super) async fn global(cmd: GlobalCmd, args: AdminArgs) -> anyhow::Result<()> {
     let cfg = args.connect().await?;
-    let mut doc = ConfigDoc::from_stored(cfg.load().await?)?;
+    let doc = ConfigDoc::from_stored(cfg.load().await?)?;
     match cmd {
         GlobalCmd::Get => {
             let global = doc.global.unwrap_or_default();
@@ -360,8 +380,11 @@ pub(super) async fn global(cmd: GlobalCmd, args: AdminArgs) -> anyhow::Result<()
             )?;
         }
         GlobalCmd::Set { file } => {
-            let change = documents::set(&mut doc, Kind::Global, "", &read_input(&file)?)?;
-            write(&cfg, change, &args).await?;
+            let text = read_input(&file)?;
+            apply(&cfg, &args, |doc| {
+                documents::set(doc, Kind::Global, "", &text)
+            })
+            .await?;
         }
     }
     Ok(())

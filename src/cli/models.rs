@@ -4,7 +4,7 @@
 //! validated, versioned, audited and announced like `ctxbudget tiers`; a group
 //! a tier still limits cannot be deleted.
 
-use super::admin::{AdminArgs, check_whole, read_input, write, write_document};
+use super::admin::{AdminArgs, apply, check_whole, read_input, write_document};
 use super::output::{
     outln, print_document, print_json, rate_summary, table, toml_document, write_out,
 };
@@ -52,17 +52,22 @@ pub enum ModelsCmd {
 /// `ctxbudget models ...`.
 pub(super) async fn models(cmd: ModelsCmd, args: AdminArgs) -> anyhow::Result<()> {
     let cfg = args.connect().await?;
-    let mut doc = ConfigDoc::from_stored(cfg.load().await?)?;
+    let doc = ConfigDoc::from_stored(cfg.load().await?)?;
     match cmd {
         ModelsCmd::List => list(&doc, &args),
         ModelsCmd::Get { name } => get(&doc, &name, &args),
         ModelsCmd::Set { name, file } => {
-            let change = documents::set(&mut doc, Kind::Model, &name, &read_input(&file)?)?;
-            write(&cfg, change, &args).await
+            let text = read_input(&file)?;
+            apply(&cfg, &args, |doc| {
+                documents::set(doc, Kind::Model, &name, &text)
+            })
+            .await
         }
         ModelsCmd::Delete { name } => {
-            let change = documents::delete(&mut doc, Kind::Model, &name)?;
-            write(&cfg, change, &args).await
+            apply(&cfg, &args, |doc| {
+                documents::delete(doc, Kind::Model, &name)
+            })
+            .await
         }
         ModelsCmd::Import { file } => import(&cfg, doc, &file, &args).await,
         ModelsCmd::Export => export(doc, &args),

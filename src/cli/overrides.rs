@@ -2,7 +2,7 @@
 //! differs from the tier; `get` shows the document and, beside it, the limits
 //! in force for the tenant on each tier, so what it inherits is never a guess.
 
-use super::admin::{AdminArgs, read_input, write};
+use super::admin::{AdminArgs, apply, read_input};
 use super::output::{
     Effective, effective_lines, override_summary, print_document, print_json, table,
 };
@@ -84,17 +84,22 @@ pub enum OverridesCmd {
 /// `ctxbudget overrides ...`.
 pub(super) async fn overrides(cmd: OverridesCmd, args: AdminArgs) -> anyhow::Result<()> {
     let cfg = args.connect().await?;
-    let mut doc = ConfigDoc::from_stored(cfg.load().await?)?;
+    let doc = ConfigDoc::from_stored(cfg.load().await?)?;
     match cmd {
         OverridesCmd::List => list(&doc, &args)?,
         OverridesCmd::Get { tenant, tier } => get(&doc, &tenant, tier.as_deref(), &args)?,
         OverridesCmd::Set { tenant, file } => {
-            let change = documents::set(&mut doc, Kind::Override, &tenant, &read_input(&file)?)?;
-            write(&cfg, change, &args).await?;
+            let text = read_input(&file)?;
+            apply(&cfg, &args, |doc| {
+                documents::set(doc, Kind::Override, &tenant, &text)
+            })
+            .await?;
         }
         OverridesCmd::Delete { tenant } => {
-            let change = documents::delete(&mut doc, Kind::Override, &tenant)?;
-            write(&cfg, change, &args).await?;
+            apply(&cfg, &args, |doc| {
+                documents::delete(doc, Kind::Override, &tenant)
+            })
+            .await?;
         }
         OverridesCmd::Block {
             tenant,
@@ -103,8 +108,10 @@ pub(super) async fn overrides(cmd: OverridesCmd, args: AdminArgs) -> anyhow::Res
             reason,
         } => {
             let tenant = one_tenant(tenant, tenant_flag)?;
-            let change = blocks::block(&mut doc, &tenant, user.as_deref(), &reason)?;
-            write(&cfg, change, &args).await?;
+            apply(&cfg, &args, |doc| {
+                blocks::block(doc, &tenant, user.as_deref(), &reason)
+            })
+            .await?;
         }
         OverridesCmd::Unblock {
             tenant,
@@ -112,8 +119,10 @@ pub(super) async fn overrides(cmd: OverridesCmd, args: AdminArgs) -> anyhow::Res
             user,
         } => {
             let tenant = one_tenant(tenant, tenant_flag)?;
-            let change = blocks::unblock(&doc, &tenant, user.as_deref())?;
-            write(&cfg, change, &args).await?;
+            apply(&cfg, &args, |doc| {
+                blocks::unblock(doc, &tenant, user.as_deref())
+            })
+            .await?;
         }
     }
     Ok(())

@@ -2,7 +2,7 @@
 //! (Redis), USD per million tokens — what spend limits charge. Changes are
 //! validated, versioned, audited and announced like `ctxbudget tiers`.
 
-use super::admin::{AdminArgs, check_whole, read_input, write, write_document};
+use super::admin::{AdminArgs, apply, check_whole, read_input, write_document};
 use super::output::{outln, print_document, print_json, table, toml_document, write_out};
 use crate::admin::{Kind, documents};
 use crate::config::FileConfig;
@@ -52,33 +52,19 @@ pub(super) async fn prices(cmd: PricesCmd, args: AdminArgs) -> anyhow::Result<()
     let mut doc = ConfigDoc::from_stored(cfg.load().await?)?;
     match cmd {
         PricesCmd::List => list(&doc, &args),
-        PricesCmd::Get { group } => {
-            let price = doc
-                .prices
-                .get(&group)
-                .with_context(|| no_price(&group, &doc))?;
-            if args.json {
-                return print_json(price);
-            }
-            print_document(
-                &[
-                    format!(
-                        "Prices of model group {group}, USD per million tokens, per_call USD a call (configuration \
-                         version {}).",
-                        doc.version
-                    ),
-                    format!("`ctxbudget prices set {group} FILE` takes this document back."),
-                ],
-                price,
-            )
-        }
+        PricesCmd::Get { group } => get(&doc, &group, &args),
         PricesCmd::Set { group, file } => {
-            let change = documents::set(&mut doc, Kind::Price, &group, &read_input(&file)?)?;
-            write(&cfg, change, &args).await
+            let text = read_input(&file)?;
+            apply(&cfg, &args, |doc| {
+                documents::set(doc, Kind::Price, &group, &text)
+            })
+            .await
         }
         PricesCmd::Delete { group } => {
-            let change = documents::delete(&mut doc, Kind::Price, &group)?;
-            write(&cfg, change, &args).await
+            apply(&cfg, &args, |doc| {
+                documents::delete(doc, Kind::Price, &group)
+            })
+            .await
         }
         PricesCmd::Import { file } => {
             let text = read_input(&file)?;
@@ -105,6 +91,28 @@ pub(super) async fn prices(cmd: PricesCmd, args: AdminArgs) -> anyhow::Result<()
             Ok(())
         }
     }
+}
+
+/// `prices get`: the group's prices as a document `prices set` takes back.
+fn get(doc: &ConfigDoc, group: &str, args: &AdminArgs) -> anyhow::Result<()> {
+    let price = doc
+        .prices
+        .get(group)
+        .with_context(|| no_price(group, doc))?;
+    if args.json {
+        return print_json(price);
+    }
+    print_document(
+        &[
+            format!(
+                "Prices of model group {group}, USD per million tokens, per_call USD a call \
+                 (configuration version {}).",
+                doc.version
+            ),
+            format!("`ctxbudget prices set {group} FILE` takes this document back."),
+        ],
+        price,
+    )
 }
 
 /// `prices list`: one row per group with a price.

@@ -5,7 +5,7 @@
 //! announced like `ctxbudget tiers`; every replica applies them within a
 //! second.
 
-use super::admin::{AdminArgs, read_input, write};
+use super::admin::{AdminArgs, apply, read_input};
 use super::output::{print_document, print_json};
 use crate::admin::{Kind, documents};
 use crate::config::live::ConfigDoc;
@@ -100,12 +100,14 @@ where
             )
         }
         SectionCmd::Set { file } => {
-            let change = documents::set(&mut doc, section.kind, "", &read_input(&file)?)?;
-            write(&cfg, change, &args).await
+            let text = read_input(&file)?;
+            apply(&cfg, &args, |doc| {
+                documents::set(doc, section.kind, "", &text)
+            })
+            .await
         }
         SectionCmd::Reset => {
-            let change = documents::delete(&mut doc, section.kind, "")?;
-            write(&cfg, change, &args).await
+            apply(&cfg, &args, |doc| documents::delete(doc, section.kind, "")).await
         }
     }
 }

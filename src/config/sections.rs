@@ -93,6 +93,10 @@ pub struct HttpSection {
     /// Where they listen; absent: no HTTP listener.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listen: Option<SocketAddr>,
+    /// Serve plain HTTP even though gRPC serves TLS (a proxy in front ends
+    /// TLS): without it, such a configuration is refused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_plaintext: bool,
 }
 
 fn default_max_message_bytes() -> usize {

@@ -189,11 +189,24 @@ impl FileConfig {
         let tokens = self.auth.unwrap_or_default().tokens;
         validate_tokens(&tokens)?;
         let tls = tls_files(&server)?;
+        let http_listen = overrides
+            .http_listen
+            .or_else(|| self.http.as_ref().and_then(|h| h.listen));
+        if tls.is_some()
+            && http_listen.is_some()
+            && !self.http.as_ref().is_some_and(|h| h.allow_plaintext)
+        {
+            return Err(LimitsError::new(
+                "http.listen",
+                "gRPC serves TLS ([server] tls_cert) but the HTTP listener serves plain HTTP, \
+                 tokens and all: put a TLS proxy in front of it and set [http] allow_plaintext \
+                 = true, or leave the HTTP listener off",
+            )
+            .into());
+        }
         Ok(Settings {
             listen: overrides.listen.unwrap_or(server.listen),
-            http_listen: overrides
-                .http_listen
-                .or_else(|| self.http.as_ref().and_then(|h| h.listen)),
+            http_listen,
             redis_url: where_.redis_url,
             cluster_nodes: where_.cluster_nodes,
             key_prefix: where_.key_prefix,

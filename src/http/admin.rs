@@ -17,17 +17,17 @@
 //! | `/admin/v1/history` | GET: every change (`limit`) |
 
 use super::HttpState;
-use super::reply::{Page, error, json};
+use super::reply::{Page, error, json, read_body};
 use super::rpc::caller;
 use crate::admin::documents::{self, Kind};
-use crate::admin::{AdminError, history};
+use crate::admin::{AdminError, Precondition, history};
 use crate::api::auth::Caller;
 use crate::config::ConfigDoc;
 use crate::store::Store;
 use crate::store::config_repo::ConfigStore;
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::body::Body;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
@@ -96,7 +96,7 @@ pub(super) fn status(e: AdminError) -> Status {
         AdminError::Invalid(m) => Status::invalid_argument(m),
         AdminError::NotFound(m) => Status::not_found(m),
         // Answered 412 Precondition Failed.
-        e @ AdminError::Stale { .. } => Status::aborted(e.to_string()),
+        AdminError::Precondition(m) => Status::aborted(m),
         AdminError::Store(e) => crate::api::to_status(e.into()),
     }
 }
@@ -127,33 +127,54 @@ pub(super) fn tagged(mut response: Response, version: u64) -> Response {
     response
 }
 
-/// The version `If-Match` names: `"7"`, `W/"7"` or `7`; none (or `*`):
-/// write whatever changed.
-pub(super) fn if_match(headers: &HeaderMap) -> Result<Option<u64>, Status> {
-    let Some(value) = headers.get(header::IF_MATCH) else {
-        return Ok(None);
-    };
-    let text = value.to_str().unwrap_or("").trim();
-    if text == "*" {
-        return Ok(None);
+/// What the writer requires: `If-Match` naming a version (`"7"`, `W/"7"`
+/// or `7`: unchanged since) or `*` (exists), or `If-None-Match: *` (does not
+/// exist yet); neither: nothing.
+pub(super) fn precondition(headers: &HeaderMap) -> Result<Precondition, Status> {
+    let value = |name| headers.get(name).map(|v| v.to_str().unwrap_or("?").trim());
+    match (value(header::IF_MATCH), value(header::IF_NONE_MATCH)) {
+        (Some(_), Some(_)) => Err(Status::invalid_argument(
+            "send If-Match or If-None-Match, not both",
+        )),
+        (None, None) => Ok(Precondition::None),
+        (None, Some("*")) => Ok(Precondition::Absent),
+        (None, Some(other)) => Err(Status::invalid_argument(format!(
+            "If-None-Match {other:?}: only `*` (create, never replace) is taken"
+        ))),
+        (Some("*"), None) => Ok(Precondition::Exists),
+        (Some(text), None) => {
+            let bare = text.trim_start_matches("W/").trim_matches('"');
+            bare.parse().map(Precondition::Unchanged).map_err(|_| {
+                Status::invalid_argument(format!(
+                    "If-Match {text:?} is not a configuration version: send the ETag a GET \
+                     answered (\"7\")"
+                ))
+            })
+        }
     }
-    let bare = text.trim_start_matches("W/").trim_matches('"');
-    bare.parse().map(Some).map_err(|_| {
-        Status::invalid_argument(format!(
-            "If-Match {text:?} is not a configuration version: send the ETag a GET answered \
-             (\"7\")"
-        ))
-    })
+}
+
+/// A path's segments, or INVALID_ARGUMENT (after the caller was checked).
+pub(super) fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, Status> {
+    p.map(|Path(t)| t)
+        .map_err(|e| Status::invalid_argument(format!("the path: {}", e.body_text())))
+}
+
+/// A query string as `T`, or INVALID_ARGUMENT saying what it takes.
+pub(super) fn query<T>(q: Result<Query<T>, QueryRejection>, takes: &str) -> Result<T, Status> {
+    q.map(|Query(t)| t)
+        .map_err(|e| Status::invalid_argument(format!("{}; it takes {takes}", e.body_text())))
 }
 
 async fn list<S: Store>(
     State(state): St<S>,
     headers: HeaderMap,
-    Path(segment): Path<String>,
-    page: Result<Query<Page>, axum::extract::rejection::QueryRejection>,
+    segment: Result<Path<String>, PathRejection>,
+    page: Result<Query<Page>, QueryRejection>,
 ) -> Response {
     let run = async {
         admin(&state, &headers)?;
+        let segment = path(segment)?;
         let kind = kind(&segment)?;
         let doc = load(config(&state)?).await?;
         if !kind.named() {
@@ -162,9 +183,7 @@ async fn list<S: Store>(
                 doc.version,
             ));
         }
-        let Query(page) = page.map_err(|e| {
-            Status::invalid_argument(format!("{e}: the list takes search, offset and limit"))
-        })?;
+        let page = query(page, "search, offset and limit")?;
         let all = match documents::list(&doc, kind) {
             serde_json::Value::Object(map) => map,
             _ => serde_json::Map::new(),
@@ -188,13 +207,16 @@ async fn list<S: Store>(
 async fn get_one<S: Store>(
     State(state): St<S>,
     headers: HeaderMap,
-    Path((segment, name)): Path<(String, String)>,
+    names: Result<Path<(String, String)>, PathRejection>,
+    last: Result<Query<Last>, QueryRejection>,
 ) -> Response {
     let run = async {
         admin(&state, &headers)?;
+        let (segment, name) = path(names)?;
         let kind = kind(&segment)?;
         if !kind.named() && name == "history" {
-            let shown = history::history(config(&state)?, Some(&kind.field("").name()), 100)
+            let limit = query(last, "limit")?.limit.min(10_000);
+            let shown = history::history(config(&state)?, Some(&kind.field("").name()), limit)
                 .await
                 .map_err(|e| status(e.into()))?;
             return Ok(json(StatusCode::OK, &shown));
@@ -206,86 +228,84 @@ async fn get_one<S: Store>(
     run.await.unwrap_or_else(error)
 }
 
-/// Sets or deletes (`text` `None`) a document, as `who`, checked against
-/// `If-Match`.
-async fn change<S: Store>(
+/// The name a route gives a document of `kind` ("" for a single section),
+/// or INVALID_ARGUMENT for the wrong shape of path.
+fn named(kind: Kind, segment: &str, name: Option<&str>) -> Result<String, Status> {
+    match (kind.named(), name) {
+        (true, Some(n)) => Ok(n.to_owned()),
+        (false, None) => Ok(String::new()),
+        (true, None) => Err(Status::invalid_argument(format!(
+            "name the document: /admin/v1/{segment}/{{name}}"
+        ))),
+        (false, Some(_)) => Err(Status::invalid_argument(format!(
+            "{segment} is one document: /admin/v1/{segment}"
+        ))),
+    }
+}
+
+/// Makes the change `build` makes, as `who`, under the request's
+/// precondition; answers the change (201 when it created the document) with
+/// the version it made in `ETag`.
+pub(super) async fn apply<S: Store>(
     state: &HttpState<S>,
     headers: &HeaderMap,
-    segment: &str,
-    name: Option<&str>,
-    text: Option<String>,
+    who: &Caller,
+    build: impl FnMut(&mut ConfigDoc) -> Result<crate::admin::Change, AdminError>,
 ) -> Result<Response, Status> {
-    let who = admin(state, headers)?;
-    let kind = kind(segment)?;
-    let name = match (kind.named(), name) {
-        (true, Some(n)) => n,
-        (false, None) => "",
-        (true, None) => {
-            return Err(Status::invalid_argument(format!(
-                "name the document: /admin/v1/{segment}/{{name}}"
-            )));
-        }
-        (false, Some(_)) => {
-            return Err(Status::invalid_argument(format!(
-                "{segment} is one document: /admin/v1/{segment}"
-            )));
-        }
-    };
-    let read_at = if_match(headers)?;
+    let precondition = precondition(headers)?;
     let cfg = config(state)?;
-    let mut doc = load(cfg).await?;
-    let change = match &text {
-        Some(text) => documents::set(&mut doc, kind, name, text),
-        None => documents::delete(&mut doc, kind, name),
-    }
-    .map_err(status)?;
-    let note = change.note.clone();
     let actor = format!("{} (admin API)", who.name);
-    let written = crate::admin::write(cfg, change, &actor, read_at)
+    let written = crate::admin::apply(cfg, &actor, precondition, build)
         .await
         .map_err(status)?;
     let code = match (&written.old, &written.new) {
         (None, Some(_)) => StatusCode::CREATED,
         _ => StatusCode::OK,
     };
-    let mut body = serde_json::to_value(&written).unwrap_or_default();
-    if let Some(note) = note {
-        body["note"] = note.into();
-    }
-    Ok(tagged(json(code, &body), written.version))
+    Ok(tagged(json(code, &written), written.version))
 }
 
-/// A document's text from the body (JSON or TOML).
-pub(super) fn text(
-    raw: Result<Bytes, BytesRejection>,
-    headers: &HeaderMap,
-    limit: usize,
-) -> Result<String, Status> {
-    let bytes = raw.map_err(|r| match r.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => {
-            crate::api::refusal_status(crate::api::Refusal::MessageTooLarge {
-                found: headers
-                    .get(header::CONTENT_LENGTH)
-                    .and_then(|v| v.to_str().ok()?.parse().ok()),
-                limit,
-            })
-        }
-        _ => Status::invalid_argument(format!("cannot read the request body: {r}")),
-    })?;
+/// A document's text from the body (JSON or TOML), read after the caller
+/// was checked.
+pub(super) async fn text(raw: Body, headers: &HeaderMap, limit: usize) -> Result<String, Status> {
+    let bytes = read_body(raw, headers, limit).await?;
     String::from_utf8(bytes.to_vec()).map_err(|_| {
         Status::invalid_argument("the document is not UTF-8 text: send JSON (or TOML)")
     })
 }
 
+/// PUT or DELETE (`raw` `None`) of a document.
+async fn change<S: Store>(
+    state: &HttpState<S>,
+    headers: &HeaderMap,
+    segment: &str,
+    name: Option<&str>,
+    raw: Option<Body>,
+) -> Result<Response, Status> {
+    let who = admin(state, headers)?;
+    let kind = kind(segment)?;
+    let name = named(kind, segment, name)?;
+    let text = match raw {
+        Some(raw) => Some(text(raw, headers, state.max_body).await?),
+        None => None,
+    };
+    apply(state, headers, &who, |doc| match &text {
+        Some(text) => documents::set(doc, kind, &name, text),
+        None => documents::delete(doc, kind, &name),
+    })
+    .await
+}
+
 async fn put_one<S: Store>(
     State(state): St<S>,
     headers: HeaderMap,
-    Path((segment, name)): Path<(String, String)>,
-    raw: Result<Bytes, BytesRejection>,
+    names: Result<Path<(String, String)>, PathRejection>,
+    raw: Body,
 ) -> Response {
     let run = async {
-        let text = text(raw, &headers, state.max_body)?;
-        change(&state, &headers, &segment, Some(&name), Some(text)).await
+        admin(&state, &headers)?;
+        let (segment, name) = path(names)?;
+        change(&state, &headers, &segment, Some(&name), Some(raw)).await
     };
     run.await.unwrap_or_else(error)
 }
@@ -293,22 +313,26 @@ async fn put_one<S: Store>(
 async fn delete_one<S: Store>(
     State(state): St<S>,
     headers: HeaderMap,
-    Path((segment, name)): Path<(String, String)>,
+    names: Result<Path<(String, String)>, PathRejection>,
 ) -> Response {
-    change(&state, &headers, &segment, Some(&name), None)
-        .await
-        .unwrap_or_else(error)
+    let run = async {
+        admin(&state, &headers)?;
+        let (segment, name) = path(names)?;
+        change(&state, &headers, &segment, Some(&name), None).await
+    };
+    run.await.unwrap_or_else(error)
 }
 
 async fn put_single<S: Store>(
     State(state): St<S>,
     headers: HeaderMap,
-    Path(segment): Path<String>,
-    raw: Result<Bytes, BytesRejection>,
+    segment: Result<Path<String>, PathRejection>,
+    raw: Body,
 ) -> Response {
     let run = async {
-        let text = text(raw, &headers, state.max_body)?;
-        change(&state, &headers, &segment, None, Some(text)).await
+        admin(&state, &headers)?;
+        let segment = path(segment)?;
+        change(&state, &headers, &segment, None, Some(raw)).await
     };
     run.await.unwrap_or_else(error)
 }
@@ -316,11 +340,14 @@ async fn put_single<S: Store>(
 async fn delete_single<S: Store>(
     State(state): St<S>,
     headers: HeaderMap,
-    Path(segment): Path<String>,
+    segment: Result<Path<String>, PathRejection>,
 ) -> Response {
-    change(&state, &headers, &segment, None, None)
-        .await
-        .unwrap_or_else(error)
+    let run = async {
+        admin(&state, &headers)?;
+        let segment = path(segment)?;
+        change(&state, &headers, &segment, None, None).await
+    };
+    run.await.unwrap_or_else(error)
 }
 
 /// `?limit=` of a history.
@@ -338,11 +365,13 @@ fn hundred() -> usize {
 async fn one_history<S: Store>(
     State(state): St<S>,
     headers: HeaderMap,
-    Path((segment, name)): Path<(String, String)>,
-    Query(last): Query<Last>,
+    names: Result<Path<(String, String)>, PathRejection>,
+    last: Result<Query<Last>, QueryRejection>,
 ) -> Response {
     let run = async {
         admin(&state, &headers)?;
+        let (segment, name) = path(names)?;
+        let last = query(last, "limit")?;
         let field = kind(&segment)?.field(&name).name();
         let shown = history::history(config(&state)?, Some(&field), last.limit.min(10_000))
             .await
@@ -355,10 +384,11 @@ async fn one_history<S: Store>(
 async fn all_history<S: Store>(
     State(state): St<S>,
     headers: HeaderMap,
-    Query(last): Query<Last>,
+    last: Result<Query<Last>, QueryRejection>,
 ) -> Response {
     let run = async {
         admin(&state, &headers)?;
+        let last = query(last, "limit")?;
         let shown = history::history(config(&state)?, None, last.limit.min(10_000))
             .await
             .map_err(|e| status(e.into()))?;

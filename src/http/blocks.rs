@@ -4,17 +4,15 @@
 //! every admin write.
 
 use super::HttpState;
-use super::admin::{admin, config, if_match, load, status, tagged, text};
-use super::reply::{error, json};
-use crate::admin::AdminError;
-use crate::api::auth::Caller;
-use crate::config::ConfigDoc;
+use super::admin::{admin, apply, path, query, text};
+use super::reply::error;
+use crate::admin::blocks;
 use crate::store::Store;
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::body::Body;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 use std::sync::Arc;
@@ -60,41 +58,24 @@ fn overrides_only(segment: &str) -> Result<(), Status> {
     }
 }
 
-/// Writes a block change as `who`, checked against `If-Match`.
-async fn write_block<S: Store>(
-    state: &HttpState<S>,
-    headers: &HeaderMap,
-    who: &Caller,
-    change: impl FnOnce(&mut ConfigDoc) -> Result<crate::admin::Change, AdminError>,
-) -> Result<Response, Status> {
-    let read_at = if_match(headers)?;
-    let cfg = config(state)?;
-    let mut doc = load(cfg).await?;
-    let change = change(&mut doc).map_err(status)?;
-    let actor = format!("{} (admin API)", who.name);
-    let written = crate::admin::write(cfg, change, &actor, read_at)
-        .await
-        .map_err(status)?;
-    Ok(tagged(json(StatusCode::OK, &written), written.version))
-}
-
 async fn block<S: Store>(
     State(state): St<S>,
     headers: HeaderMap,
-    Path((segment, tenant)): Path<(String, String)>,
-    raw: Result<Bytes, BytesRejection>,
+    names: Result<Path<(String, String)>, PathRejection>,
+    raw: Body,
 ) -> Response {
     let run = async {
         let who = admin(&state, &headers)?;
+        let (segment, tenant) = path(names)?;
         overrides_only(&segment)?;
-        let text = text(raw, &headers, state.max_body)?;
+        let text = text(raw, &headers, state.max_body).await?;
         let body: BlockBody = serde_json::from_str(&text).map_err(|e| {
             Status::invalid_argument(format!(
                 "the body is no block: {e}; send {{\"reason\": \"…\"}} (and \"user\" to block one user)"
             ))
         })?;
-        write_block(&state, &headers, &who, |doc| {
-            crate::admin::blocks::block(doc, &tenant, body.user.as_deref(), &body.reason)
+        apply(&state, &headers, &who, |doc| {
+            blocks::block(doc, &tenant, body.user.as_deref(), &body.reason)
         })
         .await
     };
@@ -104,14 +85,16 @@ async fn block<S: Store>(
 async fn unblock<S: Store>(
     State(state): St<S>,
     headers: HeaderMap,
-    Path((segment, tenant)): Path<(String, String)>,
-    Query(whose): Query<Whose>,
+    names: Result<Path<(String, String)>, PathRejection>,
+    whose: Result<Query<Whose>, QueryRejection>,
 ) -> Response {
     let run = async {
         let who = admin(&state, &headers)?;
+        let (segment, tenant) = path(names)?;
         overrides_only(&segment)?;
-        write_block(&state, &headers, &who, |doc| {
-            crate::admin::blocks::unblock(doc, &tenant, whose.user.as_deref())
+        let whose = query(whose, "user (the user whose block to lift)")?;
+        apply(&state, &headers, &who, |doc| {
+            blocks::unblock(doc, &tenant, whose.user.as_deref())
         })
         .await
     };

@@ -56,8 +56,18 @@ fn asset(body: &'static str, kind: &'static str) -> Response {
     h.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(
-            "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'",
+            "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; \
+             frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
         ),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
     );
     response
 }

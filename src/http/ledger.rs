@@ -7,8 +7,8 @@
 //!   with the provider's CSV export as the body.
 
 use super::HttpState;
-use super::admin::{admin, status};
-use super::reply::{error, json};
+use super::admin::{admin, query, status};
+use super::reply::{error, json, read_body};
 use crate::admin::reconcile::{ReconcileQuery, parse_max_drift, read_export};
 use crate::admin::usage::{UsageQuery, csv};
 use crate::domain::reconcile::Columns;
@@ -16,8 +16,8 @@ use crate::domain::usage::By;
 use crate::domain::{TenantId, UserId};
 use crate::store::Store;
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -52,12 +52,6 @@ struct UsageParams {
     format: Option<String>,
 }
 
-/// The query string as `T`, or INVALID_ARGUMENT saying what it takes.
-fn params<T>(q: Result<Query<T>, QueryRejection>, takes: &str) -> Result<T, Status> {
-    q.map(|Query(t)| t)
-        .map_err(|e| Status::invalid_argument(format!("{}; it takes {takes}", e.body_text())))
-}
-
 fn invalid(what: &str, e: impl std::fmt::Display) -> Status {
     Status::invalid_argument(format!("{what}: {e}"))
 }
@@ -69,7 +63,7 @@ async fn usage<S: Store>(
 ) -> Response {
     let run = async {
         admin(&state, &headers)?;
-        let p = params(
+        let p = query(
             q,
             "tenant, from, to, and optionally user, model, by (hour, day, month), format (json, csv)",
         )?;
@@ -138,22 +132,15 @@ async fn reconcile<S: Store>(
     State(state): St<S>,
     headers: HeaderMap,
     q: Result<Query<ReconcileParams>, QueryRejection>,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     let run = async {
         admin(&state, &headers)?;
-        let p = params(
+        let p = query(
             q,
             "from, to, and optionally max_drift, columns, tenant (comma-separated)",
         )?;
-        let body = body.map_err(|e| match e.status() {
-            StatusCode::PAYLOAD_TOO_LARGE => Status::out_of_range(format!(
-                "the export is larger than this server's limit of {} bytes ([server] \
-                 max_message_bytes): send a shorter range",
-                state.max_body
-            )),
-            _ => Status::invalid_argument(format!("cannot read the export: {e}")),
-        })?;
+        let body = read_body(body, &headers, state.max_body).await?;
         let columns = Columns::with_mapping(p.columns.as_deref().unwrap_or(""))
             .map_err(|e| invalid("columns", e))?;
         let theirs = read_export(&body[..], &columns, "the export").map_err(status)?;

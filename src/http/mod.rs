@@ -69,9 +69,12 @@ impl<S> HttpState<S> {
     }
 }
 
-/// Every route of the HTTP listener.
+/// Every route of the HTTP listener: at most `[server]
+/// max_concurrent_streams` requests worked on at once (more wait), and no
+/// cross-site browser request that could change anything.
 pub fn router<S: Store>(state: HttpState<S>) -> Router {
     let max_body = state.max_body;
+    let at_once = state.gate.settings().max_concurrent_streams as usize;
     rpc::routes::<S>()
         .merge(admin::routes::<S>())
         .merge(blocks::routes::<S>())
@@ -83,6 +86,45 @@ pub fn router<S: Store>(state: HttpState<S>) -> Router {
         .method_not_allowed_fallback(reply::wrong_method)
         .with_state(Arc::new(state))
         .layer(DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn(same_origin))
+        .layer(tower::limit::ConcurrencyLimitLayer::new(at_once))
+}
+
+/// Refuses a request a browser sends from a page of another origin (its
+/// `Origin` names another host than `Host`) unless it only reads: with
+/// authentication off, a web page a user of the private network opens could
+/// otherwise reserve, settle or change quotas. Callers that are not browsers
+/// send no `Origin`.
+async fn same_origin(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::{Method, header};
+    let reads = matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    );
+    if let Some(origin) = request.headers().get(header::ORIGIN)
+        && !reads
+    {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok());
+        let from = origin
+            .to_str()
+            .ok()
+            .and_then(|o| o.split_once("://"))
+            .map(|(_, h)| h);
+        if from.is_none() || from != host {
+            return reply::error(tonic::Status::permission_denied(format!(
+                "a request from a page of another origin ({}) is refused: call the API from a \
+                 server, or from the console this service serves",
+                origin.to_str().unwrap_or("?")
+            )));
+        }
+    }
+    next.run(request).await
 }
 
 /// `/openapi.json`: the description of every route (no token needed).

@@ -53,9 +53,26 @@ fn document_body() -> Value {
     } } })
 }
 
+/// A write's answers beyond an admin route's: created, and a body too large.
+fn writes(mut op: Value) -> Value {
+    let responses = &mut op["responses"];
+    responses["201"] = returns("Created: the version it made (also in ETag).", "Written");
+    responses["413"] = returns(
+        "The document is larger than [server] max_message_bytes.",
+        "Error",
+    );
+    op
+}
+
+fn if_none_match() -> Value {
+    json!({ "name": "If-None-Match", "in": "header", "required": false,
+            "description": "`*`: create only — refused 412 if the document exists.",
+            "schema": { "type": "string", "enum": ["*"] } })
+}
+
 fn if_match() -> Value {
     json!({ "name": "If-Match", "in": "header", "required": false,
-            "description": "The configuration version (ETag) the document was read at: the write is refused 412 if the document changed after it.",
+            "description": "The configuration version (ETag) the document was read at: the write is refused 412 if the document changed after it (or the version was never reached). `*`: refused 412 unless the document exists.",
             "schema": { "type": "string" } })
 }
 
@@ -106,7 +123,7 @@ fn documents(paths: &mut Map<String, Value>) {
             let name = path_param("name", "The document's name (tier, model group, tenant).");
             paths.insert(format!("{base}/{{name}}"), json!({
                 "get": op(&format!("get-{seg}"), &format!("One of the {seg}"), returns("The document; the configuration version in ETag.", "Document"), &stale[..2], json!({ "parameters": [name] })),
-                "put": op(&format!("set-{seg}"), &format!("Create (201) or replace one of the {seg}"), written(), &stale, merge(json!({ "parameters": [name, if_match()] }), document_body())),
+                "put": writes(op(&format!("set-{seg}"), &format!("Create (201) or replace one of the {seg}"), written(), &stale, merge(json!({ "parameters": [name, if_match(), if_none_match()] }), document_body()))),
                 "delete": op(&format!("delete-{seg}"), &format!("Delete one of the {seg}"), written(), &stale, json!({ "parameters": [name, if_match()] })),
             }));
             paths.insert(format!("{base}/{{name}}/history"), json!({ "get": op(
@@ -121,7 +138,7 @@ fn documents(paths: &mut Map<String, Value>) {
             };
             paths.insert(base.clone(), json!({
                 "get": op(&format!("get-{seg}"), &format!("Read {what} (the defaults when none is stored)"), returns("The document; the configuration version in ETag.", "Document"), &stale[1..2], json!({})),
-                "put": op(&format!("set-{seg}"), &format!("Replace {what}"), written(), &stale, merge(json!({ "parameters": [if_match()] }), document_body())),
+                "put": writes(op(&format!("set-{seg}"), &format!("Replace {what}"), written(), &stale, merge(json!({ "parameters": [if_match(), if_none_match()] }), document_body()))),
                 "delete": op(&format!("reset-{seg}"), &format!("Reset {what} to the defaults"), written(), &stale, json!({ "parameters": [if_match()] })),
             }));
             paths.insert(format!("{base}/history"), json!({ "get": op(
@@ -130,11 +147,11 @@ fn documents(paths: &mut Map<String, Value>) {
     }
     let tenant = path_param("name", "The tenant.");
     paths.insert("/admin/v1/overrides/{name}/block".into(), json!({
-        "put": op("block", "Refuse all traffic of the tenant, or of one user of it (kept in its override)", written(), &stale,
+        "put": writes(op("block", "Refuse all traffic of the tenant, or of one user of it (kept in its override)", written(), &stale,
             json!({ "parameters": [tenant, if_match()], "requestBody": { "required": true, "content": { "application/json": { "schema": {
                 "type": "object", "required": ["reason"], "properties": {
                     "reason": { "type": "string", "description": "Why: shown to every refused caller." },
-                    "user": { "type": "string", "description": "One user of the tenant; absent: the whole tenant." } } } } } } })),
+                    "user": { "type": "string", "description": "One user of the tenant; absent: the whole tenant." } } } } } } }))),
         "delete": op("unblock", "Lift the block of the tenant, or of one user (?user=)", written(), &stale,
             json!({ "parameters": [tenant, if_match(), query("user", false, "The user whose block to lift.")] })),
     }));

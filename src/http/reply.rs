@@ -3,10 +3,10 @@
 //! a JSON error that says what to do (docs/http-api.md#errors).
 
 use crate::api::{Refusal, refusal_status};
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tonic::{Code, Status};
@@ -111,26 +111,44 @@ fn code_name(code: Code) -> &'static str {
     }
 }
 
-/// The request body, read within `limit` bytes, as a `T` in protobuf's JSON
-/// mapping (`what` names it in errors); an empty body is `{}`.
-pub(super) fn body<T: DeserializeOwned>(
-    body: Result<Bytes, BytesRejection>,
+/// How long a request body may take to arrive.
+const BODY_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The request body, read — after the caller was authenticated — within
+/// `limit` bytes and [`BODY_WITHIN`]: OUT_OF_RANGE (413) past the limit,
+/// whether the length was announced or not.
+pub(super) async fn read_body(
+    body: Body,
     headers: &HeaderMap,
     limit: usize,
-    what: &str,
-) -> Result<T, Status> {
-    let bytes = body.map_err(|rejection| match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => refusal_status(Refusal::MessageTooLarge {
-            found: headers
-                .get(header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok()?.parse().ok()),
-            limit,
-        }),
-        _ => Status::invalid_argument(format!("cannot read the request body: {rejection}")),
-    })?;
+) -> Result<Bytes, Status> {
+    let announced: Option<u64> = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    let too_large = |found| refusal_status(Refusal::MessageTooLarge { found, limit });
+    if announced.is_some_and(|n| n > limit as u64) {
+        return Err(too_large(announced));
+    }
+    let read = Limited::new(body, limit).collect();
+    match tokio::time::timeout(BODY_WITHIN, read).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => Err(too_large(announced)),
+        Ok(Err(e)) => Err(Status::invalid_argument(format!(
+            "cannot read the request body: {e}"
+        ))),
+        Err(_) => Err(Status::deadline_exceeded(format!(
+            "the request body did not arrive within {} s; nothing was done: send it whole",
+            BODY_WITHIN.as_secs()
+        ))),
+    }
+}
+
+/// `bytes` as a `T` in protobuf's JSON mapping (`what` names it in errors);
+/// an empty body is `{}`.
+pub(super) fn parse<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, Status> {
     let text: &[u8] = match bytes.iter().all(u8::is_ascii_whitespace) {
         true => b"{}",
-        false => &bytes,
+        false => bytes,
     };
     serde_json::from_slice(text).map_err(|e| {
         Status::invalid_argument(format!(

@@ -1,20 +1,20 @@
 //! `POST /v1/<rpc>`: each `BudgetService` RPC, its request and response in
 //! protobuf's JSON mapping. A call is authenticated on its headers (as the
 //! gRPC interceptor does), a CheckAndReserve takes a slot of the shared
-//! admission gate, then the body is read and the RPC runs as on gRPC. A
+//! admission gate, and only then is the body read and the RPC run as on
+//! gRPC: an unauthenticated caller cannot make the server buffer a body. A
 //! CheckAndReserve that is denied answers its JSON with the denial's status
 //! and headers (docs/http.md).
 
 use super::HttpState;
-use super::reply::{body, error, json};
+use super::reply::{error, json, parse, read_body};
 use crate::api::auth::Caller;
 use crate::pb;
 use crate::pb::budget_service_server::BudgetService;
 use crate::store::Store;
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::Body as RawBody;
 use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use axum::routing::post;
@@ -24,7 +24,7 @@ use std::sync::Arc;
 use tonic::Status;
 
 type St<S> = State<Arc<HttpState<S>>>;
-type Body = Result<Bytes, BytesRejection>;
+type Body = RawBody;
 
 /// The RPC routes.
 pub(super) fn routes<S: Store>() -> Router<Arc<HttpState<S>>> {
@@ -80,7 +80,7 @@ where
 {
     let run = async {
         let caller = caller(state, headers)?;
-        let message: Req = body(raw, headers, state.max_body, what)?;
+        let message: Req = parse(&read_body(raw, headers, state.max_body).await?, what)?;
         call(request(message, caller)).await
     };
     match run.await {
@@ -97,8 +97,8 @@ async fn check_and_reserve<S: Store>(
     let run = async {
         let caller = caller(&state, &headers)?;
         let _slot = state.gate.admit(None).await?;
-        let message: pb::CheckAndReserveRequest =
-            body(raw, &headers, state.max_body, "CheckAndReserveRequest")?;
+        let bytes = read_body(raw, &headers, state.max_body).await?;
+        let message: pb::CheckAndReserveRequest = parse(&bytes, "CheckAndReserveRequest")?;
         state.api.reserve(request(message, caller), true).await
     };
     let reserved = match run.await {

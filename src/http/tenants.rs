@@ -7,7 +7,7 @@
 //! day this month, for the burn-down.
 
 use super::HttpState;
-use super::admin::{admin, status};
+use super::admin::{admin, path, query, status};
 use super::reply::{Page, error, json};
 use crate::admin::usage::UsageQuery;
 use crate::api::auth::Caller;
@@ -19,7 +19,7 @@ use crate::pb;
 use crate::pb::budget_service_server::BudgetService;
 use crate::store::Store;
 use axum::Router;
-use axum::extract::rejection::QueryRejection;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
@@ -82,12 +82,7 @@ async fn list<S: Store>(
 ) -> Response {
     let run = async {
         admin(&state, &headers)?;
-        let Query(page) = page.map_err(|e| {
-            Status::invalid_argument(format!(
-                "{}: the list takes search, offset and limit",
-                e.body_text()
-            ))
-        })?;
+        let page = query(page, "search, offset and limit")?;
         let all = state.tenants.get(&state).await?;
         let limits = state.engine.limits();
         let (total, items) = page.of(all.iter().map(|t| (t.clone(), ())));
@@ -129,17 +124,16 @@ struct Nearest {
 async fn one<S: Store>(
     State(state): St<S>,
     headers: HeaderMap,
-    Path(tenant): Path<String>,
+    tenant: Result<Path<String>, PathRejection>,
     tier: Result<Query<OnTier>, QueryRejection>,
 ) -> Response {
     let run = async {
         let who = admin(&state, &headers)?;
-        let Query(OnTier { tier }) = tier.map_err(|e| {
-            Status::invalid_argument(format!(
-                "{}: name the tier the tenant's calls use (?tier=…), as GetStatus does",
-                e.body_text()
-            ))
-        })?;
+        let tenant = path(tenant)?;
+        let OnTier { tier } = query(
+            tier,
+            "tier: name the tier the tenant's calls use (?tier=…), as GetStatus does",
+        )?;
         let id = TenantId::parse(&tenant)
             .map_err(|e| Status::invalid_argument(format!("tenant: {}", e.message)))?;
         let tenant_status = get_status(&state, &who, &tenant, &tier, "").await?;

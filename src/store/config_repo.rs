@@ -30,7 +30,7 @@ static SEED: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::CONFIG_SEE
 static SET: LazyLock<Script> = LazyLock::new(|| Script::new(scripts::CONFIG_SET));
 
 /// Audit entries kept (approximately).
-const AUDIT_KEEP: u64 = 10_000;
+pub const AUDIT_KEEP: u64 = 10_000;
 
 /// The configuration documents as stored: JSON text by the field holding it.
 #[derive(Clone, Debug, Default)]
@@ -59,6 +59,12 @@ pub enum SetOutcome {
     Stale {
         /// The version of the document's last change.
         changed: u64,
+    },
+    /// Refused: the writer named a version the configuration never reached
+    /// (it is at `current`); nothing was written.
+    Unknown {
+        /// The configuration's version.
+        current: u64,
     },
 }
 
@@ -280,11 +286,12 @@ impl ConfigStore {
             .arg(AUDIT_KEEP)
             .arg(read_at.map_or(String::new(), |v| v.to_string()))
             .arg(config_field::changed(&name));
-        let (old, version, changed): (String, u64, u64) = inv
+        let (old, version, changed, current): (String, u64, u64, u64) = inv
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| self.err(e))?;
         Ok(match version {
+            0 if read_at.is_some_and(|v| v > current) => SetOutcome::Unknown { current },
             0 => SetOutcome::Stale { changed },
             _ => SetOutcome::Written { old, version },
         })
@@ -292,10 +299,21 @@ impl ConfigStore {
 
     /// The newest `count` audit entries, newest first.
     pub async fn history(&self, count: usize) -> Result<Vec<AuditEntry>, StoreError> {
+        self.history_before(None, count).await
+    }
+
+    /// The `count` audit entries before entry `before` (exclusive; `None`:
+    /// the newest), newest first: one page of a longer read.
+    pub async fn history_before(
+        &self,
+        before: Option<&str>,
+        count: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        let end = before.map_or("+".to_string(), |id| format!("({id}"));
         let reply: redis::streams::StreamRangeReply = self
             .conn
             .clone()
-            .xrevrange_count(&self.audit, "+", "-", count)
+            .xrevrange_count(&self.audit, end, "-", count)
             .await
             .map_err(|e| self.err(e))?;
         Ok(reply

@@ -286,7 +286,7 @@ def test_without_an_admin_token_the_admin_api_says_how_to_get_one():
 
 def test_a_tenant_is_blocked_and_unblocked_on_both_replicas(a, b):
     blocked = a.put("/admin/v1/overrides/blocked-co/block", json={"reason": "unpaid invoice"})
-    assert blocked.status_code == 200, blocked.text
+    assert blocked.status_code == 201, "the block created the tenant's override: " + blocked.text
     deadline = time.monotonic() + 5
     while (r := reserve(b, "t", tenant="blocked-co")).status_code != 403:
         assert time.monotonic() < deadline, r.text
@@ -303,3 +303,37 @@ def test_a_tenant_is_blocked_and_unblocked_on_both_replicas(a, b):
         time.sleep(0.02)
     again = a.delete("/admin/v1/overrides/blocked-co/block")
     assert again.status_code == 404 and "not blocked" in again.json()["error"]["message"]
+
+
+def test_create_only_exists_only_and_versions_never_issued(a):
+    created = a.put("/admin/v1/tiers/fresh", json=TIER, headers={"if-none-match": "*"})
+    assert created.status_code == 201, created.text
+    again = a.put("/admin/v1/tiers/fresh", json=dict(TIER, max_context_tokens=5000), headers={"if-none-match": "*"})
+    assert again.status_code == 412 and "exists already" in again.json()["error"]["message"]
+    missing = a.put("/admin/v1/tiers/nowhere", json=TIER, headers={"if-match": "*"})
+    assert missing.status_code == 412 and "does not exist" in missing.json()["error"]["message"]
+    assert a.get("/admin/v1/tiers/nowhere").status_code == 404, "nothing was written"
+    current = int(etag(a.get("/admin/v1/tiers")).strip('"'))
+    future = a.put("/admin/v1/tiers/fresh", json=TIER, headers={"if-match": f'"{current + 1000}"'})
+    assert future.status_code == 412 and "never" in future.json()["error"]["message"]
+    assert a.get("/admin/v1/tiers/fresh").json()["max_context_tokens"] == TIER["max_context_tokens"]
+    assert a.delete("/admin/v1/tiers/fresh", headers={"if-match": "*"}).status_code == 200
+
+
+def test_pages_of_other_sites_cannot_write_and_every_error_is_json(replicas, a):
+    url = replicas[0].http_url
+    forged = httpx.post(f"{url}/v1/check-and-reserve", content=b'{"tenantId":"acme","userId":"x","tier":"t"}',
+                        headers={"content-type": "text/plain", "origin": "http://evil.example", **CALLER})
+    assert forged.status_code == 403 and "another origin" in forged.json()["error"]["message"]
+    same = httpx.post(f"{url}/v1/get-estimator", content=b"{}",
+                      headers={"origin": url, **CALLER})
+    assert same.status_code == 200, same.text
+    # A request with a bad query or path is refused as JSON, and only after its token.
+    assert httpx.get(f"{url}/admin/v1/history", params={"limit": "abc"}).status_code == 401
+    bad = a.get("/admin/v1/history", params={"limit": "abc"})
+    assert bad.status_code == 400 and bad.headers["content-type"] == "application/json"
+    bad = a.get("/admin/v1/tiers/%FF")
+    assert bad.status_code == 400 and bad.json()["error"]["status"] == "INVALID_ARGUMENT"
+    # A body is not read for a caller without a token, however large it says it is.
+    big = httpx.put(f"{url}/admin/v1/tiers/t", content=b"x" * 100, headers={"content-length": "100"})
+    assert big.status_code == 401

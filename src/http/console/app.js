@@ -6,9 +6,12 @@
 "use strict";
 
 const TOKEN_KEY = "ctxbudget-admin-token";
+// Where the service is, as the page was reached (behind a proxy that serves
+// it under a path prefix too): /console/ is in it.
+const BASE = location.pathname.replace(/console\/.*$/, "");
 let refreshTimer = null;
-// Bumped by every route: a page still loading when another replaced it
-// starts no refresh.
+// Bumped by every route and by log-out: a page still loading when another
+// replaced it starts no refresh.
 let generation = 0;
 
 function el(tag, attrs, ...children) {
@@ -52,7 +55,7 @@ async function api(path, opts = {}) {
     body = JSON.stringify(opts.json);
     headers["content-type"] = "application/json";
   }
-  const response = await fetch(path, { method: opts.method || "GET", headers, body });
+  const response = await fetch(BASE + path.replace(/^\//, ""), { method: opts.method || "GET", headers, body });
   if (response.status === 401 || (response.status === 403 && path.startsWith("/admin/"))) {
     const e = await response.json().catch(() => ({}));
     showLogin((e.error && e.error.message) || "log in again");
@@ -85,6 +88,9 @@ function bar(used, limit) {
 // ---------- login ----------
 
 function showLogin(message) {
+  clearTimeout(refreshTimer);
+  generation++;
+  tiersCache = null;
   document.getElementById("login").hidden = false;
   document.getElementById("view").hidden = true;
   document.getElementById("logout").hidden = true;
@@ -110,7 +116,7 @@ async function logIn(token) {
 const PAGES = { overview, tenants, tenant, ledger, quotas, estimator };
 
 function route() {
-  clearInterval(refreshTimer);
+  clearTimeout(refreshTimer);
   refreshTimer = null;
   const hash = location.hash.replace(/^#\/?/, "") || "overview";
   const [path, query] = hash.split("?");
@@ -121,14 +127,23 @@ function route() {
   for (const a of document.querySelectorAll("#nav a")) {
     a.classList.toggle("active", a.dataset.page === parts[0]);
   }
-  const view = document.getElementById("view");
-  view.replaceChildren();
+  // Each page fills a container of its own: one a later route replaced
+  // is detached, so what it adds late is never seen.
+  const view = el("div");
+  document.getElementById("view").replaceChildren(view);
   const show = PAGES[page] || overview;
   const mine = ++generation;
+  status("");
+  // The next refresh is scheduled once the last one is done: slow answers
+  // never pile up.
+  const again = (refresh) => {
+    refreshTimer = setTimeout(() => {
+      if (mine !== generation) return;
+      refresh().catch((e) => status(e.message, true)).finally(() => { if (mine === generation) again(refresh); });
+    }, 2000);
+  };
   Promise.resolve(show(view, parts, params)).then((refresh) => {
-    if (typeof refresh === "function" && mine === generation) {
-      refreshTimer = setInterval(() => refresh().catch((e) => status(e.message, true)), 2000);
-    }
+    if (typeof refresh === "function" && mine === generation) again(refresh);
   }).catch((e) => status(e.message, true));
 }
 
@@ -246,6 +261,10 @@ async function tierNames() {
 async function tenant(view, parts, params) {
   const id = parts[1];
   const tiers = await tierNames();
+  if (!tiers.length) {
+    view.append(el("h1", {}, "Tenant " + id), el("p", { class: "error" }, "The configuration has no tiers: add one on the Quotas page."));
+    return;
+  }
   const remembered = localStorage.getItem("ctxbudget-tier:" + id);
   const tier = params.get("tier") || (tiers.includes(remembered) ? remembered : tiers[0]);
   const select = el("select", { id: "tier-select" }, tiers.map((t) => el("option", { value: t, selected: t === tier }, t)));
@@ -344,7 +363,8 @@ function burnDown(t) {
     total += days.get(key) || 0;
     cumulative.push(total);
   }
-  const spend = t.status.limits.find((l) => l.level === "LEVEL_TENANT" && l.dimension === "DIMENSION_SPEND");
+  // The monthly spend limit (a daily or rolling one is no month's budget).
+  const spend = t.status.limits.find((l) => l.level === "LEVEL_TENANT" && l.dimension === "DIMENSION_SPEND" && l.window === "month");
   const budget = spend ? num(spend.limit) : 0;
   const pace = total / elapsed;
   let verdict;
@@ -507,6 +527,9 @@ async function openDoc(pane, kind, name, creating) {
   const message = el("p", { id: "doc-message" });
   const apply = el("button", { type: "button", id: "apply", hidden: true }, "Apply");
   const history = el("ul", { class: "history", id: "history" });
+  // What Apply sends: the text as reviewed, never an edit made after.
+  let reviewed = null;
+  editor.addEventListener("input", () => { apply.hidden = true; reviewed = null; });
   const review = () => {
     message.textContent = "";
     let next;
@@ -514,12 +537,15 @@ async function openDoc(pane, kind, name, creating) {
     diff.replaceChildren(...diffLines(current, next).map(([op, line]) => el("span", { class: op === "+" ? "add" : op === "-" ? "del" : "" }, op + " " + line + "\n")));
     diff.hidden = false;
     apply.hidden = next === current;
+    reviewed = next;
     if (next === current) { message.textContent = "No change."; message.className = "note"; }
   };
   apply.addEventListener("click", async () => {
     try {
-      const headers = etag ? { "if-match": etag } : {};
-      const r = await api(path, { method: "PUT", body: editor.value, headers: Object.assign({ "content-type": "application/json" }, headers) });
+      if (reviewed === null) return;
+      // Replace what was read, or create what did not exist: never both.
+      const headers = etag ? { "if-match": etag } : { "if-none-match": "*" };
+      const r = await api(path, { method: "PUT", body: reviewed, headers: Object.assign({ "content-type": "application/json" }, headers) });
       message.textContent = `Applied as configuration version ${r.version}; every replica applies it within a second.` + (r.note ? " " + r.note : "");
       message.className = "ok";
       await openDoc(pane, kind, name, false);

@@ -63,12 +63,19 @@ impl<C: Clock> MemoryStore<C> {
     /// Every tenant with hourly (`hourly`) or daily rows, and which periods.
     pub(super) fn ledger_periods(&self, hourly: bool) -> Vec<(TenantId, Period)> {
         let now = self.clock.now_us();
-        let d = self.lock(now);
-        let mut out: Vec<(TenantId, Period)> = d
-            .ledger
+        // The keys copied under the lock, read after it: decisions wait on
+        // the lock for a copy, not for the parsing.
+        let keys: Vec<String> = {
+            let d = self.lock(now);
+            d.ledger
+                .iter()
+                .filter(|(_, (_, exp))| *exp > now)
+                .map(|(key, _)| key.clone())
+                .collect()
+        };
+        let mut out: Vec<(TenantId, Period)> = keys
             .iter()
-            .filter(|(_, (_, exp))| *exp > now)
-            .filter_map(|(key, _)| self.keys.parse_ledger(key))
+            .filter_map(|key| self.keys.parse_ledger(key))
             .filter(|(_, p)| matches!(p, Period::Hour(_)) == hourly)
             .collect();
         out.sort();
