@@ -4,7 +4,7 @@
 //! A 429, 413 or 403 with the response's JSON is a denial; any other status
 //! but 200 is an error.
 
-use super::workload::{BENCH_MODEL, Item, Reply};
+use super::workload::{Item, Reply};
 use crate::pb;
 
 /// A service's HTTP listener.
@@ -49,19 +49,7 @@ impl HttpTarget {
 
     /// CheckAndReserve for one workload item.
     pub async fn reserve(&self, item: &Item, tier: &str) -> Result<Reply, String> {
-        let req = pb::CheckAndReserveRequest {
-            tenant_id: item.tenant_id(),
-            user_id: item.user_id(),
-            tier: tier.to_string(),
-            model: BENCH_MODEL.into(),
-            prompt_tokens: (!item.prompt_as_text).then_some(item.prompt),
-            prompt: match item.prompt_as_text {
-                true => item.prompt_text(),
-                false => String::new(),
-            },
-            max_output_tokens: item.max_output,
-            ..Default::default()
-        };
+        let req = item.reserve_request(tier);
         let (status, body) = self.post("check-and-reserve", &req).await?;
         if !matches!(status, 200 | 403 | 413 | 429) {
             return Err(format!("http_{status}"));

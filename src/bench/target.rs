@@ -136,19 +136,7 @@ impl Target {
     pub async fn reserve(&self, item: &Item, tier: &str) -> Result<Reply, String> {
         match self {
             Target::Grpc { clients, next } => {
-                let req = pb::CheckAndReserveRequest {
-                    tenant_id: item.tenant_id(),
-                    user_id: item.user_id(),
-                    tier: tier.to_string(),
-                    model: BENCH_MODEL.into(),
-                    prompt_tokens: (!item.prompt_as_text).then_some(item.prompt),
-                    prompt: match item.prompt_as_text {
-                        true => item.prompt_text(),
-                        false => String::new(),
-                    },
-                    max_output_tokens: item.max_output,
-                    ..Default::default()
-                };
+                let req = item.reserve_request(tier);
                 let r = Self::client(clients, next)
                     .check_and_reserve(req)
                     .await

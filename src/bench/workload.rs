@@ -229,6 +229,26 @@ impl Workload {
     }
 }
 
+impl Item {
+    /// The CheckAndReserve request of this item on `tier`, as the budget
+    /// API takes it (over gRPC or HTTP).
+    pub fn reserve_request(&self, tier: &str) -> pb::CheckAndReserveRequest {
+        pb::CheckAndReserveRequest {
+            tenant_id: self.tenant_id(),
+            user_id: self.user_id(),
+            tier: tier.to_string(),
+            model: BENCH_MODEL.into(),
+            prompt_tokens: (!self.prompt_as_text).then_some(self.prompt),
+            prompt: match self.prompt_as_text {
+                true => self.prompt_text(),
+                false => String::new(),
+            },
+            max_output_tokens: self.max_output,
+            ..Default::default()
+        }
+    }
+}
+
 /// A denial reason of the API, as metrics name it.
 pub(super) fn pb_reason_name(r: pb::Reason) -> &'static str {
     match r {

@@ -15,9 +15,10 @@ mod overrides;
 mod prices;
 mod reconcile;
 mod sections_cmd;
+mod tiers;
 mod usage;
 
-pub use admin::{AdminArgs, GlobalCmd, TiersCmd};
+pub use admin::AdminArgs;
 pub use health::HealthArgs;
 pub use inspect::InspectArgs;
 pub use models::ModelsCmd;
@@ -25,6 +26,7 @@ pub use overrides::OverridesCmd;
 pub use prices::PricesCmd;
 pub use reconcile::ReconcileArgs;
 pub use sections_cmd::SectionCmd;
+pub use tiers::{GlobalCmd, TiersCmd};
 pub use usage::UsageArgs;
 
 use crate::config::{self, Flags};
@@ -184,12 +186,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Bench(args) => bench(*args).await,
-        Command::Tiers { cmd, admin } => admin::tiers(cmd, admin).await,
+        Command::Tiers { cmd, admin } => tiers::tiers(cmd, admin).await,
         Command::Models { cmd, admin } => models::models(cmd, admin).await,
         Command::Prices { cmd, admin } => prices::prices(cmd, admin).await,
         Command::Envoy { cmd, admin } => sections_cmd::envoy(cmd, admin).await,
         Command::ExtProc { cmd, admin } => sections_cmd::ext_proc(cmd, admin).await,
-        Command::Global { cmd, admin } => admin::global(cmd, admin).await,
+        Command::Global { cmd, admin } => tiers::global(cmd, admin).await,
         Command::Overrides { cmd, admin } => overrides::overrides(cmd, admin).await,
         Command::Inspect(args) => inspect::inspect(args).await,
         Command::Usage(args) => usage::usage(args).await,

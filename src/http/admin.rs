@@ -17,7 +17,7 @@
 //! | `/admin/v1/history` | GET: every change (`limit`) |
 
 use super::HttpState;
-use super::reply::{Page, error, json, read_body};
+use super::reply::{Page, error, json, path, query, read_body};
 use super::rpc::caller;
 use crate::admin::documents::{self, Kind};
 use crate::admin::{AdminError, Precondition, history};
@@ -154,18 +154,6 @@ pub(super) fn precondition(headers: &HeaderMap) -> Result<Precondition, Status> 
     }
 }
 
-/// A path's segments, or INVALID_ARGUMENT (after the caller was checked).
-pub(super) fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, Status> {
-    p.map(|Path(t)| t)
-        .map_err(|e| Status::invalid_argument(format!("the path: {}", e.body_text())))
-}
-
-/// A query string as `T`, or INVALID_ARGUMENT saying what it takes.
-pub(super) fn query<T>(q: Result<Query<T>, QueryRejection>, takes: &str) -> Result<T, Status> {
-    q.map(|Query(t)| t)
-        .map_err(|e| Status::invalid_argument(format!("{}; it takes {takes}", e.body_text())))
-}
-
 async fn list<S: Store>(
     State(state): St<S>,
     headers: HeaderMap,
@@ -215,11 +203,8 @@ async fn get_one<S: Store>(
         let (segment, name) = path(names)?;
         let kind = kind(&segment)?;
         if !kind.named() && name == "history" {
-            let limit = query(last, "limit")?.limit.min(10_000);
-            let shown = history::history(config(&state)?, Some(&kind.field("").name()), limit)
-                .await
-                .map_err(|e| status(e.into()))?;
-            return Ok(json(StatusCode::OK, &shown));
+            let last = query(last, "limit")?;
+            return history_of(&state, Some(&kind.field("").name()), last).await;
         }
         let doc = load(config(&state)?).await?;
         let document = documents::get(&doc, kind, &name).map_err(status)?;
@@ -362,6 +347,19 @@ fn hundred() -> usize {
     100
 }
 
+/// The newest `last.limit` changes (at most 10,000), of document `field`
+/// only when given.
+async fn history_of<S>(
+    state: &HttpState<S>,
+    field: Option<&str>,
+    last: Last,
+) -> Result<Response, Status> {
+    let shown = history::history(config(state)?, field, last.limit.min(10_000))
+        .await
+        .map_err(|e| status(e.into()))?;
+    Ok(json(StatusCode::OK, &shown))
+}
+
 async fn one_history<S: Store>(
     State(state): St<S>,
     headers: HeaderMap,
@@ -373,10 +371,7 @@ async fn one_history<S: Store>(
         let (segment, name) = path(names)?;
         let last = query(last, "limit")?;
         let field = kind(&segment)?.field(&name).name();
-        let shown = history::history(config(&state)?, Some(&field), last.limit.min(10_000))
-            .await
-            .map_err(|e| status(e.into()))?;
-        Ok(json(StatusCode::OK, &shown))
+        history_of(&state, Some(&field), last).await
     };
     run.await.unwrap_or_else(error)
 }
@@ -389,10 +384,7 @@ async fn all_history<S: Store>(
     let run = async {
         admin(&state, &headers)?;
         let last = query(last, "limit")?;
-        let shown = history::history(config(&state)?, None, last.limit.min(10_000))
-            .await
-            .map_err(|e| status(e.into()))?;
-        Ok(json(StatusCode::OK, &shown))
+        history_of(&state, None, last).await
     };
     run.await.unwrap_or_else(error)
 }

@@ -4,8 +4,9 @@
 //! every admin write.
 
 use super::HttpState;
-use super::admin::{admin, apply, path, query, text};
+use super::admin::{admin, apply, text};
 use super::reply::error;
+use super::reply::{path, query};
 use crate::admin::blocks;
 use crate::store::Store;
 use axum::Router;

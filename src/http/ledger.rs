@@ -7,8 +7,8 @@
 //!   with the provider's CSV export as the body.
 
 use super::HttpState;
-use super::admin::{admin, query, status};
-use super::reply::{error, json, read_body};
+use super::admin::{admin, status};
+use super::reply::{error, json, query, read_body};
 use crate::admin::reconcile::{ReconcileQuery, parse_max_drift, read_export};
 use crate::admin::usage::{UsageQuery, csv};
 use crate::domain::reconcile::Columns;

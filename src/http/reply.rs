@@ -4,6 +4,8 @@
 
 use crate::api::{Refusal, refusal_status};
 use axum::body::{Body, Bytes};
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -213,4 +215,16 @@ impl Page {
             matching.into_iter().skip(self.offset).take(limit).collect(),
         )
     }
+}
+
+/// A path's segments, or INVALID_ARGUMENT (after the caller was checked).
+pub(super) fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, Status> {
+    p.map(|Path(t)| t)
+        .map_err(|e| Status::invalid_argument(format!("the path: {}", e.body_text())))
+}
+
+/// A query string as `T`, or INVALID_ARGUMENT saying what it takes.
+pub(super) fn query<T>(q: Result<Query<T>, QueryRejection>, takes: &str) -> Result<T, Status> {
+    q.map(|Query(t)| t)
+        .map_err(|e| Status::invalid_argument(format!("{}; it takes {takes}", e.body_text())))
 }

@@ -7,8 +7,8 @@
 //! day this month, for the burn-down.
 
 use super::HttpState;
-use super::admin::{admin, path, query, status};
-use super::reply::{Page, error, json};
+use super::admin::{admin, status};
+use super::reply::{Page, error, json, path, query};
 use crate::admin::usage::UsageQuery;
 use crate::api::auth::Caller;
 use crate::domain::Clock;
