@@ -32,7 +32,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates
 COPY --from=build /src/target/release/ctxbudget /usr/local/bin/ctxbudget
 COPY config/ctxbudget.example.toml /etc/ctxbudget/ctxbudget.toml
 USER ctxbudget
-EXPOSE 50051 9090
+EXPOSE 50051 9090 8080
 # `ctxbudget health --addr 127.0.0.1:50051` exits 0 while the service is
 # SERVING: the healthcheck of docker-compose.yml, and of any orchestrator.
 ENTRYPOINT ["ctxbudget"]
