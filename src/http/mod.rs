@@ -132,13 +132,51 @@ async fn openapi_json() -> axum::response::Response {
     reply::json(axum::http::StatusCode::OK, &openapi::document())
 }
 
-/// Serves `router` on `listener` until `shutdown`.
+/// How long a client may take to send a request's headers before its
+/// connection is closed (bodies have `reply::read_body`'s own bound).
+const HEADERS_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Serves `router` on `listener` until `shutdown`, then lets the calls in
+/// flight finish. Each connection is HTTP/1.1 with keep-alive, and closed
+/// when its headers do not arrive within [`HEADERS_WITHIN`].
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::server::graceful::GracefulShutdown;
+    use hyper_util::service::TowerToHyperService;
+    let graceful = GracefulShutdown::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADERS_WITHIN)
+        .keep_alive(true);
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, then go on.
+                    tracing::warn!(error = %e, "the HTTP listener could not accept a connection");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(router.clone());
+        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "an HTTP connection ended in error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
 }
