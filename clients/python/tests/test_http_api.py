@@ -214,3 +214,18 @@ def test_unknown_routes_and_methods_say_what_exists(http):
     get = http.get("/v1/commit")
     assert get.status_code == 405
     assert "POST" in get.json()["error"]["message"]
+
+
+def test_a_client_that_never_finishes_its_headers_is_let_go():
+    import socket
+
+    s = Service(CONFIG, http=True)
+    try:
+        host, port = s.http_url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as slow:
+            slow.sendall(b"POST /v1/get-estimator HTTP/1.1\r\nHost: x\r\n")
+            slow.settimeout(60)
+            assert slow.recv(1000) == b"", "the server closed the connection"
+        assert httpx.post(f"{s.http_url}/v1/get-estimator", headers={"authorization": f"Bearer {TOKEN}"}).status_code == 200
+    finally:
+        s.stop()
