@@ -114,33 +114,23 @@ pub struct Change {
     pub existed: bool,
 }
 
-/// Every document of `kind` as JSON: by name for named kinds, else the one
-/// section (the defaults when none is stored).
-pub fn list(doc: &ConfigDoc, kind: Kind) -> Value {
-    match kind {
-        Kind::Tier => json(&doc.tiers),
-        Kind::Model => json(&doc.models),
-        Kind::Price => json(&doc.prices),
-        Kind::Override => json(&doc.overrides),
-        Kind::Envoy => json(&doc.envoy.clone().unwrap_or_default()),
-        Kind::ExtProc => json(&doc.ext_proc.clone().unwrap_or_default()),
-        Kind::Global => json(&doc.global.clone().unwrap_or_default()),
-    }
-}
-
-/// Document `name` of `kind` as JSON, or NotFound naming those that exist.
+/// Document `name` of `kind` as JSON (a single section: the one stored, or
+/// its defaults; `name` is ignored), or NotFound naming those that exist.
 pub fn get(doc: &ConfigDoc, kind: Kind, name: &str) -> Result<Value, AdminError> {
-    if !kind.named() {
-        return Ok(list(doc, kind));
-    }
-    match list(doc, kind) {
-        Value::Object(mut all) => all.remove(name).ok_or_else(|| not_found(doc, kind, name)),
-        _ => Err(not_found(doc, kind, name)),
-    }
+    let found = match kind {
+        Kind::Tier => doc.tiers.get(name).map(json),
+        Kind::Model => doc.models.get(name).map(json),
+        Kind::Price => doc.prices.get(name).map(json),
+        Kind::Override => doc.overrides.get(name).map(json),
+        Kind::Envoy => Some(json(&doc.envoy.clone().unwrap_or_default())),
+        Kind::ExtProc => Some(json(&doc.ext_proc.clone().unwrap_or_default())),
+        Kind::Global => Some(json(&doc.global.clone().unwrap_or_default())),
+    };
+    found.ok_or_else(|| not_found(doc, kind, name))
 }
 
-/// The names of `kind`'s documents.
-fn names(doc: &ConfigDoc, kind: Kind) -> Vec<String> {
+/// The names of `kind`'s documents, in order (none for a single section).
+pub fn names(doc: &ConfigDoc, kind: Kind) -> Vec<String> {
     match kind {
         Kind::Tier => doc.tiers.keys().cloned().collect(),
         Kind::Model => doc.models.keys().cloned().collect(),

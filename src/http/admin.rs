@@ -166,21 +166,20 @@ async fn list<S: Store>(
         let kind = kind(&segment)?;
         let doc = load(config(&state)?).await?;
         if !kind.named() {
-            return Ok(tagged(
-                json(StatusCode::OK, &documents::list(&doc, kind)),
-                doc.version,
-            ));
+            let document = documents::get(&doc, kind, "").map_err(status)?;
+            return Ok(tagged(json(StatusCode::OK, &document), doc.version));
         }
         let page = query(page, "search, offset and limit")?;
-        let all = match documents::list(&doc, kind) {
-            serde_json::Value::Object(map) => map,
-            _ => serde_json::Map::new(),
-        };
-        let (total, items) = page.of(all.into_iter());
-        let items: Vec<serde_json::Value> = items
+        // The page chosen by name, then only its documents made JSON.
+        let names = documents::names(&doc, kind).into_iter().map(|n| (n, ()));
+        let (total, chosen) = page.of(names);
+        let items = chosen
             .into_iter()
-            .map(|(name, document)| serde_json::json!({ "name": name, "document": document }))
-            .collect();
+            .map(|(name, ())| {
+                let document = documents::get(&doc, kind, &name).map_err(status)?;
+                Ok(serde_json::json!({ "name": name, "document": document }))
+            })
+            .collect::<Result<Vec<_>, Status>>()?;
         let body = serde_json::json!({
             "version": doc.version,
             "total": total,
