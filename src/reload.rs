@@ -13,7 +13,9 @@
 use crate::api::LiveMap;
 use crate::api::auth::Auth;
 use crate::api::ext_proc::LiveReading;
-use crate::config::{AlertSettings, ConfigDoc, EnvoySection, ExtProcSection, FileConfig, Flags};
+use crate::config::{
+    AlertSettings, ConfigDoc, EnvoySection, ExtProcSection, FileConfig, FileDocs, Flags,
+};
 use crate::domain::Limits;
 use crate::engine::Engine;
 use crate::store::Store;
@@ -40,6 +42,9 @@ pub struct Live<S> {
     pub ext_proc: Arc<LiveReading>,
     /// `[alerts]`: where threshold alerts go (re-read from the file on SIGHUP).
     pub alerts: Arc<tokio::sync::watch::Sender<AlertSettings>>,
+    /// The file's documents in force, on a replica whose configuration is
+    /// its file (`None` with Redis).
+    pub file_docs: Option<Arc<FileDocs>>,
 }
 
 impl<S> Clone for Live<S> {
@@ -49,6 +54,7 @@ impl<S> Clone for Live<S> {
             envoy_map: self.envoy_map.clone(),
             ext_proc: self.ext_proc.clone(),
             alerts: self.alerts.clone(),
+            file_docs: self.file_docs.clone(),
         }
     }
 }
@@ -240,7 +246,10 @@ pub fn reload_file<S: Store>(
                 changed
             });
             if limits {
-                let limits = settings.limits.as_ref().clone();
+                let mut limits = settings.limits.as_ref().clone();
+                if let Some(docs) = &live.file_docs {
+                    limits.version = docs.replace(settings.seed);
+                }
                 tracing::info!(
                     file = ?file,
                     tiers = limits.tiers.len(),

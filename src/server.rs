@@ -8,7 +8,7 @@ use crate::api::LiveMap;
 use crate::api::admission::Gate;
 use crate::api::auth::Auth;
 use crate::api::ext_proc::LiveReading;
-use crate::config::Settings;
+use crate::config::{FileDocs, LiveDocs, Settings};
 use crate::engine::{Engine, EngineSettings};
 use crate::estimator::{Counter, Multipliers};
 use crate::http::HttpState;
@@ -136,13 +136,7 @@ pub async fn serve<S: Store>(
     let auth = authentication(settings, addr);
     // Load the tokenizers in the background: the first long prompt should not pay.
     tokio::task::spawn_blocking(crate::estimator::count::warm_up);
-    let live = Live {
-        engine: engine.clone(),
-        envoy_map: Arc::new(LiveMap::new(&settings.envoy)),
-        ext_proc: Arc::new(LiveReading::new(&settings.ext_proc)),
-        alerts: Arc::new(tokio::sync::watch::Sender::new(settings.alerts.clone())),
-    };
-    let config = redis.as_ref().map(|r| r.config.clone());
+    let (live, config) = live(&engine, settings, redis.as_ref());
     let mut tasks = background_tasks(&live, settings, &auth, redis);
     let (reporting, health_service) = health::start(engine.clone()).await;
     tasks.push(reporting);
@@ -182,6 +176,30 @@ pub async fn serve<S: Store>(
     served?;
     tracing::info!("ctxbudget stopped");
     Ok(())
+}
+
+/// What configuration changes apply to, and where the admin API reads the
+/// configuration: Redis, or without it the file's documents.
+fn live<S: Store>(
+    engine: &Arc<Engine<S>>,
+    settings: &Settings,
+    redis: Option<&RedisStart>,
+) -> (Live<S>, LiveDocs) {
+    let config = match redis {
+        Some(r) => LiveDocs::Redis(Box::new(r.config.clone())),
+        None => LiveDocs::File(Arc::new(FileDocs::new(settings.seed.clone()))),
+    };
+    let live = Live {
+        engine: engine.clone(),
+        envoy_map: Arc::new(LiveMap::new(&settings.envoy)),
+        ext_proc: Arc::new(LiveReading::new(&settings.ext_proc)),
+        alerts: Arc::new(tokio::sync::watch::Sender::new(settings.alerts.clone())),
+        file_docs: match &config {
+            LiveDocs::File(docs) => Some(docs.clone()),
+            LiveDocs::Redis(_) => None,
+        },
+    };
+    (live, config)
 }
 
 /// Serves the gRPC `routes` on `listener` until `shutdown`.

@@ -5,7 +5,7 @@
 //! a status that says when to retry, before any of its work starts.
 
 use crate::config::AdmissionSettings;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::{Code, Status};
@@ -14,6 +14,11 @@ use tonic::{Code, Status};
 pub struct Gate {
     slots: Arc<Semaphore>,
     settings: AdmissionSettings,
+    /// The calls in flight, as the gauge reports them: counted and reported
+    /// under one lock, so the gauge's last value is the count's last value
+    /// (a count read apart from its report could be overwritten by an older
+    /// one on another thread, and stay wrong while nothing else changes).
+    busy: Mutex<usize>,
 }
 
 impl Gate {
@@ -23,6 +28,7 @@ impl Gate {
         Arc::new(Gate {
             slots: Arc::new(Semaphore::new(settings.max_in_flight)),
             settings,
+            busy: Mutex::new(0),
         })
     }
 
@@ -85,7 +91,7 @@ impl Gate {
                 }
             }
         };
-        self.report();
+        self.count(1);
         Ok(Permit {
             _permit: permit,
             gate: self.clone(),
@@ -97,9 +103,11 @@ impl Gate {
         &self.settings
     }
 
-    /// Records the calls in flight.
-    fn report(&self) {
-        crate::telemetry::in_flight(self.settings.max_in_flight - self.slots.available_permits());
+    /// Counts `delta` calls more (or fewer) in flight and reports the count.
+    fn count(&self, delta: isize) {
+        let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+        *busy = busy.saturating_add_signed(delta);
+        crate::telemetry::in_flight(*busy);
     }
 }
 
@@ -111,8 +119,9 @@ pub struct Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        // The semaphore's permit is returned after this body: count it free.
-        let busy = self.gate.settings.max_in_flight - self.gate.slots.available_permits();
-        crate::telemetry::in_flight(busy.saturating_sub(1));
+        self.gate.count(-1);
     }
 }
+
+#[cfg(test)]
+mod tests;

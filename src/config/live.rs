@@ -8,10 +8,52 @@ use super::{
 };
 use crate::domain::{Limits, LimitsError};
 use crate::store::StoreError;
-use crate::store::config_repo::{Field, StoredConfig};
+use crate::store::config_repo::{ConfigStore, Field, StoredConfig};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
+use std::sync::{Arc, PoisonError, RwLock};
+
+/// Where a replica's live configuration is: Redis (read and written through
+/// the admin API and the CLI) or its file (the in-memory store: read there,
+/// changed by editing the file and sending SIGHUP).
+#[derive(Clone)]
+pub enum LiveDocs {
+    /// The documents in Redis.
+    Redis(Box<ConfigStore>),
+    /// The file's documents in force.
+    File(Arc<FileDocs>),
+}
+
+/// The configuration file's documents in force on a replica without Redis,
+/// replaced when SIGHUP reloads the file. Their version counts the loads
+/// applied (0: as started), so a reader's `ETag` changes when they do.
+#[derive(Debug)]
+pub struct FileDocs(RwLock<Arc<ConfigDoc>>);
+
+impl FileDocs {
+    /// The documents `file` writes, as started (version 0).
+    pub fn new(file: ConfigDoc) -> Self {
+        FileDocs(RwLock::new(Arc::new(ConfigDoc { version: 0, ..file })))
+    }
+
+    /// The documents in force.
+    pub fn get(&self) -> Arc<ConfigDoc> {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Puts `file`'s documents in force; returns their version (one past
+    /// the last).
+    pub fn replace(&self, file: ConfigDoc) -> u64 {
+        let mut now = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        let version = now.version + 1;
+        *now = Arc::new(ConfigDoc { version, ..file });
+        version
+    }
+}
 
 /// The configuration documents, as sections.
 #[derive(Clone, Debug, Default, Serialize)]

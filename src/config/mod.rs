@@ -43,7 +43,7 @@ pub use ext_proc::{ExtProcSection, OtherRequests};
 pub use input::{Document, DocumentError, parse_document};
 pub use level::LevelSection;
 pub use limits::{LimitSections, ShadowSection, TierSection, build_limits};
-pub use live::ConfigDoc;
+pub use live::{ConfigDoc, FileDocs, LiveDocs};
 pub use models::{ModelLimitsSection, ModelSection, PrioritiesSection};
 pub use money::{MoneySection, PriceSection, SpendSection};
 pub use overrides::{LevelOverrideSection, OverrideSection, ShadowOverrideSection, UNLIMITED};

@@ -99,6 +99,16 @@ impl Dimension {
         Dimension::Spend,
     ];
 
+    /// True where a reservation's output counts: tokens, output tokens and
+    /// spend. A level holds output (the grant, or the learned output) only
+    /// in buckets of these; one with none holds no output at all.
+    pub fn counts_output(self) -> bool {
+        matches!(
+            self,
+            Dimension::Tokens | Dimension::OutputTokens | Dimension::Spend
+        )
+    }
+
     /// True for the three kinds of token limit.
     pub fn is_tokens(self) -> bool {
         matches!(

@@ -150,6 +150,12 @@ impl LevelPlan {
             .map_or(MAX_TTL_US, |s| (s as f64 * 1e6).min(MAX_TTL_US))
     }
 
+    /// True when the level holds output: it has a bucket the output counts
+    /// in ([`Dimension::counts_output`]).
+    pub fn holds_output(&self) -> bool {
+        self.buckets.iter().any(|b| b.dimension.counts_output())
+    }
+
     /// True when the level checks nothing.
     pub fn is_unlimited(&self) -> bool {
         self.buckets.is_empty() && self.concurrency.is_none()

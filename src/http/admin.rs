@@ -17,19 +17,20 @@
 //! | `/admin/v1/history` | GET: every change (`limit`) |
 
 use super::HttpState;
+use super::precondition::{precondition, tagged};
 use super::reply::{Page, error, json, path, query, read_body};
 use super::rpc::caller;
 use crate::admin::documents::{self, Kind};
-use crate::admin::{AdminError, Precondition, history};
+use crate::admin::{AdminError, history};
 use crate::api::auth::Caller;
-use crate::config::ConfigDoc;
+use crate::config::{ConfigDoc, LiveDocs};
 use crate::store::Store;
 use crate::store::config_repo::ConfigStore;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::get;
 use serde::Deserialize;
@@ -78,16 +79,17 @@ pub(super) fn admin<S>(state: &HttpState<S>, headers: &HeaderMap) -> Result<Call
     }
 }
 
-/// The live configuration's store, or FAILED_PRECONDITION on a replica
-/// whose configuration is its file (the in-memory store).
+/// The live configuration's store, for a write, or FAILED_PRECONDITION on a
+/// replica whose configuration is its file (the in-memory store).
 pub(super) fn config<S>(state: &HttpState<S>) -> Result<&ConfigStore, Status> {
-    state.config.as_ref().ok_or_else(|| {
-        Status::failed_precondition(
+    match &state.config {
+        LiveDocs::Redis(cfg) => Ok(cfg),
+        LiveDocs::File(_) => Err(Status::failed_precondition(
             "this replica runs on the in-memory store, whose configuration is its file: edit \
              the file and send the service SIGHUP (the admin API changes the live \
              configuration in Redis)",
-        )
-    })
+        )),
+    }
 }
 
 /// The status of an admin error.
@@ -119,38 +121,12 @@ pub(super) async fn load(cfg: &ConfigStore) -> Result<ConfigDoc, Status> {
     ConfigDoc::from_stored(stored).map_err(|e| status(e.into()))
 }
 
-/// `body` with an `ETag` of configuration version `version`.
-pub(super) fn tagged(mut response: Response, version: u64) -> Response {
-    if let Ok(v) = HeaderValue::from_str(&format!("\"{version}\"")) {
-        response.headers_mut().insert(header::ETAG, v);
-    }
-    response
-}
-
-/// What the writer requires: `If-Match` naming a version (`"7"`, `W/"7"`
-/// or `7`: unchanged since) or `*` (exists), or `If-None-Match: *` (does not
-/// exist yet); neither: nothing.
-pub(super) fn precondition(headers: &HeaderMap) -> Result<Precondition, Status> {
-    let value = |name| headers.get(name).map(|v| v.to_str().unwrap_or("?").trim());
-    match (value(header::IF_MATCH), value(header::IF_NONE_MATCH)) {
-        (Some(_), Some(_)) => Err(Status::invalid_argument(
-            "send If-Match or If-None-Match, not both",
-        )),
-        (None, None) => Ok(Precondition::None),
-        (None, Some("*")) => Ok(Precondition::Absent),
-        (None, Some(other)) => Err(Status::invalid_argument(format!(
-            "If-None-Match {other:?}: only `*` (create, never replace) is taken"
-        ))),
-        (Some("*"), None) => Ok(Precondition::Exists),
-        (Some(text), None) => {
-            let bare = text.trim_start_matches("W/").trim_matches('"');
-            bare.parse().map(Precondition::Unchanged).map_err(|_| {
-                Status::invalid_argument(format!(
-                    "If-Match {text:?} is not a configuration version: send the ETag a GET \
-                     answered (\"7\")"
-                ))
-            })
-        }
+/// The configuration in force, for a read: as stored in Redis, or the
+/// file's documents as last loaded (version: the loads since start).
+async fn in_force<S>(state: &HttpState<S>) -> Result<Arc<ConfigDoc>, Status> {
+    match &state.config {
+        LiveDocs::Redis(cfg) => load(cfg).await.map(Arc::new),
+        LiveDocs::File(docs) => Ok(docs.get()),
     }
 }
 
@@ -164,7 +140,7 @@ async fn list<S: Store>(
         admin(&state, &headers)?;
         let segment = path(segment)?;
         let kind = kind(&segment)?;
-        let doc = load(config(&state)?).await?;
+        let doc = in_force(&state).await?;
         if !kind.named() {
             let document = documents::get(&doc, kind, "").map_err(status)?;
             return Ok(tagged(json(StatusCode::OK, &document), doc.version));
@@ -205,7 +181,7 @@ async fn get_one<S: Store>(
             let last = query(last, "limit")?;
             return history_of(&state, Some(&kind.field("").name()), last).await;
         }
-        let doc = load(config(&state)?).await?;
+        let doc = in_force(&state).await?;
         let document = documents::get(&doc, kind, &name).map_err(status)?;
         Ok(tagged(json(StatusCode::OK, &document), doc.version))
     };
@@ -353,7 +329,11 @@ async fn history_of<S>(
     field: Option<&str>,
     last: Last,
 ) -> Result<Response, Status> {
-    let shown = history::history(config(state)?, field, last.limit.min(10_000))
+    let LiveDocs::Redis(cfg) = &state.config else {
+        // A file's documents have no change log: nothing was changed here.
+        return Ok(json(StatusCode::OK, &serde_json::json!([])));
+    };
+    let shown = history::history(cfg, field, last.limit.min(10_000))
         .await
         .map_err(|e| status(e.into()))?;
     Ok(json(StatusCode::OK, &shown))

@@ -9,6 +9,7 @@
 use super::HttpState;
 use super::admin::admin;
 use super::reply::{error, json};
+use crate::config::LiveDocs;
 use crate::store::Store;
 use axum::Router;
 use axum::extract::State;
@@ -96,7 +97,7 @@ async fn service<S: Store>(State(state): St<S>, headers: HeaderMap) -> Response 
             "version": env!("CARGO_PKG_VERSION"),
             "store": state.engine.store().describe(),
             "breaker": state.engine.breaker_state().as_str(),
-            "live_configuration": state.config.is_some(),
+            "live_configuration": matches!(state.config, LiveDocs::Redis(_)),
             "config_version": limits.version,
             "tiers": limits.tiers.keys().collect::<Vec<_>>(),
             "model_groups": limits.models.keys().collect::<Vec<_>>(),

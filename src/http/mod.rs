@@ -14,6 +14,7 @@ mod ledger;
 pub mod openapi;
 mod openapi_admin;
 mod openapi_parts;
+mod precondition;
 mod reply;
 mod rpc;
 mod tenants;
@@ -21,9 +22,9 @@ mod tenants;
 use crate::api::BudgetApi;
 use crate::api::admission::Gate;
 use crate::api::auth::Auth;
+use crate::config::LiveDocs;
 use crate::engine::Engine;
 use crate::store::Store;
-use crate::store::config_repo::ConfigStore;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use std::future::Future;
@@ -36,8 +37,8 @@ pub struct HttpState<S> {
     pub api: Arc<BudgetApi<S>>,
     /// The engine behind it (the store, the live limits), for the admin API.
     pub engine: Arc<Engine<S>>,
-    /// The live configuration in Redis; `None` on the in-memory store.
-    pub config: Option<ConfigStore>,
+    /// The live configuration: in Redis, or the file's (the in-memory store).
+    pub config: LiveDocs,
     /// The accepted tokens (reloaded on SIGHUP).
     pub auth: Arc<Auth>,
     /// The admission gate decisions share with gRPC.
@@ -52,7 +53,7 @@ impl<S> HttpState<S> {
     /// The state of a replica serving `engine`.
     pub fn new(
         engine: Arc<Engine<S>>,
-        config: Option<ConfigStore>,
+        config: LiveDocs,
         auth: Arc<Auth>,
         gate: Arc<Gate>,
         max_body: usize,

@@ -81,7 +81,8 @@ fn written() -> Value {
     returns("Written: the version it made (also in ETag).", "Written")
 }
 
-/// The errors of the documents' routes: not found, the in-memory store, stale.
+/// The errors of the documents' routes: not found, the in-memory store (a
+/// write: reads answer the file's configuration there), stale.
 const STALE: [(&str, &str); 3] = [
     ("404", "No such document."),
     (
@@ -113,7 +114,7 @@ fn documents(paths: &mut Map<String, Value>) {
                 json!({ "get": op(
                 &format!("list-{seg}"), &format!("List {seg} (paged, searched)"),
                 returns("A page of documents; the configuration version in ETag.", "DocumentList"),
-                &stale[1..2],
+                &[],
                 json!({ "parameters": [
                     query("search", false, "Only names containing this (case-insensitive)."),
                     query("offset", false, "Items to skip."),
@@ -122,13 +123,13 @@ fn documents(paths: &mut Map<String, Value>) {
             );
             let name = path_param("name", "The document's name (tier, model group, tenant).");
             paths.insert(format!("{base}/{{name}}"), json!({
-                "get": op(&format!("get-{seg}"), &format!("One of the {seg}"), returns("The document; the configuration version in ETag.", "Document"), &stale[..2], json!({ "parameters": [name] })),
+                "get": op(&format!("get-{seg}"), &format!("One of the {seg}"), returns("The document; the configuration version in ETag.", "Document"), &stale[..1], json!({ "parameters": [name] })),
                 "put": writes(op(&format!("set-{seg}"), &format!("Create (201) or replace one of the {seg}"), written(), &stale, merge(json!({ "parameters": [name, if_match(), if_none_match()] }), document_body()))),
                 "delete": op(&format!("delete-{seg}"), &format!("Delete one of the {seg}"), written(), &stale, json!({ "parameters": [name, if_match()] })),
             }));
             paths.insert(format!("{base}/{{name}}/history"), json!({ "get": op(
                 &format!("history-{seg}"), "Its changes, newest first",
-                returns("The audit entries.", "History"), &stale[1..2],
+                returns("The audit entries.", "History"), &[],
                 json!({ "parameters": [name, query("limit", false, "Entries, 100 by default.")] })) }));
         } else {
             let what = match kind {
@@ -137,12 +138,12 @@ fn documents(paths: &mut Map<String, Value>) {
                 _ => "the global limits",
             };
             paths.insert(base.clone(), json!({
-                "get": op(&format!("get-{seg}"), &format!("Read {what} (the defaults when none is stored)"), returns("The document; the configuration version in ETag.", "Document"), &stale[1..2], json!({})),
+                "get": op(&format!("get-{seg}"), &format!("Read {what} (the defaults when none is stored)"), returns("The document; the configuration version in ETag.", "Document"), &[], json!({})),
                 "put": writes(op(&format!("set-{seg}"), &format!("Replace {what}"), written(), &stale, merge(json!({ "parameters": [if_match(), if_none_match()] }), document_body()))),
                 "delete": op(&format!("reset-{seg}"), &format!("Reset {what} to the defaults"), written(), &stale, json!({ "parameters": [if_match()] })),
             }));
             paths.insert(format!("{base}/history"), json!({ "get": op(
-                &format!("history-{seg}"), "Its changes, newest first", returns("The audit entries.", "History"), &stale[1..2], json!({})) }));
+                &format!("history-{seg}"), "Its changes, newest first", returns("The audit entries.", "History"), &[], json!({})) }));
         }
     }
     let tenant = path_param("name", "The tenant.");
@@ -156,7 +157,7 @@ fn documents(paths: &mut Map<String, Value>) {
             json!({ "parameters": [tenant, if_match(), query("user", false, "The user whose block to lift.")] })),
     }));
     paths.insert("/admin/v1/history".into(), json!({ "get": op("history", "Every configuration change, newest first",
-        returns("The audit entries.", "History"), &stale[1..2], json!({ "parameters": [query("limit", false, "Entries, 100 by default.")] })) }));
+        returns("The audit entries.", "History"), &[], json!({ "parameters": [query("limit", false, "Entries, 100 by default.")] })) }));
 }
 
 /// The ledger's and the tenants' routes.

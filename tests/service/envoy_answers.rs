@@ -1,7 +1,8 @@
 //! What ShouldRateLimit reports, against envoyproxy/ratelimit's behaviour: a
 //! rule under trial (a quota in shadow) reports its limit and counts its
-//! would-be denials even when it is the tier's only rule; a descriptor no
-//! limit binds has `limit_remaining` 4294967295; the status and the headers
+//! would-be denials even when it is the tier's only rule; a mapped descriptor
+//! no limit binds has `limit_remaining` 4294967295, one no rule places (or of
+//! a domain not served) 0; the status and the headers
 //! describe the caller's own scope (user or tenant), never the size of the
 //! upstream account (the global level), which a global denial answers with
 //! `retry-after` alone. On every store.
@@ -94,13 +95,26 @@ async fn a_tier_all_in_shadow_reports_and_charges_its_trial_rule(backend: Backen
     assert_eq!(r.statuses[0].code(), Code::Ok);
     assert_eq!(r.statuses[0].limit_remaining, u32::MAX, "{r:#?}");
     assert!(r.statuses[0].current_limit.is_none());
-    // An unmapped descriptor too.
+    // A descriptor no rule places answers 0 left, as envoyproxy/ratelimit
+    // does for a descriptor with no rule and a domain it has no
+    // configuration for (4294967295 is its `unlimited: true`).
     let r = ask(
         &mut c,
         request("llm", vec![descriptor(&[("other", "x")], None)]),
     )
     .await;
-    assert_eq!(r.statuses[0].limit_remaining, u32::MAX, "{r:#?}");
+    assert_eq!(r.overall_code(), Code::Ok);
+    assert_eq!(r.statuses[0].code(), Code::Ok);
+    assert_eq!(r.statuses[0].limit_remaining, 0, "{r:#?}");
+    assert!(r.statuses[0].current_limit.is_none());
+    let r = ask(&mut c, request("not-served", vec![trial(), trial()])).await;
+    assert_eq!(r.overall_code(), Code::Ok);
+    let left: Vec<_> = r
+        .statuses
+        .iter()
+        .map(|s| (s.code(), s.limit_remaining))
+        .collect();
+    assert_eq!(left, [(Code::Ok, 0), (Code::Ok, 0)], "{r:#?}");
     h.stop().await;
 }
 

@@ -86,7 +86,13 @@ impl Service {
         let deadline = Instant::now() + Duration::from_secs(20);
         // The binary binds gRPC before /metrics; both must answer here, as a
         // port lost to another test between our pick and the bind ends it.
-        while service.scrape().is_none() || !service.accepts_grpc() {
+        // The log's line that its own /metrics is bound comes first: the
+        // process that took the port from it would answer a scrape too.
+        let bound = format!("metrics at http://{metrics}/metrics");
+        while !service.log().contains(&bound)
+            || service.scrape().is_none()
+            || !service.accepts_grpc()
+        {
             if let Ok(Some(status)) = service.child.try_wait() {
                 return Err(format!("{status}:\n{}", service.log()));
             }

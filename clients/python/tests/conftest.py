@@ -42,12 +42,14 @@ class Service:
         client_cert: tuple[str, str] | None = None,
         http: bool = False,
         cluster_nodes: list[str] | None = None,
+        port: int | None = None,
     ):
         self.dir = tempfile.mkdtemp(prefix="ctxbudget-py-")
-        path = os.path.join(self.dir, "config.toml")
+        path = self.config_path = os.path.join(self.dir, "config.toml")
         with open(path, "w") as f:
             f.write(config)
-        self.port = free_port()
+        # A given port: a service restarted where its clients (Envoy) expect it.
+        self.port = port or free_port()
         self.target = f"127.0.0.1:{self.port}"
         args = [binary(), "serve", "--listen", self.target, "--config", path]
         if redis_url:
@@ -189,18 +191,21 @@ class RedisCluster:
 
 class Uvicorn:
     """A Python ASGI app (``module:app``) served by uvicorn on a free port, in
-    its own process, with ``env`` added to the environment."""
+    its own process, with ``env`` added to the environment; over HTTPS with
+    ``tls`` (key file, certificate file)."""
 
-    def __init__(self, app: str, app_dir: str, env: dict[str, str] | None = None):
+    def __init__(self, app: str, app_dir: str, env: dict[str, str] | None = None,
+                 tls: tuple[str, str] | None = None):
         import sys
 
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         full_env = dict(os.environ)
         full_env.update(env or {})
+        https = ["--ssl-keyfile", tls[0], "--ssl-certfile", tls[1]] if tls else []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", app, "--app-dir", app_dir, "--host", "127.0.0.1",
-             "--port", str(self.port), "--log-level", "warning"],
+             "--port", str(self.port), "--log-level", "warning", *https],
             env=full_env,
         )
         deadline = time.time() + 60

@@ -4,13 +4,15 @@ system uses it, on two replicas sharing a Redis: each document kind's verbs
 nothing changed, caller tokens refused 403, every write audited with who made
 it and applied by the other replica, and the ledger for finance (usage as
 JSON and CSV, a provider export reconciled with one drifted row). On the
-in-memory store the ledger answers and the configuration says where it lives."""
+in-memory store the ledger answers, the configuration in force is read (the
+console's Quotas page) and a write says where the configuration lives."""
 
 from __future__ import annotations
 
 import csv
 import datetime
 import io
+import signal
 import time
 
 import httpx
@@ -267,9 +269,35 @@ def test_on_the_memory_store_the_ledger_answers_and_the_configuration_says_where
                                                      "to": str(today + datetime.timedelta(days=1))})
             assert usage.status_code == 200, usage.text
             assert usage.json()["total"]["requests"] == 1, usage.text
+            # Reads answer the file's configuration in force, versioned by
+            # the loads since start.
+            listed = c.get("/admin/v1/tiers")
+            assert listed.status_code == 200, listed.text
+            assert (listed.headers["etag"], listed.json()["total"]) == ('"0"', 1), listed.text
+            assert [i["name"] for i in listed.json()["items"]] == ["t"]
+            tier = c.get("/admin/v1/tiers/t")
+            assert tier.status_code == 200, tier.text
+            assert tier.json()["tenant"]["tokens"][0]["limit"] == 1000000, tier.text
+            for kind in ("models", "prices", "overrides"):
+                assert c.get(f"/admin/v1/{kind}").json()["total"] == 0
+            for single in ("global", "envoy", "ext-proc"):
+                assert c.get(f"/admin/v1/{single}").status_code == 200
+            assert c.get("/admin/v1/tiers/t/history").json() == [], "no change was made here"
+            assert c.get("/admin/v1/tiers/none").status_code == 404
+            # Writes still say where the configuration lives, and change nothing.
             tiers = c.put("/admin/v1/tiers/t", json=TIER)
             assert tiers.status_code == 409
             assert "SIGHUP" in tiers.json()["error"]["message"]
+            assert c.get("/admin/v1/tiers/t").json() == tier.json()
+            # The file edited and SIGHUP sent: the new tier is read, version 1.
+            with open(s.config_path, "w") as f:
+                f.write(CONFIG.replace("limit = 1000000", "limit = 2000000"))
+            s.proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 10
+            while c.get("/admin/v1/tiers/t").json()["tenant"]["tokens"][0]["limit"] != 2000000:
+                assert time.monotonic() < deadline, "the reload was never read"
+                time.sleep(0.05)
+            assert c.get("/admin/v1/tiers/t").headers["etag"] == '"1"'
     finally:
         s.stop()
 

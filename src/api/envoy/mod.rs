@@ -162,7 +162,7 @@ impl<S: Store> EnvoyApi<S> {
             notes::note_other_domain(&req.domain, &map.domain);
             for _ in &req.descriptors {
                 telemetry::envoy_descriptor("other_domain", "none", None);
-                answer.unlimited();
+                answer.unmatched();
             }
             return Ok(answer.finish());
         }
@@ -182,7 +182,7 @@ impl<S: Store> EnvoyApi<S> {
                 Mapping::Unmapped => {
                     notes::note_unmapped(&req.descriptors[i]);
                     telemetry::envoy_descriptor("unmapped", "none", None);
-                    answer.unlimited();
+                    answer.unmatched();
                     continue;
                 }
                 Mapping::Budget(d) => d,

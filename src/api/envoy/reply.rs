@@ -7,8 +7,9 @@
 //! What is reported is the caller's own scope: the binding user or tenant
 //! limit, never the global level (the upstream account's size is the
 //! operator's business). A descriptor denied at the global level is
-//! OVER_LIMIT with `retry-after` and no limit; one that no limit of its scope
-//! binds reports `limit_remaining` 4294967295, as envoyproxy/ratelimit does.
+//! OVER_LIMIT with `retry-after` and no limit; a mapped one that no limit of
+//! its scope binds reports `limit_remaining` 4294967295 (envoyproxy/ratelimit's
+//! `unlimited: true`), and one no rule places 0 (its answer with no rule).
 //! A rule under trial (a quota in shadow) is reported where no enforced limit
 //! of the caller's scope applies, with the code still OK.
 
@@ -45,12 +46,15 @@ impl Answer {
         }
     }
 
-    /// A descriptor nothing limits: OK, with as much left as Envoy's field
-    /// holds (envoyproxy/ratelimit's answer for an unlimited descriptor).
-    pub(super) fn unlimited(&mut self) {
+    /// A descriptor no rule places (unmapped, or of a domain not served):
+    /// OK with `limit_remaining` 0 and no limit, as envoyproxy/ratelimit
+    /// answers a descriptor it has no rule for. (4294967295 is its answer
+    /// for an `unlimited: true` rule: here, a mapped descriptor whose tier
+    /// has no limit of the caller's scope, [`Self::add`].)
+    pub(super) fn unmatched(&mut self) {
         self.statuses.push(DescriptorStatus {
             code: Code::Ok as i32,
-            limit_remaining: u32::MAX,
+            limit_remaining: 0,
             ..DescriptorStatus::default()
         });
     }

@@ -186,24 +186,27 @@ impl LlmRequest {
         }
         let per_choice = (granted / self.choices).max(1);
         let fields = self.api.limit_fields();
-        let mut present = 0;
+        // Each field the body sets keeps the caller's value when it is the
+        // smaller one: a cap never raises a limit the caller chose.
+        let mut most = None;
         for field in fields {
             if let Some(v) = self.body.get_mut(*field)
                 && !v.is_null()
             {
-                present += 1;
-                if v.as_u64() != Some(per_choice) {
-                    *v = Value::from(per_choice);
+                let capped = v.as_u64().map_or(per_choice, |n| n.min(per_choice));
+                if v.as_u64() != Some(capped) {
+                    *v = Value::from(capped);
                     changed = true;
                 }
+                most = most.max(Some(capped));
             }
         }
-        if present == 0 {
+        if most.is_none() {
             self.body
                 .insert(fields[0].to_owned(), Value::from(per_choice));
             changed = true;
         }
-        self.max_output_tokens = Some(per_choice);
+        self.max_output_tokens = Some(most.unwrap_or(per_choice));
         if ask_usage && self.lacks_stream_usage() {
             let options = self
                 .body
@@ -424,7 +427,7 @@ mod tests {
             r.rewrite(200, true, None).is_none(),
             "nothing left to change"
         );
-        // Every limit field is capped, the largest reserved, times n.
+        // Every limit field is capped, never raised; the largest reserved, times n.
         let body =
             br#"{"model":"m","messages":[],"max_completion_tokens":1,"max_tokens":900,"n":3}"#;
         let mut r = LlmRequest::parse("/v1/chat/completions", false, body).unwrap();
@@ -432,8 +435,50 @@ mod tests {
         let out: Value = serde_json::from_slice(&r.rewrite(1500, false, None).unwrap()).unwrap();
         assert_eq!(
             (&out["max_completion_tokens"], &out["max_tokens"]),
-            (&500.into(), &500.into())
+            (&1.into(), &500.into())
         );
+        assert_eq!(r.max_output_tokens, Some(500));
+        // The caller's smaller limit survives a grant above it.
+        let body = br#"{"model":"m","messages":[],"max_tokens":100,"max_completion_tokens":300}"#;
+        let mut r = LlmRequest::parse("/v1/chat/completions", false, body).unwrap();
+        assert_eq!(r.output_to_reserve(), 300);
+        assert!(
+            r.rewrite(300, false, None).is_none(),
+            "a grant of all it asked changes neither limit"
+        );
+        let out: Value = serde_json::from_slice(&r.rewrite(200, false, None).unwrap()).unwrap();
+        assert_eq!(
+            (&out["max_tokens"], &out["max_completion_tokens"]),
+            (&100.into(), &200.into())
+        );
+    }
+
+    #[test]
+    fn a_callers_smaller_output_limit_survives_in_every_api() {
+        let cases: [(&str, &[u8], &str); 3] = [
+            (
+                "/v1/chat/completions",
+                br#"{"model":"m","messages":[],"max_completion_tokens":100}"#,
+                "max_completion_tokens",
+            ),
+            (
+                "/v1/responses",
+                br#"{"model":"m","input":"q","max_output_tokens":100}"#,
+                "max_output_tokens",
+            ),
+            (
+                "/v1/messages",
+                br#"{"model":"m","messages":[],"max_tokens":100}"#,
+                "max_tokens",
+            ),
+        ];
+        for (path, body, field) in cases {
+            let mut r = LlmRequest::parse(path, false, body).unwrap();
+            assert!(r.rewrite(300, false, None).is_none(), "{path}: kept at 100");
+            assert_eq!(r.max_output_tokens, Some(100));
+            let out: Value = serde_json::from_slice(&r.rewrite(40, false, None).unwrap()).unwrap();
+            assert_eq!(out[field], 40, "{path}: capped at the grant");
+        }
     }
 
     #[test]

@@ -199,14 +199,15 @@ impl Held {
         }
     }
 
-    /// The most output any level with buckets holds (the grant with none
-    /// holding the learned output).
+    /// The most output any level holds: the learned output when every level
+    /// that holds output ([`LevelPlan::holds_output`]) holds it, else the
+    /// grant.
     fn largest(&self, plan: &ReservePlan) -> f64 {
         let grant_held = plan
             .levels
             .iter()
             .zip(&self.at)
-            .any(|(lp, &at)| !lp.buckets.is_empty() && !at);
+            .any(|(lp, &at)| lp.holds_output() && !at);
         match self.learned {
             Some((learned, _)) if !grant_held => learned,
             _ => self.grant.0,

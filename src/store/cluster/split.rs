@@ -112,8 +112,9 @@ impl<'a> Split<'a> {
             } => ReserveReply::Allowed {
                 readings: self.readings(global, readings),
                 granted_output,
-                // The global share holds the whole grant (docs/cluster.md).
-                reserved_output: match self.global.iter().any(|g| !g.buckets.is_empty()) {
+                // The global share holds the whole grant (docs/cluster.md),
+                // where it holds output at all.
+                reserved_output: match self.global.iter().any(|g| g.holds_output()) {
                     true => granted_output,
                     false => reserved_output,
                 },
