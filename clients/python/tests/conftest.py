@@ -203,9 +203,13 @@ class Uvicorn:
         full_env = dict(os.environ)
         full_env.update(env or {})
         https = ["--ssl-keyfile", tls[0], "--ssl-certfile", tls[1]] if tls else []
+        # Idle connections are kept for 5 minutes, as a provider keeps them:
+        # with uvicorn's 5 s a client's pool (LiteLLM's aiohttp) could send
+        # on a connection the server was closing ("Cannot write to closing
+        # transport": a 500 with no retry, seen once in CI).
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", app, "--app-dir", app_dir, "--host", "127.0.0.1",
-             "--port", str(self.port), "--log-level", "warning", *https],
+             "--port", str(self.port), "--log-level", "warning", "--timeout-keep-alive", "300", *https],
             env=full_env,
         )
         deadline = time.time() + 60
