@@ -1,11 +1,12 @@
 //! Compiles `proto/` with protox (pure Rust, so no system `protoc` is needed),
 //! writes the encoded descriptor set that gRPC server reflection serves, and
-//! gives each budget script in `lua/` its prelude: the constants of
-//! `src/domain/budget/layout.rs` (the Rust algorithm's own), the clock, and
-//! for the scripts that write the usage ledger `lua/ledger.lua`, for those that
-//! read level states `lua/state.lua`, for those that write them `lua/level.lua`,
-//! for those that queue threshold alerts `lua/alerts.lua`;
-//! and makes `reserve_first.lua` of `reserve.lua` wrapped in a function.
+//! builds each budget script of `lua/` as its own header asks:
+//! `--@prelude NAME…` (right after the `#!lua` line) puts, in order, the
+//! constants of `src/domain/budget/layout.rs` and the clock (`layout`) or
+//! `lua/NAME.lua` before its body; `--@splice NAME` lines take
+//! `lua/splice/NAME.lua` in place; `--@wrap SCRIPT FUNCTION` makes the script
+//! a driver after SCRIPT's prelude and SCRIPT's body as `FUNCTION(KEYS, ARGV)`.
+//! A script with neither (the configuration's) is loaded as it is.
 
 use prost::Message;
 use std::fmt::Write as _;
@@ -14,27 +15,6 @@ use std::{env, fs, path::PathBuf};
 #[path = "src/domain/budget/layout.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod layout;
-
-/// The scripts that run the budget algorithm.
-const BUDGET_SCRIPTS: [&str; 9] = [
-    "reserve",
-    "settle",
-    "renew",
-    "status",
-    "charge",
-    "global_lease",
-    "alert_claim",
-    "alert_done",
-    "alert_index",
-];
-/// The scripts that write the usage ledger: `lua/ledger.lua` joins their prelude.
-const LEDGER_SCRIPTS: [&str; 2] = ["reserve", "settle"];
-/// The scripts that queue threshold alerts: `lua/alerts.lua` joins their prelude.
-const ALERT_SCRIPTS: [&str; 3] = ["reserve", "settle", "charge"];
-/// The scripts that read level states: `lua/state.lua` joins their prelude.
-const STATE_SCRIPTS: [&str; 5] = ["reserve", "settle", "renew", "charge", "global_lease"];
-/// The scripts that write level states: `lua/level.lua` joins their prelude.
-const LEVEL_SCRIPTS: [&str; 3] = ["reserve", "charge", "global_lease"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
@@ -53,14 +33,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     println!("cargo:rerun-if-changed=src/domain/budget/layout.rs");
     let out = PathBuf::from(env::var("OUT_DIR")?);
-    for name in BUDGET_SCRIPTS {
-        let script = fs::read_to_string(format!("lua/{name}.lua"))?;
-        fs::write(
-            out.join(format!("{name}.lua")),
-            with_prelude(&script, name)?,
-        )?;
+    for entry in fs::read_dir("lua")? {
+        let path = entry?.path();
+        let Some(name) = path
+            .file_stem()
+            .and_then(|n| n.to_str())
+            .filter(|_| path.extension().is_some_and(|e| e == "lua"))
+        else {
+            continue;
+        };
+        let script = fs::read_to_string(&path)?;
+        if !script.starts_with("#!lua") {
+            continue; // a piece a prelude joins, not a script
+        }
+        let built = match (directive(&script, "prelude"), directive(&script, "wrap")) {
+            (Some(_), None) => with_prelude(&script, name)?,
+            (None, Some(wrap)) => wrapped(&script, name, &wrap)?,
+            (Some(_), Some(_)) => {
+                return Err(format!("lua/{name}.lua: --@prelude or --@wrap, not both").into());
+            }
+            (None, None) => continue,
+        };
+        fs::write(out.join(format!("{name}.lua")), built)?;
     }
-    fs::write(out.join("reserve_first.lua"), reserve_first()?)?;
 
     let fds = protox::compile(protos, ["proto"])?;
     fs::write(out.join("ctxbudget_descriptor.bin"), fds.encode_to_vec())?;
@@ -85,7 +80,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 fn with_prelude(script: &str, name: &str) -> Result<String, Box<dyn std::error::Error>> {
     let (shebang, body) = shebang_and_body(script, name)?;
     let mut out = format!("{shebang}\n");
-    out.push_str(&prelude(name)?);
+    out.push_str(&prelude(script, name)?);
     out.push_str(&splice(body, name)?);
     Ok(out)
 }
@@ -101,8 +96,38 @@ fn shebang_and_body<'a>(
         .ok_or_else(|| format!("lua/{name}.lua must open with a #!lua line").into())
 }
 
-/// The constants, the clock and the shared Lua of script `name`.
-fn prelude(name: &str) -> Result<String, Box<dyn std::error::Error>> {
+/// The words after `--@KIND ` in `script`'s header (the comment lines after
+/// its `#!lua` line), if it has such a line.
+fn directive(script: &str, kind: &str) -> Option<Vec<String>> {
+    let marker = format!("--@{kind} ");
+    script
+        .lines()
+        .skip(1)
+        .take_while(|l| l.starts_with("--"))
+        .find_map(|l| l.strip_prefix(&marker))
+        .map(|rest| rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// What script `name`'s `--@prelude` names, in its order: `layout` (the
+/// constants and the clock) or a file of `lua/`.
+fn prelude(script: &str, name: &str) -> Result<String, Box<dyn std::error::Error>> {
+    let parts = directive(script, "prelude")
+        .ok_or_else(|| format!("lua/{name}.lua has no --@prelude line"))?;
+    let mut out = String::new();
+    for part in parts {
+        match part.as_str() {
+            "layout" => out.push_str(&layout_prelude()?),
+            file => out.push_str(
+                &fs::read_to_string(format!("lua/{file}.lua"))
+                    .map_err(|e| format!("lua/{name}.lua's prelude names lua/{file}.lua: {e}"))?,
+            ),
+        }
+    }
+    Ok(out)
+}
+
+/// The constants of `src/domain/budget/layout.rs` and the clock.
+fn layout_prelude() -> Result<String, Box<dyn std::error::Error>> {
     let mut out = String::from("-- prelude from src/domain/budget/layout.rs (build.rs)\n");
     for (lua, value) in layout::LUA_CONSTANTS {
         assert!(
@@ -115,34 +140,29 @@ fn prelude(name: &str) -> Result<String, Box<dyn std::error::Error>> {
         writeln!(out, "local {lua} = '{}'", char::from(*byte))?;
     }
     writeln!(out, "{}", layout::SERVER_CLOCK)?;
-    if LEDGER_SCRIPTS.contains(&name) {
-        out.push_str(&fs::read_to_string("lua/ledger.lua")?);
-    }
-    if STATE_SCRIPTS.contains(&name) {
-        out.push_str(&fs::read_to_string("lua/state.lua")?);
-    }
-    if LEVEL_SCRIPTS.contains(&name) {
-        out.push_str(&fs::read_to_string("lua/level.lua")?);
-    }
-    if ALERT_SCRIPTS.contains(&name) {
-        out.push_str(&fs::read_to_string("lua/alerts.lua")?);
-    }
     Ok(out)
 }
 
-/// `lua/reserve_first.lua` after reserve.lua's prelude and
-/// `reserve_one(KEYS, ARGV)`: reserve.lua's body as a function, its KEYS and
-/// ARGV the arguments, the prelude's names its upvalues (27 of Lua 5.1's 60).
-fn reserve_first() -> Result<String, Box<dyn std::error::Error>> {
-    let reserve = fs::read_to_string("lua/reserve.lua")?;
-    let (_, reserve) = shebang_and_body(&reserve, "reserve")?;
-    let driver = fs::read_to_string("lua/reserve_first.lua")?;
-    let (shebang, driver) = shebang_and_body(&driver, "reserve_first")?;
+/// A driver (`--@wrap SCRIPT FUNCTION`): SCRIPT's prelude, then
+/// `FUNCTION(KEYS, ARGV)` — SCRIPT's body as a function, its KEYS and ARGV the
+/// arguments, the prelude's names its upvalues (27 of Lua 5.1's 60 for
+/// reserve) — then the driver's own body.
+fn wrapped(
+    driver: &str,
+    name: &str,
+    wrap: &[String],
+) -> Result<String, Box<dyn std::error::Error>> {
+    let [inner, function] = wrap else {
+        return Err(format!("lua/{name}.lua: --@wrap SCRIPT FUNCTION").into());
+    };
+    let script = fs::read_to_string(format!("lua/{inner}.lua"))?;
+    let (_, body) = shebang_and_body(&script, inner)?;
+    let (shebang, driver) = shebang_and_body(driver, name)?;
     let mut out = format!("{shebang}\n");
-    out.push_str(&prelude("reserve")?);
-    out.push_str("-- reserve.lua as reserve_one (build.rs)\n");
-    out.push_str("local function reserve_one(KEYS, ARGV)\n");
-    out.push_str(&splice(reserve, "reserve")?);
+    out.push_str(&prelude(&script, inner)?);
+    writeln!(out, "-- {inner}.lua as {function} (build.rs)")?;
+    writeln!(out, "local function {function}(KEYS, ARGV)")?;
+    out.push_str(&splice(body, inner)?);
     out.push_str("end\n");
     out.push_str(driver);
     Ok(out)

@@ -1,4 +1,5 @@
 #!lua
+--@prelude layout
 -- alert_claim.lua: a sender claims the due alerts of one tenant's queue (the
 -- Redis side of MemoryStore::claim_now; the queue's layout in alerts.lua).
 -- build.rs prepends the constants and clock_us().

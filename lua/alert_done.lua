@@ -1,4 +1,5 @@
 #!lua
+--@prelude layout
 -- alert_done.lua: what became of a claimed alert (the Redis side of
 -- MemoryStore::finish_now; the queue's layout in alerts.lua). build.rs
 -- prepends the constants and clock_us().

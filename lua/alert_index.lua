@@ -1,4 +1,5 @@
 #!lua
+--@prelude layout
 -- alert_index.lua: on a Redis Cluster, where a tenant's alert queue and the
 -- index of queues holding alerts are in different slots, the index is kept by
 -- the callers of the tenant's scripts (a crossing in reserve.lua or

@@ -1,4 +1,5 @@
 #!lua
+--@prelude layout state level alerts
 -- charge.lua: take requests or tokens at every level with no reservation
 -- behind them (no record, no lease). The Redis port of
 -- src/domain/budget/charge.rs, held to it by tests/store/differential/; state

@@ -1,4 +1,5 @@
 #!lua
+--@prelude layout state level
 -- global_lease.lua: one replica's sync with the global level on a Redis Cluster:
 -- give back or owe budget, lease chunks of every global bucket and concurrency
 -- slots, post and read the slot messages. The Rust side is

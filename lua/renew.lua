@@ -1,4 +1,5 @@
 #!lua
+--@prelude layout state
 -- renew.lua: extend (or shorten) a live reservation's concurrency lease. The
 -- Redis port of src/domain/budget/renew.rs, held to it by tests/store/differential/;
 -- state layout as in reserve.lua. build.rs prepends the constants in capitals

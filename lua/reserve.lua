@@ -1,4 +1,5 @@
 #!lua
+--@prelude layout ledger state level alerts
 -- reserve.lua: take one request, the prompt and output tokens and a concurrency
 -- lease at every level, all or nothing. The Redis port of the one algorithm,
 -- src/domain/budget/reserve.rs, held to it by tests/store/differential/; state layout

@@ -1,4 +1,5 @@
 #!lua
+--@wrap reserve reserve_one
 -- reserve_first.lua: CheckAndReserve with fallback candidates in one call:
 -- lua/reserve.lua run on each candidate's KEYS and ARGV in order until one is
 -- allowed. build.rs puts reserve.lua's prelude and reserve_one(KEYS, ARGV),

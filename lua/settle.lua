@@ -1,4 +1,5 @@
 #!lua
+--@prelude layout ledger state alerts
 -- settle.lua: Commit (the real usage) or Refund (nothing used) one reservation.
 -- The Redis port of src/domain/budget/settle.rs, held to it by
 -- tests/store/differential/; state layout as in reserve.lua. build.rs prepends the

@@ -1,4 +1,5 @@
 #!lua flags=no-writes
+--@prelude layout
 -- status.lua: read the budgets of some levels without changing anything. The
 -- Redis port of src/domain/budget/status.rs, held to it by tests/store/differential/;
 -- state layout as in reserve.lua. build.rs prepends the constants in capitals
