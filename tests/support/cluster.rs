@@ -14,16 +14,43 @@ pub(crate) struct RedisCluster {
     pub nodes: Vec<RedisServer>,
 }
 
-/// A port whose cluster bus port is free too, in a range the bus fits in.
+/// A port whose cluster bus port is free too. Both stay below 32768, where
+/// Linux starts handing out local ports to outgoing connections: a bus port
+/// in that range could be taken by any connection between this check and
+/// redis-server's bind (a node that then exits at once, seen in CI).
 fn cluster_port() -> u16 {
     for _ in 0..1000 {
-        let port = 20_000 + rand::random::<u16>() % 25_000;
+        let port = 20_000 + rand::random::<u16>() % 2_768;
         let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
         if free(port) && free(port + 10_000) {
             return port;
         }
     }
     panic!("no free port pair for a cluster node");
+}
+
+/// One cluster node on a free port pair; another pair when another process
+/// took the one picked before the node bound it.
+fn node() -> RedisServer {
+    for _ in 0..10 {
+        let port = cluster_port();
+        let conf = format!("nodes-{port}.conf");
+        let args = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            &conf,
+            "--cluster-node-timeout",
+            "2000",
+            // A replica may take over whatever its link's age.
+            "--cluster-replica-validity-factor",
+            "0",
+        ];
+        if let Some(node) = RedisServer::try_start_on_with(port, &args) {
+            return node;
+        }
+    }
+    panic!("no cluster node started in 10 tries");
 }
 
 impl RedisCluster {
@@ -40,26 +67,7 @@ impl RedisCluster {
 
     fn try_start(replicas: bool) -> Option<Self> {
         let count = if replicas { 6 } else { 3 };
-        let nodes: Vec<RedisServer> = (0..count)
-            .map(|_| {
-                let port = cluster_port();
-                let conf = format!("nodes-{port}.conf");
-                RedisServer::start_on_with(
-                    port,
-                    &[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        &conf,
-                        "--cluster-node-timeout",
-                        "2000",
-                        // A replica may take over whatever its link's age.
-                        "--cluster-replica-validity-factor",
-                        "0",
-                    ],
-                )
-            })
-            .collect();
+        let nodes: Vec<RedisServer> = (0..count).map(|_| node()).collect();
         let mut create = Command::new("redis-cli");
         create.arg("--cluster").arg("create");
         for n in &nodes {

@@ -85,6 +85,13 @@ impl RedisServer {
 
     /// Starts Redis on `port` with extra `--name value` arguments.
     pub(crate) fn start_on_with(port: u16, extra: &[&str]) -> Self {
+        Self::try_start_on_with(port, extra)
+            .unwrap_or_else(|| panic!("redis-server did not start on port {port}"))
+    }
+
+    /// [`Self::start_on_with`], or `None` when redis-server exits or does not
+    /// answer (a port another process took between the pick and the bind).
+    pub(crate) fn try_start_on_with(port: u16, extra: &[&str]) -> Option<Self> {
         let dir =
             std::env::temp_dir().join(format!("ctxbudget-redis-{port}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir for redis");
@@ -96,11 +103,7 @@ impl RedisServer {
             dir,
             args,
         };
-        assert!(
-            server.wait_ready(Duration::from_secs(10)),
-            "redis-server did not start on port {port}"
-        );
-        server
+        server.wait_ready(Duration::from_secs(10)).then_some(server)
     }
 
     /// Kills it (SIGKILL: no shutdown, no save) and waits until it is gone.
