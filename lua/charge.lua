@@ -65,7 +65,7 @@ for i = 1, nlev do
   local ns, ttl = #s, 0
   local q = p + 2
   for b = 1, nb do
-    local id, lim = spec[q], spec[q + 1]
+    local id, lim = spec[q + @{bucket.id}], spec[q + @{bucket.limit}]
     --@splice window_now
     local k = FIRST_BUCKET + (b - 1) * BUCKET_WIDTH
     if s[k] ~= id then
@@ -113,7 +113,7 @@ for i = 1, nlev do
   raws[i] = write_level(KEYS[i], s, ttls[i], ARGV[3 + i], D, now)
   local q = p + 2
   for _ = 1, spec[p] do
-    if spec[q] % DIM >= WINDOWS then q = q + 5 else q = q + 2 end
+    if spec[q + @{bucket.id}] % DIM >= WINDOWS then q = q + @{bucket} else q = q + @{bucket.window_start} end
   end
   p = q
 end

@@ -110,12 +110,14 @@ local now = clock_us()
 -- No format to slice from: one is built (fmt_of) only for a state of an unusual length.
 local DOUBLES = ''
 local spec = {struct.unpack(ARGV[6], ARGV[1])}
-local nlev, prompt, max_out, min_out, lease_ttl = spec[1], spec[2], spec[3], spec[4], spec[5]
-local estimated, headroom, prompt_spend, output_price = spec[6], spec[7], spec[8], spec[9]
-local hret, dret = spec[10], spec[11]
-local learned = spec[12]
+local nlev, prompt, max_out = spec[@[reserve.levels]], spec[@[reserve.prompt]], spec[@[reserve.max_output]]
+local min_out, lease_ttl = spec[@[reserve.min_output]], spec[@[reserve.lease_ttl_us]]
+local estimated, headroom = spec[@[reserve.estimated]], spec[@[reserve.headroom]]
+local prompt_spend, output_price = spec[@[reserve.prompt_spend]], spec[@[reserve.output_price]]
+local hret, dret = spec[@[reserve.hourly_retention_us]], spec[@[reserve.daily_retention_us]]
+local learned = spec[@[reserve.learned_output]]
 if learned <= 0 or learned >= max_out then learned = nil end
-local FIRST = 13
+local FIRST = @[reserve]
 -- Alert thresholds: the place of the next bucket that has some (0: none),
 -- its entry at alert_at.
 local alert_spec, alert_at, alert_next = nil, 2, 0
@@ -165,7 +167,8 @@ local credits, lmask = nil, 0 -- per level holding the learned output: its credi
 local grant_held = false -- some level holds the grant in a bucket the output counts in
 local p, seen = FIRST, 0 -- the level's spec; the buckets of earlier levels
 for i = 1, nlev do
-  local nb, clim, weight, cap = spec[p], spec[p + 1], spec[p + 2], spec[p + 3]
+  local nb, clim = spec[p + @{reserve_level.buckets}], spec[p + @{reserve_level.concurrency}]
+  local weight, cap = spec[p + @{reserve_level.reclaim_weight}], spec[p + @{reserve_level.overrun_capacity}]
   local raw, holds = nil, max_out
   if learned and cap > 0 then
     local r = redis.call('HMGET', KEYS[i], 's', 'o')
@@ -175,12 +178,12 @@ for i = 1, nlev do
       local c0, t = struct.unpack('<dd', r[2])
       local el = now - t
       if el < 0 then el = 0 end
-      c = c0 + el * cap / spec[p + 4]
+      c = c0 + el * cap / spec[p + @{reserve_level.overrun_refill_us}]
       if c > cap then c = cap end
     end
     if c >= max_out - learned then
       credits = credits or {}
-      credits[i], holds, lmask = c, learned, lmask + spec[p + 5]
+      credits[i], holds, lmask = c, learned, lmask + spec[p + @{reserve_level.bit}]
     end
   else
     raw = redis.call('HGET', KEYS[i], 's')
@@ -196,9 +199,9 @@ for i = 1, nlev do
     raw, s = '', {0, 0, 0, STATE_V}
   end
   local ns = #s
-  local q = p + 7
+  local q = p + @{reserve_level}
   for b = 1, nb do
-    local id, lim = spec[q], spec[q + 1]
+    local id, lim = spec[q + @{bucket.id}], spec[q + @{bucket.limit}]
     -- A calendar window: its start and end now (the next once a boundary passed).
     --@splice window_now
     local k = FIRST_BUCKET + (b - 1) * BUCKET_WIDTH
@@ -273,12 +276,12 @@ end
 local denied_mask, check_at = nil, 0
 p, seen = FIRST, 0
 for i = 1, nlev do
-  local nb, clim, s, ttl = spec[p], spec[p + 1], states[i], 0
+  local nb, clim, s, ttl = spec[p + @{reserve_level.buckets}], spec[p + @{reserve_level.concurrency}], states[i], 0
   local held, held_spend = grant, spend
   if learned and credits[i] then held, held_spend = learned, lspend end
-  local q = p + 7
+  local q = p + @{reserve_level}
   for b = 1, nb do
-    local id, lim = spec[q], spec[q + 1]
+    local id, lim = spec[q + @{bucket.id}], spec[q + @{bucket.limit}]
     --@splice window_now
     local kind = (id % GROUP - id % DIM) / DIM
     --@splice reservation_cost
@@ -308,7 +311,7 @@ for i = 1, nlev do
     end
     check_at = check_at + 1
   end
-  if ttl > spec[p + 6] then ttl = spec[p + 6] end
+  if ttl > spec[p + @{reserve_level.max_life_us}] then ttl = spec[p + @{reserve_level.max_life_us}] end
   ttls[i] = ttl
   p = next_spec[i]
   seen = seen + nb
@@ -332,7 +335,7 @@ local exp = now + lease_ttl
 local expbin = struct.pack('<d', exp)
 p = FIRST
 for i = 1, nlev do
-  local nb, clim, s, ttl = spec[p], spec[p + 1], states[i], ttls[i]
+  local nb, clim, s, ttl = spec[p + @{reserve_level.buckets}], spec[p + @{reserve_level.concurrency}], states[i], ttls[i]
   local lease
   if clim >= 0 then
     s[1] = s[1] + 1

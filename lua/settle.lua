@@ -69,13 +69,13 @@
 
 local D = ARGV[5]
 local spec = {struct.unpack(fmt_of(D, #ARGV[1] / 8), ARGV[1])}
-local nlev = spec[1]
+local nlev = spec[@[settle.levels]]
 -- Alert thresholds: the place of the next bucket that has some (0: none),
 -- its entry at alert_at (as in reserve.lua).
 local alert_spec, alert_at, alert_next, crossings = nil, 2, 0, nil
 do
   local at = 6
-  if spec[9] > 0 then at = 9 end
+  if spec[@[settle.hourly_retention_us]] > 0 then at = 9 end
   if ARGV[at] then
     alert_spec = {struct.unpack(fmt_of(D, #ARGV[at] / 8), ARGV[at])}
     alert_spec[#alert_spec] = nil -- struct.unpack's last value is the next read position
@@ -104,12 +104,13 @@ end
 -- What settling a reservation of c tokens, g of them output, and sp uUSD moves the
 -- tokens, input, output and spend by.
 local function moving(c, g, sp)
-  if spec[2] == 2 then return -c, -(c - g), -g, -sp end
-  return spec[3] - c, spec[6] - (c - g), (spec[3] - spec[4]) - g, spec[7] - sp
+  if spec[@[settle.mode]] == 2 then return -c, -(c - g), -g, -sp end
+  return spec[@[settle.tokens]] - c, spec[@[settle.input]] - (c - g),
+    (spec[@[settle.tokens]] - spec[@[settle.prompt]]) - g, spec[@[settle.cost]] - sp
 end
 local dtok, din, dout, dspend = moving(cost, granted, spent)
 local dreq, amount
-if spec[2] == 2 then
+if spec[@[settle.mode]] == 2 then
   dreq, amount, state = -1, cost, REFUNDED
 else
   dreq, amount, state = 0, dtok, COMMITTED
@@ -144,10 +145,11 @@ end
 -- for three levels (a table per level, or one grown from {}, costs its
 -- allocations: issue 27; a session's fourth level grows it once).
 local writes, nw, p = {false, false, false, false, false, false, false, false, false,
-  false, false, false, false, false, false, false, false, false}, 0, 15
+  false, false, false, false, false, false, false, false, false}, 0, @[settle]
 local seen = 0 -- the buckets of earlier levels
 for i = 1, nlev do
-  local lbit, nb, cap = spec[p], spec[p + 1], spec[p + 2]
+  local lbit, nb = spec[p + @{settle_level.bit}], spec[p + @{settle_level.buckets}]
+  local cap = spec[p + @{settle_level.overrun_capacity}]
   ltok, lin, lou, lsp = dtok, din, dout, dspend
   local learned_here = lmask > 0 and bit.band(lmask, lbit) ~= 0
   if learned_here then ltok, lin, lou, lsp = moving(cost - granted + lout, lout, lspend) end
@@ -155,18 +157,18 @@ for i = 1, nlev do
   local credit_read = learned_here and cap > 0
   local credit
   local touched = false
-  local q = p + 5
+  local q = p + @{settle_level}
   for b = 1, nb do
-    local id = spec[q]
+    local id = spec[q + @{bucket.id}]
     if delta(id) ~= 0 then touched = true end
-    if id % DIM >= WINDOWS then q = q + 5 else q = q + 2 end
+    if id % DIM >= WINDOWS then q = q + @{bucket} else q = q + @{bucket.window_start} end
   end
   local after = q
   -- A live lease is certainly still there; a lapsed one may have been reclaimed.
   local holds = bit.band(mask, lbit) ~= 0
     and (exp > now or redis.call('HEXISTS', KEYS[i], ARGV[2]) == 1)
   if not (touched or holds) and credit_read then
-    credit = given_back(redis.call('HGET', KEYS[i], 'o'), cap, spec[p + 3])
+    credit = given_back(redis.call('HGET', KEYS[i], 'o'), cap, spec[p + @{settle_level.overrun_refill_us}])
     if credit then
       writes[nw + 1], writes[nw + 2], writes[nw + 3] = KEYS[i], false, false
       writes[nw + 4], writes[nw + 5], writes[nw + 6] = false, 0, credit
@@ -177,7 +179,7 @@ for i = 1, nlev do
     local raw
     if credit_read then
       local r = redis.call('HMGET', KEYS[i], 's', 'o')
-      raw, credit = r[1], given_back(r[2], cap, spec[p + 3])
+      raw, credit = r[1], given_back(r[2], cap, spec[p + @{settle_level.overrun_refill_us}])
     else
       raw = redis.call('HGET', KEYS[i], 's')
     end
@@ -195,7 +197,7 @@ for i = 1, nlev do
     local ttl = 0
     q = p + 5
     for b = 1, nb do
-      local id, lim = spec[q], spec[q + 1]
+      local id, lim = spec[q + @{bucket.id}], spec[q + @{bucket.limit}]
       local per = (id % DIM) * 1e6
       --@splice window_now
       local d = delta(id)
@@ -217,7 +219,7 @@ for i = 1, nlev do
         if full > ttl then ttl = full end
       end
     end
-    if ttl > spec[p + 4] then ttl = spec[p + 4] end
+    if ttl > spec[p + @{settle_level.max_life_us}] then ttl = spec[p + @{settle_level.max_life_us}] end
     local grow = now + ttl > s[3]
     if grow then s[3] = now + 2 * ttl + TTL_SLACK end
     writes[nw + 1], writes[nw + 2], writes[nw + 3] = KEYS[i], holds, struct.pack(fmt_of(D, #s), unpack(s))
@@ -247,46 +249,48 @@ local indexed = crossings and alerts_fire(KEYS, crossings, alert_spec[1], rkey, 
 -- (a record without one) actual / estimated. Without the samples' key (a
 -- cluster) the reply carries it for the caller to push.
 local sample
-if state == COMMITTED and estimated > 0 and spec[4] > 0 and spec[5] > 0 then
+if state == COMMITTED and estimated > 0 and spec[@[settle.prompt]] > 0 and spec[@[settle.samples_kept]] > 0 then
   if #rec == REC_LEN_MIX or #rec == REC_LEN_LEARNED_MIX then
-    sample = struct.pack('<I4I4', spec[4], estimated) .. string.sub(rec, -MIX_BYTES)
+    sample = struct.pack('<I4I4', spec[@[settle.prompt]], estimated) .. string.sub(rec, -MIX_BYTES)
   else
-    sample = struct.pack('<d', spec[4] / estimated)
+    sample = struct.pack('<d', spec[@[settle.prompt]] / estimated)
   end
   local samples = KEYS[nlev + 2]
   if samples then
     -- Trimmed and renewed as the completions below: two calls in OUTPUT_TRIM_SLACK.
     local n = redis.call('LPUSH', samples, sample)
-    if n == 1 or n > spec[5] + OUTPUT_TRIM_SLACK then
-      redis.call('LTRIM', samples, 0, spec[5] - 1)
+    if n == 1 or n > spec[@[settle.samples_kept]] + OUTPUT_TRIM_SLACK then
+      redis.call('LTRIM', samples, 0, spec[@[settle.samples_kept]] - 1)
       redis.call('PEXPIRE', samples, SAMPLES_TTL_MS)
     end
     sample = nil
   end
 end
 -- The completion's sample, for a tier that learns its output.
-if state == COMMITTED and spec[11] > 0 and KEYS[nlev + 3] then
+if state == COMMITTED and spec[@[settle.outputs_kept]] > 0 and KEYS[nlev + 3] then
   local outs = KEYS[nlev + 3]
-  local n = redis.call('LPUSH', outs, struct.pack('<d', spec[3] - spec[4]))
+  local n = redis.call('LPUSH', outs, struct.pack('<d', spec[@[settle.tokens]] - spec[@[settle.prompt]]))
   -- Trimmed (readers take the newest kept) and its life renewed only when new
   -- or OUTPUT_TRIM_SLACK longer than kept: two calls in that many, not every time.
-  if n == 1 or n > spec[11] + OUTPUT_TRIM_SLACK then
-    redis.call('LTRIM', outs, 0, spec[11] - 1)
+  if n == 1 or n > spec[@[settle.outputs_kept]] + OUTPUT_TRIM_SLACK then
+    redis.call('LTRIM', outs, 0, spec[@[settle.outputs_kept]] - 1)
     redis.call('PEXPIRE', outs, SAMPLES_TTL_MS)
   end
 end
-if spec[9] > 0 then
+if spec[@[settle.hourly_retention_us]] > 0 then
   local d = {0, 0, -1, 0, 0, 0, 0, 0, 0, 0}
   if lat == 0 then lat, d[3], d[4] = now, 0, cost end
   if state == COMMITTED then
     local pr = cost - granted
-    d[1], d[5], d[6], d[7], d[8] = 1, spec[4], spec[8], spec[3] - spec[4], spec[7]
-    d[9], d[10] = pr, math.abs(pr - spec[4])
-    if spec[12] + spec[13] + spec[14] > 0 then d[11], d[12], d[13] = spec[12], spec[13], spec[14] end
+    local prompt, completion = spec[@[settle.prompt]], spec[@[settle.tokens]] - spec[@[settle.prompt]]
+    d[1], d[5], d[6], d[7], d[8] = 1, prompt, spec[@[settle.cached]], completion, spec[@[settle.cost]]
+    d[9], d[10] = pr, math.abs(pr - prompt)
+    local cw, cw1h, rs = spec[@[settle.cache_write]], spec[@[settle.cache_write_1h]], spec[@[settle.reasoning]]
+    if cw + cw1h + rs > 0 then d[11], d[12], d[13] = cw, cw1h, rs end
   else
     d[2] = 1
   end
-  ledger_add(ARGV[6], lat, ARGV[7], ARGV[8], d, spec[9], spec[10], now)
+  ledger_add(ARGV[6], lat, ARGV[7], ARGV[8], d, spec[@[settle.hourly_retention_us]], spec[@[settle.daily_retention_us]], now)
 end
 if indexed then return {REPLY_APPLIED, amount, estimated, spent, granted, sample or false, indexed} end
 return {REPLY_APPLIED, amount, estimated, spent, granted, sample}

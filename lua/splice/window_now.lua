@@ -6,9 +6,9 @@
 -- build.rs splices this file where a script says `--@splice window_now`.
 local ws, we = 0, 0
 if id % DIM >= WINDOWS then
-  ws, we = spec[q + 2], spec[q + 3]
-  if now >= we then ws, we = we, spec[q + 4] end
-  q = q + 5
+  ws, we = spec[q + @{bucket.window_start}], spec[q + @{bucket.window_end}]
+  if now >= we then ws, we = we, spec[q + @{bucket.window_next_end}] end
+  q = q + @{bucket}
 else
-  q = q + 2
+  q = q + @{bucket.window_start}
 end

@@ -32,6 +32,7 @@ mod pool;
 mod reads;
 mod reserve;
 mod settle;
+mod spec;
 mod verify;
 mod wire;
 

@@ -15,6 +15,7 @@
 //! - [`replies`]: what they answer; [`checks`]: which checks of a plan denied.
 
 pub mod alerts;
+pub mod calls;
 pub mod charge;
 pub mod checks;
 pub mod layout;

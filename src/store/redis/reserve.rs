@@ -4,7 +4,10 @@
 //! The reply's tags and layout are the script's contract, in its header.
 
 use super::RedisStore;
-use super::wire::{Spec, denied_at, doubles, int_at, record_tail, state_at, string_at, unexpected};
+use super::wire::{
+    Spec, denied_at, doubles, int_at, overrun, record_tail, retention_us, state_at, string_at,
+    unexpected,
+};
 use crate::domain::budget::layout::{
     BUCKET_WIDTH, RECLAIM_BITS, RECLAIM_CAP, REPLY_ALLOWED, REPLY_DENIED, REPLY_KEY_CONFLICT,
     REPLY_KEY_SPENT, REPLY_REPLAYED, STATE_HEAD,
@@ -143,35 +146,42 @@ impl Call for Parts {
     }
 }
 
-/// The plan's numbers, in the order reserve.lua reads them.
+/// The plan's numbers, where reserve.lua reads them (`calls::RESERVE`, then
+/// per level `calls::RESERVE_LEVEL` and its buckets).
 fn reserve_spec(plan: &ReservePlan, ledger: Option<LedgerRetention>) -> Spec {
-    let mut spec = Spec::default();
-    spec.push(plan.levels.len() as f64)
-        .push(plan.prompt_tokens as f64)
-        .push(plan.max_output_tokens as f64)
-        .push(plan.min_output_tokens as f64)
-        .push(plan.lease_ttl_ms as f64 * 1000.0)
-        .push(plan.estimated_prompt_tokens as f64)
-        .push(plan.headroom);
-    let SpendRates {
-        prompt: sp,
-        output: op,
-    } = spend_rates(plan);
-    spec.push(sp).push(op).ledger(ledger);
+    use super::spec::{reserve as h, reserve_level as l};
+    let mut head = [0.0; h::WIDTH];
+    head[h::LEVELS] = plan.levels.len() as f64;
+    head[h::PROMPT] = plan.prompt_tokens as f64;
+    head[h::MAX_OUTPUT] = plan.max_output_tokens as f64;
+    head[h::MIN_OUTPUT] = plan.min_output_tokens as f64;
+    head[h::LEASE_TTL_US] = plan.lease_ttl_ms as f64 * 1000.0;
+    head[h::ESTIMATED] = plan.estimated_prompt_tokens as f64;
+    head[h::HEADROOM] = plan.headroom;
+    let SpendRates { prompt, output } = spend_rates(plan);
+    head[h::PROMPT_SPEND] = prompt;
+    head[h::OUTPUT_PRICE] = output;
+    let (hourly, daily) = retention_us(ledger);
+    head[h::HOURLY_RETENTION_US] = hourly;
+    head[h::DAILY_RETENTION_US] = daily;
     // 0: no learned output (a level then holds the grant).
-    spec.push(plan.learned_output.map_or(0.0, |l| l as f64));
+    head[h::LEARNED_OUTPUT] = plan.learned_output.map_or(0.0, |l| l as f64);
+    let mut spec = Spec::default();
+    spec.group(&head);
     for (i, lp) in plan.levels.iter().enumerate() {
-        let weight = match counts_reclaims(&plan.levels, i) {
+        let mut level = [0.0; l::WIDTH];
+        level[l::BUCKETS] = lp.buckets.len() as f64;
+        level[l::CONCURRENCY] = lp.concurrency.map_or(-1.0, |c| c as f64);
+        level[l::RECLAIM_WEIGHT] = match counts_reclaims(&plan.levels, i) {
             true => 2f64.powi((RECLAIM_BITS as usize * Reclaimed::index(lp.level)) as i32),
             false => 0.0,
         };
-        spec.push(lp.buckets.len() as f64)
-            .push(lp.concurrency.map_or(-1.0, |c| c as f64))
-            .push(weight)
-            .overrun(lp)
-            .push(f64::from(lp.bit()))
-            .push(lp.max_life_us())
-            .buckets(lp);
+        let (capacity, refill_us) = overrun(lp);
+        level[l::OVERRUN_CAPACITY] = capacity;
+        level[l::OVERRUN_REFILL_US] = refill_us;
+        level[l::BIT] = f64::from(lp.bit());
+        level[l::MAX_LIFE_US] = lp.max_life_us();
+        spec.group(&level).buckets(lp);
     }
     spec
 }

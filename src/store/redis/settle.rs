@@ -3,7 +3,7 @@
 //! and their replies as [`SettleReply`] and [`RenewReply`].
 
 use super::RedisStore;
-use super::wire::{DOUBLES, Spec, int_at, string_at, unexpected};
+use super::wire::{DOUBLES, Spec, int_at, overrun, retention_us, string_at, unexpected};
 use crate::domain::budget::Usage;
 use crate::domain::budget::layout::{
     REPLY_APPLIED, REPLY_EXPIRED, REPLY_NOT_FOUND, REPLY_SETTLED_BEFORE, SAMPLES_TTL_MS,
@@ -187,30 +187,38 @@ fn settle_spec(
     output_kept: usize,
     retention: Retention,
 ) -> Spec {
+    use super::spec::{settle as h, settle_level as l};
+    let mut head = [0.0; h::WIDTH];
+    head[h::LEVELS] = s.levels.len() as f64;
+    head[h::MODE] = mode.arg();
+    head[h::TOKENS] = usage.tokens as f64;
+    head[h::PROMPT] = usage.prompt as f64;
+    // No samples kept: no sample pushed (settle.lua).
+    head[h::SAMPLES_KEPT] = match usage.learn {
+        true => retention.samples as f64,
+        false => 0.0,
+    };
+    head[h::INPUT] = usage.input as f64;
+    head[h::COST] = usage.cost as f64;
+    head[h::CACHED] = usage.cached as f64;
+    let (hourly, daily) = retention_us(retention.ledger);
+    head[h::HOURLY_RETENTION_US] = hourly;
+    head[h::DAILY_RETENTION_US] = daily;
+    head[h::OUTPUTS_KEPT] = output_kept as f64;
+    head[h::CACHE_WRITE] = usage.cache_write as f64;
+    head[h::CACHE_WRITE_1H] = usage.cache_write_1h as f64;
+    head[h::REASONING] = usage.reasoning as f64;
     let mut spec = Spec::default();
-    spec.push(s.levels.len() as f64)
-        .push(mode.arg())
-        .push(usage.tokens as f64)
-        .push(usage.prompt as f64)
-        // No samples kept: no sample pushed (settle.lua).
-        .push(match usage.learn {
-            true => retention.samples as f64,
-            false => 0.0,
-        })
-        .push(usage.input as f64)
-        .push(usage.cost as f64)
-        .push(usage.cached as f64)
-        .ledger(retention.ledger)
-        .push(output_kept as f64)
-        .push(usage.cache_write as f64)
-        .push(usage.cache_write_1h as f64)
-        .push(usage.reasoning as f64);
+    spec.group(&head);
     for lp in s.levels {
-        spec.push(f64::from(lp.bit()))
-            .push(lp.buckets.len() as f64)
-            .overrun(lp)
-            .push(lp.max_life_us())
-            .buckets(lp);
+        let mut level = [0.0; l::WIDTH];
+        level[l::BIT] = f64::from(lp.bit());
+        level[l::BUCKETS] = lp.buckets.len() as f64;
+        let (capacity, refill_us) = overrun(lp);
+        level[l::OVERRUN_CAPACITY] = capacity;
+        level[l::OVERRUN_REFILL_US] = refill_us;
+        level[l::MAX_LIFE_US] = lp.max_life_us();
+        spec.group(&level).buckets(lp);
     }
     spec
 }

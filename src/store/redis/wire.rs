@@ -41,35 +41,48 @@ impl Spec {
         self.0.len() / 8
     }
 
-    /// Appends how long ledger rows are kept past their hour and day (µs;
-    /// 0, 0: no ledger).
-    pub(super) fn ledger(&mut self, ledger: Option<LedgerRetention>) -> &mut Self {
-        let (hourly, daily) = ledger.map_or((0, 0), |l| (l.hourly_us, l.daily_us));
-        self.push(hourly as f64).push(daily as f64)
-    }
-
-    /// Appends the level's overrun credit: its capacity and refill period
-    /// (µs); 0, 0 for a level that holds the grant.
-    pub(super) fn overrun(&mut self, lp: &LevelPlan) -> &mut Self {
-        let (capacity, refill_us) = lp
-            .overrun
-            .map_or((0.0, 0.0), |o| (o.capacity as f64, o.refill_us()));
-        self.push(capacity).push(refill_us)
-    }
-
-    /// Appends `id, limit` per bucket, and a calendar window's boundaries
-    /// (start, end, next end) after its limit.
-    pub(super) fn buckets(&mut self, lp: &LevelPlan) -> &mut Self {
-        for b in &lp.buckets {
-            self.push(bucket_id(b)).push(b.limit as f64);
-            if let Some(w) = b.window {
-                self.push(w.span.start_us as f64)
-                    .push(w.span.end_us as f64)
-                    .push(w.span.next_end_us as f64);
-            }
+    /// Appends a group of the spec, filled by its positions (`super::spec`).
+    pub(super) fn group(&mut self, values: &[f64]) -> &mut Self {
+        for v in values {
+            self.push(*v);
         }
         self
     }
+
+    /// Appends each bucket's group (`calls::BUCKET`): a rolling bucket's stops
+    /// before its window's fields.
+    pub(super) fn buckets(&mut self, lp: &LevelPlan) -> &mut Self {
+        use super::spec::bucket as b;
+        for spec in &lp.buckets {
+            let mut one = [0.0; b::WIDTH];
+            one[b::ID] = bucket_id(spec);
+            one[b::LIMIT] = spec.limit as f64;
+            let used = match spec.window {
+                Some(w) => {
+                    one[b::WINDOW_START] = w.span.start_us as f64;
+                    one[b::WINDOW_END] = w.span.end_us as f64;
+                    one[b::WINDOW_NEXT_END] = w.span.next_end_us as f64;
+                    b::WIDTH
+                }
+                None => b::WINDOW_START,
+            };
+            self.group(&one[..used]);
+        }
+        self
+    }
+}
+
+/// How long ledger rows are kept past their hour and day (µs; 0, 0: no
+/// ledger).
+pub(super) fn retention_us(ledger: Option<LedgerRetention>) -> (f64, f64) {
+    ledger.map_or((0.0, 0.0), |l| (l.hourly_us as f64, l.daily_us as f64))
+}
+
+/// A level's overrun credit: its capacity and refill period (µs); 0, 0 for
+/// a level that holds the grant.
+pub(super) fn overrun(lp: &LevelPlan) -> (f64, f64) {
+    lp.overrun
+        .map_or((0.0, 0.0), |o| (o.capacity as f64, o.refill_us()))
 }
 
 /// The record tail a reserve sends: lease mask, owner tag, fingerprint and a

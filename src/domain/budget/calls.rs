@@ -1,0 +1,220 @@
+//! The numbers each script call carries, declared once by name: the doubles
+//! of a script's spec (its `ARGV[1]`), in groups — a call's head, then what
+//! repeats per level and per bucket. Nothing else says where a number sits.
+//!
+//! `build.rs` generates from this list both sides of every call:
+//! - for Rust, a module per group (`crate::store::redis::spec`) of index
+//!   constants named after the fields and its `WIDTH`, by which the encoders
+//!   in `src/store/redis/` place each number;
+//! - for Lua, the positions a script reads, written by name: `@{GROUP.field}`
+//!   is the field's offset in its group (`spec[p + @{reserve_level.bit}]`; a
+//!   `+ ` before an offset of 0 goes with it, so `spec[p]` costs no addition),
+//!   `@{GROUP}` the group's width, `@[GROUP.field]` a head field's 1-based
+//!   index (`spec[@[reserve.prompt]]`) and `@[GROUP]` the index after the
+//!   head. The built script holds plain numbers, as if written by hand.
+//!
+//! Moving or adding a field here moves it in the encoder and the script
+//! together. This file is compiled twice — as part of the crate and inside
+//! `build.rs` — so it holds plain data and one pure function, and imports
+//! nothing.
+
+/// One group of a spec: its name (the Lua and Rust name) and its fields.
+pub struct Group {
+    /// The group's name.
+    pub name: &'static str,
+    /// Its fields, in the order they travel.
+    pub fields: &'static [&'static str],
+}
+
+/// reserve.lua's head: the plan's numbers.
+pub const RESERVE: Group = Group {
+    name: "reserve",
+    fields: &[
+        // How many levels follow.
+        "levels",
+        "prompt",
+        "max_output",
+        "min_output",
+        "lease_ttl_us",
+        // 0: the caller counted the prompt.
+        "estimated",
+        // The share of every limit to leave, 0 <= headroom < 1.
+        "headroom",
+        // The prompt at the input price (tokens × µ$ per million).
+        "prompt_spend",
+        // µ$ per million output tokens.
+        "output_price",
+        // How long ledger rows are kept past their hour and day (µs; 0: no ledger).
+        "hourly_retention_us",
+        "daily_retention_us",
+        // 0: none (every level holds the grant).
+        "learned_output",
+    ],
+};
+
+/// reserve.lua, per level: then that many [`BUCKET`]s.
+pub const RESERVE_LEVEL: Group = Group {
+    name: "reserve_level",
+    fields: &[
+        "buckets",
+        // -1: none.
+        "concurrency",
+        // What one reclaimed lease adds to the packed count (0: not counted here).
+        "reclaim_weight",
+        // The overrun credit (capacity 0: the level holds the grant).
+        "overrun_capacity",
+        "overrun_refill_us",
+        // The level's bit in the lease mask.
+        "bit",
+        // The longest the level's key may live past this write (µs).
+        "max_life_us",
+    ],
+};
+
+/// settle.lua's head: the usage and what to keep of it.
+pub const SETTLE: Group = Group {
+    name: "settle",
+    fields: &[
+        // How many levels follow.
+        "levels",
+        // 1: commit, 2: refund.
+        "mode",
+        "tokens",
+        "prompt",
+        // Estimator samples kept (0: the prompt is no upstream count: no sample).
+        "samples_kept",
+        // The prompt less what the model group does not count (cached tokens).
+        "input",
+        // µ$.
+        "cost",
+        "cached",
+        // How long ledger rows are kept past their hour and day (µs; 0: no ledger).
+        "hourly_retention_us",
+        "daily_retention_us",
+        // Completions kept (0: no completion sample).
+        "outputs_kept",
+        "cache_write",
+        "cache_write_1h",
+        "reasoning",
+    ],
+};
+
+/// settle.lua, per level: then that many [`BUCKET`]s.
+pub const SETTLE_LEVEL: Group = Group {
+    name: "settle_level",
+    fields: &[
+        // The level's bit in the lease mask.
+        "bit",
+        "buckets",
+        // The overrun credit (capacity 0: none).
+        "overrun_capacity",
+        "overrun_refill_us",
+        // The longest the level's key may live past this write (µs).
+        "max_life_us",
+    ],
+};
+
+/// One bucket of a level, in every script that checks or charges buckets:
+/// its id and limit; a calendar window's bucket also its window's start, end
+/// and the end of the next (a rolling bucket stops before `window_start`).
+pub const BUCKET: Group = Group {
+    name: "bucket",
+    fields: &[
+        "id",
+        "limit",
+        "window_start",
+        "window_end",
+        "window_next_end",
+    ],
+};
+
+/// Every group, for `build.rs`.
+pub const GROUPS: &[Group] = &[RESERVE, RESERVE_LEVEL, SETTLE, SETTLE_LEVEL, BUCKET];
+
+/// `text` with every position written by name (`@{GROUP.field}`,
+/// `@{GROUP}`, `@[GROUP.field]`, `@[GROUP]`, as the module says) replaced by
+/// its number; a `+ ` before an offset of 0 goes with it. Errs naming a
+/// group or field [`GROUPS`] lacks.
+pub fn positions(text: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('@') {
+        let (before, from) = rest.split_at(at);
+        out.push_str(before);
+        let (close, one_based) = match from.as_bytes().get(1) {
+            Some(b'{') => ('}', false),
+            Some(b'[') => (']', true),
+            _ => {
+                out.push('@');
+                rest = &from[1..];
+                continue;
+            }
+        };
+        let Some(end) = from.find(close) else {
+            return Err(format!("an unclosed position {from:.20}"));
+        };
+        let name = &from[2..end];
+        rest = &from[end + 1..];
+        let (group, field) = match name.split_once('.') {
+            Some((g, f)) => (g, Some(f)),
+            None => (name, None),
+        };
+        let Some(group) = GROUPS.iter().find(|g| g.name == group) else {
+            return Err(format!("no spec group {group:?} in calls.rs"));
+        };
+        let at = match field {
+            None => group.fields.len(),
+            Some(f) => match group.fields.iter().position(|x| *x == f) {
+                Some(at) => at,
+                None => return Err(format!("{} has no field {f:?}", group.name)),
+            },
+        };
+        match (one_based, field.is_some(), at) {
+            (false, true, 0) if out.ends_with(" + ") => out.truncate(out.len() - 3),
+            (false, _, n) => out.push_str(&n.to_string()),
+            (true, _, n) => out.push_str(&(n + 1).to_string()),
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_written_by_name_become_the_numbers_the_groups_give() {
+        let lua =
+            "local nb, bit = spec[p + @{reserve_level.buckets}], spec[p + @{reserve_level.bit}]";
+        assert_eq!(
+            positions(lua).unwrap(),
+            "local nb, bit = spec[p], spec[p + 5]",
+            "an offset of 0 costs no addition"
+        );
+        assert_eq!(
+            positions("local q = p + @{reserve_level}").unwrap(),
+            "local q = p + 7"
+        );
+        assert_eq!(
+            positions("spec[@[reserve.prompt]], FIRST = @[reserve]").unwrap(),
+            "spec[2], FIRST = 13"
+        );
+        assert_eq!(
+            positions("x@y, t[@]").unwrap(),
+            "x@y, t[@]",
+            "other @s stay"
+        );
+        assert!(
+            positions("@{reserve.nothing}")
+                .unwrap_err()
+                .contains("no field")
+        );
+        assert!(
+            positions("@{nothing}")
+                .unwrap_err()
+                .contains("no spec group")
+        );
+        assert!(positions("@{reserve").unwrap_err().contains("unclosed"));
+    }
+}
