@@ -37,7 +37,8 @@
 local now = clock_us()
 local D = ARGV[2]
 local spec = {struct.unpack(ARGV[3], ARGV[1])}
-local nlev, r, t, enforce = spec[1], spec[2], spec[3], spec[4] == 1
+local nlev, r = spec[@[charge.levels]], spec[@[charge.requests]]
+local t, enforce = spec[@[charge.tokens]], spec[@[charge.enforce]] == 1
 local raws, states, ttls = {}, {}, {}
 local dm, ci, denied = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 0, false
 -- Alert thresholds: the place of the next bucket that has some (0: none),
@@ -48,9 +49,9 @@ if ARGV[4 + nlev] then
   alert_spec[#alert_spec] = nil -- struct.unpack's last value is the next read position
   alert_next = alert_spec[2]
 end
-local p, seen = 5, 0
+local p, seen = @[charge], 0
 for i = 1, nlev do
-  local nb = spec[p]
+  local nb = spec[p + @{charge_level.buckets}]
   local raw = redis.call('HGET', KEYS[i], 's')
   local s
   local fmt = ARGV[3 + i]
@@ -63,7 +64,7 @@ for i = 1, nlev do
     raw, s = '', {0, 0, 0, STATE_V}
   end
   local ns, ttl = #s, 0
-  local q = p + 2
+  local q = p + @{charge_level}
   for b = 1, nb do
     local id, lim = spec[q + @{bucket.id}], spec[q + @{bucket.limit}]
     --@splice window_now
@@ -94,7 +95,7 @@ for i = 1, nlev do
     else full = (lim - l) * ((id % DIM) * 1e6) / lim end
     if full > ttl then ttl = full end
   end
-  if ttl > spec[p + 1] then ttl = spec[p + 1] end
+  if ttl > spec[p + @{charge_level.max_life_us}] then ttl = spec[p + @{charge_level.max_life_us}] end
   raws[i], states[i], ttls[i] = raw, s, ttl
   p = q
   seen = seen + nb
@@ -107,12 +108,12 @@ if denied then
 end
 if r == 0 and t == 0 then return {REPLY_ALLOWED, now, unpack(raws)} end
 
-p = 5
+p = @[charge]
 for i = 1, nlev do
-  local s = trim_foreign(states[i], spec[p], now)
+  local s = trim_foreign(states[i], spec[p + @{charge_level.buckets}], now)
   raws[i] = write_level(KEYS[i], s, ttls[i], ARGV[3 + i], D, now)
-  local q = p + 2
-  for _ = 1, spec[p] do
+  local q = p + @{charge_level}
+  for _ = 1, spec[p + @{charge_level.buckets}] do
     if spec[q + @{bucket.id}] % DIM >= WINDOWS then q = q + @{bucket} else q = q + @{bucket.window_start} end
   end
   p = q

@@ -35,13 +35,15 @@
 local now = clock_us()
 local D = ARGV[3]
 local spec = {struct.unpack(fmt_of(D, #ARGV[1] / 8), ARGV[1])}
-local n = spec[1]
+local n = spec[@[lease.entries]]
 local mine_field = ARGV[2]
 local grants, raws = {}, {}
-local p = 2
+local p = @[lease]
 for i = 1, n do
-  local nb, clim, want_slots, give_slots, until_us = spec[p], spec[p + 1], spec[p + 2], spec[p + 3], spec[p + 4]
-  p = p + 5
+  local nb, clim = spec[p + @{lease_entry.buckets}], spec[p + @{lease_entry.concurrency}]
+  local want_slots, give_slots = spec[p + @{lease_entry.want_slots}], spec[p + @{lease_entry.give_slots}]
+  local until_us = spec[p + @{lease_entry.slots_until}]
+  p = p + @{lease_entry}
   local raw = redis.call('HGET', KEYS[i], 's')
   local s
   if raw then
@@ -53,17 +55,17 @@ for i = 1, n do
   end
   local ttl = 0
   for b = 1, nb do
-    local id, lim = spec[p], spec[p + 1]
+    local id, lim = spec[p + @{bucket.id}], spec[p + @{bucket.limit}]
     local ws, we = 0, 0
     if id % DIM >= WINDOWS then
-      ws, we = spec[p + 2], spec[p + 3]
-      if now >= we then ws, we = we, spec[p + 4] end
-      p = p + 5
+      ws, we = spec[p + @{bucket.window_start}], spec[p + @{bucket.window_end}]
+      if now >= we then ws, we = we, spec[p + @{bucket.window_next_end}] end
+      p = p + @{bucket}
     else
-      p = p + 2
+      p = p + @{bucket.window_start}
     end
-    local want, give = spec[p], spec[p + 1]
-    p = p + 2
+    local want, give = spec[p + @{lease_bucket.want}], spec[p + @{lease_bucket.give}]
+    p = p + @{lease_bucket}
     local k
     for j = FIRST_BUCKET, #s - 3, BUCKET_WIDTH do
       if s[j] == id then k = j break end

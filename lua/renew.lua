@@ -18,7 +18,7 @@
 
 local D = ARGV[5]
 local spec = {struct.unpack(fmt_of(D, #ARGV[1] / 8), ARGV[1])}
-local nlev, ttl = spec[1], spec[2]
+local nlev, ttl = spec[@[renew.levels]], spec[@[renew.lease_ttl_us]]
 local rkey = KEYS[nlev + 1]
 local rec = redis.call('GET', rkey)
 if not rec then return {REPLY_NOT_FOUND} end
@@ -35,7 +35,7 @@ if keep > MAX_TTL then keep = MAX_TTL end
 local mask = string.byte(rec, REC_MASK)
 local writes = {}
 for i = 1, nlev do
-  if bit.band(mask, spec[2 + i]) ~= 0 and redis.call('HEXISTS', KEYS[i], ARGV[2]) == 1 then
+  if bit.band(mask, spec[@{renew} + i]) ~= 0 and redis.call('HEXISTS', KEYS[i], ARGV[2]) == 1 then
     local raw = redis.call('HGET', KEYS[i], 's')
     local s = {0, 0, 0, STATE_V}
     if raw then

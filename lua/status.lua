@@ -25,11 +25,11 @@ local sfmt = string.sub(D, 1, nspec + 1)
 if nspec >= #D then sfmt = '<' .. string.rep('d', nspec) end
 local spec = {struct.unpack(sfmt, ARGV[1])}
 local out = {now}
-for i = 1, spec[1] do
+for i = 1, spec[@[status.levels]] do
   local raw = redis.call('HGET', KEYS[i], 's') or ''
   local n, e = 0, 0
   if raw ~= '' then n, e = struct.unpack('<dd', raw) end
-  if spec[1 + i] >= 0 and n > 0 and ((exact and n <= EXACT_LEASES) or (e > 0 and now >= e)) then
+  if spec[@{status} + i] >= 0 and n > 0 and ((exact and n <= EXACT_LEASES) or (e > 0 and now >= e)) then
     -- Count the live leases and find the real earliest expiry (the stored one
     -- is a lower bound after the earliest lease was settled or renewed).
     local all = redis.call('HGETALL', KEYS[i])

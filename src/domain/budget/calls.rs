@@ -114,6 +114,64 @@ pub const SETTLE_LEVEL: Group = Group {
     ],
 };
 
+/// charge.lua's head: what Envoy's rate limit call takes, with no
+/// reservation behind it.
+pub const CHARGE: Group = Group {
+    name: "charge",
+    fields: &[
+        // How many levels follow.
+        "levels", "requests", "tokens",
+        // 1: a denial takes nothing (the request path); 0: charged into debt.
+        "enforce",
+    ],
+};
+
+/// charge.lua, per level: then that many [`BUCKET`]s.
+pub const CHARGE_LEVEL: Group = Group {
+    name: "charge_level",
+    fields: &["buckets", "max_life_us"],
+};
+
+/// renew.lua's head: then one level bit per level.
+pub const RENEW: Group = Group {
+    name: "renew",
+    fields: &["levels", "lease_ttl_us"],
+};
+
+/// status.lua's head: then one concurrency limit (-1: none) per level.
+pub const STATUS: Group = Group {
+    name: "status",
+    fields: &["levels"],
+};
+
+/// global_lease.lua's head: then that many [`LEASE_ENTRY`]s.
+pub const LEASE: Group = Group {
+    name: "lease",
+    fields: &["entries"],
+};
+
+/// global_lease.lua, per entry (a global level, or a model group's slots):
+/// then that many [`BUCKET`]s, each followed by a [`LEASE_BUCKET`].
+pub const LEASE_ENTRY: Group = Group {
+    name: "lease_entry",
+    fields: &[
+        "buckets",
+        // -1: none.
+        "concurrency",
+        "want_slots",
+        "give_slots",
+        // When the slots held lapse (µs).
+        "slots_until",
+    ],
+};
+
+/// global_lease.lua, after each bucket: what the replica asks for and gives
+/// back of it.
+pub const LEASE_BUCKET: Group = Group {
+    name: "lease_bucket",
+    fields: &["want", "give"],
+};
+
 /// One bucket of a level, in every script that checks or charges buckets:
 /// its id and limit; a calendar window's bucket also its window's start, end
 /// and the end of the next (a rolling bucket stops before `window_start`).
@@ -129,7 +187,20 @@ pub const BUCKET: Group = Group {
 };
 
 /// Every group, for `build.rs`.
-pub const GROUPS: &[Group] = &[RESERVE, RESERVE_LEVEL, SETTLE, SETTLE_LEVEL, BUCKET];
+pub const GROUPS: &[Group] = &[
+    RESERVE,
+    RESERVE_LEVEL,
+    SETTLE,
+    SETTLE_LEVEL,
+    CHARGE,
+    CHARGE_LEVEL,
+    RENEW,
+    STATUS,
+    LEASE,
+    LEASE_ENTRY,
+    LEASE_BUCKET,
+    BUCKET,
+];
 
 /// `text` with every position written by name (`@{GROUP.field}`,
 /// `@{GROUP}`, `@[GROUP.field]`, `@[GROUP]`, as the module says) replaced by

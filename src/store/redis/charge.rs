@@ -22,15 +22,19 @@ impl RedisStore {
             };
             inv.key(self.keys.plan_level(lp, scope));
         }
+        use super::spec::{charge as h, charge_level as l};
+        let mut head = [0.0; h::WIDTH];
+        head[h::LEVELS] = plan.levels.len() as f64;
+        head[h::REQUESTS] = plan.requests as f64;
+        head[h::TOKENS] = plan.tokens as f64;
+        head[h::ENFORCE] = if plan.enforce { 1.0 } else { 0.0 };
         let mut spec = Spec::default();
-        spec.push(plan.levels.len() as f64)
-            .push(plan.requests as f64)
-            .push(plan.tokens as f64)
-            .push(if plan.enforce { 1.0 } else { 0.0 });
+        spec.group(&head);
         for lp in &plan.levels {
-            spec.push(lp.buckets.len() as f64)
-                .push(lp.max_life_us())
-                .buckets(lp);
+            let mut level = [0.0; l::WIDTH];
+            level[l::BUCKETS] = lp.buckets.len() as f64;
+            level[l::MAX_LIFE_US] = lp.max_life_us();
+            spec.group(&level).buckets(lp);
         }
         inv.arg(&spec.0)
             .arg(DOUBLES)

@@ -92,23 +92,24 @@ impl RedisStore {
             inv.key(key);
         }
         inv.key(self.keys.global_messages());
+        use super::spec::{lease as h, lease_bucket as lb, lease_entry as e};
+        let mut head = [0.0; h::WIDTH];
+        head[h::ENTRIES] = call.asks.len() as f64;
         let mut spec = Spec::default();
-        spec.push(call.asks.len() as f64);
+        spec.group(&head);
         for ask in call.asks {
-            spec.push(ask.buckets.len() as f64)
-                .push(ask.concurrency.map_or(-1.0, |c| c as f64))
-                .push(ask.want_slots)
-                .push(ask.give_slots)
-                .push(ask.slots_until);
+            let mut entry = [0.0; e::WIDTH];
+            entry[e::BUCKETS] = ask.buckets.len() as f64;
+            entry[e::CONCURRENCY] = ask.concurrency.map_or(-1.0, |c| c as f64);
+            entry[e::WANT_SLOTS] = ask.want_slots;
+            entry[e::GIVE_SLOTS] = ask.give_slots;
+            entry[e::SLOTS_UNTIL] = ask.slots_until;
+            spec.group(&entry);
             for b in &ask.buckets {
-                spec.push(crate::domain::budget::state::bucket_id(&b.spec))
-                    .push(b.spec.limit as f64);
-                if let Some(w) = b.spec.window {
-                    spec.push(w.span.start_us as f64)
-                        .push(w.span.end_us as f64)
-                        .push(w.span.next_end_us as f64);
-                }
-                spec.push(b.want).push(b.give);
+                let mut wants = [0.0; lb::WIDTH];
+                wants[lb::WANT] = b.want;
+                wants[lb::GIVE] = b.give;
+                spec.bucket(&b.spec).group(&wants);
             }
         }
         inv.arg(&spec.0)

@@ -20,8 +20,12 @@ impl RedisStore {
         for lp in levels {
             inv.key(self.keys.plan_level(lp, scope));
         }
+        use super::spec::status as h;
+        let mut head = [0.0; h::WIDTH];
+        head[h::LEVELS] = levels.len() as f64;
         let mut spec = Spec::default();
-        spec.push(levels.len() as f64);
+        spec.group(&head);
+        // Then one concurrency limit per level (-1: none).
         for lp in levels {
             spec.push(lp.concurrency.map_or(-1.0, |c| c as f64));
         }

@@ -125,9 +125,13 @@ impl RedisStore {
     ) -> Result<RenewReply, StoreError> {
         let mut inv = self.renew.prepare_invoke();
         self.settlement_keys(&s, &mut inv);
+        use super::spec::renew as h;
+        let mut head = [0.0; h::WIDTH];
+        head[h::LEVELS] = s.levels.len() as f64;
+        head[h::LEASE_TTL_US] = ttl_ms as f64 * 1000.0;
         let mut spec = Spec::default();
-        spec.push(s.levels.len() as f64)
-            .push(ttl_ms as f64 * 1000.0);
+        spec.group(&head);
+        // Then one level bit per level.
         for lp in s.levels {
             spec.push(f64::from(lp.bit()));
         }

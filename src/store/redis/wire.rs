@@ -5,7 +5,7 @@
 use crate::domain::budget::ledger::LedgerRetention;
 use crate::domain::budget::state::{LevelState, bucket_id};
 use crate::domain::budget::{DeniedChecks, Record};
-use crate::domain::{LevelPlan, ReservePlan};
+use crate::domain::{BucketSpec, LevelPlan, ReservePlan};
 use crate::store::StoreError;
 use redis::Value;
 use std::borrow::Cow;
@@ -49,26 +49,31 @@ impl Spec {
         self
     }
 
-    /// Appends each bucket's group (`calls::BUCKET`): a rolling bucket's stops
-    /// before its window's fields.
+    /// Appends each bucket of the level ([`Self::bucket`]).
     pub(super) fn buckets(&mut self, lp: &LevelPlan) -> &mut Self {
-        use super::spec::bucket as b;
         for spec in &lp.buckets {
-            let mut one = [0.0; b::WIDTH];
-            one[b::ID] = bucket_id(spec);
-            one[b::LIMIT] = spec.limit as f64;
-            let used = match spec.window {
-                Some(w) => {
-                    one[b::WINDOW_START] = w.span.start_us as f64;
-                    one[b::WINDOW_END] = w.span.end_us as f64;
-                    one[b::WINDOW_NEXT_END] = w.span.next_end_us as f64;
-                    b::WIDTH
-                }
-                None => b::WINDOW_START,
-            };
-            self.group(&one[..used]);
+            self.bucket(spec);
         }
         self
+    }
+
+    /// Appends a bucket's group (`calls::BUCKET`): a rolling bucket's stops
+    /// before its window's fields.
+    pub(super) fn bucket(&mut self, spec: &BucketSpec) -> &mut Self {
+        use super::spec::bucket as b;
+        let mut one = [0.0; b::WIDTH];
+        one[b::ID] = bucket_id(spec);
+        one[b::LIMIT] = spec.limit as f64;
+        let used = match spec.window {
+            Some(w) => {
+                one[b::WINDOW_START] = w.span.start_us as f64;
+                one[b::WINDOW_END] = w.span.end_us as f64;
+                one[b::WINDOW_NEXT_END] = w.span.next_end_us as f64;
+                b::WIDTH
+            }
+            None => b::WINDOW_START,
+        };
+        self.group(&one[..used])
     }
 }
 
