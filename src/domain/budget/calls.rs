@@ -1,6 +1,7 @@
 //! The numbers each script call carries, declared once by name: the doubles
 //! of a script's spec (its `ARGV[1]`), in groups — a call's head, then what
-//! repeats per level and per bucket. Nothing else says where a number sits.
+//! repeats per level and per bucket — and the values of its reply. Nothing
+//! else says where a number sits.
 //!
 //! `build.rs` generates from this list both sides of every call:
 //! - for Rust, a module per group (`crate::store::redis::spec`) of index
@@ -14,7 +15,10 @@
 //!   head. The built script holds plain numbers, as if written by hand.
 //!
 //! Moving or adding a field here moves it in the encoder and the script
-//! together. This file is compiled twice — as part of the crate and inside
+//! together.
+//!
+//! Size: every call's layout in one list, so that one file answers "where
+//! does this number sit" for all of them. This file is compiled twice — as part of the crate and inside
 //! `build.rs` — so it holds plain data and one pure function, and imports
 //! nothing.
 
@@ -186,6 +190,114 @@ pub const BUCKET: Group = Group {
     ],
 };
 
+// Replies: where each value of a script's reply sits, read by the decoders
+// in `src/store/redis/` (the scripts build their replies in this order).
+// A reply of levels is its head, one group per level, then the tail of its
+// tag.
+
+/// reserve.lua's reply (allowed, denied or replayed): then one
+/// [`RESERVE_REPLY_LEVEL`] per level, the tag's tail, and, when non-zero,
+/// the reclaimed leases (packed).
+pub const RESERVE_REPLY: Group = Group {
+    name: "reserve_reply",
+    fields: &["tag", "now", "granted_output"],
+};
+
+/// reserve.lua's reply, per level.
+pub const RESERVE_REPLY_LEVEL: Group = Group {
+    name: "reserve_reply_level",
+    fields: &["state"],
+};
+
+/// reserve.lua's allowed tail.
+pub const RESERVE_ALLOWED: Group = Group {
+    name: "reserve_allowed",
+    fields: &["reserved_output"],
+};
+
+/// reserve.lua's denied tail: the denied checks.
+pub const RESERVE_DENIED: Group = Group {
+    name: "reserve_denied",
+    fields: &["checks"],
+};
+
+/// reserve.lua's replayed tail: the earlier reservation.
+pub const RESERVE_REPLAYED: Group = Group {
+    name: "reserve_replayed",
+    fields: &["nonce", "tokens", "lease_left_ms"],
+};
+
+/// reserve.lua's reply for an idempotency key already spent.
+pub const RESERVE_SPENT: Group = Group {
+    name: "reserve_spent",
+    fields: &["tag", "record_state"],
+};
+
+/// reserve_first.lua's reply: then each tried candidate's reserve reply.
+pub const RESERVE_FIRST_REPLY: Group = Group {
+    name: "reserve_first_reply",
+    fields: &["chosen"],
+};
+
+/// settle.lua's reply when applied (on a cluster the sample to push, and
+/// when an alert was queued its index mark, follow).
+pub const SETTLE_APPLIED: Group = Group {
+    name: "settle_applied",
+    fields: &[
+        "tag",
+        "amount",
+        "estimated_prompt_tokens",
+        "reserved_spend",
+        "reserved_output",
+        "sample",
+    ],
+};
+
+/// settle.lua's reply for a reservation settled before.
+pub const SETTLE_BEFORE: Group = Group {
+    name: "settle_before",
+    fields: &["tag", "record_state", "amount"],
+};
+
+/// renew.lua's reply when applied.
+pub const RENEW_APPLIED: Group = Group {
+    name: "renew_applied",
+    fields: &["tag", "lease_left_ms"],
+};
+
+/// charge.lua's reply: then one state per level ([`RESERVE_REPLY_LEVEL`]'s
+/// layout), and when denied the [`RESERVE_DENIED`] tail.
+pub const CHARGE_REPLY: Group = Group {
+    name: "charge_reply",
+    fields: &["tag", "now"],
+};
+
+/// status.lua's reply: then one [`STATUS_REPLY_LEVEL`] per level.
+pub const STATUS_REPLY: Group = Group {
+    name: "status_reply",
+    fields: &["now"],
+};
+
+/// status.lua's reply, per level.
+pub const STATUS_REPLY_LEVEL: Group = Group {
+    name: "status_reply_level",
+    fields: &["state", "leases", "earliest_expiry"],
+};
+
+/// global_lease.lua's reply: then one state per entry, then the messages
+/// (field, value pairs).
+pub const LEASE_REPLY: Group = Group {
+    name: "lease_reply",
+    fields: &["now", "grants"],
+};
+
+/// alert_claim.lua's reply: one group per alert claimed (then, on a cluster,
+/// when the queue is next due and when it was seen).
+pub const ALERT_CLAIMED: Group = Group {
+    name: "alert_claimed",
+    fields: &["id", "record", "attempts"],
+};
+
 /// Every group, for `build.rs`.
 pub const GROUPS: &[Group] = &[
     RESERVE,
@@ -200,6 +312,21 @@ pub const GROUPS: &[Group] = &[
     LEASE_ENTRY,
     LEASE_BUCKET,
     BUCKET,
+    RESERVE_REPLY,
+    RESERVE_REPLY_LEVEL,
+    RESERVE_ALLOWED,
+    RESERVE_DENIED,
+    RESERVE_REPLAYED,
+    RESERVE_SPENT,
+    RESERVE_FIRST_REPLY,
+    SETTLE_APPLIED,
+    SETTLE_BEFORE,
+    RENEW_APPLIED,
+    CHARGE_REPLY,
+    STATUS_REPLY,
+    STATUS_REPLY_LEVEL,
+    LEASE_REPLY,
+    ALERT_CLAIMED,
 ];
 
 /// `text` with every position written by name (`@{GROUP.field}`,

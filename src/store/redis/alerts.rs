@@ -89,8 +89,11 @@ impl RedisStore {
                 // The later queues are due later still.
                 break;
             }
-            for chunk in reply.chunks(3) {
-                let [Value::BulkString(id), record, _] = chunk else {
+            use super::spec::alert_claimed as c;
+            for chunk in reply.chunks(c::WIDTH) {
+                let (Some(Value::BulkString(id)), Some(record)) =
+                    (chunk.get(c::ID), chunk.get(c::RECORD))
+                else {
                     return Err(StoreError::Protocol(
                         format!("alert_claim.lua replied {chunk:?} for an alert").into(),
                     ));
@@ -103,7 +106,7 @@ impl RedisStore {
                     queue: queue.clone(),
                     id: String::from_utf8_lossy(id).into_owned(),
                     record,
-                    attempts: int_at(chunk, 2)?.max(0) as u64,
+                    attempts: int_at(chunk, c::ATTEMPTS)?.max(0) as u64,
                 });
             }
         }

@@ -50,17 +50,18 @@ impl RedisStore {
         if self.keys.is_clustered() {
             self.index_crossing(&plan.tenant, &mut reply).await?;
         }
+        use super::spec::{charge_reply as r, reserve_denied as denied, reserve_reply_level as rl};
         let nlev = plan.levels.len();
-        let now = int_at(&reply, 1)? as f64;
+        let now = int_at(&reply, r::NOW)? as f64;
         let states = (0..nlev)
-            .map(|i| state_at(&reply, 2 + i))
+            .map(|i| state_at(&reply, r::WIDTH + i * rl::WIDTH + rl::STATE))
             .collect::<Result<Vec<_>, _>>()?;
         let readings = state::readings(&plan.levels, &states, &[], now);
-        match int_at(&reply, 0)? {
+        match int_at(&reply, r::TAG)? {
             REPLY_ALLOWED => Ok(ChargeReply::Charged { readings }),
             REPLY_DENIED => Ok(ChargeReply::Denied {
                 readings,
-                denied_mask: denied_at(&reply, 2 + nlev)?,
+                denied_mask: denied_at(&reply, r::WIDTH + nlev * rl::WIDTH + denied::CHECKS)?,
             }),
             other => Err(unexpected("charge", other)),
         }

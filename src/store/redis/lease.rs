@@ -136,8 +136,9 @@ impl RedisStore {
     reason = "decodes the reply's fields in wire order"
 )]
 fn decode_lease(asks: &[EntryAsk], reply: &[Value]) -> Result<LeaseReply, StoreError> {
-    let now = int_at(reply, 0)? as f64;
-    let packed = match reply.get(1) {
+    use super::spec::{lease_reply as h, reserve_reply_level as l};
+    let now = int_at(reply, h::NOW)? as f64;
+    let packed = match reply.get(h::GRANTS) {
         Some(Value::BulkString(b)) => b.as_slice(),
         _ => &[],
     };
@@ -149,7 +150,7 @@ fn decode_lease(asks: &[EntryAsk], reply: &[Value]) -> Result<LeaseReply, StoreE
         .iter()
         .map(|a| a.buckets.len() + if a.concurrency.is_some() { 2 } else { 0 })
         .sum();
-    if grants.len() != expected || reply.len() < 2 + asks.len() {
+    if grants.len() != expected || reply.len() < h::WIDTH + asks.len() * l::WIDTH {
         return Err(StoreError::Protocol(
             format!(
                 "global_lease.lua answered {} grants and {} values for {} asks (is the script \
@@ -174,14 +175,14 @@ fn decode_lease(asks: &[EntryAsk], reply: &[Value]) -> Result<LeaseReply, StoreE
             None => (0.0, 0.0),
         };
         out.push(EntryGrant {
-            state: state_at(reply, 2 + i)?,
+            state: state_at(reply, h::WIDTH + i * l::WIDTH + l::STATE)?,
             granted,
             slots_mine: mine,
             slots_in_use: in_use,
         });
     }
     let mut messages = Vec::new();
-    let mut j = 2 + asks.len();
+    let mut j = h::WIDTH + asks.len() * l::WIDTH;
     while j + 1 < reply.len() {
         let (Value::BulkString(field), Value::BulkString(value)) = (&reply[j], &reply[j + 1])
         else {

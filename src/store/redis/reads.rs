@@ -33,13 +33,15 @@ impl RedisStore {
             .arg(DOUBLES)
             .arg(if exact { "1" } else { "0" });
         let reply = self.run(&inv).await?;
-        let now = int_at(&reply, 0)? as f64;
+        use super::spec::{status_reply as r, status_reply_level as rl};
+        let now = int_at(&reply, r::NOW)? as f64;
         let mut states = Vec::with_capacity(levels.len());
         let mut leases = Vec::with_capacity(levels.len());
         for i in 0..levels.len() {
-            states.push(state_at(&reply, 1 + 3 * i)?);
-            let n = int_at(&reply, 2 + 3 * i)? as f64;
-            let e = int_at(&reply, 3 + 3 * i)? as f64;
+            let at = r::WIDTH + i * rl::WIDTH;
+            states.push(state_at(&reply, at + rl::STATE)?);
+            let n = int_at(&reply, at + rl::LEASES)? as f64;
+            let e = int_at(&reply, at + rl::EARLIEST_EXPIRY)? as f64;
             leases.push(Some((n, e)));
         }
         Ok(state::readings(levels, &states, &leases, now))

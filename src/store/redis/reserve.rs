@@ -189,8 +189,9 @@ fn reserve_spec(plan: &ReservePlan, ledger: Option<LedgerRetention>) -> Spec {
 /// reserve_first.lua's reply: each tried plan's reply, decoded as
 /// reserve.lua's, checked against the candidate the script names.
 fn decode_first(plans: &[ReservePlan], reply: &[Value]) -> Result<Vec<ReserveReply>, StoreError> {
-    let tried = int_at(reply, 0)?;
-    let replies = &reply[1..];
+    use super::spec::reserve_first_reply as r;
+    let tried = int_at(reply, r::CHOSEN)?;
+    let replies = reply.get(r::WIDTH..).unwrap_or_default();
     let well_formed = replies.len() <= plans.len()
         && (tried == 0 && replies.len() == plans.len() || tried == replies.len() as i64);
     if !well_formed {
@@ -235,40 +236,46 @@ fn decode_first(plans: &[ReservePlan], reply: &[Value]) -> Result<Vec<ReserveRep
 
 /// reserve.lua's reply as the store's answer.
 fn decode_reserve(plan: &ReservePlan, reply: &[Value]) -> Result<ReserveReply, StoreError> {
+    use super::spec::{
+        reserve_allowed as allowed, reserve_denied as denied, reserve_replayed as replayed,
+        reserve_reply as h, reserve_reply_level as l, reserve_spent as spent,
+    };
     let nlev = plan.levels.len();
-    let tag = int_at(reply, 0)?;
+    let tag = int_at(reply, h::TAG)?;
     match tag {
         REPLY_KEY_CONFLICT => return Ok(ReserveReply::IdempotencyConflict),
         REPLY_KEY_SPENT => {
             return Ok(ReserveReply::IdempotencySpent {
-                settled: string_at(reply, 1)? != "R",
+                settled: string_at(reply, spent::RECORD_STATE)? != "R",
             });
         }
         _ => {}
     }
-    let now = int_at(reply, 1)? as f64;
-    let granted_output = int_at(reply, 2)?.max(0) as u64;
+    let now = int_at(reply, h::NOW)? as f64;
+    let granted_output = int_at(reply, h::GRANTED_OUTPUT)?.max(0) as u64;
     let states = (0..nlev)
-        .map(|i| state_at(reply, 3 + i))
+        .map(|i| state_at(reply, h::WIDTH + i * l::WIDTH + l::STATE))
         .collect::<Result<Vec<_>, _>>()?;
     let readings = state::readings(&plan.levels, &states, &[], now);
     let reclaimed = reclaimed(plan, reply, tag)?;
+    // The tag's tail, after the levels.
+    let tail = h::WIDTH + nlev * l::WIDTH;
     Ok(match tag {
         REPLY_ALLOWED => ReserveReply::Allowed {
             readings,
             granted_output,
-            reserved_output: int_at(reply, 3 + nlev)?.max(0) as u64,
+            reserved_output: int_at(reply, tail + allowed::RESERVED_OUTPUT)?.max(0) as u64,
             reclaimed,
         },
         REPLY_DENIED => ReserveReply::Denied {
             readings,
-            denied_mask: denied_at(reply, 3 + nlev)?,
+            denied_mask: denied_at(reply, tail + denied::CHECKS)?,
             reclaimed,
         },
         REPLY_REPLAYED => ReserveReply::Replayed {
-            nonce: string_at(reply, 3 + nlev)?,
-            tokens: int_at(reply, 4 + nlev)? as u64,
-            lease_expires_in_ms: int_at(reply, 5 + nlev)?.max(0) as u64,
+            nonce: string_at(reply, tail + replayed::NONCE)?,
+            tokens: int_at(reply, tail + replayed::TOKENS)? as u64,
+            lease_expires_in_ms: int_at(reply, tail + replayed::LEASE_LEFT_MS)?.max(0) as u64,
             readings,
             reclaimed,
         },
@@ -278,13 +285,18 @@ fn decode_reserve(plan: &ReservePlan, reply: &[Value]) -> Result<ReserveReply, S
 
 /// The expired leases the call reclaimed: a reply may end with them, packed
 /// [`RECLAIM_BITS`] bits per level (global, tenant, user, session), after the tag's
-/// extras.
+/// tail.
 fn reclaimed(plan: &ReservePlan, reply: &[Value], tag: i64) -> Result<Reclaimed, StoreError> {
-    let extras = match tag {
-        REPLY_ALLOWED | REPLY_DENIED => 1,
-        _ => 3,
+    use super::spec::{
+        reserve_allowed as allowed, reserve_denied as denied, reserve_replayed as replayed,
+        reserve_reply as h, reserve_reply_level as l,
     };
-    let base = 3 + plan.levels.len() + extras;
+    let tail = match tag {
+        REPLY_ALLOWED => allowed::WIDTH,
+        REPLY_DENIED => denied::WIDTH,
+        _ => replayed::WIDTH,
+    };
+    let base = h::WIDTH + plan.levels.len() * l::WIDTH + tail;
     let packed = match reply.len() {
         n if n == base => 0,
         n if n == base + 1 => int_at(reply, base)?.max(0) as u64,

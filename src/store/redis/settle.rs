@@ -80,7 +80,9 @@ impl RedisStore {
             self.index_crossing(&s.id.tenant, &mut reply).await?;
         }
         // On a cluster the reply carries the estimator sample to push.
-        if cluster && let Some(Value::BulkString(sample)) = reply.get(5) {
+        if cluster
+            && let Some(Value::BulkString(sample)) = reply.get(super::spec::settle_applied::SAMPLE)
+        {
             let key = self.keys.estimator(&s.id.estimator);
             self.push_sample(&key, sample, self.retention.samples).await;
         }
@@ -141,9 +143,10 @@ impl RedisStore {
             .arg(s.id.owner_tag().to_le_bytes().as_slice())
             .arg(DOUBLES);
         let reply = self.run(&inv).await?;
-        Ok(match int_at(&reply, 0)? {
+        use super::spec::renew_applied as applied;
+        Ok(match int_at(&reply, applied::TAG)? {
             REPLY_APPLIED => RenewReply::Renewed {
-                expires_in_ms: int_at(&reply, 1)? as u64,
+                expires_in_ms: int_at(&reply, applied::LEASE_LEFT_MS)? as u64,
             },
             REPLY_SETTLED_BEFORE => RenewReply::AlreadySettled,
             REPLY_EXPIRED => RenewReply::Expired,
@@ -167,16 +170,18 @@ fn decode_settle(mode: SettleMode, reply: &[Value]) -> Result<SettleReply, Store
         "F" => Settled::Refunded(amount.max(0) as u64),
         _ => Settled::Committed(amount),
     };
-    Ok(match int_at(reply, 0)? {
+    use super::spec::{settle_applied as applied, settle_before as before};
+    Ok(match int_at(reply, applied::TAG)? {
         REPLY_APPLIED => SettleReply::Applied {
-            settled: settled(mode.state(), int_at(reply, 1)?),
-            estimated_prompt_tokens: int_at(reply, 2)?.max(0) as u64,
-            reserved_spend: int_at(reply, 3)?.max(0) as u64,
-            reserved_output: int_at(reply, 4)?.max(0) as u64,
+            settled: settled(mode.state(), int_at(reply, applied::AMOUNT)?),
+            estimated_prompt_tokens: int_at(reply, applied::ESTIMATED_PROMPT_TOKENS)?.max(0) as u64,
+            reserved_spend: int_at(reply, applied::RESERVED_SPEND)?.max(0) as u64,
+            reserved_output: int_at(reply, applied::RESERVED_OUTPUT)?.max(0) as u64,
         },
-        REPLY_SETTLED_BEFORE => {
-            SettleReply::AlreadySettled(settled(&string_at(reply, 1)?, int_at(reply, 2)?))
-        }
+        REPLY_SETTLED_BEFORE => SettleReply::AlreadySettled(settled(
+            &string_at(reply, before::RECORD_STATE)?,
+            int_at(reply, before::AMOUNT)?,
+        )),
         REPLY_NOT_FOUND => SettleReply::NotFound,
         other => return Err(unexpected("settle", other)),
     })
