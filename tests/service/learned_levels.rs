@@ -34,30 +34,22 @@ tenant = {{ tokens = [{{ limit = 100000, period = "10m" }}], output_reservation 
     )
 }
 
+/// The model of [`support::reserve`].
 const MODEL: &str = "gpt-4o";
 
-fn ask() -> pb::CheckAndReserveRequest {
-    pb::CheckAndReserveRequest {
-        tenant_id: "acme".into(),
-        tier: "t".into(),
-        model: MODEL.into(),
-        prompt_tokens: Some(100),
-        max_output_tokens: 2000,
-        ..Default::default()
-    }
+/// A call of 100 prompt tokens asking for 2,000 output tokens, allowed.
+async fn reserve(h: &mut Harness) -> pb::CheckAndReserveResponse {
+    let ask = support::reserve("acme", "", "t", 100, 2000);
+    let r = h.client.check_and_reserve(ask).await.unwrap().into_inner();
+    assert!(r.allowed, "{r:?}");
+    r
 }
 
 /// Teaches tier `t` 150 completions of 200..=398 tokens (its 0.95 quantile
 /// is 388) and waits until this replica holds it.
 async fn teach(h: &mut Harness) -> u64 {
     for i in 0..150u64 {
-        let r = h
-            .client
-            .check_and_reserve(ask())
-            .await
-            .unwrap()
-            .into_inner();
-        assert!(r.allowed, "{r:?}");
+        let r = reserve(h).await;
         let out = h
             .client
             .commit(pb::CommitRequest {
@@ -106,11 +98,7 @@ async fn tenant_tokens_left(h: &mut Harness) -> i64 {
         .await
         .unwrap()
         .into_inner();
-    s.limits
-        .iter()
-        .find(|l| l.level() == Level::Tenant && l.dimension() == Dimension::Tokens)
-        .map(|l| l.remaining)
-        .expect("the tenant's tokens")
+    support::limit(&s.limits, Level::Tenant, Dimension::Tokens, 600).remaining
 }
 
 /// Teaches the learned tenant under `global`, reserves once, and checks
@@ -122,13 +110,7 @@ async fn holds_after_teaching(backend: Backend, global: &str, global_holds_grant
     let learned = teach(&mut h).await;
     assert!((300..=398).contains(&learned), "{learned}");
     let before = tenant_tokens_left(&mut h).await;
-    let r = h
-        .client
-        .check_and_reserve(ask())
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(r.allowed, "{r:?}");
+    let r = reserve(&mut h).await;
     assert_eq!(
         r.granted_max_output_tokens, 2000,
         "the caller may still send its max"

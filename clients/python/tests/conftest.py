@@ -90,13 +90,20 @@ class Service:
             channel.close()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        stop_process(self.proc)
         self.log.close()
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """Stops a process this harness started, by its PID: SIGTERM, then
+    SIGKILL after 10 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 class Redis:

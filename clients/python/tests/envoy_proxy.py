@@ -19,7 +19,7 @@ from typing import Any, Callable
 import httpx
 import pytest
 
-from conftest import REPO, Uvicorn
+from conftest import REPO, Uvicorn, stop_process
 
 ENVOY_VENV = REPO / "target" / "envoy-venv"
 
@@ -107,13 +107,7 @@ class Envoy:
         return open(self.log.name).read()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.log.close()
 
 
