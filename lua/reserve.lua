@@ -109,7 +109,7 @@
 local now = clock_us()
 -- No format to slice from: one is built (fmt_of) only for a state of an unusual length.
 local DOUBLES = ''
-local spec = {struct.unpack(ARGV[6], ARGV[1])}
+local spec = {struct.unpack(ARGV[@[reserve_argv.spec_format]], ARGV[@[reserve_argv.spec]])}
 local nlev, prompt, max_out = spec[@[reserve.levels]], spec[@[reserve.prompt]], spec[@[reserve.max_output]]
 local min_out, lease_ttl = spec[@[reserve.min_output]], spec[@[reserve.lease_ttl_us]]
 local estimated, headroom = spec[@[reserve.estimated]], spec[@[reserve.headroom]]
@@ -122,8 +122,8 @@ local FIRST = @[reserve]
 -- its entry at alert_at.
 local alert_spec, alert_at, alert_next = nil, 2, 0
 do
-  local at = 7 + nlev
-  if hret > 0 then at = at + 3 end
+  local at = @[reserve_argv] + nlev
+  if hret > 0 then at = at + @{ledger_argv} end
   if #ARGV > at then
     alert_spec = {struct.unpack(fmt_of(DOUBLES, #ARGV[at] / 8), ARGV[at])}
     alert_spec[#alert_spec] = nil -- struct.unpack's last value is the next read position
@@ -134,13 +134,13 @@ local crossings = nil
 
 -- An earlier reservation under the same idempotency key?
 local replay
-if ARGV[4] ~= '0' then
+if ARGV[@[reserve_argv.idempotency_ttl_ms]] ~= '0' then
   local nonce = redis.call('GET', KEYS[nlev + 2])
   if nonce then
     local rec = redis.call('GET', ARGV[#ARGV] .. nonce)
     if rec then
       local fp = REC_FINGERPRINT - REC_MASK + 1 -- where the tail holds it
-      if string.sub(rec, REC_FINGERPRINT, REC_FINGERPRINT + 7) ~= string.sub(ARGV[5], fp, fp + 7) then
+      if string.sub(rec, REC_FINGERPRINT, REC_FINGERPRINT + 7) ~= string.sub(ARGV[@[reserve_argv.record_tail]], fp, fp + 7) then
         return {REPLY_KEY_CONFLICT}
       end
       local c, ex = struct.unpack('<dd', rec, REC_COST)
@@ -189,7 +189,7 @@ for i = 1, nlev do
     raw = redis.call('HGET', KEYS[i], 's')
   end
   local s
-  local fmt = ARGV[6 + i]
+  local fmt = ARGV[@{reserve_argv} + i]
   if raw then
     if #raw ~= (#fmt - 1) * 8 then fmt = fmt_of(DOUBLES, #raw / 8) end
     s = {struct.unpack(fmt, raw)}
@@ -346,7 +346,7 @@ for i = 1, nlev do
   s = trim_foreign(s, nb, now)
   local credit
   if learned and credits[i] then credit = struct.pack('<dd', credits[i] - (grant - learned), now) end
-  raws[i] = write_level(KEYS[i], s, ttl, ARGV[6 + i], DOUBLES, now, ARGV[2], lease, credit)
+  raws[i] = write_level(KEYS[i], s, ttl, ARGV[@{reserve_argv} + i], DOUBLES, now, ARGV[@[reserve_argv.lease]], lease, credit)
   p = next_spec[i]
 end
 local learned_part, reserved = '', grant
@@ -359,18 +359,19 @@ local ledger_at = 0
 if hret > 0 then ledger_at = now end
 -- One pack: the state, cost and expiry, the tail's first 25 bytes (REC_ESTIMATED
 -- - REC_MASK, asserted in layout.rs), the estimate, grant, spend and ledger time.
-local rec = struct.pack('<c1ddc25dddd', RESERVED, prompt + grant, exp, ARGV[5], estimated, grant, spend, ledger_at)
-if learned or #ARGV[5] > REC_ESTIMATED - REC_MASK then
-  rec = rec .. learned_part .. string.sub(ARGV[5], REC_ESTIMATED - REC_MASK + 1)
+local tail = ARGV[@[reserve_argv.record_tail]]
+local rec = struct.pack('<c1ddc25dddd', RESERVED, prompt + grant, exp, tail, estimated, grant, spend, ledger_at)
+if learned or #tail > REC_ESTIMATED - REC_MASK then
+  rec = rec .. learned_part .. string.sub(tail, REC_ESTIMATED - REC_MASK + 1)
 end
-redis.call('SET', KEYS[nlev + 1], rec, 'PX', ARGV[3])
+redis.call('SET', KEYS[nlev + 1], rec, 'PX', ARGV[@[reserve_argv.record_ttl_ms]])
 if hret > 0 then
-  local la = 7 + nlev
-  ledger_add(ARGV[la], now, ARGV[la + 1], ARGV[la + 2], {0, 0, 1, prompt + grant, 0, 0, 0, 0, 0, 0},
-    hret, dret, now)
+  local la = @{reserve_argv} + nlev
+  ledger_add(ARGV[la + @[ledger_argv.prefix]], now, ARGV[la + @[ledger_argv.hour_field]],
+    ARGV[la + @[ledger_argv.day_field]], {0, 0, 1, prompt + grant, 0, 0, 0, 0, 0, 0}, hret, dret, now)
 end
-if ARGV[4] ~= '0' then
-  redis.call('SET', KEYS[nlev + 2], string.sub(ARGV[2], 2), 'PX', ARGV[4])
+if ARGV[@[reserve_argv.idempotency_ttl_ms]] ~= '0' then
+  redis.call('SET', KEYS[nlev + 2], string.sub(ARGV[@[reserve_argv.lease]], 2), 'PX', ARGV[@[reserve_argv.idempotency_ttl_ms]])
 end
 local indexed = crossings and alerts_fire(KEYS, crossings, alert_spec[1], ARGV[#ARGV], now)
 -- The reply's tail rides in raws (sized for it) so the reply is made at its size.

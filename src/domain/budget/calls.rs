@@ -190,6 +190,56 @@ pub const BUCKET: Group = Group {
     ],
 };
 
+// Arguments: where each of a script's ARGV sits (ARGV[1] is the spec). A
+// script's ARGV is its head, then what its header says follows.
+
+/// reserve.lua's ARGV: then one level state's struct format per level, with
+/// the ledger on a [`LEDGER_ARGV`], with alert thresholds their spec, and
+/// last the tenant's record key prefix (`ARGV[#ARGV]`).
+pub const RESERVE_ARGV: Group = Group {
+    name: "reserve_argv",
+    fields: &[
+        "spec",
+        // The lease field, '#<nonce>'.
+        "lease",
+        "record_ttl_ms",
+        // '0': no idempotency key.
+        "idempotency_ttl_ms",
+        // The record's tail (and the prompt's mix).
+        "record_tail",
+        // The struct format of the spec.
+        "spec_format",
+    ],
+};
+
+/// settle.lua's ARGV: then with the ledger on a [`LEDGER_ARGV`], and with
+/// alert thresholds their spec.
+pub const SETTLE_ARGV: Group = Group {
+    name: "settle_argv",
+    fields: &[
+        "spec",
+        // The lease field, '#<nonce>'.
+        "lease",
+        "record_ttl_ms",
+        // The reservation's owner tag (8 bytes).
+        "owner",
+        // '<' and enough 'd's for any state or spec.
+        "doubles",
+    ],
+};
+
+/// The ledger's arguments of a script that writes it (lua/ledger.lua).
+pub const LEDGER_ARGV: Group = Group {
+    name: "ledger_argv",
+    fields: &[
+        // The tenant's ledger key prefix.
+        "prefix",
+        // The reservation's hourly and daily row fields.
+        "hour_field",
+        "day_field",
+    ],
+};
+
 // Replies: where each value of a script's reply sits, read by the decoders
 // in `src/store/redis/` (the scripts build their replies in this order).
 // A reply of levels is its head, one group per level, then the tail of its
@@ -327,6 +377,9 @@ pub const GROUPS: &[Group] = &[
     STATUS_REPLY_LEVEL,
     LEASE_REPLY,
     ALERT_CLAIMED,
+    RESERVE_ARGV,
+    SETTLE_ARGV,
+    LEDGER_ARGV,
 ];
 
 /// `text` with every position written by name (`@{GROUP.field}`,

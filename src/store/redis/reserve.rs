@@ -5,8 +5,8 @@
 
 use super::RedisStore;
 use super::wire::{
-    Spec, denied_at, doubles, int_at, overrun, record_tail, retention_us, state_at, string_at,
-    unexpected,
+    Args, Call, Spec, denied_at, doubles, int_at, overrun, record_tail, retention_us, state_at,
+    string_at, unexpected,
 };
 use crate::domain::budget::layout::{
     BUCKET_WIDTH, RECLAIM_BITS, RECLAIM_CAP, REPLY_ALLOWED, REPLY_DENIED, REPLY_KEY_CONFLICT,
@@ -19,7 +19,7 @@ use crate::domain::price::SpendRates;
 use crate::domain::{Level, ReservePlan};
 use crate::store::keys::{lease_field, ledger_fields};
 use crate::store::{Reclaimed, ReserveReply, Scope, StoreError};
-use redis::{ScriptInvocation, ToRedisArgs, Value};
+use redis::{ToRedisArgs, Value};
 
 impl RedisStore {
     /// Takes the plan's cost at every level, or nothing.
@@ -87,45 +87,38 @@ impl RedisStore {
             }
             None => 0,
         };
+        use super::spec::{ledger_argv as ledger, reserve_argv as a};
         let alerts = self.alert_args(&plan.levels);
         let spec = reserve_spec(plan, self.retention.ledger);
-        call.arg(&spec.0);
-        call.arg(lease_field(id));
-        call.arg(plan.lease_ttl_ms + self.retention.record_ms);
-        call.arg(idem_ttl);
-        call.arg(record_tail(plan));
-        call.arg(doubles(spec.count()).as_ref());
-        for lp in &plan.levels {
-            call.arg(doubles(STATE_HEAD + BUCKET_WIDTH * lp.buckets.len()).as_ref());
+        let mut args = Args::new(call);
+        args.at(a::SPEC, &spec.0)
+            .at(a::LEASE, lease_field(id))
+            .at(
+                a::RECORD_TTL_MS,
+                plan.lease_ttl_ms + self.retention.record_ms,
+            )
+            .at(a::IDEMPOTENCY_TTL_MS, idem_ttl)
+            .at(a::RECORD_TAIL, record_tail(plan))
+            .at(a::SPEC_FORMAT, doubles(spec.count()).as_ref());
+        // Then each level state's format.
+        for (i, lp) in plan.levels.iter().enumerate() {
+            let format = doubles(STATE_HEAD + BUCKET_WIDTH * lp.buckets.len());
+            args.at(a::WIDTH + i, format.as_ref());
         }
         if self.retention.ledger.is_some() {
             let (hour, day) = ledger_fields(&id.group, id.user.as_ref());
-            call.arg(self.keys.ledger_base(&id.tenant));
-            call.arg(hour);
-            call.arg(day);
+            let at = args.next();
+            args.at(at + ledger::PREFIX, self.keys.ledger_base(&id.tenant))
+                .at(at + ledger::HOUR_FIELD, hour)
+                .at(at + ledger::DAY_FIELD, day);
         }
         if let Some(spec) = &alerts {
-            call.arg(&spec.0);
+            let at = args.next();
+            args.at(at, &spec.0);
         }
-        // Last, wherever the optional arguments before it end.
-        call.arg(self.keys.record_prefix(&id.tenant));
-    }
-}
-
-/// Where a reserve call's KEYS and ARGV go: the script invocation itself,
-/// or one plan's share of a reserve_first call.
-trait Call {
-    fn key(&mut self, key: String);
-    fn arg<T: ToRedisArgs>(&mut self, arg: T);
-}
-
-impl Call for ScriptInvocation<'_> {
-    fn key(&mut self, key: String) {
-        ScriptInvocation::key(self, key);
-    }
-
-    fn arg<T: ToRedisArgs>(&mut self, arg: T) {
-        ScriptInvocation::arg(self, arg);
+        // Last, wherever the optional arguments before it end (`ARGV[#ARGV]`).
+        let last = args.next();
+        args.at(last, self.keys.record_prefix(&id.tenant));
     }
 }
 

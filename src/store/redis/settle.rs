@@ -3,7 +3,7 @@
 //! and their replies as [`SettleReply`] and [`RenewReply`].
 
 use super::RedisStore;
-use super::wire::{DOUBLES, Spec, int_at, overrun, retention_us, string_at, unexpected};
+use super::wire::{Args, DOUBLES, Spec, int_at, overrun, retention_us, string_at, unexpected};
 use crate::domain::budget::Usage;
 use crate::domain::budget::layout::{
     REPLY_APPLIED, REPLY_EXPIRED, REPLY_NOT_FOUND, REPLY_SETTLED_BEFORE, SAMPLES_TTL_MS,
@@ -60,20 +60,26 @@ impl RedisStore {
                 inv.key(&outputs);
             }
         }
+        use super::spec::{ledger_argv as ledger, settle_argv as a};
         let spec = settle_spec(&s, mode, usage, output_kept, self.retention);
-        inv.arg(&spec.0)
-            .arg(lease_field(s.id))
-            .arg(self.retention.record_ms)
-            .arg(s.id.owner_tag().to_le_bytes().as_slice())
-            .arg(DOUBLES);
+        let mut args = Args::new(&mut inv);
+        args.at(a::SPEC, &spec.0)
+            .at(a::LEASE, lease_field(s.id))
+            .at(a::RECORD_TTL_MS, self.retention.record_ms)
+            .at(a::OWNER, s.id.owner_tag().to_le_bytes().as_slice())
+            .at(a::DOUBLES, DOUBLES);
         if self.retention.ledger.is_some() {
             let (hour, day) = ledger_fields(&s.id.group, s.id.user.as_ref());
-            inv.arg(self.keys.ledger_base(&s.id.tenant))
-                .arg(hour)
-                .arg(day);
+            args.at(
+                a::WIDTH + ledger::PREFIX,
+                self.keys.ledger_base(&s.id.tenant),
+            )
+            .at(a::WIDTH + ledger::HOUR_FIELD, hour)
+            .at(a::WIDTH + ledger::DAY_FIELD, day);
         }
         if let Some(spec) = self.alert_args(s.levels) {
-            inv.arg(spec.0);
+            let at = args.next();
+            args.at(at, spec.0);
         }
         let mut reply = self.run(&inv).await?;
         if cluster {

@@ -7,7 +7,7 @@ use crate::domain::budget::state::{LevelState, bucket_id};
 use crate::domain::budget::{DeniedChecks, Record};
 use crate::domain::{BucketSpec, LevelPlan, ReservePlan};
 use crate::store::StoreError;
-use redis::Value;
+use redis::{ScriptInvocation, ToRedisArgs, Value};
 use std::borrow::Cow;
 
 /// `'<'` and enough `'d'`s for any spec or state: scripts slice struct formats from it.
@@ -148,4 +148,48 @@ pub(super) fn denied_at(values: &[Value], i: usize) -> Result<DeniedChecks, Stor
 
 pub(super) fn unexpected(script: &str, tag: i64) -> StoreError {
     StoreError::Protocol(format!("{script}.lua returned the unknown tag {tag}").into())
+}
+
+/// Where a reserve call's KEYS and ARGV go: the script invocation itself,
+/// or one plan's share of a reserve_first call.
+pub(super) trait Call {
+    fn key(&mut self, key: String);
+    fn arg<T: ToRedisArgs>(&mut self, arg: T);
+}
+
+impl Call for ScriptInvocation<'_> {
+    fn key(&mut self, key: String) {
+        ScriptInvocation::key(self, key);
+    }
+
+    fn arg<T: ToRedisArgs>(&mut self, arg: T) {
+        ScriptInvocation::arg(self, arg);
+    }
+}
+
+/// A call's ARGV written where `calls.rs` declares each one: every argument
+/// names its place (0-based: ARGV[1] is 0), which debug builds check against
+/// the arguments written so far.
+pub(super) struct Args<'a, C: Call> {
+    call: &'a mut C,
+    next: usize,
+}
+
+impl<'a, C: Call> Args<'a, C> {
+    pub(super) fn new(call: &'a mut C) -> Self {
+        Args { call, next: 0 }
+    }
+
+    /// Writes `arg` at `place`.
+    pub(super) fn at<T: ToRedisArgs>(&mut self, place: usize, arg: T) -> &mut Self {
+        debug_assert_eq!(place, self.next, "an argument out of step with calls.rs");
+        self.next += arg.num_of_args();
+        self.call.arg(arg);
+        self
+    }
+
+    /// The place after the arguments written so far.
+    pub(super) fn next(&self) -> usize {
+        self.next
+    }
 }
