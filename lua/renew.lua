@@ -19,7 +19,7 @@
 local D = ARGV[5]
 local spec = {struct.unpack(fmt_of(D, #ARGV[1] / 8), ARGV[1])}
 local nlev, ttl = spec[@[renew.levels]], spec[@[renew.lease_ttl_us]]
-local rkey = KEYS[nlev + 1]
+local rkey = KEYS[nlev + @[settlement_keys.record]]
 local rec = redis.call('GET', rkey)
 if not rec then return {REPLY_NOT_FOUND} end
 if string.sub(rec, REC_OWNER, REC_OWNER + 7) ~= ARGV[4] then return {REPLY_NOT_FOUND} end

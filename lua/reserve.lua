@@ -135,7 +135,7 @@ local crossings = nil
 -- An earlier reservation under the same idempotency key?
 local replay
 if ARGV[@[reserve_argv.idempotency_ttl_ms]] ~= '0' then
-  local nonce = redis.call('GET', KEYS[nlev + 2])
+  local nonce = redis.call('GET', KEYS[nlev + @[reserve_keys.idempotency]])
   if nonce then
     local rec = redis.call('GET', ARGV[#ARGV] .. nonce)
     if rec then
@@ -364,14 +364,14 @@ local rec = struct.pack('<c1ddc25dddd', RESERVED, prompt + grant, exp, tail, est
 if learned or #tail > REC_ESTIMATED - REC_MASK then
   rec = rec .. learned_part .. string.sub(tail, REC_ESTIMATED - REC_MASK + 1)
 end
-redis.call('SET', KEYS[nlev + 1], rec, 'PX', ARGV[@[reserve_argv.record_ttl_ms]])
+redis.call('SET', KEYS[nlev + @[reserve_keys.record]], rec, 'PX', ARGV[@[reserve_argv.record_ttl_ms]])
 if hret > 0 then
   local la = @{reserve_argv} + nlev
   ledger_add(ARGV[la + @[ledger_argv.prefix]], now, ARGV[la + @[ledger_argv.hour_field]],
     ARGV[la + @[ledger_argv.day_field]], {0, 0, 1, prompt + grant, 0, 0, 0, 0, 0, 0}, hret, dret, now)
 end
 if ARGV[@[reserve_argv.idempotency_ttl_ms]] ~= '0' then
-  redis.call('SET', KEYS[nlev + 2], string.sub(ARGV[@[reserve_argv.lease]], 2), 'PX', ARGV[@[reserve_argv.idempotency_ttl_ms]])
+  redis.call('SET', KEYS[nlev + @[reserve_keys.idempotency]], string.sub(ARGV[@[reserve_argv.lease]], 2), 'PX', ARGV[@[reserve_argv.idempotency_ttl_ms]])
 end
 local indexed = crossings and alerts_fire(KEYS, crossings, alert_spec[1], ARGV[#ARGV], now)
 -- The reply's tail rides in raws (sized for it) so the reply is made at its size.

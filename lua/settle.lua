@@ -82,7 +82,7 @@ do
     alert_next = alert_spec[2]
   end
 end
-local rkey = KEYS[nlev + 1]
+local rkey = KEYS[nlev + @[settlement_keys.record]]
 local rec = redis.call('GET', rkey)
 if not rec then return {REPLY_NOT_FOUND} end
 if string.sub(rec, REC_OWNER, REC_OWNER + 7) ~= ARGV[@[settle_argv.owner]] then return {REPLY_NOT_FOUND} end
@@ -255,7 +255,7 @@ if state == COMMITTED and estimated > 0 and spec[@[settle.prompt]] > 0 and spec[
   else
     sample = struct.pack('<d', spec[@[settle.prompt]] / estimated)
   end
-  local samples = KEYS[nlev + 2]
+  local samples = KEYS[nlev + @[settlement_keys.estimator_samples]]
   if samples then
     -- Trimmed and renewed as the completions below: two calls in OUTPUT_TRIM_SLACK.
     local n = redis.call('LPUSH', samples, sample)
@@ -267,8 +267,8 @@ if state == COMMITTED and estimated > 0 and spec[@[settle.prompt]] > 0 and spec[
   end
 end
 -- The completion's sample, for a tier that learns its output.
-if state == COMMITTED and spec[@[settle.outputs_kept]] > 0 and KEYS[nlev + 3] then
-  local outs = KEYS[nlev + 3]
+local outs = KEYS[nlev + @[settlement_keys.output_samples]]
+if state == COMMITTED and spec[@[settle.outputs_kept]] > 0 and outs then
   local n = redis.call('LPUSH', outs, struct.pack('<d', spec[@[settle.tokens]] - spec[@[settle.prompt]]))
   -- Trimmed (readers take the newest kept) and its life renewed only when new
   -- or OUTPUT_TRIM_SLACK longer than kept: two calls in that many, not every time.

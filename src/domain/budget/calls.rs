@@ -240,6 +240,24 @@ pub const LEDGER_ARGV: Group = Group {
     ],
 };
 
+// Keys: where each key after a call's level keys sits (KEYS[1..n] are the
+// levels' hashes, outermost first).
+
+/// reserve.lua's KEYS after the levels (the idempotency entry only with a
+/// key).
+pub const RESERVE_KEYS: Group = Group {
+    name: "reserve_keys",
+    fields: &["record", "idempotency"],
+};
+
+/// settle.lua's and renew.lua's KEYS after the levels (renew takes the
+/// record alone; settle the samples' lists when it keeps any, and not on a
+/// cluster, where they are pushed apart).
+pub const SETTLEMENT_KEYS: Group = Group {
+    name: "settlement_keys",
+    fields: &["record", "estimator_samples", "output_samples"],
+};
+
 // Replies: where each value of a script's reply sits, read by the decoders
 // in `src/store/redis/` (the scripts build their replies in this order).
 // A reply of levels is its head, one group per level, then the tail of its
@@ -380,6 +398,8 @@ pub const GROUPS: &[Group] = &[
     RESERVE_ARGV,
     SETTLE_ARGV,
     LEDGER_ARGV,
+    RESERVE_KEYS,
+    SETTLEMENT_KEYS,
 ];
 
 /// `text` with every position written by name (`@{GROUP.field}`,

@@ -75,14 +75,17 @@ impl RedisStore {
     /// KEYS: every level, the record, the idempotency key if any; ARGV: the
     /// plan as doubles, the lease field, TTLs, the record's tail and layouts.
     fn reserve_args(&self, plan: &ReservePlan, call: &mut impl Call) {
+        use super::spec::reserve_keys as k;
         let id = &plan.id;
-        for lp in &plan.levels {
-            call.key(self.keys.plan_level(lp, Scope::of(id)));
+        let n = plan.levels.len();
+        let mut args = Args::new(call);
+        for (i, lp) in plan.levels.iter().enumerate() {
+            args.key(i, self.keys.plan_level(lp, Scope::of(id)));
         }
-        call.key(self.keys.record(id));
+        args.key(n + k::RECORD, self.keys.record(id));
         let idem_ttl = match &plan.idempotency_key {
-            Some(k) => {
-                call.key(self.keys.idempotency(&id.tenant, k));
+            Some(key) => {
+                args.key(n + k::IDEMPOTENCY, self.keys.idempotency(&id.tenant, key));
                 self.retention.idempotency_ms
             }
             None => 0,
@@ -90,7 +93,6 @@ impl RedisStore {
         use super::spec::{ledger_argv as ledger, reserve_argv as a};
         let alerts = self.alert_args(&plan.levels);
         let spec = reserve_spec(plan, self.retention.ledger);
-        let mut args = Args::new(call);
         args.at(a::SPEC, &spec.0)
             .at(a::LEASE, lease_field(id))
             .at(

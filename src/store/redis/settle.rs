@@ -3,14 +3,17 @@
 //! and their replies as [`SettleReply`] and [`RenewReply`].
 
 use super::RedisStore;
-use super::wire::{Args, DOUBLES, Spec, int_at, overrun, retention_us, string_at, unexpected};
+use super::spec::settlement_keys as k;
+use super::wire::{
+    Args, Call, DOUBLES, Spec, int_at, overrun, retention_us, string_at, unexpected,
+};
 use crate::domain::budget::Usage;
 use crate::domain::budget::layout::{
     REPLY_APPLIED, REPLY_EXPIRED, REPLY_NOT_FOUND, REPLY_SETTLED_BEFORE, SAMPLES_TTL_MS,
 };
 use crate::store::keys::{lease_field, ledger_fields};
 use crate::store::{RenewReply, Retention, Scope, SettleReply, Settled, Settlement, StoreError};
-use redis::{ScriptInvocation, Value};
+use redis::Value;
 
 /// How settle.lua settles: its mode argument.
 #[derive(Clone, Copy, PartialEq)]
@@ -44,8 +47,10 @@ impl RedisStore {
         mode: SettleMode,
         usage: Usage,
     ) -> Result<SettleReply, StoreError> {
+        use super::spec::{ledger_argv as ledger, settle_argv as a};
         let mut inv = self.settle.prepare_invoke();
-        self.settlement_keys(&s, &mut inv);
+        let mut args = Args::new(&mut inv);
+        self.settlement_keys(&s, &mut args);
         // On a cluster the samples' key is in another slot: pushed below.
         let cluster = self.keys.is_clustered();
         // Completions kept for the tier's learned output (0: none).
@@ -55,14 +60,16 @@ impl RedisStore {
         };
         let outputs = self.keys.output_samples(&s.id.estimator, &s.id.tier);
         if !cluster {
-            inv.key(self.keys.estimator(&s.id.estimator));
+            let n = s.levels.len();
+            args.key(
+                n + k::ESTIMATOR_SAMPLES,
+                self.keys.estimator(&s.id.estimator),
+            );
             if output_kept > 0 {
-                inv.key(&outputs);
+                args.key(n + k::OUTPUT_SAMPLES, outputs.clone());
             }
         }
-        use super::spec::{ledger_argv as ledger, settle_argv as a};
         let spec = settle_spec(&s, mode, usage, output_kept, self.retention);
-        let mut args = Args::new(&mut inv);
         args.at(a::SPEC, &spec.0)
             .at(a::LEASE, lease_field(s.id))
             .at(a::RECORD_TTL_MS, self.retention.record_ms)
@@ -132,7 +139,7 @@ impl RedisStore {
         ttl_ms: u64,
     ) -> Result<RenewReply, StoreError> {
         let mut inv = self.renew.prepare_invoke();
-        self.settlement_keys(&s, &mut inv);
+        self.settlement_keys(&s, &mut Args::new(&mut inv));
         use super::spec::renew as h;
         let mut head = [0.0; h::WIDTH];
         head[h::LEVELS] = s.levels.len() as f64;
@@ -162,11 +169,11 @@ impl RedisStore {
     }
 
     /// The levels of a settlement as KEYS, then the reservation's record.
-    fn settlement_keys(&self, s: &Settlement<'_>, inv: &mut ScriptInvocation<'_>) {
-        for lp in s.levels {
-            inv.key(self.keys.plan_level(lp, Scope::of(s.id)));
+    fn settlement_keys<C: Call>(&self, s: &Settlement<'_>, args: &mut Args<'_, C>) {
+        for (i, lp) in s.levels.iter().enumerate() {
+            args.key(i, self.keys.plan_level(lp, Scope::of(s.id)));
         }
-        inv.key(self.keys.record(s.id));
+        args.key(s.levels.len() + k::RECORD, self.keys.record(s.id));
     }
 }
 

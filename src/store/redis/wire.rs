@@ -167,17 +167,30 @@ impl Call for ScriptInvocation<'_> {
     }
 }
 
-/// A call's ARGV written where `calls.rs` declares each one: every argument
-/// names its place (0-based: ARGV[1] is 0), which debug builds check against
-/// the arguments written so far.
+/// A call's KEYS and ARGV written where `calls.rs` declares each one: every
+/// key and argument names its place (0-based: KEYS[1] and ARGV[1] are 0),
+/// which debug builds check against those written so far.
 pub(super) struct Args<'a, C: Call> {
     call: &'a mut C,
     next: usize,
+    keys: usize,
 }
 
 impl<'a, C: Call> Args<'a, C> {
     pub(super) fn new(call: &'a mut C) -> Self {
-        Args { call, next: 0 }
+        Args {
+            call,
+            next: 0,
+            keys: 0,
+        }
+    }
+
+    /// Writes `key` at `place` of KEYS.
+    pub(super) fn key(&mut self, place: usize, key: String) -> &mut Self {
+        debug_assert_eq!(place, self.keys, "a key out of step with calls.rs");
+        self.keys += 1;
+        self.call.key(key);
+        self
     }
 
     /// Writes `arg` at `place`.
