@@ -35,8 +35,8 @@
 -- (as a shared function it cost 1.8% more Redis instructions per call).
 
 local now = clock_us()
-local D = ARGV[2]
-local spec = {struct.unpack(ARGV[3], ARGV[1])}
+local D = ARGV[@[charge_argv.doubles]]
+local spec = {struct.unpack(ARGV[@[charge_argv.spec_format]], ARGV[@[charge_argv.spec]])}
 local nlev, r = spec[@[charge.levels]], spec[@[charge.requests]]
 local t, enforce = spec[@[charge.tokens]], spec[@[charge.enforce]] == 1
 local raws, states, ttls = {}, {}, {}
@@ -44,8 +44,9 @@ local dm, ci, denied = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 0, false
 -- Alert thresholds: the place of the next bucket that has some (0: none),
 -- its entry at alert_at (as in reserve.lua).
 local alert_spec, alert_at, alert_next, crossings = nil, 2, 0, nil
-if ARGV[4 + nlev] then
-  alert_spec = {struct.unpack(fmt_of(D, #ARGV[4 + nlev] / 8), ARGV[4 + nlev])}
+local alerts_at = @[charge_argv] + nlev
+if ARGV[alerts_at] then
+  alert_spec = {struct.unpack(fmt_of(D, #ARGV[alerts_at] / 8), ARGV[alerts_at])}
   alert_spec[#alert_spec] = nil -- struct.unpack's last value is the next read position
   alert_next = alert_spec[2]
 end
@@ -54,7 +55,7 @@ for i = 1, nlev do
   local nb = spec[p + @{charge_level.buckets}]
   local raw = redis.call('HGET', KEYS[i], 's')
   local s
-  local fmt = ARGV[3 + i]
+  local fmt = ARGV[@{charge_argv} + i]
   if raw then
     if #raw ~= (#fmt - 1) * 8 then fmt = fmt_of(D, #raw / 8) end
     s = {struct.unpack(fmt, raw)}
@@ -111,13 +112,13 @@ if r == 0 and t == 0 then return {REPLY_ALLOWED, now, unpack(raws)} end
 p = @[charge]
 for i = 1, nlev do
   local s = trim_foreign(states[i], spec[p + @{charge_level.buckets}], now)
-  raws[i] = write_level(KEYS[i], s, ttls[i], ARGV[3 + i], D, now)
+  raws[i] = write_level(KEYS[i], s, ttls[i], ARGV[@{charge_argv} + i], D, now)
   local q = p + @{charge_level}
   for _ = 1, spec[p + @{charge_level.buckets}] do
     if spec[q + @{bucket.id}] % DIM >= WINDOWS then q = q + @{bucket} else q = q + @{bucket.window_start} end
   end
   p = q
 end
-local indexed = crossings and alerts_fire(KEYS, crossings, alert_spec[1], ARGV[5 + nlev], now)
+local indexed = crossings and alerts_fire(KEYS, crossings, alert_spec[1], ARGV[alerts_at + 1], now)
 if indexed then raws[nlev + 1] = indexed end
 return {REPLY_ALLOWED, now, unpack(raws)}

@@ -33,10 +33,10 @@
 -- and for all; then, with ARGV[5] = '1', every message (lapsed ones dropped).
 
 local now = clock_us()
-local D = ARGV[3]
-local spec = {struct.unpack(fmt_of(D, #ARGV[1] / 8), ARGV[1])}
+local D = ARGV[@[lease_argv.doubles]]
+local spec = {struct.unpack(fmt_of(D, #ARGV[@[lease_argv.spec]] / 8), ARGV[@[lease_argv.spec]])}
 local n = spec[@[lease.entries]]
-local mine_field = ARGV[2]
+local mine_field = ARGV[@[lease_argv.replica]]
 local grants, raws = {}, {}
 local p = @[lease]
 for i = 1, n do
@@ -128,13 +128,13 @@ for i = 1, n do
 end
 
 local mkey = KEYS[n + 1]
-local posts, deletes = tonumber(ARGV[6]), tonumber(ARGV[7])
-local a = 8
+local posts, deletes = tonumber(ARGV[@[lease_argv.posts]]), tonumber(ARGV[@[lease_argv.deletes]])
+local a = @[lease_argv]
 for _ = 1, posts do
   redis.call('HSET', mkey, ARGV[a], ARGV[a + 1] .. struct.pack('<d', now))
   a = a + 2
 end
-if posts > 0 then redis.call('PEXPIRE', mkey, ARGV[4]) end
+if posts > 0 then redis.call('PEXPIRE', mkey, ARGV[@[lease_argv.message_keep_ms]]) end
 for _ = 1, deletes do
   if redis.call('HGET', mkey, ARGV[a]) == ARGV[a + 1] then redis.call('HDEL', mkey, ARGV[a]) end
   a = a + 2
@@ -143,8 +143,8 @@ end
 local out = {now, struct.pack(fmt_of(D, #grants), unpack(grants))}
 if #grants == 0 then out[2] = '' end
 for i = 1, n do out[#out + 1] = raws[i] end
-if ARGV[5] == '1' then
-  local keep_us = tonumber(ARGV[4]) * 1000
+if ARGV[@[lease_argv.read]] == '1' then
+  local keep_us = tonumber(ARGV[@[lease_argv.message_keep_ms]]) * 1000
   local msgs = redis.call('HGETALL', mkey)
   local stale = {}
   for j = 1, #msgs, 2 do

@@ -16,13 +16,13 @@
 -- already lapsed (its slot is not re-taken); {-1} no such reservation.
 -- Every level is read before anything is written.
 
-local D = ARGV[5]
-local spec = {struct.unpack(fmt_of(D, #ARGV[1] / 8), ARGV[1])}
+local D = ARGV[@[settlement_argv.doubles]]
+local spec = {struct.unpack(fmt_of(D, #ARGV[@[settlement_argv.spec]] / 8), ARGV[@[settlement_argv.spec]])}
 local nlev, ttl = spec[@[renew.levels]], spec[@[renew.lease_ttl_us]]
 local rkey = KEYS[nlev + @[settlement_keys.record]]
 local rec = redis.call('GET', rkey)
 if not rec then return {REPLY_NOT_FOUND} end
-if string.sub(rec, REC_OWNER, REC_OWNER + 7) ~= ARGV[4] then return {REPLY_NOT_FOUND} end
+if string.sub(rec, REC_OWNER, REC_OWNER + 7) ~= ARGV[@[settlement_argv.owner]] then return {REPLY_NOT_FOUND} end
 if string.sub(rec, 1, 1) ~= RESERVED then return {REPLY_SETTLED_BEFORE} end
 
 local now = clock_us()
@@ -35,7 +35,7 @@ if keep > MAX_TTL then keep = MAX_TTL end
 local mask = string.byte(rec, REC_MASK)
 local writes = {}
 for i = 1, nlev do
-  if bit.band(mask, spec[@{renew} + i]) ~= 0 and redis.call('HEXISTS', KEYS[i], ARGV[2]) == 1 then
+  if bit.band(mask, spec[@{renew} + i]) ~= 0 and redis.call('HEXISTS', KEYS[i], ARGV[@[settlement_argv.lease]]) == 1 then
     local raw = redis.call('HGET', KEYS[i], 's')
     local s = {0, 0, 0, STATE_V}
     if raw then
@@ -55,9 +55,9 @@ local expbin = struct.pack('<d', exp)
 for w = 1, #writes do
   local key, changed, raw, grow, x = unpack(writes[w])
   if changed then
-    redis.call('HSET', key, ARGV[2], expbin, 's', raw)
+    redis.call('HSET', key, ARGV[@[settlement_argv.lease]], expbin, 's', raw)
   else
-    redis.call('HSET', key, ARGV[2], expbin)
+    redis.call('HSET', key, ARGV[@[settlement_argv.lease]], expbin)
   end
   if grow then
     local ms = (x - now) / 1000
@@ -67,5 +67,5 @@ end
 local ms = ttl / 1000 + (-ttl / 1000) % 1
 redis.call('SET', rkey, RESERVED .. string.sub(rec, REC_COST, REC_LEASE_EXPIRY - 1) .. expbin
   .. string.sub(rec, REC_MASK),
-  'PX', ms + tonumber(ARGV[3]))
+  'PX', ms + tonumber(ARGV[@[settlement_argv.record_ttl_ms]]))
 return {REPLY_APPLIED, ms}

@@ -67,15 +67,15 @@
 -- unsettled to committed (with the usage) or refunded in the rows of the hour it
 -- was taken (src/domain/budget/ledger.rs); one taken outside the ledger enters whole.
 
-local D = ARGV[@[settle_argv.doubles]]
-local spec = {struct.unpack(fmt_of(D, #ARGV[@[settle_argv.spec]] / 8), ARGV[@[settle_argv.spec]])}
+local D = ARGV[@[settlement_argv.doubles]]
+local spec = {struct.unpack(fmt_of(D, #ARGV[@[settlement_argv.spec]] / 8), ARGV[@[settlement_argv.spec]])}
 local nlev = spec[@[settle.levels]]
 -- Alert thresholds: the place of the next bucket that has some (0: none),
 -- its entry at alert_at (as in reserve.lua).
 local alert_spec, alert_at, alert_next, crossings = nil, 2, 0, nil
 do
-  local at = @[settle_argv]
-  if spec[@[settle.hourly_retention_us]] > 0 then at = @[settle_argv] + @{ledger_argv} end
+  local at = @[settlement_argv]
+  if spec[@[settle.hourly_retention_us]] > 0 then at = @[settlement_argv] + @{ledger_argv} end
   if ARGV[at] then
     alert_spec = {struct.unpack(fmt_of(D, #ARGV[at] / 8), ARGV[at])}
     alert_spec[#alert_spec] = nil -- struct.unpack's last value is the next read position
@@ -85,7 +85,7 @@ end
 local rkey = KEYS[nlev + @[settlement_keys.record]]
 local rec = redis.call('GET', rkey)
 if not rec then return {REPLY_NOT_FOUND} end
-if string.sub(rec, REC_OWNER, REC_OWNER + 7) ~= ARGV[@[settle_argv.owner]] then return {REPLY_NOT_FOUND} end
+if string.sub(rec, REC_OWNER, REC_OWNER + 7) ~= ARGV[@[settlement_argv.owner]] then return {REPLY_NOT_FOUND} end
 local state = string.sub(rec, 1, 1)
 if state ~= RESERVED then return {REPLY_SETTLED_BEFORE, state, struct.unpack('<d', rec, REC_AMOUNT)} end
 
@@ -166,7 +166,7 @@ for i = 1, nlev do
   local after = q
   -- A live lease is certainly still there; a lapsed one may have been reclaimed.
   local holds = bit.band(mask, lbit) ~= 0
-    and (exp > now or redis.call('HEXISTS', KEYS[i], ARGV[@[settle_argv.lease]]) == 1)
+    and (exp > now or redis.call('HEXISTS', KEYS[i], ARGV[@[settlement_argv.lease]]) == 1)
   if not (touched or holds) and credit_read then
     credit = given_back(redis.call('HGET', KEYS[i], 'o'), cap, spec[p + @{settle_level.overrun_refill_us}])
     if credit then
@@ -233,7 +233,7 @@ end
 -- Write.
 for w = 1, nw, 6 do
   local key, holds, raw, grow, x, credit = unpack(writes, w, w + 5)
-  if holds then redis.call('HDEL', key, ARGV[@[settle_argv.lease]]) end
+  if holds then redis.call('HDEL', key, ARGV[@[settlement_argv.lease]]) end
   if raw and credit then redis.call('HSET', key, 's', raw, 'o', credit)
   elseif raw then redis.call('HSET', key, 's', raw)
   else redis.call('HSET', key, 'o', credit) end
@@ -243,7 +243,7 @@ for w = 1, nw, 6 do
   end
 end
 redis.call('SET', rkey, state .. string.sub(rec, REC_COST, REC_AMOUNT - 1)
-  .. struct.pack('<d', amount) .. string.sub(rec, REC_ESTIMATED), 'PX', ARGV[@[settle_argv.record_ttl_ms]])
+  .. struct.pack('<d', amount) .. string.sub(rec, REC_ESTIMATED), 'PX', ARGV[@[settlement_argv.record_ttl_ms]])
 local indexed = crossings and alerts_fire(KEYS, crossings, alert_spec[1], rkey, now)
 -- The estimator sample: the actual and counted prompt tokens and the record's mix, or
 -- (a record without one) actual / estimated. Without the samples' key (a
@@ -290,8 +290,8 @@ if spec[@[settle.hourly_retention_us]] > 0 then
   else
     d[2] = 1
   end
-  ledger_add(ARGV[@[settle_argv] + @{ledger_argv.prefix}], lat, ARGV[@[settle_argv] + @{ledger_argv.hour_field}],
-    ARGV[@[settle_argv] + @{ledger_argv.day_field}], d, spec[@[settle.hourly_retention_us]], spec[@[settle.daily_retention_us]], now)
+  ledger_add(ARGV[@[settlement_argv] + @{ledger_argv.prefix}], lat, ARGV[@[settlement_argv] + @{ledger_argv.hour_field}],
+    ARGV[@[settlement_argv] + @{ledger_argv.day_field}], d, spec[@[settle.hourly_retention_us]], spec[@[settle.daily_retention_us]], now)
 end
 if indexed then return {REPLY_APPLIED, amount, estimated, spent, granted, sample or false, indexed} end
 return {REPLY_APPLIED, amount, estimated, spent, granted, sample}

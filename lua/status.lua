@@ -17,13 +17,13 @@
 -- counted out but not reclaimed. The caller computes readings from the states.
 
 local now = clock_us()
-local D = ARGV[2]
-local exact = ARGV[3] == '1'
+local D = ARGV[@[status_argv.doubles]]
+local exact = ARGV[@[status_argv.exact]] == '1'
 -- A spec longer than D (a plan of more buckets than D covers) gets its own format.
-local nspec = #ARGV[1] / 8
+local nspec = #ARGV[@[status_argv.spec]] / 8
 local sfmt = string.sub(D, 1, nspec + 1)
 if nspec >= #D then sfmt = '<' .. string.rep('d', nspec) end
-local spec = {struct.unpack(sfmt, ARGV[1])}
+local spec = {struct.unpack(sfmt, ARGV[@[status_argv.spec]])}
 local out = {now}
 for i = 1, spec[@[status.levels]] do
   local raw = redis.call('HGET', KEYS[i], 's') or ''

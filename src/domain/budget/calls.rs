@@ -212,10 +212,10 @@ pub const RESERVE_ARGV: Group = Group {
     ],
 };
 
-/// settle.lua's ARGV: then with the ledger on a [`LEDGER_ARGV`], and with
-/// alert thresholds their spec.
-pub const SETTLE_ARGV: Group = Group {
-    name: "settle_argv",
+/// settle.lua's and renew.lua's ARGV: then, for settle, with the ledger on a
+/// [`LEDGER_ARGV`], and with alert thresholds their spec.
+pub const SETTLEMENT_ARGV: Group = Group {
+    name: "settlement_argv",
     fields: &[
         "spec",
         // The lease field, '#<nonce>'.
@@ -225,6 +225,48 @@ pub const SETTLE_ARGV: Group = Group {
         "owner",
         // '<' and enough 'd's for any state or spec.
         "doubles",
+    ],
+};
+
+/// charge.lua's ARGV: then one level state's struct format per level, and
+/// with alert thresholds their spec and the tenant's record key prefix.
+pub const CHARGE_ARGV: Group = Group {
+    name: "charge_argv",
+    fields: &[
+        "spec",
+        // '<' and enough 'd's for any state or spec.
+        "doubles",
+        // The struct format of the spec.
+        "spec_format",
+    ],
+};
+
+/// status.lua's ARGV.
+pub const STATUS_ARGV: Group = Group {
+    name: "status_argv",
+    fields: &[
+        "spec",    // '<' and enough 'd's for any state or spec.
+        "doubles", // '1': a level of at most EXACT_LEASES leases is read whole.
+        "exact",
+    ],
+};
+
+/// global_lease.lua's ARGV: then the messages to post (lease field, expiry)
+/// and to delete (lease field, value), a pair each.
+pub const LEASE_ARGV: Group = Group {
+    name: "lease_argv",
+    fields: &[
+        "spec",
+        // This replica's slots field ('c' and its id).
+        "replica",
+        // '<' and enough 'd's for any state or spec.
+        "doubles",
+        // How long (ms) a message is kept for its replica to read.
+        "message_keep_ms",
+        // '1': read the messages.
+        "read",
+        "posts",
+        "deletes",
     ],
 };
 
@@ -396,7 +438,10 @@ pub const GROUPS: &[Group] = &[
     LEASE_REPLY,
     ALERT_CLAIMED,
     RESERVE_ARGV,
-    SETTLE_ARGV,
+    SETTLEMENT_ARGV,
+    CHARGE_ARGV,
+    STATUS_ARGV,
+    LEASE_ARGV,
     LEDGER_ARGV,
     RESERVE_KEYS,
     SETTLEMENT_KEYS,

@@ -3,7 +3,7 @@
 //! in its header.
 
 use super::RedisStore;
-use super::wire::{DOUBLES, Spec, denied_at, doubles, int_at, state_at, unexpected};
+use super::wire::{Args, DOUBLES, Spec, denied_at, doubles, int_at, state_at, unexpected};
 use crate::domain::budget::layout::{BUCKET_WIDTH, REPLY_ALLOWED, REPLY_DENIED, STATE_HEAD};
 use crate::domain::budget::state;
 use crate::domain::budget::{ChargePlan, ChargeReply};
@@ -36,15 +36,20 @@ impl RedisStore {
             level[l::MAX_LIFE_US] = lp.max_life_us();
             spec.group(&level).buckets(lp);
         }
-        inv.arg(&spec.0)
-            .arg(DOUBLES)
-            .arg(doubles(spec.count()).as_ref());
-        for lp in &plan.levels {
-            inv.arg(doubles(STATE_HEAD + BUCKET_WIDTH * lp.buckets.len()).as_ref());
+        use super::spec::charge_argv as a;
+        let mut args = Args::new(&mut inv);
+        args.at(a::SPEC, &spec.0)
+            .at(a::DOUBLES, DOUBLES)
+            .at(a::SPEC_FORMAT, doubles(spec.count()).as_ref());
+        // Then each level state's format.
+        for (i, lp) in plan.levels.iter().enumerate() {
+            let format = doubles(STATE_HEAD + BUCKET_WIDTH * lp.buckets.len());
+            args.at(a::WIDTH + i, format.as_ref());
         }
         if let Some(alerts) = self.alert_args(&plan.levels) {
-            inv.arg(&alerts.0)
-                .arg(self.keys.record_prefix(&plan.tenant));
+            let at = args.next();
+            args.at(at, &alerts.0)
+                .at(at + 1, self.keys.record_prefix(&plan.tenant));
         }
         let mut reply = self.run(&inv).await?;
         if self.keys.is_clustered() {

@@ -8,7 +8,7 @@
 //! grants.
 
 use super::RedisStore;
-use super::wire::{DOUBLES, Spec, int_at, state_at};
+use super::wire::{Args, DOUBLES, Spec, int_at, state_at};
 use crate::domain::BucketSpec;
 use crate::domain::budget::state::LevelState;
 use crate::store::StoreError;
@@ -112,18 +112,24 @@ impl RedisStore {
                 spec.bucket(&b.spec).group(&wants);
             }
         }
-        inv.arg(&spec.0)
-            .arg(call.replica)
-            .arg(DOUBLES)
-            .arg(MESSAGE_KEEP_MS)
-            .arg(if call.read { "1" } else { "0" })
-            .arg(call.posts.len())
-            .arg(call.deletes.len());
-        for (field, exp) in call.posts {
-            inv.arg(field.as_str()).arg(exp.to_le_bytes().as_slice());
+        use super::spec::lease_argv as a;
+        let mut args = Args::new(&mut inv);
+        args.at(a::SPEC, &spec.0)
+            .at(a::REPLICA, call.replica)
+            .at(a::DOUBLES, DOUBLES)
+            .at(a::MESSAGE_KEEP_MS, MESSAGE_KEEP_MS)
+            .at(a::READ, if call.read { "1" } else { "0" })
+            .at(a::POSTS, call.posts.len())
+            .at(a::DELETES, call.deletes.len());
+        // Then a pair per message to post, and per message to delete.
+        for (i, (field, exp)) in call.posts.iter().enumerate() {
+            let at = a::WIDTH + 2 * i;
+            args.at(at, field.as_str())
+                .at(at + 1, exp.to_le_bytes().as_slice());
         }
-        for (field, value) in call.deletes {
-            inv.arg(field.as_str()).arg(value.as_slice());
+        for (i, (field, value)) in call.deletes.iter().enumerate() {
+            let at = a::WIDTH + 2 * (call.posts.len() + i);
+            args.at(at, field.as_str()).at(at + 1, value.as_slice());
         }
         let reply = self.run(&inv).await?;
         decode_lease(call.asks, &reply)

@@ -2,7 +2,7 @@
 //! estimator's samples (a pipeline of `LRANGE`s).
 
 use super::RedisStore;
-use super::wire::{DOUBLES, Spec, int_at, state_at};
+use super::wire::{Args, DOUBLES, Spec, int_at, state_at};
 use crate::domain::budget::state;
 use crate::domain::mix::EstimatorSample;
 use crate::domain::{LevelPlan, Readings};
@@ -29,9 +29,11 @@ impl RedisStore {
         for lp in levels {
             spec.push(lp.concurrency.map_or(-1.0, |c| c as f64));
         }
-        inv.arg(&spec.0)
-            .arg(DOUBLES)
-            .arg(if exact { "1" } else { "0" });
+        use super::spec::status_argv as a;
+        Args::new(&mut inv)
+            .at(a::SPEC, &spec.0)
+            .at(a::DOUBLES, DOUBLES)
+            .at(a::EXACT, if exact { "1" } else { "0" });
         let reply = self.run(&inv).await?;
         use super::spec::{status_reply as r, status_reply_level as rl};
         let now = int_at(&reply, r::NOW)? as f64;

@@ -47,7 +47,7 @@ impl RedisStore {
         mode: SettleMode,
         usage: Usage,
     ) -> Result<SettleReply, StoreError> {
-        use super::spec::{ledger_argv as ledger, settle_argv as a};
+        use super::spec::{ledger_argv as ledger, settlement_argv as a};
         let mut inv = self.settle.prepare_invoke();
         let mut args = Args::new(&mut inv);
         self.settlement_keys(&s, &mut args);
@@ -140,7 +140,7 @@ impl RedisStore {
     ) -> Result<RenewReply, StoreError> {
         let mut inv = self.renew.prepare_invoke();
         self.settlement_keys(&s, &mut Args::new(&mut inv));
-        use super::spec::renew as h;
+        use super::spec::{renew as h, settlement_argv as a};
         let mut head = [0.0; h::WIDTH];
         head[h::LEVELS] = s.levels.len() as f64;
         head[h::LEASE_TTL_US] = ttl_ms as f64 * 1000.0;
@@ -150,11 +150,12 @@ impl RedisStore {
         for lp in s.levels {
             spec.push(f64::from(lp.bit()));
         }
-        inv.arg(&spec.0)
-            .arg(lease_field(s.id))
-            .arg(self.retention.record_ms)
-            .arg(s.id.owner_tag().to_le_bytes().as_slice())
-            .arg(DOUBLES);
+        Args::new(&mut inv)
+            .at(a::SPEC, &spec.0)
+            .at(a::LEASE, lease_field(s.id))
+            .at(a::RECORD_TTL_MS, self.retention.record_ms)
+            .at(a::OWNER, s.id.owner_tag().to_le_bytes().as_slice())
+            .at(a::DOUBLES, DOUBLES);
         let reply = self.run(&inv).await?;
         use super::spec::renew_applied as applied;
         Ok(match int_at(&reply, applied::TAG)? {
