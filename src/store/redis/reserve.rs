@@ -253,8 +253,7 @@ fn decode_reserve(plan: &ReservePlan, reply: &[Value]) -> Result<ReserveReply, S
         .collect::<Result<Vec<_>, _>>()?;
     let readings = state::readings(&plan.levels, &states, &[], now);
     let reclaimed = reclaimed(plan, reply, tag)?;
-    // The tag's tail, after the levels.
-    let tail = h::WIDTH + nlev * l::WIDTH;
+    let tail = tail_at(nlev);
     Ok(match tag {
         REPLY_ALLOWED => ReserveReply::Allowed {
             readings,
@@ -278,20 +277,26 @@ fn decode_reserve(plan: &ReservePlan, reply: &[Value]) -> Result<ReserveReply, S
     })
 }
 
+/// Where a reserve reply of `nlev` levels has its tag's tail: after its head
+/// and each level's state.
+fn tail_at(nlev: usize) -> usize {
+    use super::spec::{reserve_reply as h, reserve_reply_level as l};
+    h::WIDTH + nlev * l::WIDTH
+}
+
 /// The expired leases the call reclaimed: a reply may end with them, packed
 /// [`RECLAIM_BITS`] bits per level (global, tenant, user, session), after the tag's
 /// tail.
 fn reclaimed(plan: &ReservePlan, reply: &[Value], tag: i64) -> Result<Reclaimed, StoreError> {
     use super::spec::{
         reserve_allowed as allowed, reserve_denied as denied, reserve_replayed as replayed,
-        reserve_reply as h, reserve_reply_level as l,
     };
     let tail = match tag {
         REPLY_ALLOWED => allowed::WIDTH,
         REPLY_DENIED => denied::WIDTH,
         _ => replayed::WIDTH,
     };
-    let base = h::WIDTH + plan.levels.len() * l::WIDTH + tail;
+    let base = tail_at(plan.levels.len()) + tail;
     let packed = match reply.len() {
         n if n == base => 0,
         n if n == base + 1 => int_at(reply, base)?.max(0) as u64,

@@ -58,7 +58,6 @@ impl RedisStore {
             true => usage.output_kept,
             false => 0,
         };
-        let outputs = self.keys.output_samples(&s.id.estimator, &s.id.tier);
         if !cluster {
             let n = s.levels.len();
             args.key(
@@ -66,7 +65,8 @@ impl RedisStore {
                 self.keys.estimator(&s.id.estimator),
             );
             if output_kept > 0 {
-                args.key(n + k::OUTPUT_SAMPLES, outputs.clone());
+                let outputs = self.keys.output_samples(&s.id.estimator, &s.id.tier);
+                args.key(n + k::OUTPUT_SAMPLES, outputs);
             }
         }
         let spec = settle_spec(&s, mode, usage, output_kept, self.retention);
@@ -102,6 +102,7 @@ impl RedisStore {
         let settled = decode_settle(mode, &reply)?;
         if cluster && output_kept > 0 && matches!(settled, SettleReply::Applied { .. }) {
             let completion = (usage.tokens - usage.prompt) as f64;
+            let outputs = self.keys.output_samples(&s.id.estimator, &s.id.tier);
             self.push_sample(&outputs, &completion.to_le_bytes(), output_kept)
                 .await;
         }
