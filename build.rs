@@ -16,6 +16,10 @@ use std::{env, fs, path::PathBuf};
 #[allow(dead_code, unreachable_pub)]
 mod layout;
 
+#[path = "src/domain/dimension.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod dimension;
+
 #[path = "src/domain/budget/calls.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod calls;
@@ -37,6 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     println!("cargo:rerun-if-changed=src/domain/budget/layout.rs");
     println!("cargo:rerun-if-changed=src/domain/budget/calls.rs");
+    println!("cargo:rerun-if-changed=src/domain/dimension.rs");
     let out = PathBuf::from(env::var("OUT_DIR")?);
     fs::write(out.join("spec.rs"), spec_modules()?)?;
     for entry in fs::read_dir("lua")? {
@@ -133,7 +138,8 @@ fn prelude(script: &str, name: &str) -> Result<String, Box<dyn std::error::Error
     Ok(out)
 }
 
-/// The constants of `src/domain/budget/layout.rs` and the clock.
+/// The constants of `src/domain/budget/layout.rs`, the dimensions' codes
+/// (`src/domain/dimension.rs`) and the clock.
 fn layout_prelude() -> Result<String, Box<dyn std::error::Error>> {
     let mut out = String::from("-- prelude from src/domain/budget/layout.rs (build.rs)\n");
     for (lua, value) in layout::LUA_CONSTANTS {
@@ -143,6 +149,13 @@ fn layout_prelude() -> Result<String, Box<dyn std::error::Error>> {
         );
         writeln!(out, "local {lua} = {}", *value as i64)?;
     }
+    // Each rate dimension's code (its digit in a bucket id, its place in a
+    // cost vector), and how many there are.
+    for d in dimension::Dimension::RATES {
+        writeln!(out, "local {} = {}", d.lua_name(), d.code())?;
+    }
+    writeln!(out, "local DIMS = {}", dimension::RATE_COUNT)?;
+    writeln!(out, "local DECLARED_FIRST = {}", dimension::DECLARED_FIRST)?;
     for (lua, byte) in layout::LUA_STRINGS {
         writeln!(out, "local {lua} = '{}'", char::from(*byte))?;
     }

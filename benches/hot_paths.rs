@@ -28,6 +28,7 @@ fn request(i: u64) -> ReserveRequest {
         idempotency_key: None,
         lease_ttl_ms: None,
         priority: Priority::Normal,
+        declared: Default::default(),
     }
 }
 
@@ -86,7 +87,7 @@ fn benches(c: &mut Criterion) {
                 &sample.levels,
                 &readings,
                 0b110.into(),
-                Cost::reservation(1000, 500, 0),
+                Cost::reservation(1000, 500, 0, &Default::default()),
                 0.0,
                 1000,
             ))

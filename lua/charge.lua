@@ -9,11 +9,12 @@
 -- and bucket_crossings.lua.
 --
 -- KEYS[1..n]  level hashes, outermost first
--- ARGV[1]  spec: little-endian doubles: n, requests r, tokens t, enforce (1 or 0),
---          then per level: bucket count b, the key's longest life past this write
+-- ARGV[1]  spec: little-endian doubles: n, enforce (1 or 0) (calls.rs CHARGE),
+--          the cost vector (a double per rate dimension by its code,
+--          src/domain/dimension.rs: what a bucket of it takes), then per level: bucket count b, the key's longest life past this write
 --          (us, as in reserve.lua), then b times: id, limit (a calendar
 --          window's three more doubles after its limit, as in reserve.lua)
---          A request bucket takes r, a token bucket t, any other nothing.
+--          A bucket takes its dimension's place of the cost vector.
 --          Enforced, a bucket denies when it would keep less than 0 after taking
 --          max(cost, 1) (a check needs room); forced, nothing denies (debt).
 -- ARGV[2]  '<' followed by at least as many 'd' as the longest state or spec
@@ -25,7 +26,7 @@
 --
 -- Returns
 --   (tags REPLY_ALLOWED 1 and REPLY_DENIED 0, from src/domain/budget/layout.rs)
---   {1, now, state...}        charged (or, r = t = 0, checked: nothing written);
+--   {1, now, state...}        charged (or, a cost of 0, checked: nothing written);
 --                             each level's state after (a cluster's reply that
 --                             queued an alert ends with 'A<now>': alerts.lua)
 --   {0, now, state..., mask}  denied; nothing changed; mask as in reserve.lua
@@ -37,8 +38,13 @@
 local now = clock_us()
 local D = ARGV[@[charge_argv.doubles]]
 local spec = {struct.unpack(ARGV[@[charge_argv.spec_format]], ARGV[@[charge_argv.spec]])}
-local nlev, r = spec[@[charge.levels]], spec[@[charge.requests]]
-local t, enforce = spec[@[charge.tokens]], spec[@[charge.enforce]] == 1
+local nlev, enforce = spec[@[charge.levels]], spec[@[charge.enforce]] == 1
+-- The cost vector: spec[C + code] is what a bucket of that dimension takes.
+local C = @[charge] - 1
+local nothing = true
+for k = 1, DIMS do
+  if spec[C + k] ~= 0 then nothing = false end
+end
 local raws, states, ttls = {}, {}, {}
 local dm, ci, denied = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 0, false
 -- Alert thresholds: the place of the next bucket that has some (0: none),
@@ -50,7 +56,7 @@ if ARGV[alerts_at] then
   alert_spec[#alert_spec] = nil -- struct.unpack's last value is the next read position
   alert_next = alert_spec[2]
 end
-local p, seen = @[charge], 0
+local p, seen = @[charge] + DIMS, 0
 for i = 1, nlev do
   local nb = spec[p + @{charge_level.buckets}]
   local raw = redis.call('HGET', KEYS[i], 's')
@@ -77,9 +83,7 @@ for i = 1, nlev do
       end
     end
     --@splice bucket_level
-    local kind = (id % GROUP - id % DIM) / DIM
-    local c = 0
-    if kind == REQUESTS then c = r elseif kind == TOKENS then c = t end
+    local c = spec[C + (id % GROUP - id % DIM) / DIM]
     local need = c
     if need < 1 then need = 1 end
     if enforce and l - need < 0 then
@@ -107,9 +111,9 @@ if denied then
   out[#out + 1] = struct.pack('<dddddddddddd', unpack(dm))
   return out
 end
-if r == 0 and t == 0 then return {REPLY_ALLOWED, now, unpack(raws)} end
+if nothing then return {REPLY_ALLOWED, now, unpack(raws)} end
 
-p = @[charge]
+p = @[charge] + DIMS
 for i = 1, nlev do
   local s = trim_foreign(states[i], spec[p + @{charge_level.buckets}], now)
   raws[i] = write_level(KEYS[i], s, ttls[i], ARGV[@{charge_argv} + i], D, now)

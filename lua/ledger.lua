@@ -3,8 +3,8 @@
 -- of its own: build.rs puts it in the prelude of reserve.lua and settle.lua.
 --
 -- ledger_add(base, at, hfield, dfield, d, hret, dret, now) adds the doubles `d`
--- (LEDGER_FIELDS of them, in the order of `Row`, or LEDGER_PARTS more: cache
--- writes and reasoning tokens) to field `hfield` of the
+-- (LEDGER_FIELDS of them, in the order of `Row`, or the parts too: cache
+-- writes, reasoning tokens and each declared dimension's use) to field `hfield` of the
 -- hourly hash `<base>h:<hour of at>` and to field `dfield` of the daily hash
 -- `<base>d:<UTC day of at>` (hours and days counted from the Unix epoch). A
 -- field new to its hash gives the hash its expiry: the end of its hour (day)
@@ -18,7 +18,8 @@
 -- bytes of doubles cost twice the memory. A row with parts (78 bytes) is
 -- written only for a tenant whose calls report them.
 local LEDGER_FMT = '<' .. string.rep('i6', LEDGER_FIELDS)
-local LEDGER_LONG = LEDGER_FIELDS + LEDGER_PARTS
+-- The named parts, then one per declared dimension (src/domain/dimension.rs).
+local LEDGER_LONG = LEDGER_FIELDS + LEDGER_PARTS + DIMS - DECLARED_FIRST + 1
 local LEDGER_LONG_FMT = '<' .. string.rep('i6', LEDGER_LONG)
 local LEDGER_BYTES = LEDGER_FIELDS * 6
 

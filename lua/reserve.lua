@@ -6,8 +6,8 @@
 -- in src/domain/budget/state.rs. build.rs prepends the constants in capitals
 -- (src/domain/budget/layout.rs), clock_us(), lua/ledger.lua, lua/state.lua,
 -- lua/level.lua and lua/alerts.lua, and splices the rules of lua/splice/
--- (window_now, bucket_level, output_room, reservation_spend, reservation_cost,
--- bucket_crossings) at their markers.
+-- (window_now, bucket_level, output_room, reservation_spend, bucket_crossings)
+-- at their markers. Positions written by name are calls.rs's.
 --
 -- One chunk in three parts (read, check, write), not three local functions:
 -- a function would reach the chunk's locals and the prelude's constants as
@@ -24,8 +24,11 @@
 --          of every limit to leave, 0 <= headroom < 1), prompt_spend (the prompt
 --          at the input price: tokens x uUSD per million), output_price (uUSD per
 --          million), hret and dret (how long ledger rows are kept past their
---          hour and day, us; 0: no ledger), the learned output (0: none), then
---          per level:
+--          hour and day, us; 0: no ledger), the learned output (0: none)
+--          (calls.rs RESERVE), then the cost vector: a double per rate
+--          dimension by its code (src/domain/dimension.rs), what a bucket of it
+--          takes, the token, output and spend places left for each level's
+--          held output (below), then per level:
 --          bucket count b, concurrency limit (-1: none), reclaim weight w (what one
 --          reclaimed lease adds to the packed count: 2^(13 k) for level k = 0
 --          global, 1 tenant, 2 user, 3 session; 0 for a model group's slots at a level that
@@ -34,13 +37,13 @@
 --          longest life past this write (us: a session's session_ttl, else
 --          MAX_TTL; its leases still outlive it), then b times: id, limit
 --          (bucket id = group tag * 1e8 + dimension * 1e7 + period in seconds;
---          dimension REQUESTS 1, TOKENS 2, INPUT 3, OUTPUT 4, SPEND 5 (uUSD); tag
+--          dimension the code of src/domain/dimension.rs, REQUESTS 1 ...; tag
 --          0: all models); a calendar window's "period" is WINDOWS + its tag, and
 --          three more doubles follow its limit: the window's start and end (us)
 --          around the caller's time, and the end of the next. Its level does not
 --          refill; a bucket stored before the window's start is full. A bucket
---          takes 1, prompt + output, prompt, output or the spend
---          (lua/splice/reservation_cost.lua), and denies when it would keep less
+--          takes its dimension's place of the cost vector, the level's held output
+--          in tokens (prompt + held), output and spend, and denies when it would keep less
 --          than headroom * limit; a concurrency limit denies when n + 1 > limit -
 --          headroom * limit.
 --          Output tokens are granted as many as every token, output-token and
@@ -117,7 +120,10 @@ local prompt_spend, output_price = spec[@[reserve.prompt_spend]], spec[@[reserve
 local hret, dret = spec[@[reserve.hourly_retention_us]], spec[@[reserve.daily_retention_us]]
 local learned = spec[@[reserve.learned_output]]
 if learned <= 0 or learned >= max_out then learned = nil end
-local FIRST = @[reserve]
+-- The cost vector: spec[C + code] is what a bucket of that dimension takes
+-- (the token, output and spend places are each level's to fill).
+local C = @[reserve] - 1
+local FIRST = @[reserve] + DIMS
 -- Alert thresholds: the place of the next bucket that has some (0: none),
 -- its entry at alert_at.
 local alert_spec, alert_at, alert_next = nil, 2, 0
@@ -215,7 +221,7 @@ for i = 1, nlev do
     local kind = (id % GROUP - id % DIM) / DIM
     --@splice output_room
     -- Output counts in tokens, output and spend (Dimension::counts_output).
-    if holds == max_out and kind ~= REQUESTS and kind ~= INPUT then grant_held = true end
+    if holds == max_out and (kind == TOKENS or kind == OUTPUT or kind == SPEND) then grant_held = true end
     s[k + 1], bucket_at[seen + b] = l, k
   end
   next_spec[i] = q
@@ -277,14 +283,19 @@ local denied_mask, check_at = nil, 0
 p, seen = FIRST, 0
 for i = 1, nlev do
   local nb, clim, s, ttl = spec[p + @{reserve_level.buckets}], spec[p + @{reserve_level.concurrency}], states[i], 0
-  local held, held_spend = grant, spend
-  if learned and credits[i] then held, held_spend = learned, lspend end
+  -- What this level holds of the output (the grant, or the learned output)
+  -- in the places of the dimensions the output counts in
+  -- (Dimension::counts_output; Cost::reservation).
+  if learned and credits[i] then
+    spec[C + TOKENS], spec[C + OUTPUT], spec[C + SPEND] = prompt + learned, learned, lspend
+  else
+    spec[C + TOKENS], spec[C + OUTPUT], spec[C + SPEND] = prompt + grant, grant, spend
+  end
   local q = p + @{reserve_level}
   for b = 1, nb do
     local id, lim = spec[q + @{bucket.id}], spec[q + @{bucket.limit}]
     --@splice window_now
-    local kind = (id % GROUP - id % DIM) / DIM
-    --@splice reservation_cost
+    local c = spec[C + (id % GROUP - id % DIM) / DIM]
     local k = bucket_at[seen + b]
     local l = s[k + 1]
     if l - c < headroom * lim then

@@ -14,13 +14,17 @@
 -- KEYS[n+3]   the completions' samples of the estimator key and tier (a list of
 --             doubles, newest first), when ARGV[1] keeps any; absent on a cluster
 -- ARGV[1]  spec: little-endian doubles
---          n, mode (1 commit, 2 refund), actual tokens, actual prompt tokens (commit),
---          samples kept (0: the prompt is no upstream count, no sample), actual input tokens (the prompt less what the model group
---          does not count: cached tokens), actual cost (µ$), cached prompt tokens,
---          hret and dret (ledger rows' retention past their hour and day, µs; 0:
---          no ledger), completions kept (0: no completion sample), the prompt's
---          cache-write tokens (5-minute, 1-hour) and the completion's reasoning
---          tokens (the ledger's parts), then per level:
+--          n, mode (1 commit, 2 refund), actual prompt tokens (commit),
+--          samples kept (0: the prompt is no upstream count, no sample), cached
+--          prompt tokens, hret and dret (ledger rows' retention past their hour
+--          and day, µs; 0: no ledger), completions kept (0: no completion
+--          sample), the prompt's cache-write tokens (5-minute, 1-hour) and the
+--          completion's reasoning tokens (the ledger's parts) (calls.rs SETTLE);
+--          then what the usage takes in each rate dimension by its code
+--          (src/domain/dimension.rs; Usage::used: one request, its tokens, its
+--          input — the prompt less what the model group does not count — its
+--          completion, its cost in µ$, what it declared; all 0 for a refund);
+--          then per level:
 --          level bit, bucket count b, the overrun credit's capacity and refill
 --          period (us; 0: none), the key's longest life past this write (us, as
 --          in reserve.lua), then b times: id, limit (id as in reserve.lua;
@@ -34,20 +38,21 @@
 --
 -- Returns (the tags first: REPLY_APPLIED 1, REPLY_SETTLED_BEFORE 0, REPLY_NOT_FOUND -1,
 -- from src/domain/budget/layout.rs)
---   {1, amount, estimated, spend, granted, [sample]}  applied: commit → actual - reserved;
+--   {1, amount, estimated, spend, granted, declared, [sample]}  applied: commit → actual - reserved;
 --                           (a cluster's reply that queued an alert: the sample or
 --                           false, then 'A<now>': alerts.lua)
 --                           refund → tokens returned; the prompt tokens the service
 --                           had estimated (0 when the caller counted); the spend
---                           reserved (µ$); the output tokens granted; the estimator
+--                           reserved (µ$); the output tokens granted; the record's
+--                           declared part ('' when none); the estimator
 --                           sample's bytes when there is one and no samples' key
 --   {0, state, amount}   already settled ('C' committed | 'F' refunded), its amount
 --   {-1}                 no such reservation (never made, long gone, or id edited)
 --
--- Commit charges an overage even into debt and returns a surplus without
--- overfilling; it touches token buckets only: tokens by actual - reserved, input
--- tokens by actual input - prompt reserved, output tokens by completion - output
--- granted. Refund returns the tokens and the request. A record of the previous
+-- Settling moves every bucket by what the usage takes in its dimension less
+-- what the reservation took (the record: cost, granted output, spend, its
+-- declared part); Commit charges an overage even into debt and returns a
+-- surplus without overfilling. Refund (a usage of 0) returns all of it. A record of the previous
 -- layout (no granted output) reads as all prompt. A level that held the learned output
 -- (the record's learned mask) moves by what it held, and gets the credit its
 -- reservation took (grant - learned) back, never above its capacity (a credit no
@@ -96,34 +101,47 @@ local estimated = struct.unpack('<d', rec, REC_ESTIMATED)
 local granted, spent, lat = 0, 0, 0
 if #rec >= REC_LEN_V2 then granted, spent = struct.unpack('<dd', rec, REC_OUTPUT) end
 if #rec >= REC_LEN then lat = struct.unpack('<d', rec, REC_LEDGER_AT) end
--- The levels holding the learned output, and what they hold.
-local lmask, lout, lspend = 0, 0, 0
-if #rec == REC_LEN_LEARNED or #rec == REC_LEN_LEARNED_MIX then
-  lmask, lout, lspend = struct.unpack('<Bdd', rec, REC_LEARNED_MASK)
+-- The record's optional parts after REC_LEN, from its length alone
+-- (record.rs `parts`): the learned output (the levels holding it, and what
+-- they hold), the declared part, the mix (always last).
+local lmask, lout, lspend, mixed, dpart = 0, 0, 0, false, ''
+local rest = #rec - REC_LEN
+if rest > 0 then
+  if rest >= MIX_BYTES then mixed, rest = true, rest - MIX_BYTES end
+  if rest >= REC_LEARNED_BYTES then
+    lmask, lout, lspend = struct.unpack('<Bdd', rec, REC_LEARNED_MASK)
+    rest = rest - REC_LEARNED_BYTES
+  end
+  if rest > 0 then
+    local at = REC_LEN + 1
+    if lmask > 0 then at = at + REC_LEARNED_BYTES end
+    dpart = string.sub(rec, at, at + rest - 1)
+  end
 end
--- What settling a reservation of c tokens, g of them output, and sp uUSD moves the
--- tokens, input, output and spend by.
-local function moving(c, g, sp)
-  if spec[@[settle.mode]] == 2 then return -c, -(c - g), -g, -sp end
-  return spec[@[settle.tokens]] - c, spec[@[settle.input]] - (c - g),
-    (spec[@[settle.tokens]] - spec[@[settle.prompt]]) - g, spec[@[settle.cost]] - sp
+-- What a reservation took in each dimension, by code, as the level at hand
+-- holds it: one request, its c tokens (prompt + g output), the prompt's
+-- input, g output, sp uUSD (Cost::reservation), and what it declared.
+local reserved = {1, 0, 0, 0, 0, 0, 0, 0}
+if dpart ~= '' then
+  local dv = {struct.unpack(fmt_of(D, #dpart / 8), dpart)}
+  for k = 1, #dpart / 8 do reserved[DECLARED_FIRST + k - 1] = dv[k] end
 end
-local dtok, din, dout, dspend = moving(cost, granted, spent)
-local dreq, amount
+local function holding(c, g, sp)
+  reserved[TOKENS], reserved[INPUT], reserved[OUTPUT], reserved[SPEND] = c, c - g, g, sp
+end
+-- What the usage takes, by code (all 0 for a refund): settling moves each
+-- bucket by it less what was reserved.
+local U = @[settle] - 1
+local amount
 if spec[@[settle.mode]] == 2 then
-  dreq, amount, state = -1, cost, REFUNDED
+  amount, state = cost, REFUNDED
 else
-  dreq, amount, state = 0, dtok, COMMITTED
+  amount, state = spec[U + TOKENS] - cost, COMMITTED
 end
--- What settling moves a bucket of the level at hand by, from its id's dimension digit.
-local ltok, lin, lou, lsp
+-- What settling moves a bucket of the level at hand by, from its id's dimension code.
 local function delta(id)
   local kind = (id % GROUP - id % DIM) / DIM
-  if kind == TOKENS then return ltok
-  elseif kind == INPUT then return lin
-  elseif kind == OUTPUT then return lou
-  elseif kind == SPEND then return lsp end
-  return dreq
+  return spec[U + kind] - reserved[kind]
 end
 
 -- The credit a level holding the learned output gets back, from its stored
@@ -145,14 +163,14 @@ end
 -- for three levels (a table per level, or one grown from {}, costs its
 -- allocations: issue 27; a session's fourth level grows it once).
 local writes, nw, p = {false, false, false, false, false, false, false, false, false,
-  false, false, false, false, false, false, false, false, false}, 0, @[settle]
+  false, false, false, false, false, false, false, false, false}, 0, @[settle] + DIMS
 local seen = 0 -- the buckets of earlier levels
 for i = 1, nlev do
   local lbit, nb = spec[p + @{settle_level.bit}], spec[p + @{settle_level.buckets}]
   local cap = spec[p + @{settle_level.overrun_capacity}]
-  ltok, lin, lou, lsp = dtok, din, dout, dspend
   local learned_here = lmask > 0 and bit.band(lmask, lbit) ~= 0
-  if learned_here then ltok, lin, lou, lsp = moving(cost - granted + lout, lout, lspend) end
+  if learned_here then holding(cost - granted + lout, lout, lspend)
+  else holding(cost, granted, spent) end
   -- Its credit is read with its state (one call), or alone if the state is not.
   local credit_read = learned_here and cap > 0
   local credit
@@ -195,7 +213,7 @@ for i = 1, nlev do
     -- The last lease goes: no earliest expiry left.
     if holds and s[1] == 0 then s[2] = 0 end
     local ttl = 0
-    q = p + 5
+    q = p + @{settle_level}
     for b = 1, nb do
       local id, lim = spec[q + @{bucket.id}], spec[q + @{bucket.limit}]
       local per = (id % DIM) * 1e6
@@ -250,7 +268,7 @@ local indexed = crossings and alerts_fire(KEYS, crossings, alert_spec[1], rkey, 
 -- cluster) the reply carries it for the caller to push.
 local sample
 if state == COMMITTED and estimated > 0 and spec[@[settle.prompt]] > 0 and spec[@[settle.samples_kept]] > 0 then
-  if #rec == REC_LEN_MIX or #rec == REC_LEN_LEARNED_MIX then
+  if mixed then
     sample = struct.pack('<I4I4', spec[@[settle.prompt]], estimated) .. string.sub(rec, -MIX_BYTES)
   else
     sample = struct.pack('<d', spec[@[settle.prompt]] / estimated)
@@ -269,7 +287,7 @@ end
 -- The completion's sample, for a tier that learns its output.
 local outs = KEYS[nlev + @[settlement_keys.output_samples]]
 if state == COMMITTED and spec[@[settle.outputs_kept]] > 0 and outs then
-  local n = redis.call('LPUSH', outs, struct.pack('<d', spec[@[settle.tokens]] - spec[@[settle.prompt]]))
+  local n = redis.call('LPUSH', outs, struct.pack('<d', spec[U + OUTPUT]))
   -- Trimmed (readers take the newest kept) and its life renewed only when new
   -- or OUTPUT_TRIM_SLACK longer than kept: two calls in that many, not every time.
   if n == 1 or n > spec[@[settle.outputs_kept]] + OUTPUT_TRIM_SLACK then
@@ -282,16 +300,23 @@ if spec[@[settle.hourly_retention_us]] > 0 then
   if lat == 0 then lat, d[3], d[4] = now, 0, cost end
   if state == COMMITTED then
     local pr = cost - granted
-    local prompt, completion = spec[@[settle.prompt]], spec[@[settle.tokens]] - spec[@[settle.prompt]]
-    d[1], d[5], d[6], d[7], d[8] = 1, prompt, spec[@[settle.cached]], completion, spec[@[settle.cost]]
+    local prompt, completion = spec[@[settle.prompt]], spec[U + OUTPUT]
+    d[1], d[5], d[6], d[7], d[8] = 1, prompt, spec[@[settle.cached]], completion, spec[U + SPEND]
     d[9], d[10] = pr, math.abs(pr - prompt)
     local cw, cw1h, rs = spec[@[settle.cache_write]], spec[@[settle.cache_write_1h]], spec[@[settle.reasoning]]
-    if cw + cw1h + rs > 0 then d[11], d[12], d[13] = cw, cw1h, rs end
+    local parts = cw + cw1h + rs
+    for k = DECLARED_FIRST, DIMS do parts = parts + spec[U + k] end
+    if parts > 0 then
+      local at = LEDGER_FIELDS
+      d[at + 1], d[at + 2], d[at + 3] = cw, cw1h, rs
+      at = at + LEDGER_PARTS - DECLARED_FIRST + 1
+      for k = DECLARED_FIRST, DIMS do d[at + k] = spec[U + k] end
+    end
   else
     d[2] = 1
   end
   ledger_add(ARGV[@[settlement_argv] + @{ledger_argv.prefix}], lat, ARGV[@[settlement_argv] + @{ledger_argv.hour_field}],
     ARGV[@[settlement_argv] + @{ledger_argv.day_field}], d, spec[@[settle.hourly_retention_us]], spec[@[settle.daily_retention_us]], now)
 end
-if indexed then return {REPLY_APPLIED, amount, estimated, spent, granted, sample or false, indexed} end
-return {REPLY_APPLIED, amount, estimated, spent, granted, sample}
+if indexed then return {REPLY_APPLIED, amount, estimated, spent, granted, dpart, sample or false, indexed} end
+return {REPLY_APPLIED, amount, estimated, spent, granted, dpart, sample}

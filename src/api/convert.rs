@@ -79,6 +79,7 @@ pub(super) fn reserve_request(
         idempotency_key,
         lease_ttl_ms: r.lease_ttl_ms,
         priority: priority(r.priority)?,
+        declared: Default::default(),
     })
 }
 
@@ -179,6 +180,7 @@ pub(super) fn commit_request(r: pb::CommitRequest) -> Result<CommitRequest, Inva
         cache_write_prompt_tokens: r.cache_write_prompt_tokens,
         cache_write_1h_prompt_tokens: r.cache_write_1h_prompt_tokens,
         reasoning_tokens: reasoning,
+        declared: Default::default(),
     })
 }
 

@@ -123,6 +123,7 @@ impl Calls {
             idempotency_key: None,
             lease_ttl_ms: None,
             priority: Priority::Normal,
+            declared: Default::default(),
         })
     }
 
@@ -184,6 +185,7 @@ impl Calls {
                     cache_write_prompt_tokens: 0,
                     cache_write_1h_prompt_tokens: 0,
                     reasoning_tokens: 0,
+                    declared: Default::default(),
                 };
                 self.engine.commit(req).await.map_err(err)
             });

@@ -279,6 +279,7 @@ fn commit_request(id: &str, prompt: u64, completion: u64) -> Result<CommitReques
         cache_write_prompt_tokens: 0,
         cache_write_1h_prompt_tokens: 0,
         reasoning_tokens: 0,
+        declared: Default::default(),
     })
 }
 
@@ -302,6 +303,7 @@ async fn engine_reserve<S: Store>(
         idempotency_key: None,
         lease_ttl_ms: None,
         priority: crate::domain::Priority::Normal,
+        declared: Default::default(),
     };
     let out = engine.reserve(req).await.map_err(engine_error)?;
     Ok(Reply {

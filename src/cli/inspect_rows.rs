@@ -4,10 +4,7 @@
 //! model group's slots hash.
 
 use crate::domain::budget::layout::WINDOW_PERIODS;
-use crate::domain::budget::layout::{
-    DIMENSION_SCALE, GROUP_SCALE, INPUT_DIMENSION, OUTPUT_DIMENSION, REQUESTS_DIMENSION,
-    SPEND_DIMENSION, TOKENS_DIMENSION,
-};
+use crate::domain::budget::layout::{DIMENSION_SCALE, GROUP_SCALE};
 use crate::domain::budget::state::{LevelState, bucket_id};
 use crate::domain::decision::period_label;
 use crate::domain::{BucketSpec, Dimension, Level, ModelGroups};
@@ -81,17 +78,10 @@ impl BucketId {
 
     /// The dimension's name; an unknown digit reads `dimension N`.
     pub(super) fn dimension(&self) -> String {
-        let known = [
-            (REQUESTS_DIMENSION, Dimension::Requests),
-            (TOKENS_DIMENSION, Dimension::Tokens),
-            (INPUT_DIMENSION, Dimension::InputTokens),
-            (OUTPUT_DIMENSION, Dimension::OutputTokens),
-            (SPEND_DIMENSION, Dimension::Spend),
-        ];
-        known
-            .iter()
-            .find(|(digit, _)| *digit as u64 == self.digit)
-            .map_or(format!("dimension {}", self.digit), |(_, d)| {
+        usize::try_from(self.digit)
+            .ok()
+            .and_then(Dimension::from_code)
+            .map_or(format!("dimension {}", self.digit), |d| {
                 d.as_str().to_string()
             })
     }

@@ -8,11 +8,9 @@
 //! a panic on the broken pipe.
 
 use crate::config::{
-    LevelOverrideSection, LevelSection, ModelLimitsSection, RateSection, ShadowSection,
-    SpendSection, UNLIMITED,
+    LevelOverrideSection, LevelSection, ModelLimitsSection, ShadowSection, UNLIMITED,
 };
-use crate::domain::output::OutputReservation;
-use crate::domain::{LevelLimits, ModelLimits, Rate, Setting, Tier};
+use crate::domain::{Dimension, LevelLimits, ModelLimits, Rate, Setting, Tier};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -165,45 +163,30 @@ pub(super) fn table(headers: &[&str], rows: &[Vec<String>]) {
     }
 }
 
-/// How a kind of rate reads: `60 req/1m`, `500000 tok/1m`, `in 2000000/1m`,
-/// `out 400000/1m` (input and output token rates name their kind first, so
-/// they read apart from the all-token rates).
-#[derive(Clone, Copy)]
-enum Unit {
-    Requests,
-    Tokens,
-    Input,
-    Output,
-}
-
-fn rate_parts(unit: Unit, rates: &[Rate]) -> Vec<String> {
-    rates
-        .iter()
-        .map(|r| {
-            let (limit, period) = (r.limit, r.label());
-            match unit {
-                Unit::Requests => format!("{limit} req/{period}"),
-                Unit::Tokens => format!("{limit} tok/{period}"),
-                Unit::Input => format!("in {limit}/{period}"),
-                Unit::Output => format!("out {limit}/{period}"),
-            }
-        })
-        .collect()
+/// How a rate of `dimension` reads: `60 req/1m`, `500000 tok/1m`,
+/// `in 2000000/1m`, `out 400000/1m`, `$500/month`; any other dimension by
+/// its name (`50 images/1m`). Input and output token rates name their kind
+/// first, so they read apart from the all-token rates.
+fn rate_part(dimension: Dimension, rate: &Rate) -> String {
+    let (limit, period) = (rate.limit, rate.label());
+    match dimension {
+        Dimension::Requests => format!("{limit} req/{period}"),
+        Dimension::Tokens => format!("{limit} tok/{period}"),
+        Dimension::InputTokens => format!("in {limit}/{period}"),
+        Dimension::OutputTokens => format!("out {limit}/{period}"),
+        Dimension::Spend => format!("${}/{period}", limit as f64 / 1e6),
+        other => format!("{limit} {}/{period}", other.as_str()),
+    }
 }
 
 /// A level's limits in one line:
 /// `60 req/1m, 500000 tok/1m, in 2000000/1m, out 400000/1m, 5 concurrent`.
 pub(super) fn limits_summary(level: &LevelLimits) -> String {
-    let mut parts = rate_parts(Unit::Requests, &level.requests);
-    parts.extend(rate_parts(Unit::Tokens, &level.tokens));
-    parts.extend(rate_parts(Unit::Input, &level.input_tokens));
-    parts.extend(rate_parts(Unit::Output, &level.output_tokens));
-    parts.extend(
-        level
-            .spend
-            .iter()
-            .map(|r| format!("${}/{}", r.limit as f64 / 1e6, r.label())),
-    );
+    let mut parts: Vec<String> = level
+        .rates
+        .iter()
+        .flat_map(|(d, rates)| rates.iter().map(move |r| rate_part(d, r)))
+        .collect();
     if let Some(c) = level.concurrency {
         parts.push(format!("{c} concurrent"));
     }
@@ -226,24 +209,16 @@ pub(super) fn rate_summary(level: &LevelSection) -> String {
 /// `the rest from the tier`.
 pub(super) fn override_summary(level: &LevelOverrideSection) -> String {
     let mut parts = Vec::new();
-    let rates = |name: &str, unit: Unit, s: &Setting<Vec<RateSection>>, parts: &mut Vec<_>| match s
-    {
-        Setting::Inherit => {}
-        Setting::Unlimited => parts.push(format!("{name} {UNLIMITED}")),
-        Setting::Limit(r) => match crate::config::rates("", r) {
-            Ok(r) => parts.extend(rate_parts(unit, &r)),
-            Err(e) => parts.push(format!("{name} invalid ({e})")),
-        },
-    };
-    rates("requests", Unit::Requests, &level.requests, &mut parts);
-    rates("tokens", Unit::Tokens, &level.tokens, &mut parts);
-    rates("input_tokens", Unit::Input, &level.input_tokens, &mut parts);
-    rates(
-        "output_tokens",
-        Unit::Output,
-        &level.output_tokens,
-        &mut parts,
-    );
+    for (d, setting) in level.rates.0.iter() {
+        match setting {
+            Setting::Inherit => {}
+            Setting::Unlimited => parts.push(format!("{} {UNLIMITED}", d.as_str())),
+            Setting::Limit(r) => match crate::config::rates("", d, r) {
+                Ok(r) => parts.extend(r.iter().map(|r| rate_part(d, r))),
+                Err(e) => parts.push(format!("{} invalid ({e})", d.as_str())),
+            },
+        }
+    }
     match &level.concurrency {
         Setting::Inherit => {}
         Setting::Unlimited => parts.push(format!("concurrency {UNLIMITED}")),
@@ -257,25 +232,7 @@ pub(super) fn override_summary(level: &LevelOverrideSection) -> String {
 
 /// Domain limits as a written level: for JSON reports that read like documents.
 pub(super) fn level_section(level: &LevelLimits) -> LevelSection {
-    let rates = |rates: &[Rate]| rates.iter().map(RateSection::of).collect();
-    LevelSection {
-        requests: rates(&level.requests),
-        tokens: rates(&level.tokens),
-        input_tokens: rates(&level.input_tokens),
-        output_tokens: rates(&level.output_tokens),
-        spend: level.spend.iter().map(SpendSection::of).collect(),
-        concurrency: level.concurrency,
-        output_reservation: level
-            .output
-            .is_learned()
-            .then(|| level.output.as_str().to_owned()),
-        output_overrun: match level.output {
-            OutputReservation::Learned { overrun_permille } => {
-                Some(f64::from(overrun_permille) / 1000.0)
-            }
-            OutputReservation::Max => None,
-        },
-    }
+    LevelSection::of(level)
 }
 
 /// The limits in force of a resolved tier, by level: for JSON reports.

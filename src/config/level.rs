@@ -2,31 +2,21 @@
 //! `session`, a model group's limits): its rates of each kind and its
 //! concurrency.
 
-use super::money::{SpendSection, spend_rates};
+use super::dims::{ByDimension, WithDimensions, read_section};
 use super::rates::{RateSection, rates};
 use crate::domain::output::OutputReservation;
-use crate::domain::{LevelLimits, LimitsError};
-use serde::{Deserialize, Serialize};
+use crate::domain::{DimMap, LevelLimits, LimitsError};
+use serde::de::MapAccess;
+use serde::{Deserialize, Deserializer, Serialize};
 
-/// The limits of one level as written.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+/// The limits of one level as written: a key per dimension
+/// ([`super::dims`]) and these; any other key is refused.
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct LevelSection {
-    /// Request rates.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub requests: Vec<RateSection>,
-    /// Token rates (prompt + output).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tokens: Vec<RateSection>,
-    /// Input (prompt) token rates.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub input_tokens: Vec<RateSection>,
-    /// Output token rates.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub output_tokens: Vec<RateSection>,
-    /// Spend limits, in USD.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub spend: Vec<SpendSection>,
+    /// The rates of each dimension, by its name (`tokens = [...]`; spend
+    /// limits in USD, `limit_usd`).
+    #[serde(flatten)]
+    pub rates: ByDimension<Vec<RateSection>>,
     /// Requests in flight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u64>,
@@ -39,14 +29,35 @@ pub struct LevelSection {
     pub output_overrun: Option<f64>,
 }
 
+impl<'de> Deserialize<'de> for LevelSection {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        read_section(d)
+    }
+}
+
+impl<'de> WithDimensions<'de> for LevelSection {
+    type Rates = Vec<RateSection>;
+    const KEYS: &'static [&'static str] = &["concurrency", "output_reservation", "output_overrun"];
+
+    fn rates(&mut self) -> &mut ByDimension<Vec<RateSection>> {
+        &mut self.rates
+    }
+
+    fn read_own<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<bool, A::Error> {
+        match key {
+            "concurrency" => self.concurrency = map.next_value()?,
+            "output_reservation" => self.output_reservation = map.next_value()?,
+            "output_overrun" => self.output_overrun = map.next_value()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
 impl LevelSection {
     /// True when the section sets nothing.
     pub fn is_empty(&self) -> bool {
-        self.requests.is_empty()
-            && self.tokens.is_empty()
-            && self.input_tokens.is_empty()
-            && self.output_tokens.is_empty()
-            && self.spend.is_empty()
+        self.rates.is_unset()
             && self.concurrency.is_none()
             && self.output_reservation.is_none()
             && self.output_overrun.is_none()
@@ -54,15 +65,41 @@ impl LevelSection {
 
     /// The domain limits; `path` names the section in errors.
     pub fn to_domain(&self, path: &str) -> Result<LevelLimits, LimitsError> {
+        let mut limits = DimMap::default();
+        for (dimension, written) in self.rates.0.iter() {
+            limits[dimension] = rates(
+                &format!("{path}.{}", dimension.as_str()),
+                dimension,
+                written,
+            )?;
+        }
         Ok(LevelLimits {
-            requests: rates(&format!("{path}.requests"), &self.requests)?,
-            tokens: rates(&format!("{path}.tokens"), &self.tokens)?,
-            input_tokens: rates(&format!("{path}.input_tokens"), &self.input_tokens)?,
-            output_tokens: rates(&format!("{path}.output_tokens"), &self.output_tokens)?,
-            spend: spend_rates(&format!("{path}.spend"), &self.spend)?,
+            rates: limits,
             concurrency: self.concurrency,
             output: self.output(path)?,
         })
+    }
+
+    /// The section of `limits`, as it would be written.
+    pub fn of(limits: &LevelLimits) -> Self {
+        LevelSection {
+            rates: ByDimension(
+                limits
+                    .rates
+                    .map(|d, rates| rates.iter().map(|r| RateSection::of(r, d)).collect()),
+            ),
+            concurrency: limits.concurrency,
+            output_reservation: limits
+                .output
+                .is_learned()
+                .then(|| limits.output.as_str().to_owned()),
+            output_overrun: match limits.output {
+                OutputReservation::Learned { overrun_permille } => {
+                    Some(f64::from(overrun_permille) / 1000.0)
+                }
+                OutputReservation::Max => None,
+            },
+        }
     }
 
     /// The output reservation as written: `output_reservation` and

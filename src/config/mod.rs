@@ -19,6 +19,7 @@
 
 pub mod alerts;
 pub mod auth;
+pub mod dims;
 pub mod envoy;
 pub mod estimation;
 pub mod ext_proc;
@@ -45,7 +46,7 @@ pub use level::LevelSection;
 pub use limits::{LimitSections, ShadowSection, TierSection, build_limits};
 pub use live::{ConfigDoc, FileDocs, LiveDocs};
 pub use models::{ModelLimitsSection, ModelSection, PrioritiesSection};
-pub use money::{MoneySection, PriceSection, SpendSection};
+pub use money::{MoneySection, PriceSection};
 pub use overrides::{LevelOverrideSection, OverrideSection, ShadowOverrideSection, UNLIMITED};
 pub(crate) use rates::rates;
 pub use rates::{Period, PeriodError, RateSection, period_seconds};
@@ -224,6 +225,7 @@ pub fn load(path: Option<&Path>, overrides: Flags) -> Result<Settings, ConfigErr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::Dimension;
     use crate::domain::Rate;
     use crate::engine::FailurePolicy;
     use std::time::Duration;
@@ -285,7 +287,7 @@ mod tests {
         let s = FileConfig::built_in().settings(Flags::default()).unwrap();
         let free = s.limits.tier("free").unwrap();
         assert_eq!(
-            free.user.requests,
+            free.user.rates[Dimension::Requests],
             vec![Rate {
                 limit: 10,
                 period_secs: 60,
@@ -294,7 +296,7 @@ mod tests {
             }]
         );
         assert_eq!(
-            free.user.tokens,
+            free.user.rates[Dimension::Tokens],
             vec![Rate {
                 limit: 50_000,
                 period_secs: 60,
@@ -306,7 +308,10 @@ mod tests {
         assert_eq!(free.max_context_tokens, 32_000);
         let pro = s.limits.tier("pro").unwrap();
         assert_eq!(
-            (pro.user.requests[0].limit, pro.user.tokens[0].limit),
+            (
+                pro.user.rates[Dimension::Requests][0].limit,
+                pro.user.rates[Dimension::Tokens][0].limit
+            ),
             (60, 500_000)
         );
         assert_eq!(
@@ -315,7 +320,10 @@ mod tests {
         );
         let ent = s.limits.tier("enterprise").unwrap();
         assert_eq!(
-            (ent.user.requests[0].limit, ent.user.tokens[0].limit),
+            (
+                ent.user.rates[Dimension::Requests][0].limit,
+                ent.user.rates[Dimension::Tokens][0].limit
+            ),
             (300, 2_000_000)
         );
         assert_eq!(
@@ -354,13 +362,16 @@ mod tests {
         let limits = FileConfig::parse(text, "f").unwrap().limits().unwrap();
         let x = limits.tier("x").unwrap();
         assert_eq!(
-            (x.session.requests[0].limit, x.session.concurrency),
+            (
+                x.session.rates[Dimension::Requests][0].limit,
+                x.session.concurrency
+            ),
             (5, Some(2))
         );
         assert_eq!(x.session_ttl_secs, 86_400);
         let y = limits.tier("y").unwrap();
         assert_eq!(y.session_ttl_secs, 1_800);
-        assert_eq!(y.models["g"].session.tokens[0].limit, 9);
+        assert_eq!(y.models["g"].session.rates[Dimension::Tokens][0].limit, 9);
     }
 
     #[test]

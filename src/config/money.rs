@@ -18,73 +18,12 @@
 //! ledger_daily_retention = "400d"
 //! ```
 
-use super::rates::{Period, RateSection, period_seconds};
+use super::rates::period_seconds;
+use crate::domain::LimitsError;
 use crate::domain::budget::ledger::LedgerRetention;
-use crate::domain::price::{MAX_PRICE_MICROS, MAX_SPEND_MICROS, Price, Rates, usd_to_micros};
-use crate::domain::{LimitsError, Rate};
+use crate::domain::price::{MAX_PRICE_MICROS, Price, Rates, usd_to_micros};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-
-/// One spend limit as written: `{ limit_usd = 500, window = "month" }` or with
-/// a rolling `period`.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct SpendSection {
-    /// USD per period or window.
-    pub limit_usd: f64,
-    /// A rolling period (`"1d"`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub period: Option<Period>,
-    /// A calendar window: `"day"`, `"week"` or `"month"`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub window: Option<String>,
-    /// The window's IANA time zone (default UTC).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timezone: Option<String>,
-    /// Fractions of the limit to alert at: `[0.8, 1.0]`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub alert_at: Vec<f64>,
-}
-
-impl SpendSection {
-    /// The domain rate, its limit in µ$; `field` names it in errors.
-    pub fn to_domain(&self, field: &str) -> Result<Rate, LimitsError> {
-        let limit = usd_to_micros(
-            &format!("{field}.limit_usd"),
-            self.limit_usd,
-            MAX_SPEND_MICROS,
-        )?;
-        RateSection {
-            limit,
-            period: self.period.clone(),
-            window: self.window.clone(),
-            timezone: self.timezone.clone(),
-            alert_at: self.alert_at.clone(),
-        }
-        .to_domain(field)
-    }
-
-    /// A domain spend rate as written.
-    pub fn of(rate: &Rate) -> Self {
-        let r = RateSection::of(rate);
-        SpendSection {
-            limit_usd: rate.limit as f64 / 1e6,
-            period: r.period,
-            window: r.window,
-            timezone: r.timezone,
-            alert_at: r.alert_at,
-        }
-    }
-}
-
-/// Written spend limits as domain rates; `path` names the list in errors.
-pub fn spend_rates(path: &str, spend: &[SpendSection]) -> Result<Vec<Rate>, LimitsError> {
-    spend
-        .iter()
-        .enumerate()
-        .map(|(i, s)| s.to_domain(&format!("{path}[{i}]")))
-        .collect()
-}
 
 /// `[prices.<group>]`: USD per million tokens (`per_call`: USD per call).
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -160,6 +99,7 @@ impl PriceSection {
             output,
             reasoning: or("reasoning", self.reasoning, output)?,
             per_call: or("per_call", self.per_call, 0)?,
+            declared: Default::default(),
         };
         let above = self
             .above
@@ -194,6 +134,7 @@ impl PriceTierSection {
             // unless told otherwise.
             reasoning: or("reasoning", self.reasoning, output)?,
             per_call: or("per_call", self.per_call, base.per_call)?,
+            declared: Default::default(),
         };
         Ok((self.prompt_tokens, rates))
     }

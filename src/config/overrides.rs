@@ -9,10 +9,10 @@
 //! # requests left out: the tier's user request rates apply
 //! ```
 
-use super::money::{SpendSection, spend_rates};
+use super::dims::{ByDimension, Unset, WithDimensions, read_section};
 use super::rates::{RateSection, rates};
 use crate::domain::block::Blocks;
-use crate::domain::{LevelOverride, LimitsError, Override, Setting, ShadowOverride};
+use crate::domain::{DimMap, LevelOverride, LimitsError, Override, Rate, Setting, ShadowOverride};
 use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
 use serde::de::{self, IntoDeserializer, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -77,58 +77,70 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for SettingVisitor<T> {
     }
 }
 
-/// One level of an override as written.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+impl<T> Unset for Setting<T> {
+    fn is_unset(&self) -> bool {
+        self.is_inherit()
+    }
+}
+
+/// One level of an override as written: a key per dimension
+/// ([`super::dims`]) and `concurrency`; any other key is refused.
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct LevelOverrideSection {
-    /// Request rates, `"unlimited"`, or left out.
-    #[serde(default, skip_serializing_if = "Setting::is_inherit")]
-    pub requests: Setting<Vec<RateSection>>,
-    /// Token rates, `"unlimited"`, or left out.
-    #[serde(default, skip_serializing_if = "Setting::is_inherit")]
-    pub tokens: Setting<Vec<RateSection>>,
-    /// Input-token rates, `"unlimited"`, or left out.
-    #[serde(default, skip_serializing_if = "Setting::is_inherit")]
-    pub input_tokens: Setting<Vec<RateSection>>,
-    /// Output-token rates, `"unlimited"`, or left out.
-    #[serde(default, skip_serializing_if = "Setting::is_inherit")]
-    pub output_tokens: Setting<Vec<RateSection>>,
-    /// Spend limits (USD), `"unlimited"`, or left out.
-    #[serde(default, skip_serializing_if = "Setting::is_inherit")]
-    pub spend: Setting<Vec<SpendSection>>,
+    /// Each dimension's rates, `"unlimited"`, or left out, by its name.
+    #[serde(flatten)]
+    pub rates: ByDimension<Setting<Vec<RateSection>>>,
     /// Requests in flight, `"unlimited"`, or left out.
     #[serde(default, skip_serializing_if = "Setting::is_inherit")]
     pub concurrency: Setting<u64>,
 }
 
+impl<'de> Deserialize<'de> for LevelOverrideSection {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        read_section(d)
+    }
+}
+
+impl<'de> WithDimensions<'de> for LevelOverrideSection {
+    type Rates = Setting<Vec<RateSection>>;
+    const KEYS: &'static [&'static str] = &["concurrency"];
+
+    fn rates(&mut self) -> &mut ByDimension<Setting<Vec<RateSection>>> {
+        &mut self.rates
+    }
+
+    fn read_own<A: de::MapAccess<'de>>(
+        &mut self,
+        key: &str,
+        map: &mut A,
+    ) -> Result<bool, A::Error> {
+        match key {
+            "concurrency" => self.concurrency = map.next_value()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
 impl LevelOverrideSection {
     /// True when it names nothing: the whole level is the tier's.
     pub fn is_empty(&self) -> bool {
-        self.requests.is_inherit()
-            && self.tokens.is_inherit()
-            && self.input_tokens.is_inherit()
-            && self.output_tokens.is_inherit()
-            && self.spend.is_inherit()
-            && self.concurrency.is_inherit()
+        self.rates.is_unset() && self.concurrency.is_inherit()
     }
 
     /// The domain value; `path` names the level in errors.
     pub fn to_domain(&self, path: &str) -> Result<LevelOverride, LimitsError> {
-        let convert = |name: &str, s: &Setting<Vec<RateSection>>| match s {
-            Setting::Inherit => Ok(Setting::Inherit),
-            Setting::Unlimited => Ok(Setting::Unlimited),
-            Setting::Limit(r) => rates(&format!("{path}.{name}"), r).map(Setting::Limit),
-        };
-        Ok(LevelOverride {
-            requests: convert("requests", &self.requests)?,
-            tokens: convert("tokens", &self.tokens)?,
-            input_tokens: convert("input_tokens", &self.input_tokens)?,
-            output_tokens: convert("output_tokens", &self.output_tokens)?,
-            spend: match &self.spend {
+        let mut settings = DimMap::<Setting<Vec<Rate>>>::default();
+        for (dimension, written) in self.rates.0.iter() {
+            settings[dimension] = match written {
                 Setting::Inherit => Setting::Inherit,
                 Setting::Unlimited => Setting::Unlimited,
-                Setting::Limit(s) => Setting::Limit(spend_rates(&format!("{path}.spend"), s)?),
-            },
+                Setting::Limit(r) => rates(&format!("{path}.{}", dimension.as_str()), dimension, r)
+                    .map(Setting::Limit)?,
+            };
+        }
+        Ok(LevelOverride {
+            rates: settings,
             concurrency: self.concurrency.clone(),
         })
     }
@@ -205,6 +217,7 @@ impl OverrideSection {
 mod tests {
     use super::*;
     use crate::config::parse_document;
+    use crate::domain::Dimension;
     use crate::domain::Rate;
 
     #[test]
@@ -214,7 +227,7 @@ mod tests {
         let o: OverrideSection = parse_document(toml).unwrap();
         let d = o.to_domain("bigco").unwrap();
         assert_eq!(
-            d.user.tokens,
+            d.user.rates[Dimension::Tokens],
             Setting::Limit(vec![Rate {
                 limit: 1000,
                 period_secs: 60,
@@ -223,7 +236,7 @@ mod tests {
             }])
         );
         assert_eq!(d.user.concurrency, Setting::Unlimited);
-        assert_eq!(d.user.requests, Setting::Inherit);
+        assert_eq!(d.user.rates[Dimension::Requests], Setting::Inherit);
         assert!(d.tenant.is_empty());
         let json = serde_json::to_string(&o).unwrap();
         assert_eq!(

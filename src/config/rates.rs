@@ -2,17 +2,23 @@
 //! and their periods, with their conversion into domain rates.
 
 use crate::domain::alert::Thresholds;
+use crate::domain::price::{MAX_SPEND_MICROS, usd_to_micros};
 use crate::domain::window::{Window, WindowKind, parse_zone};
-use crate::domain::{LimitsError, Rate};
+use crate::domain::{Dimension, LimitsError, Rate};
 use serde::{Deserialize, Serialize};
 
 /// One rate as written: `{ limit = 60, period = "1m" }`, or per calendar
-/// window: `{ limit = 1000000, window = "month", timezone = "Asia/Bangkok" }`.
+/// window: `{ limit = 1000000, window = "month", timezone = "Asia/Bangkok" }`;
+/// a spend limit in USD: `{ limit_usd = 500, window = "month" }`.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RateSection {
     /// Units per period (or window).
-    pub limit: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// A spend limit: USD per period (or window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_usd: Option<f64>,
     /// `"30s"`, `"1m"`, `"1h"`, `"1d"` or seconds: a rolling period.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub period: Option<Period>,
@@ -28,10 +34,45 @@ pub struct RateSection {
 }
 
 impl RateSection {
-    /// The domain rate; `field` names it in errors.
-    pub(crate) fn to_domain(&self, field: &str) -> Result<Rate, LimitsError> {
+    /// The limit as written: `limit`, or for spend `limit_usd` in µ$.
+    fn limit_of(&self, field: &str, dimension: Dimension) -> Result<u64, LimitsError> {
         let err =
             |name: &str, problem: String| LimitsError::new(format!("{field}.{name}"), problem);
+        Ok(match (dimension.is_priced(), self.limit, self.limit_usd) {
+            (true, None, Some(usd)) => {
+                usd_to_micros(&format!("{field}.limit_usd"), usd, MAX_SPEND_MICROS)?
+            }
+            (false, Some(limit), None) => limit,
+            (true, _, _) => {
+                return Err(err(
+                    "limit_usd",
+                    "is required: a spend limit is written in USD (limit_usd = 500)".into(),
+                ));
+            }
+            (false, _, Some(_)) => {
+                return Err(err(
+                    "limit_usd",
+                    format!(
+                        "only spend limits are in USD: write {} limits as limit = N",
+                        dimension.as_str()
+                    ),
+                ));
+            }
+            (false, None, None) => {
+                return Err(err(
+                    "limit",
+                    "is required: how many per period (limit = 60)".into(),
+                ));
+            }
+        })
+    }
+
+    /// The domain rate of `dimension` (a spend limit in µ$); `field` names
+    /// it in errors.
+    pub(crate) fn to_domain(&self, field: &str, dimension: Dimension) -> Result<Rate, LimitsError> {
+        let err =
+            |name: &str, problem: String| LimitsError::new(format!("{field}.{name}"), problem);
+        let limit = self.limit_of(field, dimension)?;
         let alert_at = Thresholds::new(&self.alert_at).map_err(|p| err("alert_at", p))?;
         match (&self.period, &self.window) {
             (Some(period), None) => {
@@ -45,7 +86,7 @@ impl RateSection {
                 }
                 let period_secs = period.seconds().map_err(|p| err("period", p.to_string()))?;
                 Ok(Rate {
-                    limit: self.limit,
+                    limit,
                     period_secs,
                     window: None,
                     alert_at,
@@ -68,7 +109,7 @@ impl RateSection {
                     )
                 })?;
                 Ok(Rate {
-                    limit: self.limit,
+                    limit,
                     period_secs: 0,
                     window: Some(Window { kind, tz }),
                     alert_at,
@@ -87,19 +128,25 @@ impl RateSection {
         }
     }
 
-    /// A domain rate as written.
-    pub fn of(rate: &Rate) -> Self {
+    /// A domain rate of `dimension` as written.
+    pub fn of(rate: &Rate, dimension: Dimension) -> Self {
         let alert_at = rate.alert_at.iter().collect();
+        let (limit, limit_usd) = match dimension.is_priced() {
+            true => (None, Some(rate.limit as f64 / 1e6)),
+            false => (Some(rate.limit), None),
+        };
         match rate.window {
             Some(w) => RateSection {
-                limit: rate.limit,
+                limit,
+                limit_usd,
                 period: None,
                 window: Some(w.kind.as_str().into()),
                 timezone: Some(w.tz.name().into()),
                 alert_at,
             },
             None => RateSection {
-                limit: rate.limit,
+                limit,
+                limit_usd,
                 period: Some(Period::Text(crate::domain::decision::period_label(
                     rate.period_secs,
                 ))),
@@ -166,11 +213,15 @@ pub fn period_seconds(text: &str) -> Result<u64, PeriodError> {
         .ok_or_else(|| PeriodError::TooLong(text.into()))
 }
 
-/// Written rates as domain rates; `path` names the list in errors.
-pub(crate) fn rates(path: &str, rates: &[RateSection]) -> Result<Vec<Rate>, LimitsError> {
+/// Written rates of `dimension` as domain rates; `path` names the list in errors.
+pub(crate) fn rates(
+    path: &str,
+    dimension: Dimension,
+    rates: &[RateSection],
+) -> Result<Vec<Rate>, LimitsError> {
     rates
         .iter()
         .enumerate()
-        .map(|(i, r)| r.to_domain(&format!("{path}[{i}]")))
+        .map(|(i, r)| r.to_domain(&format!("{path}[{i}]"), dimension))
         .collect()
 }

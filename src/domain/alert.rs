@@ -183,23 +183,14 @@ pub struct LimitOf {
 impl LimitOf {
     /// Reads `bucket_id` (`budget::state::bucket_id`).
     pub fn of(bucket_id: f64) -> LimitOf {
-        use crate::domain::budget::layout::{
-            DIMENSION_SCALE, GROUP_SCALE, INPUT_DIMENSION, OUTPUT_DIMENSION, SPEND_DIMENSION,
-            TOKENS_DIMENSION, WINDOW_PERIODS,
-        };
+        use crate::domain::budget::layout::{DIMENSION_SCALE, GROUP_SCALE, WINDOW_PERIODS};
         let id = bucket_id as u64;
         let (group, dim, period) = (
             id / GROUP_SCALE as u64,
             id % GROUP_SCALE as u64 / DIMENSION_SCALE as u64,
             id % DIMENSION_SCALE as u64,
         );
-        let dimension = match dim as f64 {
-            d if d == TOKENS_DIMENSION => Dimension::Tokens,
-            d if d == INPUT_DIMENSION => Dimension::InputTokens,
-            d if d == OUTPUT_DIMENSION => Dimension::OutputTokens,
-            d if d == SPEND_DIMENSION => Dimension::Spend,
-            _ => Dimension::Requests,
-        };
+        let dimension = Dimension::from_code(dim as usize).unwrap_or(Dimension::Requests);
         let windowed = period >= WINDOW_PERIODS as u64;
         LimitOf {
             dimension,

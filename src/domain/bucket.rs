@@ -8,7 +8,7 @@
 //! doubles; stores report levels as whole thousandths ("milli" units).
 
 use super::alert::Thresholds;
-use super::limits::{Dimension, Level};
+use super::level::{DimMap, Dimension, Level};
 use super::price::SpendRates;
 use super::window::{Span, Window};
 
@@ -44,60 +44,44 @@ pub struct Windowed {
 
 /// What one operation moves in the buckets of each dimension: a
 /// reservation's cost ([`Cost::reservation`]), a charge's, or, in doubles
-/// and negative where it gives back, a settle's correction. [`Cost::of`] is
-/// the one mapping from a bucket's dimension to what it takes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Cost<T = u64> {
-    /// From request (and concurrency) buckets.
-    pub requests: T,
-    /// From (all-)token buckets.
-    pub tokens: T,
-    /// From input-token buckets.
-    pub input: T,
-    /// From output-token buckets.
-    pub output: T,
-    /// From spend buckets, µ$.
-    pub spend: T,
-}
+/// and negative where it gives back, a settle's correction. The scripts get
+/// it as a vector indexed by the dimension's code (`cost[kind]`).
+pub type Cost<T = u64> = DimMap<T>;
 
 impl<T: Copy> Cost<T> {
-    /// What this takes from a bucket of `dimension` (Lua:
-    /// `lua/splice/reservation_cost.lua` for a reservation).
+    /// What this takes from a bucket of `dimension`; a concurrency slot
+    /// counts as a request.
     pub fn of(&self, dimension: Dimension) -> T {
         match dimension {
-            Dimension::Requests | Dimension::Concurrency => self.requests,
-            Dimension::Tokens => self.tokens,
-            Dimension::InputTokens => self.input,
-            Dimension::OutputTokens => self.output,
-            Dimension::Spend => self.spend,
+            Dimension::Concurrency => self[Dimension::Requests],
+            d => self[d],
         }
     }
 }
 
 impl<T: Copy + std::ops::Add<Output = T> + From<u8>> Cost<T> {
     /// A reservation's cost: one request, its `prompt` and `output` tokens,
-    /// and their `spend` (µ$, [`crate::domain::price::SpendRates::spend`]).
-    pub fn reservation(prompt: T, output: T, spend: T) -> Self {
-        Cost {
-            requests: T::from(1),
-            tokens: prompt + output,
-            input: prompt,
-            output,
-            spend,
-        }
+    /// their `spend` (µ$, [`crate::domain::price::SpendRates::spend`]), and
+    /// in each dimension the caller counts ([`Dimension::is_declared`]) what
+    /// it `declared`. Lua: the plan sends this with no output
+    /// (`store/redis/reserve.rs`), and `reserve.lua` puts each level's held
+    /// output and spend in the token, output and spend places.
+    pub fn reservation(prompt: T, output: T, spend: T, declared: &DimMap<T>) -> Self {
+        DimMap::from_fn(|d| match d {
+            Dimension::Requests => T::from(1),
+            Dimension::Tokens => prompt + output,
+            Dimension::InputTokens => prompt,
+            Dimension::OutputTokens => output,
+            Dimension::Spend => spend,
+            _ => declared[d],
+        })
     }
 }
 
 impl Cost<f64> {
     /// What moving from `self` to `to` changes in each dimension.
     pub fn change_to(self, to: Cost<f64>) -> Cost<f64> {
-        Cost {
-            requests: to.requests - self.requests,
-            tokens: to.tokens - self.tokens,
-            input: to.input - self.input,
-            output: to.output - self.output,
-            spend: to.spend - self.spend,
-        }
+        DimMap::from_fn(|d| to[d] - self[d])
     }
 }
 
@@ -124,7 +108,7 @@ impl BucketSpec {
             Dimension::Tokens => Some(above_floor - prompt),
             Dimension::OutputTokens => Some(above_floor),
             Dimension::Spend => rates.output_within(above_floor),
-            Dimension::Requests | Dimension::InputTokens | Dimension::Concurrency => None,
+            _ => None,
         }
     }
 

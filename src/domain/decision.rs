@@ -238,7 +238,7 @@ mod tests {
             },
         ];
         // Requests need 1 s, tokens (500 needed, 100 left) need 4 s, concurrency is capped at 1 s.
-        let cost = Cost::reservation(400, 100, 0);
+        let cost = Cost::reservation(400, 100, 0, &Default::default());
         let d = denial(&plan(), &readings, 0b111.into(), cost, 0.0, 1000);
         assert_eq!(d.reason, Reason::TokensExceeded);
         assert_eq!(d.level, Some(Level::User));
@@ -260,7 +260,7 @@ mod tests {
                 earliest_expiry_ms: 0,
             },
         ];
-        let cost = Cost::reservation(2000, 0, 0);
+        let cost = Cost::reservation(2000, 0, 0, &Default::default());
         // 3000 of 6000 left, 2000 wanted, 30% (1800) kept: wait for 800 more
         // tokens at 100 a second.
         let d = denial(&plan(), &readings, 0b010.into(), cost, 0.3, 1000);

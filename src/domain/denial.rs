@@ -156,13 +156,13 @@ impl Denial {
                 Level::Global => format!(
                     "this request needs more {} than the {} can ever hold{kept}; retrying \
                      cannot help: shorten the prompt or lower max_output_tokens",
-                    unit(bucket.dimension),
+                    bucket.dimension.unit(),
                     limit_name(bucket.level, group, bucket.dimension),
                 ),
                 _ => format!(
                     "this request needs {cost} {} but the {} limit is {} per {}{kept}; \
                      retrying cannot help: shorten the prompt or lower max_output_tokens",
-                    unit(bucket.dimension),
+                    bucket.dimension.unit(),
                     limit_name(bucket.level, group, bucket.dimension),
                     bucket.limit,
                     bucket.period_label()
@@ -172,29 +172,11 @@ impl Denial {
     }
 }
 
-/// What a dimension counts, for sentences.
-fn unit(dimension: Dimension) -> &'static str {
-    match dimension {
-        Dimension::Requests | Dimension::Concurrency => "requests",
-        Dimension::Tokens => "tokens",
-        Dimension::InputTokens => "input tokens",
-        Dimension::OutputTokens => "output tokens",
-        Dimension::Spend => "µ$",
-    }
-}
-
 /// "tenant gpt-4o output-token", for sentences ("… limit"); at the global
 /// level "upstream account's gpt-4o output-token budget", named without its
 /// size.
 fn limit_name(level: Level, group: Option<&str>, dimension: Dimension) -> String {
-    let what = match dimension {
-        Dimension::Requests => "request",
-        Dimension::Tokens => "token",
-        Dimension::InputTokens => "input-token",
-        Dimension::OutputTokens => "output-token",
-        Dimension::Spend => "spend",
-        Dimension::Concurrency => "concurrency",
-    };
+    let what = dimension.limit_noun();
     match (level, group) {
         (Level::Global, Some(g)) => format!("upstream account's {g} {what} budget"),
         (Level::Global, None) => format!("upstream account's {what} budget"),

@@ -1,6 +1,7 @@
 //! The scopes a request is checked against and what a limit counts: the
 //! vocabulary every plan, reading and decision is written in.
 
+pub use super::dimension::{DimMap, Dimension};
 use std::fmt;
 
 /// The nested scopes a request is checked against, outermost first.
@@ -56,65 +57,6 @@ impl Level {
 impl fmt::Display for Level {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// What a limit counts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Dimension {
-    /// Requests; each reservation costs one.
-    Requests,
-    /// Tokens; each reservation costs prompt + output tokens.
-    Tokens,
-    /// Prompt tokens alone (Anthropic's input tokens per minute); cached
-    /// prompt tokens are left out at Commit where a model group says so.
-    InputTokens,
-    /// Output tokens alone: the output reserved, then the completion.
-    OutputTokens,
-    /// Money, in micro-dollars: what requests cost at their model group's price.
-    Spend,
-    /// Requests in flight at once.
-    Concurrency,
-}
-
-impl Dimension {
-    /// Lower-case name for messages and metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Dimension::Requests => "requests",
-            Dimension::Tokens => "tokens",
-            Dimension::InputTokens => "input_tokens",
-            Dimension::OutputTokens => "output_tokens",
-            Dimension::Spend => "spend",
-            Dimension::Concurrency => "concurrency",
-        }
-    }
-
-    /// The rate dimensions, in the order a level's buckets are planned.
-    pub const RATES: [Dimension; 5] = [
-        Dimension::Requests,
-        Dimension::Tokens,
-        Dimension::InputTokens,
-        Dimension::OutputTokens,
-        Dimension::Spend,
-    ];
-
-    /// True where a reservation's output counts: tokens, output tokens and
-    /// spend. A level holds output (the grant, or the learned output) only
-    /// in buckets of these; one with none holds no output at all.
-    pub fn counts_output(self) -> bool {
-        matches!(
-            self,
-            Dimension::Tokens | Dimension::OutputTokens | Dimension::Spend
-        )
-    }
-
-    /// True for the three kinds of token limit.
-    pub fn is_tokens(self) -> bool {
-        matches!(
-            self,
-            Dimension::Tokens | Dimension::InputTokens | Dimension::OutputTokens
-        )
     }
 }
 

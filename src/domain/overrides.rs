@@ -8,6 +8,7 @@
 //! never remove a limit by accident.
 
 use super::block::Blocks;
+use super::level::DimMap;
 use super::tier::{LevelLimits, LimitsError, Rate, ShadowLimits, Tier, user_within_tenant};
 
 /// What an override says about one kind of limit at one level.
@@ -63,16 +64,8 @@ impl Setting<u64> {
 /// What an override says about one level.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LevelOverride {
-    /// Request rates.
-    pub requests: Setting<Vec<Rate>>,
-    /// Token rates.
-    pub tokens: Setting<Vec<Rate>>,
-    /// Input-token rates.
-    pub input_tokens: Setting<Vec<Rate>>,
-    /// Output-token rates.
-    pub output_tokens: Setting<Vec<Rate>>,
-    /// Spend rates (µ$).
-    pub spend: Setting<Vec<Rate>>,
+    /// The rates of each rate dimension (spend in µ$).
+    pub rates: DimMap<Setting<Vec<Rate>>>,
     /// Requests in flight.
     pub concurrency: Setting<u64>,
 }
@@ -81,11 +74,7 @@ impl LevelOverride {
     /// The level's limits with this override laid over the tier's `tier`.
     pub fn apply(&self, tier: &LevelLimits) -> LevelLimits {
         LevelLimits {
-            requests: self.requests.over(&tier.requests),
-            tokens: self.tokens.over(&tier.tokens),
-            input_tokens: self.input_tokens.over(&tier.input_tokens),
-            output_tokens: self.output_tokens.over(&tier.output_tokens),
-            spend: self.spend.over(&tier.spend),
+            rates: self.rates.map(|d, setting| setting.over(&tier.rates[d])),
             concurrency: self.concurrency.over(tier.concurrency),
             output: tier.output,
         }
@@ -99,22 +88,12 @@ impl LevelOverride {
 
     /// True when the override says nothing about this level.
     pub fn is_empty(&self) -> bool {
-        self.rate_settings().iter().all(|(_, s)| s.is_inherit()) && self.concurrency.is_inherit()
-    }
-
-    /// Each rate kind's setting, by its configuration name.
-    fn rate_settings(&self) -> [(&'static str, &Setting<Vec<Rate>>); 5] {
-        [
-            ("requests", &self.requests),
-            ("tokens", &self.tokens),
-            ("input_tokens", &self.input_tokens),
-            ("output_tokens", &self.output_tokens),
-            ("spend", &self.spend),
-        ]
+        self.rates.iter().all(|(_, s)| s.is_inherit()) && self.concurrency.is_inherit()
     }
 
     fn validate(&self, path: &str) -> Result<(), LimitsError> {
-        for (name, setting) in self.rate_settings() {
+        for (dimension, setting) in self.rates.iter() {
+            let name = dimension.as_str();
             if setting.limit().is_some_and(Vec::is_empty) {
                 return Err(LimitsError::new(
                     format!("{path}.{name}"),
@@ -212,6 +191,7 @@ fn check_levels(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::{DimMap, Dimension};
 
     fn rate(limit: u64, period_secs: u64) -> Rate {
         Rate {
@@ -226,14 +206,18 @@ mod tests {
         Tier {
             name: "pro".into(),
             tenant: LevelLimits {
-                requests: vec![rate(600, 60)],
-                tokens: vec![rate(5_000_000, 60)],
+                rates: DimMap::with([
+                    (Dimension::Requests, vec![rate(600, 60)]),
+                    (Dimension::Tokens, vec![rate(5_000_000, 60)]),
+                ]),
                 concurrency: Some(50),
                 ..LevelLimits::default()
             },
             user: LevelLimits {
-                requests: vec![rate(60, 60)],
-                tokens: vec![rate(500_000, 60)],
+                rates: DimMap::with([
+                    (Dimension::Requests, vec![rate(60, 60)]),
+                    (Dimension::Tokens, vec![rate(500_000, 60)]),
+                ]),
                 concurrency: Some(5),
                 ..LevelLimits::default()
             },
@@ -244,7 +228,7 @@ mod tests {
             shadow: Some(ShadowLimits {
                 tenant: LevelLimits::default(),
                 user: LevelLimits {
-                    requests: vec![rate(30, 60)],
+                    rates: DimMap::with([(Dimension::Requests, vec![rate(30, 60)])]),
                     ..LevelLimits::default()
                 },
                 models: Default::default(),
@@ -257,16 +241,19 @@ mod tests {
     fn an_override_changes_only_what_it_names() {
         let o = Override {
             user: LevelOverride {
-                tokens: Setting::Limit(vec![rate(1_000_000, 60)]),
+                rates: DimMap::with([(
+                    Dimension::Tokens,
+                    Setting::Limit(vec![rate(1_000_000, 60)]),
+                )]),
                 ..LevelOverride::default()
             },
             ..Override::default()
         };
         let t = o.apply(&tier());
         assert_eq!(t.tenant, tier().tenant, "the tenant level is the tier's");
-        assert_eq!(t.user.requests, vec![rate(60, 60)]);
+        assert_eq!(t.user.rates[Dimension::Requests], vec![rate(60, 60)]);
         assert_eq!(t.user.concurrency, Some(5));
-        assert_eq!(t.user.tokens, vec![rate(1_000_000, 60)]);
+        assert_eq!(t.user.rates[Dimension::Tokens], vec![rate(1_000_000, 60)]);
         assert_eq!(t.shadow, tier().shadow, "the tier's shadow quota applies");
         assert_eq!(t.max_context_tokens, 128_000);
     }
@@ -280,7 +267,7 @@ mod tests {
             },
             shadow: Some(ShadowOverride {
                 user: LevelOverride {
-                    requests: Setting::Unlimited,
+                    rates: DimMap::with([(Dimension::Requests, Setting::Unlimited)]),
                     ..LevelOverride::default()
                 },
                 ..ShadowOverride::default()
@@ -289,7 +276,10 @@ mod tests {
         };
         let t = o.apply(&tier());
         assert_eq!(t.tenant.concurrency, None);
-        assert_eq!(t.tenant.requests, tier().tenant.requests);
+        assert_eq!(
+            t.tenant.rates[Dimension::Requests],
+            tier().tenant.rates[Dimension::Requests]
+        );
         assert_eq!(t.user, tier().user);
         assert_eq!(t.shadow, None, "no shadow limit is left");
     }
@@ -298,7 +288,7 @@ mod tests {
     fn empty_lists_and_user_above_its_own_tenant_are_refused() {
         let empty = Override {
             user: LevelOverride {
-                tokens: Setting::Limit(vec![]),
+                rates: DimMap::with([(Dimension::Tokens, Setting::Limit(vec![]))]),
                 ..LevelOverride::default()
             },
             ..Override::default()
@@ -308,11 +298,11 @@ mod tests {
         assert!(err.problem.contains("\"unlimited\""), "{err}");
         let above = Override {
             tenant: LevelOverride {
-                requests: Setting::Limit(vec![rate(10, 60)]),
+                rates: DimMap::with([(Dimension::Requests, Setting::Limit(vec![rate(10, 60)]))]),
                 ..LevelOverride::default()
             },
             user: LevelOverride {
-                requests: Setting::Limit(vec![rate(11, 60)]),
+                rates: DimMap::with([(Dimension::Requests, Setting::Limit(vec![rate(11, 60)]))]),
                 ..LevelOverride::default()
             },
             ..Override::default()

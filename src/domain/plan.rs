@@ -14,12 +14,12 @@
 use super::bucket::Cost;
 use super::decision::Denial;
 use super::ids::{Fnv, IdempotencyKey, InvalidInput, ReservationId, SessionId, TenantId, UserId};
-use super::level::Level;
+use super::level::{DimMap, Level};
 pub use super::level_plan::{LevelPlan, Scope, levels, shadow_levels};
 use super::limits::Limits;
 use super::mix::PromptMix;
 use super::model::ModelGroup;
-use super::price::Rates;
+use super::price::{Rates, SpendRates};
 use super::priority::{Priorities, Priority};
 use super::prompt::{PromptCount, PromptInput};
 use super::tier::{MAX_COUNT, Tier};
@@ -81,6 +81,9 @@ pub struct ReserveRequest {
     pub lease_ttl_ms: Option<u64>,
     /// How much the request matters: picks the headroom it must leave.
     pub priority: Priority,
+    /// What the call may use in each dimension the caller counts
+    /// ([`crate::domain::Dimension::is_declared`]; 0 elsewhere).
+    pub declared: DimMap<u64>,
 }
 
 /// What a request is planned under, besides the request and its count.
@@ -133,6 +136,8 @@ pub struct ReservePlan {
     pub learned_output: Option<u64>,
     /// Lease length.
     pub lease_ttl_ms: u64,
+    /// What the call may use in each dimension the caller counts.
+    pub declared: DimMap<u64>,
     /// The caller's idempotency key, if any.
     pub idempotency_key: Option<IdempotencyKey>,
     /// Digest of the request; a replayed idempotency key must match it.
@@ -163,8 +168,15 @@ impl ReservePlan {
         Cost::reservation(
             self.prompt_tokens,
             output,
-            self.price.worst_case(self.prompt_tokens, output),
+            self.spend_rates().spend(output as f64) as u64,
+            &self.declared,
         )
+    }
+
+    /// What the prompt, the call's fee and what it declared cost, and the
+    /// output price: the spend rule of this reservation.
+    pub fn spend_rates(&self) -> SpendRates {
+        SpendRates::new(self.price, self.prompt_tokens).with_declared(&self.price, &self.declared)
     }
 
     /// The same request against a quota in shadow: other levels, same id, no
@@ -249,7 +261,10 @@ pub fn prepare(
     let smallest = Cost::reservation(
         count.reserve,
         min_output,
-        price.worst_case(count.reserve, min_output),
+        SpendRates::new(price, count.reserve)
+            .with_declared(&price, &req.declared)
+            .spend(min_output as f64) as u64,
+        &req.declared,
     );
     if let Some(denial) = too_large(&levels, smallest, headroom) {
         return Ok(refused(denial, max_output));
@@ -284,6 +299,7 @@ pub fn prepare(
         prompt_mix: count.mix,
         learned_output: None,
         lease_ttl_ms,
+        declared: req.declared,
         idempotency_key: req.idempotency_key.clone(),
         fingerprint,
     }))
@@ -350,6 +366,11 @@ fn fingerprint(req: &ReserveRequest, prompt: u64, headroom: f64, max_output: u64
         h.write(&[0xfe]);
         h.write(session.as_str().as_bytes());
     }
+    // Likewise a retry that declares other amounts; none hashes as before.
+    for (d, &n) in req.declared.iter().filter(|(_, n)| **n != 0) {
+        h.write(&[0xfd, d.code() as u8]);
+        h.write_u64(n);
+    }
     h.finish()
 }
 
@@ -374,6 +395,7 @@ mod tests {
     use super::*;
     use crate::domain::Reason;
     use crate::domain::limits::{Level, LevelLimits, Rate};
+    use crate::domain::{DimMap, Dimension};
     use std::sync::Arc;
 
     pub(super) fn limits() -> Limits {
@@ -381,18 +403,26 @@ mod tests {
             name: "free".into(),
             tenant: LevelLimits::default(),
             user: LevelLimits {
-                requests: vec![Rate {
-                    limit: 10,
-                    period_secs: 60,
-                    window: None,
-                    alert_at: Default::default(),
-                }],
-                tokens: vec![Rate {
-                    limit: 5000,
-                    period_secs: 60,
-                    window: None,
-                    alert_at: Default::default(),
-                }],
+                rates: DimMap::with([
+                    (
+                        Dimension::Requests,
+                        vec![Rate {
+                            limit: 10,
+                            period_secs: 60,
+                            window: None,
+                            alert_at: Default::default(),
+                        }],
+                    ),
+                    (
+                        Dimension::Tokens,
+                        vec![Rate {
+                            limit: 5000,
+                            period_secs: 60,
+                            window: None,
+                            alert_at: Default::default(),
+                        }],
+                    ),
+                ]),
                 concurrency: Some(1),
                 ..LevelLimits::default()
             },
@@ -423,6 +453,7 @@ mod tests {
             idempotency_key: None,
             lease_ttl_ms: None,
             priority: Priority::Normal,
+            declared: DimMap::default(),
         }
     }
 
@@ -504,12 +535,13 @@ mod tests {
 mod reduced_output {
     use super::tests_support::*;
     use super::*;
+    use crate::domain::Dimension;
 
     #[test]
     fn reduced_output_is_capped_by_the_context_and_checked() {
         let mut big = limits();
         let mut tier = (**big.tier("free").unwrap()).clone();
-        tier.user.tokens.clear();
+        tier.user.rates[Dimension::Tokens].clear();
         big.tiers.insert("free".into(), std::sync::Arc::new(tier));
         let mut r = request(7900, 1000);
         r.min_output_tokens = Some(50);

@@ -13,6 +13,7 @@
 //! at the reasoning price; a call may carry a flat fee; and a prompt past a
 //! long-context threshold prices the whole call at that tier's rates.
 
+use super::level::DimMap;
 use super::tier::LimitsError;
 pub use super::tier::MAX_SPEND_MICROS;
 
@@ -37,6 +38,9 @@ pub struct Rates {
     pub reasoning: u64,
     /// Per call, µ$ (not per million).
     pub per_call: u64,
+    /// Per unit of each dimension the caller counts (an image), µ$ (not
+    /// per million); 0 elsewhere.
+    pub declared: DimMap<u64>,
 }
 
 impl Rates {
@@ -51,6 +55,7 @@ impl Rates {
             output,
             reasoning: output,
             per_call: 0,
+            declared: DimMap::default(),
         }
     }
 
@@ -93,6 +98,8 @@ pub struct Billed {
     pub completion: u64,
     /// Of `completion`, reasoning.
     pub reasoning: u64,
+    /// What the call used in each dimension the caller counts (images).
+    pub declared: DimMap<u64>,
 }
 
 impl Price {
@@ -139,7 +146,12 @@ impl Price {
                 + times(write_1h, r.cache_write_1h)
                 + times(used.completion - reasoning, r.output)
                 + times(reasoning, r.reasoning)
-                + times(r.per_call, 1_000_000),
+                + times(r.per_call, 1_000_000)
+                + used
+                    .declared
+                    .iter()
+                    .map(|(d, &n)| times(n, r.declared[d]) * 1_000_000)
+                    .sum::<u128>(),
         )
     }
 
@@ -208,6 +220,15 @@ impl SpendRates {
             prompt: prompt as f64 * rates.input as f64 + rates.per_call as f64 * 1e6,
             output: rates.output_at_most() as f64,
         }
+    }
+
+    /// These rates with what `declared` costs at `rates` added to the
+    /// prompt's part (a fee per image, as the call's fee).
+    pub fn with_declared(mut self, rates: &Rates, declared: &DimMap<u64>) -> Self {
+        for (d, &n) in declared.iter().filter(|(_, n)| **n != 0) {
+            self.prompt += n as f64 * rates.declared[d] as f64 * 1e6;
+        }
+        self
     }
 
     /// What the prompt and `output` tokens cost, µ$, rounded up once: the
@@ -326,6 +347,7 @@ mod tests {
             cached: 10_000,
             cache_write: 20_000,
             cache_write_1h: 30_000,
+            declared: DimMap::default(),
             completion: 2_000,
             reasoning: 500,
         };

@@ -7,7 +7,7 @@
 //! and shadow limits) and its validation rules, kept together as one contract.
 
 use super::alert::Thresholds;
-use super::level::{Dimension, Level};
+use super::level::{DimMap, Dimension, Level};
 use super::output::OutputReservation;
 use super::window::Window;
 use std::collections::BTreeMap;
@@ -52,16 +52,9 @@ impl Rate {
 /// The limits of one level. Every part may be absent, meaning unlimited.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LevelLimits {
-    /// Request-count rates (RPM, RPD, ...).
-    pub requests: Vec<Rate>,
-    /// Token rates (TPM, TPD, ...): prompt + output.
-    pub tokens: Vec<Rate>,
-    /// Prompt-token rates (input tokens per minute, ...).
-    pub input_tokens: Vec<Rate>,
-    /// Output-token rates (output tokens per minute, ...).
-    pub output_tokens: Vec<Rate>,
-    /// Spend rates: limits in micro-dollars (a monthly budget, ...).
-    pub spend: Vec<Rate>,
+    /// The rates of each rate dimension (RPM, TPM, a monthly budget in µ$,
+    /// …); none: unlimited in it.
+    pub rates: DimMap<Vec<Rate>>,
     /// Requests in flight at once.
     pub concurrency: Option<u64>,
     /// How much output a reservation holds here: the grant, or the learned
@@ -79,7 +72,8 @@ impl LevelLimits {
                 .filter(|r| r.window.is_none())
                 .min_by_key(|r| r.period_secs)
         }
-        rolling(&self.tokens).or_else(|| rolling(&self.output_tokens))
+        rolling(&self.rates[Dimension::Tokens])
+            .or_else(|| rolling(&self.rates[Dimension::OutputTokens]))
     }
 
     /// True when nothing at this level is limited: the level costs no store work.
@@ -89,28 +83,24 @@ impl LevelLimits {
 
     /// True when the level has no rate of any dimension.
     pub fn has_no_rates(&self) -> bool {
-        Dimension::RATES.iter().all(|&d| self.rates(d).is_empty())
+        self.rates.iter().all(|(_, r)| r.is_empty())
     }
 
     /// The rates of one rate dimension (none for concurrency).
     pub fn rates(&self, dimension: Dimension) -> &[Rate] {
-        match dimension {
-            Dimension::Requests => &self.requests,
-            Dimension::Tokens => &self.tokens,
-            Dimension::InputTokens => &self.input_tokens,
-            Dimension::OutputTokens => &self.output_tokens,
-            Dimension::Spend => &self.spend,
-            Dimension::Concurrency => &[],
+        match dimension.slot() {
+            Some(_) => &self.rates[dimension],
+            None => &[],
         }
     }
 
     /// Checks the level's rules; `path` prefixes field names in errors.
     pub fn validate(&self, path: &str) -> Result<(), LimitsError> {
-        for (dimension, rates) in Dimension::RATES.map(|d| (d, self.rates(d))) {
+        for (dimension, rates) in self.rates.iter() {
             let name = dimension.as_str();
-            let max = match dimension {
-                Dimension::Spend => MAX_SPEND_MICROS,
-                _ => MAX_COUNT,
+            let max = match dimension.is_priced() {
+                true => MAX_SPEND_MICROS,
+                false => MAX_COUNT,
             };
             if rates.len() > MAX_RATES_PER_DIMENSION {
                 return Err(LimitsError::new(
@@ -405,33 +395,45 @@ pub(crate) mod tests_support {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::{DimMap, Dimension};
 
     pub(crate) fn tier() -> Tier {
         Tier {
             name: "pro".into(),
             tenant: LevelLimits {
-                requests: vec![Rate {
-                    limit: 100,
-                    period_secs: 60,
-                    window: None,
-                    alert_at: Default::default(),
-                }],
+                rates: DimMap::with([(
+                    Dimension::Requests,
+                    vec![Rate {
+                        limit: 100,
+                        period_secs: 60,
+                        window: None,
+                        alert_at: Default::default(),
+                    }],
+                )]),
                 concurrency: Some(10),
                 ..LevelLimits::default()
             },
             user: LevelLimits {
-                requests: vec![Rate {
-                    limit: 10,
-                    period_secs: 60,
-                    window: None,
-                    alert_at: Default::default(),
-                }],
-                tokens: vec![Rate {
-                    limit: 1000,
-                    period_secs: 60,
-                    window: None,
-                    alert_at: Default::default(),
-                }],
+                rates: DimMap::with([
+                    (
+                        Dimension::Requests,
+                        vec![Rate {
+                            limit: 10,
+                            period_secs: 60,
+                            window: None,
+                            alert_at: Default::default(),
+                        }],
+                    ),
+                    (
+                        Dimension::Tokens,
+                        vec![Rate {
+                            limit: 1000,
+                            period_secs: 60,
+                            window: None,
+                            alert_at: Default::default(),
+                        }],
+                    ),
+                ]),
                 concurrency: Some(2),
                 ..LevelLimits::default()
             },
@@ -452,7 +454,7 @@ mod tests {
     #[test]
     fn user_above_tenant_names_the_field() {
         let mut t = tier();
-        t.user.requests[0].limit = 101;
+        t.user.rates[Dimension::Requests][0].limit = 101;
         let err = t.validate("tiers.pro").unwrap_err();
         assert_eq!(err.field, "tiers.pro.user.requests[0].limit");
     }
@@ -460,7 +462,7 @@ mod tests {
     #[test]
     fn a_session_above_its_user_or_an_unbounded_session_ttl_names_the_field() {
         let mut t = tier();
-        t.session.requests = vec![Rate {
+        t.session.rates[Dimension::Requests] = vec![Rate {
             limit: 11,
             period_secs: 60,
             window: None,
@@ -469,7 +471,7 @@ mod tests {
         let err = t.validate("tiers.pro").unwrap_err();
         assert_eq!(err.field, "tiers.pro.session.requests[0].limit");
         assert!(err.problem.contains("above the user limit"), "{err}");
-        t.session.requests[0].limit = 10;
+        t.session.rates[Dimension::Requests][0].limit = 10;
         t.session.concurrency = Some(3);
         let err = t.validate("tiers.pro").unwrap_err();
         assert_eq!(err.field, "tiers.pro.session.concurrency");
@@ -497,19 +499,19 @@ mod tests {
     #[test]
     fn periods_outside_one_second_to_thirty_days_are_refused() {
         let mut t = tier();
-        t.user.tokens[0].period_secs = MAX_PERIOD_SECS + 1;
+        t.user.rates[Dimension::Tokens][0].period_secs = MAX_PERIOD_SECS + 1;
         assert_eq!(
             t.validate("tiers.pro").unwrap_err().field,
             "tiers.pro.user.tokens[0].period"
         );
-        t.user.tokens[0].period_secs = 0;
+        t.user.rates[Dimension::Tokens][0].period_secs = 0;
         assert!(t.validate("tiers.pro").is_err());
     }
 
     #[test]
     fn duplicate_periods_are_refused() {
         let mut t = tier();
-        t.user.tokens.push(Rate {
+        t.user.rates[Dimension::Tokens].push(Rate {
             limit: 5,
             period_secs: 60,
             window: None,

@@ -279,5 +279,6 @@ fn for_model(req: &ReserveRequest, model: &str) -> ReserveRequest {
         idempotency_key: req.idempotency_key.clone(),
         lease_ttl_ms: req.lease_ttl_ms,
         priority: req.priority,
+        declared: req.declared,
     }
 }

@@ -4,6 +4,7 @@
 
 use super::shadow::ShadowSettle;
 use super::{Engine, EngineError};
+use crate::domain::DimMap;
 use crate::domain::budget::Usage;
 use crate::domain::plan::{self, LevelPlan};
 use crate::domain::price::Billed;
@@ -52,6 +53,8 @@ pub struct CommitRequest {
     pub cache_write_1h_prompt_tokens: u64,
     /// Of the completion, its reasoning tokens.
     pub reasoning_tokens: u64,
+    /// What the call used in each dimension the caller counts (images).
+    pub declared: DimMap<u64>,
 }
 
 /// The answer to Commit.
@@ -133,6 +136,7 @@ impl<S: Store> Engine<S> {
             cache_write_prompt_tokens,
             cache_write_1h_prompt_tokens,
             reasoning_tokens,
+            declared,
         } = req;
         // A count of the delivered text comes with a prompt the gateway only
         // knew as reserved: nothing for the estimator to learn from.
@@ -152,6 +156,7 @@ impl<S: Store> Engine<S> {
                     cache_write_1h: cache_write_1h_prompt_tokens,
                     completion,
                     reasoning: reasoning_tokens,
+                    declared,
                 },
             )
         };
@@ -248,6 +253,7 @@ impl<S: Store> Engine<S> {
             cache_write_1h: used.cache_write_1h,
             reasoning: used.reasoning,
             cost,
+            declared: used.declared,
             learn: true,
             output_kept: 0,
         }

@@ -51,6 +51,7 @@ user = { requests = [{ limit = 10, period = "1m" }], concurrency = 1 }
             idempotency_key: None,
             lease_ttl_ms: None,
             priority: Priority::Normal,
+            declared: Default::default(),
         };
         let terms = Terms {
             limits: &settings.limits,

@@ -117,6 +117,7 @@ impl World {
             idempotency_key: None,
             lease_ttl_ms: None,
             priority: Priority::Normal,
+            declared: Default::default(),
         };
         let terms = Terms {
             limits: &self.settings.limits,

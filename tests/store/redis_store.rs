@@ -508,6 +508,7 @@ async fn both_stores_count_lapsed_leases_alike() {
             idempotency_key: None,
             lease_ttl_ms: Some(ttl),
             priority: Priority::Normal,
+            declared: Default::default(),
         };
         let terms = Terms {
             limits: &s.limits,

@@ -319,6 +319,7 @@ pub(crate) fn user_level(requests: u64, tokens: u64, concurrency: Option<u64>) -
 /// A reservation of `prompt` + `output` tokens by `user` of tenant acme.
 pub(crate) fn plan(user: &str, levels: Vec<LevelPlan>, prompt: u64, output: u64) -> ReservePlan {
     ReservePlan {
+        declared: Default::default(),
         id: ReservationId::generate(
             TenantId::parse("acme").unwrap(),
             Some(UserId::parse(user).unwrap()),
@@ -533,6 +534,7 @@ async fn commit_returns_surplus_and_charges_overage_as_debt<S: Store>(c: &Ctx<S>
         estimated_prompt_tokens: 0,
         reserved_spend: 0,
         reserved_output: 100,
+        reserved_declared: Default::default(),
     };
     assert_eq!(c.commit(&a, 50, 40).await, applied(-150));
     assert_eq!(c.status(&a).await[1], bucket(950_000));
@@ -552,6 +554,7 @@ async fn refund_returns_request_tokens_and_slot<S: Store>(c: &Ctx<S>) {
         estimated_prompt_tokens: 0,
         reserved_spend: 0,
         reserved_output: 40,
+        reserved_declared: Default::default(),
     };
     assert_eq!(c.refund(&p).await, refunded);
     let idle = Reading::Concurrency {
@@ -828,6 +831,7 @@ async fn a_learned_level_holds_the_learned_output_while_its_credit_lasts<S: Stor
             estimated_prompt_tokens: 0,
             reserved_spend: 0,
             reserved_output: 1000,
+            reserved_declared: Default::default(),
         }
     );
     assert_eq!(tokens_left(c.status(&a).await), bucket(8_500_000));
@@ -1332,6 +1336,7 @@ async fn a_global_overage_is_debt_the_next_reservation_honours<S: Store>(c: &Ctx
             estimated_prompt_tokens: 0,
             reserved_spend: 0,
             reserved_output: 100,
+            reserved_declared: Default::default(),
         }
     );
     let b = plan_of("beta", "bob", levels, 100, 100);

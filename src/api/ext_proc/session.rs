@@ -371,6 +371,7 @@ impl<S: Store> Session<S> {
             idempotency_key: None,
             lease_ttl_ms: None,
             priority: caller.priority,
+            declared: Default::default(),
         };
         let out = match fallbacks.is_empty() {
             true => Box::pin(self.engine.reserve(req)).await,
@@ -511,6 +512,7 @@ impl<S: Store> Session<S> {
                     cache_write_prompt_tokens: u.cache_write_prompt_tokens,
                     cache_write_1h_prompt_tokens: u.cache_write_1h_prompt_tokens,
                     reasoning_tokens: u.reasoning_tokens,
+                    declared: Default::default(),
                 };
                 Box::pin(self.engine.commit(req)).await.map(|_| how)
             }

@@ -30,7 +30,10 @@ pub struct Group {
     pub fields: &'static [&'static str],
 }
 
-/// reserve.lua's head: the plan's numbers.
+/// reserve.lua's head: the plan's numbers. Then the reservation's cost
+/// vector, a double per rate dimension by its code (`Dimension::code`:
+/// `spec[@[reserve] - 1 + code]`), with no output granted yet — reserve.lua
+/// puts each level's held output and spend in it — then the levels.
 pub const RESERVE: Group = Group {
     name: "reserve",
     fields: &[
@@ -75,7 +78,9 @@ pub const RESERVE_LEVEL: Group = Group {
     ],
 };
 
-/// settle.lua's head: the usage and what to keep of it.
+/// settle.lua's head: the usage and what to keep of it. Then what the
+/// usage takes in each rate dimension, by code (`Usage::used`; all 0 for a
+/// refund), then the levels.
 pub const SETTLE: Group = Group {
     name: "settle",
     fields: &[
@@ -83,14 +88,9 @@ pub const SETTLE: Group = Group {
         "levels",
         // 1: commit, 2: refund.
         "mode",
-        "tokens",
         "prompt",
         // Estimator samples kept (0: the prompt is no upstream count: no sample).
         "samples_kept",
-        // The prompt less what the model group does not count (cached tokens).
-        "input",
-        // µ$.
-        "cost",
         "cached",
         // How long ledger rows are kept past their hour and day (µs; 0: no ledger).
         "hourly_retention_us",
@@ -119,12 +119,13 @@ pub const SETTLE_LEVEL: Group = Group {
 };
 
 /// charge.lua's head: what Envoy's rate limit call takes, with no
-/// reservation behind it.
+/// reservation behind it. Then its cost vector, a double per rate dimension
+/// by code, then the levels.
 pub const CHARGE: Group = Group {
     name: "charge",
     fields: &[
         // How many levels follow.
-        "levels", "requests", "tokens",
+        "levels",
         // 1: a denial takes nothing (the request path); 0: charged into debt.
         "enforce",
     ],
@@ -359,6 +360,8 @@ pub const SETTLE_APPLIED: Group = Group {
         "estimated_prompt_tokens",
         "reserved_spend",
         "reserved_output",
+        // The record's declared part (little-endian doubles; '' when none).
+        "reserved_declared",
         "sample",
     ],
 };

@@ -45,12 +45,16 @@ impl ChargePlan {
     /// spend buckets: one number of tokens says nothing of its split or
     /// price).
     pub fn cost(&self, dimension: Dimension) -> u64 {
-        let cost = Cost {
-            requests: self.requests,
-            tokens: self.tokens,
-            ..Cost::default()
-        };
-        cost.of(dimension)
+        match dimension {
+            Dimension::Requests | Dimension::Concurrency => self.requests,
+            Dimension::Tokens => self.tokens,
+            _ => 0,
+        }
+    }
+
+    /// What this charge takes in each rate dimension.
+    pub fn costs(&self) -> Cost {
+        Cost::from_fn(|d| self.cost(d))
     }
 
     /// True when the charge writes nothing even when allowed.

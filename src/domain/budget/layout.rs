@@ -32,7 +32,9 @@ pub const OUTPUT_TRIM_SLACK: usize = 32;
 pub const EXACT_LEASES: u64 = 64;
 
 /// A bucket id is group tag × [`GROUP_SCALE`] + dimension × this + period in
-/// seconds, so a script knows a bucket's period and dimension from its id alone.
+/// seconds, so a script knows a bucket's period and dimension from its id
+/// alone (the dimension's digit: `crate::domain::Dimension::code`, which
+/// build.rs writes into the scripts' prelude by its `lua_name`).
 pub const DIMENSION_SCALE: f64 = 10_000_000.0;
 /// The model group's tag (0: all models) is the id's digits from here up.
 pub const GROUP_SCALE: f64 = 100_000_000.0;
@@ -40,16 +42,6 @@ pub const GROUP_SCALE: f64 = 100_000_000.0;
 /// digits are this plus the window's tag (kind × 10⁵ + zone digest), and the
 /// scripts receive the window's boundaries after its limit.
 pub const WINDOW_PERIODS: f64 = 9_000_000.0;
-/// The dimension digit of request buckets.
-pub const REQUESTS_DIMENSION: f64 = 1.0;
-/// The dimension digit of token buckets (prompt + output).
-pub const TOKENS_DIMENSION: f64 = 2.0;
-/// The dimension digit of input-token buckets (the prompt).
-pub const INPUT_DIMENSION: f64 = 3.0;
-/// The dimension digit of output-token buckets.
-pub const OUTPUT_DIMENSION: f64 = 4.0;
-/// The dimension digit of spend buckets (µ$).
-pub const SPEND_DIMENSION: f64 = 5.0;
 
 /// A level state is little-endian doubles: this many first (`n` live leases,
 /// `e` earliest lease expiry, `x` the key's expiry, and [`STATE_FORMAT`];
@@ -122,6 +114,8 @@ pub const REC_LEARNED_OUTPUT: usize = 76;
 pub const REC_LEARNED_SPEND: usize = 84;
 /// The length of a record with a learned output.
 pub const REC_LEN_LEARNED: usize = 91;
+/// Bytes of a record's learned-output part (mask, output, spend).
+pub const REC_LEARNED_BYTES: usize = REC_LEN_LEARNED - REC_LEN;
 /// The length of a record with a learned output and a prompt mix.
 pub const REC_LEN_LEARNED_MIX: usize = REC_LEN_LEARNED + MIX_BYTES;
 /// The length of a record written before [`REC_LEDGER_AT`] existed: read as
@@ -196,11 +190,6 @@ pub const LUA_CONSTANTS: &[(&str, f64)] = &[
     ("DIM", DIMENSION_SCALE),
     ("GROUP", GROUP_SCALE),
     ("WINDOWS", WINDOW_PERIODS),
-    ("REQUESTS", REQUESTS_DIMENSION),
-    ("TOKENS", TOKENS_DIMENSION),
-    ("INPUT", INPUT_DIMENSION),
-    ("OUTPUT", OUTPUT_DIMENSION),
-    ("SPEND", SPEND_DIMENSION),
     ("REC_COST", REC_COST as f64),
     ("REC_LEASE_EXPIRY", REC_LEASE_EXPIRY as f64),
     ("REC_MASK", REC_MASK as f64),
@@ -217,6 +206,7 @@ pub const LUA_CONSTANTS: &[(&str, f64)] = &[
     ("REC_LEARNED_MASK", REC_LEARNED_MASK as f64),
     ("REC_LEN_LEARNED", REC_LEN_LEARNED as f64),
     ("REC_LEN_LEARNED_MIX", REC_LEN_LEARNED_MIX as f64),
+    ("REC_LEARNED_BYTES", REC_LEARNED_BYTES as f64),
     ("MIX_BYTES", MIX_BYTES as f64),
     ("REC_LEN_V2", REC_LEN_V2 as f64),
     ("LEDGER_FIELDS", LEDGER_FIELDS as f64),

@@ -17,22 +17,28 @@
 //! [`LEDGER_INT_BYTES`] bytes (exact below 2^47: 1.4 × 10^14 tokens or µ$ in
 //! one hour or day of one tenant and group), in [`Row`]'s field order: 60
 //! bytes, within Redis's compact (listpack) hash encoding. A row that has
-//! counted cache writes or reasoning tokens carries them in
-//! [`LEDGER_PARTS`] more (78 bytes): only the hashes of tenants whose
-//! providers report those pay the larger encoding, and rows written before
-//! those columns existed read as none.
+//! counted cache writes, reasoning tokens or a declared dimension (images)
+//! carries them in [`LEDGER_PARTS`] more and one per declared dimension:
+//! only the hashes of tenants whose calls report those pay the larger
+//! encoding, and rows written before those columns existed read as none.
 
 use super::layout::{DAY_US, HOUR_US, LEDGER_FIELDS, LEDGER_INT_BYTES, LEDGER_PARTS};
 use super::record::Record;
 use super::usage::Settle;
-use crate::domain::UserId;
+use crate::domain::dimension::{DECLARED_COUNT, DECLARED_FIRST, Dimension};
+use crate::domain::{DimMap, UserId};
+
+/// The fields a row names (then the declared dimensions').
+const NAMED: usize = LEDGER_FIELDS + LEDGER_PARTS;
 
 // lua/ledger.lua spells the ten fields out (a loop cost twice the Redis CPU).
 const _: () = assert!(LEDGER_FIELDS == 10, "lua/ledger.lua spells out ten fields");
-const _: () = assert!(LEDGER_PARTS == 3, "lua/ledger.lua adds three parts");
+const _: () = assert!(LEDGER_PARTS == 3, "settle.lua writes three named parts");
 
-/// The fields of a row with its parts.
-const LONG: usize = LEDGER_FIELDS + LEDGER_PARTS;
+/// The fields of a row with its parts: the named parts, then what was
+/// used of each dimension the caller counts (images), in code order. A row
+/// stored with fewer parts (before a dimension existed) reads as 0 in those.
+const LONG: usize = LEDGER_FIELDS + LEDGER_PARTS + DECLARED_COUNT;
 
 /// One ledger row: the sums over the reservations it covers.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -65,6 +71,8 @@ pub struct Row {
     pub cache_write_1h_prompt_tokens: f64,
     /// Of the completion tokens, reasoning.
     pub reasoning_tokens: f64,
+    /// What the committed calls used in each dimension the caller counts.
+    pub declared: DimMap<f64>,
 }
 
 /// One row as a report reads it: its model group ("": none), its user (daily
@@ -135,7 +143,8 @@ impl Period {
 impl Row {
     /// The fields in their stored order.
     fn fields(&self) -> [f64; LONG] {
-        [
+        let mut out = [0.0; LONG];
+        let named = [
             self.requests,
             self.refunds,
             self.unsettled,
@@ -149,10 +158,21 @@ impl Row {
             self.cache_write_prompt_tokens,
             self.cache_write_1h_prompt_tokens,
             self.reasoning_tokens,
-        ]
+        ];
+        out[..NAMED].copy_from_slice(&named);
+        out[NAMED..].copy_from_slice(self.declared.declared());
+        out
     }
 
     fn from_fields(f: [f64; LONG]) -> Row {
+        let mut declared = DimMap::default();
+        for (d, v) in Dimension::RATES[DECLARED_FIRST - 1..]
+            .iter()
+            .zip(&f[NAMED..])
+        {
+            declared[*d] = *v;
+        }
+        let named: [f64; NAMED] = f[..NAMED].try_into().expect("the named fields");
         let [
             requests,
             refunds,
@@ -167,7 +187,7 @@ impl Row {
             cache_write_prompt_tokens,
             cache_write_1h_prompt_tokens,
             reasoning_tokens,
-        ] = f;
+        ] = named;
         Row {
             requests,
             refunds,
@@ -182,15 +202,14 @@ impl Row {
             cache_write_prompt_tokens,
             cache_write_1h_prompt_tokens,
             reasoning_tokens,
+            declared,
         }
     }
 
-    /// Whether the row has counted a part (cache writes, reasoning): it is
-    /// stored with them.
+    /// Whether the row has counted a part (cache writes, reasoning, a
+    /// declared dimension): it is stored with them.
     fn has_parts(&self) -> bool {
-        self.cache_write_prompt_tokens != 0.0
-            || self.cache_write_1h_prompt_tokens != 0.0
-            || self.reasoning_tokens != 0.0
+        self.fields()[LEDGER_FIELDS..].iter().any(|v| *v != 0.0)
     }
 
     /// The row's bytes as the scripts store them: each field's low
@@ -213,7 +232,11 @@ impl Row {
     /// Stored bytes back to a row (a row without parts reads as none);
     /// `None` when they are not a row.
     pub fn decode(bytes: &[u8]) -> Option<Row> {
-        if bytes.len() != LEDGER_FIELDS * LEDGER_INT_BYTES && bytes.len() != LONG * LEDGER_INT_BYTES
+        // Any length from no parts to all of them: a row stored before a
+        // part existed reads as 0 in it.
+        let fields = bytes.len() / LEDGER_INT_BYTES;
+        if !bytes.len().is_multiple_of(LEDGER_INT_BYTES)
+            || !(fields == LEDGER_FIELDS || (LEDGER_FIELDS + LEDGER_PARTS..=LONG).contains(&fields))
         {
             return None;
         }
@@ -281,6 +304,7 @@ pub fn settled(now_us: f64, how: Settle, rec: &Record) -> Entry {
             row.cache_write_prompt_tokens = usage.cache_write as f64;
             row.cache_write_1h_prompt_tokens = usage.cache_write_1h as f64;
             row.reasoning_tokens = usage.reasoning as f64;
+            row.declared = usage.declared.map(|_, &n| n as f64);
         }
     }
     Entry { at_us, row }

@@ -3,9 +3,9 @@
 //! scripts store them (the offsets of [`super::layout`]).
 
 use super::layout::{
-    MIX_BYTES, REC_AMOUNT, REC_COST, REC_ESTIMATED, REC_FINGERPRINT, REC_LEARNED_MASK,
-    REC_LEARNED_OUTPUT, REC_LEARNED_SPEND, REC_LEASE_EXPIRY, REC_LEDGER_AT, REC_LEN,
-    REC_LEN_LEARNED, REC_LEN_LEARNED_MIX, REC_LEN_MIX, REC_LEN_V1, REC_LEN_V2, REC_MASK,
+    MIX_BYTES, REC_AMOUNT, REC_COST, REC_ESTIMATED, REC_FINGERPRINT, REC_LEARNED_BYTES,
+    REC_LEARNED_MASK, REC_LEARNED_OUTPUT, REC_LEARNED_SPEND, REC_LEASE_EXPIRY, REC_LEDGER_AT,
+    REC_LEN, REC_LEN_LEARNED, REC_LEN_LEARNED_MIX, REC_LEN_MIX, REC_LEN_V1, REC_LEN_V2, REC_MASK,
     REC_OUTPUT, REC_OWNER, REC_SPEND, REC_STATE, STATE_COMMITTED, STATE_REFUNDED, STATE_RESERVED,
 };
 
@@ -50,6 +50,44 @@ pub struct Record {
     pub mix: Option<PromptMix>,
     /// The learned output some levels hold instead of `output`.
     pub learned: Option<LearnedOutput>,
+    /// What the call declared in each dimension the caller counts
+    /// ([`crate::domain::Dimension::is_declared`]): what settling gives back
+    /// or takes the difference from.
+    pub declared: DimMap<f64>,
+}
+
+/// Bytes of a record's declared part: a double per declared dimension,
+/// after the learned output (if any) and before the mix (if any); stored
+/// only when one is not 0.
+pub const DECLARED_BYTES: usize = 8 * DECLARED_COUNT;
+
+// Which optional parts a record has follows from its length alone: each
+// part is shorter than the sum of those before it in this list — mix,
+// learned, declared — so no two sets of parts have one length.
+const _: () = assert!(DECLARED_BYTES < REC_LEARNED_BYTES);
+const _: () = assert!(REC_LEARNED_BYTES + DECLARED_BYTES < MIX_BYTES);
+
+/// The optional parts of a record of `len` bytes: its learned output, its
+/// declared part, its mix; `None` when no record has that length. Lua: the
+/// same arithmetic in settle.lua.
+pub fn parts(len: usize) -> Option<(bool, bool, bool)> {
+    if len == REC_LEN_V1 || len == REC_LEN_V2 {
+        return Some((false, false, false));
+    }
+    let mut rest = len.checked_sub(REC_LEN)?;
+    let mix = rest >= MIX_BYTES;
+    if mix {
+        rest -= MIX_BYTES;
+    }
+    let learned = rest >= REC_LEARNED_BYTES;
+    if learned {
+        rest -= REC_LEARNED_BYTES;
+    }
+    let declared = rest != 0 && rest == DECLARED_BYTES;
+    if declared {
+        rest = 0;
+    }
+    (rest == 0).then_some((learned, declared, mix))
 }
 
 /// The learned output held at some levels of a reservation (the others hold
@@ -74,6 +112,8 @@ impl Record {
     }
 }
 
+use crate::domain::DimMap;
+use crate::domain::dimension::{DECLARED_COUNT, DECLARED_FIRST, Dimension};
 use crate::domain::mix::PromptMix;
 
 /// A stored record that is not a record.
@@ -113,6 +153,7 @@ impl Record {
             out.extend_from_slice(&l.output.to_le_bytes());
             out.extend_from_slice(&l.spend.to_le_bytes());
         }
+        write_declared(&mut out, &self.declared);
         if let Some(mix) = &self.mix {
             out.extend_from_slice(&mix.to_bytes());
         }
@@ -127,17 +168,9 @@ impl Record {
             len: bytes.len(),
             state: bytes.first().copied(),
         };
-        let lens = [
-            REC_LEN_LEARNED_MIX,
-            REC_LEN_LEARNED,
-            REC_LEN_MIX,
-            REC_LEN,
-            REC_LEN_V2,
-            REC_LEN_V1,
-        ];
-        if !lens.contains(&bytes.len()) {
+        let Some((learned, declared, mix)) = parts(bytes.len()) else {
             return Err(bad());
-        }
+        };
         let state = match bytes[REC_STATE - 1] {
             STATE_RESERVED => RecordState::Reserved,
             STATE_COMMITTED => RecordState::Committed,
@@ -162,32 +195,51 @@ impl Record {
             output: since(REC_OUTPUT),
             spend: since(REC_SPEND),
             ledger_at: since(REC_LEDGER_AT),
-            mix: match bytes.len() {
-                REC_LEN_MIX | REC_LEN_LEARNED_MIX => {
-                    PromptMix::from_bytes(&bytes[bytes.len() - MIX_BYTES..])
-                }
-                _ => None,
+            mix: match mix {
+                true => PromptMix::from_bytes(&bytes[bytes.len() - MIX_BYTES..]),
+                false => None,
             },
-            learned: (bytes.len() >= REC_LEN_LEARNED && bytes.len() != REC_LEN_MIX).then(|| {
-                LearnedOutput {
-                    mask: bytes[REC_LEARNED_MASK - 1],
-                    output: f64::from_le_bytes(word(REC_LEARNED_OUTPUT)),
-                    spend: f64::from_le_bytes(word(REC_LEARNED_SPEND)),
+            declared: match declared {
+                true => {
+                    let at = REC_LEN + if learned { REC_LEARNED_BYTES } else { 0 };
+                    let mut values = DimMap::default();
+                    for (i, d) in Dimension::RATES[DECLARED_FIRST - 1..].iter().enumerate() {
+                        values[*d] = f64::from_le_bytes(word(at + 1 + 8 * i));
+                    }
+                    values
                 }
+                false => DimMap::default(),
+            },
+            learned: learned.then(|| LearnedOutput {
+                mask: bytes[REC_LEARNED_MASK - 1],
+                output: f64::from_le_bytes(word(REC_LEARNED_OUTPUT)),
+                spend: f64::from_le_bytes(word(REC_LEARNED_SPEND)),
             }),
         })
     }
 
-    /// The tail a reserve call sends the script (mask, owner, fingerprint and
-    /// a zero amount): the bytes from [`REC_MASK`] to [`REC_ESTIMATED`].
-    pub fn tail(mask: u8, owner: u64, fingerprint: u64) -> Vec<u8> {
-        let mut tail = Vec::with_capacity(REC_ESTIMATED - REC_MASK);
+    /// The tail a reserve call sends the script: the bytes from
+    /// [`REC_MASK`] to [`REC_ESTIMATED`] (mask, owner, fingerprint and a
+    /// zero amount), then the declared part (if any is not 0), which the
+    /// script puts after a learned output.
+    pub fn tail(mask: u8, owner: u64, fingerprint: u64, declared: &DimMap<f64>) -> Vec<u8> {
+        let mut tail = Vec::with_capacity(REC_ESTIMATED - REC_MASK + DECLARED_BYTES + MIX_BYTES);
         tail.push(mask);
         tail.extend_from_slice(&owner.to_le_bytes());
         tail.extend_from_slice(&fingerprint.to_le_bytes());
         tail.extend_from_slice(&0f64.to_le_bytes());
         debug_assert_eq!(tail.len(), REC_ESTIMATED - REC_MASK);
+        write_declared(&mut tail, declared);
         tail
+    }
+}
+
+/// Appends the declared part of `declared` to `out`, when one is not 0.
+fn write_declared(out: &mut Vec<u8>, declared: &DimMap<f64>) {
+    if declared.declared().iter().any(|v| *v != 0.0) {
+        for v in declared.declared() {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
     }
 }
 
@@ -211,6 +263,7 @@ mod tests {
             ledger_at: 1.7e15,
             mix: Some(PromptMix([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.5])),
             learned: None,
+            declared: DimMap::default(),
         };
         let learned = Record {
             learned: Some(LearnedOutput {
@@ -241,7 +294,7 @@ mod tests {
         assert_eq!(no_mix.mix, None);
         assert_eq!(Record::decode(&bytes), Ok(rec.clone()));
         assert_eq!(bytes[0], b'C');
-        let tail = Record::tail(rec.mask, rec.owner, rec.fingerprint);
+        let tail = Record::tail(rec.mask, rec.owner, rec.fingerprint, &DimMap::default());
         assert_eq!(tail[..17], bytes[REC_MASK - 1..REC_AMOUNT - 1]);
         assert!(Record::decode(&bytes[..49]).is_err());
         let old = Record::decode(&bytes[..REC_LEN_V1]).expect("the previous layout reads");

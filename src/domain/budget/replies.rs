@@ -2,7 +2,7 @@
 //! long a store keeps settled and idempotent state.
 
 use super::checks::DeniedChecks;
-use crate::domain::{Level, Readings};
+use crate::domain::{DimMap, Level, Readings};
 
 /// How long settled and idempotent state is kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,6 +132,8 @@ pub enum SettleReply {
         reserved_spend: u64,
         /// The output tokens it had been granted (of its reserved tokens).
         reserved_output: u64,
+        /// What it had declared in the dimensions the caller counts.
+        reserved_declared: DimMap<u64>,
     },
     /// Settled before; nothing changed.
     AlreadySettled(Settled),

@@ -160,6 +160,7 @@ fn new_record(plan: &ReservePlan, grant: f64, exp: f64, ledger_at: f64) -> Recor
         ledger_at,
         mix: plan.prompt_mix,
         learned: None,
+        declared: plan.declared.map(|_, &n| n as f64),
     }
 }
 
@@ -329,7 +330,7 @@ fn read_levels(plan: &ReservePlan, levels: &mut [Option<StoredLevel>], now: f64)
 
 /// The plan's spend rates, as the scripts receive them (`sp`, `op`).
 pub fn spend_rates(plan: &ReservePlan) -> SpendRates {
-    SpendRates::new(plan.price, plan.prompt_tokens)
+    plan.spend_rates()
 }
 
 /// Whether entry `i`'s lapsed leases count in the reclaimed figures: a
@@ -357,9 +358,10 @@ fn check(
     let (mut denied, mut i) = (DeniedChecks::default(), 0);
     let mut ttls = Vec::with_capacity(plan.levels.len());
     let mut found = read.buckets.iter();
+    let declared = plan.declared.map(|_, &n| n as f64);
     for (at, (lp, s)) in plan.levels.iter().zip(&mut read.after).enumerate() {
         let (output, spend) = held.at(at);
-        let cost = Cost::reservation(plan.prompt_tokens as f64, output, spend);
+        let cost = Cost::reservation(plan.prompt_tokens as f64, output, spend, &declared);
         let mut ttl = 0.0f64;
         for (b, &(k, l)) in lp.buckets.iter().zip(found.by_ref()) {
             let c = cost.of(b.dimension);
@@ -481,6 +483,7 @@ mod tests {
             lease_ttl_ms: 1000,
             idempotency_key: None,
             fingerprint: 7,
+            declared: Default::default(),
         }
     }
 

@@ -19,10 +19,10 @@ use super::record::{Record, RecordState};
 use super::replies::{Retention, SettleReply, Settled};
 use super::state::{BucketState, bucket_id};
 use super::usage::Settle;
-use crate::domain::LevelPlan;
 use crate::domain::alert::Crossing;
 use crate::domain::bucket::Cost;
 use crate::domain::mix::EstimatorSample;
+use crate::domain::{DimMap, Dimension, LevelPlan};
 
 /// What a settle decided, and what the store must keep.
 #[derive(Debug)]
@@ -82,7 +82,8 @@ pub fn settle(
             (output, _) if output == rec.output => deltas,
             (output, spend) => {
                 give_back(lp, stored, rec.output - output, now);
-                Deltas::moving(how, rec.cost - rec.output + output, output, spend).0
+                let cost = rec.cost - rec.output + output;
+                Deltas::moving(how, cost, output, spend, &rec.declared).0
             }
         };
         // A live lease is certainly still there; a lapsed one may have been reclaimed.
@@ -98,7 +99,7 @@ pub fn settle(
     }
     let (state, amount) = match settled {
         Settled::Refunded(_) => (RecordState::Refunded, rec.cost),
-        Settled::Committed(_) => (RecordState::Committed, deltas.tokens),
+        Settled::Committed(_) => (RecordState::Committed, deltas[Dimension::Tokens]),
     };
     let sample = match how {
         Settle::Commit(usage) if rec.estimated > 0.0 && usage.prompt > 0 && usage.learn => {
@@ -117,6 +118,7 @@ pub fn settle(
             estimated_prompt_tokens: rec.estimated as u64,
             reserved_spend: rec.spend as u64,
             reserved_output: rec.output as u64,
+            reserved_declared: rec.declared.map(|_, &v| v as u64),
         },
         record: Some((settled_record, retention.record_ms)),
         sample,
@@ -153,32 +155,31 @@ pub type Deltas = Cost<f64>;
 impl Deltas {
     /// What settling `rec` by `how` moves, and how it reads once settled.
     fn settling(how: Settle, rec: &Record) -> (Deltas, Settled) {
-        Deltas::moving(how, rec.cost, rec.output, rec.spend)
+        Deltas::moving(how, rec.cost, rec.output, rec.spend, &rec.declared)
     }
 
     /// What settling by `how` a reservation of `cost` tokens, `output` of
-    /// them granted output, and `spend` µ$ moves, and how it reads once
+    /// them granted output, `spend` µ$ and what it `declared` moves, and how it reads once
     /// settled: the one rule both this module and a store that keeps a level
     /// apart (the cluster's leased global level) follow. A reservation's
     /// cost per dimension is [`Cost::reservation`]'s; a commit's usage is one
     /// request, its tokens, input, completion and cost; a refund uses nothing.
-    pub fn moving(how: Settle, cost: f64, output: f64, spend: f64) -> (Deltas, Settled) {
-        let reserved = Cost::reservation(cost - output, output, spend);
+    pub fn moving(
+        how: Settle,
+        cost: f64,
+        output: f64,
+        spend: f64,
+        declared: &DimMap<f64>,
+    ) -> (Deltas, Settled) {
+        let reserved = Cost::reservation(cost - output, output, spend, declared);
         match how {
             Settle::Refund => (
                 reserved.change_to(Cost::default()),
                 Settled::Refunded(cost as u64),
             ),
             Settle::Commit(usage) => {
-                let used = Cost {
-                    requests: 1.0,
-                    tokens: usage.tokens as f64,
-                    input: usage.input as f64,
-                    output: usage.tokens as f64 - usage.prompt as f64,
-                    spend: usage.cost as f64,
-                };
-                let deltas = reserved.change_to(used);
-                (deltas, Settled::Committed(deltas.tokens as i64))
+                let deltas = reserved.change_to(usage.used());
+                (deltas, Settled::Committed(deltas[Dimension::Tokens] as i64))
             }
         }
     }

@@ -22,12 +22,11 @@
 //!   (another replica may still use them during a configuration rollout).
 
 use super::layout::{
-    BUCKET_WIDTH, BUCKET_WIDTH_V1, DIMENSION_SCALE, GROUP_SCALE, INPUT_DIMENSION, OUTPUT_DIMENSION,
-    REQUESTS_DIMENSION, SPEND_DIMENSION, STATE_FORMAT, STATE_HEAD, STATE_HEAD_V1, TOKENS_DIMENSION,
-    WINDOW_PERIODS,
+    BUCKET_WIDTH, BUCKET_WIDTH_V1, DIMENSION_SCALE, GROUP_SCALE, STATE_FORMAT, STATE_HEAD,
+    STATE_HEAD_V1, WINDOW_PERIODS,
 };
 use crate::domain::bucket::to_milli;
-use crate::domain::{BucketSpec, Dimension, LevelPlan, Reading, Readings};
+use crate::domain::{BucketSpec, LevelPlan, Reading, Readings};
 
 /// One bucket of a level state.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -58,13 +57,7 @@ pub struct LevelState {
 /// The id of a bucket in state and scripts: group tag × 10⁸ + dimension ×
 /// 10⁷ + period seconds.
 pub fn bucket_id(b: &BucketSpec) -> f64 {
-    let dim = match b.dimension {
-        Dimension::Requests | Dimension::Concurrency => REQUESTS_DIMENSION,
-        Dimension::Tokens => TOKENS_DIMENSION,
-        Dimension::InputTokens => INPUT_DIMENSION,
-        Dimension::OutputTokens => OUTPUT_DIMENSION,
-        Dimension::Spend => SPEND_DIMENSION,
-    };
+    let dim = b.dimension.code() as f64;
     let period = match b.window {
         Some(w) => WINDOW_PERIODS + f64::from(w.window.tag()),
         None => b.period_secs as f64,
@@ -228,6 +221,7 @@ pub fn ceil_ms(us: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::Dimension;
     use crate::domain::Level;
 
     #[test]

@@ -1,6 +1,9 @@
 //! What a settle is told: the usage the upstream reported (Commit) or none
 //! (Refund). The settle operation and the ledger both read it.
 
+use crate::domain::bucket::Cost;
+use crate::domain::{DimMap, Dimension};
+
 /// What the upstream reported using, as the buckets count it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Usage {
@@ -23,6 +26,9 @@ pub struct Usage {
     pub reasoning: u64,
     /// What the usage cost at the model group's price, µ$.
     pub cost: u64,
+    /// In each dimension the caller counts ([`Dimension::is_declared`]),
+    /// what the call used.
+    pub declared: DimMap<u64>,
     /// `prompt` is the upstream's own count, so it teaches the estimator; not
     /// when the gateway only knew the prompt as reserved (a stream cut short,
     /// settled with its delivered text).
@@ -45,9 +51,26 @@ impl Usage {
             cache_write_1h: 0,
             reasoning: 0,
             cost: 0,
+            declared: DimMap::default(),
             learn: true,
             output_kept: 0,
         }
+    }
+}
+
+impl Usage {
+    /// What the usage takes in each dimension: one request, its tokens, the
+    /// prompt's input, the completion's output, its cost, and what it
+    /// declared. Settling moves each bucket by this less what was reserved.
+    pub fn used(&self) -> Cost<f64> {
+        DimMap::from_fn(|d| match d {
+            Dimension::Requests => 1.0,
+            Dimension::Tokens => self.tokens as f64,
+            Dimension::InputTokens => self.input as f64,
+            Dimension::OutputTokens => self.tokens as f64 - self.prompt as f64,
+            Dimension::Spend => self.cost as f64,
+            _ => self.declared[d] as f64,
+        })
     }
 }
 

@@ -1,6 +1,7 @@
 //! The levels a request passes through, planned from tiers and groups.
 
 use super::*;
+use crate::domain::DimMap;
 use crate::domain::tier::Rate;
 use crate::domain::tier::tests_support::tier;
 
@@ -11,12 +12,15 @@ fn group(concurrency: Option<u64>) -> Arc<ModelGroup> {
         context_window: None,
         cached_input_counts: true,
         global: LevelLimits {
-            output_tokens: vec![Rate {
-                limit: 100,
-                period_secs: 60,
-                window: None,
-                alert_at: Default::default(),
-            }],
+            rates: DimMap::with([(
+                Dimension::OutputTokens,
+                vec![Rate {
+                    limit: 100,
+                    period_secs: 60,
+                    window: None,
+                    alert_at: Default::default(),
+                }],
+            )]),
             concurrency,
             ..LevelLimits::default()
         },

@@ -49,6 +49,7 @@ fn plan() -> ReservePlan {
         lease_ttl_ms: 30_000,
         idempotency_key: Some(IdempotencyKey::parse("k").unwrap()),
         fingerprint: 7,
+        declared: Default::default(),
     }
 }
 

@@ -97,6 +97,8 @@ pub struct Need {
     pub rates: SpendRates,
     /// The share of every limit to leave.
     pub headroom: f64,
+    /// What the call declared in the dimensions the caller counts.
+    pub declared: crate::domain::DimMap<u64>,
 }
 
 impl Need {
@@ -108,13 +110,19 @@ impl Need {
             min_output: plan.min_output_tokens as f64,
             rates: spend_rates(plan),
             headroom: plan.headroom,
+            declared: plan.declared,
         }
     }
 
     /// The cost with `output` output tokens granted.
     pub fn cost(&self, output: f64) -> Cost {
         let spend = self.rates.spend(output);
-        Cost::reservation(self.prompt as u64, output as u64, spend as u64)
+        Cost::reservation(
+            self.prompt as u64,
+            output as u64,
+            spend as u64,
+            &self.declared,
+        )
     }
 }
 

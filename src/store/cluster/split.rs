@@ -53,6 +53,7 @@ impl<'a> Split<'a> {
             lease_ttl_ms: plan.lease_ttl_ms,
             idempotency_key: plan.idempotency_key.clone(),
             fingerprint: plan.fingerprint,
+            declared: plan.declared,
         }
     }
 

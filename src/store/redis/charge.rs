@@ -25,11 +25,9 @@ impl RedisStore {
         use super::spec::{charge as h, charge_level as l};
         let mut head = [0.0; h::WIDTH];
         head[h::LEVELS] = plan.levels.len() as f64;
-        head[h::REQUESTS] = plan.requests as f64;
-        head[h::TOKENS] = plan.tokens as f64;
         head[h::ENFORCE] = if plan.enforce { 1.0 } else { 0.0 };
         let mut spec = Spec::default();
-        spec.group(&head);
+        spec.group(&head).costs(&plan.costs().map(|_, &v| v as f64));
         for lp in &plan.levels {
             let mut level = [0.0; l::WIDTH];
             level[l::BUCKETS] = lp.buckets.len() as f64;

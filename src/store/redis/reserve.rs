@@ -162,7 +162,8 @@ fn reserve_spec(plan: &ReservePlan, ledger: Option<LedgerRetention>) -> Spec {
     // 0: no learned output (a level then holds the grant).
     head[h::LEARNED_OUTPUT] = plan.learned_output.map_or(0.0, |l| l as f64);
     let mut spec = Spec::default();
-    spec.group(&head);
+    spec.group(&head)
+        .costs(&plan.cost_with(0).map(|_, &v| v as f64));
     for (i, lp) in plan.levels.iter().enumerate() {
         let mut level = [0.0; l::WIDTH];
         level[l::BUCKETS] = lp.buckets.len() as f64;

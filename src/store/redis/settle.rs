@@ -5,8 +5,9 @@
 use super::RedisStore;
 use super::spec::settlement_keys as k;
 use super::wire::{
-    Args, Call, DOUBLES, Spec, int_at, overrun, retention_us, string_at, unexpected,
+    Args, Call, DOUBLES, Spec, declared_at, int_at, overrun, retention_us, string_at, unexpected,
 };
+use crate::domain::DimMap;
 use crate::domain::budget::Usage;
 use crate::domain::budget::layout::{
     REPLY_APPLIED, REPLY_EXPIRED, REPLY_NOT_FOUND, REPLY_SETTLED_BEFORE, SAMPLES_TTL_MS,
@@ -192,6 +193,7 @@ fn decode_settle(mode: SettleMode, reply: &[Value]) -> Result<SettleReply, Store
             estimated_prompt_tokens: int_at(reply, applied::ESTIMATED_PROMPT_TOKENS)?.max(0) as u64,
             reserved_spend: int_at(reply, applied::RESERVED_SPEND)?.max(0) as u64,
             reserved_output: int_at(reply, applied::RESERVED_OUTPUT)?.max(0) as u64,
+            reserved_declared: declared_at(reply, applied::RESERVED_DECLARED)?,
         },
         REPLY_SETTLED_BEFORE => SettleReply::AlreadySettled(settled(
             &string_at(reply, before::RECORD_STATE)?,
@@ -215,15 +217,12 @@ fn settle_spec(
     let mut head = [0.0; h::WIDTH];
     head[h::LEVELS] = s.levels.len() as f64;
     head[h::MODE] = mode.arg();
-    head[h::TOKENS] = usage.tokens as f64;
     head[h::PROMPT] = usage.prompt as f64;
     // No samples kept: no sample pushed (settle.lua).
     head[h::SAMPLES_KEPT] = match usage.learn {
         true => retention.samples as f64,
         false => 0.0,
     };
-    head[h::INPUT] = usage.input as f64;
-    head[h::COST] = usage.cost as f64;
     head[h::CACHED] = usage.cached as f64;
     let (hourly, daily) = retention_us(retention.ledger);
     head[h::HOURLY_RETENTION_US] = hourly;
@@ -232,8 +231,12 @@ fn settle_spec(
     head[h::CACHE_WRITE] = usage.cache_write as f64;
     head[h::CACHE_WRITE_1H] = usage.cache_write_1h as f64;
     head[h::REASONING] = usage.reasoning as f64;
+    let used = match mode {
+        SettleMode::Commit => usage.used(),
+        SettleMode::Refund => DimMap::default(),
+    };
     let mut spec = Spec::default();
-    spec.group(&head);
+    spec.group(&head).costs(&used);
     for lp in s.levels {
         let mut level = [0.0; l::WIDTH];
         level[l::BIT] = f64::from(lp.bit());

@@ -5,7 +5,8 @@
 use crate::domain::budget::ledger::LedgerRetention;
 use crate::domain::budget::state::{LevelState, bucket_id};
 use crate::domain::budget::{DeniedChecks, Record};
-use crate::domain::{BucketSpec, LevelPlan, ReservePlan};
+use crate::domain::dimension::{DECLARED_FIRST, Dimension};
+use crate::domain::{BucketSpec, DimMap, LevelPlan, ReservePlan};
 use crate::store::StoreError;
 use redis::{ScriptInvocation, ToRedisArgs, Value};
 use std::borrow::Cow;
@@ -50,6 +51,14 @@ impl Spec {
     }
 
     /// Appends each bucket of the level ([`Self::bucket`]).
+    /// A cost vector: a double per rate dimension, in code order.
+    pub(super) fn costs(&mut self, cost: &DimMap<f64>) -> &mut Self {
+        for (_, v) in cost.iter() {
+            self.push(*v);
+        }
+        self
+    }
+
     pub(super) fn buckets(&mut self, lp: &LevelPlan) -> &mut Self {
         for spec in &lp.buckets {
             self.bucket(spec);
@@ -94,7 +103,13 @@ pub(super) fn overrun(lp: &LevelPlan) -> (f64, f64) {
 /// zero settled amount, laid out by [`Record::tail`], then the prompt's mix
 /// when it has one (reserve.lua puts it at the record's end).
 pub(super) fn record_tail(plan: &ReservePlan) -> Vec<u8> {
-    let mut tail = Record::tail(plan.lease_mask(), plan.id.owner_tag(), plan.fingerprint);
+    let declared = plan.declared.map(|_, &n| n as f64);
+    let mut tail = Record::tail(
+        plan.lease_mask(),
+        plan.id.owner_tag(),
+        plan.fingerprint,
+        &declared,
+    );
     if let Some(mix) = &plan.prompt_mix {
         tail.extend_from_slice(&mix.to_bytes());
     }
@@ -111,6 +126,24 @@ pub(super) fn state_at(values: &[Value], i: usize) -> Result<Option<LevelState>,
                 .into(),
         )),
     }
+}
+
+/// The declared part of a record at `i` (doubles, one per declared
+/// dimension; '' or absent: none).
+pub(super) fn declared_at(values: &[Value], i: usize) -> Result<DimMap<u64>, StoreError> {
+    let mut out = DimMap::default();
+    let bytes = match values.get(i) {
+        Some(Value::BulkString(b)) => b.as_slice(),
+        _ => return Ok(out),
+    };
+    for (chunk, d) in bytes
+        .chunks_exact(8)
+        .zip(&Dimension::RATES[DECLARED_FIRST - 1..])
+    {
+        let v = f64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+        out[*d] = v.max(0.0) as u64;
+    }
+    Ok(out)
 }
 
 pub(super) fn int_at(values: &[Value], i: usize) -> Result<i64, StoreError> {

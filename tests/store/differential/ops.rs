@@ -11,7 +11,7 @@ use ctxbudget::domain::output::OverrunCredit;
 use ctxbudget::domain::price::Rates;
 use ctxbudget::domain::window::{Window, WindowKind};
 use ctxbudget::domain::{
-    Dimension, IdempotencyKey, Level, LevelLimits, LevelPlan, ModelGroup, ReservationId,
+    DimMap, Dimension, IdempotencyKey, Level, LevelLimits, LevelPlan, ModelGroup, ReservationId,
     ReservePlan, SessionId, TenantId, UserId,
 };
 use ctxbudget::store::{AlertDone, QueuedAlert};
@@ -224,19 +224,21 @@ pub(super) fn level_plan(rng: &mut StdRng, level: Level) -> LevelPlan {
     }
     let mut buckets = Vec::new();
     let tags = [0, GROUP.tag()];
-    for ((dimension, small, large), group) in [
-        (Dimension::Requests, 1..=8u64, 9..=1000u64),
-        (Dimension::Tokens, 50..=3000, 3001..=2_000_000),
-        (Dimension::InputTokens, 50..=3000, 3001..=2_000_000),
-        (Dimension::OutputTokens, 50..=3000, 3001..=2_000_000),
-        (Dimension::Spend, 100..=50_000, 50_001..=100_000_000),
-    ]
-    .into_iter()
-    .flat_map(|d| tags.map(|t| (d.clone(), t)))
+    // Every rate dimension, each with limits of its scale: tokens, µ$, or a
+    // count (requests, images).
+    let ranges = |d: Dimension| match d {
+        d if d.is_tokens() => (50..=3000, 3001..=2_000_000),
+        d if d.is_priced() => (100..=50_000, 50_001..=100_000_000),
+        _ => (1..=8u64, 9..=1000u64),
+    };
+    for ((dimension, (small, large)), group) in Dimension::RATES
+        .into_iter()
+        .map(|d| (d, ranges(d)))
+        .flat_map(|d| tags.map(|t| (d.clone(), t)))
     {
-        // All-model requests and tokens as before; the new kinds and the
+        // All-model requests and tokens as before; the other kinds and the
         // group's limits less often, so plans stay small.
-        let rare = group != 0 || dimension.is_tokens() && dimension != Dimension::Tokens;
+        let rare = group != 0 || !matches!(dimension, Dimension::Requests | Dimension::Tokens);
         if rare && rng.random_bool(0.6) {
             continue;
         }
@@ -515,12 +517,24 @@ impl Gen {
                         true => self.rng.random_range(1..=50_000),
                         false => 0,
                     },
+                    // A price per unit of each dimension the caller counts.
+                    declared: DimMap::from_fn(|d| match d.is_declared() {
+                        true => self.rng.random_range(0..=40_000),
+                        false => 0,
+                    }),
                     ..Rates::flat(input, output)
                 }
             }
         };
+        // What the call declares in each dimension the caller counts:
+        // mostly none, sometimes a few.
+        let declared = DimMap::from_fn(|d| match d.is_declared() && self.rng.random_bool(0.5) {
+            true => self.rng.random_range(1..=4),
+            false => 0,
+        });
         ReservePlan {
             price,
+            declared,
             levels,
             model_group: grouped.then(|| GROUP.clone()),
             headroom,
@@ -692,6 +706,10 @@ impl Gen {
                         cache_write_1h,
                         reasoning,
                         cost,
+                        declared: DimMap::from_fn(|d| match d.is_declared() {
+                            true => r.random_range(0..=5),
+                            false => 0,
+                        }),
                         learn,
                         output_kept,
                     },

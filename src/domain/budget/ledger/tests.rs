@@ -18,6 +18,7 @@ fn record(ledger_at: f64) -> Record {
         ledger_at,
         mix: None,
         learned: None,
+        declared: Default::default(),
     }
 }
 

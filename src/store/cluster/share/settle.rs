@@ -14,6 +14,7 @@ pub fn deltas(how: Settle, reply: &SettleReply) -> Option<Deltas> {
         settled,
         reserved_spend,
         reserved_output,
+        reserved_declared,
         ..
     } = *reply
     else {
@@ -24,7 +25,14 @@ pub fn deltas(how: Settle, reply: &SettleReply) -> Option<Deltas> {
         (Settled::Committed(amount), Settle::Commit(u)) => u.tokens as f64 - amount as f64,
         (Settled::Committed(_), Settle::Refund) => 0.0,
     };
-    let (deltas, _) = Deltas::moving(how, cost, reserved_output as f64, reserved_spend as f64);
+    let declared = reserved_declared.map(|_, &n| n as f64);
+    let (deltas, _) = Deltas::moving(
+        how,
+        cost,
+        reserved_output as f64,
+        reserved_spend as f64,
+        &declared,
+    );
     Some(deltas)
 }
 

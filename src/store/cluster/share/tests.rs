@@ -35,6 +35,7 @@ const NEED: Need = Need {
         output: 0.0,
     },
     headroom: 0.0,
+    declared: crate::domain::DimMap([0; crate::domain::dimension::RATE_COUNT]),
 };
 
 /// Answers `ask` as a global key holding `level` requests would, leasing
@@ -135,10 +136,7 @@ fn a_slot_is_freed_once_whichever_way_it_comes_back() {
 fn an_overage_is_owed_and_a_refund_goes_home_unspent() {
     let lp = global(1000, None);
     let mut share = Share::default();
-    let deltas = Deltas {
-        requests: -1.0,
-        ..Deltas::default()
-    };
+    let deltas = Deltas::with([(Dimension::Requests, -1.0)]);
     settle(&[&lp], &mut [&mut share], deltas, 0.0);
     assert_eq!(
         share.held_of(&lp.buckets[0]),
@@ -150,10 +148,7 @@ fn an_overage_is_owed_and_a_refund_goes_home_unspent() {
         ask.buckets[0].give, 1.0,
         "it goes to the global key, capped there"
     );
-    let owed = Deltas {
-        requests: 3.0,
-        ..deltas
-    };
+    let owed = Deltas::with([(Dimension::Requests, 3.0)]);
     settle(&[&lp], &mut [&mut share], owed, 0.0);
     let ask = share.ask(&lp, 0.0, false).unwrap();
     assert_eq!(ask.buckets[0].give, -3.0, "the debt goes to the global key");
