@@ -83,7 +83,7 @@ for i = 1, nlev do
       end
     end
     --@splice bucket_level
-    local c = spec[C + (id % GROUP - id % DIM) / DIM]
+    local c = spec[C + (id % GROUP - pd) / DIM]
     local need = c
     if need < 1 then need = 1 end
     if enforce and l - need < 0 then
@@ -97,7 +97,7 @@ for i = 1, nlev do
     s[k + 1], s[k + 2], s[k + 3] = l, now, lim
     local full
     if we > 0 then full = we - now
-    else full = (lim - l) * ((id % DIM) * 1e6) / lim end
+    else full = (lim - l) * (pd * 1e6) / lim end
     if full > ttl then ttl = full end
   end
   if ttl > spec[p + @{charge_level.max_life_us}] then ttl = spec[p + @{charge_level.max_life_us}] end

@@ -6,7 +6,7 @@
 -- src/store/cluster/share/ (what to ask, and what the answer means);
 -- state layout as in reserve.lua. build.rs prepends the constants in capitals
 -- (src/domain/budget/layout.rs), clock_us(), lua/state.lua and lua/level.lua,
--- and splices lua/splice/bucket_level.lua.
+-- and splices lua/splice/window_now.lua and bucket_level.lua.
 --
 -- KEYS[1..n]  the global entries' hashes (all tagged {g}: one slot)
 -- KEYS[n+1]   the slot messages hash: field = a lease field ('#<nonce>'), value =
@@ -56,14 +56,9 @@ for i = 1, n do
   local ttl = 0
   for b = 1, nb do
     local id, lim = spec[p + @{bucket.id}], spec[p + @{bucket.limit}]
-    local ws, we = 0, 0
-    if id % DIM >= WINDOWS then
-      ws, we = spec[p + @{bucket.window_start}], spec[p + @{bucket.window_end}]
-      if now >= we then ws, we = we, spec[p + @{bucket.window_next_end}] end
-      p = p + @{bucket}
-    else
-      p = p + @{bucket.window_start}
-    end
+    local q = p
+    --@splice window_now
+    p = q
     local want, give = spec[p + @{lease_bucket.want}], spec[p + @{lease_bucket.give}]
     p = p + @{lease_bucket}
     local k
@@ -87,7 +82,7 @@ for i = 1, n do
     grants[#grants + 1] = got
     local full
     if we > 0 then full = we - now
-    else full = (lim - l) * ((id % DIM) * 1e6) / lim end
+    else full = (lim - l) * (pd * 1e6) / lim end
     if full > ttl then ttl = full end
   end
   if clim >= 0 then

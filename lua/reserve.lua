@@ -218,10 +218,13 @@ for i = 1, nlev do
       end
     end
     --@splice bucket_level
-    local kind = (id % GROUP - id % DIM) / DIM
+    local kind = (id % GROUP - pd) / DIM
     --@splice output_room
     -- Output counts in tokens, output and spend (Dimension::counts_output).
-    if holds == max_out and (kind == TOKENS or kind == OUTPUT or kind == SPEND) then grant_held = true end
+    -- (Only asked with a learned output: without one every level holds the grant.)
+    if learned and holds == max_out and (kind == TOKENS or kind == OUTPUT or kind == SPEND) then
+      grant_held = true
+    end
     s[k + 1], bucket_at[seen + b] = l, k
   end
   next_spec[i] = q
@@ -273,6 +276,10 @@ if learned then
 end
 --@splice reservation_spend
 
+-- The granted output and its spend in the cost vector, in the places of the
+-- dimensions the output counts in (Dimension::counts_output; Cost::reservation).
+spec[C + TOKENS], spec[C + OUTPUT], spec[C + SPEND] = prompt + grant, grant, spend
+
 -- Check: every bucket and limit in plan order, taking the cost in the states
 -- read, and how long each level's key must live.
 -- The denied checks: 32 per double (a double holds 53 bits exactly); check i
@@ -283,19 +290,17 @@ local denied_mask, check_at = nil, 0
 p, seen = FIRST, 0
 for i = 1, nlev do
   local nb, clim, s, ttl = spec[p + @{reserve_level.buckets}], spec[p + @{reserve_level.concurrency}], states[i], 0
-  -- What this level holds of the output (the grant, or the learned output)
-  -- in the places of the dimensions the output counts in
-  -- (Dimension::counts_output; Cost::reservation).
-  if learned and credits[i] then
+  -- A level holding the learned output takes it in the places of the
+  -- dimensions the output counts in, the grant's put back after it.
+  local holds_learned = learned and credits[i]
+  if holds_learned then
     spec[C + TOKENS], spec[C + OUTPUT], spec[C + SPEND] = prompt + learned, learned, lspend
-  else
-    spec[C + TOKENS], spec[C + OUTPUT], spec[C + SPEND] = prompt + grant, grant, spend
   end
   local q = p + @{reserve_level}
   for b = 1, nb do
     local id, lim = spec[q + @{bucket.id}], spec[q + @{bucket.limit}]
     --@splice window_now
-    local c = spec[C + (id % GROUP - id % DIM) / DIM]
+    local c = spec[C + (id % GROUP - pd) / DIM]
     local k = bucket_at[seen + b]
     local l = s[k + 1]
     if l - c < headroom * lim then
@@ -311,7 +316,7 @@ for i = 1, nlev do
     -- until its window ends (it is full in the next).
     local full
     if we > 0 then full = we - now
-    else full = (lim - l) * ((id % DIM) * 1e6) / lim end
+    else full = (lim - l) * (pd * 1e6) / lim end
     if full > ttl then ttl = full end
   end
   if clim >= 0 then
@@ -321,6 +326,9 @@ for i = 1, nlev do
       denied_mask[w] = denied_mask[w] + 2 ^ (check_at % 32)
     end
     check_at = check_at + 1
+  end
+  if holds_learned then
+    spec[C + TOKENS], spec[C + OUTPUT], spec[C + SPEND] = prompt + grant, grant, spend
   end
   if ttl > spec[p + @{reserve_level.max_life_us}] then ttl = spec[p + @{reserve_level.max_life_us}] end
   ttls[i] = ttl

@@ -122,12 +122,10 @@ end
 -- holds it: one request, its c tokens (prompt + g output), the prompt's
 -- input, g output, sp uUSD (Cost::reservation), and what it declared.
 local reserved = {1, 0, 0, 0, 0, 0, 0, 0}
+reserved[TOKENS], reserved[INPUT], reserved[OUTPUT], reserved[SPEND] = cost, cost - granted, granted, spent
 if dpart ~= '' then
   local dv = {struct.unpack(fmt_of(D, #dpart / 8), dpart)}
   for k = 1, #dpart / 8 do reserved[DECLARED_FIRST + k - 1] = dv[k] end
-end
-local function holding(c, g, sp)
-  reserved[TOKENS], reserved[INPUT], reserved[OUTPUT], reserved[SPEND] = c, c - g, g, sp
 end
 -- What the usage takes, by code (all 0 for a refund): settling moves each
 -- bucket by it less what was reserved.
@@ -169,8 +167,10 @@ for i = 1, nlev do
   local lbit, nb = spec[p + @{settle_level.bit}], spec[p + @{settle_level.buckets}]
   local cap = spec[p + @{settle_level.overrun_capacity}]
   local learned_here = lmask > 0 and bit.band(lmask, lbit) ~= 0
-  if learned_here then holding(cost - granted + lout, lout, lspend)
-  else holding(cost, granted, spent) end
+  if learned_here then
+    local c = cost - granted + lout
+    reserved[TOKENS], reserved[INPUT], reserved[OUTPUT], reserved[SPEND] = c, c - lout, lout, lspend
+  end
   -- Its credit is read with its state (one call), or alone if the state is not.
   local credit_read = learned_here and cap > 0
   local credit
@@ -216,8 +216,8 @@ for i = 1, nlev do
     q = p + @{settle_level}
     for b = 1, nb do
       local id, lim = spec[q + @{bucket.id}], spec[q + @{bucket.limit}]
-      local per = (id % DIM) * 1e6
       --@splice window_now
+      local per = pd * 1e6
       local d = delta(id)
       if d ~= 0 then
         local k
@@ -243,6 +243,9 @@ for i = 1, nlev do
     writes[nw + 1], writes[nw + 2], writes[nw + 3] = KEYS[i], holds, struct.pack(fmt_of(D, #s), unpack(s))
     writes[nw + 4], writes[nw + 5], writes[nw + 6] = grow, s[3], credit or false
     nw = nw + 6
+  end
+  if learned_here then
+    reserved[TOKENS], reserved[INPUT], reserved[OUTPUT], reserved[SPEND] = cost, cost - granted, granted, spent
   end
   p = after
   seen = seen + nb

@@ -1,4 +1,5 @@
--- bucket_level: the level now of the bucket `id` (limit `lim`) found at `k`
+-- bucket_level: the level now of the bucket `id` (limit `lim`, period digits
+-- `pd`, as window_now leaves them) found at `k`
 -- in state `s` (nil: not stored yet), into a new local `l`; a bucket not
 -- stored yet is appended full (its place in `k`). A calendar window (we > 0)
 -- does not refill and is full again once it starts at `ws`; a rolling bucket
@@ -17,7 +18,7 @@ if k then
   else
     local el = now - s[k + 2]
     if el < 0 then el = 0 end
-    l = l + el * lim / ((id % DIM) * 1e6)
+    l = l + el * lim / (pd * 1e6)
     if l > lim then l = lim end
   end
 else

@@ -5,8 +5,9 @@
 
 use super::AdminError;
 use crate::domain::budget::ledger::Row;
+use crate::domain::dimension::{DECLARED_COUNT, DECLARED_FIRST};
 use crate::domain::usage::{self, By, Line};
-use crate::domain::{Limits, TenantId, UserId};
+use crate::domain::{DimMap, Dimension, Limits, TenantId, UserId};
 use crate::store::Store;
 use chrono::{DateTime, NaiveDate};
 use serde::Serialize;
@@ -28,8 +29,9 @@ pub struct UsageQuery {
     pub by: By,
 }
 
-/// One line of a report.
-#[derive(Clone, Debug, Serialize)]
+/// One line of a report. Serialized (JSON, CSV) in this order, then a field
+/// per dimension the caller counts (`images`).
+#[derive(Clone, Debug)]
 pub struct UsageLine {
     /// The period (`2026-12-01`, `2026-12-01T10:00Z`, `2026-12`) or `total`.
     pub period: String,
@@ -66,10 +68,54 @@ pub struct UsageLine {
     pub cache_write_1h_prompt_tokens: u64,
     /// Reasoning tokens, of the completion.
     pub reasoning_tokens: u64,
+    /// What the committed calls used of each dimension the caller counts.
+    pub declared: DimMap<u64>,
 }
 
-/// The CSV header of the lines, for a report with none.
-pub const CSV_HEADER: [&str; 17] = [
+impl Serialize for UsageLine {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut l = s.serialize_struct("UsageLine", CSV_HEADER.len() + DECLARED_COUNT)?;
+        l.serialize_field("period", &self.period)?;
+        l.serialize_field("model_group", &self.model_group)?;
+        l.serialize_field("requests", &self.requests)?;
+        l.serialize_field("refunds", &self.refunds)?;
+        l.serialize_field("unsettled", &self.unsettled)?;
+        l.serialize_field("reserved_tokens", &self.reserved_tokens)?;
+        l.serialize_field("prompt_tokens", &self.prompt_tokens)?;
+        l.serialize_field("cached_prompt_tokens", &self.cached_prompt_tokens)?;
+        l.serialize_field("completion_tokens", &self.completion_tokens)?;
+        l.serialize_field("cost_micros", &self.cost_micros)?;
+        l.serialize_field("cost_usd", &self.cost_usd)?;
+        l.serialize_field("prompt_reserved", &self.prompt_reserved)?;
+        l.serialize_field("prompt_error", &self.prompt_error)?;
+        l.serialize_field("estimate_error_pct", &self.estimate_error_pct)?;
+        l.serialize_field("cache_write_prompt_tokens", &self.cache_write_prompt_tokens)?;
+        l.serialize_field(
+            "cache_write_1h_prompt_tokens",
+            &self.cache_write_1h_prompt_tokens,
+        )?;
+        l.serialize_field("reasoning_tokens", &self.reasoning_tokens)?;
+        for d in &Dimension::RATES[DECLARED_FIRST - 1..] {
+            l.serialize_field(d.as_str(), &self.declared[*d])?;
+        }
+        l.end()
+    }
+}
+
+/// The CSV header of the lines, for a report with none: the named fields,
+/// then each declared dimension's.
+pub fn csv_header() -> Vec<&'static str> {
+    let mut header = CSV_HEADER.to_vec();
+    header.extend(
+        Dimension::RATES[DECLARED_FIRST - 1..]
+            .iter()
+            .map(|d| d.as_str()),
+    );
+    header
+}
+
+const CSV_HEADER: [&str; 17] = [
     "period",
     "model_group",
     "requests",
@@ -112,6 +158,7 @@ impl UsageLine {
             cache_write_prompt_tokens: n(r.cache_write_prompt_tokens),
             cache_write_1h_prompt_tokens: n(r.cache_write_1h_prompt_tokens),
             reasoning_tokens: n(r.reasoning_tokens),
+            declared: r.declared.map(|_, &v| n(v)),
         }
     }
 }
@@ -196,7 +243,7 @@ pub fn csv(lines: &[UsageLine], out: impl std::io::Write) -> Result<(), csv::Err
         w.serialize(l)?;
     }
     if lines.is_empty() {
-        w.write_record(CSV_HEADER)?;
+        w.write_record(csv_header())?;
     }
     w.flush()?;
     Ok(())

@@ -9,6 +9,8 @@ use super::output::{Stdout, print_json, table};
 use crate::admin::usage::{UsageLine, UsageQuery};
 pub(super) use crate::admin::usage::{group_label, usd};
 use crate::config::ConfigDoc;
+use crate::domain::Dimension;
+use crate::domain::dimension::DECLARED_FIRST;
 use crate::domain::usage::By;
 use crate::domain::{Limits, TenantId, UserId};
 use crate::store::Retention;
@@ -141,8 +143,11 @@ pub(super) async fn usage(args: UsageArgs) -> anyhow::Result<()> {
 }
 
 fn print_table(lines: &[UsageLine], total: &UsageLine, grouped: bool) {
+    // Each dimension the caller counts (images) gets a column after
+    // reasoning.
+    let declared = &Dimension::RATES[DECLARED_FIRST - 1..];
     let cells = |l: &UsageLine| {
-        vec![
+        let mut cells = vec![
             l.period.clone(),
             group_label(&l.model_group, grouped).to_owned(),
             l.requests.to_string(),
@@ -154,10 +159,14 @@ fn print_table(lines: &[UsageLine], total: &UsageLine, grouped: bool) {
             (l.cache_write_prompt_tokens + l.cache_write_1h_prompt_tokens).to_string(),
             l.completion_tokens.to_string(),
             l.reasoning_tokens.to_string(),
-            l.cost_usd.clone(),
+        ];
+        cells.extend(declared.iter().map(|d| l.declared[*d].to_string()));
+        cells.push(l.cost_usd.clone());
+        cells.push(
             l.estimate_error_pct
                 .map_or("-".into(), |p| format!("{p:.2}%")),
-        ]
+        );
+        cells
     };
     let mut rows: Vec<Vec<String>> = lines.iter().map(cells).collect();
     if !lines.is_empty() {
@@ -165,22 +174,21 @@ fn print_table(lines: &[UsageLine], total: &UsageLine, grouped: bool) {
         t[1] = String::new();
         rows.push(t);
     }
-    table(
-        &[
-            "PERIOD",
-            "MODEL GROUP",
-            "REQUESTS",
-            "REFUNDS",
-            "UNSETTLED",
-            "RESERVED",
-            "PROMPT",
-            "CACHED",
-            "CACHE WRITES",
-            "COMPLETION",
-            "REASONING",
-            "COST USD",
-            "EST. ERROR",
-        ],
-        &rows,
-    );
+    let names: Vec<String> = declared.iter().map(|d| d.as_str().to_uppercase()).collect();
+    let mut headers = vec![
+        "PERIOD",
+        "MODEL GROUP",
+        "REQUESTS",
+        "REFUNDS",
+        "UNSETTLED",
+        "RESERVED",
+        "PROMPT",
+        "CACHED",
+        "CACHE WRITES",
+        "COMPLETION",
+        "REASONING",
+    ];
+    headers.extend(names.iter().map(String::as_str));
+    headers.extend(["COST USD", "EST. ERROR"]);
+    table(&headers, &rows);
 }
