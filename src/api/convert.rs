@@ -415,6 +415,11 @@ fn outcome(o: Outcome) -> pb::Outcome {
     }
 }
 
+/// The domain reason of an API reason (`None`: unspecified, allowed).
+pub fn reason_of(r: pb::Reason) -> Option<Reason> {
+    Reason::ALL.into_iter().find(|x| reason(*x) == r)
+}
+
 pub(super) fn reason(r: Reason) -> pb::Reason {
     match r {
         Reason::RequestsExceeded => pb::Reason::RpmExceeded,

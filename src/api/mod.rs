@@ -21,6 +21,7 @@ pub mod validate;
 #[cfg(test)]
 mod validate_tests;
 
+pub use convert::reason_of;
 pub use envoy::EnvoyApi;
 pub use envoy::descriptor::LiveMap;
 pub use errors::{Refusal, refusal_status, to_status};

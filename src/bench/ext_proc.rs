@@ -184,19 +184,11 @@ fn chat_body(item: &Item) -> Vec<u8> {
 /// (`ctxbudget_<reason>`).
 fn denial_reason(details: &str) -> &'static str {
     let reason = details.strip_prefix("ctxbudget_").unwrap_or(details);
-    [
-        crate::domain::Reason::RequestsExceeded,
-        crate::domain::Reason::TokensExceeded,
-        crate::domain::Reason::ConcurrencyExceeded,
-        crate::domain::Reason::ContextTooLarge,
-        crate::domain::Reason::RequestTooLarge,
-        crate::domain::Reason::BudgetExceeded,
-        crate::domain::Reason::Blocked,
-    ]
-    .into_iter()
-    .map(crate::domain::Reason::as_str)
-    .find(|r| *r == reason)
-    .unwrap_or("refused")
+    crate::domain::Reason::ALL
+        .into_iter()
+        .map(crate::domain::Reason::as_str)
+        .find(|r| *r == reason)
+        .unwrap_or("refused")
 }
 
 fn headers(pairs: &[(&str, &str)]) -> HttpHeaders {

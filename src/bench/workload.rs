@@ -251,16 +251,7 @@ impl Item {
 
 /// A denial reason of the API, as metrics name it.
 pub(super) fn pb_reason_name(r: pb::Reason) -> &'static str {
-    match r {
-        pb::Reason::Unspecified => "allowed",
-        pb::Reason::RpmExceeded => crate::domain::Reason::RequestsExceeded.as_str(),
-        pb::Reason::TpmExceeded => crate::domain::Reason::TokensExceeded.as_str(),
-        pb::Reason::ConcurrencyExceeded => crate::domain::Reason::ConcurrencyExceeded.as_str(),
-        pb::Reason::ContextTooLarge => crate::domain::Reason::ContextTooLarge.as_str(),
-        pb::Reason::RequestTooLarge => crate::domain::Reason::RequestTooLarge.as_str(),
-        pb::Reason::BudgetExceeded => crate::domain::Reason::BudgetExceeded.as_str(),
-        pb::Reason::Blocked => crate::domain::Reason::Blocked.as_str(),
-    }
+    crate::api::reason_of(r).map_or("allowed", crate::domain::Reason::as_str)
 }
 
 #[cfg(test)]

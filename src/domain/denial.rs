@@ -31,6 +31,17 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason.
+    pub const ALL: [Reason; 7] = [
+        Reason::RequestsExceeded,
+        Reason::TokensExceeded,
+        Reason::ConcurrencyExceeded,
+        Reason::ContextTooLarge,
+        Reason::RequestTooLarge,
+        Reason::BudgetExceeded,
+        Reason::Blocked,
+    ];
+
     /// Lower-case name for logs and metrics.
     pub fn as_str(self) -> &'static str {
         match self {

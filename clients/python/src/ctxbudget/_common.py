@@ -6,8 +6,9 @@ settle)."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 import grpc
 import grpc.aio
@@ -15,6 +16,12 @@ import grpc.aio
 from .errors import BudgetDenied
 from .http import http_status_and_headers
 from .v1 import budget_pb2 as pb
+
+if TYPE_CHECKING:
+    if sys.version_info >= (3, 11):
+        from typing import Unpack
+    else:
+        from typing_extensions import Unpack
 
 OnUnavailable = Literal["deny", "allow"]
 #: The priority names ``priority=`` takes (or a ``pb.Priority`` value).
@@ -274,9 +281,51 @@ def denied(response: pb.CheckAndReserveResponse) -> BudgetDenied:
     return BudgetDenied(response, status, headers)
 
 
+class CommitParts(TypedDict, total=False):
+    """What a Commit may say beyond its prompt, completion and cached tokens
+    (``commit`` of both clients, ``set_usage``): each is a ``CommitRequest``
+    field of the same name, so a type checker catches a misspelled one."""
+
+    #: Of the prompt, written to the provider's cache for 5 minutes.
+    cache_write_prompt_tokens: int
+    #: Of the prompt, written to the cache for an hour.
+    cache_write_1h_prompt_tokens: int
+    #: Of the completion, reasoning tokens.
+    reasoning_tokens: int
+
+
+#: Every name ``CommitParts`` accepts.
+COMMIT_PART_NAMES = CommitParts.__optional_keys__
+
+
+def commit_message(
+    reservation_id: str,
+    prompt_tokens: int,
+    completion_tokens: int = 0,
+    cached_prompt_tokens: int = 0,
+    completion_text: str = "",
+    parts: Mapping[str, Any] | None = None,
+) -> pb.CommitRequest:
+    """A ``CommitRequest``: the usage, and its ``CommitParts`` by name (an
+    unknown one is a ``TypeError`` naming those it could be)."""
+    parts = dict(parts or {})
+    unknown = set(parts) - COMMIT_PART_NAMES
+    if unknown:
+        raise TypeError(f"commit() got unknown usage {sorted(unknown)}; one of {sorted(COMMIT_PART_NAMES)}")
+    return pb.CommitRequest(
+        reservation_id=reservation_id,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        cached_prompt_tokens=cached_prompt_tokens,
+        completion_text=completion_text,
+        **parts,
+    )
+
+
 @dataclasses.dataclass
 class Usage:
-    """The upstream's own count of a call: what Commit charges."""
+    """The upstream's own count of a call: what Commit charges. The fields
+    after ``cached_prompt_tokens`` are its ``CommitParts``."""
 
     prompt_tokens: int
     completion_tokens: int
@@ -287,6 +336,10 @@ class Usage:
     cache_write_1h_prompt_tokens: int = 0
     #: Of the completion, reasoning tokens.
     reasoning_tokens: int = 0
+
+    def parts(self) -> dict[str, int]:
+        """Its ``CommitParts``, by name."""
+        return {name: getattr(self, name) for name in COMMIT_PART_NAMES}
 
 
 class ReservationState:
@@ -359,22 +412,14 @@ class ReservationState:
         prompt_tokens: int,
         completion_tokens: int,
         cached_prompt_tokens: int = 0,
-        *,
-        cache_write_prompt_tokens: int = 0,
-        cache_write_1h_prompt_tokens: int = 0,
-        reasoning_tokens: int = 0,
+        **parts: Unpack[CommitParts],
     ) -> None:
         """The upstream's usage: committed when the call settles. The cache
         reads and writes are parts of ``prompt_tokens``, the reasoning tokens
-        of ``completion_tokens`` (each priced at its own price)."""
-        self.usage = Usage(
-            prompt_tokens,
-            completion_tokens,
-            cached_prompt_tokens,
-            cache_write_prompt_tokens,
-            cache_write_1h_prompt_tokens,
-            reasoning_tokens,
-        )
+        of ``completion_tokens`` (each priced at its own price); the parts
+        go by their ``CommitParts`` names."""
+        commit_message("", prompt_tokens, parts=parts)  # an unknown part fails here, not at settle
+        self.usage = Usage(prompt_tokens, completion_tokens, cached_prompt_tokens, **parts)
 
     def record_output(self, text: str = "") -> None:
         """Output reached the caller (a streamed chunk; ``text`` is its part
@@ -402,14 +447,12 @@ class ReservationState:
         if self.response is None:
             return None
         if self.usage is not None and (self._delivered or not failed):
-            return pb.CommitRequest(
-                reservation_id=self.response.reservation_id,
-                prompt_tokens=self.usage.prompt_tokens,
-                completion_tokens=self.usage.completion_tokens,
-                cached_prompt_tokens=self.usage.cached_prompt_tokens,
-                cache_write_prompt_tokens=self.usage.cache_write_prompt_tokens,
-                cache_write_1h_prompt_tokens=self.usage.cache_write_1h_prompt_tokens,
-                reasoning_tokens=self.usage.reasoning_tokens,
+            return commit_message(
+                self.response.reservation_id,
+                self.usage.prompt_tokens,
+                self.usage.completion_tokens,
+                self.usage.cached_prompt_tokens,
+                parts=self.usage.parts(),
             )
         if self._delivered:
             return pb.CommitRequest(

@@ -15,12 +15,14 @@ import grpc.aio
 
 from ._common import (
     AsyncStub,
+    CommitParts,
     OnUnavailable,
     ReservationState,
     ReserveFields,
     Tls,
     check_on_unavailable,
     check_timeout,
+    commit_message,
     denied,
     metadata,
     request_of,
@@ -110,22 +112,11 @@ class AsyncBudgetClient:
         cached_prompt_tokens: int = 0,
         *,
         completion_text: str = "",
-        cache_write_prompt_tokens: int = 0,
-        cache_write_1h_prompt_tokens: int = 0,
-        reasoning_tokens: int = 0,
         timeout: float | None = None,
+        **parts: Unpack[CommitParts],
     ) -> pb.CommitResponse:
         """See ``BudgetClient.commit``."""
-        req = pb.CommitRequest(
-            reservation_id=reservation_id,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-            cached_prompt_tokens=cached_prompt_tokens,
-            completion_text=completion_text,
-            cache_write_prompt_tokens=cache_write_prompt_tokens,
-            cache_write_1h_prompt_tokens=cache_write_1h_prompt_tokens,
-            reasoning_tokens=reasoning_tokens,
-        )
+        req = commit_message(reservation_id, prompt_tokens, completion_tokens, cached_prompt_tokens, completion_text, parts)
         return await self._call(self._stub.Commit, req, timeout)
 
     async def refund(self, reservation_id: str, *, timeout: float | None = None) -> pb.RefundResponse:

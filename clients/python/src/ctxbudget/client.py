@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 import grpc
 
 from ._common import (
+    CommitParts,
     OnUnavailable,
     ReservationState,
     ReserveFields,
@@ -21,6 +22,7 @@ from ._common import (
     Tls,
     check_on_unavailable,
     check_timeout,
+    commit_message,
     denied,
     metadata,
     request_of,
@@ -143,27 +145,17 @@ class BudgetClient:
         cached_prompt_tokens: int = 0,
         *,
         completion_text: str = "",
-        cache_write_prompt_tokens: int = 0,
-        cache_write_1h_prompt_tokens: int = 0,
-        reasoning_tokens: int = 0,
         timeout: float | None = None,
+        **parts: Unpack[CommitParts],
     ) -> pb.CommitResponse:
         """Commit the real usage; ``completion_text`` instead of
         ``completion_tokens`` when the upstream reported none (the service
         counts it). The cache reads and writes are parts of ``prompt_tokens``
         (add Anthropic's ``input_tokens``, ``cache_creation_input_tokens`` and
         ``cache_read_input_tokens`` into it); ``reasoning_tokens`` part of
-        ``completion_tokens``; each priced at the model group's price for it."""
-        req = pb.CommitRequest(
-            reservation_id=reservation_id,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-            cached_prompt_tokens=cached_prompt_tokens,
-            completion_text=completion_text,
-            cache_write_prompt_tokens=cache_write_prompt_tokens,
-            cache_write_1h_prompt_tokens=cache_write_1h_prompt_tokens,
-            reasoning_tokens=reasoning_tokens,
-        )
+        ``completion_tokens``; each priced at the model group's price for it.
+        The keyword parts are ``CommitParts``."""
+        req = commit_message(reservation_id, prompt_tokens, completion_tokens, cached_prompt_tokens, completion_text, parts)
         return self._call(self._stub.Commit, req, timeout)
 
     def refund(self, reservation_id: str, *, timeout: float | None = None) -> pb.RefundResponse:
