@@ -156,6 +156,12 @@ fn layout_prelude() -> Result<String, Box<dyn std::error::Error>> {
     }
     writeln!(out, "local DIMS = {}", dimension::RATE_COUNT)?;
     writeln!(out, "local DECLARED_FIRST = {}", dimension::DECLARED_FIRST)?;
+    // A denied reservation's mask: a double of 32 bits per 32 checks.
+    writeln!(
+        out,
+        "local DENIED_DOUBLES = {}",
+        2 * dimension::MAX_CHECKS.div_ceil(64)
+    )?;
     for (lua, byte) in layout::LUA_STRINGS {
         writeln!(out, "local {lua} = '{}'", char::from(*byte))?;
     }

@@ -1,5 +1,5 @@
 #!lua
---@prelude layout state level alerts
+--@prelude layout state level alerts denied
 -- charge.lua: take requests or tokens at every level with no reservation
 -- behind them (no record, no lease). The Redis port of
 -- src/domain/budget/charge.rs, held to it by tests/store/differential/; state
@@ -46,7 +46,7 @@ for k = 1, DIMS do
   if spec[C + k] ~= 0 then nothing = false end
 end
 local raws, states, ttls = {}, {}, {}
-local dm, ci, denied = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 0, false
+local dm, ci, denied = denied_words(), 0, false
 -- Alert thresholds: the place of the next bucket that has some (0: none),
 -- its entry at alert_at (as in reserve.lua).
 local alert_spec, alert_at, alert_next, crossings = nil, 2, 0, nil
@@ -108,7 +108,7 @@ end
 
 if denied then
   local out = {REPLY_DENIED, now, unpack(raws)}
-  out[#out + 1] = struct.pack('<dddddddddddd', unpack(dm))
+  out[#out + 1] = struct.pack('<' .. string.rep('d', DENIED_DOUBLES), unpack(dm, 1, DENIED_DOUBLES))
   return out
 end
 if nothing then return {REPLY_ALLOWED, now, unpack(raws)} end

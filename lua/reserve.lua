@@ -1,11 +1,11 @@
 #!lua
---@prelude layout ledger state level alerts
+--@prelude layout ledger state level alerts denied
 -- reserve.lua: take one request, the prompt and output tokens and a concurrency
 -- lease at every level, all or nothing. The Redis port of the one algorithm,
 -- src/domain/budget/reserve.rs, held to it by tests/store/differential/; state layout
 -- in src/domain/budget/state.rs. build.rs prepends the constants in capitals
 -- (src/domain/budget/layout.rs), clock_us(), lua/ledger.lua, lua/state.lua,
--- lua/level.lua and lua/alerts.lua, and splices the rules of lua/splice/
+-- lua/level.lua, lua/alerts.lua and lua/denied.lua, and splices the rules of lua/splice/
 -- (window_now, bucket_level, output_room, reservation_spend, bucket_crossings)
 -- at their markers. Positions written by name are calls.rs's.
 --
@@ -88,7 +88,7 @@
 --                                                          state after taking the cost; the
 --                                                          most output any level holds
 --   {0, now, granted output, state..., mask, [reclaimed]}  denied; nothing changed; states as
---                                                          they were; mask: 12 doubles of 32 bits,
+--                                                          they were; mask: DENIED_DOUBLES doubles of 32 bits,
 --                                                          bit i of the whole: check i denied
 --   {2, now, 0, state..., nonce, cost, lease_left_ms, [reclaimed]}  idempotent replay; nothing taken
 --   (a cluster's reply that queued an alert ends with 'A<now>': alerts.lua)
@@ -305,7 +305,7 @@ for i = 1, nlev do
     local l = s[k + 1]
     if l - c < headroom * lim then
       local w = (check_at - check_at % 32) / 32 + 1
-      denied_mask = denied_mask or {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+      denied_mask = denied_mask or denied_words()
       denied_mask[w] = denied_mask[w] + 2 ^ (check_at % 32)
     end
     check_at = check_at + 1
@@ -322,7 +322,7 @@ for i = 1, nlev do
   if clim >= 0 then
     if s[1] + 1 > clim - headroom * clim then
       local w = (check_at - check_at % 32) / 32 + 1
-      denied_mask = denied_mask or {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+      denied_mask = denied_mask or denied_words()
       denied_mask[w] = denied_mask[w] + 2 ^ (check_at % 32)
     end
     check_at = check_at + 1
@@ -342,7 +342,7 @@ if replay or denied_mask then
     out[1], out[3] = REPLY_REPLAYED, 0
     out[#out + 1], out[#out + 2], out[#out + 3] = replay[1], replay[2], replay[3]
   else
-    out[#out + 1] = struct.pack('<dddddddddddd', unpack(denied_mask))
+    out[#out + 1] = struct.pack('<' .. string.rep('d', DENIED_DOUBLES), unpack(denied_mask, 1, DENIED_DOUBLES))
   end
   if reclaimed > 0 then out[#out + 1] = reclaimed end
   return out

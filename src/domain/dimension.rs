@@ -224,6 +224,16 @@ impl<T> std::ops::IndexMut<Dimension> for DimMap<T> {
     }
 }
 
+/// Most rates one level may define per dimension (keeps scripts short).
+pub const MAX_RATES_PER_DIMENSION: usize = 8;
+
+/// The most checks one plan can have: 4 levels × (every rate dimension × 2
+/// (all models and one group) × [`MAX_RATES_PER_DIMENSION`] + a concurrency
+/// limit) + 4 group slot limits. A denied reservation's mask has a bit for
+/// each (`DeniedChecks`; the scripts send it as `DENIED_DOUBLES` doubles of
+/// 32 bits).
+pub const MAX_CHECKS: usize = 4 * (RATE_COUNT * 2 * MAX_RATES_PER_DIMENSION + 1) + 4;
+
 /// How many dimensions the caller counts ([`Dimension::is_declared`]):
 /// they come last in [`Dimension::RATES`], so their codes run from
 /// [`DECLARED_FIRST`] to [`RATE_COUNT`].

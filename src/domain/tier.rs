@@ -22,8 +22,7 @@ pub const MAX_COUNT: u64 = 1 << 40;
 /// The largest spend limit (µ$): about $1.1 billion (2⁵⁰ µ$), far inside
 /// the doubles the scripts count in.
 pub const MAX_SPEND_MICROS: u64 = 1 << 50;
-/// Most rates one level may define per dimension (keeps scripts short).
-pub const MAX_RATES_PER_DIMENSION: usize = 8;
+pub use super::dimension::MAX_RATES_PER_DIMENSION;
 
 /// `limit` units per `period_secs`, refilled continuously — or, with a
 /// `window`, per calendar window, full again at each boundary.

@@ -459,8 +459,10 @@ async fn the_first_plan_with_room_is_reserved_and_those_before_it_hold_nothing<S
 }
 
 async fn a_denial_past_the_256th_check_is_named<S: Store>(c: &Ctx<S>) {
-    // Four levels of 80 buckets and a concurrency limit each: 324 checks
-    // (a tier allows 8 rates of each of 5 kinds, all-model and per group).
+    // Four levels of 16 buckets of every dimension and a concurrency limit
+    // each (a tier allows 8 rates of each dimension, all-model and per
+    // group): past 256 checks with any number of dimensions.
+    let per_level = 16 * Dimension::RATES.len() + 1;
     let level = |level, last_limit| {
         let mut buckets = Vec::new();
         for dimension in Dimension::RATES {
@@ -498,8 +500,14 @@ async fn a_denial_past_the_256th_check_is_named<S: Store>(c: &Ctx<S>) {
     let ReserveReply::Denied { denied_mask, .. } = c.reserve(&p).await else {
         panic!("the session's 5 tokens per 16 s cannot hold 20");
     };
-    let denied: Vec<usize> = (0..324).filter(|&i| denied_mask.contains(i)).collect();
-    assert_eq!(denied, [3 * 81 + 31], "the session's tokens per 16 s");
+    let denied: Vec<usize> = (0..4 * per_level)
+        .filter(|&i| denied_mask.contains(i))
+        .collect();
+    assert_eq!(
+        denied,
+        [3 * per_level + 31],
+        "the session's tokens per 16 s"
+    );
     // Such plans reserve, read and settle too (their specs outgrow the
     // scripts' ready-made formats).
     let mut roomy = p.clone();
@@ -508,7 +516,7 @@ async fn a_denial_past_the_256th_check_is_named<S: Store>(c: &Ctx<S>) {
         .id
         .with_session(p.id.session.clone());
     assert!(allowed(&c.reserve(&roomy).await));
-    assert_eq!(c.status(&roomy).await.len(), 324);
+    assert_eq!(c.status(&roomy).await.len(), 4 * per_level);
     assert!(matches!(
         c.commit(&roomy, 15, 10).await,
         SettleReply::Applied { .. }

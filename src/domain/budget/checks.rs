@@ -1,16 +1,18 @@
 //! Which checks of a plan denied: the mask a denied reservation carries from
 //! either store (`reserve.lua` packs it) to the decision that explains it.
 
+use crate::domain::dimension::MAX_CHECKS;
+
 /// Which checks of a plan denied (check i: the i-th bucket or concurrency
-/// limit in plan order). Room for [`DeniedChecks::MAX`]: a plan has at most 4
-/// levels × (5 rate kinds × 2 × 8 rates + 1) + 4 group slot limits = 328
-/// checks (tier.rs caps rates per kind at 8). A mask of one number held 53
-/// exact bits in Lua: a plan with more checks lost denials.
+/// limit in plan order). Room for every check a plan can have
+/// ([`MAX_CHECKS`], from the number of dimensions). A mask of one number
+/// held 53 exact bits in Lua: a plan with more checks lost denials.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DeniedChecks([u64; WORDS]);
 
-/// 64-bit words of a mask; the scripts send twice as many doubles of 32 bits.
-const WORDS: usize = 6;
+/// 64-bit words of a mask; the scripts send twice as many doubles of 32
+/// bits (`DENIED_DOUBLES`, which build.rs writes into their prelude).
+pub const WORDS: usize = MAX_CHECKS.div_ceil(64);
 
 impl DeniedChecks {
     /// The most checks a mask holds.
@@ -34,8 +36,8 @@ impl DeniedChecks {
         self.0 == [0; WORDS]
     }
 
-    /// reserve.lua's mask: 12 little-endian doubles of 32 bits each, the
-    /// first holding checks 0–31. `None` when it is not one.
+    /// reserve.lua's mask: 2 × [`WORDS`] little-endian doubles of 32 bits
+    /// each, the first holding checks 0–31. `None` when it is not one.
     pub fn from_script(bytes: &[u8]) -> Option<Self> {
         if bytes.len() != 16 * WORDS {
             return None;
@@ -68,7 +70,7 @@ mod tests {
     #[test]
     fn denied_checks_past_53_keep_every_bit_from_the_script() {
         // Checks 3, 57, 245 and 327 denied, as reserve.lua packs them.
-        let mut words = [0.0f64; 12];
+        let mut words = [0.0f64; 2 * super::WORDS];
         words[0] = 8.0;
         words[1] = 2f64.powi(25);
         words[7] = 2f64.powi(21);
@@ -82,6 +84,6 @@ mod tests {
         let mut built = DeniedChecks::default();
         [3, 57, 245, 327].into_iter().for_each(|i| built.insert(i));
         assert_eq!(built, mask);
-        assert_eq!(DeniedChecks::from_script(&bytes[..88]), None);
+        assert_eq!(DeniedChecks::from_script(&bytes[..bytes.len() - 8]), None);
     }
 }
