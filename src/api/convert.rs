@@ -8,9 +8,10 @@
 use crate::domain::decision::LimitState;
 use crate::domain::mix::GROUP_NAMES;
 use crate::domain::plan::{ReserveRequest, check_tokens};
+use crate::domain::tier::MAX_COUNT;
 use crate::domain::{
-    ChatMessage, Dimension, IdempotencyKey, InvalidInput, Level, Priority, Prompt, PromptInput,
-    Reason, ReservationId, SessionId, TenantId, UserId, is_tier_name,
+    ChatMessage, DimMap, Dimension, IdempotencyKey, InvalidInput, Level, Priority, Prompt,
+    PromptInput, Reason, ReservationId, SessionId, TenantId, UserId, is_tier_name,
 };
 use crate::engine::{
     CommitOutcome, CommitRequest, Completion, EstimatorView, LevelLeases, Outcome, RefundOutcome,
@@ -79,7 +80,7 @@ pub(super) fn reserve_request(
         idempotency_key,
         lease_ttl_ms: r.lease_ttl_ms,
         priority: priority(r.priority)?,
-        declared: Default::default(),
+        declared: images(r.images)?,
     })
 }
 
@@ -121,6 +122,18 @@ fn messages(list: Vec<pb::Message>) -> Result<Vec<ChatMessage>, InvalidInput> {
             })
         })
         .collect()
+}
+
+/// The images a call declares (may generate at CheckAndReserve, generated
+/// at Commit), at most 2^40.
+fn images(n: u64) -> Result<DimMap<u64>, InvalidInput> {
+    if n > MAX_COUNT {
+        return Err(InvalidInput::new(
+            "images",
+            format!("{n} is above the maximum of {MAX_COUNT} images"),
+        ));
+    }
+    Ok(DimMap::with([(Dimension::Images, n)]))
 }
 
 /// A Commit request, validated: the reservation id, the counts, and the
@@ -180,7 +193,7 @@ pub(super) fn commit_request(r: pb::CommitRequest) -> Result<CommitRequest, Inva
         cache_write_prompt_tokens: r.cache_write_prompt_tokens,
         cache_write_1h_prompt_tokens: r.cache_write_1h_prompt_tokens,
         reasoning_tokens: reasoning,
-        declared: Default::default(),
+        declared: images(r.images)?,
     })
 }
 
@@ -429,6 +442,7 @@ pub(super) fn reason(r: Reason) -> pb::Reason {
         Reason::RequestTooLarge => pb::Reason::RequestTooLarge,
         Reason::BudgetExceeded => pb::Reason::BudgetExceeded,
         Reason::Blocked => pb::Reason::Blocked,
+        Reason::ImagesExceeded => pb::Reason::ImagesExceeded,
     }
 }
 
@@ -448,6 +462,7 @@ pub(super) fn dimension(d: Dimension) -> pb::Dimension {
         Dimension::InputTokens => pb::Dimension::InputTokens,
         Dimension::OutputTokens => pb::Dimension::OutputTokens,
         Dimension::Spend => pb::Dimension::Spend,
+        Dimension::Images => pb::Dimension::Images,
         Dimension::Concurrency => pb::Dimension::Concurrency,
     }
 }

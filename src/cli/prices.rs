@@ -24,7 +24,8 @@ pub enum PricesCmd {
     },
     /// Set a group's prices from a TOML or JSON document (`-`: stdin):
     /// input, output and optionally cached_input, cache_write, cache_write_1h,
-    /// reasoning (USD per million tokens), per_call (USD a call) and
+    /// reasoning (USD per million tokens), per_call (USD a call), image (USD
+    /// an image) and
     /// [[above]] long-context tiers.
     Set {
         /// The model group.
@@ -105,7 +106,8 @@ fn get(doc: &ConfigDoc, group: &str, args: &AdminArgs) -> anyhow::Result<()> {
     print_document(
         &[
             format!(
-                "Prices of model group {group}, USD per million tokens, per_call USD a call \
+                "Prices of model group {group}, USD per million tokens, per_call USD a call, \
+                 image USD an image \
                  (configuration version {}).",
                 doc.version
             ),
@@ -139,6 +141,7 @@ fn list(doc: &ConfigDoc, args: &AdminArgs) -> anyhow::Result<()> {
                 usd(p.output),
                 usd(p.reasoning.unwrap_or(p.output)),
                 usd(p.per_call.unwrap_or(0.0)),
+                usd(p.image.unwrap_or(0.0)),
                 if tiers.is_empty() {
                     "-".into()
                 } else {
@@ -148,8 +151,8 @@ fn list(doc: &ConfigDoc, args: &AdminArgs) -> anyhow::Result<()> {
         })
         .collect();
     outln!(
-        "configuration version {}; USD per million tokens (PER CALL: USD a call; \
-         LONG CONTEXT: prompt sizes above which a tier prices the call, `prices get`)",
+        "configuration version {}; USD per million tokens (PER CALL: USD a call; IMAGE: USD \
+         an image; LONG CONTEXT: prompt sizes above which a tier prices the call, `prices get`)",
         doc.version
     );
     table(
@@ -162,6 +165,7 @@ fn list(doc: &ConfigDoc, args: &AdminArgs) -> anyhow::Result<()> {
             "OUTPUT",
             "REASONING",
             "PER CALL",
+            "IMAGE",
             "LONG CONTEXT",
         ],
         &rows,

@@ -19,13 +19,14 @@
 //! ```
 
 use super::rates::period_seconds;
-use crate::domain::LimitsError;
 use crate::domain::budget::ledger::LedgerRetention;
 use crate::domain::price::{MAX_PRICE_MICROS, Price, Rates, usd_to_micros};
+use crate::domain::{DimMap, Dimension, LimitsError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// `[prices.<group>]`: USD per million tokens (`per_call`: USD per call).
+/// `[prices.<group>]`: USD per million tokens (`per_call`: USD per call;
+/// `image`: USD per image).
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PriceSection {
@@ -48,6 +49,9 @@ pub struct PriceSection {
     /// A flat fee per call (a web-search tool call), USD; default 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_call: Option<f64>,
+    /// Per image generated, USD; default 0 (the same in every long-context tier).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<f64>,
     /// Long-context tiers: a prompt above a tier's `prompt_tokens` prices the
     /// whole call at the tier's prices.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -99,7 +103,7 @@ impl PriceSection {
             output,
             reasoning: or("reasoning", self.reasoning, output)?,
             per_call: or("per_call", self.per_call, 0)?,
-            declared: Default::default(),
+            declared: DimMap::with([(Dimension::Images, or("image", self.image, 0)?)]),
         };
         let above = self
             .above
@@ -134,7 +138,7 @@ impl PriceTierSection {
             // unless told otherwise.
             reasoning: or("reasoning", self.reasoning, output)?,
             per_call: or("per_call", self.per_call, base.per_call)?,
-            declared: Default::default(),
+            declared: base.declared,
         };
         Ok((self.prompt_tokens, rates))
     }

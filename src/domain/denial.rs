@@ -28,11 +28,13 @@ pub enum Reason {
     BudgetExceeded,
     /// An operator blocked the tenant or the user.
     Blocked,
+    /// An image limit lacks room for the images the call may generate.
+    ImagesExceeded,
 }
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 7] = [
+    pub const ALL: [Reason; 8] = [
         Reason::RequestsExceeded,
         Reason::TokensExceeded,
         Reason::ConcurrencyExceeded,
@@ -40,6 +42,7 @@ impl Reason {
         Reason::RequestTooLarge,
         Reason::BudgetExceeded,
         Reason::Blocked,
+        Reason::ImagesExceeded,
     ];
 
     /// Lower-case name for logs and metrics.
@@ -52,6 +55,7 @@ impl Reason {
             Reason::RequestTooLarge => "request_too_large",
             Reason::BudgetExceeded => "budget_exceeded",
             Reason::Blocked => "blocked",
+            Reason::ImagesExceeded => "images_exceeded",
         }
     }
 }
@@ -221,6 +225,7 @@ pub(super) fn bucket_denial(
     let reason = match b.dimension {
         Dimension::Requests => Reason::RequestsExceeded,
         Dimension::Spend => Reason::BudgetExceeded,
+        Dimension::Images => Reason::ImagesExceeded,
         _ => Reason::TokensExceeded,
     };
     let note = headroom_note(level >= cost as f64, headroom);

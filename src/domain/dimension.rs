@@ -32,13 +32,16 @@ pub enum Dimension {
     OutputTokens,
     /// Money, in micro-dollars: what requests cost at their model group's price.
     Spend,
+    /// Images a call may generate (OpenAI's images per minute): the caller
+    /// says how many at CheckAndReserve and how many were made at Commit.
+    Images,
     /// Requests in flight at once.
     Concurrency,
 }
 
 /// How many rate dimensions there are: the width of a [`DimMap`] and of the
 /// scripts' cost vectors.
-pub const RATE_COUNT: usize = 5;
+pub const RATE_COUNT: usize = 6;
 
 impl Dimension {
     /// The rate dimensions, in the order a level's buckets are planned: the
@@ -49,6 +52,7 @@ impl Dimension {
         Dimension::InputTokens,
         Dimension::OutputTokens,
         Dimension::Spend,
+        Dimension::Images,
     ];
 
     /// Every dimension: the rates, then concurrency.
@@ -58,6 +62,7 @@ impl Dimension {
         Dimension::InputTokens,
         Dimension::OutputTokens,
         Dimension::Spend,
+        Dimension::Images,
         Dimension::Concurrency,
     ];
 
@@ -69,6 +74,7 @@ impl Dimension {
             Dimension::InputTokens => "input_tokens",
             Dimension::OutputTokens => "output_tokens",
             Dimension::Spend => "spend",
+            Dimension::Images => "images",
             Dimension::Concurrency => "concurrency",
         }
     }
@@ -81,6 +87,7 @@ impl Dimension {
             Dimension::InputTokens => "input tokens",
             Dimension::OutputTokens => "output tokens",
             Dimension::Spend => "µ$",
+            Dimension::Images => "images",
         }
     }
 
@@ -92,6 +99,7 @@ impl Dimension {
             Dimension::InputTokens => "input-token",
             Dimension::OutputTokens => "output-token",
             Dimension::Spend => "spend",
+            Dimension::Images => "image",
             Dimension::Concurrency => "concurrency",
         }
     }
@@ -105,6 +113,7 @@ impl Dimension {
             Dimension::InputTokens => "INPUT",
             Dimension::OutputTokens => "OUTPUT",
             Dimension::Spend => "SPEND",
+            Dimension::Images => "IMAGES",
             Dimension::Concurrency => "CONCURRENCY",
         }
     }
@@ -161,7 +170,7 @@ impl Dimension {
     /// CheckAndReserve how many a call may use, which the reservation's
     /// record keeps, and at Commit how many it used.
     pub const fn is_declared(self) -> bool {
-        false
+        matches!(self, Dimension::Images)
     }
 }
 

@@ -58,6 +58,7 @@ mod estimator;
 mod ext_proc;
 mod fallback;
 mod hostile_input;
+mod images;
 mod learned_levels;
 mod learned_output;
 mod ledger_cli;

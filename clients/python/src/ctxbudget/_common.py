@@ -59,6 +59,7 @@ class ReserveFields(_ReserveRequired, total=False):
     min_output_tokens: int
     priority: PriorityName | int
     candidate_models: Iterable[str]
+    images: int
 
 
 #: Every name ``ReserveFields`` accepts.
@@ -209,6 +210,7 @@ def reserve_request(
     min_output_tokens: int = 0,
     priority: PriorityName | int | None = None,
     candidate_models: Iterable[str] = (),
+    images: int = 0,
 ) -> pb.CheckAndReserveRequest:
     """A ``CheckAndReserveRequest`` from ``ReserveFields``: the tenant as
     ``tenant`` or ``tenant_id``, the user as ``user`` or ``user_id``, the
@@ -217,7 +219,8 @@ def reserve_request(
     ``session`` or ``session_id``, and the prompt as ``messages``, a
     ``prompt`` string, or its token count (``prompt_tokens``). ``candidate_models``: fallback models in order, the
     first with room reserved (``chosen_model`` of the response; ``model``
-    then empty or the first)."""
+    then empty or the first). ``images``: how many images the call may
+    generate (the tier's ``images`` limits)."""
     if isinstance(candidate_models, (str, bytes)):
         raise TypeError("candidate_models is a list of model names, not one string")
     the_tenant = _alias(tenant, tenant_id, "tenant")
@@ -237,6 +240,7 @@ def reserve_request(
         min_output_tokens=min_output_tokens,
         priority=_priority(priority) if priority is not None else None,
         candidate_models=list(candidate_models),
+        images=images,
     )
     if messages is not None:
         req.messages.extend(messages_of(messages))
@@ -292,6 +296,8 @@ class CommitParts(TypedDict, total=False):
     cache_write_1h_prompt_tokens: int
     #: Of the completion, reasoning tokens.
     reasoning_tokens: int
+    #: Images the call generated.
+    images: int
 
 
 #: Every name ``CommitParts`` accepts.
@@ -336,6 +342,8 @@ class Usage:
     cache_write_1h_prompt_tokens: int = 0
     #: Of the completion, reasoning tokens.
     reasoning_tokens: int = 0
+    #: Images the call generated.
+    images: int = 0
 
     def parts(self) -> dict[str, int]:
         """Its ``CommitParts``, by name."""

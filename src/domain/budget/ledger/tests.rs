@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::domain::budget::{RecordState, Usage};
+use crate::domain::{DimMap, Dimension};
 
 fn record(ledger_at: f64) -> Record {
     Record {
@@ -57,12 +58,24 @@ fn a_commit_moves_its_reservation_from_unsettled_to_committed_in_the_hour_it_was
         ..Row::default()
     };
     assert_eq!(Row::decode(&signed.encode()), Some(signed));
+}
+
+#[test]
+fn a_row_with_parts_is_longer_and_reads_back_whatever_parts_it_was_stored_with() {
+    let taken = 1_764_547_200_000_000.0;
+    let usage = Usage {
+        cached: 300,
+        cost: 4_250,
+        ..Usage::new(1_700, 1_100)
+    };
+    let row = reserved(taken, 1_500.0).row;
     // Cache writes and reasoning make the row longer; rows without them
     // (and rows written before they existed) read as none.
     let parts = Usage {
         cache_write: 200,
         cache_write_1h: 100,
         reasoning: 400,
+        declared: DimMap::with([(Dimension::Images, 3)]),
         ..usage
     };
     let mut long = row;
@@ -75,13 +88,27 @@ fn a_commit_moves_its_reservation_from_unsettled_to_committed_in_the_hour_it_was
         ),
         (200.0, 100.0, 400.0)
     );
-    assert_eq!(long.encode().len(), 78);
+    assert_eq!(
+        long.declared[Dimension::Images],
+        3.0,
+        "the images generated"
+    );
+    assert_eq!(long.encode().len(), 84, "13 fields and the images");
     assert_eq!(Row::decode(&long.encode()), Some(long));
+    let before_images = Row {
+        declared: DimMap::default(),
+        ..long
+    };
+    assert_eq!(
+        Row::decode(&long.encode()[..78]),
+        Some(before_images),
+        "a row stored before images existed reads as none"
+    );
     let short = Row {
         cache_write_prompt_tokens: 0.0,
         cache_write_1h_prompt_tokens: 0.0,
         reasoning_tokens: 0.0,
-        ..long
+        ..before_images
     };
     assert_eq!(Row::decode(&long.encode()[..60]), Some(short));
 }

@@ -17,6 +17,7 @@ class Reason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REASON_REQUEST_TOO_LARGE: _ClassVar[Reason]
     REASON_BUDGET_EXCEEDED: _ClassVar[Reason]
     REASON_BLOCKED: _ClassVar[Reason]
+    REASON_IMAGES_EXCEEDED: _ClassVar[Reason]
 
 class Level(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -35,6 +36,7 @@ class Dimension(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DIMENSION_INPUT_TOKENS: _ClassVar[Dimension]
     DIMENSION_OUTPUT_TOKENS: _ClassVar[Dimension]
     DIMENSION_SPEND: _ClassVar[Dimension]
+    DIMENSION_IMAGES: _ClassVar[Dimension]
 
 class Priority(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -57,6 +59,7 @@ REASON_CONTEXT_TOO_LARGE: Reason
 REASON_REQUEST_TOO_LARGE: Reason
 REASON_BUDGET_EXCEEDED: Reason
 REASON_BLOCKED: Reason
+REASON_IMAGES_EXCEEDED: Reason
 LEVEL_UNSPECIFIED: Level
 LEVEL_GLOBAL: Level
 LEVEL_TENANT: Level
@@ -69,6 +72,7 @@ DIMENSION_CONCURRENCY: Dimension
 DIMENSION_INPUT_TOKENS: Dimension
 DIMENSION_OUTPUT_TOKENS: Dimension
 DIMENSION_SPEND: Dimension
+DIMENSION_IMAGES: Dimension
 PRIORITY_UNSPECIFIED: Priority
 PRIORITY_CRITICAL: Priority
 PRIORITY_NORMAL: Priority
@@ -89,7 +93,7 @@ class Message(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class CheckAndReserveRequest(_message.Message):
-    __slots__ = ("tenant_id", "user_id", "tier", "model", "prompt_tokens", "max_output_tokens", "idempotency_key", "lease_ttl_ms", "messages", "prompt", "allow_reduced_output", "min_output_tokens", "priority", "candidate_models", "session_id")
+    __slots__ = ("tenant_id", "user_id", "tier", "model", "prompt_tokens", "max_output_tokens", "idempotency_key", "lease_ttl_ms", "messages", "prompt", "allow_reduced_output", "min_output_tokens", "priority", "candidate_models", "session_id", "images")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
@@ -105,6 +109,7 @@ class CheckAndReserveRequest(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_MODELS_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     user_id: str
     tier: str
@@ -120,7 +125,8 @@ class CheckAndReserveRequest(_message.Message):
     priority: Priority
     candidate_models: _containers.RepeatedScalarFieldContainer[str]
     session_id: str
-    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., lease_ttl_ms: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., prompt: _Optional[str] = ..., allow_reduced_output: _Optional[bool] = ..., min_output_tokens: _Optional[int] = ..., priority: _Optional[_Union[Priority, str]] = ..., candidate_models: _Optional[_Iterable[str]] = ..., session_id: _Optional[str] = ...) -> None: ...
+    images: int
+    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., lease_ttl_ms: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., prompt: _Optional[str] = ..., allow_reduced_output: _Optional[bool] = ..., min_output_tokens: _Optional[int] = ..., priority: _Optional[_Union[Priority, str]] = ..., candidate_models: _Optional[_Iterable[str]] = ..., session_id: _Optional[str] = ..., images: _Optional[int] = ...) -> None: ...
 
 class SkippedCandidate(_message.Message):
     __slots__ = ("model", "reason", "level", "dimension", "retry_after_ms", "model_group", "detail")
@@ -217,7 +223,7 @@ class CheckAndReserveResponse(_message.Message):
     def __init__(self, allowed: _Optional[bool] = ..., reservation_id: _Optional[str] = ..., reason: _Optional[_Union[Reason, str]] = ..., limiting_level: _Optional[_Union[Level, str]] = ..., retry_after_ms: _Optional[int] = ..., reserved_tokens: _Optional[int] = ..., limits: _Optional[_Iterable[_Union[LimitStatus, _Mapping]]] = ..., detail: _Optional[str] = ..., limiting_dimension: _Optional[_Union[Dimension, str]] = ..., limiting_period_seconds: _Optional[int] = ..., lease_expires_in_ms: _Optional[int] = ..., replayed: _Optional[bool] = ..., max_output_tokens: _Optional[int] = ..., estimated_prompt_tokens: _Optional[int] = ..., estimator_multiplier: _Optional[float] = ..., granted_max_output_tokens: _Optional[int] = ..., shadow_denied: _Optional[bool] = ..., shadow_reason: _Optional[_Union[Reason, str]] = ..., shadow_limiting_level: _Optional[_Union[Level, str]] = ..., shadow_detail: _Optional[str] = ..., degraded: _Optional[bool] = ..., limiting_model_group: _Optional[str] = ..., reserved_output_tokens: _Optional[int] = ..., chosen_model: _Optional[str] = ..., skipped_candidates: _Optional[_Iterable[_Union[SkippedCandidate, _Mapping]]] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
-    __slots__ = ("reservation_id", "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "completion_text", "cache_write_prompt_tokens", "cache_write_1h_prompt_tokens", "reasoning_tokens")
+    __slots__ = ("reservation_id", "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "completion_text", "cache_write_prompt_tokens", "cache_write_1h_prompt_tokens", "reasoning_tokens", "images")
     RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -226,6 +232,7 @@ class CommitRequest(_message.Message):
     CACHE_WRITE_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHE_WRITE_1H_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     REASONING_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
     reservation_id: str
     prompt_tokens: int
     completion_tokens: int
@@ -234,7 +241,8 @@ class CommitRequest(_message.Message):
     cache_write_prompt_tokens: int
     cache_write_1h_prompt_tokens: int
     reasoning_tokens: int
-    def __init__(self, reservation_id: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., completion_text: _Optional[str] = ..., cache_write_prompt_tokens: _Optional[int] = ..., cache_write_1h_prompt_tokens: _Optional[int] = ..., reasoning_tokens: _Optional[int] = ...) -> None: ...
+    images: int
+    def __init__(self, reservation_id: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., completion_text: _Optional[str] = ..., cache_write_prompt_tokens: _Optional[int] = ..., cache_write_1h_prompt_tokens: _Optional[int] = ..., reasoning_tokens: _Optional[int] = ..., images: _Optional[int] = ...) -> None: ...
 
 class CommitResponse(_message.Message):
     __slots__ = ("outcome", "token_delta", "estimation_ratio", "estimation_error_tokens", "cost_micros", "completion_tokens")
