@@ -6,7 +6,8 @@
 //! `lua/NAME.lua` before its body; `--@splice NAME` lines take
 //! `lua/splice/NAME.lua` in place; `--@wrap SCRIPT FUNCTION` makes the script
 //! a driver after SCRIPT's prelude and SCRIPT's body as `FUNCTION(KEYS, ARGV)`.
-//! A script with neither (the configuration's) is loaded as it is.
+//! A script with neither (the configuration's) is loaded as it is. In every
+//! script the positions `calls.rs` declares, written by name, become numbers.
 
 use prost::Message;
 use std::fmt::Write as _;
@@ -63,7 +64,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             (Some(_), Some(_)) => {
                 return Err(format!("lua/{name}.lua: --@prelude or --@wrap, not both").into());
             }
-            (None, None) => continue,
+            // The configuration's: as it is, but for its positions.
+            (None, None) => script,
         };
         let built = calls::positions(&built).map_err(|e| format!("lua/{name}.lua: {e}"))?;
         fs::write(out.join(format!("{name}.lua")), built)?;

@@ -17,19 +17,19 @@
 -- the caller to index the queue (alert_index.lua).
 
 local now = clock_us()
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[1])
+local due = redis.call('ZRANGEBYSCORE', KEYS[@[alert_claim_keys.queue]], '-inf', now, 'LIMIT', 0, ARGV[@[alert_claim_argv.most]])
 local out = {}
 for j = 1, #due do
   local id = due[j]
-  redis.call('ZADD', KEYS[1], now + ARGV[2], id)
+  redis.call('ZADD', KEYS[@[alert_claim_keys.queue]], now + ARGV[@[alert_claim_argv.claim_us]], id)
   out[#out + 1] = id
-  out[#out + 1] = redis.call('HGET', KEYS[2], id) or ''
-  out[#out + 1] = redis.call('HINCRBY', KEYS[2], 'n:' .. id, 1)
+  out[#out + 1] = redis.call('HGET', KEYS[@[alert_claim_keys.records]], id) or ''
+  out[#out + 1] = redis.call('HINCRBY', KEYS[@[alert_claim_keys.records]], 'n:' .. id, 1)
 end
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if not KEYS[3] then
+local first = redis.call('ZRANGE', KEYS[@[alert_claim_keys.queue]], 0, 0, 'WITHSCORES')
+if not KEYS[@[alert_claim_keys.index]] then
   out[#out + 1] = first[2] or '-'
   out[#out + 1] = now
-elseif first[1] then redis.call('ZADD', KEYS[3], first[2], KEYS[1])
-else redis.call('ZREM', KEYS[3], KEYS[1]) end
+elseif first[1] then redis.call('ZADD', KEYS[@[alert_claim_keys.index]], first[2], KEYS[@[alert_claim_keys.queue]])
+else redis.call('ZREM', KEYS[@[alert_claim_keys.index]], KEYS[@[alert_claim_keys.queue]]) end
 return out

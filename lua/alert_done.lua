@@ -18,17 +18,17 @@
 -- counted in the records' field 'dropped'.
 
 local now = clock_us()
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {0} end
-if ARGV[2] == '2' then
-  redis.call('ZADD', KEYS[1], now + ARGV[3], ARGV[1])
+if not redis.call('ZSCORE', KEYS[@[alert_done_keys.queue]], ARGV[@[alert_done_argv.id]]) then return {0} end
+if ARGV[@[alert_done_argv.mode]] == '2' then
+  redis.call('ZADD', KEYS[@[alert_done_keys.queue]], now + ARGV[@[alert_done_argv.retry_us]], ARGV[@[alert_done_argv.id]])
 else
-  redis.call('ZREM', KEYS[1], ARGV[1])
-  redis.call('HDEL', KEYS[2], ARGV[1], 'n:' .. ARGV[1])
-  if ARGV[2] == '3' and KEYS[4] then redis.call('INCR', KEYS[4])
-  elseif ARGV[2] == '3' then redis.call('HINCRBY', KEYS[2], 'dropped', 1) end
+  redis.call('ZREM', KEYS[@[alert_done_keys.queue]], ARGV[@[alert_done_argv.id]])
+  redis.call('HDEL', KEYS[@[alert_done_keys.records]], ARGV[@[alert_done_argv.id]], 'n:' .. ARGV[@[alert_done_argv.id]])
+  if ARGV[@[alert_done_argv.mode]] == '3' and KEYS[@[alert_done_keys.dropped]] then redis.call('INCR', KEYS[@[alert_done_keys.dropped]])
+  elseif ARGV[@[alert_done_argv.mode]] == '3' then redis.call('HINCRBY', KEYS[@[alert_done_keys.records]], 'dropped', 1) end
 end
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if not KEYS[3] then return {1, first[2] or '-', now} end
-if first[1] then redis.call('ZADD', KEYS[3], first[2], KEYS[1])
-else redis.call('ZREM', KEYS[3], KEYS[1]) end
+local first = redis.call('ZRANGE', KEYS[@[alert_done_keys.queue]], 0, 0, 'WITHSCORES')
+if not KEYS[@[alert_done_keys.index]] then return {1, first[2] or '-', now} end
+if first[1] then redis.call('ZADD', KEYS[@[alert_done_keys.index]], first[2], KEYS[@[alert_done_keys.queue]])
+else redis.call('ZREM', KEYS[@[alert_done_keys.index]], KEYS[@[alert_done_keys.queue]]) end
 return {1}

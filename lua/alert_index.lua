@@ -17,13 +17,13 @@
 -- after it); otherwise the queue is indexed at its earliest due, or leaves
 -- the index when empty. Returns {1} when applied, {0} when older.
 
-local last = redis.call('HGET', KEYS[2], ARGV[1])
-if last and tonumber(last) > tonumber(ARGV[2]) then return {0} end
-if ARGV[3] == '-' then
-  redis.call('ZREM', KEYS[1], ARGV[1])
-  redis.call('HDEL', KEYS[2], ARGV[1])
+local last = redis.call('HGET', KEYS[@[alert_index_keys.seen]], ARGV[@[alert_index_argv.queue]])
+if last and tonumber(last) > tonumber(ARGV[@[alert_index_argv.seen]]) then return {0} end
+if ARGV[@[alert_index_argv.due]] == '-' then
+  redis.call('ZREM', KEYS[@[alert_index_keys.index]], ARGV[@[alert_index_argv.queue]])
+  redis.call('HDEL', KEYS[@[alert_index_keys.seen]], ARGV[@[alert_index_argv.queue]])
 else
-  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
-  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+  redis.call('ZADD', KEYS[@[alert_index_keys.index]], ARGV[@[alert_index_argv.due]], ARGV[@[alert_index_argv.queue]])
+  redis.call('HSET', KEYS[@[alert_index_keys.seen]], ARGV[@[alert_index_argv.queue]], ARGV[@[alert_index_argv.seen]])
 end
 return {1}

@@ -20,23 +20,25 @@
 -- version the configuration never reached. The caller validated the document; the write, the version bump,
 -- the audit entry and the notification happen together or not at all.
 
-local old = redis.call('HGET', KEYS[1], ARGV[1]) or ''
-local changed_field = ARGV[7]
-local changed = tonumber(redis.call('HGET', KEYS[1], changed_field) or '0')
-local current = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
-if ARGV[6] ~= '' and (changed > tonumber(ARGV[6]) or tonumber(ARGV[6]) > current) then
+local hash, field, document = KEYS[@[config_keys.hash]], ARGV[@[config_set_argv.field]], ARGV[@[config_set_argv.document]]
+local read_at = ARGV[@[config_set_argv.read_at]]
+local old = redis.call('HGET', hash, field) or ''
+local changed_field = ARGV[@[config_set_argv.changed_field]]
+local changed = tonumber(redis.call('HGET', hash, changed_field) or '0')
+local current = tonumber(redis.call('HGET', hash, 'version') or '0')
+if read_at ~= '' and (changed > tonumber(read_at) or tonumber(read_at) > current) then
   return {old, 0, changed, current}
 end
-if ARGV[2] == '' then
-  redis.call('HDEL', KEYS[1], ARGV[1])
+if document == '' then
+  redis.call('HDEL', hash, field)
 else
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  redis.call('HSET', hash, field, document)
 end
-local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
-redis.call('HSET', KEYS[1], changed_field, version)
+local version = redis.call('HINCRBY', hash, 'version', 1)
+redis.call('HSET', hash, changed_field, version)
 local t = redis.call('TIME')
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*',
-  'actor', ARGV[3], 'field', ARGV[1], 'old', old, 'new', ARGV[2],
+redis.call('XADD', KEYS[@[config_keys.audit]], 'MAXLEN', '~', ARGV[@[config_set_argv.audit_keep]], '*',
+  'actor', ARGV[@[config_set_argv.actor]], 'field', field, 'old', old, 'new', document,
   'version', version, 'at_ms', t[1] * 1000 + math.floor(t[2] / 1000))
-redis.call('PUBLISH', ARGV[4], version)
+redis.call('PUBLISH', ARGV[@[config_set_argv.channel]], version)
 return {old, version, version, current}

@@ -16,11 +16,12 @@
 -- denied candidate changes nothing (but the lapsed leases it reclaimed), so
 -- a later one finds the levels as the call found them.
 
-local n = tonumber(ARGV[1])
+local n = tonumber(ARGV[@[reserve_first_argv.candidates]])
 local out = {0}
-local k, a = 0, 1 + 2 * n
+local k, a = 0, @{reserve_first_argv} + @{reserve_first_sizes} * n
 for c = 1, n do
-  local nk, na = tonumber(ARGV[2 * c]), tonumber(ARGV[2 * c + 1])
+  local at = @{reserve_first_argv} + @{reserve_first_sizes} * (c - 1)
+  local nk, na = tonumber(ARGV[at + @[reserve_first_sizes.keys]]), tonumber(ARGV[at + @[reserve_first_sizes.args]])
   local keys, args = {}, {}
   for i = 1, nk do keys[i] = KEYS[k + i] end
   for i = 1, na do args[i] = ARGV[a + i] end

@@ -17,6 +17,7 @@
 
 use super::StoreError;
 use super::keys::{config_audit, config_channel, config_field, config_hash};
+use super::redis::wire::Args;
 use super::redis::{Endpoint, RedisTls, SharedConn};
 use super::scripts;
 use redis::{AsyncCommands, Script};
@@ -250,14 +251,18 @@ impl ConfigStore {
         documents: &[(Field, String)],
         actor: &str,
     ) -> Result<Option<u64>, StoreError> {
+        use super::redis::spec::{config_keys as k, config_seed_argv as a};
         let mut inv = SEED.prepare_invoke();
-        inv.key(&self.hash)
-            .key(&self.audit)
-            .arg(actor)
-            .arg(&self.channel)
-            .arg(AUDIT_KEEP);
+        let mut args = Args::new(&mut inv);
+        args.key(k::HASH, self.hash.clone())
+            .key(k::AUDIT, self.audit.clone())
+            .at(a::ACTOR, actor)
+            .at(a::CHANNEL, &self.channel)
+            .at(a::AUDIT_KEEP, AUDIT_KEEP);
+        // Then field, document pairs.
         for (field, document) in documents {
-            inv.arg(field.name()).arg(document);
+            let at = args.next();
+            args.at(at, field.name()).at(at + 1, document);
         }
         let v: u64 = inv
             .invoke_async(&mut self.conn.clone())
@@ -276,20 +281,30 @@ impl ConfigStore {
         read_at: Option<u64>,
     ) -> Result<SetOutcome, StoreError> {
         let name = field.name();
+        use super::redis::spec::{config_keys as k, config_set_argv as a, config_set_reply as r};
         let mut inv = SET.prepare_invoke();
-        inv.key(&self.hash)
-            .key(&self.audit)
-            .arg(&name)
-            .arg(document.unwrap_or(""))
-            .arg(actor)
-            .arg(&self.channel)
-            .arg(AUDIT_KEEP)
-            .arg(read_at.map_or(String::new(), |v| v.to_string()))
-            .arg(config_field::changed(&name));
-        let (old, version, changed, current): (String, u64, u64, u64) = inv
+        Args::new(&mut inv)
+            .key(k::HASH, self.hash.clone())
+            .key(k::AUDIT, self.audit.clone())
+            .at(a::FIELD, &name)
+            .at(a::DOCUMENT, document.unwrap_or(""))
+            .at(a::ACTOR, actor)
+            .at(a::CHANNEL, &self.channel)
+            .at(a::AUDIT_KEEP, AUDIT_KEEP)
+            .at(a::READ_AT, read_at.map_or(String::new(), |v| v.to_string()))
+            .at(a::CHANGED_FIELD, config_field::changed(&name));
+        let reply: Vec<redis::Value> = inv
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| self.err(e))?;
+        let value = |i: usize| reply.get(i).cloned().unwrap_or(redis::Value::Nil);
+        let number = |i: usize| redis::from_redis_value::<u64>(value(i));
+        let (old, version, changed, current) = (
+            redis::from_redis_value::<String>(value(r::OLD)).map_err(|e| self.err(e.into()))?,
+            number(r::VERSION).map_err(|e| self.err(e.into()))?,
+            number(r::CHANGED).map_err(|e| self.err(e.into()))?,
+            number(r::CURRENT).map_err(|e| self.err(e.into()))?,
+        );
         Ok(match version {
             0 if read_at.is_some_and(|v| v > current) => SetOutcome::Unknown { current },
             0 => SetOutcome::Stale { changed },

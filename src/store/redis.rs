@@ -32,9 +32,9 @@ mod pool;
 mod reads;
 mod reserve;
 mod settle;
-mod spec;
+pub(super) mod spec;
 mod verify;
-mod wire;
+pub(super) mod wire;
 
 pub use client::{RedisTls, open_client, open_cluster_client};
 pub use endpoint::{Endpoint, SharedConn, cluster_masters};

@@ -26,9 +26,9 @@ pub const ALERT_DONE: &str = include_str!(concat!(env!("OUT_DIR"), "/alert_done.
 pub const ALERT_INDEX: &str = include_str!(concat!(env!("OUT_DIR"), "/alert_index.lua"));
 
 /// Changes one configuration document (versioned, audited, announced).
-pub const CONFIG_SET: &str = include_str!("../../lua/config_set.lua");
+pub const CONFIG_SET: &str = include_str!(concat!(env!("OUT_DIR"), "/config_set.lua"));
 /// Seeds the configuration when Redis holds no tier.
-pub const CONFIG_SEED: &str = include_str!("../../lua/config_seed.lua");
+pub const CONFIG_SEED: &str = include_str!(concat!(env!("OUT_DIR"), "/config_seed.lua"));
 
 #[cfg(test)]
 mod tests {

@@ -411,6 +411,102 @@ pub const ALERT_CLAIMED: Group = Group {
     fields: &["id", "record", "attempts"],
 };
 
+/// On a Redis Cluster, the end of alert_claim.lua's and alert_done.lua's
+/// replies: the queue's earliest due ('-': empty) and the time of the call,
+/// for the caller to index the queue (alert_index.lua).
+pub const ALERT_SEEN_TAIL: Group = Group {
+    name: "alert_seen_tail",
+    fields: &["due", "seen"],
+};
+
+/// alert_claim.lua's KEYS (the index absent on a Redis Cluster).
+pub const ALERT_CLAIM_KEYS: Group = Group {
+    name: "alert_claim_keys",
+    fields: &["queue", "records", "index"],
+};
+
+/// alert_claim.lua's ARGV.
+pub const ALERT_CLAIM_ARGV: Group = Group {
+    name: "alert_claim_argv",
+    fields: &["most", "claim_us"],
+};
+
+/// alert_done.lua's KEYS (the index and the dropped count absent on a
+/// Redis Cluster).
+pub const ALERT_DONE_KEYS: Group = Group {
+    name: "alert_done_keys",
+    fields: &["queue", "records", "index", "dropped"],
+};
+
+/// alert_done.lua's ARGV.
+pub const ALERT_DONE_ARGV: Group = Group {
+    name: "alert_done_argv",
+    fields: &[
+        "id", // 1 sent, 2 to retry, 3 dropped.
+        "mode", "retry_us",
+    ],
+};
+
+/// alert_index.lua's KEYS.
+pub const ALERT_INDEX_KEYS: Group = Group {
+    name: "alert_index_keys",
+    fields: &["index", "seen"],
+};
+
+/// alert_index.lua's ARGV.
+pub const ALERT_INDEX_ARGV: Group = Group {
+    name: "alert_index_argv",
+    fields: &["queue", "seen", "due"],
+};
+
+/// reserve_first.lua's ARGV: then one [`RESERVE_FIRST_SIZES`] per
+/// candidate, then each candidate's ARGV as reserve.lua takes them.
+pub const RESERVE_FIRST_ARGV: Group = Group {
+    name: "reserve_first_argv",
+    fields: &["candidates"],
+};
+
+/// reserve_first.lua, per candidate: how many of KEYS and ARGV are its.
+pub const RESERVE_FIRST_SIZES: Group = Group {
+    name: "reserve_first_sizes",
+    fields: &["keys", "args"],
+};
+
+/// config_set.lua's and config_seed.lua's KEYS.
+pub const CONFIG_KEYS: Group = Group {
+    name: "config_keys",
+    fields: &["hash", "audit"],
+};
+
+/// config_set.lua's ARGV.
+pub const CONFIG_SET_ARGV: Group = Group {
+    name: "config_set_argv",
+    fields: &[
+        "field",
+        // '' deletes the field.
+        "document",
+        "actor",
+        "channel",
+        "audit_keep",
+        // '' or the configuration version the writer read the document at.
+        "read_at",
+        // The field holding the version of the document's last change.
+        "changed_field",
+    ],
+};
+
+/// config_set.lua's reply.
+pub const CONFIG_SET_REPLY: Group = Group {
+    name: "config_set_reply",
+    fields: &["old", "version", "changed", "current"],
+};
+
+/// config_seed.lua's ARGV: then field, document pairs.
+pub const CONFIG_SEED_ARGV: Group = Group {
+    name: "config_seed_argv",
+    fields: &["actor", "channel", "audit_keep"],
+};
+
 /// Every group, for `build.rs`.
 pub const GROUPS: &[Group] = &[
     RESERVE,
@@ -448,6 +544,19 @@ pub const GROUPS: &[Group] = &[
     LEDGER_ARGV,
     RESERVE_KEYS,
     SETTLEMENT_KEYS,
+    ALERT_SEEN_TAIL,
+    ALERT_CLAIM_KEYS,
+    ALERT_CLAIM_ARGV,
+    ALERT_DONE_KEYS,
+    ALERT_DONE_ARGV,
+    ALERT_INDEX_KEYS,
+    ALERT_INDEX_ARGV,
+    RESERVE_FIRST_ARGV,
+    RESERVE_FIRST_SIZES,
+    CONFIG_KEYS,
+    CONFIG_SET_ARGV,
+    CONFIG_SET_REPLY,
+    CONFIG_SEED_ARGV,
 ];
 
 /// `text` with every position written by name (`@{GROUP.field}`,

@@ -8,7 +8,7 @@
 //! and time) and this side tells the index (`lua/alert_index.lua`).
 
 use super::RedisStore;
-use super::wire::{Spec, int_at};
+use super::wire::{Args, Spec, int_at};
 use crate::domain::{LevelPlan, TenantId};
 use crate::store::{AlertBacklog, AlertDone, QueuedAlert, StoreError};
 use redis::Value;
@@ -74,12 +74,15 @@ impl RedisStore {
             if left == 0 {
                 break;
             }
+            use super::spec::{alert_claim_argv as a, alert_claim_keys as k};
             let mut inv = self.alert_claim.prepare_invoke();
-            inv.key(&queue).key(format!("{queue}:e"));
+            let mut args = Args::new(&mut inv);
+            args.key(k::QUEUE, queue.clone())
+                .key(k::RECORDS, format!("{queue}:e"));
             if !cluster {
-                inv.key(&index);
+                args.key(k::INDEX, index.clone());
             }
-            inv.arg(left).arg(claim_ms * 1000);
+            args.at(a::MOST, left).at(a::CLAIM_US, claim_ms * 1000);
             let mut reply = self.run(&inv).await?;
             if cluster {
                 let (due, seen) = seen_at_end(&mut reply, "alert_claim")?;
@@ -89,26 +92,7 @@ impl RedisStore {
                 // The later queues are due later still.
                 break;
             }
-            use super::spec::alert_claimed as c;
-            for chunk in reply.chunks(c::WIDTH) {
-                let (Some(Value::BulkString(id)), Some(record)) =
-                    (chunk.get(c::ID), chunk.get(c::RECORD))
-                else {
-                    return Err(StoreError::Protocol(
-                        format!("alert_claim.lua replied {chunk:?} for an alert").into(),
-                    ));
-                };
-                let record = match record {
-                    Value::BulkString(r) => r.clone(),
-                    _ => Vec::new(),
-                };
-                out.push(QueuedAlert {
-                    queue: queue.clone(),
-                    id: String::from_utf8_lossy(id).into_owned(),
-                    record,
-                    attempts: int_at(chunk, c::ATTEMPTS)?.max(0) as u64,
-                });
-            }
+            out.extend(claimed(&queue, &reply)?);
         }
         Ok(out)
     }
@@ -125,15 +109,21 @@ impl RedisStore {
             AlertDone::Dropped => (3, 0),
         };
         let cluster = self.keys.is_clustered();
+        use super::spec::{alert_done_argv as a, alert_done_keys as k, alert_seen_tail};
         let mut inv = self.alert_done.prepare_invoke();
-        inv.key(&alert.queue).key(format!("{}:e", alert.queue));
+        let mut args = Args::new(&mut inv);
+        args.key(k::QUEUE, alert.queue.clone())
+            .key(k::RECORDS, format!("{}:e", alert.queue));
         if !cluster {
-            inv.key(self.keys.alert_index())
-                .key(self.keys.alert_dropped());
+            args.key(k::INDEX, self.keys.alert_index())
+                .key(k::DROPPED, self.keys.alert_dropped());
         }
-        inv.arg(&alert.id).arg(mode).arg(after_us);
+        args.at(a::ID, &alert.id)
+            .at(a::MODE, mode)
+            .at(a::RETRY_US, after_us);
         let mut reply = self.run(&inv).await?;
-        if cluster && reply.len() == 3 {
+        // Applied on a cluster: the tag, then the queue as seen.
+        if cluster && reply.len() == 1 + alert_seen_tail::WIDTH {
             let (due, seen) = seen_at_end(&mut reply, "alert_done")?;
             self.index_queue(&alert.queue, &seen, &due).await?;
         }
@@ -148,12 +138,14 @@ impl RedisStore {
         seen: &str,
         due: &str,
     ) -> Result<(), StoreError> {
+        use super::spec::{alert_index_argv as a, alert_index_keys as k};
         let mut inv = self.alert_index.prepare_invoke();
-        inv.key(self.keys.alert_index())
-            .key(self.keys.alert_seen())
-            .arg(queue)
-            .arg(seen)
-            .arg(due);
+        Args::new(&mut inv)
+            .key(k::INDEX, self.keys.alert_index())
+            .key(k::SEEN, self.keys.alert_seen())
+            .at(a::QUEUE, queue)
+            .at(a::SEEN, seen)
+            .at(a::DUE, due);
         self.run(&inv).await?;
         Ok(())
     }
@@ -298,6 +290,31 @@ impl RedisStore {
     }
 }
 
+/// alert_claim.lua's alerts claimed from `queue`, a group each.
+fn claimed(queue: &str, reply: &[Value]) -> Result<Vec<QueuedAlert>, StoreError> {
+    use super::spec::alert_claimed as c;
+    let mut out = Vec::with_capacity(reply.len() / c::WIDTH);
+    for chunk in reply.chunks(c::WIDTH) {
+        let (Some(Value::BulkString(id)), Some(record)) = (chunk.get(c::ID), chunk.get(c::RECORD))
+        else {
+            return Err(StoreError::Protocol(
+                format!("alert_claim.lua replied {chunk:?} for an alert").into(),
+            ));
+        };
+        let record = match record {
+            Value::BulkString(r) => r.clone(),
+            _ => Vec::new(),
+        };
+        out.push(QueuedAlert {
+            queue: queue.to_owned(),
+            id: String::from_utf8_lossy(id).into_owned(),
+            record,
+            attempts: int_at(chunk, c::ATTEMPTS)?.max(0) as u64,
+        });
+    }
+    Ok(out)
+}
+
 /// The last two values of a cluster's claim or finish reply (its earliest due,
 /// '-' when empty, and the time of the call), taken off it.
 fn seen_at_end(reply: &mut Vec<Value>, script: &str) -> Result<(String, String), StoreError> {
@@ -306,8 +323,13 @@ fn seen_at_end(reply: &mut Vec<Value>, script: &str) -> Result<(String, String),
         Some(Value::Int(n)) => Some(n.to_string()),
         _ => None,
     };
-    let seen = text(reply.pop());
-    let due = text(reply.pop());
+    use super::spec::alert_seen_tail as t;
+    let at = reply.len().saturating_sub(t::WIDTH);
+    let tail: Vec<Value> = reply.drain(at..).collect();
+    let (due, seen) = (
+        text(tail.get(t::DUE).cloned()),
+        text(tail.get(t::SEEN).cloned()),
+    );
     match (due, seen) {
         (Some(due), Some(seen)) => Ok((due, seen)),
         _ => Err(StoreError::Protocol(

@@ -55,17 +55,25 @@ impl RedisStore {
                 parts
             })
             .collect();
+        use super::spec::{reserve_first_argv as a, reserve_first_sizes as sizes};
         let mut inv = self.reserve_first.prepare_invoke();
-        inv.arg(plans.len());
-        for p in &parts {
-            inv.arg(p.keys.len()).arg(p.args.len());
+        let mut args = Args::new(&mut inv);
+        args.at(a::CANDIDATES, plans.len());
+        for (i, p) in parts.iter().enumerate() {
+            let at = a::WIDTH + i * sizes::WIDTH;
+            args.at(at + sizes::KEYS, p.keys.len())
+                .at(at + sizes::ARGS, p.args.len());
         }
+        // Then each candidate's KEYS and ARGV, as reserve.lua takes them.
+        let mut key = 0;
         for p in &parts {
-            for key in &p.keys {
-                inv.key(key);
+            for k in &p.keys {
+                args.key(key, k.clone());
+                key += 1;
             }
             for arg in &p.args {
-                inv.arg(arg.as_slice());
+                let at = args.next();
+                args.at(at, arg.as_slice());
             }
         }
         let reply = self.run(&inv).await?;

@@ -185,7 +185,7 @@ pub(super) fn unexpected(script: &str, tag: i64) -> StoreError {
 
 /// Where a reserve call's KEYS and ARGV go: the script invocation itself,
 /// or one plan's share of a reserve_first call.
-pub(super) trait Call {
+pub(in crate::store) trait Call {
     fn key(&mut self, key: String);
     fn arg<T: ToRedisArgs>(&mut self, arg: T);
 }
@@ -203,14 +203,14 @@ impl Call for ScriptInvocation<'_> {
 /// A call's KEYS and ARGV written where `calls.rs` declares each one: every
 /// key and argument names its place (0-based: KEYS[1] and ARGV[1] are 0),
 /// which debug builds check against those written so far.
-pub(super) struct Args<'a, C: Call> {
+pub(in crate::store) struct Args<'a, C: Call> {
     call: &'a mut C,
     next: usize,
     keys: usize,
 }
 
 impl<'a, C: Call> Args<'a, C> {
-    pub(super) fn new(call: &'a mut C) -> Self {
+    pub(in crate::store) fn new(call: &'a mut C) -> Self {
         Args {
             call,
             next: 0,
@@ -219,7 +219,7 @@ impl<'a, C: Call> Args<'a, C> {
     }
 
     /// Writes `key` at `place` of KEYS.
-    pub(super) fn key(&mut self, place: usize, key: String) -> &mut Self {
+    pub(in crate::store) fn key(&mut self, place: usize, key: String) -> &mut Self {
         debug_assert_eq!(place, self.keys, "a key out of step with calls.rs");
         self.keys += 1;
         self.call.key(key);
@@ -227,7 +227,7 @@ impl<'a, C: Call> Args<'a, C> {
     }
 
     /// Writes `arg` at `place`.
-    pub(super) fn at<T: ToRedisArgs>(&mut self, place: usize, arg: T) -> &mut Self {
+    pub(in crate::store) fn at<T: ToRedisArgs>(&mut self, place: usize, arg: T) -> &mut Self {
         debug_assert_eq!(place, self.next, "an argument out of step with calls.rs");
         self.next += arg.num_of_args();
         self.call.arg(arg);
@@ -235,7 +235,7 @@ impl<'a, C: Call> Args<'a, C> {
     }
 
     /// The place after the arguments written so far.
-    pub(super) fn next(&self) -> usize {
+    pub(in crate::store) fn next(&self) -> usize {
         self.next
     }
 }
