@@ -9,7 +9,7 @@
 -- and splices lua/splice/window_now.lua and bucket_level.lua.
 --
 -- KEYS[1..n]  the global entries' hashes (all tagged {g}: one slot)
--- KEYS[n+1]   the slot messages hash: field = a lease field ('#<nonce>'), value =
+-- KEYS[n+1]   (calls.rs lease_keys) the slot messages hash: field = a lease field ('#<nonce>'), value =
 --             doubles (the lease's new expiry, 0: settled; when posted), us
 -- ARGV[1]  spec: little-endian doubles: n, then per entry: bucket count b,
 --          concurrency limit (-1: none), slots to lease, slots to give back, until
@@ -122,7 +122,7 @@ for i = 1, n do
   raws[i] = write_level(KEYS[i], s, ttl, D, D, now)
 end
 
-local mkey = KEYS[n + 1]
+local mkey = KEYS[n + @[lease_keys.messages]]
 local posts, deletes = tonumber(ARGV[@[lease_argv.posts]]), tonumber(ARGV[@[lease_argv.deletes]])
 local a = @[lease_argv]
 for _ = 1, posts do

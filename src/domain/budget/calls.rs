@@ -411,6 +411,12 @@ pub const ALERT_CLAIMED: Group = Group {
     fields: &["id", "record", "attempts"],
 };
 
+/// global_lease.lua's KEYS after the entries' hashes.
+pub const LEASE_KEYS: Group = Group {
+    name: "lease_keys",
+    fields: &["messages"],
+};
+
 /// On a Redis Cluster, the end of alert_claim.lua's and alert_done.lua's
 /// replies: the queue's earliest due ('-': empty) and the time of the call,
 /// for the caller to index the queue (alert_index.lua).
@@ -544,6 +550,7 @@ pub const GROUPS: &[Group] = &[
     LEDGER_ARGV,
     RESERVE_KEYS,
     SETTLEMENT_KEYS,
+    LEASE_KEYS,
     ALERT_SEEN_TAIL,
     ALERT_CLAIM_KEYS,
     ALERT_CLAIM_ARGV,

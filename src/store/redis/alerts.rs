@@ -184,8 +184,14 @@ impl RedisStore {
         let queues = self.scan_keys(&self.keys.alert_queue_pattern()).await?;
         let mut indexed = 0;
         for queue in queues {
+            // Claims nothing: its reply is the queue as seen.
+            use super::spec::{alert_claim_argv as a, alert_claim_keys as k};
             let mut inv = self.alert_claim.prepare_invoke();
-            inv.key(&queue).key(format!("{queue}:e")).arg(0).arg(0);
+            Args::new(&mut inv)
+                .key(k::QUEUE, queue.clone())
+                .key(k::RECORDS, format!("{queue}:e"))
+                .at(a::MOST, 0)
+                .at(a::CLAIM_US, 0);
             let mut reply = self.run(&inv).await?;
             let (due, seen) = seen_at_end(&mut reply, "alert_claim")?;
             if due != "-" {

@@ -14,13 +14,15 @@ impl RedisStore {
     /// nothing when a bucket lacks room).
     pub(super) async fn charge_call(&self, plan: &ChargePlan) -> Result<ChargeReply, StoreError> {
         let mut inv = self.charge.prepare_invoke();
-        for lp in &plan.levels {
+        let mut args = Args::new(&mut inv);
+        // KEYS: each level's hash, outermost first.
+        for (i, lp) in plan.levels.iter().enumerate() {
             let scope = Scope {
                 tenant: &plan.tenant,
                 user: plan.user.as_ref(),
                 session: plan.session.as_ref(),
             };
-            inv.key(self.keys.plan_level(lp, scope));
+            args.key(i, self.keys.plan_level(lp, scope));
         }
         use super::spec::{charge as h, charge_level as l};
         let mut head = [0.0; h::WIDTH];
@@ -35,7 +37,6 @@ impl RedisStore {
             spec.group(&level).buckets(lp);
         }
         use super::spec::charge_argv as a;
-        let mut args = Args::new(&mut inv);
         args.at(a::SPEC, &spec.0)
             .at(a::DOUBLES, DOUBLES)
             .at(a::SPEC_FORMAT, doubles(spec.count()).as_ref());

@@ -88,10 +88,16 @@ impl RedisStore {
     /// Runs one sync with the global level.
     pub async fn lease_call(&self, call: &LeaseCall<'_>) -> Result<LeaseReply, StoreError> {
         let mut inv = self.global_lease.prepare_invoke();
-        for key in call.keys {
-            inv.key(key);
+        let mut args = Args::new(&mut inv);
+        // KEYS: each entry's hash, then the slot messages' (calls.rs `lease_keys`).
+        for (i, key) in call.keys.iter().enumerate() {
+            args.key(i, key.clone());
         }
-        inv.key(self.keys.global_messages());
+        let n = call.keys.len();
+        args.key(
+            n + super::spec::lease_keys::MESSAGES,
+            self.keys.global_messages(),
+        );
         use super::spec::{lease as h, lease_bucket as lb, lease_entry as e};
         let mut head = [0.0; h::WIDTH];
         head[h::ENTRIES] = call.asks.len() as f64;
@@ -113,7 +119,6 @@ impl RedisStore {
             }
         }
         use super::spec::lease_argv as a;
-        let mut args = Args::new(&mut inv);
         args.at(a::SPEC, &spec.0)
             .at(a::REPLICA, call.replica)
             .at(a::DOUBLES, DOUBLES)

@@ -17,8 +17,10 @@ impl RedisStore {
         exact: bool,
     ) -> Result<Readings, StoreError> {
         let mut inv = self.status.prepare_invoke();
-        for lp in levels {
-            inv.key(self.keys.plan_level(lp, scope));
+        let mut args = Args::new(&mut inv);
+        // KEYS: each level's hash, outermost first.
+        for (i, lp) in levels.iter().enumerate() {
+            args.key(i, self.keys.plan_level(lp, scope));
         }
         use super::spec::status as h;
         let mut head = [0.0; h::WIDTH];
@@ -30,8 +32,7 @@ impl RedisStore {
             spec.push(lp.concurrency.map_or(-1.0, |c| c as f64));
         }
         use super::spec::status_argv as a;
-        Args::new(&mut inv)
-            .at(a::SPEC, &spec.0)
+        args.at(a::SPEC, &spec.0)
             .at(a::DOUBLES, DOUBLES)
             .at(a::EXACT, if exact { "1" } else { "0" });
         let reply = self.run(&inv).await?;
