@@ -11,7 +11,7 @@ use crate::alerts::webhook;
 use crate::config::{AlertsSection, FileConfig};
 use crate::domain::alert::percent;
 use crate::domain::{Clock, SystemClock};
-use crate::store::Store;
+use crate::store::AlertStore;
 use crate::store::keys::Keys;
 use anyhow::Context;
 use clap::{Args, Subcommand};

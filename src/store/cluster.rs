@@ -28,8 +28,9 @@ mod take;
 
 use super::redis::RedisStore;
 use super::{
-    AlertBacklog, AlertDone, ChargePlan, ChargeReply, QueuedAlert, RenewReply, ReserveReply, Scope,
-    SettleReply, Settlement, Store, StoreError, Usage,
+    AlertBacklog, AlertDone, AlertStore, ChargePlan, ChargeReply, LedgerStore, QueuedAlert,
+    RenewReply, ReserveReply, SampleStore, Scope, SettleReply, Settlement, Store, StoreError,
+    Usage,
 };
 use crate::domain::budget::Settle;
 use crate::domain::budget::ledger::{LedgerRow, Period};
@@ -170,6 +171,24 @@ impl<C: Clock + Clone> Store for ClusterStore<C> {
         self.inner.charge(plan).await
     }
 
+    fn shadow(&self) -> Self {
+        ClusterStore::with_clock(self.inner.tenants.shadow(), self.inner.clock.clone())
+    }
+
+    async fn probe(&self) -> Result<(), StoreError> {
+        self.inner.tenants.probe().await
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{}; the global level leased in chunks (replica {})",
+            self.inner.tenants.describe(),
+            self.inner.replica
+        )
+    }
+}
+
+impl<C: Clock + Clone> SampleStore for ClusterStore<C> {
     async fn estimator_samples(
         &self,
         keys: &[String],
@@ -183,7 +202,9 @@ impl<C: Clock + Clone> Store for ClusterStore<C> {
     ) -> Result<Vec<Vec<u64>>, StoreError> {
         self.inner.tenants.output_samples(pairs).await
     }
+}
 
+impl<C: Clock + Clone> LedgerStore for ClusterStore<C> {
     async fn ledger(
         &self,
         tenant: &TenantId,
@@ -195,7 +216,9 @@ impl<C: Clock + Clone> Store for ClusterStore<C> {
     async fn ledger_keys(&self, hourly: bool) -> Result<Vec<(TenantId, Period)>, StoreError> {
         self.inner.tenants.ledger_keys(hourly).await
     }
+}
 
+impl<C: Clock + Clone> AlertStore for ClusterStore<C> {
     async fn claim_alerts(
         &self,
         max: usize,
@@ -222,21 +245,5 @@ impl<C: Clock + Clone> Store for ClusterStore<C> {
 
     async fn recent_alerts(&self, n: usize) -> Result<Vec<String>, StoreError> {
         self.inner.tenants.recent_alerts(n).await
-    }
-
-    fn shadow(&self) -> Self {
-        ClusterStore::with_clock(self.inner.tenants.shadow(), self.inner.clock.clone())
-    }
-
-    async fn probe(&self) -> Result<(), StoreError> {
-        self.inner.tenants.probe().await
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "{}; the global level leased in chunks (replica {})",
-            self.inner.tenants.describe(),
-            self.inner.replica
-        )
     }
 }

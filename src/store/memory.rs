@@ -22,8 +22,8 @@ pub use snapshot::{NEVER, Stored};
 use self::sharded::Sharded;
 use super::keys::{Keys, lease_field};
 use super::{
-    AlertBacklog, AlertDone, QueuedAlert, RenewReply, ReserveReply, Retention, Scope, SettleReply,
-    Settlement, Store, StoreError, Usage,
+    AlertBacklog, AlertDone, AlertStore, LedgerStore, QueuedAlert, RenewReply, ReserveReply,
+    Retention, SampleStore, Scope, SettleReply, Settlement, Store, StoreError, Usage,
 };
 use crate::domain::alert::Crossing;
 use crate::domain::budget::alerts::AlertQueue;
@@ -339,6 +339,43 @@ impl<C: Clock + Clone> Store for MemoryStore<C> {
         Ok(self.settle_now(s, Settle::Refund))
     }
 
+    async fn renew(&self, s: Settlement<'_>, ttl_ms: u64) -> Result<RenewReply, StoreError> {
+        Ok(self.renew_now(s, ttl_ms))
+    }
+
+    async fn status(
+        &self,
+        scope: Scope<'_>,
+        levels: &[LevelPlan],
+        exact: bool,
+    ) -> Result<Readings, StoreError> {
+        Ok(self.status_now(scope, levels, exact))
+    }
+
+    async fn charge(&self, plan: &ChargePlan) -> Result<ChargeReply, StoreError> {
+        Ok(self.charge_now(plan))
+    }
+
+    fn shadow(&self) -> Self {
+        // Quotas in shadow keep no ledger: the enforced store's is the record.
+        let retention = Retention {
+            ledger: None,
+            alert_queue: 0,
+            ..self.retention
+        };
+        MemoryStore::with_clock(self.keys.shadow(), retention, self.clock.clone())
+    }
+
+    async fn probe(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        "in-memory store (single process; state is lost on restart)".into()
+    }
+}
+
+impl<C: Clock + Clone> SampleStore for MemoryStore<C> {
     async fn estimator_samples(
         &self,
         keys: &[String],
@@ -362,7 +399,9 @@ impl<C: Clock + Clone> Store for MemoryStore<C> {
             .map(|(k, tier)| samples::read(&d.outputs, &self.keys.output_samples(k, tier), now))
             .collect())
     }
+}
 
+impl<C: Clock + Clone> LedgerStore for MemoryStore<C> {
     async fn ledger(
         &self,
         tenant: &TenantId,
@@ -374,24 +413,9 @@ impl<C: Clock + Clone> Store for MemoryStore<C> {
     async fn ledger_keys(&self, hourly: bool) -> Result<Vec<(TenantId, Period)>, StoreError> {
         Ok(self.ledger_periods(hourly))
     }
+}
 
-    async fn renew(&self, s: Settlement<'_>, ttl_ms: u64) -> Result<RenewReply, StoreError> {
-        Ok(self.renew_now(s, ttl_ms))
-    }
-
-    async fn status(
-        &self,
-        scope: Scope<'_>,
-        levels: &[LevelPlan],
-        exact: bool,
-    ) -> Result<Readings, StoreError> {
-        Ok(self.status_now(scope, levels, exact))
-    }
-
-    async fn charge(&self, plan: &ChargePlan) -> Result<ChargeReply, StoreError> {
-        Ok(self.charge_now(plan))
-    }
-
+impl<C: Clock + Clone> AlertStore for MemoryStore<C> {
     async fn claim_alerts(
         &self,
         max: usize,
@@ -417,23 +441,5 @@ impl<C: Clock + Clone> Store for MemoryStore<C> {
     async fn recent_alerts(&self, n: usize) -> Result<Vec<String>, StoreError> {
         let d = self.lock(self.clock.now_us());
         Ok(d.alert_recent.iter().take(n).cloned().collect())
-    }
-
-    fn shadow(&self) -> Self {
-        // Quotas in shadow keep no ledger: the enforced store's is the record.
-        let retention = Retention {
-            ledger: None,
-            alert_queue: 0,
-            ..self.retention
-        };
-        MemoryStore::with_clock(self.keys.shadow(), retention, self.clock.clone())
-    }
-
-    async fn probe(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-
-    fn describe(&self) -> String {
-        "in-memory store (single process; state is lost on restart)".into()
     }
 }

@@ -202,8 +202,106 @@ impl std::error::Error for StoreError {
     }
 }
 
-/// Budget state with atomic reserve and settle operations.
-pub trait Store: Send + Sync + 'static {
+/// The estimator's samples, which Commit writes and the estimator reads:
+/// the counted prompts' and the completions'.
+pub trait SampleStore: Send + Sync + 'static {
+    /// The estimator samples of each key, newest first (the settle scripts
+    /// keep [`crate::domain::budget::Retention`]'s `samples` of them).
+    fn estimator_samples(
+        &self,
+        keys: &[String],
+    ) -> impl Future<Output = Result<Vec<Vec<EstimatorSample>>, StoreError>> + Send;
+
+    /// The completions' output tokens under each (estimator key, tier),
+    /// newest first (settle keeps [`Usage::output_kept`] of them).
+    fn output_samples(
+        &self,
+        pairs: &[(String, String)],
+    ) -> impl Future<Output = Result<Vec<Vec<u64>>, StoreError>> + Send;
+}
+
+/// The usage ledger, which reserve and settle write in the same atomic step
+/// and the usage reports and reconciliation read.
+pub trait LedgerStore: Send + Sync + 'static {
+    /// `tenant`'s usage-ledger rows of each period, by group then user.
+    fn ledger(
+        &self,
+        tenant: &TenantId,
+        periods: &[Period],
+    ) -> impl Future<Output = Result<Vec<Vec<LedgerRow>>, StoreError>> + Send;
+
+    /// Every tenant with hourly (`hourly`) or daily ledger rows, and which
+    /// periods, sorted (reconciliation, the console's tenant list).
+    fn ledger_keys(
+        &self,
+        hourly: bool,
+    ) -> impl Future<Output = Result<Vec<(TenantId, Period)>, StoreError>> + Send;
+}
+
+/// The threshold alerts' queues, which reserve, settle and charge fill in
+/// the same atomic step and the alert senders drain. A store that keeps no
+/// alerts answers with none.
+pub trait AlertStore: Send + Sync + 'static {
+    /// Claims up to `max` queued alerts due now in all (queue by queue, in
+    /// the order of their keys), each for `claim_ms` (no other replica takes
+    /// them meanwhile; a claim not finished lapses and the alert is due
+    /// again). None on a store that keeps no alerts.
+    fn claim_alerts(
+        &self,
+        max: usize,
+        claim_ms: u64,
+    ) -> impl Future<Output = Result<Vec<QueuedAlert>, StoreError>> + Send {
+        let _ = (max, claim_ms);
+        async { Ok(Vec::new()) }
+    }
+
+    /// What became of a claimed alert.
+    fn finish_alert(
+        &self,
+        alert: &QueuedAlert,
+        done: AlertDone,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (alert, done);
+        async { Ok(()) }
+    }
+
+    /// Finds queues holding alerts that the index lacks and indexes them (on a
+    /// Redis Cluster, a replica that died between a crossing and indexing its
+    /// queue leaves one so); how many. Nothing to do elsewhere.
+    fn reindex_alerts(&self) -> impl Future<Output = Result<usize, StoreError>> + Send {
+        async { Ok(0) }
+    }
+
+    /// Every queued alert and the counts dropped (`ctxbudget alerts list`).
+    fn alert_backlog(&self) -> impl Future<Output = Result<AlertBacklog, StoreError>> + Send {
+        async { Ok(AlertBacklog::default()) }
+    }
+
+    /// Keeps `line` (an alert sent or dropped, as JSON) first among the last
+    /// `keep`.
+    fn note_alert(
+        &self,
+        line: String,
+        keep: usize,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (line, keep);
+        async { Ok(()) }
+    }
+
+    /// The last `n` alerts sent or dropped, newest first.
+    fn recent_alerts(
+        &self,
+        n: usize,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send {
+        let _ = n;
+        async { Ok(Vec::new()) }
+    }
+}
+
+/// Budget state with atomic reserve and settle operations; the estimator's
+/// samples, the ledger and the alerts it writes with them are read through
+/// traits of their own.
+pub trait Store: SampleStore + LedgerStore + AlertStore {
     /// The store's time (µs since the epoch) as near as the service can
     /// tell before a call: where a plan's calendar windows' boundaries fall.
     /// Redis scripts read Redis `TIME` and correct for a boundary crossed
@@ -268,89 +366,6 @@ pub trait Store: Send + Sync + 'static {
         &self,
         plan: &ChargePlan,
     ) -> impl Future<Output = Result<ChargeReply, StoreError>> + Send;
-
-    /// The estimator samples of each key, newest first (the settle scripts
-    /// keep [`crate::domain::budget::Retention`]'s `samples` of them).
-    fn estimator_samples(
-        &self,
-        keys: &[String],
-    ) -> impl Future<Output = Result<Vec<Vec<EstimatorSample>>, StoreError>> + Send;
-
-    /// The completions' output tokens under each (estimator key, tier),
-    /// newest first (settle keeps [`Usage::output_kept`] of them).
-    fn output_samples(
-        &self,
-        pairs: &[(String, String)],
-    ) -> impl Future<Output = Result<Vec<Vec<u64>>, StoreError>> + Send;
-
-    /// `tenant`'s usage-ledger rows of each period, by group then user.
-    fn ledger(
-        &self,
-        tenant: &TenantId,
-        periods: &[Period],
-    ) -> impl Future<Output = Result<Vec<Vec<LedgerRow>>, StoreError>> + Send;
-
-    /// Every tenant with hourly (`hourly`) or daily ledger rows, and which
-    /// periods, sorted (reconciliation, the console's tenant list).
-    fn ledger_keys(
-        &self,
-        hourly: bool,
-    ) -> impl Future<Output = Result<Vec<(TenantId, Period)>, StoreError>> + Send;
-
-    /// Claims up to `max` queued alerts due now in all (queue by queue, in
-    /// the order of their keys), each for `claim_ms` (no other replica takes
-    /// them meanwhile; a claim not finished lapses and the alert is due
-    /// again). None on a store that keeps no alerts.
-    fn claim_alerts(
-        &self,
-        max: usize,
-        claim_ms: u64,
-    ) -> impl Future<Output = Result<Vec<QueuedAlert>, StoreError>> + Send {
-        let _ = (max, claim_ms);
-        async { Ok(Vec::new()) }
-    }
-
-    /// What became of a claimed alert.
-    fn finish_alert(
-        &self,
-        alert: &QueuedAlert,
-        done: AlertDone,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let _ = (alert, done);
-        async { Ok(()) }
-    }
-
-    /// Finds queues holding alerts that the index lacks and indexes them (on a
-    /// Redis Cluster, a replica that died between a crossing and indexing its
-    /// queue leaves one so); how many. Nothing to do elsewhere.
-    fn reindex_alerts(&self) -> impl Future<Output = Result<usize, StoreError>> + Send {
-        async { Ok(0) }
-    }
-
-    /// Every queued alert and the counts dropped (`ctxbudget alerts list`).
-    fn alert_backlog(&self) -> impl Future<Output = Result<AlertBacklog, StoreError>> + Send {
-        async { Ok(AlertBacklog::default()) }
-    }
-
-    /// Keeps `line` (an alert sent or dropped, as JSON) first among the last
-    /// `keep`.
-    fn note_alert(
-        &self,
-        line: String,
-        keep: usize,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let _ = (line, keep);
-        async { Ok(()) }
-    }
-
-    /// The last `n` alerts sent or dropped, newest first.
-    fn recent_alerts(
-        &self,
-        n: usize,
-    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send {
-        let _ = n;
-        async { Ok(Vec::new()) }
-    }
 
     /// The same backend with every key under `<prefix>shadow:`: where quotas in
     /// shadow keep their own buckets and leases, apart from the enforced ones.

@@ -44,8 +44,8 @@ pub use pool::PoolKind;
 
 use super::keys::Keys;
 use super::{
-    AlertBacklog, AlertDone, QueuedAlert, RenewReply, ReserveReply, Retention, Scope, SettleReply,
-    Settlement, Store, StoreError, Usage, scripts,
+    AlertBacklog, AlertDone, AlertStore, LedgerStore, QueuedAlert, RenewReply, ReserveReply,
+    Retention, SampleStore, Scope, SettleReply, Settlement, Store, StoreError, Usage, scripts,
 };
 use crate::domain::budget::layout;
 use crate::domain::budget::ledger::{LedgerRow, Period};
@@ -248,32 +248,6 @@ impl Store for RedisStore {
             .await
     }
 
-    async fn estimator_samples(
-        &self,
-        keys: &[String],
-    ) -> Result<Vec<Vec<EstimatorSample>>, StoreError> {
-        self.samples_call(keys).await
-    }
-
-    async fn output_samples(
-        &self,
-        pairs: &[(String, String)],
-    ) -> Result<Vec<Vec<u64>>, StoreError> {
-        self.outputs_call(pairs).await
-    }
-
-    async fn ledger(
-        &self,
-        tenant: &TenantId,
-        periods: &[Period],
-    ) -> Result<Vec<Vec<LedgerRow>>, StoreError> {
-        self.ledger_call(tenant, periods).await
-    }
-
-    async fn ledger_keys(&self, hourly: bool) -> Result<Vec<(TenantId, Period)>, StoreError> {
-        self.ledger_keys_call(hourly).await
-    }
-
     async fn renew(&self, s: Settlement<'_>, ttl_ms: u64) -> Result<RenewReply, StoreError> {
         self.renew_call(s, ttl_ms).await
     }
@@ -289,34 +263,6 @@ impl Store for RedisStore {
 
     async fn charge(&self, plan: &ChargePlan) -> Result<ChargeReply, StoreError> {
         self.charge_call(plan).await
-    }
-
-    async fn claim_alerts(
-        &self,
-        max: usize,
-        claim_ms: u64,
-    ) -> Result<Vec<QueuedAlert>, StoreError> {
-        self.claim_alerts_call(max, claim_ms).await
-    }
-
-    async fn finish_alert(&self, alert: &QueuedAlert, done: AlertDone) -> Result<(), StoreError> {
-        self.finish_alert_call(alert, done).await
-    }
-
-    async fn alert_backlog(&self) -> Result<AlertBacklog, StoreError> {
-        self.alert_backlog_call().await
-    }
-
-    async fn reindex_alerts(&self) -> Result<usize, StoreError> {
-        self.reindex_alerts_call().await
-    }
-
-    async fn note_alert(&self, line: String, keep: usize) -> Result<(), StoreError> {
-        self.note_alert_call(line, keep).await
-    }
-
-    async fn recent_alerts(&self, n: usize) -> Result<Vec<String>, StoreError> {
-        self.recent_alerts_call(n).await
     }
 
     fn shadow(&self) -> Self {
@@ -356,6 +302,66 @@ impl Store for RedisStore {
             self.connections.describe(),
             self.keys.prefix()
         )
+    }
+}
+
+impl SampleStore for RedisStore {
+    async fn estimator_samples(
+        &self,
+        keys: &[String],
+    ) -> Result<Vec<Vec<EstimatorSample>>, StoreError> {
+        self.samples_call(keys).await
+    }
+
+    async fn output_samples(
+        &self,
+        pairs: &[(String, String)],
+    ) -> Result<Vec<Vec<u64>>, StoreError> {
+        self.outputs_call(pairs).await
+    }
+}
+
+impl LedgerStore for RedisStore {
+    async fn ledger(
+        &self,
+        tenant: &TenantId,
+        periods: &[Period],
+    ) -> Result<Vec<Vec<LedgerRow>>, StoreError> {
+        self.ledger_call(tenant, periods).await
+    }
+
+    async fn ledger_keys(&self, hourly: bool) -> Result<Vec<(TenantId, Period)>, StoreError> {
+        self.ledger_keys_call(hourly).await
+    }
+}
+
+impl AlertStore for RedisStore {
+    async fn claim_alerts(
+        &self,
+        max: usize,
+        claim_ms: u64,
+    ) -> Result<Vec<QueuedAlert>, StoreError> {
+        self.claim_alerts_call(max, claim_ms).await
+    }
+
+    async fn finish_alert(&self, alert: &QueuedAlert, done: AlertDone) -> Result<(), StoreError> {
+        self.finish_alert_call(alert, done).await
+    }
+
+    async fn alert_backlog(&self) -> Result<AlertBacklog, StoreError> {
+        self.alert_backlog_call().await
+    }
+
+    async fn reindex_alerts(&self) -> Result<usize, StoreError> {
+        self.reindex_alerts_call().await
+    }
+
+    async fn note_alert(&self, line: String, keep: usize) -> Result<(), StoreError> {
+        self.note_alert_call(line, keep).await
+    }
+
+    async fn recent_alerts(&self, n: usize) -> Result<Vec<String>, StoreError> {
+        self.recent_alerts_call(n).await
     }
 }
 

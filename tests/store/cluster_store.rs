@@ -3,7 +3,7 @@
 
 use crate::suite::{Ctx, global_level, plan, plan_of, user_level};
 use ctxbudget::domain::TenantId;
-use ctxbudget::store::{ReserveReply, SettleReply, Settled, Settlement, Store, Usage};
+use ctxbudget::store::{LedgerStore, ReserveReply, SettleReply, Settled, Settlement, Store, Usage};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ledger_of_every_tenant_is_found_on_every_master() {

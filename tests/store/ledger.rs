@@ -11,7 +11,7 @@ use ctxbudget::domain::budget::ledger::{LedgerRetention, LedgerRow, Period, Row}
 use ctxbudget::domain::{Clock, ManualClock, ReservePlan, TenantId, UserId};
 use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::MemoryStore;
-use ctxbudget::store::{Retention, SettleReply, Settlement, Store, Usage};
+use ctxbudget::store::{LedgerStore, Retention, SettleReply, Settlement, Store, Usage};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;

@@ -31,8 +31,8 @@ use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::MemoryStore;
 use ctxbudget::store::redis::{RedisSettings, RedisStore};
 use ctxbudget::store::{
-    ChargePlan, ChargeReply, EXACT_LEASES, RenewReply, ReserveReply, Retention, Scope, SettleReply,
-    Settled, Settlement, Store, Usage,
+    ChargePlan, ChargeReply, EXACT_LEASES, RenewReply, ReserveReply, Retention, SampleStore, Scope,
+    SettleReply, Settled, Settlement, Store, Usage,
 };
 use std::sync::Arc;
 use std::time::Duration;

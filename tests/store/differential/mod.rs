@@ -58,8 +58,8 @@ use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
 use ctxbudget::store::memory::{MemoryStore, Stored};
 use ctxbudget::store::redis::{RedisSettings, RedisStore};
 use ctxbudget::store::{
-    ChargeReply, EXACT_LEASES, QueuedAlert, RenewReply, Retention, Scope, SettleReply, Settlement,
-    Store,
+    AlertStore, ChargeReply, EXACT_LEASES, LedgerStore, QueuedAlert, RenewReply, Retention,
+    SampleStore, Scope, SettleReply, Settlement, Store,
 };
 use ops::{Gen, Op, entry_plan, pick};
 use rand::rngs::StdRng;
