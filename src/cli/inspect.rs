@@ -10,10 +10,9 @@
 use super::admin::AdminArgs;
 use super::inspect_ids::{Candidates, owners};
 use super::inspect_rows::{BucketRow, LeaseRow, bucket_rows, lease_rows};
-use super::output::{
-    Effective, count, effective_lines, level_section, limits_summary, outln, print_json, table,
-};
+use super::output::{Effective, count, effective_lines, limits_summary, outln, print_json, table};
 use crate::config::ConfigDoc;
+use crate::config::LevelSection;
 use crate::domain::plan::{self, LevelPlan};
 use crate::domain::{
     BucketSpec, Level, LevelLimits, Limits as DomainLimits, ModelGroup, SessionId, TenantId, Tier,
@@ -53,7 +52,7 @@ pub struct InspectArgs {
 /// The limits in force at every level.
 #[derive(Serialize)]
 struct Limits {
-    global: crate::config::LevelSection,
+    global: LevelSection,
     #[serde(flatten)]
     tier: Effective,
     /// With `--model` of a group: the group's limits over the whole account.
@@ -64,7 +63,7 @@ struct Limits {
 #[derive(Serialize)]
 struct GroupInForce {
     name: String,
-    global: crate::config::LevelSection,
+    global: LevelSection,
 }
 
 #[derive(Serialize)]
@@ -116,11 +115,11 @@ pub(super) async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         configuration_version: doc.version,
         override_applies: limits.overrides.contains_key(who.tenant.as_str()),
         limits: who.tier.as_ref().map(|t| Limits {
-            global: level_section(&limits.global),
+            global: LevelSection::of(&limits.global),
             tier: Effective::of(t),
             model_group: group.map(|g| GroupInForce {
                 name: g.name.clone(),
-                global: level_section(&g.global),
+                global: LevelSection::of(&g.global),
             }),
         }),
         buckets: Vec::new(),

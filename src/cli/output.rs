@@ -230,11 +230,6 @@ pub(super) fn override_summary(level: &LevelOverrideSection) -> String {
     }
 }
 
-/// Domain limits as a written level: for JSON reports that read like documents.
-pub(super) fn level_section(level: &LevelLimits) -> LevelSection {
-    LevelSection::of(level)
-}
-
 /// The limits in force of a resolved tier, by level: for JSON reports.
 #[derive(Serialize)]
 pub(super) struct Effective {
@@ -256,13 +251,13 @@ impl Effective {
     /// The levels of `tier` (as resolved for a tenant).
     pub(super) fn of(tier: &Tier) -> Self {
         Effective {
-            tenant: level_section(&tier.tenant),
-            user: level_section(&tier.user),
-            session: level_section(&tier.session),
+            tenant: LevelSection::of(&tier.tenant),
+            user: LevelSection::of(&tier.user),
+            session: LevelSection::of(&tier.session),
             session_ttl_secs: tier.session_ttl_secs,
             shadow: tier.shadow.as_ref().map(|s| ShadowSection {
-                tenant: level_section(&s.tenant),
-                user: level_section(&s.user),
+                tenant: LevelSection::of(&s.tenant),
+                user: LevelSection::of(&s.user),
                 models: model_sections(&s.models),
             }),
             models: model_sections(&tier.models),
@@ -276,9 +271,9 @@ fn model_sections(models: &BTreeMap<String, ModelLimits>) -> BTreeMap<String, Mo
         .iter()
         .map(|(name, m)| {
             let section = ModelLimitsSection {
-                tenant: level_section(&m.tenant),
-                user: level_section(&m.user),
-                session: level_section(&m.session),
+                tenant: LevelSection::of(&m.tenant),
+                user: LevelSection::of(&m.user),
+                session: LevelSection::of(&m.session),
             };
             (name.clone(), section)
         })

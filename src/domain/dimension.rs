@@ -55,17 +55,6 @@ impl Dimension {
         Dimension::Images,
     ];
 
-    /// Every dimension: the rates, then concurrency.
-    pub const ALL: [Dimension; RATE_COUNT + 1] = [
-        Dimension::Requests,
-        Dimension::Tokens,
-        Dimension::InputTokens,
-        Dimension::OutputTokens,
-        Dimension::Spend,
-        Dimension::Images,
-        Dimension::Concurrency,
-    ];
-
     /// Lower-case name for configuration keys, messages and metrics.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -189,11 +178,6 @@ impl<T> DimMap<T> {
         Dimension::RATES.into_iter().zip(self.0.iter())
     }
 
-    /// Each rate dimension with its value, to change.
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (Dimension, &mut T)> {
-        Dimension::RATES.into_iter().zip(self.0.iter_mut())
-    }
-
     /// A map of `f(dimension, value)`.
     pub fn map<U>(&self, mut f: impl FnMut(Dimension, &T) -> U) -> DimMap<U> {
         DimMap::from_fn(|d| f(d, &self[d]))
@@ -268,13 +252,12 @@ const _: () = {
             Dimension::RATES[i] as usize == i,
             "RATES is in declaration order"
         );
-        assert!(
-            Dimension::ALL[i] as usize == i,
-            "ALL is in declaration order"
-        );
         i += 1;
     }
-    assert!(matches!(Dimension::ALL[RATE_COUNT], Dimension::Concurrency));
+    assert!(
+        Dimension::Concurrency as usize == RATE_COUNT,
+        "concurrency is last"
+    );
     let mut i = DECLARED_FIRST - 1;
     while i < RATE_COUNT {
         assert!(

@@ -91,7 +91,7 @@ impl RedisStore {
         let mut args = Args::new(&mut inv);
         // KEYS: each entry's hash, then the slot messages' (calls.rs `lease_keys`).
         for (i, key) in call.keys.iter().enumerate() {
-            args.key(i, key.clone());
+            args.key(i, key.clone()); // a sync per chunk, not per request
         }
         let n = call.keys.len();
         args.key(

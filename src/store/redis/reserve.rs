@@ -66,9 +66,9 @@ impl RedisStore {
         }
         // Then each candidate's KEYS and ARGV, as reserve.lua takes them.
         let mut key = 0;
-        for p in &parts {
-            for k in &p.keys {
-                args.key(key, k.clone());
+        for p in parts {
+            for k in p.keys {
+                args.key(key, k);
                 key += 1;
             }
             for arg in &p.args {
