@@ -22,6 +22,7 @@ fn request(i: u64) -> ReserveRequest {
         session: None,
         tier: "enterprise".into(),
         model: "gpt-4o".into(),
+        fallbacks: Vec::new(),
         prompt: PromptInput::Tokens(1000),
         max_output_tokens: 500,
         min_output_tokens: None,
@@ -51,7 +52,10 @@ fn benches(c: &mut Criterion) {
         now_us: 0,
     };
     let count = PromptCount::given(1000);
-    let prepare = |i| plan::prepare(&request(i), &count, &terms).unwrap();
+    let prepare = |i| {
+        let req = request(i);
+        plan::prepare(&req, &req.model, &count, &terms).unwrap()
+    };
     let Prepared::Plan(sample) = prepare(1) else {
         panic!("the sample request plans");
     };

@@ -4,16 +4,16 @@
 
 use super::convert::{check_label, dimension, level, reason, reserve_response};
 use crate::domain::InvalidInput;
-use crate::engine::FallbackOutcome;
-use crate::engine::fallback::MAX_CANDIDATES;
+use crate::engine::{MAX_CANDIDATES, ReserveOutcome};
 use crate::pb;
 
-/// A CheckAndReserve request's fallback candidates, validated: empty when
-/// it names none; otherwise labels, at most [`MAX_CANDIDATES`], `model`
-/// empty or the first, and no idempotency key (a retry could then hold two
+/// A CheckAndReserve request's fallback models (the candidates after the
+/// first, which becomes `model`), validated: empty when it names no
+/// candidates; otherwise labels, at most [`MAX_CANDIDATES`], `model` empty
+/// or the first, and no idempotency key (a retry could then hold two
 /// candidates' reservations).
-pub(super) fn candidates(r: &mut pb::CheckAndReserveRequest) -> Result<Vec<String>, InvalidInput> {
-    let list = std::mem::take(&mut r.candidate_models);
+pub(super) fn fallbacks(r: &mut pb::CheckAndReserveRequest) -> Result<Vec<String>, InvalidInput> {
+    let mut list = std::mem::take(&mut r.candidate_models);
     if list.is_empty() {
         return Ok(list);
     }
@@ -48,16 +48,18 @@ pub(super) fn candidates(r: &mut pb::CheckAndReserveRequest) -> Result<Vec<Strin
                 .into(),
         );
     }
-    r.model.clone_from(&list[0]);
+    r.model = list.remove(0);
     Ok(list)
 }
 
-/// The response to CheckAndReserve with candidates.
-pub(super) fn fallback_response(out: FallbackOutcome) -> pb::CheckAndReserveResponse {
-    let mut resp = reserve_response(out.outcome);
-    resp.chosen_model = out.chosen_model.unwrap_or_default();
-    resp.skipped_candidates = out
-        .skipped
+/// The response to CheckAndReserve with candidates: the reservation, the
+/// candidate chosen and those skipped.
+pub(super) fn fallback_response(mut out: ReserveOutcome) -> pb::CheckAndReserveResponse {
+    let chosen_model = out.chosen_model.take().unwrap_or_default();
+    let skipped = std::mem::take(&mut out.skipped);
+    let mut resp = reserve_response(out);
+    resp.chosen_model = chosen_model;
+    resp.skipped_candidates = skipped
         .into_iter()
         .map(|s| {
             let d = s.denial;

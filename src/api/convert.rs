@@ -74,6 +74,7 @@ pub(super) fn reserve_request(
         session,
         tier: r.tier,
         model: r.model,
+        fallbacks: Vec::new(),
         prompt,
         max_output_tokens: check_tokens("max_output_tokens", r.max_output_tokens)?,
         min_output_tokens,

@@ -116,17 +116,17 @@ impl<S: Store> BudgetApi<S> {
         admit(&request, Some(&request.get_ref().tenant_id))?;
         timed("CheckAndReserve", span("CheckAndReserve", None), async {
             let mut r = request.into_inner();
-            let candidates = candidates::candidates(&mut r)?;
-            let req = convert::reserve_request(r)?;
-            if !candidates.is_empty() {
-                let out = Box::pin(self.engine.reserve_first(req, candidates)).await?;
-                let http = http.then(|| HttpAnswer::of(&out.outcome));
-                let response = candidates::fallback_response(out);
-                return Ok(Reserved { response, http });
-            }
+            // Candidates named: the response says which was chosen.
+            let named = !r.candidate_models.is_empty();
+            let fallbacks = candidates::fallbacks(&mut r)?;
+            let mut req = convert::reserve_request(r)?;
+            req.fallbacks = fallbacks;
             let out = Box::pin(self.engine.reserve(req)).await?;
             let http = http.then(|| HttpAnswer::of(&out));
-            let response = convert::reserve_response(out);
+            let response = match named {
+                true => candidates::fallback_response(out),
+                false => convert::reserve_response(out),
+            };
             Ok(Reserved { response, http })
         })
         .await

@@ -106,7 +106,7 @@ fn check_reserve(request: pb::CheckAndReserveRequest) -> Result<(), String> {
         now_us: 0,
     };
     let count = PromptCount::given(prompt);
-    match plan::prepare(&request, &count, &terms).map_err(|e| e.to_string())? {
+    match plan::prepare(&request, &request.model, &count, &terms).map_err(|e| e.to_string())? {
         Prepared::Plan(plan) => {
             for level in &plan.levels {
                 check_key(&keys.plan_level(level, crate::store::Scope::of(&plan.id)));

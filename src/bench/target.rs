@@ -294,6 +294,7 @@ async fn engine_reserve<S: Store>(
         session: None,
         tier: tier.to_string(),
         model: BENCH_MODEL.into(),
+        fallbacks: Vec::new(),
         prompt: match item.prompt_as_text {
             true => PromptInput::Text(crate::domain::Prompt::Text(item.prompt_text())),
             false => PromptInput::Tokens(item.prompt),

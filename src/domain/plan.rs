@@ -69,6 +69,9 @@ pub struct ReserveRequest {
     /// The upstream model: picks the tokenizer, the estimator key and the
     /// model group, and is part of the fingerprint.
     pub model: String,
+    /// Models to try in order when `model` has no room (fallback
+    /// candidates); empty for one model. [`Self::candidates`] lists all.
+    pub fallbacks: Vec<String>,
     /// The prompt.
     pub prompt: PromptInput,
     /// Output tokens; 0 means the tier's default.
@@ -84,6 +87,14 @@ pub struct ReserveRequest {
     /// What the call may use in each dimension the caller counts
     /// ([`crate::domain::Dimension::is_declared`]; 0 elsewhere).
     pub declared: DimMap<u64>,
+}
+
+impl ReserveRequest {
+    /// The models this request may reserve, in the order they are tried:
+    /// `model`, then the fallbacks. One model is a one-element list.
+    pub fn candidates(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.model.as_str()).chain(self.fallbacks.iter().map(String::as_str))
+    }
 }
 
 /// What a request is planned under, besides the request and its count.
@@ -210,18 +221,21 @@ pub enum Prepared {
     },
 }
 
-/// Plans a reservation of `req`, its prompt counted as `count`, under `terms`.
+/// Plans a reservation of `req` for `model` (one of its
+/// [candidates](ReserveRequest::candidates)), its prompt counted as `count`,
+/// under `terms`.
 #[expect(
     clippy::too_many_lines,
     reason = "the planning steps in order; split, they would pass a dozen locals along"
 )]
 pub fn prepare(
     req: &ReserveRequest,
+    model: &str,
     count: &PromptCount,
     terms: &Terms<'_>,
 ) -> Result<Prepared, InvalidInput> {
     let Terms { limits, tier, .. } = *terms;
-    let group = limits.group_of(&req.model).cloned();
+    let group = limits.group_of(model).cloned();
     let lease_ttl_ms = terms.leases.ttl_ms("lease_ttl_ms", req.lease_ttl_ms)?;
     let (max_output, min_output) = output_bounds(req, tier)?;
     let headroom = terms.priorities.headroom(req.priority);
@@ -269,7 +283,7 @@ pub fn prepare(
     if let Some(denial) = too_large(&levels, smallest, headroom) {
         return Ok(refused(denial, max_output));
     }
-    let fingerprint = fingerprint(req, count.tokens, headroom, max_output);
+    let fingerprint = fingerprint(req, model, count.tokens, headroom, max_output);
     let group_name = group.as_ref().map_or(String::new(), |g| g.name.clone());
     let id = ReservationId::generate(
         req.tenant.clone(),
@@ -346,13 +360,19 @@ fn too_large(levels: &[LevelPlan], smallest: Cost, headroom: f64) -> Option<Deni
 
 /// Digest of what makes two requests "the same" for idempotency: `prompt`
 /// is the prompt's count (before any correction).
-fn fingerprint(req: &ReserveRequest, prompt: u64, headroom: f64, max_output: u64) -> u64 {
+fn fingerprint(
+    req: &ReserveRequest,
+    model: &str,
+    prompt: u64,
+    headroom: f64,
+    max_output: u64,
+) -> u64 {
     let mut h = Fnv::new();
     h.write(req.user.as_ref().map_or("", |u| u.as_str()).as_bytes());
     h.write(&[0xff]);
     h.write(req.tier.as_bytes());
     h.write(&[0xff]);
-    h.write(req.model.as_bytes());
+    h.write(model.as_bytes());
     h.write_u64(prompt);
     h.write_u64(max_output);
     h.write_u64(req.min_output_tokens.unwrap_or(0));
@@ -447,6 +467,7 @@ mod tests {
             session: None,
             tier: "free".into(),
             model: "m".into(),
+            fallbacks: Vec::new(),
             prompt: PromptInput::Tokens(prompt),
             max_output_tokens: output,
             min_output_tokens: None,
@@ -473,7 +494,7 @@ mod tests {
             priorities: Priorities::default(),
             now_us: 0,
         };
-        prepare(req, &PromptCount::given(prompt), &terms)
+        prepare(req, &req.model, &PromptCount::given(prompt), &terms)
     }
 
     #[test]

@@ -93,13 +93,15 @@ impl Cancellations {
         telemetry::cancellations_pending(pending.len());
     }
 
-    /// A guard that cancels `id` if dropped before [`CancelGuard::disarm`]
-    /// (`armed` false: it never does, and holds no copy of the id).
-    pub(super) fn guard(&self, id: &ReservationId, life: Duration, armed: bool) -> CancelGuard<'_> {
+    /// A guard that cancels each of `ids` (with its record's life) if
+    /// dropped before it is disarmed ([`CancelGuard::keep_only`]).
+    pub(super) fn guard(
+        &self,
+        ids: impl Iterator<Item = (ReservationId, Duration)>,
+    ) -> CancelGuard<'_> {
         CancelGuard {
             cancels: self,
-            id: armed.then(|| id.clone()),
-            life,
+            ids: ids.collect(),
         }
     }
 
@@ -126,27 +128,32 @@ impl Cancellations {
     }
 }
 
-/// Queues a reservation for cancellation when dropped while armed: held
+/// Queues the reservations it holds for cancellation when dropped: held
 /// across a CheckAndReserve until its answer is built.
 pub(super) struct CancelGuard<'a> {
     cancels: &'a Cancellations,
-    id: Option<ReservationId>,
-    life: Duration,
+    ids: smallvec::SmallVec<[(ReservationId, Duration); 1]>,
 }
 
 impl CancelGuard<'_> {
-    /// The reservation no longer needs cancelling (the caller gets it, or it
-    /// was never made, or it was queued already).
+    /// Stands down for every reservation but `id` (none: for all), which
+    /// needs no cancelling: the caller gets it, or it was never made, or it
+    /// was queued already.
+    pub(super) fn keep_only(&mut self, id: Option<&ReservationId>) {
+        self.ids.retain(|(held, _)| Some(&*held) == id);
+    }
+
+    /// The reservation no longer needs cancelling: the caller has its answer.
     pub(super) fn disarm(&mut self) {
-        self.id = None;
+        self.ids.clear();
     }
 }
 
 impl Drop for CancelGuard<'_> {
     fn drop(&mut self) {
-        if let Some(id) = self.id.take() {
+        for (id, life) in self.ids.drain(..) {
             tracing::debug!(reservation = %id, "the call was dropped before its answer: cancelling");
-            self.cancels.push(id, self.life);
+            self.cancels.push(id, life);
         }
     }
 }
@@ -163,7 +170,7 @@ impl<S: Store> Engine<S> {
     pub async fn run_cancellations(&self) {
         loop {
             tokio::time::sleep(TICK).await;
-            let due = self.cancels.take_due(Instant::now());
+            let due = self.budget.cancels.take_due(Instant::now());
             if due.is_empty() {
                 continue;
             }
@@ -178,13 +185,13 @@ impl<S: Store> Engine<S> {
                     }
                 }
             }
-            self.cancels.put_back(retry);
+            self.budget.cancels.put_back(retry);
         }
     }
 
     /// Reservations waiting to be cancelled.
     pub fn cancellations_pending(&self) -> usize {
-        self.cancels.len()
+        self.budget.cancels.len()
     }
 
     async fn cancel_once(&self, p: &mut Pending) -> Attempt {

@@ -5,8 +5,7 @@
 //! protocol has no release call), checks the quota in shadow, and answers
 //! from the store or, when it fails, by the failure policy.
 
-use super::FailurePolicy;
-use super::reply::{jitter, warn_degraded};
+use super::reply::jitter;
 use super::{Engine, EngineError};
 use crate::domain::bucket::BucketSpec;
 use crate::domain::budget::{ChargePlan, ChargeReply};
@@ -74,7 +73,7 @@ impl<S: Store> Engine<S> {
             });
         }
         let group = limits.group_of(&input.model);
-        let now_us = self.store.now_us();
+        let now_us = self.store().now_us();
         let scope = plan::Scope {
             tier: Some(&tier),
             group,
@@ -127,21 +126,9 @@ impl<S: Store> Engine<S> {
         charge: ChargePlan,
         out: &mut ChargeOutcome,
     ) -> Result<ChargePlan, EngineError> {
-        let (charge, reply) = match self.guarded("charge", self.store.charge(&charge)).await {
-            Err(e) if e.is_transient() && self.policy() != FailurePolicy::FailClosed => {
-                warn_degraded(self.policy().as_str(), &e.to_string());
-                telemetry::degraded(self.policy().as_str());
-                out.degraded = true;
-                let local = ChargePlan {
-                    levels: self.local_levels(&charge.levels),
-                    ..charge
-                };
-                let reply = self.local.charge(&local).await;
-                (local, reply)
-            }
-            other => (charge, other),
-        };
-        match reply? {
+        let (charge, reply, degraded) = self.budget.charge(charge).await?;
+        out.degraded = degraded;
+        match reply {
             ChargeReply::Charged { readings } => {
                 out.limits = decision::limit_states(&charge.levels, &readings);
             }
@@ -186,7 +173,8 @@ impl<S: Store> Engine<S> {
             ..charge.clone()
         };
         match self
-            .guarded("shadow_charge", self.shadow.charge(&shadow_charge))
+            .budget
+            .call("shadow_charge", self.shadow.charge(&shadow_charge))
             .await
         {
             Ok(ChargeReply::Denied {

@@ -3,43 +3,45 @@
 //! asks the store, and turns the store's readings into decisions. Knows
 //! nothing of gRPC; `api/` translates around it.
 //!
-//! - [`reserve`]: CheckAndReserve, from the request to the store's reply;
-//!   [`fallback`]: the same over candidate models, the first with room.
+//! - [`reserve`]: CheckAndReserve, one pipeline for one model or several
+//!   fallback candidates (a single model is a one-element list): admit,
+//!   count, plan every candidate ([`prepare`]), reserve the first with room
+//!   in one store call, check the quota in shadow, answer.
 //! - [`reply`]: its answer, built from the plan, the reply and the prompt's
 //!   count; the decision recorded.
+//! - [`resilient`]: the store as the engine calls it, wrapped in the breaker,
+//!   degraded (local) decisions and cancel on drop; no step above knows them.
 //! - [`settle`]: Commit, Refund, RenewLease.
 //! - [`charge`]: charges with no reservation (Envoy's rate limit protocol).
 //! - [`shadow`]: quotas in shadow, evaluated and reported but never enforced.
 //! - [`status`]: GetStatus and the estimator's state, and its refresh.
-//! - [`breaker`]: the circuit breaker in front of the store, its settings and
-//!   its probe.
+//! - [`breaker`]: the circuit breaker's states and settings.
 //! - [`policy`]: what the engine does when the store cannot answer.
 //! - [`cancel`]: cancelling reservations their caller never received.
 
 mod breaker;
 mod cancel;
 mod charge;
-pub mod fallback;
 mod policy;
+mod prepare;
 mod reply;
 mod reserve;
+mod resilient;
 mod settle;
 mod shadow;
 mod status;
 
 pub use breaker::{Breaker, BreakerSettings, BreakerState};
 pub use charge::{ChargeInput, ChargeOutcome};
-pub use fallback::{FallbackOutcome, Skipped};
 pub use policy::FailurePolicy;
-pub use reply::ReserveOutcome;
+pub use reply::{ReserveOutcome, Skipped};
+pub use reserve::MAX_CANDIDATES;
 pub use settle::{CommitOutcome, CommitRequest, Completion, Outcome, RefundOutcome, RenewOutcome};
 pub use status::{EstimatorView, LevelLeases, StatusOutcome, StatusRequest};
 
-use crate::domain::plan::{LeasePolicy, LevelPlan, ReservePlan};
+use crate::domain::plan::LeasePolicy;
 use crate::domain::{InvalidInput, Limits, Priorities, Tier};
 use crate::estimator::{Counter, Multipliers};
-use crate::store::keys::{DEFAULT_PREFIX, Keys};
-use crate::store::memory::MemoryStore;
 use crate::store::{Retention, Store, StoreError};
 use crate::telemetry;
 use std::sync::{Arc, RwLock};
@@ -104,20 +106,14 @@ pub enum EngineError {
 
 /// Decides reservations over a store.
 pub struct Engine<S> {
-    store: S,
+    /// The budget store, behind the breaker, degraded mode and cancel on drop.
+    budget: resilient::Resilient<S>,
     /// Where quotas in shadow keep their state: the same backend, other keys.
     shadow: S,
     limits: RwLock<Arc<Limits>>,
     settings: EngineSettings,
     counter: Counter,
     multipliers: Multipliers,
-    /// Guards every call to `store`.
-    breaker: Breaker,
-    /// Decides (and keeps) reservations while `store` is unavailable, under the
-    /// `local` and `fail_open` policies.
-    local: MemoryStore,
-    /// Reservations whose store call failed, to refund once the store answers.
-    cancels: cancel::Cancellations,
     /// Models logged as having no price.
     unpriced: Unpriced,
     /// The limits in force are the file's, standing in until the store's
@@ -144,21 +140,11 @@ impl<S: Store> Engine<S> {
     ) -> Self {
         Engine {
             shadow: store.shadow(),
-            store,
+            budget: resilient::Resilient::new(store, &settings),
             limits: RwLock::new(limits),
-            breaker: Breaker::new(settings.breaker),
-            // Degraded decisions queue no alerts: nothing would send them.
-            local: MemoryStore::new(
-                Keys::new(DEFAULT_PREFIX).expect("the default prefix is valid"),
-                crate::store::Retention {
-                    alert_queue: 0,
-                    ..settings.retention
-                },
-            ),
             settings,
             counter,
             multipliers,
-            cancels: cancel::Cancellations::default(),
             unpriced: Unpriced::default(),
             provisional: std::sync::atomic::AtomicBool::new(false),
         }
@@ -212,7 +198,7 @@ impl<S: Store> Engine<S> {
 
     /// The store, for callers that describe or probe it.
     pub fn store(&self) -> &S {
-        &self.store
+        self.budget.store()
     }
 
     /// The limits in force.
@@ -232,97 +218,26 @@ impl<S: Store> Engine<S> {
 
     /// The store's circuit breaker state.
     pub fn breaker_state(&self) -> BreakerState {
-        self.breaker.state()
+        self.budget.breaker().state()
     }
 
     /// Probes the store when the breaker is open and its cool-down has
     /// passed; the server calls this a few times a second, off the request
     /// path. Returns true when a probe ran.
     pub async fn probe_if_due(&self) -> bool {
-        if !self.breaker.probe_due() {
-            return false;
-        }
-        let started = std::time::Instant::now();
-        let result = self.store.probe().await;
-        if let Err(e) = &result
-            && !e.is_transient()
-        {
-            tracing::error!(error = %e, "the store answers, but not as it must; the breaker stays open");
-        }
-        telemetry::store_call(
-            "probe",
-            started.elapsed().as_secs_f64(),
-            result.as_ref().err().map(|_| "unavailable"),
-        );
-        self.breaker.probe_result(result.is_ok());
-        telemetry::breaker(self.breaker.state());
-        true
+        self.budget.probe_if_due().await
     }
 
     /// Opens the breaker with a probe due at once: the store was unreachable
     /// when the service started, so calls follow the failure policy until a
     /// probe finds it.
     pub fn trip_breaker(&self) {
-        self.breaker.trip();
-        telemetry::breaker(self.breaker.state());
+        self.budget.breaker().trip();
+        telemetry::breaker(self.breaker_state());
     }
 
     /// The failure policy.
     pub fn policy(&self) -> FailurePolicy {
-        self.settings.policy
-    }
-
-    /// Runs one store call through the breaker, timing it. An open breaker fails
-    /// the call at once.
-    async fn guarded<T>(
-        &self,
-        op: &'static str,
-        call: impl std::future::Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        let Some(permit) = self.breaker.acquire() else {
-            telemetry::store_call(op, 0.0, Some("breaker_open"));
-            let refused = StoreError::Unavailable(
-                "the store's circuit breaker is open after repeated failures; it probes the store \
-                 again shortly"
-                    .into(),
-            );
-            return Err(refused);
-        };
-        let started = std::time::Instant::now();
-        let result = call.await;
-        let failed = result.as_ref().is_err_and(StoreError::is_transient);
-        self.breaker.record(permit, !failed);
-        let kind = match &result {
-            Ok(_) => None,
-            Err(StoreError::Unavailable(_) | StoreError::Unanswered(_)) => Some("unavailable"),
-            Err(StoreError::Protocol(_)) => Some("protocol"),
-            Err(StoreError::Settings(_)) => Some("settings"),
-        };
-        telemetry::store_call(op, started.elapsed().as_secs_f64(), kind);
-        telemetry::breaker(self.breaker.state());
-        result
-    }
-
-    /// A plan for the local store: limits divided by the replica count (`local`)
-    /// or none at all (`fail_open`); the id marks the reservation local.
-    fn local_plan(&self, plan: &ReservePlan) -> ReservePlan {
-        let mut local = plan.clone();
-        local.id.local = true;
-        local.idempotency_key = None;
-        local.levels = self.local_levels(&plan.levels);
-        local
-    }
-
-    /// What the local store enforces of `levels` while the store is
-    /// unavailable: each limit divided by the replica count (`local`), or none
-    /// at all (`fail_open`).
-    fn local_levels(&self, levels: &[LevelPlan]) -> Vec<LevelPlan> {
-        match self.settings.policy {
-            FailurePolicy::FailOpen => Vec::new(),
-            _ => levels
-                .iter()
-                .map(|l| l.scaled(self.settings.replicas))
-                .collect(),
-        }
+        self.budget.policy()
     }
 }

@@ -41,6 +41,19 @@ pub struct ReserveOutcome {
     pub shadow_denial: Option<Denial>,
     /// Decided without the store (its failure policy applied).
     pub degraded: bool,
+    /// The candidate reserved, as sent (`None` when none was).
+    pub chosen_model: Option<String>,
+    /// The candidates tried before it; all of them when none had room.
+    pub skipped: Vec<Skipped>,
+}
+
+/// A candidate model that was not taken.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Skipped {
+    /// The model, as sent.
+    pub model: String,
+    /// Why.
+    pub denial: Denial,
 }
 
 impl ReserveOutcome {
@@ -60,6 +73,8 @@ impl ReserveOutcome {
             replayed: false,
             shadow_denial: None,
             degraded: false,
+            chosen_model: None,
+            skipped: Vec::new(),
         }
     }
 
@@ -87,6 +102,8 @@ impl ReserveOutcome {
             replayed: false,
             shadow_denial: None,
             degraded: false,
+            chosen_model: None,
+            skipped: Vec::new(),
         }
     }
 }
@@ -97,8 +114,6 @@ pub(super) struct Answered {
     /// Decided on this replica's memory, the store unavailable (its failure
     /// policy applied).
     pub degraded: bool,
-    /// What the quota in shadow would have denied, if anything.
-    pub shadow_denial: Option<Denial>,
     /// Longest retry_after suggested for a full concurrency limit.
     pub concurrency_retry_ms: u64,
     /// Added to a denial's retry_after: random, drawn by the caller.
@@ -133,8 +148,10 @@ pub(super) fn outcome(
         limits: Vec::new(),
         lease_expires_in_ms: 0,
         replayed: false,
-        shadow_denial: how.shadow_denial,
+        shadow_denial: None,
         degraded: how.degraded,
+        chosen_model: None,
+        skipped: Vec::new(),
     };
     Ok(match reply {
         ReserveReply::Allowed {

@@ -99,16 +99,13 @@ impl<S: Store> Engine<S> {
     /// (none, if the tier was removed since).
     fn settlement_levels(&self, id: &ReservationId) -> Vec<LevelPlan> {
         let limits = self.limits();
-        let tier = self.tier_of(id);
+        let tier = self.limits().resolve(&id.tier, id.tenant.as_str());
         let scope = plan::Scope {
             tier: tier.as_deref(),
             group: limits.models.get(&id.group),
             has_user: id.user.is_some(),
             has_session: id.session.is_some(),
-            now_us: match id.local {
-                true => self.local.now_us(),
-                false => self.store.now_us(),
-            },
+            now_us: self.budget.now_us(id.local),
         };
         let levels = plan::levels(&limits, scope, true);
         if !id.local {
@@ -116,7 +113,7 @@ impl<S: Store> Engine<S> {
         }
         // A reservation made in degraded mode lives in the local store, under
         // the limits it was made with.
-        self.local_levels(&levels)
+        self.budget.local_levels(&levels)
     }
 
     /// Commit: `prompt_tokens` + the completion used, of which
@@ -165,10 +162,7 @@ impl<S: Store> Engine<S> {
             id: &id,
             levels: &levels,
         };
-        let reply = match id.local {
-            true => self.local.commit(s, usage).await?,
-            false => self.guarded("commit", self.store.commit(s, usage)).await?,
-        };
+        let reply = self.budget.commit(s, usage).await?;
         let delta = |settled| match settled {
             Settled::Committed(delta) => delta,
             _ => 0,
@@ -263,7 +257,8 @@ impl<S: Store> Engine<S> {
     /// level of its tier holds the learned output; else 0 (none kept).
     fn output_kept(&self, id: &ReservationId) -> usize {
         let learns = self
-            .tier_of(id)
+            .limits()
+            .resolve(&id.tier, id.tenant.as_str())
             .is_some_and(|t| self.limits().learns_output(&t));
         match learns && !id.estimator.is_empty() && !id.local {
             true => self.multipliers.outputs().settings().window,
@@ -298,10 +293,7 @@ impl<S: Store> Engine<S> {
             id,
             levels: &levels,
         };
-        let reply = match id.local {
-            true => self.local.refund(s).await?,
-            false => self.guarded("refund", self.store.refund(s)).await?,
-        };
+        let reply = self.budget.refund(s).await?;
         let refunded = match reply {
             SettleReply::Applied {
                 settled: Settled::Refunded(n),
@@ -329,10 +321,7 @@ impl<S: Store> Engine<S> {
             id,
             levels: &levels,
         };
-        let reply = match id.local {
-            true => self.local.renew(s, ttl).await?,
-            false => self.guarded("renew", self.store.renew(s, ttl)).await?,
-        };
+        let reply = self.budget.renew(s, ttl).await?;
         let (outcome, expires_in_ms) = match reply {
             RenewReply::Renewed { expires_in_ms } => {
                 self.shadow_settle(id, ShadowSettle::Renew { ttl_ms: ttl })

@@ -50,7 +50,8 @@ impl<S: Store> Engine<S> {
         }
         let shadow_plan = plan.for_shadow(levels);
         match self
-            .guarded("shadow_reserve", self.shadow.reserve(&shadow_plan))
+            .budget
+            .call("shadow_reserve", self.shadow.reserve(&shadow_plan))
             .await
         {
             Ok(ReserveReply::Allowed { .. }) => ShadowCheck {
@@ -111,15 +112,18 @@ impl<S: Store> Engine<S> {
         };
         let result = match how {
             ShadowSettle::Commit(usage) => self
-                .guarded("shadow_commit", self.shadow.commit(s, usage))
+                .budget
+                .call("shadow_commit", self.shadow.commit(s, usage))
                 .await
                 .map(drop),
             ShadowSettle::Refund => self
-                .guarded("shadow_refund", self.shadow.refund(s))
+                .budget
+                .call("shadow_refund", self.shadow.refund(s))
                 .await
                 .map(drop),
             ShadowSettle::Renew { ttl_ms } => self
-                .guarded("shadow_renew", self.shadow.renew(s, ttl_ms))
+                .budget
+                .call("shadow_renew", self.shadow.renew(s, ttl_ms))
                 .await
                 .map(drop),
         };

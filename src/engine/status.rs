@@ -3,7 +3,6 @@
 //! replica's estimator multipliers in step with the samples in the store. Every
 //! store call goes through the breaker.
 
-use super::FailurePolicy;
 use super::{Engine, EngineError};
 use crate::domain::decision::{self, LimitState};
 use crate::domain::plan;
@@ -83,7 +82,7 @@ impl<S: Store> Engine<S> {
             group: req.model.as_deref().and_then(|m| limits.group_of(m)),
             has_user: req.user.is_some(),
             has_session: req.session.is_some(),
-            now_us: self.store.now_us(),
+            now_us: self.store().now_us(),
         };
         let levels = plan::levels(&limits, scope, false);
         let scope = Scope {
@@ -91,21 +90,8 @@ impl<S: Store> Engine<S> {
             user: req.user.as_ref(),
             session: req.session.as_ref(),
         };
-        let mut degraded = false;
-        let (levels, readings) = match self
-            .guarded("status", self.store.status(scope, &levels, true))
-            .await
-        {
-            Ok(readings) => (levels, readings),
-            Err(e) if e.is_transient() && self.policy() != FailurePolicy::FailClosed => {
-                // What this replica decides by while degraded.
-                degraded = true;
-                let local = self.local_levels(&levels);
-                let readings = self.local.status(scope, &local, true).await?;
-                (local, readings)
-            }
-            Err(e) => return Err(e.into()),
-        };
+        // Degraded: what this replica decides by.
+        let (levels, readings, degraded) = self.budget.status(scope, levels, true).await?;
         let mut leases = Vec::new();
         let mut end = 0;
         for lp in &levels {
@@ -196,7 +182,8 @@ impl<S: Store> Engine<S> {
         }
         let pair = [(key.to_owned(), tier.to_owned())];
         match self
-            .guarded("estimator", self.store.output_samples(&pair))
+            .budget
+            .call("estimator", self.store().output_samples(&pair))
             .await
         {
             Ok(samples) => {
@@ -214,7 +201,8 @@ impl<S: Store> Engine<S> {
     async fn load_estimator(&self, key: &str) -> Result<Corrector, StoreError> {
         let keys = [key.to_string()];
         let samples = self
-            .guarded("estimator", self.store.estimator_samples(&keys))
+            .budget
+            .call("estimator", self.store().estimator_samples(&keys))
             .await?;
         let samples = samples.first().map_or(&[][..], Vec::as_slice);
         Ok(self.multipliers.update(key, samples))
@@ -231,7 +219,8 @@ impl<S: Store> Engine<S> {
             return Ok(0);
         }
         let samples = self
-            .guarded("estimator", self.store.estimator_samples(&keys))
+            .budget
+            .call("estimator", self.store().estimator_samples(&keys))
             .await?;
         for (key, s) in keys.iter().zip(&samples) {
             let corrector = self.multipliers.update(key, s);
@@ -241,7 +230,8 @@ impl<S: Store> Engine<S> {
         let pairs = outputs.active_pairs();
         if !pairs.is_empty() {
             let samples = self
-                .guarded("estimator", self.store.output_samples(&pairs))
+                .budget
+                .call("estimator", self.store().output_samples(&pairs))
                 .await?;
             for ((key, tier), s) in pairs.iter().zip(&samples) {
                 outputs.update(key, tier, s);

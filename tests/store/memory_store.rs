@@ -45,6 +45,7 @@ user = { requests = [{ limit = 10, period = "1m" }], concurrency = 1 }
             session: None,
             tier: "t".into(),
             model: "m".into(),
+            fallbacks: Vec::new(),
             prompt: PromptInput::Tokens(90),
             max_output_tokens: 10,
             min_output_tokens: None,
@@ -60,7 +61,9 @@ user = { requests = [{ limit = 10, period = "1m" }], concurrency = 1 }
             priorities: Priorities::default(),
             now_us: 0,
         };
-        let Prepared::Plan(plan) = prepare(&req, &PromptCount::given(90), &terms).unwrap() else {
+        let Prepared::Plan(plan) =
+            prepare(&req, &req.model, &PromptCount::given(90), &terms).unwrap()
+        else {
             panic!("planned");
         };
         assert!(matches!(

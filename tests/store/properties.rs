@@ -111,6 +111,7 @@ impl World {
             session: None,
             tier: "p".into(),
             model: "m".into(),
+            fallbacks: Vec::new(),
             prompt: PromptInput::Tokens(prompt),
             max_output_tokens: output,
             min_output_tokens: None,
@@ -129,7 +130,7 @@ impl World {
             priorities: Priorities::default(),
             now_us: 0,
         };
-        match prepare(&req, &PromptCount::given(prompt), &terms).unwrap() {
+        match prepare(&req, &req.model, &PromptCount::given(prompt), &terms).unwrap() {
             Prepared::Plan(plan) => Some(plan),
             Prepared::Refused { .. } => None,
         }

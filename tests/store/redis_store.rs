@@ -502,6 +502,7 @@ async fn both_stores_count_lapsed_leases_alike() {
             session: None,
             tier: "t".into(),
             model: "m".into(),
+            fallbacks: Vec::new(),
             prompt: PromptInput::Tokens(10),
             max_output_tokens: 10,
             min_output_tokens: None,
@@ -520,7 +521,7 @@ async fn both_stores_count_lapsed_leases_alike() {
             priorities: Priorities::default(),
             now_us: 0,
         };
-        match prepare(&req, &PromptCount::given(10), &terms).unwrap() {
+        match prepare(&req, &req.model, &PromptCount::given(10), &terms).unwrap() {
             Prepared::Plan(p) => p,
             Prepared::Refused { .. } => panic!("planned"),
         }

@@ -4,7 +4,7 @@
 
 use crate::config::{ExtProcSection, OtherRequests};
 use crate::domain::{InvalidInput, Priority, SessionId, TenantId, UserId, is_tier_name};
-use crate::engine::fallback::MAX_CANDIDATES;
+use crate::engine::MAX_CANDIDATES;
 use crate::envoy::config::core::v3::{HeaderMap, Metadata};
 use prost_types::value::Kind;
 use std::sync::{Arc, RwLock};

@@ -365,6 +365,7 @@ impl<S: Store> Session<S> {
             session: caller.session,
             tier: caller.tier,
             model: call.model.clone(),
+            fallbacks,
             prompt: PromptInput::Text(Prompt::Messages(std::mem::take(&mut call.messages))),
             max_output_tokens: call.output_to_reserve(),
             min_output_tokens: None,
@@ -373,21 +374,16 @@ impl<S: Store> Session<S> {
             priority: caller.priority,
             declared: Default::default(),
         };
-        let out = match fallbacks.is_empty() {
-            true => Box::pin(self.engine.reserve(req)).await,
-            false => {
-                let mut candidates = Vec::with_capacity(fallbacks.len() + 1);
-                candidates.push(call.model.clone());
-                candidates.extend(fallbacks);
-                Box::pin(self.engine.reserve_first(req, candidates))
-                    .await
-                    .map(|f| {
-                        self.chosen_model = f.chosen_model;
-                        f.outcome
-                    })
-            }
-        }
-        .map_err(|e| Box::new(Refusal::engine(&e)))?;
+        let named = !req.fallbacks.is_empty();
+        let out = Box::pin(self.engine.reserve(req))
+            .await
+            .map(|mut out| {
+                if named {
+                    self.chosen_model = out.chosen_model.take();
+                }
+                out
+            })
+            .map_err(|e| Box::new(Refusal::engine(&e)))?;
         let with_headers = self.reading.section.headers;
         if out.denial.is_some() {
             return Err(Box::new(Refusal::denied(&out, with_headers)));
