@@ -1169,6 +1169,26 @@ fn wrong_store_settings_are_still_a_start_up_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reservation_whose_caller_gave_up_waiting_is_cancelled() {
+    gave_up_and_cancelled("gave-up", || reserve("impatient", "u", "daily")).await;
+}
+
+/// The same with fallback candidates: sent together, any of them may be the
+/// reservation the store makes, so each is cancelled (the one made refunded,
+/// the others found never made).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_among_candidates_whose_caller_gave_up_is_cancelled() {
+    gave_up_and_cancelled("gave-up-candidates", || pb::CheckAndReserveRequest {
+        model: String::new(),
+        candidate_models: vec!["a-1".into(), "b-1".into()],
+        ..reserve("impatient", "u", "daily")
+    })
+    .await;
+}
+
+/// Two calls of `ask` (tenant `impatient`, user `u`, tier `daily`) whose
+/// caller gives up while Redis is frozen: once it thaws, their leases and
+/// requests come back.
+async fn gave_up_and_cancelled(name: &str, ask: impl Fn() -> pb::CheckAndReserveRequest) {
     let redis = RedisServer::start();
     // A store deadline far longer than the caller waits: only the caller's
     // own deadline ends these calls.
@@ -1176,11 +1196,11 @@ async fn a_reservation_whose_caller_gave_up_waiting_is_cancelled() {
         "[store]\ntimeout_ms = 3000\n{}",
         default_breaker_config("fail_closed", 600_000)
     );
-    let mut svc = Service::start("gave-up", &config, Some(&redis.url()));
+    let mut svc = Service::start(name, &config, Some(&redis.url()));
     let mut c = support::connect(svc.addr).await;
     redis.freeze();
     for _ in 0..2 {
-        let mut request = tonic::Request::new(reserve("impatient", "u", "daily"));
+        let mut request = tonic::Request::new(ask());
         request.set_timeout(Duration::from_millis(200));
         let err = c
             .check_and_reserve(request)

@@ -1,4 +1,5 @@
-//! CheckAndReserve's fallback candidates ([`crate::engine::fallback`]):
+//! CheckAndReserve's fallback candidates (decided by the one pipeline,
+//! [`crate::engine::Engine::reserve`]):
 //! validated from the request, answered in the response beside the
 //! reservation [`convert`](super::convert) builds.
 

@@ -18,6 +18,14 @@
 //! - [`breaker`]: the circuit breaker's states and settings.
 //! - [`policy`]: what the engine does when the store cannot answer.
 //! - [`cancel`]: cancelling reservations their caller never received.
+//!
+//! # The surface
+//!
+//! | | [`Engine`]'s methods |
+//! |---|---|
+//! | decide | `reserve` (one model or candidates), `commit`, `refund`, `renew`, `charge` (Envoy's rate limit service) |
+//! | read | `status`, `estimators`, `limits`, `store`, `policy`, `breaker_state`, `is_provisional`, `cancellations_pending`, `check_tier` |
+//! | run | `new`, `set_limits`, `set_provisional`, `trip_breaker`; the server's background loops `probe_if_due`, `refresh_estimators`, `run_cancellations` |
 
 mod breaker;
 mod cancel;

@@ -20,7 +20,6 @@
 use super::prepare::{Counts, Refusal};
 use super::reply::{self, Answered, ReserveOutcome, Skipped, record_decision};
 use super::resilient::{PerCandidate, Reserved};
-use super::shadow::ShadowSettle;
 use super::{Engine, EngineError};
 use crate::domain::plan::{ReservePlan, ReserveRequest};
 use crate::domain::{Level, Limits, Tier};
@@ -98,16 +97,10 @@ impl<S: Store> Engine<S> {
         {
             tracing::Span::current().record("reservation", id.as_str());
         }
-        if let Some(shadow) = &tier.shadow
-            && !reserved.degraded
-            && self.budget.healthy()
+        if !reserved.degraded
             && let Some(plan) = tried.answered.map(|at| &reserved.plans[at])
         {
-            let check = self.shadow_check(plan, shadow, &tier.name).await;
-            if check.taken && !tried.served {
-                self.shadow_settle(&plan.id, ShadowSettle::Refund).await;
-            }
-            out.shadow_denial = check.denial;
+            out.shadow_denial = self.shadow_verdict(plan, &tier, tried.served).await;
         }
         reserved.guard.disarm();
         Ok(out)

@@ -10,16 +10,16 @@ use super::Engine;
 use crate::domain::budget::Usage;
 use crate::domain::decision;
 use crate::domain::plan::{self, ReservePlan};
-use crate::domain::{Denial, ReservationId, ShadowLimits};
+use crate::domain::{Denial, ReservationId, ShadowLimits, Tier};
 use crate::store::{ReserveReply, Settlement, Store};
 use crate::telemetry;
 
 /// What the shadow quota made of a request.
-pub(super) struct ShadowCheck {
+struct ShadowCheck {
     /// The denial the shadow quota would have given.
-    pub denial: Option<Denial>,
+    denial: Option<Denial>,
     /// The shadow reservation was taken (to refund if the request is not served).
-    pub taken: bool,
+    taken: bool,
 }
 
 /// How a reservation is settled in shadow.
@@ -30,9 +30,31 @@ pub(super) enum ShadowSettle {
 }
 
 impl<S: Store> Engine<S> {
+    /// What the quota in shadow of `tier`, if it has one, says of `plan`
+    /// (the plan whose answer the caller gets; `served`: the store made its
+    /// reservation): checked while the store is healthy (in an outage it
+    /// would only add its deadline to every call), and the shadow
+    /// reservation given back when the request was not served.
+    pub(super) async fn shadow_verdict(
+        &self,
+        plan: &ReservePlan,
+        tier: &Tier,
+        served: bool,
+    ) -> Option<Denial> {
+        let shadow = tier.shadow.as_ref()?;
+        if !self.budget.healthy() {
+            return None;
+        }
+        let check = self.shadow_check(plan, shadow, &tier.name).await;
+        if check.taken && !served {
+            self.shadow_settle(&plan.id, ShadowSettle::Refund).await;
+        }
+        check.denial
+    }
+
     /// Evaluates `plan` against the quota in shadow. Store trouble here never
     /// touches the enforced decision: it is logged and the check skipped.
-    pub(super) async fn shadow_check(
+    async fn shadow_check(
         &self,
         plan: &ReservePlan,
         shadow: &ShadowLimits,

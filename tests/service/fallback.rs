@@ -303,8 +303,9 @@ async fn a_later_candidates_error_answers_only_once_the_earlier_are_denied(backe
     assert!(e.message().contains("unpriced-1"), "{}", e.message());
 }
 
-/// A tier with a quota in shadow decides candidates one call each, the
-/// shadow quota checked for the candidate taken as for one model.
+/// A tier with a quota in shadow sends its candidates to the store together
+/// like any other; the quota in shadow is checked for the candidate taken,
+/// as for one model.
 async fn under_a_quota_in_shadow_each_candidate_is_checked_against_it(backend: Backend) {
     let mut h = Harness::start(backend, CONFIG).await;
     let ask = |models: &[&str]| pb::CheckAndReserveRequest {
