@@ -18,7 +18,8 @@
 //!   record would have expired anyway (lease plus retention).
 //!
 //! The same holds for a CheckAndReserve dropped before its answer (a client
-//! deadline, a reset stream): a guard queues its reservation.
+//! deadline, a reset stream): its `Reserved` (`engine/resilient.rs`) queues
+//! its reservation.
 //!
 //! The queue holds at most [`CAPACITY`] reservations; past that a cancellation
 //! is dropped, logged and counted (its lease still lapses by its TTL). A
@@ -93,18 +94,6 @@ impl Cancellations {
         telemetry::cancellations_pending(pending.len());
     }
 
-    /// A guard that cancels each of `ids` (with its record's life) if
-    /// dropped before it is disarmed ([`CancelGuard::keep_only`]).
-    pub(super) fn guard(
-        &self,
-        ids: impl Iterator<Item = (ReservationId, Duration)>,
-    ) -> CancelGuard<'_> {
-        CancelGuard {
-            cancels: self,
-            ids: ids.collect(),
-        }
-    }
-
     /// Takes every cancellation due now.
     fn take_due(&self, now: Instant) -> Vec<Pending> {
         let mut pending = self.lock();
@@ -125,36 +114,6 @@ impl Cancellations {
     /// Cancellations waiting.
     pub(super) fn len(&self) -> usize {
         self.lock().len()
-    }
-}
-
-/// Queues the reservations it holds for cancellation when dropped: held
-/// across a CheckAndReserve until its answer is built.
-pub(super) struct CancelGuard<'a> {
-    cancels: &'a Cancellations,
-    ids: smallvec::SmallVec<[(ReservationId, Duration); 1]>,
-}
-
-impl CancelGuard<'_> {
-    /// Stands down for every reservation but `id` (none: for all), which
-    /// needs no cancelling: the caller gets it, or it was never made, or it
-    /// was queued already.
-    pub(super) fn keep_only(&mut self, id: Option<&ReservationId>) {
-        self.ids.retain(|(held, _)| Some(&*held) == id);
-    }
-
-    /// The reservation no longer needs cancelling: the caller has its answer.
-    pub(super) fn disarm(&mut self) {
-        self.ids.clear();
-    }
-}
-
-impl Drop for CancelGuard<'_> {
-    fn drop(&mut self) {
-        for (id, life) in self.ids.drain(..) {
-            tracing::debug!(reservation = %id, "the call was dropped before its answer: cancelling");
-            self.cancels.push(id, life);
-        }
     }
 }
 

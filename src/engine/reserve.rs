@@ -102,7 +102,7 @@ impl<S: Store> Engine<S> {
         {
             out.shadow_denial = self.shadow_verdict(plan, &tier, tried.served).await;
         }
-        reserved.guard.disarm();
+        reserved.answered();
         Ok(out)
     }
 

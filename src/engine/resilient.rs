@@ -10,14 +10,15 @@
 //!   policy allows, this replica's memory decides, each limit divided by the
 //!   replica count (`local`) or none (`fail_open`); a reservation made so is
 //!   settled there ([`Resilient::commit`] and the others route by its id);
-//! - **cancel on drop** ([`Resilient::reserve`]): a reservation the store may
-//!   have made but the caller will not get is queued for refund.
+//! - **cancel on drop** ([`Resilient::reserve`], [`Reserved`]): a
+//!   reservation the store may have made but the caller will not get is
+//!   queued for refund.
 //!
 //! Quotas in shadow are the other store the engine keeps; its calls go through
 //! the same breaker (`engine/shadow.rs`).
 
 use super::breaker::{Breaker, BreakerState};
-use super::cancel::{CancelGuard, Cancellations};
+use super::cancel::Cancellations;
 use super::reply::warn_degraded;
 use super::{EngineSettings, FailurePolicy};
 use crate::domain::plan::{LevelPlan, ReservePlan};
@@ -52,7 +53,10 @@ pub(super) struct Resilient<S> {
     record_ms: u64,
 }
 
-/// The store's answer to the plans of one CheckAndReserve.
+/// The store's answer to the plans of one CheckAndReserve, and until the
+/// caller has it, the cancellation of the reservation it made: dropped
+/// before [`Reserved::answered`], it queues that reservation's refund (the
+/// ids are copied only then, off the usual path).
 pub(super) struct Reserved<'a> {
     /// The plans the replies answer: the request's, or the local store's when
     /// degraded.
@@ -61,9 +65,34 @@ pub(super) struct Reserved<'a> {
     pub replies: PerCandidate<crate::store::ReserveReply>,
     /// Decided from this replica's memory.
     pub degraded: bool,
-    /// Cancels the reservation made if the call is dropped before the caller
-    /// has it: disarm once the answer is built.
-    pub guard: CancelGuard<'a>,
+    /// Bit per plan to cancel if dropped now.
+    armed: u32,
+    cancels: &'a Cancellations,
+    record_ms: u64,
+}
+
+impl Reserved<'_> {
+    /// The caller has its answer: nothing left to cancel.
+    pub(super) fn answered(&mut self) {
+        self.armed = 0;
+    }
+
+    /// How long `plan`'s record lives at most: nothing is left to cancel
+    /// after.
+    fn life(&self, plan: &ReservePlan) -> Duration {
+        Duration::from_millis(plan.lease_ttl_ms + self.record_ms)
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        for (i, plan) in self.plans.iter().enumerate() {
+            if self.armed & 1 << i != 0 {
+                tracing::debug!(reservation = %plan.id, "the call was dropped before its answer: cancelling");
+                self.cancels.push(plan.id.clone(), self.life(plan));
+            }
+        }
+    }
 }
 
 impl<S: Store> Resilient<S> {
@@ -187,14 +216,22 @@ impl<S: Store> Resilient<S> {
         &self,
         plans: PerCandidate<ReservePlan>,
     ) -> Result<Reserved<'_>, StoreError> {
-        let life = |plan: &ReservePlan| Duration::from_millis(plan.lease_ttl_ms + self.record_ms);
-        let mut guard = self.cancels.guard(
-            plans
-                .iter()
-                .filter(|p| p.idempotency_key.is_none())
-                .map(|p| (p.id.clone(), life(p))),
-        );
-        let replies = match plans.as_slice() {
+        // Armed before the call: dropped while it is awaited, the reply
+        // unknown, any of the plans may be the reservation made.
+        let armed = plans
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.idempotency_key.is_none())
+            .fold(0, |mask, (i, _)| mask | 1 << i);
+        let mut reserved = Reserved {
+            plans,
+            replies: PerCandidate::new(),
+            degraded: false,
+            armed,
+            cancels: &self.cancels,
+            record_ms: self.record_ms,
+        };
+        let replies = match reserved.plans.as_slice() {
             [] => Ok(PerCandidate::new()),
             [plan] => self
                 .call("reserve", self.store.reserve(plan))
@@ -209,48 +246,42 @@ impl<S: Store> Resilient<S> {
             Ok(replies) => {
                 // Answered: only a reservation made is still the caller's to
                 // lose, until its answer is out.
-                let allowed = replies
+                let made = replies
                     .last()
-                    .filter(|r| matches!(r, crate::store::ReserveReply::Allowed { .. }))
-                    .map(|_| &plans[replies.len() - 1].id);
-                guard.keep_only(allowed);
-                return Ok(Reserved {
-                    plans,
-                    replies,
-                    degraded: false,
-                    guard,
-                });
+                    .is_some_and(|r| matches!(r, crate::store::ReserveReply::Allowed { .. }));
+                reserved.armed &= match made {
+                    true => 1 << (replies.len() - 1),
+                    false => 0,
+                };
+                reserved.replies = replies;
+                return Ok(reserved);
             }
             Err(e) => e,
         };
+        // Refused by the breaker, or answered with an error (nothing ran), or
+        // queued for cancellation just below.
+        reserved.armed = 0;
         if matches!(error, StoreError::Unanswered(_) | StoreError::Protocol(_)) {
             // The script may have run, or still run (a frozen store runs it
             // when it wakes), and the caller will not get the reservation:
             // cancel it. Under fail_closed a caller with an idempotency key
             // retries with it and gets it back instead.
-            for plan in &plans {
+            for plan in &reserved.plans {
                 if plan.idempotency_key.is_none() || self.policy != FailurePolicy::FailClosed {
-                    self.cancels.push(plan.id.clone(), life(plan));
+                    self.cancels.push(plan.id.clone(), reserved.life(plan));
                 }
             }
         }
-        // Refused by the breaker, or answered with an error (nothing ran), or
-        // queued for cancellation just now.
-        guard.keep_only(None);
         if !self.degrades(&error) {
             return Err(error);
         }
-        let plans: PerCandidate<ReservePlan> = plans.iter().map(|p| self.local_plan(p)).collect();
-        let replies = match plans.as_slice() {
+        reserved.plans = reserved.plans.iter().map(|p| self.local_plan(p)).collect();
+        reserved.replies = match reserved.plans.as_slice() {
             [plan] => smallvec::smallvec![self.local.reserve(plan).await?],
             several => PerCandidate::from_vec(self.local.reserve_first(several).await?),
         };
-        Ok(Reserved {
-            plans,
-            replies,
-            degraded: true,
-            guard,
-        })
+        reserved.degraded = true;
+        Ok(reserved)
     }
 
     /// The readings of `levels` for `scope` (`full`: with every lease), and

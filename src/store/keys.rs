@@ -72,6 +72,7 @@ use super::Scope;
 use crate::domain::budget::ledger::{LedgerRow, Period, Row};
 use crate::domain::{IdempotencyKey, Level, LevelPlan, ReservationId, SessionId, TenantId, UserId};
 use base64::Engine;
+use base64::display::Base64Display;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 /// The default key prefix.
@@ -141,7 +142,25 @@ impl Keys {
     }
 
     fn tenant_tag(&self, tenant: &TenantId) -> String {
-        format!("{}{{{}}}", self.prefix, encode(tenant.as_str()))
+        format!("{}{{{}}}", self.prefix, b64(tenant.as_str()))
+    }
+
+    /// The keys of `tenant`, its hash tag built once: an operation that
+    /// names several (a reservation names its levels, record, idempotency
+    /// entry and ledger rows) builds them from it.
+    pub fn of_tenant(&self, tenant: &TenantId) -> TenantKeys<'_> {
+        TenantKeys {
+            keys: self,
+            tag: self.tenant_tag(tenant),
+        }
+    }
+
+    /// The global level's hash.
+    fn global_level(&self) -> String {
+        match self.cluster {
+            true => format!("{}{{g}}", self.prefix),
+            false => format!("{}g", self.prefix),
+        }
     }
 
     /// The queue of alerts `tenant`'s calls crossed, and its records' hash.
@@ -231,58 +250,33 @@ impl Keys {
     /// no user of is the tenant's; a session level is planned only for a
     /// session.
     pub fn level(&self, level: Level, who: Scope<'_>) -> String {
-        let tenant = who.tenant;
-        match (level, who.user, who.session) {
-            (Level::Global, ..) if self.cluster => format!("{}{{g}}", self.prefix),
-            (Level::Global, ..) => format!("{}g", self.prefix),
-            (Level::Session, user, Some(s)) => format!(
-                "{}:s:{}:{}",
-                self.tenant_tag(tenant),
-                user.map_or(String::new(), |u| encode(u.as_str())),
-                encode(s.as_str())
-            ),
-            (Level::User | Level::Session, Some(u), _) => {
-                debug_assert!(
-                    level == Level::User,
-                    "a session level planned without a session"
-                );
-                format!("{}:u:{}", self.tenant_tag(tenant), encode(u.as_str()))
-            }
-            (Level::Tenant | Level::User | Level::Session, ..) => {
-                debug_assert!(
-                    level != Level::Session,
-                    "a session level planned without a session"
-                );
-                format!("{}:t", self.tenant_tag(tenant))
-            }
+        match level {
+            Level::Global => self.global_level(),
+            _ => self.of_tenant(who.tenant).level(level, who),
         }
     }
 
     /// The key of one entry of a plan: its level's hash, or — for a model
     /// group's slots — that hash's name with `:m:<group>` after it.
     pub fn plan_level(&self, lp: &LevelPlan, who: Scope<'_>) -> String {
-        let level = self.level(lp.level, who);
-        match (lp.slots, &lp.group) {
-            (true, Some(g)) => format!("{level}:m:{}", g.name),
-            _ => level,
-        }
+        with_slots(self.level(lp.level, who), lp)
     }
 
     /// The record of one reservation.
     pub fn record(&self, id: &ReservationId) -> String {
-        format!("{}{}", self.record_prefix(&id.tenant), id.nonce_b64())
+        self.of_tenant(&id.tenant).record(id)
     }
 
     /// What every record key of `tenant` starts with, the nonce following:
     /// reserve.lua finds an idempotent replay's record from it and the
     /// nonce its idempotency entry holds.
     pub fn record_prefix(&self, tenant: &TenantId) -> String {
-        format!("{}:r:", self.tenant_tag(tenant))
+        self.of_tenant(tenant).record_prefix()
     }
 
     /// The idempotency entry of one key within a tenant.
     pub fn idempotency(&self, tenant: &TenantId, key: &IdempotencyKey) -> String {
-        format!("{}:i:{}", self.tenant_tag(tenant), encode(key.as_str()))
+        self.of_tenant(tenant).idempotency(key)
     }
 }
 
@@ -297,28 +291,24 @@ impl Keys {
 
     /// The list of estimator samples of one estimator key.
     pub fn estimator(&self, key: &str) -> String {
-        format!("{}e:{}", self.prefix, encode(key))
+        format!("{}e:{}", self.prefix, b64(key))
     }
 
     /// The list of completions' output tokens under estimator key `key` and
     /// tier `tier` (what a learned output reservation learns from).
     pub fn output_samples(&self, key: &str, tier: &str) -> String {
-        format!("{}o:{}:{}", self.prefix, encode(key), encode(tier))
+        format!("{}o:{}:{}", self.prefix, b64(key), b64(tier))
     }
 
     /// What every ledger key of `tenant` starts with: the scripts append
     /// `h:<hour>` or `d:<day>`.
     pub fn ledger_base(&self, tenant: &TenantId) -> String {
-        format!("{}:l:", self.tenant_tag(tenant))
+        self.of_tenant(tenant).ledger_base()
     }
 
     /// The hash of `tenant`'s ledger rows of one hour or day.
     pub fn ledger(&self, tenant: &TenantId, period: Period) -> String {
-        let base = self.ledger_base(tenant);
-        match period {
-            Period::Hour(h) => format!("{base}h:{h}"),
-            Period::Day(d) => format!("{base}d:{d}"),
-        }
+        self.of_tenant(tenant).ledger(period)
     }
 
     /// A pattern for SCAN matching every tenant's hourly (or daily) ledger keys.
@@ -474,6 +464,95 @@ pub mod config_field {
     pub fn changed(field: &str) -> String {
         format!("changed:{field}")
     }
+}
+
+/// The keys of one tenant, from [`Keys::of_tenant`]: each key the same as
+/// [`Keys`]'s method of the same name builds, the tenant's hash tag built
+/// once.
+pub struct TenantKeys<'a> {
+    keys: &'a Keys,
+    /// `<prefix>{<tenant>}`.
+    tag: String,
+}
+
+impl TenantKeys<'_> {
+    /// As [`Keys::level`], for a scope of this tenant.
+    pub fn level(&self, level: Level, who: Scope<'_>) -> String {
+        match (level, who.user, who.session) {
+            (Level::Global, ..) => self.keys.global_level(),
+            (Level::Session, user, Some(s)) => format!(
+                "{}:s:{}:{}",
+                self.tag,
+                b64(user.map_or("", |u| u.as_str())),
+                b64(s.as_str())
+            ),
+            (Level::User | Level::Session, Some(u), _) => {
+                debug_assert!(
+                    level == Level::User,
+                    "a session level planned without a session"
+                );
+                format!("{}:u:{}", self.tag, b64(u.as_str()))
+            }
+            (Level::Tenant | Level::User | Level::Session, ..) => {
+                debug_assert!(
+                    level != Level::Session,
+                    "a session level planned without a session"
+                );
+                format!("{}:t", self.tag)
+            }
+        }
+    }
+
+    /// As [`Keys::plan_level`].
+    pub fn plan_level(&self, lp: &LevelPlan, who: Scope<'_>) -> String {
+        with_slots(self.level(lp.level, who), lp)
+    }
+
+    /// As [`Keys::record`], for a reservation of this tenant.
+    pub fn record(&self, id: &ReservationId) -> String {
+        format!(
+            "{}:r:{}",
+            self.tag,
+            Base64Display::new(&id.nonce, &URL_SAFE_NO_PAD)
+        )
+    }
+
+    /// As [`Keys::record_prefix`].
+    pub fn record_prefix(&self) -> String {
+        format!("{}:r:", self.tag)
+    }
+
+    /// As [`Keys::idempotency`].
+    pub fn idempotency(&self, key: &IdempotencyKey) -> String {
+        format!("{}:i:{}", self.tag, b64(key.as_str()))
+    }
+
+    /// As [`Keys::ledger_base`].
+    pub fn ledger_base(&self) -> String {
+        format!("{}:l:", self.tag)
+    }
+
+    /// As [`Keys::ledger`].
+    pub fn ledger(&self, period: Period) -> String {
+        match period {
+            Period::Hour(h) => format!("{}:l:h:{h}", self.tag),
+            Period::Day(d) => format!("{}:l:d:{d}", self.tag),
+        }
+    }
+}
+
+/// A level's key, or its model group's slots' (`:m:<group>` after it).
+fn with_slots(level: String, lp: &LevelPlan) -> String {
+    match (lp.slots, &lp.group) {
+        (true, Some(g)) => format!("{level}:m:{}", g.name),
+        _ => level,
+    }
+}
+
+/// `id` in unpadded base64url, written where it is formatted (no string of
+/// its own).
+fn b64(id: &str) -> Base64Display<'_, 'static, base64::engine::GeneralPurpose> {
+    Base64Display::new(id.as_bytes(), &URL_SAFE_NO_PAD)
 }
 
 fn encode(id: &str) -> String {

@@ -20,7 +20,7 @@ mod snapshot;
 pub use snapshot::{NEVER, Stored};
 
 use self::sharded::Sharded;
-use super::keys::{Keys, lease_field};
+use super::keys::{Keys, TenantKeys, lease_field};
 use super::{
     AlertBacklog, AlertDone, AlertStore, LedgerStore, QueuedAlert, RenewReply, ReserveReply,
     Retention, SampleStore, Scope, SettleReply, Settlement, Store, StoreError, Usage,
@@ -49,7 +49,9 @@ pub struct MemoryStore<C: Clock = SystemClock> {
 #[derive(Default)]
 struct Data {
     levels: FastMap<String, StoredLevel>,
-    records: Sharded<(Record, i64)>,
+    /// Boxed: a record is 192 bytes, and a table of boxes moves and touches
+    /// a fifth of the memory when it grows (docs/benchmarks.md).
+    records: Sharded<(Box<Record>, i64)>,
     idempotency: Sharded<(String, i64)>,
     /// Estimator samples by key, newest first (Redis: a capped list).
     samples: HashMap<String, (VecDeque<EstimatorSample>, i64)>,
@@ -110,21 +112,16 @@ impl<C: Clock> MemoryStore<C> {
     /// before the lock is taken: the lock guards only the algorithm.
     fn reserve_now(&self, plan: &ReservePlan) -> ReserveReply {
         let id = &plan.id;
-        let idem_key = plan
-            .idempotency_key
-            .as_ref()
-            .map(|k| self.keys.idempotency(&id.tenant, k));
-        let level_keys = self.level_keys(Scope::of(id), &plan.levels);
-        let (record_key, lease) = (self.keys.record(id), lease_field(id));
+        let tenant = self.keys.of_tenant(&id.tenant);
+        let idem_key = plan.idempotency_key.as_ref().map(|k| tenant.idempotency(k));
+        let level_keys = self.level_keys(&tenant, Scope::of(id), &plan.levels);
+        let (record_key, lease) = (tenant.record(id), lease_field(id));
         let now = self.clock.now_us();
         let mut d = self.lock(now);
         let nonce = idem_key.as_ref().and_then(|k| d.idempotency_get(k, now));
         let earlier = nonce.as_ref().and_then(|nonce| {
             let earlier = id.with_nonce_b64(nonce)?;
-            Some((
-                nonce.as_str(),
-                d.record_get(&self.keys.record(&earlier), now)?,
-            ))
+            Some((nonce.as_str(), d.record_get(&tenant.record(&earlier), now)?))
         });
         let earlier = earlier
             .as_ref()
@@ -134,14 +131,15 @@ impl<C: Clock> MemoryStore<C> {
         self.fire(&mut d, &mut taken, &id.tenant, &out.crossings, now);
         d.put(taken);
         if let Some((record, ttl_ms)) = out.record {
-            d.records.insert(record_key, (record, expiry(now, ttl_ms)));
+            d.records
+                .insert(record_key, (Box::new(record), expiry(now, ttl_ms)));
         }
         if let (Some(k), Some(ttl_ms)) = (idem_key, out.idempotency_ms) {
             d.idempotency
                 .insert(k, (id.nonce_b64(), expiry(now, ttl_ms)));
         }
         if let Some(entry) = out.ledger {
-            self.enter(&mut d, id, entry, now);
+            self.enter(&mut d, &tenant, id, entry, now);
         }
         out.reply
     }
@@ -164,7 +162,7 @@ impl<C: Clock> MemoryStore<C> {
             samples::push_trimmed(&mut d.outputs, key, sample, usage.output_kept, now);
         }
         if let Some(entry) = out.ledger {
-            self.enter(&mut d, s.id, entry, now);
+            self.enter(&mut d, &self.keys.of_tenant(&s.id.tenant), s.id, entry, now);
         }
         out.reply
     }
@@ -195,8 +193,9 @@ impl<C: Clock> MemoryStore<C> {
             &str,
         ) -> (T, Option<(Record, u64)>, Vec<Crossing>),
     ) -> (T, MutexGuard<'_, Data>, i64) {
-        let (rkey, lease) = (self.keys.record(s.id), lease_field(s.id));
-        let level_keys = self.level_keys(Scope::of(s.id), s.levels);
+        let tenant = self.keys.of_tenant(&s.id.tenant);
+        let (rkey, lease) = (tenant.record(s.id), lease_field(s.id));
+        let level_keys = self.level_keys(&tenant, Scope::of(s.id), s.levels);
         let now = self.clock.now_us();
         let mut d = self.lock(now);
         let record = d.record_get(&rkey, now);
@@ -205,14 +204,15 @@ impl<C: Clock> MemoryStore<C> {
         self.fire(&mut d, &mut taken, &s.id.tenant, &crossings, now);
         d.put(taken);
         if let Some((record, ttl_ms)) = kept {
-            d.records.insert(rkey, (record, expiry(now, ttl_ms)));
+            d.records
+                .insert(rkey, (Box::new(record), expiry(now, ttl_ms)));
         }
         (answer, d, now)
     }
 
     /// status.lua, by [`crate::domain::budget::status`].
     fn status_now(&self, scope: Scope<'_>, levels: &[LevelPlan], exact: bool) -> Readings {
-        let (keys, n) = self.level_keys(scope, levels);
+        let (keys, n) = self.level_keys(&self.keys.of_tenant(scope.tenant), scope, levels);
         let now = self.clock.now_us();
         let d = self.lock(now);
         let stored: Vec<Option<&StoredLevel>> = keys[..n]
@@ -229,7 +229,7 @@ impl<C: Clock> MemoryStore<C> {
             user: plan.user.as_ref(),
             session: plan.session.as_ref(),
         };
-        let level_keys = self.level_keys(scope, &plan.levels);
+        let level_keys = self.level_keys(&self.keys.of_tenant(scope.tenant), scope, &plan.levels);
         let now = self.clock.now_us();
         let mut d = self.lock(now);
         let mut taken = d.take(level_keys, now);
@@ -240,7 +240,12 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// The keys of `levels` (at most [`MAX_LEVELS`]), and how many.
-    fn level_keys(&self, scope: Scope<'_>, levels: &[LevelPlan]) -> ([String; MAX_LEVELS], usize) {
+    fn level_keys(
+        &self,
+        tenant: &TenantKeys<'_>,
+        scope: Scope<'_>,
+        levels: &[LevelPlan],
+    ) -> ([String; MAX_LEVELS], usize) {
         assert!(
             levels.len() <= MAX_LEVELS,
             "a plan has at most {MAX_LEVELS} levels"
@@ -248,7 +253,7 @@ impl<C: Clock> MemoryStore<C> {
         let keys = std::array::from_fn(|i| {
             levels
                 .get(i)
-                .map_or_else(String::new, |lp| self.keys.plan_level(lp, scope))
+                .map_or_else(String::new, |lp| tenant.plan_level(lp, scope))
         });
         (keys, levels.len())
     }
@@ -311,7 +316,7 @@ impl Data {
         self.records
             .get(key)
             .filter(|(_, exp)| *exp > now)
-            .map(|(r, _)| r.clone())
+            .map(|(r, _)| Record::clone(r))
     }
 
     fn idempotency_get(&self, key: &str, now: i64) -> Option<String> {

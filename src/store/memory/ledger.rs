@@ -5,13 +5,20 @@ use super::{Data, MemoryStore};
 use crate::domain::budget::layout::LEDGER_MIN_LIFE_US;
 use crate::domain::budget::ledger::{Entry, LedgerRow, Period};
 use crate::domain::{Clock, ReservationId, TenantId};
-use crate::store::keys::{ledger_fields, ledger_row};
+use crate::store::keys::{TenantKeys, ledger_fields, ledger_row};
 
 impl<C: Clock> MemoryStore<C> {
     /// ledger.lua: adds `entry` to the hourly and daily rows of `id`'s
     /// tenant; a row's hash gets its expiry when the row is new, and a row
     /// past its retention is not written.
-    pub(super) fn enter(&self, d: &mut Data, id: &ReservationId, entry: Entry, now: i64) {
+    pub(super) fn enter(
+        &self,
+        d: &mut Data,
+        tenant: &TenantKeys<'_>,
+        id: &ReservationId,
+        entry: Entry,
+        now: i64,
+    ) {
         let Some(retention) = self.retention.ledger else {
             return;
         };
@@ -22,7 +29,7 @@ impl<C: Clock> MemoryStore<C> {
             if ((expires - now) as f64) < LEDGER_MIN_LIFE_US {
                 continue;
             }
-            let key = self.keys.ledger(&id.tenant, period);
+            let key = tenant.ledger(period);
             let (rows, expires_at) = d.ledger.entry(key).or_default();
             if *expires_at <= now {
                 // The hash expired (Redis would have dropped it).

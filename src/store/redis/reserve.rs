@@ -85,15 +85,16 @@ impl RedisStore {
     fn reserve_args(&self, plan: &ReservePlan, call: &mut impl Call) {
         use super::spec::reserve_keys as k;
         let id = &plan.id;
+        let tenant = self.keys.of_tenant(&id.tenant);
         let n = plan.levels.len();
         let mut args = Args::new(call);
         for (i, lp) in plan.levels.iter().enumerate() {
-            args.key(i, self.keys.plan_level(lp, Scope::of(id)));
+            args.key(i, tenant.plan_level(lp, Scope::of(id)));
         }
-        args.key(n + k::RECORD, self.keys.record(id));
+        args.key(n + k::RECORD, tenant.record(id));
         let idem_ttl = match &plan.idempotency_key {
             Some(key) => {
-                args.key(n + k::IDEMPOTENCY, self.keys.idempotency(&id.tenant, key));
+                args.key(n + k::IDEMPOTENCY, tenant.idempotency(key));
                 self.retention.idempotency_ms
             }
             None => 0,
@@ -118,7 +119,7 @@ impl RedisStore {
         if self.retention.ledger.is_some() {
             let (hour, day) = ledger_fields(&id.group, id.user.as_ref());
             let at = args.next();
-            args.at(at + ledger::PREFIX, self.keys.ledger_base(&id.tenant))
+            args.at(at + ledger::PREFIX, tenant.ledger_base())
                 .at(at + ledger::HOUR_FIELD, hour)
                 .at(at + ledger::DAY_FIELD, day);
         }
@@ -128,7 +129,7 @@ impl RedisStore {
         }
         // Last, wherever the optional arguments before it end (`ARGV[#ARGV]`).
         let last = args.next();
-        args.at(last, self.keys.record_prefix(&id.tenant));
+        args.at(last, tenant.record_prefix());
     }
 }
 

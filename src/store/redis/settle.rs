@@ -12,7 +12,7 @@ use crate::domain::budget::Usage;
 use crate::domain::budget::layout::{
     REPLY_APPLIED, REPLY_EXPIRED, REPLY_NOT_FOUND, REPLY_SETTLED_BEFORE, SAMPLES_TTL_MS,
 };
-use crate::store::keys::{lease_field, ledger_fields};
+use crate::store::keys::{TenantKeys, lease_field, ledger_fields};
 use crate::store::{RenewReply, Retention, Scope, SettleReply, Settled, Settlement, StoreError};
 use redis::Value;
 
@@ -51,7 +51,8 @@ impl RedisStore {
         use super::spec::{ledger_argv as ledger, settlement_argv as a};
         let mut inv = self.settle.prepare_invoke();
         let mut args = Args::new(&mut inv);
-        self.settlement_keys(&s, &mut args);
+        let tenant = self.keys.of_tenant(&s.id.tenant);
+        self.settlement_keys(&tenant, &s, &mut args);
         // On a cluster the samples' key is in another slot: pushed below.
         let cluster = self.keys.is_clustered();
         // Completions kept for the tier's learned output (0: none).
@@ -78,12 +79,9 @@ impl RedisStore {
             .at(a::DOUBLES, DOUBLES);
         if self.retention.ledger.is_some() {
             let (hour, day) = ledger_fields(&s.id.group, s.id.user.as_ref());
-            args.at(
-                a::WIDTH + ledger::PREFIX,
-                self.keys.ledger_base(&s.id.tenant),
-            )
-            .at(a::WIDTH + ledger::HOUR_FIELD, hour)
-            .at(a::WIDTH + ledger::DAY_FIELD, day);
+            args.at(a::WIDTH + ledger::PREFIX, tenant.ledger_base())
+                .at(a::WIDTH + ledger::HOUR_FIELD, hour)
+                .at(a::WIDTH + ledger::DAY_FIELD, day);
         }
         if let Some(spec) = self.alert_args(s.levels) {
             let at = args.next();
@@ -141,7 +139,11 @@ impl RedisStore {
         ttl_ms: u64,
     ) -> Result<RenewReply, StoreError> {
         let mut inv = self.renew.prepare_invoke();
-        self.settlement_keys(&s, &mut Args::new(&mut inv));
+        self.settlement_keys(
+            &self.keys.of_tenant(&s.id.tenant),
+            &s,
+            &mut Args::new(&mut inv),
+        );
         use super::spec::{renew as h, settlement_argv as a};
         let mut head = [0.0; h::WIDTH];
         head[h::LEVELS] = s.levels.len() as f64;
@@ -172,11 +174,16 @@ impl RedisStore {
     }
 
     /// The levels of a settlement as KEYS, then the reservation's record.
-    fn settlement_keys<C: Call>(&self, s: &Settlement<'_>, args: &mut Args<'_, C>) {
+    fn settlement_keys<C: Call>(
+        &self,
+        tenant: &TenantKeys<'_>,
+        s: &Settlement<'_>,
+        args: &mut Args<'_, C>,
+    ) {
         for (i, lp) in s.levels.iter().enumerate() {
-            args.key(i, self.keys.plan_level(lp, Scope::of(s.id)));
+            args.key(i, tenant.plan_level(lp, Scope::of(s.id)));
         }
-        args.key(s.levels.len() + k::RECORD, self.keys.record(s.id));
+        args.key(s.levels.len() + k::RECORD, tenant.record(s.id));
     }
 }
 
