@@ -22,7 +22,7 @@ use super::reply::{self, Answered, ReserveOutcome, Skipped, record_decision};
 use super::resilient::{PerCandidate, Reserved};
 use super::{Engine, EngineError};
 use crate::domain::plan::{ReservePlan, ReserveRequest};
-use crate::domain::{Level, Limits, Tier};
+use crate::domain::{InvalidInput, Level, Limits, Tier};
 use crate::store::{ReserveReply, Store};
 use crate::telemetry;
 use std::sync::Arc;
@@ -64,6 +64,14 @@ impl<S: Store> Engine<S> {
     /// CheckAndReserve: the request's model, then its fallbacks in order,
     /// reserved on the first with room.
     pub async fn reserve(&self, mut req: ReserveRequest) -> Result<ReserveOutcome, EngineError> {
+        if req.fallbacks.len() >= MAX_CANDIDATES {
+            let named = req.fallbacks.len() + 1;
+            return Err(InvalidInput::new(
+                "candidate_models",
+                format!("{named} models; at most {MAX_CANDIDATES}"),
+            )
+            .into());
+        }
         let limits = self.limits();
         let tier = match self.admit(&limits, &req)? {
             Ok(tier) => tier,

@@ -335,7 +335,7 @@ impl Keys {
 /// group (empty: none); in the daily hash `<group>:<user>` (the user in
 /// unpadded base64url, empty: none). A group name has no `:`.
 pub fn ledger_fields(group: &str, user: Option<&UserId>) -> (String, String) {
-    let user = user.map_or(String::new(), |u| encode(u.as_str()));
+    let user = b64(user.map_or("", |u| u.as_str()));
     (group.to_owned(), format!("{group}:{user}"))
 }
 
@@ -553,10 +553,6 @@ fn with_slots(level: String, lp: &LevelPlan) -> String {
 /// its own).
 fn b64(id: &str) -> Base64Display<'_, 'static, base64::engine::GeneralPurpose> {
     Base64Display::new(id.as_bytes(), &URL_SAFE_NO_PAD)
-}
-
-fn encode(id: &str) -> String {
-    URL_SAFE_NO_PAD.encode(id.as_bytes())
 }
 
 fn decode(encoded: &str) -> Option<String> {

@@ -108,3 +108,47 @@ user = { requests = [{ limit = 10, period = "1m" }], concurrency = 1 }
     clock.advance_us(57_000_000);
     assert_eq!(store.key_count(), 0, "idle state must expire");
 }
+
+/// The engine itself refuses more candidates than one call may name (the
+/// API refuses them first): a library caller gets INVALID_ARGUMENT's error,
+/// and nothing is reserved.
+#[tokio::test]
+async fn the_engine_refuses_too_many_candidates_and_reserves_nothing() {
+    let settings = support::settings(
+        r#"
+[tiers.t]
+max_context_tokens = 10000
+default_max_output_tokens = 10
+tenant = { requests = [{ limit = 100, period = "1m" }] }
+"#,
+        None,
+    );
+    let store = MemoryStore::new(Keys::new(DEFAULT_PREFIX).unwrap(), settings.retention);
+    let engine = ctxbudget::server::engine(store, &settings);
+    let ask = |fallbacks: usize| ReserveRequest {
+        tenant: TenantId::parse("t1").unwrap(),
+        user: None,
+        session: None,
+        tier: "t".into(),
+        model: "m-0".into(),
+        fallbacks: (1..=fallbacks).map(|i| format!("m-{i}")).collect(),
+        prompt: PromptInput::Tokens(5),
+        max_output_tokens: 5,
+        min_output_tokens: None,
+        idempotency_key: None,
+        lease_ttl_ms: None,
+        priority: Priority::Normal,
+        declared: Default::default(),
+    };
+    let refused = engine.reserve(ask(40)).await.unwrap_err();
+    assert!(
+        matches!(refused, ctxbudget::engine::EngineError::Invalid(_)),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("at most 8"), "{refused}");
+    assert_eq!(engine.store().key_count(), 0, "nothing was reserved");
+    // Eight models in all is the most, and is served.
+    let served = engine.reserve(ask(7)).await.unwrap();
+    assert!(served.denial.is_none(), "{served:?}");
+    assert_eq!(served.chosen_model.as_deref(), Some("m-0"));
+}
