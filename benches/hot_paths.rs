@@ -23,6 +23,7 @@ fn request(i: u64) -> ReserveRequest {
         tier: "enterprise".into(),
         model: "gpt-4o".into(),
         fallbacks: Vec::new(),
+        statuses: Default::default(),
         prompt: PromptInput::Tokens(1000),
         max_output_tokens: 500,
         min_output_tokens: None,

@@ -8,6 +8,7 @@
 use crate::domain::decision::LimitState;
 use crate::domain::mix::GROUP_NAMES;
 use crate::domain::plan::{ReserveRequest, check_tokens};
+use crate::domain::statuses::Statuses;
 use crate::domain::tier::MAX_COUNT;
 use crate::domain::{
     ChatMessage, DimMap, Dimension, IdempotencyKey, InvalidInput, Level, Priority, Prompt,
@@ -75,6 +76,7 @@ pub(super) fn reserve_request(
         tier: r.tier,
         model: r.model,
         fallbacks: Vec::new(),
+        statuses: statuses(r.limit_statuses)?,
         prompt,
         max_output_tokens: check_tokens("max_output_tokens", r.max_output_tokens)?,
         min_output_tokens,
@@ -83,6 +85,22 @@ pub(super) fn reserve_request(
         priority: priority(r.priority)?,
         declared: images(r.images)?,
     })
+}
+
+/// Which limits' statuses the answer carries; unspecified is all.
+fn statuses(value: i32) -> Result<Statuses, InvalidInput> {
+    match pb::LimitStatuses::try_from(value) {
+        Ok(pb::LimitStatuses::Unspecified | pb::LimitStatuses::All) => Ok(Statuses::All),
+        Ok(pb::LimitStatuses::Binding) => Ok(Statuses::Binding),
+        Ok(pb::LimitStatuses::None) => Ok(Statuses::None),
+        Err(_) => Err(InvalidInput::new(
+            "limit_statuses",
+            format!(
+                "{value} is not a LimitStatuses; use LIMIT_STATUSES_ALL, \
+                 LIMIT_STATUSES_BINDING or LIMIT_STATUSES_NONE (or leave it unset for all)"
+            ),
+        )),
+    }
 }
 
 /// The request's priority; unspecified is normal.

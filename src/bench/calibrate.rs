@@ -118,6 +118,7 @@ impl Calls {
             tier: self.tier.clone(),
             model: CALIBRATION_MODEL.into(),
             fallbacks: Vec::new(),
+            statuses: Default::default(),
             prompt: PromptInput::Tokens(1000),
             max_output_tokens: 500,
             min_output_tokens: None,

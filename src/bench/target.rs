@@ -295,6 +295,7 @@ async fn engine_reserve<S: Store>(
         tier: tier.to_string(),
         model: BENCH_MODEL.into(),
         fallbacks: Vec::new(),
+        statuses: Default::default(),
         prompt: match item.prompt_as_text {
             true => PromptInput::Text(crate::domain::Prompt::Text(item.prompt_text())),
             false => PromptInput::Tokens(item.prompt),

@@ -27,6 +27,7 @@ pub mod price;
 pub mod priority;
 pub mod prompt;
 pub mod reconcile;
+pub mod statuses;
 pub mod tier;
 pub mod usage;
 pub mod window;

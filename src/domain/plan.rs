@@ -22,6 +22,7 @@ use super::model::ModelGroup;
 use super::price::{Rates, SpendRates};
 use super::priority::{Priorities, Priority};
 use super::prompt::{PromptCount, PromptInput};
+use super::statuses::Statuses;
 use super::tier::{MAX_COUNT, Tier};
 use std::sync::Arc;
 
@@ -87,6 +88,8 @@ pub struct ReserveRequest {
     /// What the call may use in each dimension the caller counts
     /// ([`crate::domain::Dimension::is_declared`]; 0 elsewhere).
     pub declared: DimMap<u64>,
+    /// Which limits' statuses the answer carries.
+    pub statuses: Statuses,
 }
 
 impl ReserveRequest {
@@ -468,6 +471,7 @@ mod tests {
             tier: "free".into(),
             model: "m".into(),
             fallbacks: Vec::new(),
+            statuses: Default::default(),
             prompt: PromptInput::Tokens(prompt),
             max_output_tokens: output,
             min_output_tokens: None,

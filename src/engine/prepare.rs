@@ -216,7 +216,14 @@ impl<S: Store> Engine<S> {
         refusal: Refusal,
     ) -> ReserveOutcome {
         telemetry::decision(&tier.name, Some(&refusal.denial), 0);
-        let now = self.limits_now(req, model, limits, tier).await;
+        let now = match req.statuses.any() {
+            true => {
+                let all = self.limits_now(req, model, limits, tier).await;
+                req.statuses.pick(all, Some(&refusal.denial))
+            }
+            // Nothing to show: the limits are not read.
+            false => Vec::new(),
+        };
         ReserveOutcome::refused(
             refusal.denial,
             refusal.tokens,

@@ -7,6 +7,7 @@ use super::EngineError;
 use crate::domain::budget::{DeniedChecks, ReserveReply};
 use crate::domain::decision::{self, LimitState, Reading};
 use crate::domain::plan::ReservePlan;
+use crate::domain::statuses::Statuses;
 use crate::domain::{Denial, Dimension, InvalidInput, Level, PromptCount};
 use crate::store::StoreError;
 use crate::telemetry;
@@ -118,6 +119,8 @@ pub(super) struct Answered {
     pub concurrency_retry_ms: u64,
     /// Added to a denial's retry_after: random, drawn by the caller.
     pub jitter_ms: u64,
+    /// Which limits' statuses the answer carries.
+    pub statuses: Statuses,
 }
 
 /// The answer to CheckAndReserve from the store's `reply` to `plan`, the
@@ -164,7 +167,7 @@ pub(super) fn outcome(
             reserved_tokens: plan.prompt_tokens + reserved_output,
             reserved_output_tokens: reserved_output,
             granted_max_output_tokens: granted_output,
-            limits: decision::limit_states(&plan.levels, &readings),
+            limits: statuses(how.statuses, plan, &readings, None),
             lease_expires_in_ms: plan.lease_ttl_ms,
             ..none
         },
@@ -172,11 +175,14 @@ pub(super) fn outcome(
             readings,
             denied_mask,
             ..
-        } => ReserveOutcome {
-            denial: Some(denial(plan, &readings, denied_mask, retry)),
-            limits: decision::limit_states(&plan.levels, &readings),
-            ..none
-        },
+        } => {
+            let denial = denial(plan, &readings, denied_mask, retry);
+            ReserveOutcome {
+                limits: statuses(how.statuses, plan, &readings, Some(&denial)),
+                denial: Some(denial),
+                ..none
+            }
+        }
         ReserveReply::Replayed {
             nonce,
             tokens,
@@ -195,7 +201,7 @@ pub(super) fn outcome(
                 granted_max_output_tokens: tokens.saturating_sub(plan.prompt_tokens),
                 // The record keeps the grant: a replay reports it as reserved.
                 reserved_output_tokens: tokens.saturating_sub(plan.prompt_tokens),
-                limits: decision::limit_states(&plan.levels, &readings),
+                limits: statuses(how.statuses, plan, &readings, None),
                 lease_expires_in_ms,
                 replayed: true,
                 ..none
@@ -204,6 +210,20 @@ pub(super) fn outcome(
         ReserveReply::IdempotencySpent { settled } => return Err(spent_key(settled)),
         ReserveReply::IdempotencyConflict => return Err(conflicting_key()),
     })
+}
+
+/// The statuses of `plan`'s limits the answer carries (`denial`: the
+/// call's): none built when it carries none.
+fn statuses(
+    which: Statuses,
+    plan: &ReservePlan,
+    readings: &[Reading],
+    denial: Option<&Denial>,
+) -> Vec<LimitState> {
+    match which.any() {
+        true => which.pick(decision::limit_states(&plan.levels, readings), denial),
+        false => Vec::new(),
+    }
 }
 
 /// The denial of `plan` the store's checks (`denied_mask` over `readings`)

@@ -22,6 +22,7 @@ use super::reply::{self, Answered, ReserveOutcome, Skipped, record_decision};
 use super::resilient::{PerCandidate, Reserved};
 use super::{Engine, EngineError};
 use crate::domain::plan::{ReservePlan, ReserveRequest};
+use crate::domain::statuses::Statuses;
 use crate::domain::{InvalidInput, Level, Limits, Tier};
 use crate::store::{ReserveReply, Store};
 use crate::telemetry;
@@ -179,7 +180,8 @@ impl<S: Store> Engine<S> {
                     let Some(reply) = replies.next() else { break };
                     tried.served = matches!(reply, ReserveReply::Allowed { .. });
                     let plan = &reserved.plans[at];
-                    let out = self.explain(plan, reply, &tier.name, count, reserved.degraded)?;
+                    let how = (reserved.degraded, req.statuses);
+                    let out = self.explain(plan, reply, &tier.name, count, how)?;
                     if i == 0 || out.denial.is_none() {
                         tried.answered = Some(at);
                     }
@@ -203,7 +205,7 @@ impl<S: Store> Engine<S> {
         reply: ReserveReply,
         tier: &str,
         count: &crate::domain::PromptCount,
-        degraded: bool,
+        (degraded, statuses): (bool, Statuses),
     ) -> Result<ReserveOutcome, EngineError> {
         if !degraded {
             let reclaimed = reply.reclaimed();
@@ -220,6 +222,7 @@ impl<S: Store> Engine<S> {
             } else {
                 0
             },
+            statuses,
         };
         let out = reply::outcome(plan, reply, count, how)?;
         if let (true, Some(id)) = (out.replayed, &out.reservation_id) {

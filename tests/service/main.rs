@@ -63,6 +63,7 @@ mod learned_levels;
 mod learned_output;
 mod ledger_cli;
 mod limit_changes;
+mod limit_statuses;
 mod models;
 mod models_cli;
 mod money;

@@ -112,6 +112,7 @@ impl World {
             tier: "p".into(),
             model: "m".into(),
             fallbacks: Vec::new(),
+            statuses: Default::default(),
             prompt: PromptInput::Tokens(prompt),
             max_output_tokens: output,
             min_output_tokens: None,

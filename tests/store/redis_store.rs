@@ -503,6 +503,7 @@ async fn both_stores_count_lapsed_leases_alike() {
             tier: "t".into(),
             model: "m".into(),
             fallbacks: Vec::new(),
+            statuses: Default::default(),
             prompt: PromptInput::Tokens(10),
             max_output_tokens: 10,
             min_output_tokens: None,

@@ -366,6 +366,7 @@ impl<S: Store> Session<S> {
             tier: caller.tier,
             model: call.model.clone(),
             fallbacks,
+            statuses: Default::default(),
             prompt: PromptInput::Text(Prompt::Messages(std::mem::take(&mut call.messages))),
             max_output_tokens: call.output_to_reserve(),
             min_output_tokens: None,

@@ -70,6 +70,7 @@ fn how() -> Answered {
         degraded: false,
         concurrency_retry_ms: 5_000,
         jitter_ms: 7,
+        statuses: Statuses::All,
     }
 }
 

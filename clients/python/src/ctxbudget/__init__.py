@@ -13,7 +13,7 @@ gateways.
         return Response(status_code=e.http_status, headers=e.headers)
 """
 
-from ._common import PriorityName, ReservationState, ReserveFields, Tls, Usage, reserve_request
+from ._common import LimitStatusesName, PriorityName, ReservationState, ReserveFields, Tls, Usage, reserve_request
 from .aio import AsyncBudgetClient
 from .client import BudgetClient, KeepAlive
 from .errors import (
@@ -39,6 +39,7 @@ __all__ = [
     "BudgetPermissionDenied",
     "BudgetUnavailable",
     "KeepAlive",
+    "LimitStatusesName",
     "PriorityName",
     "ReservationState",
     "ReserveFields",

@@ -27,6 +27,8 @@ OnUnavailable = Literal["deny", "allow"]
 #: The priority names ``priority=`` takes (or a ``pb.Priority`` value).
 PriorityName = Literal["critical", "normal", "batch"]
 _PRIORITIES = {"critical": pb.PRIORITY_CRITICAL, "normal": pb.PRIORITY_NORMAL, "batch": pb.PRIORITY_BATCH}
+LimitStatusesName = Literal["all", "binding", "none"]
+_LIMIT_STATUSES = {"all": pb.LIMIT_STATUSES_ALL, "binding": pb.LIMIT_STATUSES_BINDING, "none": pb.LIMIT_STATUSES_NONE}
 
 
 class _ReserveRequired(TypedDict):
@@ -60,6 +62,7 @@ class ReserveFields(_ReserveRequired, total=False):
     priority: PriorityName | int
     candidate_models: Iterable[str]
     images: int
+    limit_statuses: LimitStatusesName | int
 
 
 #: Every name ``ReserveFields`` accepts.
@@ -178,6 +181,19 @@ def _alias(short: str | None, long: str | None, name: str) -> str | None:
     return short if short is not None else long
 
 
+def _limit_statuses(which: LimitStatusesName | int) -> str:
+    """The ``LimitStatuses`` name of ``which``."""
+    names = ", ".join(map(repr, _LIMIT_STATUSES))
+    if isinstance(which, str):
+        if which not in _LIMIT_STATUSES:
+            raise ValueError(f"limit_statuses={which!r}: one of {names} (or a pb.LimitStatuses value)")
+        return pb.LimitStatuses.Name(_LIMIT_STATUSES[which])
+    try:
+        return pb.LimitStatuses.Name(which)
+    except ValueError:
+        raise ValueError(f"limit_statuses={which!r}: one of {names} (or a pb.LimitStatuses value)") from None
+
+
 def _priority(priority: PriorityName | int) -> str:
     """The ``Priority`` name of ``priority``."""
     if isinstance(priority, str):
@@ -211,6 +227,7 @@ def reserve_request(
     priority: PriorityName | int | None = None,
     candidate_models: Iterable[str] = (),
     images: int = 0,
+    limit_statuses: LimitStatusesName | int | None = None,
 ) -> pb.CheckAndReserveRequest:
     """A ``CheckAndReserveRequest`` from ``ReserveFields``: the tenant as
     ``tenant`` or ``tenant_id``, the user as ``user`` or ``user_id``, the
@@ -220,7 +237,10 @@ def reserve_request(
     ``prompt`` string, or its token count (``prompt_tokens``). ``candidate_models``: fallback models in order, the
     first with room reserved (``chosen_model`` of the response; ``model``
     then empty or the first). ``images``: how many images the call may
-    generate (the tier's ``images`` limits)."""
+    generate (the tier's ``images`` limits). ``limit_statuses``: which
+    limits' statuses the answer carries in ``limits``: ``"all"`` (the
+    default), ``"binding"`` (per dimension the one with the least room left,
+    and the one that denied) or ``"none"`` (the decision alone)."""
     if isinstance(candidate_models, (str, bytes)):
         raise TypeError("candidate_models is a list of model names, not one string")
     the_tenant = _alias(tenant, tenant_id, "tenant")
@@ -241,6 +261,7 @@ def reserve_request(
         priority=_priority(priority) if priority is not None else None,
         candidate_models=list(candidate_models),
         images=images,
+        limit_statuses=_limit_statuses(limit_statuses) if limit_statuses is not None else None,
     )
     if messages is not None:
         req.messages.extend(messages_of(messages))

@@ -51,6 +51,13 @@ class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OUTCOME_APPLIED: _ClassVar[Outcome]
     OUTCOME_ALREADY_SETTLED: _ClassVar[Outcome]
     OUTCOME_EXPIRED: _ClassVar[Outcome]
+
+class LimitStatuses(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LIMIT_STATUSES_UNSPECIFIED: _ClassVar[LimitStatuses]
+    LIMIT_STATUSES_ALL: _ClassVar[LimitStatuses]
+    LIMIT_STATUSES_BINDING: _ClassVar[LimitStatuses]
+    LIMIT_STATUSES_NONE: _ClassVar[LimitStatuses]
 REASON_UNSPECIFIED: Reason
 REASON_RPM_EXCEEDED: Reason
 REASON_TPM_EXCEEDED: Reason
@@ -81,6 +88,10 @@ OUTCOME_UNSPECIFIED: Outcome
 OUTCOME_APPLIED: Outcome
 OUTCOME_ALREADY_SETTLED: Outcome
 OUTCOME_EXPIRED: Outcome
+LIMIT_STATUSES_UNSPECIFIED: LimitStatuses
+LIMIT_STATUSES_ALL: LimitStatuses
+LIMIT_STATUSES_BINDING: LimitStatuses
+LIMIT_STATUSES_NONE: LimitStatuses
 
 class Message(_message.Message):
     __slots__ = ("role", "content", "name")
@@ -93,7 +104,7 @@ class Message(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class CheckAndReserveRequest(_message.Message):
-    __slots__ = ("tenant_id", "user_id", "tier", "model", "prompt_tokens", "max_output_tokens", "idempotency_key", "lease_ttl_ms", "messages", "prompt", "allow_reduced_output", "min_output_tokens", "priority", "candidate_models", "session_id", "images")
+    __slots__ = ("tenant_id", "user_id", "tier", "model", "prompt_tokens", "max_output_tokens", "idempotency_key", "lease_ttl_ms", "messages", "prompt", "allow_reduced_output", "min_output_tokens", "priority", "candidate_models", "session_id", "images", "limit_statuses")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +121,7 @@ class CheckAndReserveRequest(_message.Message):
     CANDIDATE_MODELS_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     IMAGES_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_STATUSES_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     user_id: str
     tier: str
@@ -126,7 +138,8 @@ class CheckAndReserveRequest(_message.Message):
     candidate_models: _containers.RepeatedScalarFieldContainer[str]
     session_id: str
     images: int
-    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., lease_ttl_ms: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., prompt: _Optional[str] = ..., allow_reduced_output: _Optional[bool] = ..., min_output_tokens: _Optional[int] = ..., priority: _Optional[_Union[Priority, str]] = ..., candidate_models: _Optional[_Iterable[str]] = ..., session_id: _Optional[str] = ..., images: _Optional[int] = ...) -> None: ...
+    limit_statuses: LimitStatuses
+    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., lease_ttl_ms: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., prompt: _Optional[str] = ..., allow_reduced_output: _Optional[bool] = ..., min_output_tokens: _Optional[int] = ..., priority: _Optional[_Union[Priority, str]] = ..., candidate_models: _Optional[_Iterable[str]] = ..., session_id: _Optional[str] = ..., images: _Optional[int] = ..., limit_statuses: _Optional[_Union[LimitStatuses, str]] = ...) -> None: ...
 
 class SkippedCandidate(_message.Message):
     __slots__ = ("model", "reason", "level", "dimension", "retry_after_ms", "model_group", "detail")

@@ -1,0 +1,138 @@
+//! Which limits' statuses a CheckAndReserve answer carries: all of them (the
+//! default), the binding ones, or none. The caller chooses, so a gateway
+//! that builds no headers from them pays for none.
+
+use super::decision::{Denial, LimitState};
+use super::dimension::RATE_COUNT;
+
+/// The statuses an answer carries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Statuses {
+    /// Every limit that applied.
+    #[default]
+    All,
+    /// Per dimension the limit with the least room left (remaining ÷ limit,
+    /// the outer level on a tie), and on a denial also the limit that
+    /// denied.
+    Binding,
+    /// None.
+    None,
+}
+
+impl Statuses {
+    /// Whether the answer carries any: with none, the limits need not be
+    /// read or built at all.
+    pub fn any(self) -> bool {
+        self != Statuses::None
+    }
+
+    /// Of `states` (every limit that applied, outermost level first), those
+    /// this choice keeps; `denial`: the call's, if denied.
+    pub fn pick(self, mut states: Vec<LimitState>, denial: Option<&Denial>) -> Vec<LimitState> {
+        match self {
+            Statuses::All => states,
+            Statuses::None => Vec::new(),
+            Statuses::Binding => {
+                // One per dimension, concurrency (the last) included.
+                let mut keep = [None::<usize>; RATE_COUNT + 1];
+                for (i, s) in states.iter().enumerate() {
+                    let slot = &mut keep[s.dimension as usize];
+                    if slot.is_none_or(|k| share(s) < share(&states[k])) {
+                        *slot = Some(i);
+                    }
+                }
+                let mut i = 0;
+                states.retain(|s| {
+                    let kept = keep.contains(&Some(i)) || denial.is_some_and(|d| denied(d, s));
+                    i += 1;
+                    kept
+                });
+                states
+            }
+        }
+    }
+}
+
+/// The share of a limit still free: 0 when spent (or in debt), 1 when
+/// untouched; a limit of 0 counts as spent.
+fn share(s: &LimitState) -> f64 {
+    match s.limit {
+        0 => 0.0,
+        limit => s.remaining.max(0) as f64 / limit as f64,
+    }
+}
+
+/// Whether `s` is the limit `d` names.
+fn denied(d: &Denial, s: &LimitState) -> bool {
+    d.level == Some(s.level)
+        && d.dimension == Some(s.dimension)
+        && d.period_secs == s.period_secs
+        && d.model_group.as_deref() == s.model_group.as_ref().map(|g| g.name.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{Dimension, Level, Reason};
+
+    fn state(level: Level, dimension: Dimension, limit: u64, remaining: i64) -> LimitState {
+        LimitState {
+            level,
+            model_group: None,
+            dimension,
+            period_secs: 60,
+            window: None,
+            limit,
+            remaining,
+            reset_after_ms: 0,
+        }
+    }
+
+    fn all() -> Vec<LimitState> {
+        vec![
+            state(Level::Global, Dimension::Requests, 100, 90),
+            state(Level::Global, Dimension::Tokens, 1000, 100),
+            state(Level::Tenant, Dimension::Requests, 10, 1),
+            state(Level::Tenant, Dimension::Tokens, 100, 50),
+            state(Level::User, Dimension::Requests, 10, 1),
+        ]
+    }
+
+    #[test]
+    fn all_keeps_every_status_and_none_keeps_nothing() {
+        assert_eq!(Statuses::All.pick(all(), None), all());
+        assert!(Statuses::None.pick(all(), None).is_empty());
+        assert!(!Statuses::None.any() && Statuses::Binding.any());
+    }
+
+    #[test]
+    fn binding_keeps_the_tightest_of_each_dimension_the_outer_on_a_tie() {
+        let kept = Statuses::Binding.pick(all(), None);
+        let at: Vec<_> = kept.iter().map(|s| (s.level, s.dimension)).collect();
+        // Tokens: the global level has 10% left, the tenant 50%. Requests:
+        // tenant and user both 10%: the outer.
+        assert_eq!(
+            at,
+            [
+                (Level::Global, Dimension::Tokens),
+                (Level::Tenant, Dimension::Requests)
+            ]
+        );
+    }
+
+    #[test]
+    fn binding_keeps_the_limit_that_denied_too() {
+        let denial = Denial {
+            reason: Reason::RequestsExceeded,
+            level: Some(Level::User),
+            dimension: Some(Dimension::Requests),
+            period_secs: 60,
+            model_group: None,
+            retry_after_ms: 10,
+            detail: String::new(),
+        };
+        let kept = Statuses::Binding.pick(all(), Some(&denial));
+        assert_eq!(kept.len(), 3, "{kept:?}");
+        assert!(kept.iter().any(|s| s.level == Level::User));
+    }
+}
