@@ -4,6 +4,7 @@
 
 use super::decision::{Denial, LimitState};
 use super::dimension::RATE_COUNT;
+use super::level::Level;
 
 /// The statuses an answer carries.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -11,9 +12,10 @@ pub enum Statuses {
     /// Every limit that applied.
     #[default]
     All,
-    /// Per dimension the limit with the least room left (remaining ÷ limit,
-    /// the outer level on a tie), and on a denial also the limit that
-    /// denied.
+    /// Per dimension the limit of the caller's own levels with the least
+    /// room left (remaining ÷ limit, the innermost on a tie: the one
+    /// rate-limit headers show), the global level's when it has less, and
+    /// on a denial the limit that denied.
     Binding,
     /// None.
     None,
@@ -33,24 +35,48 @@ impl Statuses {
             Statuses::All => states,
             Statuses::None => Vec::new(),
             Statuses::Binding => {
-                // One per dimension, concurrency (the last) included.
-                let mut keep = [None::<usize>; RATE_COUNT + 1];
-                for (i, s) in states.iter().enumerate() {
-                    let slot = &mut keep[s.dimension as usize];
-                    if slot.is_none_or(|k| share(s) < share(&states[k])) {
-                        *slot = Some(i);
-                    }
-                }
+                let kept = binding(&states, denial);
                 let mut i = 0;
-                states.retain(|s| {
-                    let kept = keep.contains(&Some(i)) || denial.is_some_and(|d| denied(d, s));
+                states.retain(|_| {
                     i += 1;
-                    kept
+                    kept.contains(&(i - 1))
                 });
                 states
             }
         }
     }
+}
+
+/// Which of `states` (outermost level first) bind: per dimension, the
+/// caller's own levels' limit with the least room left (the innermost on a
+/// tie, as rate-limit headers choose it) and the global level's when it has
+/// less; and the limit that denied.
+fn binding(states: &[LimitState], denial: Option<&Denial>) -> Vec<usize> {
+    // By dimension, concurrency (the last) included.
+    let mut own = [None::<usize>; RATE_COUNT + 1];
+    let mut global = [None::<usize>; RATE_COUNT + 1];
+    for (i, s) in states.iter().enumerate() {
+        let side = match s.level {
+            Level::Global => &mut global,
+            _ => &mut own,
+        };
+        let slot = &mut side[s.dimension as usize];
+        if slot.is_none_or(|k| share(s) <= share(&states[k])) {
+            *slot = Some(i);
+        }
+    }
+    let mut kept: Vec<usize> = own.iter().flatten().copied().collect();
+    for (g, o) in global.iter().zip(&own) {
+        if let Some(g) = *g
+            && o.is_none_or(|o| share(&states[g]) < share(&states[o]))
+        {
+            kept.push(g);
+        }
+    }
+    if let Some(d) = denial {
+        kept.extend(states.iter().position(|s| denied(d, s)));
+    }
+    kept
 }
 
 /// The share of a limit still free: 0 when spent (or in debt), 1 when
@@ -73,7 +99,7 @@ fn denied(d: &Denial, s: &LimitState) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{Dimension, Level, Reason};
+    use crate::domain::{Dimension, Reason};
 
     fn state(level: Level, dimension: Dimension, limit: u64, remaining: i64) -> LimitState {
         LimitState {
@@ -106,16 +132,17 @@ mod tests {
     }
 
     #[test]
-    fn binding_keeps_the_tightest_of_each_dimension_the_outer_on_a_tie() {
+    fn binding_keeps_the_tightest_of_each_dimension_the_inner_on_a_tie() {
         let kept = Statuses::Binding.pick(all(), None);
         let at: Vec<_> = kept.iter().map(|s| (s.level, s.dimension)).collect();
-        // Tokens: the global level has 10% left, the tenant 50%. Requests:
-        // tenant and user both 10%: the outer.
+        // Requests: tenant and user both 10% left: the inner. Tokens: the
+        // tenant has 50% left, and the global level, with 10%, binds tighter.
         assert_eq!(
             at,
             [
                 (Level::Global, Dimension::Tokens),
-                (Level::Tenant, Dimension::Requests)
+                (Level::Tenant, Dimension::Tokens),
+                (Level::User, Dimension::Requests),
             ]
         );
     }
@@ -131,8 +158,24 @@ mod tests {
             retry_after_ms: 10,
             detail: String::new(),
         };
-        let kept = Statuses::Binding.pick(all(), Some(&denial));
-        assert_eq!(kept.len(), 3, "{kept:?}");
-        assert!(kept.iter().any(|s| s.level == Level::User));
+        let mut states = all();
+        // The tenant's requests denied, though the user has as little left.
+        states[2].remaining = 0;
+        states[4].remaining = 0;
+        let denial = Denial {
+            level: Some(Level::Tenant),
+            ..denial
+        };
+        let kept = Statuses::Binding.pick(states, Some(&denial));
+        let at: Vec<_> = kept.iter().map(|s| (s.level, s.dimension)).collect();
+        assert_eq!(
+            at,
+            [
+                (Level::Global, Dimension::Tokens),
+                (Level::Tenant, Dimension::Requests),
+                (Level::Tenant, Dimension::Tokens),
+                (Level::User, Dimension::Requests),
+            ]
+        );
     }
 }
