@@ -3,12 +3,15 @@ started per test module with the module's configuration, and stopped after."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
 
 import grpc
 import pytest
@@ -88,6 +91,18 @@ class Service:
                         raise RuntimeError(f"ctxbudget did not start: {open(self.log.name).read()}")
         finally:
             channel.close()
+
+    def post_json(self, path: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
+        """POSTs ``body`` as JSON to the HTTP API's ``/v1/<path>``: the status
+        and the JSON answer, an error's included."""
+        req = urllib.request.Request(
+            f"{self.http_url}/v1/{path}", json.dumps(body).encode(), {"content-type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
 
     def stop(self) -> None:
         stop_process(self.proc)

@@ -7,9 +7,6 @@ from ``commit(images=)`` or from ``set_usage(images=)`` in a
 from __future__ import annotations
 
 import asyncio
-import json
-import urllib.error
-import urllib.request
 
 import pytest
 from conftest import Service
@@ -87,21 +84,11 @@ def test_the_async_client_commits_images(service) -> None:
 
 
 def test_the_http_api_takes_images_as_the_proto_does(service) -> None:
-    def post(path: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
-        req = urllib.request.Request(
-            f"{service.http_url}/v1/{path}", json.dumps(body).encode(), {"content-type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                return resp.status, json.loads(resp.read())
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read())
-
     ask = {"tenantId": "acme", "userId": "dee", "tier": "t", "model": "dall-e-3", "promptTokens": "30"}
-    status, r = post("check-and-reserve", {**ask, "images": "5"})
+    status, r = service.post_json("check-and-reserve", {**ask, "images": "5"})
     assert status == 200 and r["allowed"], r
-    status, denied = post("check-and-reserve", {**ask, "images": "1"})
+    status, denied = service.post_json("check-and-reserve", {**ask, "images": "1"})
     assert status == 429, denied
     assert (denied["reason"], denied["limitingDimension"]) == ("REASON_IMAGES_EXCEEDED", "DIMENSION_IMAGES")
-    status, done = post("commit", {"reservationId": r["reservationId"], "promptTokens": "30", "images": "5"})
+    status, done = service.post_json("commit", {"reservationId": r["reservationId"], "promptTokens": "30", "images": "5"})
     assert status == 200 and done["costMicros"] == str(5 * 40_000), done

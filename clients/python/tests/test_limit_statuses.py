@@ -5,9 +5,6 @@ HTTP API: the caller chooses which limits' statuses an answer carries — all
 from __future__ import annotations
 
 import asyncio
-import json
-import urllib.error
-import urllib.request
 
 import pytest
 from conftest import Service
@@ -71,20 +68,10 @@ def test_the_async_client_takes_it_too(service) -> None:
 
 
 def test_the_http_api_takes_it_as_the_proto_does(service) -> None:
-    def post(body: dict[str, object]) -> tuple[int, dict[str, object]]:
-        req = urllib.request.Request(
-            f"{service.http_url}/v1/check-and-reserve", json.dumps(body).encode(), {"content-type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                return resp.status, json.loads(resp.read())
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read())
-
     ask = {"tenantId": "acme", "userId": "fay", "tier": "t", "promptTokens": "90", "maxOutputTokens": "10"}
-    status, r = post({**ask, "limitStatuses": "LIMIT_STATUSES_NONE"})
+    status, r = service.post_json("check-and-reserve", {**ask, "limitStatuses": "LIMIT_STATUSES_NONE"})
     assert status == 200 and r["allowed"] and not r.get("limits"), r
-    status, r = post({**ask, "limitStatuses": "LIMIT_STATUSES_BINDING"})
+    status, r = service.post_json("check-and-reserve", {**ask, "limitStatuses": "LIMIT_STATUSES_BINDING"})
     assert status == 200 and len(r["limits"]) == len({x["dimension"] for x in r["limits"]}), r
-    status, bad = post({**ask, "limitStatuses": "LIMIT_STATUSES_SOME"})
+    status, bad = service.post_json("check-and-reserve", {**ask, "limitStatuses": "LIMIT_STATUSES_SOME"})
     assert status == 400, bad
