@@ -378,7 +378,7 @@ pub struct ParsedLevel {
 
 /// The hash field of a reservation's lease.
 pub fn lease_field(id: &ReservationId) -> String {
-    format!("#{}", id.nonce_b64())
+    crate::domain::budget::Lease::of(id).field()
 }
 
 /// The hash of the live configuration under `prefix` (hash-tagged on a

@@ -20,7 +20,7 @@ mod snapshot;
 pub use snapshot::{NEVER, Stored};
 
 use self::sharded::Sharded;
-use super::keys::{Keys, TenantKeys, lease_field};
+use super::keys::{Keys, TenantKeys};
 use super::{
     AlertBacklog, AlertDone, AlertStore, LedgerStore, QueuedAlert, RenewReply, ReserveReply,
     Retention, SampleStore, Scope, SettleReply, Settlement, Store, StoreError, Usage,
@@ -29,7 +29,7 @@ use crate::domain::alert::Crossing;
 use crate::domain::budget::alerts::AlertQueue;
 use crate::domain::budget::ledger::{LedgerRow, Period, Row};
 use crate::domain::budget::{
-    ChargePlan, ChargeReply, Earlier, FastMap, Record, Settle, StoredLevel, charge::charge,
+    ChargePlan, ChargeReply, Earlier, FastMap, Lease, Record, Settle, StoredLevel, charge::charge,
     renew::renew, reserve::reserve, settle::settle, status::status,
 };
 use crate::domain::mix::EstimatorSample;
@@ -115,7 +115,7 @@ impl<C: Clock> MemoryStore<C> {
         let tenant = self.keys.of_tenant(&id.tenant);
         let idem_key = plan.idempotency_key.as_ref().map(|k| tenant.idempotency(k));
         let level_keys = self.level_keys(&tenant, Scope::of(id), &plan.levels);
-        let (record_key, lease) = (tenant.record(id), lease_field(id));
+        let (record_key, lease) = (tenant.record(id), Lease::of(id));
         let now = self.clock.now_us();
         let mut d = self.lock(now);
         let nonce = idem_key.as_ref().and_then(|k| d.idempotency_get(k, now));
@@ -127,7 +127,7 @@ impl<C: Clock> MemoryStore<C> {
             .as_ref()
             .map(|(nonce, record)| Earlier { nonce, record });
         let mut taken = d.take(level_keys, now);
-        let out = reserve(now, plan, earlier, taken.levels(), &lease, &self.retention);
+        let out = reserve(now, plan, earlier, taken.levels(), lease, &self.retention);
         self.fire(&mut d, &mut taken, &id.tenant, &out.crossings, now);
         d.put(taken);
         if let Some((record, ttl_ms)) = out.record {
@@ -190,17 +190,17 @@ impl<C: Clock> MemoryStore<C> {
             i64,
             Option<&Record>,
             &mut [Option<StoredLevel>],
-            &str,
+            Lease,
         ) -> (T, Option<(Record, u64)>, Vec<Crossing>),
     ) -> (T, MutexGuard<'_, Data>, i64) {
         let tenant = self.keys.of_tenant(&s.id.tenant);
-        let (rkey, lease) = (tenant.record(s.id), lease_field(s.id));
+        let (rkey, lease) = (tenant.record(s.id), Lease::of(s.id));
         let level_keys = self.level_keys(&tenant, Scope::of(s.id), s.levels);
         let now = self.clock.now_us();
         let mut d = self.lock(now);
         let record = d.record_get(&rkey, now);
         let mut taken = d.take(level_keys, now);
-        let (answer, kept, crossings) = op(now, record.as_ref(), taken.levels(), &lease);
+        let (answer, kept, crossings) = op(now, record.as_ref(), taken.levels(), lease);
         self.fire(&mut d, &mut taken, &s.id.tenant, &crossings, now);
         d.put(taken);
         if let Some((record, ttl_ms)) = kept {

@@ -4,17 +4,38 @@
 
 use super::layout::TTL_SLACK_US;
 use super::state::{LevelState, ceil_ms};
+use crate::domain::ReservationId;
 /// A hash map keyed by lease fields, record keys and level keys: foldhash,
 /// seeded per process, costs a fraction of std's SipHash per lookup.
 pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// A reservation's lease in a level: its nonce, held as a number so that a
+/// lease costs a level 24 bytes and no allocation of its own. Redis names it
+/// by the hash field [`Lease::field`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Lease(pub u128);
+
+impl Lease {
+    /// The lease of reservation `id`.
+    pub fn of(id: &ReservationId) -> Self {
+        Lease(u128::from_le_bytes(id.nonce))
+    }
+
+    /// Its hash field in Redis: `#` and the nonce in base64url.
+    pub fn field(self) -> String {
+        use base64::Engine;
+        let nonce = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(self.0.to_le_bytes());
+        format!("#{nonce}")
+    }
+}
 
 /// One level hash: its `s` field, its lease fields, and its key's expiry.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StoredLevel {
     /// The `s` field.
     pub state: LevelState,
-    /// Lease field (`#<nonce>`) → expiry (µs).
-    pub leases: FastMap<String, f64>,
+    /// Lease (the field `#<nonce>`) → expiry (µs).
+    pub leases: FastMap<Lease, f64>,
     /// When the key expires (µs), as the last write set it.
     pub expires_at_us: i64,
     /// The `o` field: a learned level's overrun credit and when it was
@@ -60,5 +81,30 @@ impl StoredLevel {
             self.state.x = now_f + 2.0 * ttl + TTL_SLACK_US;
             self.expires_at_us = now + ceil_ms(self.state.x - now_f) as i64 * 1000;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::TenantId;
+
+    #[test]
+    fn a_lease_is_named_in_redis_by_its_nonce_in_base64url() {
+        let id = ReservationId::generate(
+            TenantId::parse("acme").unwrap(),
+            None,
+            "t".into(),
+            String::new(),
+        );
+        let lease = Lease::of(&id);
+        assert_eq!(lease.field(), format!("#{}", id.nonce_b64()));
+        let other = ReservationId::generate(
+            TenantId::parse("acme").unwrap(),
+            None,
+            "t".into(),
+            String::new(),
+        );
+        assert_ne!(Lease::of(&other), lease);
     }
 }

@@ -32,7 +32,7 @@ pub mod usage;
 
 pub use charge::{ChargePlan, ChargeReply};
 pub use checks::DeniedChecks;
-pub use level::{FastMap, StoredLevel};
+pub use level::{FastMap, Lease, StoredLevel};
 pub use record::{BadRecord, Record, RecordState};
 pub use replies::{Reclaimed, RenewReply, ReserveReply, Retention, SettleReply, Settled};
 pub use reserve::{Earlier, Reserved};

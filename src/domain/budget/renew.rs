@@ -3,7 +3,7 @@
 //! slot stays released.
 
 use super::layout::MAX_TTL_US;
-use super::level::StoredLevel;
+use super::level::{Lease, StoredLevel};
 use super::record::{Record, RecordState};
 use super::replies::{RenewReply, Retention};
 use crate::domain::LevelPlan;
@@ -19,7 +19,7 @@ pub fn renew(
     record: Option<&Record>,
     plan: &[LevelPlan],
     levels: &mut [Option<StoredLevel>],
-    lease: &str,
+    lease: Lease,
     ttl_ms: u64,
     retention: &Retention,
 ) -> (RenewReply, Option<(Record, u64)>) {
@@ -38,7 +38,7 @@ pub fn renew(
     for (lp, stored) in plan.iter().zip(levels.iter_mut()) {
         if rec.mask & lp.bit() != 0
             && let Some(stored) = stored.as_mut()
-            && let Some(held) = stored.leases.get_mut(lease)
+            && let Some(held) = stored.leases.get_mut(&lease)
         {
             *held = exp;
             // A shorter lease may now be the earliest to lapse.

@@ -18,7 +18,7 @@ use super::alerts;
 use super::checks::DeniedChecks;
 use super::layout::{MAX_FOREIGN, MAX_TTL_US, RECLAIM_CAP};
 use super::ledger::{self, Entry};
-use super::level::StoredLevel;
+use super::level::{Lease, StoredLevel};
 use super::record::{LearnedOutput, Record, RecordState};
 use super::replies::{Reclaimed, ReserveReply, Retention};
 use super::state::{self, BucketState, LevelState, bucket_id, ceil_ms};
@@ -87,7 +87,7 @@ pub fn reserve(
     plan: &ReservePlan,
     earlier: Option<Earlier<'_>>,
     levels: &mut [Option<StoredLevel>],
-    lease: &str,
+    lease: Lease,
     retention: &Retention,
 ) -> Reserved {
     let now = now_us as f64;
@@ -398,7 +398,7 @@ fn take(
     after: Vec<LevelState>,
     ttls: Vec<f64>,
     now_us: i64,
-    lease: &str,
+    lease: Lease,
 ) -> f64 {
     let now = now_us as f64;
     let lease_ttl = plan.lease_ttl_ms as f64 * 1000.0;
@@ -413,7 +413,7 @@ fn take(
                 s.e = exp;
             }
             ttl = ttl.max(lease_ttl);
-            stored.leases.insert(lease.to_owned(), exp);
+            stored.leases.insert(lease, exp);
         }
         drop_foreign(&mut s, lp.buckets.len(), now);
         stored.store(s, now_us, ttl.min(MAX_TTL_US));
@@ -505,7 +505,7 @@ mod tests {
             &plan(None, 100, 30, 200, 10),
             None,
             &mut levels,
-            "#a",
+            Lease(0xa),
             &retention(),
         );
         let ReserveReply::Allowed { granted_output, .. } = out.reply else {
@@ -524,7 +524,7 @@ mod tests {
             &plan(None, 100, 1, 200, 10),
             None,
             &mut levels,
-            "#b",
+            Lease(0xb),
             &retention(),
         );
         assert!(matches!(
@@ -544,7 +544,7 @@ mod tests {
         stored.state.x = NOW as f64 + 1e9;
         stored.expires_at_us = NOW + 1_000_000_000;
         for i in 0..RECLAIM_CAP + 5 {
-            stored.leases.insert(format!("#{i}"), lapsed);
+            stored.leases.insert(Lease(u128::from(i)), lapsed);
         }
         let mut levels = vec![Some(stored)];
         let out = reserve(
@@ -552,7 +552,7 @@ mod tests {
             &plan(Some(1), 100, 1, 1, 1),
             None,
             &mut levels,
-            "#new",
+            Lease(u128::MAX),
             &retention(),
         );
         assert_eq!(out.reply.reclaimed().at(Level::Tenant), RECLAIM_CAP);

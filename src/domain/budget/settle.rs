@@ -14,7 +14,7 @@
 
 use super::alerts;
 use super::ledger::{self, Entry};
-use super::level::StoredLevel;
+use super::level::{Lease, StoredLevel};
 use super::record::{Record, RecordState};
 use super::replies::{Retention, SettleReply, Settled};
 use super::state::{BucketState, bucket_id};
@@ -67,7 +67,7 @@ pub fn settle(
     record: Option<&Record>,
     plan: &[LevelPlan],
     levels: &mut [Option<StoredLevel>],
-    lease: &str,
+    lease: Lease,
     retention: &Retention,
 ) -> SettleOutcome {
     let rec = match unsettled(record, owner) {
@@ -91,7 +91,7 @@ pub fn settle(
             && (rec.lease_expires_us > now
                 || stored
                     .as_ref()
-                    .is_some_and(|s| s.leases.contains_key(lease)));
+                    .is_some_and(|s| s.leases.contains_key(&lease)));
         let touched = lp.buckets.iter().any(|b| deltas.of(b.dimension) != 0.0);
         if touched || holds {
             settle_level(at, &mut crossings, lp, stored, holds, deltas, lease, now_us);
@@ -210,7 +210,7 @@ fn settle_level(
     stored: &mut Option<StoredLevel>,
     holds: bool,
     deltas: Deltas,
-    lease: &str,
+    lease: Lease,
     now_us: i64,
 ) {
     let now = now_us as f64;
@@ -253,7 +253,7 @@ fn settle_level(
         ttl = ttl.max(b.keep_us(level, now));
     }
     if holds {
-        stored.leases.remove(lease);
+        stored.leases.remove(&lease);
     }
     stored.outlive(now_us, ttl.min(lp.max_life_us()));
 }

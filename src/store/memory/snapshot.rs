@@ -44,7 +44,7 @@ impl<C: Clock> MemoryStore<C> {
             let mut fields: BTreeMap<String, Vec<u8>> = l
                 .leases
                 .iter()
-                .map(|(f, exp)| (f.clone(), exp.to_le_bytes().to_vec()))
+                .map(|(lease, exp)| (lease.field(), exp.to_le_bytes().to_vec()))
                 .collect();
             fields.insert("s".into(), l.state.encode());
             if let Some((credit, t)) = l.credit {
