@@ -2,7 +2,7 @@
 //! writes the encoded descriptor set that gRPC server reflection serves, and
 //! builds each budget script of `lua/` as its own header asks:
 //! `--@prelude NAME…` (right after the `#!lua` line) puts, in order, the
-//! constants of `src/domain/budget/layout.rs` and the clock (`layout`) or
+//! constants of `src/domain/layout.rs` and the clock (`layout`) or
 //! `lua/NAME.lua` before its body; `--@splice NAME` lines take
 //! `lua/splice/NAME.lua` in place; `--@wrap SCRIPT FUNCTION` makes the script
 //! a driver after SCRIPT's prelude and SCRIPT's body as `FUNCTION(KEYS, ARGV)`.
@@ -13,7 +13,7 @@ use prost::Message;
 use std::fmt::Write as _;
 use std::{env, fs, path::PathBuf};
 
-#[path = "src/domain/budget/layout.rs"]
+#[path = "src/domain/layout.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod layout;
 
@@ -40,7 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
 
-    println!("cargo:rerun-if-changed=src/domain/budget/layout.rs");
+    println!("cargo:rerun-if-changed=src/domain/layout.rs");
     println!("cargo:rerun-if-changed=src/domain/budget/calls.rs");
     println!("cargo:rerun-if-changed=src/domain/dimension.rs");
     let out = PathBuf::from(env::var("OUT_DIR")?);
@@ -140,10 +140,10 @@ fn prelude(script: &str, name: &str) -> Result<String, Box<dyn std::error::Error
     Ok(out)
 }
 
-/// The constants of `src/domain/budget/layout.rs`, the dimensions' codes
+/// The constants of `src/domain/layout.rs`, the dimensions' codes
 /// (`src/domain/dimension.rs`) and the clock.
 fn layout_prelude() -> Result<String, Box<dyn std::error::Error>> {
-    let mut out = String::from("-- prelude from src/domain/budget/layout.rs (build.rs)\n");
+    let mut out = String::from("-- prelude from src/domain/layout.rs (build.rs)\n");
     for (lua, value) in layout::LUA_CONSTANTS {
         assert!(
             value.fract() == 0.0 && value.abs() < 9e15,

@@ -4,7 +4,7 @@
 -- behind them (no record, no lease). The Redis port of
 -- src/domain/budget/charge.rs, held to it by tests/store/differential/; state
 -- layout as in reserve.lua. build.rs prepends the constants in capitals
--- (src/domain/budget/layout.rs), clock_us(), lua/state.lua, lua/level.lua
+-- (src/domain/layout.rs), clock_us(), lua/state.lua, lua/level.lua
 -- and lua/alerts.lua, and splices lua/splice/window_now.lua, bucket_level.lua
 -- and bucket_crossings.lua.
 --
@@ -25,7 +25,7 @@
 --          a crossing: alerts.lua)
 --
 -- Returns
---   (tags REPLY_ALLOWED 1 and REPLY_DENIED 0, from src/domain/budget/layout.rs)
+--   (tags REPLY_ALLOWED 1 and REPLY_DENIED 0, from src/domain/layout.rs)
 --   {1, now, state...}        charged (or, a cost of 0, checked: nothing written);
 --                             each level's state after (a cluster's reply that
 --                             queued an alert ends with 'A<now>': alerts.lua)

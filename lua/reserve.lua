@@ -4,7 +4,7 @@
 -- lease at every level, all or nothing. The Redis port of the one algorithm,
 -- src/domain/budget/reserve.rs, held to it by tests/store/differential/; state layout
 -- in src/domain/budget/state.rs. build.rs prepends the constants in capitals
--- (src/domain/budget/layout.rs), clock_us(), lua/ledger.lua, lua/state.lua,
+-- (src/domain/layout.rs), clock_us(), lua/ledger.lua, lua/state.lua,
 -- lua/level.lua, lua/alerts.lua and lua/denied.lua, and splices the rules of lua/splice/
 -- (window_now, bucket_level, output_room, reservation_spend, bucket_crossings)
 -- at their markers. Positions written by name are calls.rs's.
@@ -83,7 +83,7 @@
 -- as one unsettled reservation with its tokens (settle.lua moves it).
 --
 -- Returns (the tags first: REPLY_ALLOWED 1, REPLY_DENIED 0, REPLY_REPLAYED 2,
--- REPLY_KEY_CONFLICT 3, REPLY_KEY_SPENT 4, from src/domain/budget/layout.rs)
+-- REPLY_KEY_CONFLICT 3, REPLY_KEY_SPENT 4, from src/domain/layout.rs)
 --   {1, now, granted output, state..., reserved output, [reclaimed]}  allowed; each level's
 --                                                          state after taking the cost; the
 --                                                          most output any level holds

@@ -3,7 +3,7 @@
 -- settle.lua: Commit (the real usage) or Refund (nothing used) one reservation.
 -- The Redis port of src/domain/budget/settle.rs, held to it by
 -- tests/store/differential/; state layout as in reserve.lua. build.rs prepends the
--- constants in capitals (src/domain/budget/layout.rs), clock_us(), lua/ledger.lua
+-- constants in capitals (src/domain/layout.rs), clock_us(), lua/ledger.lua
 -- and lua/state.lua, and splices lua/splice/window_now.lua, bucket_level.lua and
 -- bucket_crossings.lua.
 --
@@ -37,7 +37,7 @@
 --          their spec (alerts.lua)
 --
 -- Returns (the tags first: REPLY_APPLIED 1, REPLY_SETTLED_BEFORE 0, REPLY_NOT_FOUND -1,
--- from src/domain/budget/layout.rs)
+-- from src/domain/layout.rs)
 --   {1, amount, estimated, spend, granted, declared, [sample]}  applied: commit → actual - reserved;
 --                           (a cluster's reply that queued an alert: the sample or
 --                           false, then 'A<now>': alerts.lua)

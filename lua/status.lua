@@ -3,7 +3,7 @@
 -- status.lua: read the budgets of some levels without changing anything. The
 -- Redis port of src/domain/budget/status.rs, held to it by tests/store/differential/;
 -- state layout as in reserve.lua. build.rs prepends the constants in capitals
--- (src/domain/budget/layout.rs) and clock_us().
+-- (src/domain/layout.rs) and clock_us().
 --
 -- KEYS[1..n]  level hashes, outermost first (only levels with a limit)
 -- ARGV[1]  spec: little-endian doubles: n, then per level: concurrency limit (-1: none)

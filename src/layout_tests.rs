@@ -7,6 +7,9 @@
 //!   back, directly or around a longer loop. A file's uses of its own
 //!   submodules (`mod x;`, `x::f()`, `pub use x::Y`) are how it owns them, not
 //!   uses.
+//! - **No circle of submodules** either, a directory counting as one: the
+//!   files of `domain/budget/` may use the rest of `domain/`, or be used by
+//!   it, not both (and so for every module's children).
 //! - No file past 400 lines unless its module doc says why (a `//! Size:`
 //!   line), and no output to stdout but through `cli::output`.
 //!
@@ -167,6 +170,70 @@ fn no_file_uses_a_file_that_uses_it_back() {
         found.is_empty(),
         "files that use one another (move what both need into one of them, or into a \
          file both use):\n  {}",
+        found.join("\n  ")
+    );
+}
+
+/// The modules of `tree` that have a directory of children (`domain`,
+/// `domain/budget`), tests aside.
+fn parents(tree: &Tree) -> BTreeSet<&[String]> {
+    (tree.sources.iter())
+        .filter(|s| !is_test(s))
+        .flat_map(|s| (1..s.module.len()).map(move |n| &s.module[..n]))
+        .collect()
+}
+
+/// A file of tests (`x/tests.rs`): it uses what it tests, and is not used.
+fn is_test(source: &Source) -> bool {
+    source.module.iter().any(|m| m == "tests")
+}
+
+#[test]
+fn no_submodules_use_one_another_around_a_circle() {
+    let tree = Tree::read(&src());
+    let mut found = Vec::new();
+    for parent in parents(&tree) {
+        // Each child of `parent` (a file, or a directory with all its files) is
+        // one node; the parent's own file, which declares them, is none.
+        let child = |i: usize| {
+            let m = &tree.sources[i].module;
+            (m.len() > parent.len() && m.starts_with(parent) && !is_test(&tree.sources[i]))
+                .then(|| m[parent.len()].clone())
+        };
+        let names: Vec<String> = (0..tree.sources.len())
+            .filter_map(child)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let node = |i: usize| child(i).and_then(|c| names.iter().position(|n| *n == c));
+        let mut uses: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
+        let mut how: BTreeMap<(usize, usize), String> = BTreeMap::new();
+        for (i, source) in layered(&tree) {
+            let Some(a) = node(i) else { continue };
+            uses.entry(a).or_default();
+            for r in references(&source.module, &source.code) {
+                let Some(b) = tree.file_of(&r.path).and_then(node) else {
+                    continue;
+                };
+                if a != b {
+                    uses.entry(a).or_default().insert(b);
+                    let at = format!("{} (`{}`)", source.name, r.written);
+                    how.entry((a, b)).or_insert(at);
+                }
+            }
+        }
+        for circle in circles(&uses) {
+            let steps: Vec<String> = (how.iter())
+                .filter(|((a, b), _)| circle.contains(a) && circle.contains(b))
+                .map(|((a, b), at)| format!("{} → {}: {at}", names[*a], names[*b]))
+                .collect();
+            found.push(format!("in {}/: {}", parent.join("/"), steps.join("; ")));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "submodules that use one another (a directory counts as one; move what both \
+         need into the lower one, or into a file both use):\n  {}",
         found.join("\n  ")
     );
 }

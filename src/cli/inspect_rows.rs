@@ -3,10 +3,10 @@
 //! now where the limit is known — and the live leases of a level hash or of a
 //! model group's slots hash.
 
-use crate::domain::budget::layout::WINDOW_PERIODS;
-use crate::domain::budget::layout::{DIMENSION_SCALE, GROUP_SCALE};
 use crate::domain::budget::state::{LevelState, bucket_id};
 use crate::domain::decision::period_label;
+use crate::domain::layout::WINDOW_PERIODS;
+use crate::domain::layout::{DIMENSION_SCALE, GROUP_SCALE};
 use crate::domain::{BucketSpec, Dimension, Level, ModelGroups};
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -133,7 +133,7 @@ impl Crossing {
 
     /// A rolling bucket's period (µs), from its id.
     fn period_us(&self) -> f64 {
-        use crate::domain::budget::layout::DIMENSION_SCALE;
+        use crate::domain::layout::DIMENSION_SCALE;
         self.bucket_id.rem_euclid(DIMENSION_SCALE) * 1e6
     }
 
@@ -183,7 +183,7 @@ pub struct LimitOf {
 impl LimitOf {
     /// Reads `bucket_id` (`budget::state::bucket_id`).
     pub fn of(bucket_id: f64) -> LimitOf {
-        use crate::domain::budget::layout::{DIMENSION_SCALE, GROUP_SCALE, WINDOW_PERIODS};
+        use crate::domain::layout::{DIMENSION_SCALE, GROUP_SCALE, WINDOW_PERIODS};
         let id = bucket_id as u64;
         let (group, dim, period) = (
             id / GROUP_SCALE as u64,

@@ -3,7 +3,7 @@
 //! never an error.
 
 use super::bucket::{BucketSpec, Cost, from_milli};
-use super::budget::DeniedChecks;
+use super::checks::DeniedChecks;
 pub use super::denial::{Denial, Reason, period_label};
 use super::denial::{Slots, bucket_denial, concurrency_denial};
 use super::level::{Dimension, Level};

@@ -10,7 +10,7 @@
 //! toward the group's slots and the level's apart.
 
 use super::bucket::{BucketSpec, Windowed};
-use super::budget::layout::MAX_TTL_US;
+use super::layout::MAX_TTL_US;
 use super::level::{Dimension, Level};
 use super::limits::Limits;
 use super::model::ModelGroup;

@@ -16,7 +16,7 @@ pub const GROUP_NAMES: [&str; GROUPS] = [
 ];
 
 /// Bytes of a stored mix: a little-endian `f32` per group.
-pub use super::budget::layout::MIX_BYTES;
+pub use super::layout::MIX_BYTES;
 const _: () = assert!(MIX_BYTES == 4 * GROUPS);
 
 /// Bytes of a ratio-only sample (a little-endian `f64`): the layout before

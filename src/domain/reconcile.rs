@@ -17,7 +17,7 @@ mod export;
 
 pub use export::{Columns, Positions, ProviderRow, parse_usd, provider_row};
 
-use crate::domain::budget::ledger::Row;
+use super::ledger::Row;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A provider export or a reconciliation setting that cannot be read.

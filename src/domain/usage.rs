@@ -7,8 +7,8 @@
 //! start and end on whole hours; by day or month it reads daily rows (kept
 //! longer, and the only rows with users) and must start and end at 00:00 UTC.
 
+use super::ledger::{LedgerRow, Period, Row};
 use crate::domain::UserId;
-use crate::domain::budget::ledger::{LedgerRow, Period, Row};
 use chrono::{DateTime, Datelike, NaiveDate, Utc};
 use std::collections::BTreeMap;
 

@@ -119,7 +119,7 @@ impl Window {
     }
 
     /// A small number naming the window kind and zone in bucket ids (see
-    /// [`crate::domain::budget::layout::WINDOW_PERIODS`]): kind × 10⁵ + a
+    /// [`crate::domain::layout::WINDOW_PERIODS`]): kind × 10⁵ + a
     /// digest of the zone's name.
     pub fn tag(&self) -> u32 {
         let mut h = super::digest::Fnv::new();

@@ -19,11 +19,11 @@ use crate::domain::{LevelPlan, Readings, ReservationId, ReservePlan, SessionId, 
 use std::future::Future;
 use std::sync::Arc;
 
-pub use crate::domain::budget::layout::EXACT_LEASES;
 pub use crate::domain::budget::{
     ChargePlan, ChargeReply, DeniedChecks, Reclaimed, RenewReply, ReserveReply, Retention,
     SettleReply, Settled, Usage,
 };
+pub use crate::domain::layout::EXACT_LEASES;
 pub use alerts::{AlertBacklog, AlertDone, QueuedAlert};
 
 /// Which reservation to settle, and the levels it touched (every level of the

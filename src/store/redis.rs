@@ -47,9 +47,9 @@ use super::{
     AlertBacklog, AlertDone, AlertStore, LedgerStore, QueuedAlert, RenewReply, ReserveReply,
     Retention, SampleStore, Scope, SettleReply, Settlement, Store, StoreError, Usage, scripts,
 };
-use crate::domain::budget::layout;
 use crate::domain::budget::ledger::{LedgerRow, Period};
 use crate::domain::budget::{ChargePlan, ChargeReply};
+use crate::domain::layout;
 use crate::domain::mix::EstimatorSample;
 use crate::domain::{LevelPlan, Readings, ReservePlan, TenantId};
 use pool::Connections;

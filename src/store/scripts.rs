@@ -1,7 +1,7 @@
 //! The Lua scripts in `lua/`, embedded at build time. Each file opens with its
 //! contract (KEYS, ARGV, return value, invariants). The budget scripts come
 //! from `build.rs`, which gives each the constants of
-//! [`crate::domain::budget::layout`] and the clock as a prelude.
+//! [`crate::domain::layout`] and the clock as a prelude.
 
 /// Takes a reservation at every level, all or nothing.
 pub const RESERVE: &str = include_str!(concat!(env!("OUT_DIR"), "/reserve.lua"));
@@ -34,7 +34,7 @@ pub const CONFIG_SEED: &str = include_str!(concat!(env!("OUT_DIR"), "/config_see
 mod tests {
     use super::*;
     use crate::domain::budget::calls;
-    use crate::domain::budget::layout::SERVER_CLOCK;
+    use crate::domain::layout::SERVER_CLOCK;
 
     /// Every budget script as built, by name.
     const BUDGET_SCRIPTS: [(&str, &str); 10] = [

@@ -11,12 +11,12 @@
 //! release call a slot could never be freed.
 
 use super::alerts;
-use super::checks::DeniedChecks;
 use super::level::StoredLevel;
 use super::reserve::drop_foreign;
 use super::state::{self, BucketState, bucket_id};
 use crate::domain::alert::Crossing;
 use crate::domain::bucket::Cost;
+use crate::domain::checks::DeniedChecks;
 use crate::domain::{Dimension, LevelPlan, Readings, SessionId, TenantId, UserId};
 
 /// What to charge, and where.

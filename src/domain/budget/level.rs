@@ -2,9 +2,9 @@
 //! whole of it expires — with the rules for the leases (reclaiming lapsed
 //! ones, counting live ones) and for the key's life.
 
-use super::layout::TTL_SLACK_US;
 use super::state::{LevelState, ceil_ms};
 use crate::domain::ReservationId;
+use crate::domain::layout::TTL_SLACK_US;
 /// A hash map keyed by lease fields, record keys and level keys: foldhash,
 /// seeded per process, costs a fraction of std's SipHash per lookup.
 pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;

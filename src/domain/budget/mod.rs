@@ -2,23 +2,21 @@
 //! as pure functions over level states and reservation records. A store
 //! supplies only atomicity and persistence around them: the memory store calls
 //! them under its lock; the Lua scripts in `lua/` are their port to Redis,
-//! given the same [`layout`] by `build.rs` and held to these functions by the
-//! differential test (`tests/store/differential/`).
+//! given the same [`crate::domain::layout`] by `build.rs` and held to these
+//! functions by the differential test (`tests/store/differential/`).
 //!
-//! - [`layout`]: the constants and byte layout shared with the scripts.
 //! - [`state`]: a level's state (buckets, lease count) and its readings.
 //! - [`record`]: a reservation's record.
 //! - [`level`]: a level as a store holds it (state, leases, expiry).
 //! - [`ledger`]: what an operation adds to the usage ledger.
 //! - [`reserve`], [`settle`], [`renew`], [`status`], [`charge`]: the operations;
 //!   [`usage`]: what a settle is told.
-//! - [`replies`]: what they answer; [`checks`]: which checks of a plan denied.
+//! - [`replies`]: what they answer (a denial's checks are
+//!   [`crate::domain::checks`]).
 
 pub mod alerts;
 pub mod calls;
 pub mod charge;
-pub mod checks;
-pub mod layout;
 pub mod ledger;
 pub mod level;
 pub mod record;
@@ -30,8 +28,8 @@ pub mod state;
 pub mod status;
 pub mod usage;
 
+pub use crate::domain::checks::DeniedChecks;
 pub use charge::{ChargePlan, ChargeReply};
-pub use checks::DeniedChecks;
 pub use level::{FastMap, Lease, StoredLevel};
 pub use record::{BadRecord, Record, RecordState};
 pub use replies::{Reclaimed, RenewReply, ReserveReply, Retention, SettleReply, Settled};

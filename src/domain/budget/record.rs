@@ -1,8 +1,8 @@
 //! One reservation's record: what was reserved, who may settle it, and how it
 //! ended — the struct the algorithm works on, and its bytes exactly as the Lua
-//! scripts store them (the offsets of [`super::layout`]).
+//! scripts store them (the offsets of [`crate::domain::layout`]).
 
-use super::layout::{
+use crate::domain::layout::{
     MIX_BYTES, REC_AMOUNT, REC_COST, REC_ESTIMATED, REC_FINGERPRINT, REC_LEARNED_BYTES,
     REC_LEARNED_MASK, REC_LEARNED_OUTPUT, REC_LEARNED_SPEND, REC_LEASE_EXPIRY, REC_LEDGER_AT,
     REC_LEN, REC_LEN_LEARNED, REC_LEN_LEARNED_MIX, REC_LEN_MIX, REC_LEN_V1, REC_LEN_V2, REC_MASK,

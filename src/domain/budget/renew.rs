@@ -2,11 +2,11 @@
 //! (`lua/renew.lua` is its Redis port). A lapsed lease is not re-taken: its
 //! slot stays released.
 
-use super::layout::MAX_TTL_US;
 use super::level::{Lease, StoredLevel};
 use super::record::{Record, RecordState};
 use super::replies::{RenewReply, Retention};
 use crate::domain::LevelPlan;
+use crate::domain::layout::MAX_TTL_US;
 
 /// Renews the lease of the reservation whose record is `record` (`None`: not
 /// found) for the caller whose owner tag is `owner`, to `ttl_ms` from

@@ -1,7 +1,7 @@
 //! What the budget operations answer: the replies both stores give, and how
 //! long a store keeps settled and idempotent state.
 
-use super::checks::DeniedChecks;
+use crate::domain::checks::DeniedChecks;
 use crate::domain::{DimMap, Level, Readings};
 
 /// How long settled and idempotent state is kept.

@@ -15,8 +15,6 @@
 //! `lua/reserve.lua` step for step, and its unit tests.
 
 use super::alerts;
-use super::checks::DeniedChecks;
-use super::layout::{MAX_FOREIGN, MAX_TTL_US, RECLAIM_CAP};
 use super::ledger::{self, Entry};
 use super::level::{Lease, StoredLevel};
 use super::record::{LearnedOutput, Record, RecordState};
@@ -24,6 +22,8 @@ use super::replies::{Reclaimed, ReserveReply, Retention};
 use super::state::{self, BucketState, LevelState, bucket_id, ceil_ms};
 use crate::domain::alert::Crossing;
 use crate::domain::bucket::Cost;
+use crate::domain::checks::DeniedChecks;
+use crate::domain::layout::{MAX_FOREIGN, MAX_TTL_US, RECLAIM_CAP};
 use crate::domain::price::SpendRates;
 use crate::domain::{LevelPlan, ReservePlan};
 
@@ -445,7 +445,7 @@ pub(super) fn drop_foreign(s: &mut LevelState, known: usize, now: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::budget::layout::RECLAIM_CAP;
+    use crate::domain::layout::RECLAIM_CAP;
     use crate::domain::{BucketSpec, Dimension, Level, ReservationId, TenantId};
 
     const NOW: i64 = 1_800_000_000_000_000;

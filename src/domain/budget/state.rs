@@ -21,11 +21,11 @@
 //! - Buckets the current configuration does not name stay in the state untouched
 //!   (another replica may still use them during a configuration rollout).
 
-use super::layout::{
+use crate::domain::bucket::to_milli;
+use crate::domain::layout::{
     BUCKET_WIDTH, BUCKET_WIDTH_V1, DIMENSION_SCALE, GROUP_SCALE, STATE_FORMAT, STATE_HEAD,
     STATE_HEAD_V1, WINDOW_PERIODS,
 };
-use crate::domain::bucket::to_milli;
 use crate::domain::{BucketSpec, LevelPlan, Reading, Readings};
 
 /// One bucket of a level state.

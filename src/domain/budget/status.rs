@@ -2,9 +2,9 @@
 //! (`lua/status.lua` is its Redis port). Lapsed leases are counted out but
 //! not reclaimed.
 
-use super::layout::EXACT_LEASES;
 use super::level::StoredLevel;
 use super::state;
+use crate::domain::layout::EXACT_LEASES;
 use crate::domain::{LevelPlan, Readings};
 
 /// Readings of `plan`'s levels at `now_us` from what the store holds (one

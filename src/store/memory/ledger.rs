@@ -2,8 +2,8 @@
 //! reads, on the store's map of ledger hashes.
 
 use super::{Data, MemoryStore};
-use crate::domain::budget::layout::LEDGER_MIN_LIFE_US;
 use crate::domain::budget::ledger::{Entry, LedgerRow, Period};
+use crate::domain::layout::LEDGER_MIN_LIFE_US;
 use crate::domain::{Clock, ReservationId, TenantId};
 use crate::store::keys::{TenantKeys, ledger_fields, ledger_row};
 

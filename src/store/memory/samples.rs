@@ -2,7 +2,7 @@
 //! (estimator samples, completions), newest first and capped.
 
 use super::expiry;
-use crate::domain::budget::layout::{OUTPUT_TRIM_SLACK, SAMPLES_TTL_MS};
+use crate::domain::layout::{OUTPUT_TRIM_SLACK, SAMPLES_TTL_MS};
 use std::collections::{HashMap, VecDeque};
 
 /// Pushes `sample` on the list `key` as settle.lua does (estimator samples

@@ -4,9 +4,9 @@
 
 use super::RedisStore;
 use super::wire::{Args, DOUBLES, Spec, denied_at, doubles, int_at, state_at, unexpected};
-use crate::domain::budget::layout::{BUCKET_WIDTH, REPLY_ALLOWED, REPLY_DENIED, STATE_HEAD};
 use crate::domain::budget::state;
 use crate::domain::budget::{ChargePlan, ChargeReply};
+use crate::domain::layout::{BUCKET_WIDTH, REPLY_ALLOWED, REPLY_DENIED, STATE_HEAD};
 use crate::store::{Scope, StoreError};
 
 impl RedisStore {

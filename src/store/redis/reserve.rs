@@ -8,13 +8,13 @@ use super::wire::{
     Args, Call, Spec, denied_at, doubles, int_at, overrun, record_tail, retention_us, state_at,
     string_at, unexpected,
 };
-use crate::domain::budget::layout::{
-    BUCKET_WIDTH, RECLAIM_BITS, RECLAIM_CAP, REPLY_ALLOWED, REPLY_DENIED, REPLY_KEY_CONFLICT,
-    REPLY_KEY_SPENT, REPLY_REPLAYED, STATE_HEAD,
-};
 use crate::domain::budget::ledger::LedgerRetention;
 use crate::domain::budget::reserve::{counts_reclaims, spend_rates};
 use crate::domain::budget::state;
+use crate::domain::layout::{
+    BUCKET_WIDTH, RECLAIM_BITS, RECLAIM_CAP, REPLY_ALLOWED, REPLY_DENIED, REPLY_KEY_CONFLICT,
+    REPLY_KEY_SPENT, REPLY_REPLAYED, STATE_HEAD,
+};
 use crate::domain::price::SpendRates;
 use crate::domain::{Level, ReservePlan};
 use crate::store::keys::{lease_field, ledger_fields};

@@ -9,7 +9,7 @@ use super::wire::{
 };
 use crate::domain::DimMap;
 use crate::domain::budget::Usage;
-use crate::domain::budget::layout::{
+use crate::domain::layout::{
     REPLY_APPLIED, REPLY_EXPIRED, REPLY_NOT_FOUND, REPLY_SETTLED_BEFORE, SAMPLES_TTL_MS,
 };
 use crate::store::keys::{TenantKeys, lease_field, ledger_fields};

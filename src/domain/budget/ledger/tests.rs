@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::domain::budget::{RecordState, Usage};
+use crate::domain::layout::HOUR_US;
 use crate::domain::{DimMap, Dimension};
 
 fn record(ledger_at: f64) -> Record {
