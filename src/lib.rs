@@ -30,9 +30,10 @@
 //!   reports and reconciliation from any store.
 //! - [`pb`] and [`envoy`]: the generated protobuf types (`ctxbudget.v1`, and
 //!   the part of Envoy's API served), client and server.
-//! - [`api`]: the tonic services (ctxbudget's, and Envoy's with its descriptor
-//!   vocabulary); protobuf conversion, authentication, and the one mapping of
-//!   errors to `tonic::Status`.
+//! - [`api`]: ctxbudget's tonic service; protobuf conversion, authentication,
+//!   the admission gate, and the one mapping of errors to `tonic::Status`.
+//! - [`gateway`]: Envoy's rate limit service and external processor, over
+//!   [`api`]'s authentication, gate and answers.
 //! - [`http`]: the HTTP listener: every RPC as `POST /v1/…` on the [`api`]
 //!   services, the admin API (`/admin/v1/…`) on [`admin`], the console, the
 //!   OpenAPI document; its one mapping of statuses to HTTP.
@@ -53,6 +54,7 @@ pub mod config;
 pub mod domain;
 pub mod engine;
 pub mod estimator;
+pub mod gateway;
 pub mod http;
 pub mod reload;
 pub mod server;

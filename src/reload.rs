@@ -10,14 +10,14 @@
 //! A configuration that does not validate is logged and ignored: the replica
 //! keeps the last good one.
 
-use crate::api::LiveMap;
 use crate::api::auth::Auth;
-use crate::api::ext_proc::LiveReading;
 use crate::config::{
     AlertSettings, ConfigDoc, EnvoySection, ExtProcSection, FileConfig, FileDocs, Flags,
 };
 use crate::domain::Limits;
 use crate::engine::Engine;
+use crate::gateway::LiveMap;
+use crate::gateway::ext_proc::LiveReading;
 use crate::store::Store;
 use crate::store::config_repo::ConfigStore;
 use futures_util::StreamExt;

@@ -4,13 +4,13 @@
 //! The services and the listener's TLS are in `grpc`; the refusal of an
 //! oversized request, in words that name the setting, in `message_limit`.
 
-use crate::api::LiveMap;
 use crate::api::admission::Gate;
 use crate::api::auth::Auth;
-use crate::api::ext_proc::LiveReading;
 use crate::config::{FileDocs, LiveDocs, Settings};
 use crate::engine::{Engine, EngineSettings};
 use crate::estimator::{Counter, Multipliers};
+use crate::gateway::LiveMap;
+use crate::gateway::ext_proc::LiveReading;
 use crate::http::HttpState;
 use crate::reload::{self, Live};
 

@@ -21,7 +21,7 @@ use crate::engine::{
 use crate::pb;
 
 /// Longest model name accepted, in bytes.
-pub(super) const MAX_MODEL_BYTES: usize = 256;
+pub(crate) const MAX_MODEL_BYTES: usize = 256;
 
 /// Most chat messages one request may carry.
 pub(super) const MAX_MESSAGES: usize = 100_000;

@@ -1,15 +1,14 @@
-//! The gRPC adapter: tonic services (ctxbudget's own, and Envoy's rate limit
-//! service in [`envoy`]), protobuf ↔ domain conversion, and the one
-//! place errors become `tonic::Status`. No budget arithmetic lives here.
+//! The gRPC adapter: ctxbudget's own tonic service, protobuf ↔ domain
+//! conversion, authentication, the admission gate, and the one place errors
+//! become `tonic::Status`. No budget arithmetic lives here. Envoy's services
+//! are [`crate::gateway`]'s, over these.
 
 pub mod admission;
 pub mod auth;
 mod candidates;
 pub mod codec;
 mod convert;
-pub mod envoy;
 mod errors;
-pub mod ext_proc;
 pub mod http;
 mod service;
 /// What the service does with a request's bytes before any store call, as one
@@ -21,8 +20,8 @@ pub mod validate;
 #[cfg(test)]
 mod validate_tests;
 
+pub(crate) use convert::MAX_MODEL_BYTES;
 pub use convert::reason_of;
-pub use envoy::EnvoyApi;
-pub use envoy::descriptor::LiveMap;
 pub use errors::{Refusal, refusal_status, to_status};
 pub use service::BudgetApi;
+pub(crate) use service::{span, timed_with};

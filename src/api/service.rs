@@ -50,7 +50,7 @@ fn tenant_of(reservation_id: &str) -> Option<String> {
 /// The span every log line of one RPC carries: the RPC's name and, for calls
 /// about a reservation, its id (CheckAndReserve records it once it has one).
 /// A malformed id is cut short: logs stay bounded whatever a client sends.
-pub(super) fn span(rpc: &'static str, reservation: Option<&str>) -> tracing::Span {
+pub(crate) fn span(rpc: &'static str, reservation: Option<&str>) -> tracing::Span {
     let span = tracing::info_span!("rpc", rpc, reservation = tracing::field::Empty);
     if let Some(id) = reservation {
         let shown = match id.char_indices().nth(MAX_LOGGED_ID) {
@@ -75,7 +75,7 @@ async fn timed<T>(
 }
 
 /// [`timed`] for a body whose errors are statuses already, or become them.
-pub(super) async fn timed_with<T, E: Into<Status>>(
+pub(crate) async fn timed_with<T, E: Into<Status>>(
     rpc: &'static str,
     span: tracing::Span,
     body: impl Future<Output = Result<T, E>>,

@@ -7,7 +7,6 @@
 //! Envoy's does around the upstream call.
 
 use super::workload::{BENCH_MODEL, Item, Reply};
-use crate::api::ext_proc::reading::header_map;
 use crate::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use crate::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
 use crate::envoy::service::ext_proc::v3::processing_request::Request as Part;
@@ -15,6 +14,7 @@ use crate::envoy::service::ext_proc::v3::processing_response::Response as Answer
 use crate::envoy::service::ext_proc::v3::{
     HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse, ProtocolConfiguration,
 };
+use crate::gateway::ext_proc::reading::header_map;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

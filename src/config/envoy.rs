@@ -19,7 +19,7 @@ use crate::domain::LimitsError;
 use serde::{Deserialize, Serialize};
 
 /// `[envoy]` as written; every key has a default. Validated with the limits
-/// ([`super::build_limits`]); `api::envoy` maps descriptors by it.
+/// ([`super::build_limits`]); `gateway::rls` maps descriptors by it.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct EnvoySection {

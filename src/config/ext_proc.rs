@@ -34,7 +34,7 @@ pub enum OtherRequests {
 }
 
 /// `[ext_proc]` as written; every key has a default. Validated with the
-/// limits ([`super::build_limits`]); `api::ext_proc` reads requests by it.
+/// limits ([`super::build_limits`]); `gateway::ext_proc` reads requests by it.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ExtProcSection {

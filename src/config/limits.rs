@@ -119,7 +119,7 @@ pub struct LimitSections<'a> {
 /// Validated limits from the written sections. The `[envoy]` map and
 /// `[ext_proc]` are checked with them (their default tiers among their tiers),
 /// though they are not part of them: the Envoy services hold them
-/// (`api::envoy::LiveMap`, `api::ext_proc::LiveReading`).
+/// (`gateway::rls::descriptor::LiveMap`, `gateway::ext_proc::LiveReading`).
 pub fn build_limits(sections: LimitSections<'_>, version: u64) -> Result<Limits, LimitsError> {
     let LimitSections {
         global,

@@ -3,14 +3,15 @@
 use super::ServeError;
 use super::admission::Admission;
 use super::message_limit::MessageLimit;
+use crate::api::BudgetApi;
 use crate::api::admission::Gate;
 use crate::api::auth::Auth;
-use crate::api::ext_proc::{ExtProcApi, LiveReading};
-use crate::api::{BudgetApi, EnvoyApi, LiveMap};
 use crate::config::{Settings, TlsFiles};
 use crate::engine::Engine;
 use crate::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessorServer;
 use crate::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use crate::gateway::{EnvoyApi, LiveMap};
+use crate::gateway::{ExtProcApi, LiveReading};
 use crate::pb;
 use crate::pb::budget_service_server::BudgetServiceServer;
 use crate::store::Store;

@@ -9,7 +9,6 @@
 
 use crate::support;
 
-use ctxbudget::api::ext_proc::reading::header_map;
 use ctxbudget::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use ctxbudget::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
 use ctxbudget::envoy::service::ext_proc::v3::processing_request::Request as Part;
@@ -18,6 +17,7 @@ use ctxbudget::envoy::service::ext_proc::v3::{
     CommonResponse, HttpBody, HttpHeaders, ImmediateResponse, ProcessingRequest,
     ProcessingResponse, ProtocolConfiguration, body_mutation,
 };
+use ctxbudget::gateway::ext_proc::reading::header_map;
 use ctxbudget::pb::{self, Dimension, Level};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};

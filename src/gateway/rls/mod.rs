@@ -21,7 +21,7 @@ pub mod descriptor;
 mod notes;
 mod reply;
 
-use super::service::{span, timed_with};
+use crate::api::{span, timed_with};
 use crate::domain::InvalidInput;
 use crate::domain::limits::MAX_COUNT;
 use crate::engine::{ChargeInput, Engine, EngineError};
@@ -170,7 +170,7 @@ impl<S: Store> EnvoyApi<S> {
         for p in &planned {
             match &p.mapping {
                 Mapping::Budget(d) => {
-                    super::auth::check_tenant(request, d.tenant.as_str())?;
+                    crate::api::auth::check_tenant(request, d.tenant.as_str())?;
                     self.engine.check_tier(d.tier, d.tenant.as_str())?;
                 }
                 Mapping::Unmapped if self.engine.is_provisional() => return Err(unsure().into()),

@@ -7,7 +7,7 @@
 //! Size: three APIs' request shapes side by side, and their tests: one
 //! reading of a body, whichever API sent it.
 
-use crate::api::convert::MAX_MODEL_BYTES as MAX_LABEL_BYTES;
+use crate::api::MAX_MODEL_BYTES as MAX_LABEL_BYTES;
 use crate::domain::ChatMessage;
 use crate::domain::plan::check_tokens;
 use serde_json::{Map, Value};
