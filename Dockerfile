@@ -11,8 +11,8 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY proto proto
 COPY lua lua
-COPY src/domain/dimension.rs src/domain/dimension.rs
-COPY src/domain/budget/layout.rs src/domain/budget/calls.rs src/domain/budget/
+COPY src/domain/dimension.rs src/domain/layout.rs src/domain/
+COPY src/domain/budget/calls.rs src/domain/budget/calls.rs
 RUN mkdir -p src benches \
     && touch src/lib.rs \
     && echo 'fn main() {}' > src/main.rs \
