@@ -15,6 +15,17 @@ cp "$REDISMODULE_H" "$work/redismodule.h"
 gcc -O2 -fPIC -shared -I"$work" -o "$work/probe.so" "$here/probe.c"
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 up() { until redis-cli -p "$1" ping >/dev/null 2>&1; do sleep 0.2; done; }
+# Starts redis-server on a free port under callgrind, counting inside
+# function $1 and cutting a dump at every INFO; the rest are its arguments.
+# Sets p (the port) and pid.
+under_callgrind() {
+  local toggle=$1; shift
+  p=$(port)
+  valgrind --tool=callgrind --toggle-collect="$toggle" --dump-before=infoCommand \
+    --callgrind-out-file="$work/cg.out.%p" redis-server --port "$p" --bind 127.0.0.1 --save '' \
+    --appendonly no "$@" >/dev/null 2>&1 &
+  pid=$!; up "$p"
+}
 # Every dump's instruction total, in the order the dumps were cut (each INFO
 # cuts one; the file without a number is what ran after the last).
 totals() {
@@ -35,22 +46,14 @@ redis-cli -p "$p" info commandstats | grep ctxb.reserve
 kill "$pid"; wait "$pid" 2>/dev/null || true
 
 echo "== the probe's instructions per call (callgrind), 4 rounds of 1,000"
-p=$(port)
-valgrind --tool=callgrind --toggle-collect=RedisModuleCommandDispatcher --dump-before=infoCommand \
-  --callgrind-out-file="$work/cg.out.%p" redis-server --port "$p" --bind 127.0.0.1 --save '' \
-  --appendonly no --loadmodule "$work/probe.so" >/dev/null 2>&1 &
-pid=$!; up "$p"
+under_callgrind RedisModuleCommandDispatcher --loadmodule "$work/probe.so"
 SETTLE=1 "$py" "$here/drive.py" "$p" 4 >/dev/null
 kill "$pid"; wait "$pid" 2>/dev/null || true
 totals | awk '{printf "%.0f instructions per call\n", $1 / 1000}'
 rm -f "$work"/cg.out.*
 
 echo "== an EVALSHA's floor (callgrind): bare, then with a reserve's KEYS and ARGV"
-p=$(port)
-valgrind --tool=callgrind --toggle-collect=evalShaCommand --dump-before=infoCommand \
-  --callgrind-out-file="$work/cg.out.%p" redis-server --port "$p" --bind 127.0.0.1 --save '' \
-  --appendonly no >/dev/null 2>&1 &
-pid=$!; up "$p"
+under_callgrind evalShaCommand
 "$py" "$here/eval_floor.py" "$p" >/dev/null
 kill "$pid"; wait "$pid" 2>/dev/null || true
 totals | awk '{printf "%.0f instructions per call\n", $1 / 1000}'
@@ -58,11 +61,7 @@ rm -f "$work"/cg.out.*
 
 bin=${CTXBUDGET:-$root/target/release/ctxbudget}
 echo "== the Lua reserve and Commit: $bin bench --direct under callgrind, per call"
-p=$(port)
-valgrind --tool=callgrind --toggle-collect=evalShaCommand --dump-before=infoCommand \
-  --callgrind-out-file="$work/cg.out.%p" redis-server --port "$p" --bind 127.0.0.1 --save '' \
-  --appendonly no >/dev/null 2>&1 &
-pid=$!; up "$p"
+under_callgrind evalShaCommand
 (cd "$root" && "$bin" bench --config config/bench.toml --tier-mix enterprise:1 \
   --direct "redis://127.0.0.1:$p/0" --duration 1s --no-progress >/dev/null 2>&1)
 kill "$pid"; wait "$pid" 2>/dev/null || true
