@@ -28,15 +28,20 @@
 //!   API alike: changes to the live configuration (each document kind's
 //!   rules, blocks, the versioned, audited write, its history), usage
 //!   reports and reconciliation from any store.
+//! - [`app`]: the application layer under every front door: callers (tokens,
+//!   tenant bindings, roles), the admission gate, each operation for a
+//!   caller, and [`app::AppError`] with its kinds. No transport type.
 //! - [`pb`] and [`envoy`]: the generated protobuf types (`ctxbudget.v1`, and
 //!   the part of Envoy's API served), client and server.
-//! - [`api`]: ctxbudget's tonic service; protobuf conversion, authentication,
-//!   the admission gate, and the one mapping of errors to `tonic::Status`.
+//! - [`api`]: ctxbudget's tonic service over [`app`]; protobuf conversion
+//!   (shared with the HTTP API), the authentication interceptor, and the one
+//!   mapping of error kinds to `tonic::Status`.
 //! - [`gateway`]: Envoy's rate limit service and external processor, over
-//!   [`api`]'s authentication, gate and answers.
-//! - [`http`]: the HTTP listener: every RPC as `POST /v1/…` on the [`api`]
-//!   services, the admin API (`/admin/v1/…`) on [`admin`], the console, the
-//!   OpenAPI document; its one mapping of statuses to HTTP.
+//!   [`app`]; their answers.
+//! - [`http`]: the HTTP listener: every RPC as `POST /v1/…` through the
+//!   [`api`] conversions to [`app`], the admin API (`/admin/v1/…`) on
+//!   [`admin`], the console, the OpenAPI document; its one mapping of error
+//!   kinds to HTTP.
 //! - [`alerts`]: threshold alerts' delivery: claimed from the store's queues,
 //!   POSTed signed to the receiver, logged and counted.
 //! - [`reload`]: configuration changes without a restart (Redis watch, SIGHUP).
@@ -48,6 +53,7 @@
 pub mod admin;
 pub mod alerts;
 pub mod api;
+pub mod app;
 pub mod bench;
 pub mod cli;
 pub mod config;

@@ -10,7 +10,7 @@
 //! A configuration that does not validate is logged and ignored: the replica
 //! keeps the last good one.
 
-use crate::api::auth::Auth;
+use crate::app::Auth;
 use crate::config::{
     AlertSettings, ConfigDoc, EnvoySection, ExtProcSection, FileConfig, FileDocs, Flags,
 };

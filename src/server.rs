@@ -4,8 +4,7 @@
 //! The services and the listener's TLS are in `grpc`; the refusal of an
 //! oversized request, in words that name the setting, in `message_limit`.
 
-use crate::api::admission::Gate;
-use crate::api::auth::Auth;
+use crate::app::{App, Auth, Gate};
 use crate::config::{FileDocs, LiveDocs, Settings};
 use crate::engine::{Engine, EngineSettings};
 use crate::estimator::{Counter, Multipliers};
@@ -144,7 +143,7 @@ pub async fn serve<S: Store>(
         envoy_map: live.envoy_map,
         ext_proc: live.ext_proc,
     };
-    let gate = Gate::new(settings.admission);
+    let app = App::new(engine.clone(), auth, Gate::new(settings.admission));
     // One shutdown for both listeners; sent also when gRPC stops by itself.
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let stop = Arc::new(stop);
@@ -156,7 +155,7 @@ pub async fn serve<S: Store>(
     let http = match settings.http_listen {
         Some(addr) => {
             let body = settings.max_message_bytes;
-            let state = HttpState::new(engine.clone(), config, auth.clone(), gate.clone(), body);
+            let state = HttpState::new(app.clone(), config, body);
             match serve_http(addr, state, until(stopped.clone())).await {
                 Ok(task) => Some(task),
                 Err(e) => {
@@ -167,7 +166,7 @@ pub async fn serve<S: Store>(
         }
         None => None,
     };
-    let served = match routes(engine, faces, settings, auth, gate, health_service) {
+    let served = match routes(&app, faces, settings, health_service) {
         Ok(routes) => serve_grpc(routes, listener, until(stopped)).await,
         Err(e) => Err(e),
     };

@@ -267,8 +267,8 @@ pub(crate) const STORE_ERROR_KINDS: [&str; 4] =
 pub const CANCEL_OUTCOMES: [&str; 5] = ["cancelled", "not_found", "expired", "failed", "dropped"];
 
 /// Counts one call refused by authentication or a tenant binding.
-pub fn auth_refused(code: tonic::Code) {
-    counter!(AUTH_REFUSED, "code" => code_name(code)).increment(1);
+pub fn auth_refused(code: &'static str) {
+    counter!(AUTH_REFUSED, "code" => code).increment(1);
 }
 
 /// Counts leases reclaimed at `level` after lapsing unsettled.
@@ -433,25 +433,8 @@ pub fn multiplier(key: &str, value: f64) {
     gauge!(ESTIMATOR_MULTIPLIER, "key" => key.to_owned()).set(value);
 }
 
-/// Records one RPC's handling time.
-pub fn rpc(rpc: &'static str, code: tonic::Code, seconds: f64) {
-    histogram!(RPC_SECONDS, "rpc" => rpc, "code" => code_name(code)).record(seconds);
-}
-
-pub(crate) fn code_name(code: tonic::Code) -> &'static str {
-    use tonic::Code::*;
-    match code {
-        Ok => "OK",
-        InvalidArgument => "INVALID_ARGUMENT",
-        NotFound => "NOT_FOUND",
-        FailedPrecondition => "FAILED_PRECONDITION",
-        Unavailable => "UNAVAILABLE",
-        Unauthenticated => "UNAUTHENTICATED",
-        PermissionDenied => "PERMISSION_DENIED",
-        ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Internal => "INTERNAL",
-        DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Cancelled => "CANCELLED",
-        _ => "OTHER",
-    }
+/// Records one RPC's handling time and its code (gRPC's canonical name,
+/// `OK` or the error kind's).
+pub fn rpc(rpc: &'static str, code: &'static str, seconds: f64) {
+    histogram!(RPC_SECONDS, "rpc" => rpc, "code" => code).record(seconds);
 }

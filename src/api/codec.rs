@@ -3,7 +3,7 @@
 //! caller sent bad input — rather than prost's INTERNAL, which would send
 //! operators hunting for a bug in the service.
 
-use super::errors::{Refusal, refusal_status};
+use crate::app::AppError;
 use std::marker::PhantomData;
 use tonic::Status;
 use tonic::codec::{BufferSettings, DecodeBuf};
@@ -48,7 +48,8 @@ impl<U: prost::Message + Default> tonic::codec::Decoder for Decoder<U> {
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
         self.0.decode(buf).map_err(|status| {
-            refusal_status(Refusal::Undecodable(format!(
+            // The caller sent bytes that are no valid request: fix the client.
+            Status::from(AppError::invalid(format!(
                 "the message is not a valid {}: {}; send messages built from ctxbudget's \
                  proto/ctxbudget/v1/budget.proto",
                 std::any::type_name::<U>()

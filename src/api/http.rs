@@ -1,8 +1,10 @@
 //! docs/http.md in one place: the HTTP status a decision maps to, and which
-//! limit feeds the `x-ratelimit-*` headers. Envoy's rate limit answers
-//! (`envoy::reply`) and the external processor's answers (`ext_proc`) both
-//! follow it, as the Python client's `ctxbudget.http` does.
+//! limit feeds the `x-ratelimit-*` headers; and the HTTP status of each
+//! kind of error. The HTTP API, Envoy's rate limit answers (`rls::reply`) and
+//! the external processor's answers (`ext_proc`) all follow it, as the
+//! Python client's `ctxbudget.http` does.
 
+use crate::app::ErrorKind;
 use crate::domain::decision::LimitState;
 use crate::domain::{Denial, Dimension, Level, Reason};
 use crate::engine::ReserveOutcome;
@@ -40,6 +42,32 @@ pub fn denial_status(d: &Denial) -> u16 {
         Reason::Blocked => 403,
         Reason::ContextTooLarge | Reason::RequestTooLarge => 413,
         _ => 429,
+    }
+}
+
+/// The HTTP status of an error of `kind`.
+pub fn error_status(kind: ErrorKind) -> u16 {
+    match kind {
+        // The request must change: a field in error, or a body that is no
+        // request.
+        ErrorKind::Invalid => 400,
+        // Larger than `[server] max_message_bytes`.
+        ErrorKind::TooLarge => 413,
+        ErrorKind::Unauthenticated => 401,
+        ErrorKind::Forbidden => 403,
+        ErrorKind::NotFound => 404,
+        // Well-formed, but the state it names forbids it (a spent
+        // idempotency key).
+        ErrorKind::Conflict => 409,
+        // A write against a version no longer current.
+        ErrorKind::Stale => 412,
+        // Shed by the admission gate: retry after the hint.
+        ErrorKind::Exhausted => 429,
+        ErrorKind::DeadlineExceeded => 504,
+        // The store cannot answer: the gateway's fail-open/closed choice.
+        ErrorKind::Unavailable => 503,
+        ErrorKind::Unsupported => 501,
+        ErrorKind::Internal => 500,
     }
 }
 

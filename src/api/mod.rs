@@ -1,10 +1,11 @@
-//! The gRPC adapter: ctxbudget's own tonic service, protobuf ↔ domain
-//! conversion, authentication, the admission gate, and the one place errors
-//! become `tonic::Status`. No budget arithmetic lives here. Envoy's services
-//! are [`crate::gateway`]'s, over these.
+//! The gRPC adapter over the application layer ([`crate::app`]): ctxbudget's
+//! own tonic service, protobuf ↔ domain conversion (shared with the HTTP
+//! API, which speaks the same messages as JSON), the authentication
+//! interceptor, and the one place errors become `tonic::Status`. No budget
+//! arithmetic and no authorization rule lives here. Envoy's services are
+//! [`crate::gateway`]'s.
 
-pub mod admission;
-pub mod auth;
+mod caller;
 mod candidates;
 pub mod codec;
 mod convert;
@@ -20,8 +21,8 @@ pub mod validate;
 #[cfg(test)]
 mod validate_tests;
 
+pub use caller::{caller_of, interceptor};
 pub(crate) use convert::MAX_MODEL_BYTES;
 pub use convert::reason_of;
-pub use errors::{Refusal, refusal_status, to_status};
+pub use errors::code;
 pub use service::BudgetApi;
-pub(crate) use service::{span, timed_with};

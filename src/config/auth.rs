@@ -1,6 +1,6 @@
 //! `[auth]`: the bearer tokens callers must present, as configured, and the
-//! rules they must follow. The gRPC layer (`api::auth`) checks callers
-//! against them.
+//! rules they must follow. The application layer (`app::caller`) checks
+//! callers against them.
 
 use crate::domain::LimitsError;
 use serde::{Deserialize, Serialize};

@@ -19,10 +19,10 @@
 use super::HttpState;
 use super::precondition::{precondition, tagged};
 use super::reply::{Page, error, json, path, query, read_body};
-use super::rpc::caller;
 use crate::admin::documents::{self, Kind};
 use crate::admin::{AdminError, history};
-use crate::api::auth::Caller;
+use crate::app::Caller;
+use crate::app::{AppError, ErrorKind};
 use crate::config::{ConfigDoc, LiveDocs};
 use crate::store::Store;
 use crate::store::config_repo::ConfigStore;
@@ -35,7 +35,6 @@ use axum::response::Response;
 use axum::routing::get;
 use serde::Deserialize;
 use std::sync::Arc;
-use tonic::Status;
 
 type St<S> = State<Arc<HttpState<S>>>;
 
@@ -56,35 +55,22 @@ pub(super) fn routes<S: Store>() -> Router<Arc<HttpState<S>>> {
         .route("/admin/v1/{kind}/{name}/history", get(one_history::<S>))
 }
 
-/// The admin caller behind the headers: UNAUTHENTICATED without a valid
-/// token, PERMISSION_DENIED for a caller's token or when no admin token is
-/// configured at all.
-pub(super) fn admin<S>(state: &HttpState<S>, headers: &HeaderMap) -> Result<Caller, Status> {
-    if !state.auth.has_admin() {
-        return Err(Status::permission_denied(
-            "the admin API and the console take an admin token, and none is configured: add \
-             [[auth.tokens]] with role = \"admin\" to the configuration file and send the \
-             service SIGHUP (docs/http-api.md#admin-api)",
-        ));
-    }
-    match caller(state, headers)? {
-        Some(c) if c.is_admin() => Ok(c),
-        Some(c) => Err(Status::permission_denied(format!(
-            "token {:?} is a caller's token; the admin API takes a token of role \"admin\"",
-            c.name
-        ))),
-        None => Err(Status::unauthenticated(
-            "missing bearer token: send the header `authorization: Bearer <admin token>`",
-        )),
-    }
+/// The admin caller behind the headers (the application's
+/// [`crate::app::Auth::authenticate_admin`]).
+pub(super) fn admin<S>(state: &HttpState<S>, headers: &HeaderMap) -> Result<Caller, AppError> {
+    let header = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    state.app.auth().authenticate_admin(header)
 }
 
 /// The live configuration's store, for a write, or FAILED_PRECONDITION on a
 /// replica whose configuration is its file (the in-memory store).
-pub(super) fn config<S>(state: &HttpState<S>) -> Result<&ConfigStore, Status> {
+pub(super) fn config<S>(state: &HttpState<S>) -> Result<&ConfigStore, AppError> {
     match &state.config {
         LiveDocs::Redis(cfg) => Ok(cfg),
-        LiveDocs::File(_) => Err(Status::failed_precondition(
+        LiveDocs::File(_) => Err(AppError::new(
+            ErrorKind::Conflict,
             "this replica runs on the in-memory store, whose configuration is its file: edit \
              the file and send the service SIGHUP (the admin API changes the live \
              configuration in Redis)",
@@ -93,21 +79,21 @@ pub(super) fn config<S>(state: &HttpState<S>) -> Result<&ConfigStore, Status> {
 }
 
 /// The status of an admin error.
-pub(super) fn status(e: AdminError) -> Status {
+pub(super) fn status(e: AdminError) -> AppError {
     match e {
-        AdminError::Invalid(m) => Status::invalid_argument(m),
-        AdminError::NotFound(m) => Status::not_found(m),
+        AdminError::Invalid(m) => AppError::invalid(m),
+        AdminError::NotFound(m) => AppError::not_found(m),
         // Answered 412 Precondition Failed.
-        AdminError::Precondition(m) => Status::aborted(m),
-        AdminError::Store(e) => crate::api::to_status(e.into()),
+        AdminError::Precondition(m) => AppError::new(ErrorKind::Stale, m),
+        AdminError::Store(e) => AppError::from(e),
     }
 }
 
 /// The kind a path segment names, or NOT_FOUND listing them.
-fn kind(segment: &str) -> Result<Kind, Status> {
+fn kind(segment: &str) -> Result<Kind, AppError> {
     Kind::of_segment(segment).ok_or_else(|| {
         let kinds: Vec<&str> = documents::KINDS.iter().map(|k| k.segment()).collect();
-        Status::not_found(format!(
+        AppError::not_found(format!(
             "no route /admin/v1/{segment}: the documents are {}; beside them usage, reconcile, \
              history, tenants, metrics and service (see /openapi.json)",
             kinds.join(", ")
@@ -116,14 +102,14 @@ fn kind(segment: &str) -> Result<Kind, Status> {
 }
 
 /// The configuration as stored now.
-pub(super) async fn load(cfg: &ConfigStore) -> Result<ConfigDoc, Status> {
+pub(super) async fn load(cfg: &ConfigStore) -> Result<ConfigDoc, AppError> {
     let stored = cfg.load().await.map_err(|e| status(e.into()))?;
     ConfigDoc::from_stored(stored).map_err(|e| status(e.into()))
 }
 
 /// The configuration in force, for a read: as stored in Redis, or the
 /// file's documents as last loaded (version: the loads since start).
-async fn in_force<S>(state: &HttpState<S>) -> Result<Arc<ConfigDoc>, Status> {
+async fn in_force<S>(state: &HttpState<S>) -> Result<Arc<ConfigDoc>, AppError> {
     match &state.config {
         LiveDocs::Redis(cfg) => load(cfg).await.map(Arc::new),
         LiveDocs::File(docs) => Ok(docs.get()),
@@ -155,7 +141,7 @@ async fn list<S: Store>(
                 let document = documents::get(&doc, kind, &name).map_err(status)?;
                 Ok(serde_json::json!({ "name": name, "document": document }))
             })
-            .collect::<Result<Vec<_>, Status>>()?;
+            .collect::<Result<Vec<_>, AppError>>()?;
         let body = serde_json::json!({
             "version": doc.version,
             "total": total,
@@ -190,14 +176,14 @@ async fn get_one<S: Store>(
 
 /// The name a route gives a document of `kind` ("" for a single section),
 /// or INVALID_ARGUMENT for the wrong shape of path.
-fn named(kind: Kind, segment: &str, name: Option<&str>) -> Result<String, Status> {
+fn named(kind: Kind, segment: &str, name: Option<&str>) -> Result<String, AppError> {
     match (kind.named(), name) {
         (true, Some(n)) => Ok(n.to_owned()),
         (false, None) => Ok(String::new()),
-        (true, None) => Err(Status::invalid_argument(format!(
+        (true, None) => Err(AppError::invalid(format!(
             "name the document: /admin/v1/{segment}/{{name}}"
         ))),
-        (false, Some(_)) => Err(Status::invalid_argument(format!(
+        (false, Some(_)) => Err(AppError::invalid(format!(
             "{segment} is one document: /admin/v1/{segment}"
         ))),
     }
@@ -211,7 +197,7 @@ pub(super) async fn apply<S: Store>(
     headers: &HeaderMap,
     who: &Caller,
     build: impl FnMut(&mut ConfigDoc) -> Result<crate::admin::Change, AdminError>,
-) -> Result<Response, Status> {
+) -> Result<Response, AppError> {
     let precondition = precondition(headers)?;
     let cfg = config(state)?;
     let actor = format!("{} (admin API)", who.name);
@@ -227,11 +213,10 @@ pub(super) async fn apply<S: Store>(
 
 /// A document's text from the body (JSON or TOML), read after the caller
 /// was checked.
-pub(super) async fn text(raw: Body, headers: &HeaderMap, limit: usize) -> Result<String, Status> {
+pub(super) async fn text(raw: Body, headers: &HeaderMap, limit: usize) -> Result<String, AppError> {
     let bytes = read_body(raw, headers, limit).await?;
-    String::from_utf8(bytes.to_vec()).map_err(|_| {
-        Status::invalid_argument("the document is not UTF-8 text: send JSON (or TOML)")
-    })
+    String::from_utf8(bytes.to_vec())
+        .map_err(|_| AppError::invalid("the document is not UTF-8 text: send JSON (or TOML)"))
 }
 
 /// PUT or DELETE (`raw` `None`) of a document.
@@ -241,7 +226,7 @@ async fn change<S: Store>(
     segment: &str,
     name: Option<&str>,
     raw: Option<Body>,
-) -> Result<Response, Status> {
+) -> Result<Response, AppError> {
     let who = admin(state, headers)?;
     let kind = kind(segment)?;
     let name = named(kind, segment, name)?;
@@ -328,7 +313,7 @@ async fn history_of<S>(
     state: &HttpState<S>,
     field: Option<&str>,
     last: Last,
-) -> Result<Response, Status> {
+) -> Result<Response, AppError> {
     let LiveDocs::Redis(cfg) = &state.config else {
         // A file's documents have no change log: nothing was changed here.
         return Ok(json(StatusCode::OK, &serde_json::json!([])));

@@ -8,6 +8,7 @@ use super::admin::{admin, apply, text};
 use super::reply::error;
 use super::reply::{path, query};
 use crate::admin::blocks;
+use crate::app::AppError;
 use crate::store::Store;
 use axum::Router;
 use axum::body::Body;
@@ -17,7 +18,6 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 use std::sync::Arc;
-use tonic::Status;
 
 type St<S> = State<Arc<HttpState<S>>>;
 
@@ -49,10 +49,10 @@ struct Whose {
 }
 
 /// Only `/admin/v1/overrides/{tenant}/block` exists.
-fn overrides_only(segment: &str) -> Result<(), Status> {
+fn overrides_only(segment: &str) -> Result<(), AppError> {
     match segment {
         "overrides" => Ok(()),
-        _ => Err(Status::not_found(format!(
+        _ => Err(AppError::not_found(format!(
             "no route /admin/v1/{segment}/…/block: blocks are kept in overrides \
              (/admin/v1/overrides/{{tenant}}/block)"
         ))),
@@ -71,7 +71,7 @@ async fn block<S: Store>(
         overrides_only(&segment)?;
         let text = text(raw, &headers, state.max_body).await?;
         let body: BlockBody = serde_json::from_str(&text).map_err(|e| {
-            Status::invalid_argument(format!(
+            AppError::invalid(format!(
                 "the body is no block: {e}; send {{\"reason\": \"…\"}} (and \"user\" to block one user)"
             ))
         })?;

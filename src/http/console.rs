@@ -9,6 +9,7 @@
 use super::HttpState;
 use super::admin::admin;
 use super::reply::{error, json};
+use crate::app::{AppError, ErrorKind};
 use crate::config::LiveDocs;
 use crate::store::Store;
 use axum::Router;
@@ -17,7 +18,6 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use std::sync::Arc;
-use tonic::Status;
 
 type St<S> = State<Arc<HttpState<S>>>;
 
@@ -77,7 +77,10 @@ async fn metrics<S: Store>(State(state): St<S>, headers: HeaderMap) -> Response 
     let run = || {
         admin(&state, &headers)?;
         let text = crate::telemetry::render().ok_or_else(|| {
-            Status::unavailable("this replica records no metrics (it serves no HTTP port)")
+            AppError::new(
+                ErrorKind::Unavailable,
+                "this replica records no metrics (it serves no HTTP port)",
+            )
         })?;
         let mut response = (StatusCode::OK, text).into_response();
         response.headers_mut().insert(
@@ -92,17 +95,17 @@ async fn metrics<S: Store>(State(state): St<S>, headers: HeaderMap) -> Response 
 async fn service<S: Store>(State(state): St<S>, headers: HeaderMap) -> Response {
     let run = || {
         admin(&state, &headers)?;
-        let limits = state.engine.limits();
+        let limits = state.app.engine().limits();
         let body = serde_json::json!({
             "version": env!("CARGO_PKG_VERSION"),
-            "store": state.engine.store().describe(),
-            "breaker": state.engine.breaker_state().as_str(),
+            "store": state.app.engine().store().describe(),
+            "breaker": state.app.engine().breaker_state().as_str(),
             "live_configuration": matches!(state.config, LiveDocs::Redis(_)),
             "config_version": limits.version,
             "tiers": limits.tiers.keys().collect::<Vec<_>>(),
             "model_groups": limits.models.keys().collect::<Vec<_>>(),
         });
-        Ok::<_, Status>(json(StatusCode::OK, &body))
+        Ok::<_, AppError>(json(StatusCode::OK, &body))
     };
     run().unwrap_or_else(error)
 }

@@ -11,6 +11,7 @@ use super::admin::{admin, status};
 use super::reply::{error, json, query, read_body};
 use crate::admin::reconcile::{ReconcileQuery, parse_max_drift, read_export};
 use crate::admin::usage::{UsageQuery, csv};
+use crate::app::AppError;
 use crate::domain::reconcile::Columns;
 use crate::domain::usage::By;
 use crate::domain::{TenantId, UserId};
@@ -24,7 +25,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 use std::sync::Arc;
-use tonic::Status;
 
 type St<S> = State<Arc<HttpState<S>>>;
 
@@ -52,8 +52,8 @@ struct UsageParams {
     format: Option<String>,
 }
 
-fn invalid(what: &str, e: impl std::fmt::Display) -> Status {
-    Status::invalid_argument(format!("{what}: {e}"))
+fn invalid(what: &str, e: impl std::fmt::Display) -> AppError {
+    AppError::invalid(format!("{what}: {e}"))
 }
 
 async fn usage<S: Store>(
@@ -86,8 +86,8 @@ async fn usage<S: Store>(
                 .parse::<By>()
                 .map_err(|e| invalid("by", e))?,
         };
-        let limits = state.engine.limits();
-        let report = crate::admin::usage::report(state.engine.store(), Some(&limits), &query)
+        let limits = state.app.engine().limits();
+        let report = crate::admin::usage::report(state.app.engine().store(), Some(&limits), &query)
             .await
             .map_err(status)?;
         match p.format.as_deref().unwrap_or("json") {
@@ -95,7 +95,7 @@ async fn usage<S: Store>(
             "csv" => {
                 let mut out = Vec::new();
                 csv(&report.lines, &mut out)
-                    .map_err(|e| Status::internal(format!("cannot write CSV: {e}")))?;
+                    .map_err(|e| AppError::internal(format!("cannot write CSV: {e}")))?;
                 let name = format!(
                     "attachment; filename=\"usage-{}-{}-{}.csv\"",
                     report.tenant, report.from, report.to
@@ -158,9 +158,9 @@ async fn reconcile<S: Store>(
                 .map(|t| TenantId::parse(t.trim()).map_err(|e| invalid("tenant", e.message)))
                 .collect::<Result<_, _>>()?,
         };
-        let limits = state.engine.limits();
+        let limits = state.app.engine().limits();
         let done =
-            crate::admin::reconcile::reconcile(state.engine.store(), &limits, &query, theirs)
+            crate::admin::reconcile::reconcile(state.app.engine().store(), &limits, &query, theirs)
                 .await
                 .map_err(status)?;
         Ok(json(StatusCode::OK, &done.report(&query)))

@@ -1,7 +1,8 @@
 //! The HTTP/JSON face of the service, on a port of its own (`[http] listen`):
 //! every `BudgetService` RPC as `POST /v1/<rpc in kebab case>` in protobuf's
-//! JSON mapping (`rpc`), answered by the same [`BudgetApi`] as gRPC, behind
-//! the same tokens, tenant bindings and admission gate; the admin API under
+//! JSON mapping (`rpc`), answered by the same [`BudgetApi`] methods as gRPC,
+//! over the same [`App`] (its tokens, tenant bindings and admission gate);
+//! no gRPC type on the way. The admin API under
 //! `/admin/v1/` (`admin`, `ledger`, `tenants`), for admin tokens; and the
 //! console at `/console` (`console`). Errors and denials
 //! become HTTP statuses in one place (`reply`). docs/http-api.md is the
@@ -20,10 +21,8 @@ mod rpc;
 mod tenants;
 
 use crate::api::BudgetApi;
-use crate::api::admission::Gate;
-use crate::api::auth::Auth;
+use crate::app::App;
 use crate::config::LiveDocs;
-use crate::engine::Engine;
 use crate::store::Store;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -33,16 +32,12 @@ use tokio::net::TcpListener;
 
 /// What every HTTP handler shares.
 pub struct HttpState<S> {
-    /// The budget service, as gRPC serves it.
+    /// The application: its engine, tokens and admission gate.
+    pub app: Arc<App<S>>,
+    /// The budget RPCs over it, as gRPC serves them.
     pub api: Arc<BudgetApi<S>>,
-    /// The engine behind it (the store, the live limits), for the admin API.
-    pub engine: Arc<Engine<S>>,
     /// The live configuration: in Redis, or the file's (the in-memory store).
     pub config: LiveDocs,
-    /// The accepted tokens (reloaded on SIGHUP).
-    pub auth: Arc<Auth>,
-    /// The admission gate decisions share with gRPC.
-    pub gate: Arc<Gate>,
     /// Largest request body accepted (`[server] max_message_bytes`).
     pub max_body: usize,
     /// The tenants the admin API lists, read now and then.
@@ -50,20 +45,12 @@ pub struct HttpState<S> {
 }
 
 impl<S> HttpState<S> {
-    /// The state of a replica serving `engine`.
-    pub fn new(
-        engine: Arc<Engine<S>>,
-        config: LiveDocs,
-        auth: Arc<Auth>,
-        gate: Arc<Gate>,
-        max_body: usize,
-    ) -> Self {
+    /// The state of a replica serving `app`.
+    pub fn new(app: Arc<App<S>>, config: LiveDocs, max_body: usize) -> Self {
         HttpState {
-            api: Arc::new(BudgetApi::new(engine.clone())),
-            engine,
+            api: Arc::new(BudgetApi::new(app.clone())),
+            app,
             config,
-            auth,
-            gate,
             max_body,
             tenants: tenants::TenantList::default(),
         }
@@ -75,7 +62,7 @@ impl<S> HttpState<S> {
 /// cross-site browser request that could change anything.
 pub fn router<S: Store>(state: HttpState<S>) -> Router {
     let max_body = state.max_body;
-    let at_once = state.gate.settings().max_concurrent_streams as usize;
+    let at_once = state.app.gate().settings().max_concurrent_streams as usize;
     rpc::routes::<S>()
         .merge(admin::routes::<S>())
         .merge(blocks::routes::<S>())
@@ -118,7 +105,7 @@ async fn same_origin(
             .and_then(|o| o.split_once("://"))
             .map(|(_, h)| h);
         if from.is_none() || from != host {
-            return reply::error(tonic::Status::permission_denied(format!(
+            return reply::error(crate::app::AppError::forbidden(format!(
                 "a request from a page of another origin ({}) is refused: call the API from a \
                  server, or from the console this service serves",
                 origin.to_str().unwrap_or("?")

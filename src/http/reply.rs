@@ -1,8 +1,9 @@
 //! What the HTTP API answers, in one place: JSON bodies, request bodies read
-//! within their bound, and every gRPC status mapped to its HTTP status with
-//! a JSON error that says what to do (docs/http-api.md#errors).
+//! within their bound, and every error of the application mapped to its HTTP
+//! status with a JSON error that says what to do (docs/http-api.md#errors).
 
-use crate::api::{Refusal, refusal_status};
+use crate::api::http::error_status;
+use crate::app::{AppError, ErrorKind};
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query};
@@ -11,7 +12,6 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tonic::{Code, Status};
 
 /// `value` as a JSON body with `status`.
 pub(super) fn json<T: Serialize>(status: StatusCode, value: &T) -> Response {
@@ -25,92 +25,39 @@ pub(super) fn json<T: Serialize>(status: StatusCode, value: &T) -> Response {
             body,
         )
             .into_response(),
-        Err(e) => error(Status::internal(format!(
+        Err(e) => error(AppError::internal(format!(
             "cannot write the answer as JSON: {e}; report this to the operator"
         ))),
     }
 }
 
-/// The HTTP status of a gRPC status code.
-pub(super) fn http_status(code: Code) -> StatusCode {
-    match code {
-        // The request must change: a field in error, or a body that is no
-        // request.
-        Code::InvalidArgument => StatusCode::BAD_REQUEST,
-        // Larger than `[server] max_message_bytes`.
-        Code::OutOfRange => StatusCode::PAYLOAD_TOO_LARGE,
-        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
-        Code::PermissionDenied => StatusCode::FORBIDDEN,
-        Code::NotFound => StatusCode::NOT_FOUND,
-        // Well-formed, but the state it names forbids it (a spent
-        // idempotency key; a stale version).
-        Code::FailedPrecondition => StatusCode::CONFLICT,
-        Code::Aborted => StatusCode::PRECONDITION_FAILED,
-        // Shed by the admission gate: retry after the hint.
-        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
-        Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
-        // The store cannot answer: the gateway's fail-open/closed choice.
-        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-        Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    }
-}
-
-/// The JSON error of `status`: `{"error": {"code", "status", "message"}}`,
-/// with `Retry-After` when retrying helps and `WWW-Authenticate` when a
-/// token is missing.
-pub(super) fn error(status: Status) -> Response {
-    let http = http_status(status.code());
+/// The JSON error of `e`: `{"error": {"code", "status", "message"}}` with
+/// the HTTP status of its kind (`api::http::error_status`), `Retry-After`
+/// when retrying helps and `WWW-Authenticate` when a token is missing.
+pub(super) fn error(e: AppError) -> Response {
+    let http =
+        StatusCode::from_u16(error_status(e.kind())).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let body = serde_json::json!({
         "error": {
             "code": http.as_u16(),
-            "status": code_name(status.code()),
-            "message": status.message(),
+            "status": e.kind().code_name(),
+            "message": e.message(),
         }
     });
     let mut response = json(http, &body);
     let headers = response.headers_mut();
-    match status.code() {
-        Code::ResourceExhausted => {
-            let ms: u64 = status
-                .metadata()
-                .get("grpc-retry-pushback-ms")
-                .and_then(|v| v.to_str().ok()?.parse().ok())
-                .unwrap_or(1000);
-            headers.insert(header::RETRY_AFTER, ms.div_ceil(1000).max(1).into());
-        }
-        Code::Unavailable => {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
-        Code::Unauthenticated => {
-            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        _ => {}
+    let retry_ms = match e.kind() {
+        ErrorKind::Exhausted => Some(e.retry_after_ms().unwrap_or(1000)),
+        ErrorKind::Unavailable => Some(e.retry_after_ms().unwrap_or(1000)),
+        _ => e.retry_after_ms(),
+    };
+    if let Some(ms) = retry_ms {
+        headers.insert(header::RETRY_AFTER, ms.div_ceil(1000).max(1).into());
+    }
+    if e.kind() == ErrorKind::Unauthenticated {
+        headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }
     response
-}
-
-/// gRPC's name of a code, as Google's JSON errors spell it.
-fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "CANCELLED",
-        Code::Unknown => "UNKNOWN",
-        Code::InvalidArgument => "INVALID_ARGUMENT",
-        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::PermissionDenied => "PERMISSION_DENIED",
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Code::FailedPrecondition => "FAILED_PRECONDITION",
-        Code::Aborted => "ABORTED",
-        Code::OutOfRange => "OUT_OF_RANGE",
-        Code::Unimplemented => "UNIMPLEMENTED",
-        Code::Internal => "INTERNAL",
-        Code::Unavailable => "UNAVAILABLE",
-        Code::DataLoss => "DATA_LOSS",
-        Code::Unauthenticated => "UNAUTHENTICATED",
-    }
 }
 
 /// How long a request body may take to arrive.
@@ -123,11 +70,11 @@ pub(super) async fn read_body(
     body: Body,
     headers: &HeaderMap,
     limit: usize,
-) -> Result<Bytes, Status> {
+) -> Result<Bytes, AppError> {
     let announced: Option<u64> = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse().ok());
-    let too_large = |found| refusal_status(Refusal::MessageTooLarge { found, limit });
+    let too_large = |found| AppError::too_large(found, limit);
     if announced.is_some_and(|n| n > limit as u64) {
         return Err(too_large(announced));
     }
@@ -135,25 +82,28 @@ pub(super) async fn read_body(
     match tokio::time::timeout(BODY_WITHIN, read).await {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(e)) if e.is::<LengthLimitError>() => Err(too_large(announced)),
-        Ok(Err(e)) => Err(Status::invalid_argument(format!(
+        Ok(Err(e)) => Err(AppError::invalid(format!(
             "cannot read the request body: {e}"
         ))),
-        Err(_) => Err(Status::deadline_exceeded(format!(
-            "the request body did not arrive within {} s; nothing was done: send it whole",
-            BODY_WITHIN.as_secs()
-        ))),
+        Err(_) => Err(AppError::new(
+            ErrorKind::DeadlineExceeded,
+            format!(
+                "the request body did not arrive within {} s; nothing was done: send it whole",
+                BODY_WITHIN.as_secs()
+            ),
+        )),
     }
 }
 
 /// `bytes` as a `T` in protobuf's JSON mapping (`what` names it in errors);
 /// an empty body is `{}`.
-pub(super) fn parse<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, Status> {
+pub(super) fn parse<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, AppError> {
     let text: &[u8] = match bytes.iter().all(u8::is_ascii_whitespace) {
         true => b"{}",
         false => bytes,
     };
     serde_json::from_slice(text).map_err(|e| {
-        Status::invalid_argument(format!(
+        AppError::invalid(format!(
             "the body is not a {what} in protobuf's JSON mapping: {e}; send a JSON object \
              of its fields (lowerCamelCase or the proto's names, enums as names, 64-bit \
              integers as numbers or strings), see docs/http-api.md"
@@ -163,7 +113,7 @@ pub(super) fn parse<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, 
 
 /// 404 for a path no route serves.
 pub(super) async fn no_route(uri: axum::http::Uri) -> Response {
-    error(Status::not_found(format!(
+    error(AppError::not_found(format!(
         "no route {}: the API is POST /v1/check-and-reserve, /v1/commit, /v1/refund, \
          /v1/renew-lease, /v1/get-status and /v1/get-estimator; the admin API is under \
          /admin/v1/, the console at /console, the API's description at /openapi.json \
@@ -174,11 +124,14 @@ pub(super) async fn no_route(uri: axum::http::Uri) -> Response {
 
 /// 405 for a method a route does not take.
 pub(super) async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {
-    let mut response = error(Status::unimplemented(format!(
-        "{method} {} is not served: the RPCs take POST with a JSON body; see /openapi.json \
+    let mut response = error(AppError::new(
+        ErrorKind::Unsupported,
+        format!(
+            "{method} {} is not served: the RPCs take POST with a JSON body; see /openapi.json \
          for each route's methods (docs/http-api.md)",
-        uri.path()
-    )));
+            uri.path()
+        ),
+    ));
     *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
     response
 }
@@ -218,13 +171,13 @@ impl Page {
 }
 
 /// A path's segments, or INVALID_ARGUMENT (after the caller was checked).
-pub(super) fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, Status> {
+pub(super) fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, AppError> {
     p.map(|Path(t)| t)
-        .map_err(|e| Status::invalid_argument(format!("the path: {}", e.body_text())))
+        .map_err(|e| AppError::invalid(format!("the path: {}", e.body_text())))
 }
 
 /// A query string as `T`, or INVALID_ARGUMENT saying what it takes.
-pub(super) fn query<T>(q: Result<Query<T>, QueryRejection>, takes: &str) -> Result<T, Status> {
+pub(super) fn query<T>(q: Result<Query<T>, QueryRejection>, takes: &str) -> Result<T, AppError> {
     q.map(|Query(t)| t)
-        .map_err(|e| Status::invalid_argument(format!("{}; it takes {takes}", e.body_text())))
+        .map_err(|e| AppError::invalid(format!("{}; it takes {takes}", e.body_text())))
 }

@@ -1,19 +1,20 @@
 //! `POST /v1/<rpc>`: each `BudgetService` RPC, its request and response in
-//! protobuf's JSON mapping. A call is authenticated on its headers (as the
-//! gRPC interceptor does), a CheckAndReserve takes a slot of the shared
-//! admission gate, and only then is the body read and the RPC run as on
-//! gRPC: an unauthenticated caller cannot make the server buffer a body. A
+//! protobuf's JSON mapping. A call is authenticated on its headers by the
+//! application's tokens, a CheckAndReserve takes a slot of the shared
+//! admission gate, and only then is the body read and the RPC run by the
+//! same [`crate::api::BudgetApi`] methods gRPC's service calls: an
+//! unauthenticated caller cannot make the server buffer a body. A
 //! CheckAndReserve that is denied answers its JSON with the denial's status
 //! and headers (docs/http.md).
 
 use super::HttpState;
 use super::reply::{error, json, parse, read_body};
-use crate::api::auth::Caller;
+use crate::api::http::HttpAnswer;
+use crate::app::{AppError, Caller};
 use crate::pb;
-use crate::pb::budget_service_server::BudgetService;
 use crate::store::Store;
 use axum::Router;
-use axum::body::Body as RawBody;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
@@ -21,10 +22,8 @@ use axum::routing::post;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
-use tonic::Status;
 
 type St<S> = State<Arc<HttpState<S>>>;
-type Body = RawBody;
 
 /// The RPC routes.
 pub(super) fn routes<S: Store>() -> Router<Arc<HttpState<S>>> {
@@ -37,30 +36,15 @@ pub(super) fn routes<S: Store>() -> Router<Arc<HttpState<S>>> {
         .route("/v1/get-estimator", post(get_estimator::<S>))
 }
 
-/// The caller behind the `authorization` header, or UNAUTHENTICATED
-/// (counted as on gRPC).
+/// The caller behind the `authorization` header, or UNAUTHENTICATED.
 pub(super) fn caller<S>(
     state: &HttpState<S>,
     headers: &HeaderMap,
-) -> Result<Option<Caller>, Status> {
+) -> Result<Option<Caller>, AppError> {
     let header = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    state
-        .auth
-        .authenticate_header(header)
-        .inspect_err(|status| {
-            crate::telemetry::auth_refused(status.code());
-        })
-}
-
-/// `message` as the gRPC request the service takes, carrying `caller`.
-fn request<T>(message: T, caller: Option<Caller>) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    if let Some(caller) = caller {
-        request.extensions_mut().insert(caller);
-    }
-    request
+    state.app.auth().authenticate(header)
 }
 
 /// One RPC other than CheckAndReserve: authenticate, read the body as `Req`,
@@ -75,17 +59,17 @@ async fn unary<S, Req, Resp, F, Fut>(
 where
     Req: DeserializeOwned,
     Resp: Serialize,
-    F: FnOnce(tonic::Request<Req>) -> Fut,
-    Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
+    F: FnOnce(Option<Caller>, Req) -> Fut,
+    Fut: Future<Output = Result<Resp, AppError>>,
 {
     let run = async {
         let caller = caller(state, headers)?;
         let message: Req = parse(&read_body(raw, headers, state.max_body).await?, what)?;
-        call(request(message, caller)).await
+        call(caller, message).await
     };
     match run.await {
-        Ok(response) => json(StatusCode::OK, response.get_ref()),
-        Err(status) => error(status),
+        Ok(response) => json(StatusCode::OK, &response),
+        Err(e) => error(e),
     }
 }
 
@@ -96,23 +80,20 @@ async fn check_and_reserve<S: Store>(
 ) -> Response {
     let run = async {
         let caller = caller(&state, &headers)?;
-        let _slot = state.gate.admit(None).await?;
+        let _slot = state.app.gate().admit(None).await?;
         let bytes = read_body(raw, &headers, state.max_body).await?;
         let message: pb::CheckAndReserveRequest = parse(&bytes, "CheckAndReserveRequest")?;
-        state.api.reserve(request(message, caller), true).await
+        state
+            .api
+            .check_and_reserve(caller.as_ref(), message, HttpAnswer::of)
+            .await
     };
-    let reserved = match run.await {
-        Ok(reserved) => reserved.into_inner(),
-        Err(status) => return error(status),
+    let (reserved, http) = match run.await {
+        Ok(answered) => answered,
+        Err(e) => return error(e),
     };
-    let http = reserved
-        .http
-        .unwrap_or_else(|| crate::api::http::HttpAnswer {
-            status: 200,
-            headers: Vec::new(),
-        });
     let status = StatusCode::from_u16(http.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
-    let mut response = json(status, &reserved.response);
+    let mut response = json(status, &reserved);
     for (name, value) in http.headers {
         if let Ok(value) = HeaderValue::from_str(&value) {
             response
@@ -125,60 +106,30 @@ async fn check_and_reserve<S: Store>(
 
 async fn commit<S: Store>(State(state): St<S>, headers: HeaderMap, raw: Body) -> Response {
     let api = state.api.clone();
-    unary(
-        &state,
-        &headers,
-        raw,
-        "CommitRequest",
-        |r: tonic::Request<pb::CommitRequest>| async move { api.commit(r).await },
-    )
-    .await
+    let call = |caller: Option<Caller>, r| async move { api.commit(caller.as_ref(), r).await };
+    unary(&state, &headers, raw, "CommitRequest", call).await
 }
 
 async fn refund<S: Store>(State(state): St<S>, headers: HeaderMap, raw: Body) -> Response {
     let api = state.api.clone();
-    unary(
-        &state,
-        &headers,
-        raw,
-        "RefundRequest",
-        |r: tonic::Request<pb::RefundRequest>| async move { api.refund(r).await },
-    )
-    .await
+    let call = |caller: Option<Caller>, r| async move { api.refund(caller.as_ref(), r).await };
+    unary(&state, &headers, raw, "RefundRequest", call).await
 }
 
 async fn renew_lease<S: Store>(State(state): St<S>, headers: HeaderMap, raw: Body) -> Response {
     let api = state.api.clone();
-    unary(
-        &state,
-        &headers,
-        raw,
-        "RenewLeaseRequest",
-        |r: tonic::Request<pb::RenewLeaseRequest>| async move { api.renew_lease(r).await },
-    )
-    .await
+    let call = |caller: Option<Caller>, r| async move { api.renew_lease(caller.as_ref(), r).await };
+    unary(&state, &headers, raw, "RenewLeaseRequest", call).await
 }
 
 async fn get_status<S: Store>(State(state): St<S>, headers: HeaderMap, raw: Body) -> Response {
     let api = state.api.clone();
-    unary(
-        &state,
-        &headers,
-        raw,
-        "GetStatusRequest",
-        |r: tonic::Request<pb::GetStatusRequest>| async move { api.get_status(r).await },
-    )
-    .await
+    let call = |caller: Option<Caller>, r| async move { api.get_status(caller.as_ref(), r).await };
+    unary(&state, &headers, raw, "GetStatusRequest", call).await
 }
 
 async fn get_estimator<S: Store>(State(state): St<S>, headers: HeaderMap, raw: Body) -> Response {
     let api = state.api.clone();
-    unary(
-        &state,
-        &headers,
-        raw,
-        "GetEstimatorRequest",
-        |r: tonic::Request<pb::GetEstimatorRequest>| async move { api.get_estimator(r).await },
-    )
-    .await
+    let call = |_: Option<Caller>, r| async move { api.get_estimator(r).await };
+    unary(&state, &headers, raw, "GetEstimatorRequest", call).await
 }

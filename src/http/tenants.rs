@@ -10,13 +10,12 @@ use super::HttpState;
 use super::admin::{admin, status};
 use super::reply::{Page, error, json, path, query};
 use crate::admin::usage::UsageQuery;
-use crate::api::auth::Caller;
+use crate::app::{AppError, Caller};
 use crate::domain::Clock;
 use crate::domain::budget::ledger::Period;
 use crate::domain::usage::By;
 use crate::domain::{TenantId, UserId};
 use crate::pb;
-use crate::pb::budget_service_server::BudgetService;
 use crate::store::Store;
 use axum::Router;
 use axum::extract::rejection::{PathRejection, QueryRejection};
@@ -28,7 +27,6 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tonic::Status;
 
 type St<S> = State<Arc<HttpState<S>>>;
 
@@ -52,22 +50,22 @@ pub(super) struct TenantList {
 }
 
 impl TenantList {
-    async fn get<S: Store>(&self, state: &HttpState<S>) -> Result<Arc<Vec<String>>, Status> {
+    async fn get<S: Store>(&self, state: &HttpState<S>) -> Result<Arc<Vec<String>>, AppError> {
         if let Some((at, list)) = &*self.cached.lock().unwrap_or_else(|p| p.into_inner())
             && at.elapsed() < LIST_FOR
         {
             return Ok(list.clone());
         }
         let mut names: BTreeSet<String> = state
-            .engine
+            .app
+            .engine()
             .store()
             .ledger_keys(false)
-            .await
-            .map_err(|e| crate::api::to_status(e.into()))?
+            .await?
             .into_iter()
             .map(|(t, _)| t.as_str().to_owned())
             .collect();
-        names.extend(state.engine.limits().overrides.keys().cloned());
+        names.extend(state.app.engine().limits().overrides.keys().cloned());
         let list = Arc::new(names.into_iter().collect::<Vec<_>>());
         *self.cached.lock().unwrap_or_else(|p| p.into_inner()) =
             Some((Instant::now(), list.clone()));
@@ -84,7 +82,7 @@ async fn list<S: Store>(
         admin(&state, &headers)?;
         let page = query(page, "search, offset and limit")?;
         let all = state.tenants.get(&state).await?;
-        let limits = state.engine.limits();
+        let limits = state.app.engine().limits();
         let (total, items) = page.of(all.iter().map(|t| (t.clone(), ())));
         let items: Vec<serde_json::Value> = items
             .into_iter()
@@ -135,7 +133,7 @@ async fn one<S: Store>(
             "tier: name the tier the tenant's calls use (?tier=…), as GetStatus does",
         )?;
         let id = TenantId::parse(&tenant)
-            .map_err(|e| Status::invalid_argument(format!("tenant: {}", e.message)))?;
+            .map_err(|e| AppError::invalid(format!("tenant: {}", e.message)))?;
         let tenant_status = get_status(&state, &who, &tenant, &tier, "").await?;
         let today = crate::domain::SystemClock.now_us();
         let users = nearest(&state, &who, &id, &tier, today).await?;
@@ -159,16 +157,15 @@ async fn get_status<S: Store>(
     tenant: &str,
     tier: &str,
     user: &str,
-) -> Result<serde_json::Value, Status> {
-    let mut request = tonic::Request::new(pb::GetStatusRequest {
+) -> Result<serde_json::Value, AppError> {
+    let request = pb::GetStatusRequest {
         tenant_id: tenant.into(),
         user_id: user.into(),
         tier: tier.into(),
         ..Default::default()
-    });
-    request.extensions_mut().insert(who.clone());
-    let response = state.api.get_status(request).await?;
-    serde_json::to_value(response.get_ref()).map_err(|e| Status::internal(e.to_string()))
+    };
+    let response = state.api.get_status(Some(who), request).await?;
+    serde_json::to_value(&response).map_err(|e| AppError::internal(e.to_string()))
 }
 
 /// The tenant's users with usage today, nearest their limits first (ten).
@@ -178,14 +175,9 @@ async fn nearest<S: Store>(
     tenant: &TenantId,
     tier: &str,
     now_us: i64,
-) -> Result<Vec<Nearest>, Status> {
+) -> Result<Vec<Nearest>, AppError> {
     let (_, today) = Period::of(now_us as f64);
-    let rows = state
-        .engine
-        .store()
-        .ledger(tenant, &[today])
-        .await
-        .map_err(|e| crate::api::to_status(e.into()))?;
+    let rows = state.app.engine().store().ledger(tenant, &[today]).await?;
     let users: BTreeSet<UserId> = rows.into_iter().flatten().filter_map(|r| r.user).collect();
     let mut out = Vec::new();
     for user in users.into_iter().take(USERS_READ) {
@@ -227,7 +219,7 @@ async fn month_so_far<S: Store>(
     state: &HttpState<S>,
     tenant: &TenantId,
     now_us: i64,
-) -> Result<serde_json::Value, Status> {
+) -> Result<serde_json::Value, AppError> {
     use chrono::Datelike;
     let now = chrono::DateTime::from_timestamp_micros(now_us).unwrap_or_default();
     let first = now.date_naive().with_day(1).unwrap_or(now.date_naive());
@@ -239,9 +231,9 @@ async fn month_so_far<S: Store>(
         to: (now.date_naive() + chrono::Days::new(1)).to_string(),
         by: By::Day,
     };
-    let limits = state.engine.limits();
-    let report = crate::admin::usage::report(state.engine.store(), Some(&limits), &query)
+    let limits = state.app.engine().limits();
+    let report = crate::admin::usage::report(state.app.engine().store(), Some(&limits), &query)
         .await
         .map_err(status)?;
-    serde_json::to_value(&report).map_err(|e| Status::internal(e.to_string()))
+    serde_json::to_value(&report).map_err(|e| AppError::internal(e.to_string()))
 }

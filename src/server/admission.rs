@@ -1,5 +1,6 @@
-//! Admission under overload, for gRPC (the gate itself is
-//! [`crate::api::admission`], shared with the HTTP API): at most `[server] max_in_flight` budget and
+//! Admission under overload, for gRPC (the gate itself is the application's,
+//! [`crate::app::admission`], shared with the HTTP API and the external
+//! processor's reservations): at most `[server] max_in_flight` budget and
 //! Envoy calls are worked on at once; a call that finds them all busy waits
 //! at most `queue_ms` (or half its own gRPC deadline, if less: the other half
 //! is for its work) for one to free, and is otherwise shed — `RESOURCE_EXHAUSTED` with a retry
@@ -17,7 +18,7 @@ const GATED: [&str; 2] = [
     "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
 ];
 
-use crate::api::admission::Gate;
+use crate::app::Gate;
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::codegen::{BoxFuture, Context, Poll, Service, http};
@@ -70,7 +71,7 @@ where
         Box::pin(async move {
             let _permit = match gate.admit(deadline).await {
                 Ok(permit) => permit,
-                Err(shed) => return Ok(shed.into_http()),
+                Err(shed) => return Ok(tonic::Status::from(shed).into_http()),
             };
             inner.call(request).await
         })

@@ -3,11 +3,9 @@
 use super::ServeError;
 use super::admission::Admission;
 use super::message_limit::MessageLimit;
-use crate::api::BudgetApi;
-use crate::api::admission::Gate;
-use crate::api::auth::Auth;
+use crate::api::{BudgetApi, interceptor};
+use crate::app::App;
 use crate::config::{Settings, TlsFiles};
-use crate::engine::Engine;
 use crate::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessorServer;
 use crate::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use crate::gateway::{EnvoyApi, LiveMap};
@@ -28,17 +26,15 @@ pub(super) struct Faces {
     pub(super) ext_proc: Arc<LiveReading>,
 }
 
-/// The gRPC services: the budget service, Envoy's rate limit service and
-/// external processor behind authentication, health, and
+/// The gRPC services over `app`: the budget service, Envoy's rate limit
+/// service and external processor behind authentication, health, and
 /// reflection in both versions (grpcurl speaks v1, while Python's
 /// grpcio-reflection and many older tools only speak v1alpha); over TLS when
 /// the settings name its files.
 pub(super) fn routes<S: Store>(
-    engine: Arc<Engine<S>>,
+    app: &Arc<App<S>>,
     faces: Faces,
     settings: &Settings,
-    auth: Arc<Auth>,
-    gate: Arc<Gate>,
     health: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
     >,
@@ -50,26 +46,26 @@ pub(super) fn routes<S: Store>(
     };
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
-    let budget = BudgetServiceServer::new(BudgetApi::new(engine.clone()))
+    let budget = BudgetServiceServer::new(BudgetApi::new(app.clone()))
         .max_decoding_message_size(settings.max_message_bytes);
-    let envoy = RateLimitServiceServer::new(EnvoyApi::new(engine.clone(), faces.envoy_map))
+    let envoy = RateLimitServiceServer::new(EnvoyApi::new(app.clone(), faces.envoy_map))
         .max_decoding_message_size(settings.max_message_bytes);
     let ext_proc = ExternalProcessorServer::new(ExtProcApi::new(
-        engine,
+        app.clone(),
         faces.ext_proc,
         settings.max_message_bytes,
     ))
     .max_decoding_message_size(settings.max_message_bytes);
     // One gate for both (and the HTTP API): the slots bound the work of the
     // whole replica; a call refused by authentication never takes one.
-    let budget = Admission::new(budget, gate.clone());
-    let envoy = Admission::new(envoy, gate);
+    let budget = Admission::new(budget, app.gate().clone());
+    let envoy = Admission::new(envoy, app.gate().clone());
     // Authentication runs on the headers, before the body is even decoded.
-    let budget = InterceptedService::new(budget, crate::api::auth::interceptor(auth.clone()));
-    let envoy = InterceptedService::new(envoy, crate::api::auth::interceptor(auth.clone()));
+    let budget = InterceptedService::new(budget, interceptor(app.auth().clone()));
+    let envoy = InterceptedService::new(envoy, interceptor(app.auth().clone()));
     // A stream lives as long as its HTTP request: not gated by the slots,
-    // which bound decisions (its reservation is one decision among them).
-    let ext_proc = InterceptedService::new(ext_proc, crate::api::auth::interceptor(auth));
+    // which bound decisions (its reservation takes one while it is made).
+    let ext_proc = InterceptedService::new(ext_proc, interceptor(app.auth().clone()));
     let budget = MessageLimit::new(budget, settings.max_message_bytes);
     let envoy = MessageLimit::new(envoy, settings.max_message_bytes);
     let ext_proc = MessageLimit::new(ext_proc, settings.max_message_bytes);

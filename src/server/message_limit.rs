@@ -2,10 +2,10 @@
 //! decoding — which must stay so: the limit bounds what a caller can make the
 //! server buffer — with OUT_OF_RANGE and its own words ("Error, decoded message
 //! length too large"), which do not say which setting to change. This wrapper
-//! puts [`Refusal::MessageTooLarge`]'s message, naming the setting, in place
+//! puts [`AppError::too_large`]'s message, naming the setting, in place
 //! of tonic's on those responses, and passes every other response through.
 
-use crate::api::{Refusal, refusal_status};
+use crate::app::AppError;
 use tonic::codegen::{BoxFuture, Context, Poll, Service, http};
 use tonic::server::NamedService;
 use tonic::{Code, Status};
@@ -59,13 +59,10 @@ where
                 && status.code() == Code::OutOfRange
                 && status.message().starts_with(TONIC_TOO_LARGE)
             {
-                let refusal = Refusal::MessageTooLarge {
-                    found: found_bytes(status.message()),
-                    limit,
-                };
+                let refusal = AppError::too_large(found_bytes(status.message()), limit);
                 // Only a message with bytes no header may carry fails here;
                 // tonic's own text then stays.
-                let _ = refusal_status(refusal).add_header(response.headers_mut());
+                let _ = Status::from(refusal).add_header(response.headers_mut());
             }
             Ok(response)
         })

@@ -57,6 +57,7 @@ mod envoy_answers;
 mod estimator;
 mod ext_proc;
 mod fallback;
+mod front_doors;
 mod hostile_input;
 mod images;
 mod learned_levels;

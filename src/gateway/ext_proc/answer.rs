@@ -4,9 +4,10 @@
 //! of docs/http.md.
 
 use super::llm_request::Api;
-use crate::api::http::{denial_status, reservation_headers, retry_after};
+use crate::api::http::{denial_status, error_status, reservation_headers, retry_after};
+use crate::app::{AppError, ErrorKind};
 use crate::domain::Denial;
-use crate::engine::{EngineError, ReserveOutcome};
+use crate::engine::ReserveOutcome;
 use crate::envoy::config::core::v3::header_value_option::HeaderAppendAction;
 use crate::envoy::config::core::v3::{HeaderValue, HeaderValueOption};
 use crate::envoy::extensions::filters::http::ext_proc::v3::ProcessingMode;
@@ -19,7 +20,6 @@ use crate::envoy::service::ext_proc::v3::{
     ProcessingResponse, TrailersResponse, body_mutation,
 };
 use crate::envoy::r#type::v3::HttpStatus;
-use crate::store::StoreError;
 use serde_json::json;
 
 /// Which message an answer replies to.
@@ -194,30 +194,35 @@ impl Refusal {
         )
     }
 
-    /// An engine error: the caller's mistake (400, 403) or the store's (503).
-    pub(super) fn engine(e: &EngineError) -> Self {
-        match e {
-            EngineError::Invalid(e) => Refusal::bad_request(e.to_string()),
-            EngineError::Store(e @ (StoreError::Unavailable(_) | StoreError::Unanswered(_))) => {
+    /// An error of the application, with the HTTP status of its kind: the
+    /// caller's mistake (400, 403), the store's (503, retry after a second)
+    /// or the service's (500).
+    pub(super) fn error(e: &AppError) -> Self {
+        let status = error_status(e.kind());
+        match e.kind() {
+            ErrorKind::Invalid => Refusal::bad_request(e.message().to_owned()),
+            ErrorKind::Forbidden => Refusal::plain(status, "permission_denied", e.message().into()),
+            ErrorKind::Unavailable => {
                 let mut r = Refusal::plain(
-                    503,
+                    status,
                     "budget_store_unavailable",
                     format!("the budget could not be checked ({e}); retry shortly"),
                 );
                 r.headers.push(("retry-after", "1".into()));
                 r
             }
-            other => Refusal::plain(
+            ErrorKind::Exhausted => {
+                let mut r = Refusal::plain(status, "overloaded", e.message().into());
+                let secs = e.retry_after_ms().unwrap_or(1000).div_ceil(1000).max(1);
+                r.headers.push(("retry-after", secs.to_string()));
+                r
+            }
+            _ => Refusal::plain(
                 500,
                 "budget_error",
-                format!("the budget could not be checked ({other}); report this to the operator"),
+                format!("the budget could not be checked ({e}); report this to the operator"),
             ),
         }
-    }
-
-    /// A caller whose token may not act for the tenant.
-    pub(super) fn forbidden(message: String) -> Self {
-        Refusal::plain(403, "permission_denied", message)
     }
 
     fn plain(status: u16, code: &'static str, message: String) -> Self {

@@ -21,8 +21,8 @@ pub mod reading;
 mod session;
 pub mod usage;
 
-use crate::api::auth;
-use crate::engine::Engine;
+use crate::api::caller_of;
+use crate::app::App;
 use crate::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessor;
 use crate::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
 use crate::store::Store;
@@ -35,21 +35,21 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
-/// The external processor face of an [`Engine`].
+/// The external processor face of an [`App`].
 pub struct ExtProcApi<S> {
-    engine: Arc<Engine<S>>,
+    app: Arc<App<S>>,
     reading: Arc<LiveReading>,
     max_body_bytes: usize,
 }
 
 impl<S> ExtProcApi<S> {
-    /// Serves `engine`, reading requests by `reading` (replaced when the
+    /// Serves `app`, reading requests by `reading` (replaced when the
     /// configuration changes). A request body larger than `max_body_bytes`
     /// is refused (413). Callers are authenticated in front of it; a token
     /// bound to tenants may only reserve for those.
-    pub fn new(engine: Arc<Engine<S>>, reading: Arc<LiveReading>, max_body_bytes: usize) -> Self {
+    pub fn new(app: Arc<App<S>>, reading: Arc<LiveReading>, max_body_bytes: usize) -> Self {
         ExtProcApi {
-            engine,
+            app,
             reading,
             max_body_bytes,
         }
@@ -71,10 +71,10 @@ impl<S: Store> ExternalProcessor for ExtProcApi<S> {
         &self,
         request: Request<Streaming<ProcessingRequest>>,
     ) -> Result<Response<Answers>, Status> {
-        let caller = request.extensions().get::<auth::Caller>().cloned();
+        let caller = caller_of(request.extensions()).cloned();
         let mut inbound = request.into_inner();
         let mut session = Session::new(
-            self.engine.clone(),
+            self.app.clone(),
             self.reading.get(),
             caller,
             self.max_body_bytes,

@@ -14,12 +14,12 @@ use super::answer::{Changes, Part, Refusal, pass_headers, proceed};
 use super::llm_request::{Api, LlmRequest, NotRead};
 use super::reading::{Reading, RequestHead};
 use super::usage::{AnswerReader, Usage};
-use crate::api::auth;
 use crate::api::http::reservation_headers;
+use crate::app::{App, Caller};
 use crate::config::OtherRequests;
 use crate::domain::plan::ReserveRequest;
 use crate::domain::{Prompt, PromptInput, ReservationId};
-use crate::engine::{CommitRequest, Completion, Engine};
+use crate::engine::{CommitRequest, Completion};
 use crate::envoy::config::core::v3::Metadata;
 use crate::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use crate::envoy::service::ext_proc::v3::processing_request::Request as Message;
@@ -66,10 +66,10 @@ pub(super) const CHOSEN_MODEL_HEADER: &str = "x-ctxbudget-model";
 
 /// One processing stream's state.
 pub(super) struct Session<S> {
-    engine: Arc<Engine<S>>,
+    app: Arc<App<S>>,
     reading: Arc<Reading>,
     /// The authenticated gRPC caller, whose token may be bound to tenants.
-    auth: Option<auth::Caller>,
+    caller: Option<Caller>,
     max_body_bytes: usize,
     state: State,
     head: RequestHead,
@@ -95,15 +95,15 @@ pub(super) struct Session<S> {
 
 impl<S: Store> Session<S> {
     pub(super) fn new(
-        engine: Arc<Engine<S>>,
+        app: Arc<App<S>>,
         reading: Arc<Reading>,
-        auth: Option<auth::Caller>,
+        caller: Option<Caller>,
         max_body_bytes: usize,
     ) -> Self {
         Session {
-            engine,
+            app,
             reading,
-            auth,
+            caller,
             max_body_bytes,
             state: State::Start,
             head: RequestHead::default(),
@@ -354,10 +354,10 @@ impl<S: Store> Session<S> {
             .reading
             .caller(&self.head, self.metadata.as_ref())
             .map_err(|e| Box::new(Refusal::bad_request(e.to_string())))?;
-        if let Some(a) = &self.auth {
-            a.check_tenant(caller.tenant.as_str())
-                .map_err(|s| Box::new(Refusal::forbidden(s.message().to_owned())))?;
-        }
+        // Refused before the body's fallbacks are read, as the application
+        // refuses it (the reservation checks it again).
+        crate::app::check_tenant(self.caller.as_ref(), caller.tenant.as_str())
+            .map_err(|e| Box::new(Refusal::error(&e)))?;
         let fallbacks = self.fallbacks(call)?;
         let req = ReserveRequest {
             tenant: caller.tenant,
@@ -376,7 +376,13 @@ impl<S: Store> Session<S> {
             declared: Default::default(),
         };
         let named = !req.fallbacks.is_empty();
-        let out = Box::pin(self.engine.reserve(req))
+        // A decision among the replica's others: it takes a slot of the
+        // admission gate while it is made (the stream itself holds none).
+        let slot = self.app.gate().admit(None).await;
+        let _slot = slot.map_err(|e| Box::new(Refusal::error(&e)))?;
+        let out = self
+            .app
+            .reserve(self.caller.as_ref(), req)
             .await
             .map(|mut out| {
                 if named {
@@ -384,13 +390,13 @@ impl<S: Store> Session<S> {
                 }
                 out
             })
-            .map_err(|e| Box::new(Refusal::engine(&e)))?;
+            .map_err(|e| Box::new(Refusal::error(&e)))?;
         let with_headers = self.reading.section.headers;
         if out.denial.is_some() {
             return Err(Box::new(Refusal::denied(&out, with_headers)));
         }
         let id = out.reservation_id.as_deref().unwrap_or_default();
-        let id = ReservationId::parse(id).map_err(|e| Box::new(Refusal::engine(&e.into())))?;
+        let id = ReservationId::parse(id).map_err(|e| Box::new(Refusal::error(&e.into())))?;
         if with_headers {
             self.limit_headers = reservation_headers(&out.limits, None);
         }
@@ -511,11 +517,10 @@ impl<S: Store> Session<S> {
                     reasoning_tokens: u.reasoning_tokens,
                     declared: Default::default(),
                 };
-                Box::pin(self.engine.commit(req)).await.map(|_| how)
+                let caller = self.caller.as_ref();
+                self.app.commit(caller, req).await.map(|_| how)
             }
-            None => Box::pin(self.engine.refund(&held.id))
-                .await
-                .map(|_| "refunded"),
+            None => (self.app.refund(self.caller.as_ref(), &held.id).await).map(|_| "refunded"),
         };
         match result {
             Ok(how) => telemetry::ext_proc_settled(how),
@@ -533,7 +538,7 @@ impl<S: Store> Session<S> {
         if held.leased_at.elapsed() < held.lease / 2 {
             return;
         }
-        match Box::pin(self.engine.renew(&held.id, None)).await {
+        match self.app.renew(self.caller.as_ref(), &held.id, None).await {
             Ok(r) if r.expires_in_ms > 0 => {
                 held.leased_at = Instant::now();
                 held.lease = Duration::from_millis(r.expires_in_ms);

@@ -1,5 +1,5 @@
 //! `envoy.service.ratelimit.v3.RateLimitService`: Envoy's rate limit protocol
-//! over the engine's charges (docs/envoy.md). Each descriptor is mapped by
+//! over the application's charges (docs/envoy.md). Each descriptor is mapped by
 //! the live `[envoy]` map to a tenant's levels and decided on its own, in
 //! order, as envoyproxy/ratelimit decides them:
 //!
@@ -21,10 +21,11 @@ pub mod descriptor;
 mod notes;
 mod reply;
 
-use crate::api::{span, timed_with};
+use crate::api::caller_of;
+use crate::app::{App, AppError, Caller, span, timed};
 use crate::domain::InvalidInput;
 use crate::domain::limits::MAX_COUNT;
-use crate::engine::{ChargeInput, Engine, EngineError};
+use crate::engine::ChargeInput;
 use crate::envoy::service::ratelimit::v3 as rls;
 use crate::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use crate::store::{Store, StoreError};
@@ -39,19 +40,19 @@ pub const MAX_DESCRIPTORS: usize = 64;
 /// The most entries one descriptor may carry.
 pub const MAX_ENTRIES: usize = 64;
 
-/// The Envoy rate limit face of an [`Engine`].
+/// The Envoy rate limit face of an [`App`].
 pub struct EnvoyApi<S> {
-    engine: Arc<Engine<S>>,
+    app: Arc<App<S>>,
     map: Arc<LiveMap>,
 }
 
 impl<S> EnvoyApi<S> {
-    /// Serves `engine`, mapping descriptors by `map` (replaced with the
+    /// Serves `app`, mapping descriptors by `map` (replaced with the
     /// engine's limits when the configuration changes). Callers are
     /// authenticated in front of it, like the budget service's; a token bound
     /// to tenants may only charge those.
-    pub fn new(engine: Arc<Engine<S>>, map: Arc<LiveMap>) -> Self {
-        EnvoyApi { engine, map }
+    pub fn new(app: Arc<App<S>>, map: Arc<LiveMap>) -> Self {
+        EnvoyApi { app, map }
     }
 }
 
@@ -61,7 +62,7 @@ struct Planned<'a> {
     hits: u64,
 }
 
-fn invalid(message: String) -> EngineError {
+fn invalid(message: String) -> AppError {
     InvalidInput::new("descriptors", message).into()
 }
 
@@ -69,7 +70,7 @@ fn invalid(message: String) -> EngineError {
 fn plan<'a>(
     map: &'a DescriptorMap,
     req: &'a rls::RateLimitRequest,
-) -> Result<Vec<Planned<'a>>, EngineError> {
+) -> Result<Vec<Planned<'a>>, AppError> {
     // The request's hits, for descriptors without their own: 0 means 1.
     let default_hits = u64::from(req.hits_addend.max(1));
     let mut out = Vec::with_capacity(req.descriptors.len());
@@ -126,22 +127,23 @@ impl<S: Store> EnvoyApi<S> {
     )]
     async fn decide(
         &self,
-        request: &Request<rls::RateLimitRequest>,
-    ) -> Result<rls::RateLimitResponse, Status> {
-        let req = request.get_ref();
+        caller: Option<&Caller>,
+        req: &rls::RateLimitRequest,
+    ) -> Result<rls::RateLimitResponse, AppError> {
         if req.domain.is_empty() {
             let e = InvalidInput::new(
                 "domain",
                 "is empty; set the rate limit filter's domain (docs/envoy.md)",
             );
-            return Err(EngineError::from(e).into());
+            return Err(e.into());
         }
         if req.descriptors.is_empty() || req.descriptors.len() > MAX_DESCRIPTORS {
             let n = req.descriptors.len();
-            return Err(
-                invalid(format!("has {n} descriptors; send 1 to {MAX_DESCRIPTORS}")).into(),
-            );
+            return Err(invalid(format!(
+                "has {n} descriptors; send 1 to {MAX_DESCRIPTORS}"
+            )));
         }
+        let engine = self.app.engine();
         let map = self.map.get();
         let map = map.as_ref();
         let mut answer = Answer::new(map.headers);
@@ -149,15 +151,15 @@ impl<S: Store> EnvoyApi<S> {
         // descriptor it cannot place may be one the live map places, so it is
         // no OK to give.
         let unsure = || {
-            EngineError::Store(StoreError::Unavailable(
+            AppError::from(StoreError::Unavailable(
                 "the [envoy] map in Redis has not been loaded yet (Redis does not answer), and \
                  the configuration file's map does not place this request"
                     .into(),
             ))
         };
         if !map.serves(&req.domain) {
-            if self.engine.is_provisional() {
-                return Err(unsure().into());
+            if engine.is_provisional() {
+                return Err(unsure());
             }
             notes::note_other_domain(&req.domain, &map.domain);
             for _ in &req.descriptors {
@@ -169,11 +171,8 @@ impl<S: Store> EnvoyApi<S> {
         let planned = plan(map, req)?;
         for p in &planned {
             match &p.mapping {
-                Mapping::Budget(d) => {
-                    crate::api::auth::check_tenant(request, d.tenant.as_str())?;
-                    self.engine.check_tier(d.tier, d.tenant.as_str())?;
-                }
-                Mapping::Unmapped if self.engine.is_provisional() => return Err(unsure().into()),
+                Mapping::Budget(d) => self.app.check_charge(caller, d.tenant.as_str(), d.tier)?,
+                Mapping::Unmapped if engine.is_provisional() => return Err(unsure()),
                 Mapping::Unmapped => {}
             }
         }
@@ -188,7 +187,7 @@ impl<S: Store> EnvoyApi<S> {
                 Mapping::Budget(d) => d,
             };
             let usage = d.path.charges_usage(p.hits);
-            let out = Box::pin(self.engine.charge(charge_of(d, p.hits))).await?;
+            let out = self.app.charge(caller, charge_of(d, p.hits)).await?;
             let outcome = match (&out.denial, usage) {
                 (Some(_), _) => "over_limit",
                 (None, true) => "charged",
@@ -210,11 +209,13 @@ impl<S: Store> RateLimitService for EnvoyApi<S> {
         &self,
         request: Request<rls::RateLimitRequest>,
     ) -> Result<Response<rls::RateLimitResponse>, Status> {
-        timed_with(
+        let (_, extensions, req) = request.into_parts();
+        let span = span("ShouldRateLimit", None);
+        let decided = timed(
             "ShouldRateLimit",
-            span("ShouldRateLimit", None),
-            self.decide(&request),
-        )
-        .await
+            span,
+            self.decide(caller_of(&extensions), &req),
+        );
+        decided.await.map(Response::new).map_err(Status::from)
     }
 }

@@ -1,18 +1,19 @@
-//! Caller authentication: bearer tokens in the `authorization` metadata,
-//! compared in constant time. Tokens are a set, so during a rotation the new
-//! token and the previous one both work; SIGHUP reloads them. A token may be
-//! bound to tenants: a caller naming another tenant — or settling another
-//! tenant's reservation — gets PERMISSION_DENIED. An unauthenticated call gets
-//! UNAUTHENTICATED and touches nothing. Tokens never reach a log.
+//! Who is calling: bearer tokens, compared in constant time, and what each
+//! may do. Tokens are a set, so during a rotation the new token and the
+//! previous one both work; SIGHUP reloads them. A token may be bound to
+//! tenants: a caller naming another tenant — or settling another tenant's
+//! reservation — is refused [`ErrorKind::Forbidden`], by every front door in
+//! the same words. An unauthenticated call is refused
+//! [`ErrorKind::Unauthenticated`] and touches nothing. Tokens never reach a
+//! log. Every refusal is counted here (`ctxbudget_auth_refused_total`).
 
-use super::errors::{Refusal, refusal_status};
+use super::error::{AppError, ErrorKind};
 pub use crate::config::{MIN_TOKEN_LEN, Role, TokenSection};
 use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
 use subtle::ConstantTimeEq;
-use tonic::{Request, Status};
 
-/// Who is calling, once authenticated; handlers check tenants against it.
+/// Who is calling, once authenticated.
 #[derive(Clone, Debug)]
 pub struct Caller {
     /// The token's name.
@@ -27,11 +28,11 @@ impl Caller {
         self.role == Role::Admin
     }
 
-    /// PERMISSION_DENIED unless this caller may act for `tenant`.
-    pub fn check_tenant(&self, tenant: &str) -> Result<(), Status> {
+    /// [`ErrorKind::Forbidden`] unless this caller may act for `tenant`.
+    pub fn check_tenant(&self, tenant: &str) -> Result<(), AppError> {
         match &self.tenants {
             Some(allowed) if !allowed.contains(tenant) => {
-                Err(refusal_status(Refusal::PermissionDenied(format!(
+                Err(refused(AppError::forbidden(format!(
                     "token {:?} may not act for tenant {:?}; use a token bound to that tenant",
                     self.name,
                     tenant.chars().take(64).collect::<String>()
@@ -40,6 +41,18 @@ impl Caller {
             _ => Ok(()),
         }
     }
+}
+
+/// May `caller` act for `tenant`? Without authentication (no caller),
+/// anyone may.
+pub fn check_tenant(caller: Option<&Caller>, tenant: &str) -> Result<(), AppError> {
+    caller.map_or(Ok(()), |c| c.check_tenant(tenant))
+}
+
+/// `e`, counted as a refused caller.
+fn refused(e: AppError) -> AppError {
+    crate::telemetry::auth_refused(e.kind().code_name());
+    e
 }
 
 /// A reload that would have turned authentication off: the current tokens
@@ -80,41 +93,28 @@ impl Auth {
         Ok(())
     }
 
-    /// True when callers must authenticate.
-    pub fn enabled(&self) -> bool {
-        !self
-            .tokens
+    fn tokens(&self) -> Arc<Vec<TokenSection>> {
+        self.tokens
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .is_empty()
+            .clone()
+    }
+
+    /// True when callers must authenticate.
+    pub fn enabled(&self) -> bool {
+        !self.tokens().is_empty()
     }
 
     /// True when some token has `role = "admin"`.
     pub fn has_admin(&self) -> bool {
-        self.tokens
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .any(|t| t.role == Role::Admin)
+        self.tokens().iter().any(|t| t.role == Role::Admin)
     }
 
-    /// The caller behind `request`'s bearer token, or UNAUTHENTICATED.
-    pub fn authenticate<T>(&self, request: &Request<T>) -> Result<Option<Caller>, Status> {
-        let header = request
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok());
-        self.authenticate_header(header)
-    }
-
-    /// The caller behind an `authorization` header's value (`Bearer <token>`),
-    /// or UNAUTHENTICATED; `None` when authentication is off.
-    pub fn authenticate_header(&self, header: Option<&str>) -> Result<Option<Caller>, Status> {
-        let tokens = self
-            .tokens
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+    /// The caller behind an `authorization` header's value (`Bearer
+    /// <token>`, gRPC metadata or HTTP), or [`ErrorKind::Unauthenticated`];
+    /// `None` when authentication is off.
+    pub fn authenticate(&self, header: Option<&str>) -> Result<Option<Caller>, AppError> {
+        let tokens = self.tokens();
         if tokens.is_empty() {
             return Ok(None);
         }
@@ -124,8 +124,10 @@ impl Auth {
                     .or_else(|| v.strip_prefix("bearer "))
             })
             .ok_or_else(|| {
-                refusal_status(Refusal::Unauthenticated(
-                    "missing bearer token: send the header (gRPC metadata) `authorization: Bearer <token>`",
+                refused(AppError::new(
+                    ErrorKind::Unauthenticated,
+                    "missing bearer token: send the header (gRPC metadata) `authorization: \
+                     Bearer <token>`",
                 ))
             })?;
         // Compare with every token, in constant time, before deciding.
@@ -141,8 +143,34 @@ impl Auth {
                 tenants: t.tenants.clone(),
                 role: t.role,
             })),
-            None => Err(refusal_status(Refusal::Unauthenticated(
+            None => Err(refused(AppError::new(
+                ErrorKind::Unauthenticated,
                 "invalid bearer token: it is not among the service's configured tokens",
+            ))),
+        }
+    }
+
+    /// The admin caller behind an `authorization` header's value (the admin
+    /// API and the console): [`ErrorKind::Unauthenticated`] without a valid
+    /// token, [`ErrorKind::Forbidden`] for a caller's token or when no admin
+    /// token is configured at all.
+    pub fn authenticate_admin(&self, header: Option<&str>) -> Result<Caller, AppError> {
+        if !self.has_admin() {
+            return Err(refused(AppError::forbidden(
+                "the admin API and the console take an admin token, and none is configured: \
+                 add [[auth.tokens]] with role = \"admin\" to the configuration file and send \
+                 the service SIGHUP (docs/http-api.md#admin-api)",
+            )));
+        }
+        match self.authenticate(header)? {
+            Some(c) if c.is_admin() => Ok(c),
+            Some(c) => Err(refused(AppError::forbidden(format!(
+                "token {:?} is a caller's token; the admin API takes a token of role \"admin\"",
+                c.name
+            )))),
+            None => Err(refused(AppError::new(
+                ErrorKind::Unauthenticated,
+                "missing bearer token: send the header `authorization: Bearer <admin token>`",
             ))),
         }
     }
@@ -162,37 +190,6 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     equal.into()
 }
 
-/// The gRPC interceptor in front of BudgetService: it runs on the headers,
-/// before the body is decoded, so an unauthenticated call is refused
-/// UNAUTHENTICATED whatever its body, and touches nothing. The caller it finds
-/// goes into the request's extensions for the tenant checks.
-pub fn interceptor(
-    auth: Arc<Auth>,
-) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone + Send + Sync + 'static {
-    move |mut request: Request<()>| match auth.authenticate(&request) {
-        Ok(Some(caller)) => {
-            request.extensions_mut().insert(caller);
-            Ok(request)
-        }
-        Ok(None) => Ok(request),
-        Err(status) => {
-            crate::telemetry::auth_refused(status.code());
-            Err(status)
-        }
-    }
-}
-
-/// May the caller of `request` (put there by [`interceptor`]) act for
-/// `tenant`? Without authentication, anyone may.
-pub fn check_tenant<T>(request: &Request<T>, tenant: &str) -> Result<(), Status> {
-    match request.extensions().get::<Caller>() {
-        Some(caller) => caller.check_tenant(tenant).inspect_err(|status| {
-            crate::telemetry::auth_refused(status.code());
-        }),
-        None => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,14 +201,6 @@ mod tests {
             tenants: tenants.map(|t| t.iter().map(|s| s.to_string()).collect()),
             role: Role::Caller,
         }
-    }
-
-    fn request(auth: Option<&str>) -> Request<()> {
-        let mut r = Request::new(());
-        if let Some(a) = auth {
-            r.metadata_mut().insert("authorization", a.parse().unwrap());
-        }
-        r
     }
 
     #[test]
@@ -233,33 +222,48 @@ mod tests {
             token("new", "s2", Some(&["acme"])),
         ]);
         assert_eq!(
-            auth.authenticate(&request(Some("Bearer s1")))
-                .unwrap()
-                .unwrap()
-                .name,
+            auth.authenticate(Some("Bearer s1")).unwrap().unwrap().name,
             "old"
         );
-        let new = auth
-            .authenticate(&request(Some("Bearer s2")))
-            .unwrap()
-            .unwrap();
+        let new = auth.authenticate(Some("Bearer s2")).unwrap().unwrap();
         assert!(new.check_tenant("acme").is_ok());
         assert_eq!(
-            new.check_tenant("globex").unwrap_err().code(),
-            tonic::Code::PermissionDenied
+            new.check_tenant("globex").unwrap_err().kind(),
+            ErrorKind::Forbidden
         );
         for bad in [None, Some("Bearer nope"), Some("s1"), Some("Basic s1")] {
-            let err = auth.authenticate(&request(bad)).unwrap_err();
-            assert_eq!(err.code(), tonic::Code::Unauthenticated, "{bad:?}");
+            let err = auth.authenticate(bad).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Unauthenticated, "{bad:?}");
             assert!(!err.message().contains("s1") && !err.message().contains("s2"));
         }
         assert!(format!("{:?}", token("x", "secret", None)).contains("redacted"));
-        assert!(
-            Auth::default()
-                .authenticate(&request(None))
-                .unwrap()
-                .is_none(),
-            "off"
+        assert!(Auth::default().authenticate(None).unwrap().is_none(), "off");
+    }
+
+    #[test]
+    fn the_admin_api_takes_only_admin_tokens() {
+        let caller_only = Auth::new(vec![token("gw", "s1", None)]);
+        let e = caller_only
+            .authenticate_admin(Some("Bearer s1"))
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Forbidden);
+        assert!(e.message().contains("none is configured"), "{e}");
+        let mut admin = token("ops", "s2", None);
+        admin.role = Role::Admin;
+        let auth = Auth::new(vec![token("gw", "s1", None), admin]);
+        assert_eq!(
+            auth.authenticate_admin(Some("Bearer s1"))
+                .unwrap_err()
+                .kind(),
+            ErrorKind::Forbidden
+        );
+        assert_eq!(
+            auth.authenticate_admin(None).unwrap_err().kind(),
+            ErrorKind::Unauthenticated
+        );
+        assert_eq!(
+            auth.authenticate_admin(Some("Bearer s2")).unwrap().name,
+            "ops"
         );
     }
 }

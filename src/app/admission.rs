@@ -2,13 +2,15 @@
 //! on at once, over every transport (gRPC's budget and Envoy services, the
 //! HTTP API); a decision that finds them all busy waits at most `queue_ms` (or
 //! half its own deadline, if less) for one to free, and is otherwise shed with
-//! a status that says when to retry, before any of its work starts.
+//! an error that says when to retry, before any of its work starts. Each
+//! front door takes its slot at its earliest point (gRPC before decoding,
+//! HTTP before reading the body), from this one gate.
 
+use super::error::{AppError, ErrorKind};
 use crate::config::AdmissionSettings;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tonic::{Code, Status};
 
 /// The slots every admitted call shares, across connections and services.
 pub struct Gate {
@@ -34,13 +36,13 @@ impl Gate {
 
     /// The refusal of a call that found no slot in time; `deadline`: its
     /// own deadline ran out first.
-    pub fn shed(&self, deadline: bool) -> Status {
+    pub fn shed(&self, deadline: bool) -> AppError {
         let s = &self.settings;
-        let mut status = match deadline {
+        let error = match deadline {
             true => {
                 crate::telemetry::shed("deadline");
-                Status::new(
-                    Code::DeadlineExceeded,
+                AppError::new(
+                    ErrorKind::DeadlineExceeded,
                     format!(
                         "half the call's deadline passed while it waited for one of the \
                          {} calls in flight to finish ([server] max_in_flight), too little \
@@ -52,8 +54,8 @@ impl Gate {
             }
             false => {
                 crate::telemetry::shed("full");
-                Status::new(
-                    Code::ResourceExhausted,
+                AppError::new(
+                    ErrorKind::Exhausted,
                     format!(
                         "the service is at its limit of {} calls in flight ([server] \
                          max_in_flight) and none finished within {} ms; nothing was \
@@ -65,18 +67,16 @@ impl Gate {
                 )
             }
         };
-        // gRPC's retry pushback: a client retrying by policy waits this long.
-        if let Ok(v) = s.retry_ms.to_string().parse() {
-            status.metadata_mut().insert("grpc-retry-pushback-ms", v);
-        }
-        status
+        // A client retrying by policy waits this long (gRPC's retry
+        // pushback, HTTP's Retry-After).
+        error.retry_after(s.retry_ms)
     }
 }
 
 impl Gate {
     /// A slot, waited for as the module says (`deadline`: the call's own),
     /// or the refusal of a call shed. The slot frees when the permit drops.
-    pub async fn admit(self: &Arc<Self>, deadline: Option<Duration>) -> Result<Permit, Status> {
+    pub async fn admit(self: &Arc<Self>, deadline: Option<Duration>) -> Result<Permit, AppError> {
         let permit = match self.slots.clone().try_acquire_owned() {
             Ok(permit) => permit,
             Err(_) => {

@@ -1,0 +1,271 @@
+//! One rule, five front doors: a token bound to tenant `acme` that acts for
+//! `globex` is refused by gRPC, the HTTP API, Envoy's rate limit service and
+//! Envoy's external processor in the same words (the application layer's),
+//! each in its own transport's "forbidden"; the admin API, whose admin
+//! tokens act for every tenant (the configuration refuses binding one),
+//! refuses it as the caller's token it is, 403 as well. Nothing of
+//! `globex`'s budget changes.
+
+use crate::support;
+
+use ctxbudget::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use ctxbudget::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use ctxbudget::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
+use ctxbudget::envoy::service::ext_proc::v3::processing_request::Request as Part;
+use ctxbudget::envoy::service::ext_proc::v3::processing_response::Response as Answer;
+use ctxbudget::envoy::service::ext_proc::v3::{HttpBody, HttpHeaders, ProcessingRequest};
+use ctxbudget::envoy::service::ratelimit::v3::RateLimitRequest;
+use ctxbudget::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use ctxbudget::gateway::ext_proc::reading::header_map;
+use ctxbudget::pb;
+use serde_json::Value;
+use std::time::Duration;
+use support::{Backend, Harness, reserve};
+use tonic::transport::Channel;
+use tonic::{Code, Request};
+
+const GATEWAY: &str = "gateway-token-0123456789abcdef";
+const ACME_GATEWAY: &str = "acme-gateway-token-0123456789";
+const ADMIN: &str = "admin-token-0123456789abcdefgh";
+
+/// `message` with `authorization: Bearer <token>`.
+fn with_token<T>(message: T, token: &str) -> Request<T> {
+    let mut request = Request::new(message);
+    let value = format!("Bearer {token}").parse().unwrap();
+    request.metadata_mut().insert("authorization", value);
+    request
+}
+
+/// The refusal every door gives the token named `name` acting for `globex`.
+fn refusal(name: &str) -> String {
+    format!("token {name:?} may not act for tenant \"globex\"; use a token bound to that tenant")
+}
+
+async fn channel(h: &Harness) -> Channel {
+    Channel::from_shared(format!("http://{}", h.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// Requests `globex` has left this minute, asked with the unbound token.
+async fn globex_left(h: &Harness) -> i64 {
+    let status = pb::GetStatusRequest {
+        tenant_id: "globex".into(),
+        user_id: "u".into(),
+        tier: "free".into(),
+        ..Default::default()
+    };
+    let s = h
+        .client
+        .clone()
+        .get_status(with_token(status, GATEWAY))
+        .await
+        .expect("status with the unbound token")
+        .into_inner();
+    support::limit(&s.limits, pb::Level::Tenant, pb::Dimension::Requests, 60).remaining
+}
+
+/// POSTs or GETs `path` on the HTTP listener with `token`: the status and
+/// the JSON body.
+async fn http(port: u16, method: &str, path: &str, token: &str, body: &str) -> (u16, Value) {
+    let client = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}{path}");
+    let request = match method {
+        "GET" => client.get(url),
+        _ => client.post(url).body(body.to_owned()),
+    };
+    let response = request
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .send()
+        .await
+        .expect("the HTTP listener answers");
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (status, serde_json::from_str(&text).expect("a JSON body"))
+}
+
+/// One LLM request through the external processor for `tenant`: the
+/// immediate answer's status and JSON body.
+async fn ext_proc(h: &Harness, tenant: &str) -> (u32, Value) {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<ProcessingRequest>(2);
+    let requests = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    let mut answers = ExternalProcessorClient::new(channel(h).await)
+        .process(with_token(requests, ACME_GATEWAY))
+        .await
+        .expect("the stream opens for an authenticated caller")
+        .into_inner();
+    let headers = header_map(&[
+        (":method", "POST"),
+        (":path", "/v1/chat/completions"),
+        ("content-type", "application/json"),
+        ("x-tenant-id", tenant),
+        ("x-user-id", "u"),
+        ("x-tier", "free"),
+    ]);
+    let body = br#"{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}"#;
+    let parts = [
+        Part::RequestHeaders(HttpHeaders {
+            headers: Some(headers),
+            ..HttpHeaders::default()
+        }),
+        Part::RequestBody(HttpBody {
+            body: body.to_vec(),
+            end_of_stream: true,
+            ..HttpBody::default()
+        }),
+    ];
+    let mut last = None;
+    for part in parts {
+        let msg = ProcessingRequest {
+            request: Some(part),
+            ..ProcessingRequest::default()
+        };
+        tx.send(msg).await.unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(30), answers.message())
+            .await
+            .expect("an answer within 30 s")
+            .expect("the stream stays up")
+            .expect("an answer");
+        last = answer.response;
+    }
+    match last.expect("a response part") {
+        Answer::ImmediateResponse(r) => (
+            r.status.expect("a status").code as u32,
+            serde_json::from_slice(&r.body).expect("a JSON body"),
+        ),
+        other => panic!("expected an immediate answer, got {other:#?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_front_door_refuses_a_token_bound_to_another_tenant_in_the_same_words() {
+    let port = support::free_port();
+    let config = format!(
+        r#"
+[http]
+listen = "127.0.0.1:{port}"
+allow_plaintext = true
+
+[envoy]
+default_tier = "free"
+
+[ext_proc]
+default_tier = "free"
+
+[[auth.tokens]]
+name = "gateway"
+token = "{GATEWAY}"
+
+[[auth.tokens]]
+name = "acme-gateway"
+token = "{ACME_GATEWAY}"
+tenants = ["acme"]
+
+[[auth.tokens]]
+name = "admin"
+token = "{ADMIN}"
+role = "admin"
+"#
+    );
+    let h = Harness::start(Backend::Memory, &config).await;
+    let before = globex_left(&h).await;
+    let expected = refusal("acme-gateway");
+
+    // gRPC.
+    let e = h
+        .client
+        .clone()
+        .check_and_reserve(with_token(
+            reserve("globex", "u", "free", 10, 10),
+            ACME_GATEWAY,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.code(), e.message()),
+        (Code::PermissionDenied, expected.as_str())
+    );
+
+    // The HTTP API.
+    let body = r#"{"tenantId": "globex", "userId": "u", "tier": "free", "model": "gpt-4o",
+                   "promptTokens": 10, "maxOutputTokens": 10}"#;
+    let (status, json) = http(port, "POST", "/v1/check-and-reserve", ACME_GATEWAY, body).await;
+    assert_eq!(status, 403, "{json}");
+    assert_eq!(json["error"]["status"], "PERMISSION_DENIED", "{json}");
+    assert_eq!(json["error"]["message"], expected.as_str(), "{json}");
+
+    // Envoy's rate limit service.
+    let descriptor = |tenant: &str| RateLimitDescriptor {
+        entries: vec![
+            Entry {
+                key: "tenant".into(),
+                value: tenant.into(),
+            },
+            Entry {
+                key: "user".into(),
+                value: "u".into(),
+            },
+        ],
+        ..Default::default()
+    };
+    let rls = RateLimitRequest {
+        domain: "llm".into(),
+        descriptors: vec![descriptor("globex")],
+        hits_addend: 1,
+    };
+    let e = RateLimitServiceClient::new(channel(&h).await)
+        .should_rate_limit(with_token(rls, ACME_GATEWAY))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.code(), e.message()),
+        (Code::PermissionDenied, expected.as_str())
+    );
+
+    // Envoy's external processor: the caller's request is answered 403 in
+    // its API's error format.
+    let (status, json) = ext_proc(&h, "globex").await;
+    assert_eq!(status, 403, "{json}");
+    assert_eq!(json["error"]["message"], expected.as_str(), "{json}");
+    assert_eq!(json["error"]["code"], "permission_denied", "{json}");
+
+    // The admin API: the bound token looks at globex.
+    let (status, json) = http(
+        port,
+        "GET",
+        "/admin/v1/tenants/globex?tier=free",
+        ACME_GATEWAY,
+        "",
+    )
+    .await;
+    assert_eq!(status, 403, "{json}");
+    assert_eq!(json["error"]["status"], "PERMISSION_DENIED", "{json}");
+    assert_eq!(
+        json["error"]["message"],
+        "token \"acme-gateway\" is a caller's token; the admin API takes a token of role \"admin\"",
+        "{json}"
+    );
+
+    assert_eq!(globex_left(&h).await, before, "nothing of globex changed");
+    // The bound token still works for its own tenant.
+    let own = h
+        .client
+        .clone()
+        .check_and_reserve(with_token(
+            reserve("acme", "u", "free", 10, 10),
+            ACME_GATEWAY,
+        ))
+        .await
+        .expect("the bound token reserves for acme")
+        .into_inner();
+    assert!(own.allowed);
+    let body = body.replace("globex", "acme").replace(r#""u""#, r#""v""#);
+    let (status, json) = http(port, "POST", "/v1/check-and-reserve", ACME_GATEWAY, &body).await;
+    assert_eq!(status, 200, "{json}");
+    let (status, json) = http(port, "GET", "/admin/v1/tenants/globex?tier=free", ADMIN, "").await;
+    assert_eq!(status, 200, "an admin token acts for every tenant: {json}");
+    h.stop().await;
+}
