@@ -1,5 +1,5 @@
 -- alerts.lua: the alert step of reserve.lua and settle.lua, the Redis port of
--- src/domain/budget/alerts.rs and the rules of src/domain/alert.rs. Not a
+-- crates/core/src/budget/alerts.rs and the rules of crates/core/src/alert.rs. Not a
 -- script of its own: build.rs puts it in their prelude.
 --
 -- The spec (an ARGV of little-endian doubles): the most alerts a tenant's

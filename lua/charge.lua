@@ -2,16 +2,16 @@
 --@prelude layout state level alerts denied
 -- charge.lua: take requests or tokens at every level with no reservation
 -- behind them (no record, no lease). The Redis port of
--- src/domain/budget/charge.rs, held to it by tests/store/differential/; state
+-- crates/core/src/budget/charge.rs, held to it by tests/store/differential/; state
 -- layout as in reserve.lua. build.rs prepends the constants in capitals
--- (src/domain/layout.rs), clock_us(), lua/state.lua, lua/level.lua
+-- (crates/core/src/layout.rs), clock_us(), lua/state.lua, lua/level.lua
 -- and lua/alerts.lua, and splices lua/splice/window_now.lua, bucket_level.lua
 -- and bucket_crossings.lua.
 --
 -- KEYS[1..n]  level hashes, outermost first
 -- ARGV[1]  spec: little-endian doubles: n, enforce (1 or 0) (calls.rs CHARGE),
 --          the cost vector (a double per rate dimension by its code,
---          src/domain/dimension.rs: what a bucket of it takes), then per level: bucket count b, the key's longest life past this write
+--          crates/core/src/dimension.rs: what a bucket of it takes), then per level: bucket count b, the key's longest life past this write
 --          (us, as in reserve.lua), then b times: id, limit (a calendar
 --          window's three more doubles after its limit, as in reserve.lua)
 --          A bucket takes its dimension's place of the cost vector.
@@ -25,7 +25,7 @@
 --          a crossing: alerts.lua)
 --
 -- Returns
---   (tags REPLY_ALLOWED 1 and REPLY_DENIED 0, from src/domain/layout.rs)
+--   (tags REPLY_ALLOWED 1 and REPLY_DENIED 0, from crates/core/src/layout.rs)
 --   {1, now, state...}        charged (or, a cost of 0, checked: nothing written);
 --                             each level's state after (a cluster's reply that
 --                             queued an alert ends with 'A<now>': alerts.lua)

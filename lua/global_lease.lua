@@ -5,7 +5,7 @@
 -- slots, post and read the slot messages. The Rust side is
 -- src/store/cluster/share/ (what to ask, and what the answer means);
 -- state layout as in reserve.lua. build.rs prepends the constants in capitals
--- (src/domain/layout.rs), clock_us(), lua/state.lua and lua/level.lua,
+-- (crates/core/src/layout.rs), clock_us(), lua/state.lua and lua/level.lua,
 -- and splices lua/splice/window_now.lua and bucket_level.lua.
 --
 -- KEYS[1..n]  the global entries' hashes (all tagged {g}: one slot)

@@ -1,5 +1,5 @@
 -- ledger.lua: the usage ledger's row update, the Redis port of
--- src/domain/budget/ledger.rs and of the memory store's `enter`. Not a script
+-- crates/core/src/budget/ledger.rs and of the memory store's `enter`. Not a script
 -- of its own: build.rs puts it in the prelude of reserve.lua and settle.lua.
 --
 -- ledger_add(base, at, hfield, dfield, d, hret, dret, now) adds the doubles `d`
@@ -18,7 +18,7 @@
 -- bytes of doubles cost twice the memory. A row with parts (78 bytes) is
 -- written only for a tenant whose calls report them.
 local LEDGER_FMT = '<' .. string.rep('i6', LEDGER_FIELDS)
--- The named parts, then one per declared dimension (src/domain/dimension.rs).
+-- The named parts, then one per declared dimension (crates/core/src/dimension.rs).
 local LEDGER_LONG = LEDGER_FIELDS + LEDGER_PARTS + DIMS - DECLARED_FIRST + 1
 local LEDGER_LONG_FMT = '<' .. string.rep('i6', LEDGER_LONG)
 local LEDGER_BYTES = LEDGER_FIELDS * 6

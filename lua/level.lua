@@ -1,6 +1,6 @@
 -- level.lua: writing a level's state, shared by the scripts that write one
 -- (reserve.lua, charge.lua, global_lease.lua); build.rs prepends it to them. The Rust side is
--- StoredLevel::store and drop_foreign (src/domain/budget/).
+-- StoredLevel::store and drop_foreign (crates/core/src/budget/).
 
 -- s, keeping the buckets touched now (this call's, or another's this instant)
 -- and of the others only the MAX_FOREIGN most recently used; nb: this call's.

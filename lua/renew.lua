@@ -1,9 +1,9 @@
 #!lua
 --@prelude layout state
 -- renew.lua: extend (or shorten) a live reservation's concurrency lease. The
--- Redis port of src/domain/budget/renew.rs, held to it by tests/store/differential/;
+-- Redis port of crates/core/src/budget/renew.rs, held to it by tests/store/differential/;
 -- state layout as in reserve.lua. build.rs prepends the constants in capitals
--- (src/domain/layout.rs), clock_us() and lua/state.lua.
+-- (crates/core/src/layout.rs), clock_us() and lua/state.lua.
 --
 -- KEYS[1..n]  level hashes of the reservation, outermost first
 -- KEYS[n+1]   reservation record
@@ -12,7 +12,7 @@
 -- ARGV[5]  '<' followed by at least as many 'd' as the longest state or spec
 --
 -- Returns (tags REPLY_APPLIED 1, REPLY_SETTLED_BEFORE 0, REPLY_EXPIRED 2, REPLY_NOT_FOUND
--- -1, from src/domain/layout.rs) {1, expires_in_ms} renewed; {0} already settled; {2} the lease had
+-- -1, from crates/core/src/layout.rs) {1, expires_in_ms} renewed; {0} already settled; {2} the lease had
 -- already lapsed (its slot is not re-taken); {-1} no such reservation.
 -- Every level is read before anything is written.
 

@@ -2,9 +2,9 @@
 --@prelude layout ledger state level alerts denied
 -- reserve.lua: take one request, the prompt and output tokens and a concurrency
 -- lease at every level, all or nothing. The Redis port of the one algorithm,
--- src/domain/budget/reserve.rs, held to it by tests/store/differential/; state layout
--- in src/domain/budget/state.rs. build.rs prepends the constants in capitals
--- (src/domain/layout.rs), clock_us(), lua/ledger.lua, lua/state.lua,
+-- crates/core/src/budget/reserve.rs, held to it by tests/store/differential/; state layout
+-- in crates/core/src/budget/state.rs. build.rs prepends the constants in capitals
+-- (crates/core/src/layout.rs), clock_us(), lua/ledger.lua, lua/state.lua,
 -- lua/level.lua, lua/alerts.lua and lua/denied.lua, and splices the rules of lua/splice/
 -- (window_now, bucket_level, output_room, reservation_spend, bucket_crossings)
 -- at their markers. Positions written by name are calls.rs's.
@@ -26,7 +26,7 @@
 --          million), hret and dret (how long ledger rows are kept past their
 --          hour and day, us; 0: no ledger), the learned output (0: none)
 --          (calls.rs RESERVE), then the cost vector: a double per rate
---          dimension by its code (src/domain/dimension.rs), what a bucket of it
+--          dimension by its code (crates/core/src/dimension.rs), what a bucket of it
 --          takes, the token, output and spend places left for each level's
 --          held output (below), then per level:
 --          bucket count b, concurrency limit (-1: none), reclaim weight w (what one
@@ -37,7 +37,7 @@
 --          longest life past this write (us: a session's session_ttl, else
 --          MAX_TTL; its leases still outlive it), then b times: id, limit
 --          (bucket id = group tag * 1e8 + dimension * 1e7 + period in seconds;
---          dimension the code of src/domain/dimension.rs, REQUESTS 1 ...; tag
+--          dimension the code of crates/core/src/dimension.rs, REQUESTS 1 ...; tag
 --          0: all models); a calendar window's "period" is WINDOWS + its tag, and
 --          three more doubles follow its limit: the window's start and end (us)
 --          around the caller's time, and the end of the next. Its level does not
@@ -50,7 +50,7 @@
 --          spend bucket can hold (lua/splice/output_room.lua), up to the max;
 --          fewer than the min is a denial (min = max: all or nothing).
 --          A level with a credit holds the learned output instead of the grant
---          (src/domain/output.rs) while its credit, refilled since it was
+--          (crates/core/src/output.rs) while its credit, refilled since it was
 --          written (hash field 'o': credit, time), covers max - learned; it
 --          takes grant - learned from the credit, and bounds the grant only
 --          below the learned output.
@@ -83,7 +83,7 @@
 -- as one unsettled reservation with its tokens (settle.lua moves it).
 --
 -- Returns (the tags first: REPLY_ALLOWED 1, REPLY_DENIED 0, REPLY_REPLAYED 2,
--- REPLY_KEY_CONFLICT 3, REPLY_KEY_SPENT 4, from src/domain/layout.rs)
+-- REPLY_KEY_CONFLICT 3, REPLY_KEY_SPENT 4, from crates/core/src/layout.rs)
 --   {1, now, granted output, state..., reserved output, [reclaimed]}  allowed; each level's
 --                                                          state after taking the cost; the
 --                                                          most output any level holds

@@ -1,9 +1,9 @@
 #!lua
 --@prelude layout ledger state alerts
 -- settle.lua: Commit (the real usage) or Refund (nothing used) one reservation.
--- The Redis port of src/domain/budget/settle.rs, held to it by
+-- The Redis port of crates/core/src/budget/settle.rs, held to it by
 -- tests/store/differential/; state layout as in reserve.lua. build.rs prepends the
--- constants in capitals (src/domain/layout.rs), clock_us(), lua/ledger.lua
+-- constants in capitals (crates/core/src/layout.rs), clock_us(), lua/ledger.lua
 -- and lua/state.lua, and splices lua/splice/window_now.lua, bucket_level.lua and
 -- bucket_crossings.lua.
 --
@@ -21,7 +21,7 @@
 --          sample), the prompt's cache-write tokens (5-minute, 1-hour) and the
 --          completion's reasoning tokens (the ledger's parts) (calls.rs SETTLE);
 --          then what the usage takes in each rate dimension by its code
---          (src/domain/dimension.rs; Usage::used: one request, its tokens, its
+--          (crates/core/src/dimension.rs; Usage::used: one request, its tokens, its
 --          input — the prompt less what the model group does not count — its
 --          completion, its cost in µ$, what it declared; all 0 for a refund);
 --          then per level:
@@ -37,7 +37,7 @@
 --          their spec (alerts.lua)
 --
 -- Returns (the tags first: REPLY_APPLIED 1, REPLY_SETTLED_BEFORE 0, REPLY_NOT_FOUND -1,
--- from src/domain/layout.rs)
+-- from crates/core/src/layout.rs)
 --   {1, amount, estimated, spend, granted, declared, [sample]}  applied: commit → actual - reserved;
 --                           (a cluster's reply that queued an alert: the sample or
 --                           false, then 'A<now>': alerts.lua)
@@ -63,14 +63,14 @@
 -- instructions of a Commit. A commit of a prompt the service
 -- counted adds a sample to the estimator's list (kept 30 days, trimmed and
 -- renewed once in OUTPUT_TRIM_SLACK pushes: readers take the newest kept): the
--- actual prompt tokens and the prompt's mix (src/domain/mix.rs), or actual ÷
+-- actual prompt tokens and the prompt's mix (crates/core/src/mix.rs), or actual ÷
 -- estimated for a record without a mix. Every level is read before
 -- anything is written, so an error part-way changes nothing and a retry applies
 -- once. A settled record is kept for ARGV[3] ms, so repeats answer
 -- ALREADY_SETTLED and change nothing. A key's life is capped at 90 days however
 -- deep its debt. With the ledger on, a settlement moves its reservation from
 -- unsettled to committed (with the usage) or refunded in the rows of the hour it
--- was taken (src/domain/budget/ledger.rs); one taken outside the ledger enters whole.
+-- was taken (crates/core/src/budget/ledger.rs); one taken outside the ledger enters whole.
 
 local D = ARGV[@[settlement_argv.doubles]]
 local spec = {struct.unpack(fmt_of(D, #ARGV[@[settlement_argv.spec]] / 8), ARGV[@[settlement_argv.spec]])}

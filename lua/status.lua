@@ -1,9 +1,9 @@
 #!lua flags=no-writes
 --@prelude layout
 -- status.lua: read the budgets of some levels without changing anything. The
--- Redis port of src/domain/budget/status.rs, held to it by tests/store/differential/;
+-- Redis port of crates/core/src/budget/status.rs, held to it by tests/store/differential/;
 -- state layout as in reserve.lua. build.rs prepends the constants in capitals
--- (src/domain/layout.rs) and clock_us().
+-- (crates/core/src/layout.rs) and clock_us().
 --
 -- KEYS[1..n]  level hashes, outermost first (only levels with a limit)
 -- ARGV[1]  spec: little-endian doubles: n, then per level: concurrency limit (-1: none)

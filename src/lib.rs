@@ -54,10 +54,11 @@ pub mod admin;
 pub mod alerts;
 pub mod api;
 pub mod app;
+/// The budget domain: the `ctxbudget-core` crate (`crates/core`).
+pub use ctxbudget_core as domain;
 pub mod bench;
 pub mod cli;
 pub mod config;
-pub mod domain;
 pub mod engine;
 pub mod estimator;
 pub mod gateway;

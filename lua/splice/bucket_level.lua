@@ -6,7 +6,7 @@
 -- refills since it was stored, never above its limit; a level stored under
 -- another limit first moves by the difference (what was used is kept, use
 -- beyond a lowered limit stays owed: BucketSpec::rebase). The Rust definition is
--- `LevelState::read_bucket` and `BucketSpec::level_now` (src/domain/).
+-- `LevelState::read_bucket` and `BucketSpec::level_now` (crates/core/src/).
 -- build.rs splices this file where a script says `--@splice bucket_level`,
 -- inline: a function call per bucket cost 1.8% more Redis instructions.
 local l = lim

@@ -3,9 +3,9 @@
 -- the floor of the request's `headroom`, past the `prompt` in a token bucket,
 -- all of it in an output bucket, what it pays for at the output price in a
 -- spend bucket (whole uUSD; free output is not bounded). The Rust definition
--- is `BucketSpec::output_room` and `SpendRates::output_within` (src/domain/).
+-- is `BucketSpec::output_room` and `SpendRates::output_within` (crates/core/src/).
 -- A level that `holds` less than the max (the learned output) bounds the
--- grant only below what it holds (src/domain/budget/reserve.rs).
+-- grant only below what it holds (crates/core/src/budget/reserve.rs).
 -- build.rs splices this file where a script says `--@splice output_room`.
 local above = l - headroom * lim
 local fits = room

@@ -3,7 +3,7 @@
 -- the window's start and end now (the next once a boundary passed; 0, 0 for a
 -- rolling bucket), `pd` the id's period digits (the period in seconds of a
 -- rolling bucket), and `q` moved past the bucket's spec. The Rust definition
--- is `Span::at` (src/domain/window.rs).
+-- is `Span::at` (crates/core/src/window.rs).
 -- build.rs splices this file where a script says `--@splice window_now`.
 local ws, we, pd = 0, 0, id % DIM
 if pd >= WINDOWS then

@@ -2,7 +2,6 @@
 //! a percentage (`--max-drift`), and how a report sums (`--by`). The errors
 //! name the flag, or say what it takes.
 
-use crate::domain::usage::By;
 use anyhow::anyhow;
 
 /// `2026-12-01` (00:00 UTC that day) or an RFC 3339 time, as µs since the epoch.
@@ -13,20 +12,6 @@ pub(super) fn parse_instant(text: &str) -> anyhow::Result<i64> {
 /// `--max-drift`: a percentage, `1%` or `1` (1%), `0.5%`, as a share of 1.
 pub(super) fn parse_max_drift(s: &str) -> anyhow::Result<f64> {
     crate::admin::reconcile::parse_max_drift(s).map_err(|e| anyhow!("--max-drift {e}"))
-}
-
-/// `--by hour|day|month`.
-impl std::str::FromStr for By {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "hour" => Ok(By::Hour),
-            "day" => Ok(By::Day),
-            "month" => Ok(By::Month),
-            _ => Err(format!("{s:?}: sum by hour, day or month")),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -47,6 +32,6 @@ mod tests {
     fn drift_is_a_percentage() {
         assert_eq!(parse_max_drift("1%").unwrap(), 0.01);
         assert!(parse_max_drift("lots").is_err());
-        assert!("week".parse::<By>().is_err());
+        assert!("week".parse::<crate::domain::usage::By>().is_err());
     }
 }

@@ -5,7 +5,7 @@
 //! A reference is any `crate::…` path, and `super::…` or `self::…` resolved
 //! against the file's own module, outside `#[cfg(test)]` items and `//`
 //! comments. It lands in the file of the deepest module on its path
-//! (`crate::domain::budget::ledger::Row` → `src/domain/budget/ledger.rs`),
+//! (`crate::domain::budget::ledger::Row` → `crates/core/src/budget/ledger.rs`),
 //! and through that file's `use` declarations when the name is imported
 //! there: `crate::domain::budget::Settled` lands in `settle.rs`, where the
 //! item is, not in `budget/mod.rs`, which re-exports it.
@@ -20,10 +20,11 @@ pub(super) type ModPath = Vec<String>;
 pub(super) struct Source {
     /// The file.
     pub file: PathBuf,
-    /// The file under `src/`, `/`-separated, for messages.
+    /// The file from the workspace's root, `/`-separated, for messages.
     pub name: String,
-    /// Its module path: `src/domain/plan.rs` → `[domain, plan]`,
-    /// `src/api/mod.rs` → `[api]`, `src/lib.rs` → `[]`.
+    /// Its module path in the service's crate: `src/api/mod.rs` → `[api]`,
+    /// `src/lib.rs` → `[]`, `crates/core/src/plan.rs` → `[domain, plan]`
+    /// (the core crate is mounted at `domain`).
     pub module: ModPath,
     /// The text, as read.
     pub text: String,
@@ -38,7 +39,7 @@ impl Source {
     }
 }
 
-/// Every source under `src`, and where each module's file is.
+/// Every source of the crates read, and where each module's file is.
 pub(super) struct Tree {
     /// The files, sorted by path.
     pub sources: Vec<Source>,
@@ -56,25 +57,34 @@ pub(super) struct Reference {
 }
 
 impl Tree {
-    /// Reads every `.rs` file under `src`.
-    pub(super) fn read(src: &Path) -> Tree {
-        let mut sources: Vec<Source> = files(src)
-            .into_iter()
-            .map(|file| {
+    /// Reads every `.rs` file under each mount's `src` directory, its
+    /// modules placed under the mount's module path (the crate re-exported
+    /// there), and its `crate::` paths read as from the service's crate.
+    /// Names are relative to `root`.
+    pub(super) fn read(root: &Path, mounts: &[(PathBuf, ModPath)]) -> Tree {
+        let mut sources = Vec::new();
+        for (src, at) in mounts {
+            for file in files(src) {
                 let text = std::fs::read_to_string(&file).expect("a readable source");
-                let rel = file.strip_prefix(src).expect("under src").iter();
-                Source {
+                let rel = file.strip_prefix(root).expect("under the root").iter();
+                let mut module = at.clone();
+                module.extend(module_path(src, &file));
+                let mut code = without_tests(&text);
+                if !at.is_empty() {
+                    code = code.replace("crate::", &format!("crate::{}::", at.join("::")));
+                }
+                sources.push(Source {
                     name: rel
                         .map(|p| p.to_string_lossy())
                         .collect::<Vec<_>>()
                         .join("/"),
-                    module: module_path(src, &file),
-                    code: without_tests(&text),
+                    module,
+                    code,
                     text,
                     file,
-                }
-            })
-            .collect();
+                });
+            }
+        }
         sources.sort_by(|a, b| a.file.cmp(&b.file));
         let by_module: BTreeMap<ModPath, usize> = (sources.iter().enumerate())
             .map(|(i, s)| (s.module.clone(), i))

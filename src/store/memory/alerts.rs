@@ -132,16 +132,6 @@ impl<C: Clock> MemoryStore<C> {
     }
 }
 
-impl AlertQueue {
-    /// Its alerts by when they are due, then by id (as a Redis sorted set
-    /// orders them).
-    pub(super) fn by_due(&self) -> Vec<(String, f64)> {
-        let mut v: Vec<(String, f64)> = self.due.iter().map(|(k, v)| (k.clone(), *v)).collect();
-        v.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
-        v
-    }
-}
-
 /// The queues holding alerts by their earliest due, then by key (Redis's
 /// index: a sorted set).
 pub(super) fn index(alerts: &BTreeMap<String, AlertQueue>) -> Vec<(String, f64)> {

@@ -3,7 +3,7 @@
 //! redis-server, side by side. Every reply, status read and estimator read
 //! must be identical, and after every operation the two must hold the same
 //! keys with byte-equal values: the Lua scripts are the Redis port of
-//! `src/domain/budget/`, and this holds them to it.
+//! `crates/core/src/budget/`, and this holds them to it.
 //!
 //! A third column holds the Redis Cluster store's global share (its own
 //! take, put-back, settle and give-back arithmetic) to the memory store's
