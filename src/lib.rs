@@ -56,17 +56,17 @@ pub mod api;
 pub mod app;
 /// The budget domain: the `ctxbudget-core` crate (`crates/core`).
 pub use ctxbudget_core as domain;
+/// The engine and the estimator: the `ctxbudget-engine` crate (`crates/engine`).
+pub use ctxbudget_engine::{engine, estimator};
+/// The stores and telemetry: the `ctxbudget-store` crate (`crates/store`).
+pub use ctxbudget_store::{store, telemetry};
 pub mod bench;
 pub mod cli;
 pub mod config;
-pub mod engine;
-pub mod estimator;
 pub mod gateway;
 pub mod http;
 pub mod reload;
 pub mod server;
-pub mod store;
-pub mod telemetry;
 
 #[cfg(test)]
 mod layout_tests;

@@ -229,7 +229,7 @@ async fn a_replica_killed_after_the_crossing_leaves_its_alerts_to_another() {
 }
 
 /// Two replicas over one local Redis Cluster, where the tenant's queue and
-/// the index of queues are in different slots (`lua/alert_index.lua`): the
+/// the index of queues are in different slots (`crates/store/lua/alert_index.lua`): the
 /// receiver down, the replica that crossed killed, the other delivers each
 /// alert once; `alerts list` reads the cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,7 +262,7 @@ async fn on_a_cluster_a_killed_replicas_alerts_are_delivered_once_by_another() {
 }
 
 /// Envoy's rate limit service charges without a reservation: its requests
-/// cross thresholds too (`lua/charge.lua`).
+/// cross thresholds too (`crates/store/lua/charge.lua`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_requests_cross_thresholds_too() {
     use crate::envoy::{ask, descriptor, envoy_client, request};

@@ -50,9 +50,9 @@ token = "observability-token-0123456789"
 
 const TOKEN: &str = "observability-token-0123456789";
 
-/// Every metric name `src/telemetry.rs` defines.
+/// Every metric name `crates/store/src/telemetry.rs` defines.
 fn defined_metrics() -> Vec<String> {
-    let source = include_str!("../../src/telemetry.rs");
+    let source = include_str!("../../crates/store/src/telemetry.rs");
     let names: Vec<String> = source
         .lines()
         .filter(|l| l.trim_start().starts_with("pub const"))

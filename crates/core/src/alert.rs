@@ -1,7 +1,7 @@
 //! Threshold alerts: which fractions of a limit to warn at (`alert_at`), when
 //! an operation crosses one, whether that crossing is new, and the record a
 //! store queues for it — the one rule the memory store runs and
-//! `lua/alerts.lua` ports.
+//! `crates/store/lua/alerts.lua` ports.
 //!
 //! A bucket's *use* is its limit less its level (what is reserved or spent,
 //! debt included). An operation crosses threshold `t` of a bucket when the use

@@ -3,7 +3,7 @@
 //!
 //! A bucket is a level (a float, so fractions of a unit refill exactly) and the
 //! time it was last brought up to date. Levels may go negative: a Commit that used
-//! more than it reserved leaves debt, which later requests wait out. `lua/*.lua`
+//! more than it reserved leaves debt, which later requests wait out. `crates/store/lua/*.lua`
 //! repeats these formulas operation for operation, so both stores compute the same
 //! doubles; stores report levels as whole thousandths ("milli" units).
 
@@ -102,7 +102,7 @@ impl BucketSpec {
     /// an output bucket's tokens, what a spend bucket's µ$ pay for at
     /// `rates`; `None` when the bucket does not bound the output. The one
     /// output-room rule of reserve and of the cluster's share (Lua:
-    /// `lua/splice/output_room.lua`).
+    /// `crates/store/lua/splice/output_room.lua`).
     pub fn output_room(&self, above_floor: f64, prompt: f64, rates: SpendRates) -> Option<f64> {
         match self.dimension {
             Dimension::Tokens => Some(above_floor - prompt),
@@ -145,7 +145,7 @@ impl BucketSpec {
     /// moving between limits never forgives use, whatever the order; a level
     /// is never above its limit, so it never is above the new one either.
     /// `was` 0 is unknown (a state stored before buckets kept their limit):
-    /// the level as stored. Lua: in `lua/splice/bucket_level.lua`.
+    /// the level as stored. Lua: in `crates/store/lua/splice/bucket_level.lua`.
     pub fn rebase(&self, level: f64, was: f64) -> f64 {
         let limit = self.limit as f64;
         if was == limit || was <= 0.0 {

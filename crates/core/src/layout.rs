@@ -81,10 +81,10 @@ pub const REC_FINGERPRINT: usize = 27;
 pub const REC_AMOUNT: usize = 35;
 /// The service's prompt count (0: the caller counted).
 pub const REC_ESTIMATED: usize = 43;
-// lua/reserve.lua packs the tail before the estimate as 'c25'.
+// crates/store/lua/reserve.lua packs the tail before the estimate as 'c25'.
 const _: () = assert!(
     REC_ESTIMATED - REC_MASK == 25,
-    "lua/reserve.lua packs a 25-byte tail"
+    "crates/store/lua/reserve.lua packs a 25-byte tail"
 );
 /// The output tokens granted (the rest of the cost is prompt).
 pub const REC_OUTPUT: usize = 51;

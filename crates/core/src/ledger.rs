@@ -19,8 +19,11 @@ use crate::{DimMap, UserId};
 /// The fields a row names (then the declared dimensions').
 const NAMED: usize = LEDGER_FIELDS + LEDGER_PARTS;
 
-// lua/ledger.lua spells the ten fields out (a loop cost twice the Redis CPU).
-const _: () = assert!(LEDGER_FIELDS == 10, "lua/ledger.lua spells out ten fields");
+// crates/store/lua/ledger.lua spells the ten fields out (a loop cost twice the Redis CPU).
+const _: () = assert!(
+    LEDGER_FIELDS == 10,
+    "crates/store/lua/ledger.lua spells out ten fields"
+);
 const _: () = assert!(LEDGER_PARTS == 3, "settle.lua writes three named parts");
 
 /// The fields of a row with its parts: the named parts, then what was

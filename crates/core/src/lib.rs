@@ -6,7 +6,7 @@
 //! manifest keeps it so — it depends on no runtime, transport or store
 //! crate, so an import of one does not compile. [`budget`] is the one
 //! algorithm of every store operation; the stores supply atomicity and
-//! persistence around it (the memory store calls it, the Lua scripts in `lua/`
+//! persistence around it (the memory store calls it, the Lua scripts in `crates/store/lua/`
 //! port it to Redis), and the differential test holds the two to one answer.
 #![forbid(unsafe_code)]
 

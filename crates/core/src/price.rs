@@ -232,7 +232,7 @@ impl SpendRates {
     }
 
     /// What the prompt and `output` tokens cost, µ$, rounded up once: the
-    /// one spend rule of a reservation (Lua: `lua/splice/reservation_spend.lua`).
+    /// one spend rule of a reservation (Lua: `crates/store/lua/splice/reservation_spend.lua`).
     pub fn spend(&self, output: f64) -> f64 {
         ((self.prompt + output * self.output) / 1e6).ceil()
     }

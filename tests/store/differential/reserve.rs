@@ -1,6 +1,6 @@
 //! Reservations in the differential run: plans reserved one by one, and
 //! fallback candidates reserved in one call ([`Store::reserve_first`]: one
-//! `lua/reserve_first.lua` call on Redis, one `reserve` per plan in memory).
+//! `crates/store/lua/reserve_first.lua` call on Redis, one `reserve` per plan in memory).
 //! Redis's replies are held to the memory store's, and the cluster share's
 //! global column to the memory store's global level.
 

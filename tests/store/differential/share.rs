@@ -15,7 +15,7 @@
 //! allowance); [`share::charge`], then [`share::uncharge`] if it was denied;
 //! [`share::deltas`] of the settle reply, then [`share::settle`]. Last, one
 //! sync: the share's ask ([`Share::ask`]: what it gives back, owes, wants) is
-//! answered as `lua/global_lease.lua` would (what comes back, capped at the
+//! answered as `crates/store/lua/global_lease.lua` would (what comes back, capped at the
 //! limit; what is wanted, leased from that) and the share's readings must
 //! be the memory store's.
 //!
@@ -274,7 +274,7 @@ impl Episode {
 
     /// One sync with a global key that holds nothing but what comes back:
     /// it takes back what each share gives (capped at the limit, as
-    /// `lua/global_lease.lua` caps it; debt as it is) and the slots given
+    /// `crates/store/lua/global_lease.lua` caps it; debt as it is) and the slots given
     /// back, then leases what is wanted from that.
     fn sync(&mut self, seen: &mut Seen) {
         for ((lp, share), mine) in self.entries.iter().zip(&mut self.shares).zip(&self.mine) {

@@ -1,4 +1,4 @@
-//! The alert step of reserve and settle (`lua/alerts.lua` is its Redis
+//! The alert step of reserve and settle (`crates/store/lua/alerts.lua` is its Redis
 //! port): which thresholds a bucket's move crossed, whether each fires (its
 //! marker in the level), and the tenant's bounded queue it goes to — all in
 //! the operation's own atomic step.

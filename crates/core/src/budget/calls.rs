@@ -6,7 +6,7 @@
 //! `build.rs` generates from this list both sides of every call:
 //! - for Rust, a module per group (`crate::store::redis::spec`) of index
 //!   constants named after the fields and its `WIDTH`, by which the encoders
-//!   in `src/store/redis/` place each number;
+//!   in `crates/store/src/store/redis/` place each number;
 //! - for Lua, the positions a script reads, written by name: `@{GROUP.field}`
 //!   is the field's offset in its group (`spec[p + @{reserve_level.bit}]`; a
 //!   `+ ` before an offset of 0 goes with it, so `spec[p]` costs no addition),
@@ -271,7 +271,7 @@ pub const LEASE_ARGV: Group = Group {
     ],
 };
 
-/// The ledger's arguments of a script that writes it (lua/ledger.lua).
+/// The ledger's arguments of a script that writes it (crates/store/lua/ledger.lua).
 pub const LEDGER_ARGV: Group = Group {
     name: "ledger_argv",
     fields: &[
@@ -302,7 +302,7 @@ pub const SETTLEMENT_KEYS: Group = Group {
 };
 
 // Replies: where each value of a script's reply sits, read by the decoders
-// in `src/store/redis/` (the scripts build their replies in this order).
+// in `crates/store/src/store/redis/` (the scripts build their replies in this order).
 // A reply of levels is its head, one group per level, then the tail of its
 // tag.
 

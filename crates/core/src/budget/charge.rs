@@ -1,5 +1,5 @@
 //! Charge: take requests or tokens at every level with no reservation behind
-//! them — no record, no lease, nothing to settle (`lua/charge.lua` is its
+//! them — no record, no lease, nothing to settle (`crates/store/lua/charge.lua` is its
 //! Redis port). What a protocol without a settle call can ask: Envoy's rate
 //! limit service checks a request, counts it, or charges the tokens a
 //! response used.

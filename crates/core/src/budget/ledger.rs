@@ -1,5 +1,5 @@
 //! The usage ledger: what each reservation adds to its tenant's rows, in the
-//! same atomic step as the reserve or settle that causes it (`lua/ledger.lua`
+//! same atomic step as the reserve or settle that causes it (`crates/store/lua/ledger.lua`
 //! is the Redis port, prepended to `reserve.lua` and `settle.lua`).
 //!
 //! A tenant has an hourly row per model group and a daily (UTC) row per user

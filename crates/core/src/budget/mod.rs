@@ -1,7 +1,7 @@
 //! The budget algorithm: reserve, settle (commit / refund), renew and status
 //! as pure functions over level states and reservation records. A store
 //! supplies only atomicity and persistence around them: the memory store calls
-//! them under its lock; the Lua scripts in `lua/` are their port to Redis,
+//! them under its lock; the Lua scripts in `crates/store/lua/` are their port to Redis,
 //! given the same [`crate::layout`] by `build.rs` and held to these
 //! functions by the differential test (`tests/store/differential/`).
 //!

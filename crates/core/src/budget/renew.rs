@@ -1,5 +1,5 @@
 //! Renew: extend (or shorten) a live reservation's concurrency lease
-//! (`lua/renew.lua` is its Redis port). A lapsed lease is not re-taken: its
+//! (`crates/store/lua/renew.lua` is its Redis port). A lapsed lease is not re-taken: its
 //! slot stays released.
 
 use super::level::{Lease, StoredLevel};

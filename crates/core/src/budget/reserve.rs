@@ -1,5 +1,5 @@
 //! Reserve: take one request, the prompt and output tokens and a concurrency
-//! lease at every level, all or nothing (`lua/reserve.lua` is its Redis port).
+//! lease at every level, all or nothing (`crates/store/lua/reserve.lua` is its Redis port).
 //!
 //! Everything is read and checked before anything is written: only lapsed
 //! leases are reclaimed early, which changes no outcome. Output tokens are
@@ -12,7 +12,7 @@
 //! a concurrency limit unless `n + 1 ≤ limit − h × limit`.
 //!
 //! Size: the one reserve algorithm, kept whole so it reads beside
-//! `lua/reserve.lua` step for step, and its unit tests.
+//! `crates/store/lua/reserve.lua` step for step, and its unit tests.
 
 use super::alerts;
 use super::ledger::{self, Entry};

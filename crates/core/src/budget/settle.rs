@@ -1,5 +1,5 @@
 //! Settle: Commit (the real usage) or Refund (nothing used) one reservation
-//! (`lua/settle.lua` is its Redis port).
+//! (`crates/store/lua/settle.lua` is its Redis port).
 //!
 //! Commit charges an overage even into debt and returns a surplus without
 //! overfilling; it touches token buckets only (tokens by actual − reserved,

@@ -133,7 +133,7 @@ impl LevelState {
     /// Where `bucket` is in this state and its level at `now`, appending it
     /// full (stored at `now`) when the state lacks it: how reserve and charge
     /// read each bucket (the Lua scripts splice it inline:
-    /// `lua/splice/bucket_level.lua`).
+    /// `crates/store/lua/splice/bucket_level.lua`).
     pub fn read_bucket(&mut self, bucket: &BucketSpec, hint: usize, now: f64) -> (usize, f64) {
         let id = bucket_id(bucket);
         match self.position(id, hint) {

@@ -1,5 +1,5 @@
 //! Status: read the budgets of some levels without changing anything
-//! (`lua/status.lua` is its Redis port). Lapsed leases are counted out but
+//! (`crates/store/lua/status.lua` is its Redis port). Lapsed leases are counted out but
 //! not reclaimed.
 
 use super::level::StoredLevel;

@@ -3,7 +3,7 @@
 -- global_lease.lua: one replica's sync with the global level on a Redis Cluster:
 -- give back or owe budget, lease chunks of every global bucket and concurrency
 -- slots, post and read the slot messages. The Rust side is
--- src/store/cluster/share/ (what to ask, and what the answer means);
+-- crates/store/src/store/cluster/share/ (what to ask, and what the answer means);
 -- state layout as in reserve.lua. build.rs prepends the constants in capitals
 -- (crates/core/src/layout.rs), clock_us(), lua/state.lua and lua/level.lua,
 -- and splices lua/splice/window_now.lua and bucket_level.lua.
