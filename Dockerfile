@@ -3,31 +3,35 @@ FROM rust:1.95-bookworm AS build
 WORKDIR /src
 
 # Dependencies first, in a layer of their own, rebuilt only when the
-# manifests, the lock file or build.rs and its inputs (proto/, lua/, and the
-# three files of the core crate it compiles in: the dimensions, the shared
-# layout and the script calls' schema) change — not on every code change.
-# Placeholders stand in for the crates' own targets: the core's library, the
-# service's library and binary, and the benches Cargo.toml declares (it
-# refuses to load without their files).
-COPY Cargo.toml Cargo.lock build.rs ./
+# manifests, the lock file or the build scripts and their inputs (proto/, the
+# store crate's lua/, and the three files of the core crate the store's
+# build.rs compiles in: the dimensions, the shared layout and the script
+# calls' schema) change — not on every code change. Placeholders stand in for
+# the crates' own targets: each crate's library, the binary, and the benches
+# Cargo.toml declares (it refuses to load without their files).
+COPY Cargo.toml Cargo.lock ./
 COPY crates/core/Cargo.toml crates/core/Cargo.toml
+COPY crates/store/Cargo.toml crates/store/build.rs crates/store/
+COPY crates/store/lua crates/store/lua
+COPY crates/engine/Cargo.toml crates/engine/Cargo.toml
+COPY crates/server/Cargo.toml crates/server/build.rs crates/server/
 COPY proto proto
-COPY lua lua
 COPY crates/core/src/dimension.rs crates/core/src/layout.rs crates/core/src/
 COPY crates/core/src/budget/calls.rs crates/core/src/budget/calls.rs
-RUN mkdir -p src benches \
-    && touch src/lib.rs crates/core/src/lib.rs \
+RUN mkdir -p src benches crates/store/src crates/engine/src crates/server/src \
+    && touch src/lib.rs crates/core/src/lib.rs crates/store/src/lib.rs \
+        crates/engine/src/lib.rs crates/server/src/lib.rs \
     && echo 'fn main() {}' > src/main.rs \
     && echo 'fn main() {}' > benches/hot_paths.rs \
     && echo 'fn main() {}' > benches/tokenizers.rs \
     && cargo build --release --locked \
-    && rm -rf src benches crates/core/src
+    && rm -rf src benches crates/core/src crates/store/src crates/engine/src crates/server/src
 
 # Then the real tree. Cargo rebuilds by modification time and the copied
 # sources may be older than the placeholders' build: touch the crate roots so
-# the crate itself is always rebuilt (the dependencies are not).
+# each crate itself is always rebuilt (the dependencies are not).
 COPY . .
-RUN touch src/lib.rs src/main.rs crates/core/src/lib.rs \
+RUN touch src/lib.rs src/main.rs crates/*/src/lib.rs \
     && cargo build --release --locked \
     && strip target/release/ctxbudget
 

@@ -31,7 +31,7 @@ fn src() -> PathBuf {
 
 /// Every source of the workspace's crates, each crate where the service's
 /// crate re-exports it: the core crate (`crates/core`) is `domain`; the
-/// store and engine crates' modules keep the names they give them.
+/// store, engine and server crates' modules keep the names they give them.
 fn workspace() -> Tree {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mounts = [
@@ -39,6 +39,7 @@ fn workspace() -> Tree {
         (root.join("crates/core/src"), vec!["domain".to_string()]),
         (root.join("crates/store/src"), vec![]),
         (root.join("crates/engine/src"), vec![]),
+        (root.join("crates/server/src"), vec![]),
     ];
     Tree::read(root, &mounts)
 }

@@ -50,101 +50,14 @@
 //! - [`cli`]: the `ctxbudget` command line.
 #![forbid(unsafe_code)]
 
-pub mod admin;
-pub mod alerts;
-pub mod api;
-pub mod app;
-/// The budget domain: the `ctxbudget-core` crate (`crates/core`).
-pub use ctxbudget_core as domain;
-/// The engine and the estimator: the `ctxbudget-engine` crate (`crates/engine`).
-pub use ctxbudget_engine::{engine, estimator};
-/// The stores and telemetry: the `ctxbudget-store` crate (`crates/store`).
-pub use ctxbudget_store::{store, telemetry};
+/// The service's modules: the `ctxbudget-server` crate (`crates/server`),
+/// with the crates below it re-exported by it.
+pub use ctxbudget_server::{
+    admin, alerts, api, app, config, domain, engine, envoy, estimator, gateway, http, pb, reload,
+    server, store, telemetry,
+};
 pub mod bench;
 pub mod cli;
-pub mod config;
-pub mod gateway;
-pub mod http;
-pub mod reload;
-pub mod server;
 
 #[cfg(test)]
 mod layout_tests;
-
-/// Generated code for `proto/ctxbudget/v1/budget.proto`.
-#[allow(missing_docs, clippy::all, clippy::too_many_lines)]
-pub mod pb {
-    tonic::include_proto!("ctxbudget.v1");
-    include!(concat!(env!("OUT_DIR"), "/ctxbudget.v1.serde.rs"));
-
-    /// The encoded descriptor set, served by gRPC reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] =
-        include_bytes!(concat!(env!("OUT_DIR"), "/ctxbudget_descriptor.bin"));
-}
-
-/// Envoy's rate limit service and external processor APIs (the parts served;
-/// `proto/envoy/`), in
-/// Envoy's package hierarchy. Its descriptors are in [`pb::FILE_DESCRIPTOR_SET`].
-#[allow(missing_docs, clippy::all, clippy::too_many_lines)]
-pub mod envoy {
-    /// `envoy.config.*`.
-    pub mod config {
-        /// `envoy.config.core`.
-        pub mod core {
-            /// `envoy.config.core.v3`.
-            pub mod v3 {
-                tonic::include_proto!("envoy.config.core.v3");
-            }
-        }
-    }
-    /// `envoy.extensions.*`.
-    pub mod extensions {
-        /// `envoy.extensions.filters`.
-        pub mod filters {
-            /// `envoy.extensions.filters.http`.
-            pub mod http {
-                /// `envoy.extensions.filters.http.ext_proc`.
-                pub mod ext_proc {
-                    /// `envoy.extensions.filters.http.ext_proc.v3`.
-                    pub mod v3 {
-                        tonic::include_proto!("envoy.extensions.filters.http.ext_proc.v3");
-                    }
-                }
-            }
-        }
-        /// `envoy.extensions.common`.
-        pub mod common {
-            /// `envoy.extensions.common.ratelimit`.
-            pub mod ratelimit {
-                /// `envoy.extensions.common.ratelimit.v3`.
-                pub mod v3 {
-                    tonic::include_proto!("envoy.extensions.common.ratelimit.v3");
-                }
-            }
-        }
-    }
-    /// `envoy.service.*`.
-    pub mod service {
-        /// `envoy.service.ext_proc`.
-        pub mod ext_proc {
-            /// `envoy.service.ext_proc.v3`.
-            pub mod v3 {
-                tonic::include_proto!("envoy.service.ext_proc.v3");
-            }
-        }
-        /// `envoy.service.ratelimit`.
-        pub mod ratelimit {
-            /// `envoy.service.ratelimit.v3`.
-            pub mod v3 {
-                tonic::include_proto!("envoy.service.ratelimit.v3");
-            }
-        }
-    }
-    /// `envoy.type.*`.
-    pub mod r#type {
-        /// `envoy.type.v3`.
-        pub mod v3 {
-            tonic::include_proto!("envoy.r#type.v3");
-        }
-    }
-}

@@ -22,7 +22,7 @@ pub(super) struct Source {
     pub file: PathBuf,
     /// The file from the workspace's root, `/`-separated, for messages.
     pub name: String,
-    /// Its module path in the service's crate: `src/api/mod.rs` → `[api]`,
+    /// Its module path in the service's crate: `crates/server/src/api/mod.rs` → `[api]`,
     /// `src/lib.rs` → `[]`, `crates/core/src/plan.rs` → `[domain, plan]`
     /// (the core crate is mounted at `domain`).
     pub module: ModPath,

@@ -2,7 +2,7 @@
 //! message lists and made-up ids all end in INVALID_ARGUMENT or a bounded
 //! decision — and the service keeps serving. Random bytes and random messages
 //! through request validation (the fuzz target's function) are unit tests
-//! beside it, `src/api/validate_tests.rs`: it is no public library item.
+//! beside it, `crates/server/src/api/validate_tests.rs`: it is no public library item.
 
 use crate::support;
 

@@ -36,6 +36,11 @@ pub mod priority;
 pub mod prompt;
 pub mod reconcile;
 pub mod statuses;
+/// Every decoder of stored bytes and parser of ids, as one function: the
+/// core-only fuzz target's entry (`fuzz/`). Compiled only under `cargo
+/// fuzz` (`--cfg fuzzing`) and for the unit tests.
+#[cfg(any(fuzzing, test))]
+pub mod stored;
 pub mod tier;
 pub mod usage;
 pub mod window;

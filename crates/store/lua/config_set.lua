@@ -1,7 +1,7 @@
 #!lua
 -- config_set.lua: change one document of the live configuration, version it,
 -- audit it and tell every replica. Used by `ctxbudget tiers|global|overrides`
--- and the admin API (src/admin/).
+-- and the admin API (crates/server/src/admin/).
 --
 -- KEYS[1]  the configuration hash: 'version', 'global', 'tier:<name>', 'override:<tenant>', ...
 --          and beside each document the version of its last change (ARGV[7])

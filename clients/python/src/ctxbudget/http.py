@@ -13,7 +13,7 @@ binding limit (``limiting_level``, ``limiting_model_group``,
 session, user and tenant entries of the dimension (the all-model ones and
 those of the request's model group), the one with the least
 ``remaining / limit`` (the innermost level on a tie: the session's, else the
-user's) — the service's own rule (``src/api/http.rs``, ``binding_in``). A
+user's) — the service's own rule (``crates/server/src/api/http.rs``, ``binding_in``). A
 dimension without such an entry gets no headers. A denial at the global
 level is a 429 with ``Retry-After`` only (a 413 with no headers when the
 request can never fit).

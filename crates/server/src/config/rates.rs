@@ -214,7 +214,7 @@ pub fn period_seconds(text: &str) -> Result<u64, PeriodError> {
 }
 
 /// Written rates of `dimension` as domain rates; `path` names the list in errors.
-pub(crate) fn rates(
+pub fn rates(
     path: &str,
     dimension: Dimension,
     rates: &[RateSection],

@@ -48,7 +48,7 @@ pub use live::{ConfigDoc, FileDocs, LiveDocs};
 pub use models::{ModelLimitsSection, ModelSection, PrioritiesSection};
 pub use money::{MoneySection, PriceSection};
 pub use overrides::{LevelOverrideSection, OverrideSection, ShadowOverrideSection, UNLIMITED};
-pub(crate) use rates::rates;
+pub use rates::rates;
 pub use rates::{Period, PeriodError, RateSection, period_seconds};
 pub use resilience::ResilienceSection;
 pub use sections::{FileConfig, HttpSection, ReservationsSection, ServerSection, StoreSection};
@@ -65,7 +65,7 @@ pub const KEYED_SECTIONS: [&str; 5] =
     ["server", "store", "reservations", "resilience", "estimator"];
 
 /// The defaults, built into the binary: exactly the example file.
-pub const BUILT_IN: &str = include_str!("../../config/ctxbudget.example.toml");
+pub const BUILT_IN: &str = include_str!("../../../../config/ctxbudget.example.toml");
 
 /// Configuration could not be read or is invalid.
 #[derive(Debug, thiserror::Error)]

@@ -1,5 +1,5 @@
 //! The console: a single page for operators and finance, served at
-//! `/console` from files built into the binary (`src/http/console/`; no
+//! `/console` from files built into the binary (`crates/server/src/http/console/`; no
 //! build step, nothing fetched at run time). The page itself holds no
 //! secret: it asks for an admin token and calls the admin API with it. Beside
 //! it, two admin routes it reads: `/admin/v1/metrics` (this replica's own
