@@ -8,7 +8,7 @@ WORKDIR /src
 # build.rs compiles in: the dimensions, the shared layout and the script
 # calls' schema) change — not on every code change. Placeholders stand in for
 # the crates' own targets: each crate's library, the binary, and the benches
-# Cargo.toml declares (it refuses to load without their files).
+# the manifests declare (cargo refuses to load them without their files).
 COPY Cargo.toml Cargo.lock ./
 COPY crates/core/Cargo.toml crates/core/Cargo.toml
 COPY crates/store/Cargo.toml crates/store/build.rs crates/store/
@@ -18,14 +18,16 @@ COPY crates/server/Cargo.toml crates/server/build.rs crates/server/
 COPY proto proto
 COPY crates/core/src/dimension.rs crates/core/src/layout.rs crates/core/src/
 COPY crates/core/src/budget/calls.rs crates/core/src/budget/calls.rs
-RUN mkdir -p src benches crates/store/src crates/engine/src crates/server/src \
+RUN mkdir -p src crates/store/src crates/engine/src crates/server/src \
+        crates/engine/benches crates/server/benches \
     && touch src/lib.rs crates/core/src/lib.rs crates/store/src/lib.rs \
         crates/engine/src/lib.rs crates/server/src/lib.rs \
     && echo 'fn main() {}' > src/main.rs \
-    && echo 'fn main() {}' > benches/hot_paths.rs \
-    && echo 'fn main() {}' > benches/tokenizers.rs \
+    && echo 'fn main() {}' > crates/server/benches/hot_paths.rs \
+    && echo 'fn main() {}' > crates/engine/benches/tokenizers.rs \
     && cargo build --release --locked \
-    && rm -rf src benches crates/core/src crates/store/src crates/engine/src crates/server/src
+    && rm -rf src crates/core/src crates/store/src crates/engine/src crates/server/src \
+        crates/engine/benches crates/server/benches
 
 # Then the real tree. Cargo rebuilds by modification time and the copied
 # sources may be older than the placeholders' build: touch the crate roots so

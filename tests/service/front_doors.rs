@@ -1,10 +1,11 @@
-//! One rule, five front doors: a token bound to tenant `acme` that acts for
-//! `globex` is refused by gRPC, the HTTP API, Envoy's rate limit service and
-//! Envoy's external processor in the same words (the application layer's),
-//! each in its own transport's "forbidden"; the admin API, whose admin
-//! tokens act for every tenant (the configuration refuses binding one),
-//! refuses it as the caller's token it is, 403 as well. Nothing of
-//! `globex`'s budget changes.
+//! One rule, five front doors, a test each: a token bound to tenant `acme`
+//! that acts for `globex` is refused by gRPC, the HTTP API, Envoy's rate
+//! limit service and Envoy's external processor in the same words (the
+//! application layer's), each in its own transport's "forbidden"; the admin
+//! API, whose admin tokens act for every tenant (the configuration refuses
+//! binding one), refuses it as the caller's token it is, 403 as well.
+//! Nothing of `globex`'s budget changes, and the token still works for
+//! `acme`.
 
 use crate::support;
 
@@ -140,8 +141,9 @@ async fn ext_proc(h: &Harness, tenant: &str) -> (u32, Value) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_front_door_refuses_a_token_bound_to_another_tenant_in_the_same_words() {
+/// A service with an HTTP listener, Envoy's services, an unbound caller
+/// token, one bound to `acme` and an admin token; its HTTP port.
+async fn start() -> (Harness, u16) {
     let port = support::free_port();
     let config = format!(
         r#"
@@ -170,34 +172,71 @@ token = "{ADMIN}"
 role = "admin"
 "#
     );
-    let h = Harness::start(Backend::Memory, &config).await;
-    let before = globex_left(&h).await;
-    let expected = refusal("acme-gateway");
+    (Harness::start(Backend::Memory, &config).await, port)
+}
 
-    // gRPC.
-    let e = h
-        .client
-        .clone()
+/// A CheckAndReserve of `tenant` for user `user` in the HTTP API's JSON.
+fn http_reserve(tenant: &str, user: &str) -> String {
+    format!(
+        r#"{{"tenantId": "{tenant}", "userId": "{user}", "tier": "free", "model": "gpt-4o",
+            "promptTokens": 10, "maxOutputTokens": 10}}"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_refuses_a_token_bound_to_another_tenant() {
+    let (h, _) = start().await;
+    let before = globex_left(&h).await;
+    let mut client = h.client.clone();
+    let e = client
         .check_and_reserve(with_token(
             reserve("globex", "u", "free", 10, 10),
             ACME_GATEWAY,
         ))
         .await
         .unwrap_err();
+    let expected = refusal("acme-gateway");
     assert_eq!(
         (e.code(), e.message()),
         (Code::PermissionDenied, expected.as_str())
     );
+    assert_eq!(globex_left(&h).await, before, "nothing of globex changed");
+    let own = client
+        .check_and_reserve(with_token(
+            reserve("acme", "u", "free", 10, 10),
+            ACME_GATEWAY,
+        ))
+        .await
+        .expect("the bound token reserves for acme")
+        .into_inner();
+    assert!(own.allowed);
+    h.stop().await;
+}
 
-    // The HTTP API.
-    let body = r#"{"tenantId": "globex", "userId": "u", "tier": "free", "model": "gpt-4o",
-                   "promptTokens": 10, "maxOutputTokens": 10}"#;
-    let (status, json) = http(port, "POST", "/v1/check-and-reserve", ACME_GATEWAY, body).await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_api_refuses_a_token_bound_to_another_tenant() {
+    let (h, port) = start().await;
+    let before = globex_left(&h).await;
+    let body = http_reserve("globex", "u");
+    let (status, json) = http(port, "POST", "/v1/check-and-reserve", ACME_GATEWAY, &body).await;
     assert_eq!(status, 403, "{json}");
     assert_eq!(json["error"]["status"], "PERMISSION_DENIED", "{json}");
-    assert_eq!(json["error"]["message"], expected.as_str(), "{json}");
+    assert_eq!(
+        json["error"]["message"],
+        refusal("acme-gateway").as_str(),
+        "{json}"
+    );
+    assert_eq!(globex_left(&h).await, before, "nothing of globex changed");
+    let body = http_reserve("acme", "u");
+    let (status, json) = http(port, "POST", "/v1/check-and-reserve", ACME_GATEWAY, &body).await;
+    assert_eq!(status, 200, "the bound token reserves for acme: {json}");
+    h.stop().await;
+}
 
-    // Envoy's rate limit service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rate_limit_service_refuses_a_token_bound_to_another_tenant() {
+    let (h, _) = start().await;
+    let before = globex_left(&h).await;
     let descriptor = |tenant: &str| RateLimitDescriptor {
         entries: vec![
             Entry {
@@ -211,36 +250,53 @@ role = "admin"
         ],
         ..Default::default()
     };
-    let rls = RateLimitRequest {
+    let request = |tenants: &[&str]| RateLimitRequest {
         domain: "llm".into(),
-        descriptors: vec![descriptor("globex")],
+        descriptors: tenants.iter().map(|t| descriptor(t)).collect(),
         hits_addend: 1,
     };
-    let e = RateLimitServiceClient::new(channel(&h).await)
-        .should_rate_limit(with_token(rls, ACME_GATEWAY))
+    let mut rls = RateLimitServiceClient::new(channel(&h).await);
+    // Its own tenant's descriptor beside another's: refused whole.
+    let e = rls
+        .should_rate_limit(with_token(request(&["acme", "globex"]), ACME_GATEWAY))
         .await
         .unwrap_err();
+    let expected = refusal("acme-gateway");
     assert_eq!(
         (e.code(), e.message()),
         (Code::PermissionDenied, expected.as_str())
     );
+    assert_eq!(globex_left(&h).await, before, "nothing of globex changed");
+    rls.should_rate_limit(with_token(request(&["acme"]), ACME_GATEWAY))
+        .await
+        .expect("the bound token charges acme");
+    h.stop().await;
+}
 
-    // Envoy's external processor: the caller's request is answered 403 in
-    // its API's error format.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_external_processor_refuses_a_token_bound_to_another_tenant() {
+    let (h, _) = start().await;
+    let before = globex_left(&h).await;
+    // The caller's request is answered 403 in its API's error format.
     let (status, json) = ext_proc(&h, "globex").await;
     assert_eq!(status, 403, "{json}");
-    assert_eq!(json["error"]["message"], expected.as_str(), "{json}");
+    assert_eq!(
+        json["error"]["message"],
+        refusal("acme-gateway").as_str(),
+        "{json}"
+    );
     assert_eq!(json["error"]["code"], "permission_denied", "{json}");
+    assert_eq!(globex_left(&h).await, before, "nothing of globex changed");
+    h.stop().await;
+}
 
-    // The admin API: the bound token looks at globex.
-    let (status, json) = http(
-        port,
-        "GET",
-        "/admin/v1/tenants/globex?tier=free",
-        ACME_GATEWAY,
-        "",
-    )
-    .await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_refuses_a_token_bound_to_a_tenant() {
+    let (h, port) = start().await;
+    // Admin tokens act for every tenant (the configuration refuses binding
+    // one): a bound token is a caller's, refused 403 as such.
+    let path = "/admin/v1/tenants/globex?tier=free";
+    let (status, json) = http(port, "GET", path, ACME_GATEWAY, "").await;
     assert_eq!(status, 403, "{json}");
     assert_eq!(json["error"]["status"], "PERMISSION_DENIED", "{json}");
     assert_eq!(
@@ -248,24 +304,7 @@ role = "admin"
         "token \"acme-gateway\" is a caller's token; the admin API takes a token of role \"admin\"",
         "{json}"
     );
-
-    assert_eq!(globex_left(&h).await, before, "nothing of globex changed");
-    // The bound token still works for its own tenant.
-    let own = h
-        .client
-        .clone()
-        .check_and_reserve(with_token(
-            reserve("acme", "u", "free", 10, 10),
-            ACME_GATEWAY,
-        ))
-        .await
-        .expect("the bound token reserves for acme")
-        .into_inner();
-    assert!(own.allowed);
-    let body = body.replace("globex", "acme").replace(r#""u""#, r#""v""#);
-    let (status, json) = http(port, "POST", "/v1/check-and-reserve", ACME_GATEWAY, &body).await;
-    assert_eq!(status, 200, "{json}");
-    let (status, json) = http(port, "GET", "/admin/v1/tenants/globex?tier=free", ADMIN, "").await;
+    let (status, json) = http(port, "GET", path, ADMIN, "").await;
     assert_eq!(status, 200, "an admin token acts for every tenant: {json}");
     h.stop().await;
 }

@@ -3,9 +3,9 @@
 //! count, and the fast heuristic.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use ctxbudget::estimator::count::{count, tiktoken_count};
-use ctxbudget::estimator::heuristic;
-use ctxbudget::estimator::{Encoding, Method, Prompt};
+use ctxbudget_engine::estimator::count::{count, tiktoken_count};
+use ctxbudget_engine::estimator::heuristic;
+use ctxbudget_engine::estimator::{Encoding, Method, Prompt};
 use std::hint::black_box;
 
 fn corpus(name: &str) -> String {
@@ -20,7 +20,7 @@ fn corpus(name: &str) -> String {
 
 fn benches(c: &mut Criterion) {
     let e = Encoding::O200kBase;
-    ctxbudget::estimator::count::warm_up();
+    ctxbudget_engine::estimator::count::warm_up();
     let _ = tiktoken_count(e, "warm up");
     let mut group = c.benchmark_group("count 100 KB");
     group.sample_size(20);

@@ -2,17 +2,17 @@
 //! encoding and the memory store's reserve + commit.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use ctxbudget::config::FileConfig;
-use ctxbudget::domain::bucket::Cost;
-use ctxbudget::domain::budget::ledger::LedgerRetention;
-use ctxbudget::domain::budget::state::LevelState;
-use ctxbudget::domain::plan::{self, LeasePolicy, Prepared, ReserveRequest, Terms};
-use ctxbudget::domain::{
+use ctxbudget_server::config::FileConfig;
+use ctxbudget_server::domain::bucket::Cost;
+use ctxbudget_server::domain::budget::ledger::LedgerRetention;
+use ctxbudget_server::domain::budget::state::LevelState;
+use ctxbudget_server::domain::plan::{self, LeasePolicy, Prepared, ReserveRequest, Terms};
+use ctxbudget_server::domain::{
     Level, Priorities, Priority, PromptCount, PromptInput, Reading, TenantId, UserId, decision,
 };
-use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
-use ctxbudget::store::memory::MemoryStore;
-use ctxbudget::store::{Retention, Scope, Settlement, Store, Usage};
+use ctxbudget_server::store::keys::{DEFAULT_PREFIX, Keys};
+use ctxbudget_server::store::memory::MemoryStore;
+use ctxbudget_server::store::{Retention, Scope, Settlement, Store, Usage};
 use std::hint::black_box;
 
 fn request(i: u64) -> ReserveRequest {
