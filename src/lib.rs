@@ -3,10 +3,18 @@
 //! global, tenant and user levels, reserved all or nothing and settled with the
 //! real usage afterwards.
 //!
+//! This crate is the `ctxbudget` binary's: the command line ([`cli`]) and
+//! the bench ([`mod@bench`]). Every other module is a crate of the workspace
+//! below it, re-exported here under its name: [`domain`] is
+//! `ctxbudget-core`; [`telemetry`] and [`store`] are `ctxbudget-store`;
+//! [`estimator`] and [`engine`] are `ctxbudget-engine`; the rest, from
+//! [`config`] to [`server`], `ctxbudget-server` (docs/architecture.md).
+//!
 //! # Layout
 //! The modules in layers, lowest first: each imports only modules listed
-//! before it (the modules one item names share a layer). `src/layout_tests.rs`
-//! reads the ranks from this list and fails on an import that runs up it, and
+//! before it (the modules one item names share a layer); a crate depends only
+//! on the crates below it. `src/layout_tests.rs` reads every crate's sources,
+//! takes the ranks from this list and fails on an import that runs up it, and
 //! on files of one module that use one another.
 //! - [`domain`]: pure, no I/O. Levels, tiers and limits; bucket arithmetic;
 //!   plans and decisions; and [`domain::budget`], the one algorithm of every
