@@ -34,6 +34,7 @@ pub mod plan;
 pub mod price;
 pub mod priority;
 pub mod prompt;
+pub mod queue;
 pub mod reconcile;
 pub mod statuses;
 /// Every decoder of stored bytes and parser of ids, as one function: the
