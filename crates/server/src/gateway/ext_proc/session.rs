@@ -69,7 +69,7 @@ pub(super) struct Session<S> {
     app: Arc<App<S>>,
     reading: Arc<Reading>,
     /// The authenticated gRPC caller, whose token may be bound to tenants.
-    caller: Option<Caller>,
+    authenticated: Option<Caller>,
     max_body_bytes: usize,
     state: State,
     head: RequestHead,
@@ -97,13 +97,13 @@ impl<S: Store> Session<S> {
     pub(super) fn new(
         app: Arc<App<S>>,
         reading: Arc<Reading>,
-        caller: Option<Caller>,
+        authenticated: Option<Caller>,
         max_body_bytes: usize,
     ) -> Self {
         Session {
             app,
             reading,
-            caller,
+            authenticated,
             max_body_bytes,
             state: State::Start,
             head: RequestHead::default(),
@@ -356,7 +356,7 @@ impl<S: Store> Session<S> {
             .map_err(|e| Box::new(Refusal::bad_request(e.to_string())))?;
         // Refused before the body's fallbacks are read, as the application
         // refuses it (the reservation checks it again).
-        crate::app::check_tenant(self.caller.as_ref(), caller.tenant.as_str())
+        crate::app::check_tenant(self.authenticated.as_ref(), caller.tenant.as_str())
             .map_err(|e| Box::new(Refusal::error(&e)))?;
         let fallbacks = self.fallbacks(call)?;
         let req = ReserveRequest {
@@ -382,7 +382,7 @@ impl<S: Store> Session<S> {
         let _slot = slot.map_err(|e| Box::new(Refusal::error(&e)))?;
         let out = self
             .app
-            .reserve(self.caller.as_ref(), req)
+            .reserve(self.authenticated.as_ref(), req)
             .await
             .map(|mut out| {
                 if named {
@@ -517,10 +517,12 @@ impl<S: Store> Session<S> {
                     reasoning_tokens: u.reasoning_tokens,
                     declared: Default::default(),
                 };
-                let caller = self.caller.as_ref();
-                self.app.commit(caller, req).await.map(|_| how)
+                let who = self.authenticated.as_ref();
+                self.app.commit(who, req).await.map(|_| how)
             }
-            None => (self.app.refund(self.caller.as_ref(), &held.id).await).map(|_| "refunded"),
+            None => {
+                (self.app.refund(self.authenticated.as_ref(), &held.id).await).map(|_| "refunded")
+            }
         };
         match result {
             Ok(how) => telemetry::ext_proc_settled(how),
@@ -538,7 +540,11 @@ impl<S: Store> Session<S> {
         if held.leased_at.elapsed() < held.lease / 2 {
             return;
         }
-        match self.app.renew(self.caller.as_ref(), &held.id, None).await {
+        match self
+            .app
+            .renew(self.authenticated.as_ref(), &held.id, None)
+            .await
+        {
             Ok(r) if r.expires_in_ms > 0 => {
                 held.leased_at = Instant::now();
                 held.lease = Duration::from_millis(r.expires_in_ms);
