@@ -9,8 +9,9 @@ use ctxbudget_engine::estimator::{Encoding, Method, Prompt};
 use std::hint::black_box;
 
 fn corpus(name: &str) -> String {
+    // The workspace's test corpus, two directories up from this crate.
     let path = format!(
-        "{}/tests/data/corpus/{name}.txt",
+        "{}/../../tests/data/corpus/{name}.txt",
         env!("CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read_to_string(path).expect("corpus file");
