@@ -72,6 +72,7 @@ mod observability;
 mod operations;
 mod overload;
 mod prices_cli;
+mod queue;
 mod quickstart;
 mod server;
 mod sessions;

@@ -119,6 +119,29 @@ pub fn limit_states(levels: &[LevelPlan], readings: &[Reading]) -> Vec<LimitStat
         .collect()
 }
 
+/// Whether every check in `denied_mask` is of the global level (its own
+/// limits, or a model group's there): a denial that room in the shared
+/// upstream account can lift, so the call may wait in line for it. False
+/// when any tenant, user or session limit denied, or none did.
+pub fn denied_only_globally(
+    levels: &[LevelPlan],
+    readings: &[Reading],
+    denied_mask: DeniedChecks,
+) -> bool {
+    let mut any = false;
+    for (i, c) in checked(levels, readings).enumerate() {
+        if !denied_mask.contains(i) {
+            continue;
+        }
+        let (Checked::Bucket(plan, ..) | Checked::Concurrency(plan, ..)) = c;
+        if plan.level != Level::Global {
+            return false;
+        }
+        any = true;
+    }
+    any
+}
+
 /// Explains a store's refusal: of the checks in `denied_mask`,
 /// the one with the longest wait names the reason and level, since a retry must
 /// pass them all. Ties go to the outer level. A full concurrency limit suggests a

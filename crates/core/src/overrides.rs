@@ -133,6 +133,8 @@ pub struct Override {
     pub shadow: Option<ShadowOverride>,
     /// The tenant, or users of it, refused outright by an operator.
     pub blocks: Blocks,
+    /// The tenant's weight in a shared level's line, over its tier's.
+    pub weight: Option<u32>,
 }
 
 impl Override {
@@ -143,6 +145,9 @@ impl Override {
     pub fn validate(&self, path: &str) -> Result<(), LimitsError> {
         check_levels(path, &self.tenant, &self.user)?;
         self.blocks.validate(path)?;
+        if let Some(w) = self.weight {
+            super::tier::check_weight(path, w)?;
+        }
         if let Some(s) = &self.shadow {
             check_levels(&format!("{path}.shadow"), &s.tenant, &s.user)?;
         }
@@ -161,6 +166,7 @@ impl Override {
             default_max_output_tokens: tier.default_max_output_tokens,
             shadow: self.apply_shadow(tier.shadow.as_ref()),
             models: tier.models.clone(),
+            weight: self.weight.unwrap_or(tier.weight),
         }
     }
 
@@ -207,6 +213,7 @@ mod tests {
 
     fn tier() -> Tier {
         Tier {
+            weight: 1,
             name: "pro".into(),
             tenant: LevelLimits {
                 rates: DimMap::with([

@@ -423,6 +423,7 @@ mod tests {
 
     pub(super) fn limits() -> Limits {
         let tier = Tier {
+            weight: 1,
             name: "free".into(),
             tenant: LevelLimits::default(),
             user: LevelLimits {

@@ -189,6 +189,24 @@ pub struct Tier {
     /// Limits of requests for one model group, by group name, on top of the
     /// tier's all-model limits.
     pub models: BTreeMap<String, ModelLimits>,
+    /// Its tenants' weight in a shared level's line (1 to [`MAX_WEIGHT`]):
+    /// with every tenant waiting, one of weight w is granted w / Σw of the
+    /// shared account (`domain::queue`).
+    pub weight: u32,
+}
+
+/// The largest weight a tier or an override may give.
+pub const MAX_WEIGHT: u32 = 1000;
+
+/// Checks a weight at `path`: 1 to [`MAX_WEIGHT`].
+pub fn check_weight(path: &str, weight: u32) -> Result<(), LimitsError> {
+    if !(1..=MAX_WEIGHT).contains(&weight) {
+        return Err(LimitsError::new(
+            format!("{path}.weight"),
+            format!("is {weight}; a weight is 1 to {MAX_WEIGHT} (1: an equal share)"),
+        ));
+    }
+    Ok(())
 }
 
 /// The tenant-, user- and session-level limits a tier sets for one model group.
@@ -278,6 +296,7 @@ impl Tier {
                 format!("must be between 1 and {MAX_COUNT}"),
             ));
         }
+        check_weight(path, self.weight)?;
         if self.default_max_output_tokens > self.max_context_tokens {
             return Err(LimitsError::new(
                 format!("{path}.default_max_output_tokens"),
@@ -398,6 +417,7 @@ mod tests {
 
     pub(crate) fn tier() -> Tier {
         Tier {
+            weight: 1,
             name: "pro".into(),
             tenant: LevelLimits {
                 rates: DimMap::with([(

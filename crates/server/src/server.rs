@@ -111,6 +111,7 @@ pub fn engine_settings(settings: &Settings) -> EngineSettings {
         retention: settings.retention,
         priorities: settings.priorities,
         require_price: settings.require_price,
+        max_queued: settings.max_queued,
     }
 }
 

@@ -116,6 +116,22 @@ pub fn in_flight_limit(n: usize) {
     gauge!(IN_FLIGHT_LIMIT).set(n as f64);
 }
 
+/// Calls waiting in line for a shared level.
+pub const QUEUE_WAITING: &str = "ctxbudget_queue_waiting";
+/// How long calls waited in line, by outcome.
+pub const QUEUE_WAIT_SECONDS: &str = "ctxbudget_queue_wait_seconds";
+
+/// Publishes the calls waiting in line for the global level's account.
+pub fn queue_waiting(n: usize) {
+    gauge!(QUEUE_WAITING, "level" => "global").set(n as f64);
+}
+
+/// Records a wait in line and how it ended (granted, expired, denied,
+/// cancelled, failed).
+pub fn queue_wait(outcome: &'static str, seconds: f64) {
+    histogram!(QUEUE_WAIT_SECONDS, "outcome" => outcome).record(seconds);
+}
+
 /// Counts a call shed, by `reason` (full|deadline).
 pub fn shed(reason: &'static str) {
     counter!(SHED, "reason" => reason).increment(1);
@@ -223,6 +239,19 @@ pub const AUTH_REFUSED: &str = "ctxbudget_auth_refused_total";
 /// call) to 2.5 s (far past any store deadline).
 pub const LATENCY_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+/// Buckets of a wait in line, in seconds: up to `max_wait_ms`'s minute.
+pub const WAIT_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+/// How a wait in line ends.
+pub const WAIT_OUTCOMES: [&str; 6] = [
+    "granted",
+    "expired",
+    "denied",
+    "cancelled",
+    "full",
+    "failed",
 ];
 /// Buckets of the commit token delta: decades either side of an exact estimate.
 pub const DELTA_BUCKETS: &[f64] = &[

@@ -63,6 +63,7 @@ class ReserveFields(_ReserveRequired, total=False):
     candidate_models: Iterable[str]
     images: int
     limit_statuses: LimitStatusesName | int
+    max_wait_ms: int
 
 
 #: Every name ``ReserveFields`` accepts.
@@ -228,6 +229,7 @@ def reserve_request(
     candidate_models: Iterable[str] = (),
     images: int = 0,
     limit_statuses: LimitStatusesName | int | None = None,
+    max_wait_ms: int = 0,
 ) -> pb.CheckAndReserveRequest:
     """A ``CheckAndReserveRequest`` from ``ReserveFields``: the tenant as
     ``tenant`` or ``tenant_id``, the user as ``user`` or ``user_id``, the
@@ -240,7 +242,10 @@ def reserve_request(
     generate (the tier's ``images`` limits). ``limit_statuses``: which
     limits' statuses the answer carries in ``limits``: ``"all"`` (the
     default), ``"binding"`` (per dimension the one with the least room left,
-    and the one that denied) or ``"none"`` (the decision alone)."""
+    and the one that denied) or ``"none"`` (the decision alone).
+    ``max_wait_ms``: how long the call may wait in line when only the
+    shared upstream account denies it (0: answer at once; the response's
+    ``waited_ms`` says how long it waited, docs/queue.md)."""
     if isinstance(candidate_models, (str, bytes)):
         raise TypeError("candidate_models is a list of model names, not one string")
     the_tenant = _alias(tenant, tenant_id, "tenant")
@@ -262,6 +267,7 @@ def reserve_request(
         candidate_models=list(candidate_models),
         images=images,
         limit_statuses=_limit_statuses(limit_statuses) if limit_statuses is not None else None,
+        max_wait_ms=max_wait_ms,
     )
     if messages is not None:
         req.messages.extend(messages_of(messages))
@@ -272,6 +278,14 @@ def reserve_request(
     if lease_ttl_ms is not None:
         req.lease_ttl_ms = lease_ttl_ms
     return req
+
+
+def waiting_timeout(request: pb.CheckAndReserveRequest, timeout: float | None, default: float) -> float | None:
+    """A CheckAndReserve's deadline: ``timeout`` when given, else the
+    client's ``default`` plus the time the call may wait in line."""
+    if timeout is not None or not request.max_wait_ms:
+        return timeout
+    return default + request.max_wait_ms / 1000
 
 
 def status_request(tenant: str, tier: str, user: str = "", model: str = "", session: str = "") -> pb.GetStatusRequest:

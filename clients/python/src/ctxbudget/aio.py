@@ -27,6 +27,7 @@ from ._common import (
     metadata,
     request_of,
     status_request,
+    waiting_timeout,
 )
 from .errors import BudgetError, BudgetUnavailable, error_of
 from .v1 import budget_pb2 as pb
@@ -102,7 +103,8 @@ class AsyncBudgetClient:
         **fields: Unpack[ReserveFields],
     ) -> pb.CheckAndReserveResponse:
         """See ``BudgetClient.check_and_reserve``."""
-        return await self._call(self._stub.CheckAndReserve, request_of(request, fields), timeout)
+        req = request_of(request, fields)
+        return await self._call(self._stub.CheckAndReserve, req, waiting_timeout(req, timeout, self.timeout))
 
     async def commit(
         self,

@@ -27,6 +27,7 @@ from ._common import (
     metadata,
     request_of,
     status_request,
+    waiting_timeout,
 )
 from .errors import BudgetError, BudgetUnavailable, error_of
 from .v1 import budget_pb2 as pb
@@ -133,9 +134,12 @@ class BudgetClient:
         (``ReserveFields``: ``tenant=``/``tenant_id=``, ``user=``/``user_id=``,
         ``session=``/``session_id=``, ``tier=``, ``model=``, ``messages=`` |
         ``prompt=`` | ``prompt_tokens=``,
-        ``max_output_tokens=``, ``priority=`` …). A denial is a response with
-        ``allowed`` false, not an error."""
-        return self._call(self._stub.CheckAndReserve, request_of(request, fields), timeout)
+        ``max_output_tokens=``, ``priority=``, ``max_wait_ms=`` …). A denial is
+        a response with ``allowed`` false, not an error. Without ``timeout``,
+        a call that may wait in line gets the client's deadline plus its
+        ``max_wait_ms``."""
+        req = request_of(request, fields)
+        return self._call(self._stub.CheckAndReserve, req, waiting_timeout(req, timeout, self.timeout))
 
     def commit(
         self,

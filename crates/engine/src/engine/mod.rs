@@ -38,6 +38,7 @@ mod resilient;
 mod settle;
 mod shadow;
 mod status;
+mod waiting;
 
 pub use breaker::{Breaker, BreakerSettings, BreakerState};
 pub use charge::{ChargeInput, ChargeOutcome};
@@ -75,6 +76,8 @@ pub struct EngineSettings {
     pub priorities: Priorities,
     /// Refuse requests for models without a price where spend limits apply.
     pub require_price: bool,
+    /// Calls one shared level's line holds (`[queue] max_queued`).
+    pub max_queued: usize,
 }
 
 /// Models already logged as having no price: each is said once (at most
@@ -124,6 +127,8 @@ pub struct Engine<S> {
     multipliers: Multipliers,
     /// Models logged as having no price.
     unpriced: Unpriced,
+    /// Calls waiting in line for a shared level (`reserve_within`).
+    queues: waiting::Queues,
     /// The limits in force are the file's, standing in until the store's
     /// configuration is loaded (the store did not answer at start-up).
     provisional: std::sync::atomic::AtomicBool,
@@ -154,6 +159,7 @@ impl<S: Store> Engine<S> {
             counter,
             multipliers,
             unpriced: Unpriced::default(),
+            queues: waiting::Queues::default(),
             provisional: std::sync::atomic::AtomicBool::new(false),
         }
     }

@@ -46,6 +46,12 @@ pub struct ReserveOutcome {
     pub chosen_model: Option<String>,
     /// The candidates tried before it; all of them when none had room.
     pub skipped: Vec<Skipped>,
+    /// Denied only by the global level (its own limits or a model group's
+    /// there): room in the shared account can lift it, so the call may wait
+    /// in line for it.
+    pub waitable: bool,
+    /// How long the call waited in line, in milliseconds (0: it did not).
+    pub waited_ms: u64,
 }
 
 /// A candidate model that was not taken.
@@ -76,6 +82,8 @@ impl ReserveOutcome {
             degraded: false,
             chosen_model: None,
             skipped: Vec::new(),
+            waitable: false,
+            waited_ms: 0,
         }
     }
 
@@ -105,6 +113,8 @@ impl ReserveOutcome {
             degraded: false,
             chosen_model: None,
             skipped: Vec::new(),
+            waitable: false,
+            waited_ms: 0,
         }
     }
 }
@@ -155,6 +165,8 @@ pub(super) fn outcome(
         degraded: how.degraded,
         chosen_model: None,
         skipped: Vec::new(),
+        waitable: false,
+        waited_ms: 0,
     };
     Ok(match reply {
         ReserveReply::Allowed {
@@ -179,6 +191,7 @@ pub(super) fn outcome(
             let denial = denial(plan, &readings, denied_mask, retry);
             ReserveOutcome {
                 limits: statuses(how.statuses, plan, &readings, Some(&denial)),
+                waitable: decision::denied_only_globally(&plan.levels, &readings, denied_mask),
                 denial: Some(denial),
                 ..none
             }

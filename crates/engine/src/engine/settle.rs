@@ -194,6 +194,8 @@ impl<S: Store> Engine<S> {
                     ..usage
                 };
                 self.shadow_settle(&id, ShadowSettle::Commit(usage)).await;
+                // Tokens may have come back: the first in each line tries again.
+                self.queues.room();
                 Ok(CommitOutcome {
                     outcome: Outcome::Applied,
                     token_delta,
@@ -269,6 +271,7 @@ impl<S: Store> Engine<S> {
     /// Refund.
     pub async fn refund(&self, id: &ReservationId) -> Result<RefundOutcome, EngineError> {
         let (reply, refunded_tokens) = self.refund_id(id).await?;
+        self.queues.room();
         let (outcome, cost_micros) = match reply {
             SettleReply::Applied { reserved_spend, .. } => (Outcome::Applied, reserved_spend),
             SettleReply::AlreadySettled(_) => (Outcome::AlreadySettled, 0),

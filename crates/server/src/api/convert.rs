@@ -231,6 +231,23 @@ pub(super) fn status_request(r: pb::GetStatusRequest) -> Result<StatusRequest, I
     })
 }
 
+/// The longest a CheckAndReserve may wait in line (`max_wait_ms`).
+pub(super) const MAX_WAIT_MS: u64 = 60_000;
+
+/// `max_wait_ms` as a duration: at most [`MAX_WAIT_MS`].
+pub(super) fn max_wait(ms: u64) -> Result<std::time::Duration, InvalidInput> {
+    if ms > MAX_WAIT_MS {
+        return Err(InvalidInput::new(
+            "max_wait_ms",
+            format!(
+                "is {ms}; at most {MAX_WAIT_MS} (a minute): a call that must wait longer is \
+                 better retried after its retry_after_ms"
+            ),
+        ));
+    }
+    Ok(std::time::Duration::from_millis(ms))
+}
+
 /// An optional model name (GetStatus, GetEstimator): empty means none.
 pub(super) fn optional_model(model: String) -> Result<Option<String>, InvalidInput> {
     check_label("model", &model)?;
@@ -299,6 +316,7 @@ pub(super) fn reserve_response(out: ReserveOutcome) -> pb::CheckAndReserveRespon
         granted_max_output_tokens: out.granted_max_output_tokens,
         reserved_output_tokens: out.reserved_output_tokens,
         degraded: out.degraded,
+        waited_ms: out.waited_ms,
         ..Default::default()
     };
     if let Some(d) = out.shadow_denial {

@@ -6,7 +6,7 @@
 
 use super::caller::caller_of;
 use super::{candidates, convert};
-use crate::app::{App, AppError, Caller, span, timed};
+use crate::app::{App, AppError, Caller, Slot, span, timed};
 use crate::domain::ReservationId;
 use crate::engine::ReserveOutcome;
 use crate::pb;
@@ -29,12 +29,14 @@ impl<S> BudgetApi<S> {
 }
 
 impl<S: Store> BudgetApi<S> {
-    /// CheckAndReserve for `caller`; `also` reads the outcome before it
-    /// becomes the response (the HTTP API's status and headers, made while
-    /// the limits are still the domain's).
+    /// CheckAndReserve for `caller`, holding `slot` of the admission gate
+    /// (given back while it waits in line); `also` reads the outcome before
+    /// it becomes the response (the HTTP API's status and headers, made
+    /// while the limits are still the domain's).
     pub async fn check_and_reserve<A>(
         &self,
         caller: Option<&Caller>,
+        slot: Option<&Slot>,
         mut r: pb::CheckAndReserveRequest,
         also: impl FnOnce(&ReserveOutcome) -> A,
     ) -> Result<(pb::CheckAndReserveResponse, A), AppError> {
@@ -42,9 +44,10 @@ impl<S: Store> BudgetApi<S> {
             // Candidates named: the response says which was chosen.
             let named = !r.candidate_models.is_empty();
             let fallbacks = candidates::fallbacks(&mut r)?;
+            let max_wait = convert::max_wait(r.max_wait_ms)?;
             let mut req = convert::reserve_request(r)?;
             req.fallbacks = fallbacks;
-            let out = self.app.reserve(caller, req).await?;
+            let out = self.app.reserve(caller, req, max_wait, slot).await?;
             let also = also(&out);
             let response = match named {
                 true => candidates::fallback_response(out),
@@ -148,8 +151,9 @@ impl<S: Store> BudgetService for BudgetApi<S> {
         request: Request<pb::CheckAndReserveRequest>,
     ) -> Result<Response<pb::CheckAndReserveResponse>, Status> {
         let (_, extensions, r) = request.into_parts();
+        let slot = extensions.get::<Arc<Slot>>().map(|s| &**s);
         let reserved = self
-            .check_and_reserve(caller_of(&extensions), r, |_| ())
+            .check_and_reserve(caller_of(&extensions), slot, r, |_| ())
             .await;
         answer(reserved.map(|(response, ())| response))
     }

@@ -123,5 +123,23 @@ impl Drop for Permit {
     }
 }
 
+/// An admitted call's slot, which the call gives back early when it stops
+/// working and starts waiting in line for the shared account: a waiting
+/// call holds no slot, so waiting calls never shed working ones.
+pub struct Slot(Mutex<Option<Permit>>);
+
+impl Slot {
+    /// Holds `permit`.
+    pub fn new(permit: Permit) -> Self {
+        Slot(Mutex::new(Some(permit)))
+    }
+
+    /// Gives the slot back (once; later calls do nothing).
+    pub fn release(&self) {
+        let permit = self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
+        drop(permit);
+    }
+}
+
 #[cfg(test)]
 mod tests;

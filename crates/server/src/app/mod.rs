@@ -20,7 +20,7 @@ mod error;
 mod service;
 mod timed;
 
-pub use admission::{Gate, Permit};
+pub use admission::{Gate, Permit, Slot};
 pub use caller::{Auth, Caller, KeptTokens, check_tenant};
 pub use error::{AppError, ErrorKind};
 pub use service::App;

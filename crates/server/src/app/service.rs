@@ -6,7 +6,7 @@
 //! Engine calls are awaited boxed: an engine future is a few KB, and each
 //! layer above it would hold and copy it again; boxed, it is copied once.
 
-use super::admission::Gate;
+use super::admission::{Gate, Slot};
 use super::caller::{Auth, Caller, check_tenant};
 use super::error::AppError;
 use crate::domain::ReservationId;
@@ -17,6 +17,7 @@ use crate::engine::{
 };
 use crate::store::Store;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The application over one engine: its callers' tokens, its admission gate,
 /// and the operations.
@@ -50,14 +51,23 @@ impl<S> App<S> {
 }
 
 impl<S: Store> App<S> {
-    /// CheckAndReserve: the decision on `req`, for `caller`.
+    /// CheckAndReserve: the decision on `req`, for `caller`, waiting in
+    /// line up to `max_wait` when only the shared account denies it; the
+    /// call's admission `slot` is given back while it waits.
     pub async fn reserve(
         &self,
         caller: Option<&Caller>,
         req: ReserveRequest,
+        max_wait: Duration,
+        slot: Option<&Slot>,
     ) -> Result<ReserveOutcome, AppError> {
         check_tenant(caller, req.tenant.as_str())?;
-        Ok(Box::pin(self.engine.reserve(req)).await?)
+        let waiting = || {
+            if let Some(slot) = slot {
+                slot.release();
+            }
+        };
+        Ok(Box::pin(self.engine.reserve_within(req, max_wait, waiting)).await?)
     }
 
     /// Commit: settles `req.id` with the real usage.

@@ -41,6 +41,18 @@ pub struct TierSection {
     /// Limits per model group, by group name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub models: BTreeMap<String, ModelLimitsSection>,
+    /// Its tenants' weight in a shared level's line: 1 (an equal share)
+    /// when left out.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub weight: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(weight: &u32) -> bool {
+    *weight == 1
 }
 
 /// A quota in shadow: tenant- and user-level limits.
@@ -91,6 +103,7 @@ impl TierSection {
                 .map(|s| s.to_domain(&format!("{path}.shadow")))
                 .transpose()?,
             models: model_limits(&format!("{path}.models"), &self.models)?,
+            weight: self.weight,
         };
         tier.validate(&path)?;
         Ok(tier)

@@ -51,7 +51,9 @@ pub use overrides::{LevelOverrideSection, OverrideSection, ShadowOverrideSection
 pub use rates::rates;
 pub use rates::{Period, PeriodError, RateSection, period_seconds};
 pub use resilience::ResilienceSection;
-pub use sections::{FileConfig, HttpSection, ReservationsSection, ServerSection, StoreSection};
+pub use sections::{
+    FileConfig, HttpSection, QueueSection, ReservationsSection, ServerSection, StoreSection,
+};
 pub use settings::{AdmissionSettings, Settings, TlsFiles};
 
 use crate::domain::{Limits, LimitsError};
@@ -173,6 +175,7 @@ impl FileConfig {
         self.envoy = other.envoy.or(self.envoy);
         self.ext_proc = other.ext_proc.or(self.ext_proc);
         self.alerts = other.alerts.or(self.alerts);
+        self.queue = other.queue.or(self.queue);
         self
     }
 

@@ -119,6 +119,9 @@ pub struct OverrideSection {
     /// Users of the tenant refused: user id → the operator's reason.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub blocked_users: BTreeMap<String, String>,
+    /// The tenant's weight in a shared level's line, over its tier's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
 }
 
 impl OverrideSection {
@@ -129,6 +132,7 @@ impl OverrideSection {
             && self.shadow.is_none()
             && self.blocked.is_none()
             && self.blocked_users.is_empty()
+            && self.weight.is_none()
     }
 
     /// The domain override of `tenant`, validated.
@@ -148,6 +152,7 @@ impl OverrideSection {
                 tenant: self.blocked.clone(),
                 users: self.blocked_users.clone(),
             },
+            weight: self.weight,
         };
         o.validate(&path)?;
         Ok(o)

@@ -52,6 +52,33 @@ pub struct FileConfig {
     pub ext_proc: Option<super::ExtProcSection>,
     /// Where threshold alerts go.
     pub alerts: Option<super::AlertsSection>,
+    /// Calls waiting in line for the shared account (`max_wait_ms`).
+    pub queue: Option<QueueSection>,
+}
+
+/// `[queue]`: the lines calls wait in for a shared level.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueSection {
+    /// Calls one shared level's line holds (1 to 100,000); a call that
+    /// finds it full is answered at once.
+    #[serde(default = "default_max_queued")]
+    pub max_queued: usize,
+}
+
+impl Default for QueueSection {
+    fn default() -> Self {
+        QueueSection {
+            max_queued: default_max_queued(),
+        }
+    }
+}
+
+/// The most calls a shared level's line holds by default.
+pub const DEFAULT_MAX_QUEUED: usize = 1000;
+
+fn default_max_queued() -> usize {
+    DEFAULT_MAX_QUEUED
 }
 
 /// `[server]`.

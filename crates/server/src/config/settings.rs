@@ -59,6 +59,8 @@ pub struct Settings {
     pub priorities: Priorities,
     /// `[money] require_price`.
     pub require_price: bool,
+    /// `[queue] max_queued`: calls one shared level's line holds.
+    pub max_queued: usize,
     /// `[alerts]`.
     pub alerts: super::AlertSettings,
     /// The configuration file read, if any (SIGHUP re-reads it).
@@ -227,6 +229,7 @@ impl FileConfig {
             ext_proc: self.ext_proc.clone().unwrap_or_default(),
             priorities,
             require_price,
+            max_queued: queue_settings(self.queue)?,
             alerts,
             max_message_bytes: server.max_message_bytes,
             admission: admission(&server)?,
@@ -348,4 +351,16 @@ fn check_reservations(res: &ReservationsSection) -> Result<(), LimitsError> {
         1,
         3_600_000,
     )
+}
+
+/// `[queue] max_queued`, checked: 1 to 100,000.
+fn queue_settings(queue: Option<super::QueueSection>) -> Result<usize, ConfigError> {
+    let max = queue.unwrap_or_default().max_queued;
+    if !(1..=100_000).contains(&max) {
+        return Err(ConfigError::Invalid(crate::domain::LimitsError::new(
+            "queue.max_queued",
+            format!("is {max}; a line holds 1 to 100000 calls"),
+        )));
+    }
+    Ok(max)
 }

@@ -10,7 +10,7 @@
 use super::HttpState;
 use super::reply::{error, json, parse, read_body};
 use crate::api::http::HttpAnswer;
-use crate::app::{AppError, Caller};
+use crate::app::{AppError, Caller, Slot};
 use crate::pb;
 use crate::store::Store;
 use axum::Router;
@@ -80,12 +80,12 @@ async fn check_and_reserve<S: Store>(
 ) -> Response {
     let run = async {
         let caller = caller(&state, &headers)?;
-        let _slot = state.app.gate().admit(None).await?;
+        let slot = Slot::new(state.app.gate().admit(None).await?);
         let bytes = read_body(raw, &headers, state.max_body).await?;
         let message: pb::CheckAndReserveRequest = parse(&bytes, "CheckAndReserveRequest")?;
         state
             .api
-            .check_and_reserve(caller.as_ref(), message, HttpAnswer::of)
+            .check_and_reserve(caller.as_ref(), Some(&slot), message, HttpAnswer::of)
             .await
     };
     let (reserved, http) = match run.await {

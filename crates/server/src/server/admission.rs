@@ -18,7 +18,7 @@ const GATED: [&str; 2] = [
     "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
 ];
 
-use crate::app::Gate;
+use crate::app::{Gate, Slot};
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::codegen::{BoxFuture, Context, Poll, Service, http};
@@ -68,12 +68,18 @@ where
         }
         let gate = self.gate.clone();
         let deadline = grpc_timeout(request.headers());
+        let mut request = request;
         Box::pin(async move {
-            let _permit = match gate.admit(deadline).await {
-                Ok(permit) => permit,
+            let slot = match gate.admit(deadline).await {
+                Ok(permit) => Arc::new(Slot::new(permit)),
                 Err(shed) => return Ok(tonic::Status::from(shed).into_http()),
             };
-            inner.call(request).await
+            // The handler may give the slot back early (a call waiting in
+            // line holds none); else it frees when this call ends.
+            request.extensions_mut().insert(slot.clone());
+            let response = inner.call(request).await;
+            drop(slot);
+            response
         })
     }
 }

@@ -43,7 +43,8 @@ pub fn install_metrics(
     let builder = PrometheusBuilder::new()
         .set_buckets(LATENCY_BUCKETS)?
         .set_buckets_for_metric(Matcher::Full(COMMIT_DELTA.into()), DELTA_BUCKETS)?
-        .set_buckets_for_metric(Matcher::Full(ESTIMATION_RATIO.into()), RATIO_BUCKETS)?;
+        .set_buckets_for_metric(Matcher::Full(ESTIMATION_RATIO.into()), RATIO_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(QUEUE_WAIT_SECONDS.into()), WAIT_BUCKETS)?;
     let (recorder, exporter) = match listen {
         Some(addr) => {
             let _in_runtime = runtime.enter();
@@ -192,9 +193,31 @@ pub fn describe() {
         "[server] max_in_flight: calls worked on at once"
     );
     describe_gauge!(
+        QUEUE_WAITING,
+        "Calls waiting in line for the shared account (max_wait_ms)"
+    );
+    describe_histogram!(
+        QUEUE_WAIT_SECONDS,
+        Unit::Seconds,
+        "Time calls waited in line, by outcome"
+    );
+    describe_gauge!(
         GLOBAL_LEASES_ACTIVE,
         "Leases held across all replicas, as of this replica's last reservation"
     );
+}
+
+/// The admission gate's and the waiting lines' series, at zero.
+fn register_admission(max_in_flight: usize) {
+    gauge!(IN_FLIGHT).set(0.0);
+    in_flight_limit(max_in_flight);
+    for reason in ["full", "deadline"] {
+        counter!(SHED, "reason" => reason).increment(0);
+    }
+    queue_waiting(0);
+    for outcome in WAIT_OUTCOMES {
+        let _ = histogram!(QUEUE_WAIT_SECONDS, "outcome" => outcome);
+    }
 }
 
 /// The threshold alerts' series, at zero.
@@ -271,11 +294,7 @@ pub fn register(known: &KnownSeries) {
     }
     gauge!(BREAKER_STATE).set(0.0);
     gauge!(GLOBAL_LEASES_ACTIVE).set(0.0);
-    gauge!(IN_FLIGHT).set(0.0);
-    in_flight_limit(known.max_in_flight);
-    for reason in ["full", "deadline"] {
-        counter!(SHED, "reason" => reason).increment(0);
-    }
+    register_admission(known.max_in_flight);
     counter!(CLUSTER_GLOBAL_DECISIONS).increment(0);
     counter!(CLUSTER_GLOBAL_CALLS).increment(0);
 }

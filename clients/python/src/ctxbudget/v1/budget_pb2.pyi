@@ -104,7 +104,7 @@ class Message(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class CheckAndReserveRequest(_message.Message):
-    __slots__ = ("tenant_id", "user_id", "tier", "model", "prompt_tokens", "max_output_tokens", "idempotency_key", "lease_ttl_ms", "messages", "prompt", "allow_reduced_output", "min_output_tokens", "priority", "candidate_models", "session_id", "images", "limit_statuses")
+    __slots__ = ("tenant_id", "user_id", "tier", "model", "prompt_tokens", "max_output_tokens", "idempotency_key", "lease_ttl_ms", "messages", "prompt", "allow_reduced_output", "min_output_tokens", "priority", "candidate_models", "session_id", "images", "limit_statuses", "max_wait_ms")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
@@ -122,6 +122,7 @@ class CheckAndReserveRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     LIMIT_STATUSES_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     user_id: str
     tier: str
@@ -139,7 +140,8 @@ class CheckAndReserveRequest(_message.Message):
     session_id: str
     images: int
     limit_statuses: LimitStatuses
-    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., lease_ttl_ms: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., prompt: _Optional[str] = ..., allow_reduced_output: _Optional[bool] = ..., min_output_tokens: _Optional[int] = ..., priority: _Optional[_Union[Priority, str]] = ..., candidate_models: _Optional[_Iterable[str]] = ..., session_id: _Optional[str] = ..., images: _Optional[int] = ..., limit_statuses: _Optional[_Union[LimitStatuses, str]] = ...) -> None: ...
+    max_wait_ms: int
+    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., tier: _Optional[str] = ..., model: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., lease_ttl_ms: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., prompt: _Optional[str] = ..., allow_reduced_output: _Optional[bool] = ..., min_output_tokens: _Optional[int] = ..., priority: _Optional[_Union[Priority, str]] = ..., candidate_models: _Optional[_Iterable[str]] = ..., session_id: _Optional[str] = ..., images: _Optional[int] = ..., limit_statuses: _Optional[_Union[LimitStatuses, str]] = ..., max_wait_ms: _Optional[int] = ...) -> None: ...
 
 class SkippedCandidate(_message.Message):
     __slots__ = ("model", "reason", "level", "dimension", "retry_after_ms", "model_group", "detail")
@@ -182,7 +184,7 @@ class LimitStatus(_message.Message):
     def __init__(self, level: _Optional[_Union[Level, str]] = ..., dimension: _Optional[_Union[Dimension, str]] = ..., period_seconds: _Optional[int] = ..., limit: _Optional[int] = ..., remaining: _Optional[int] = ..., reset_after_ms: _Optional[int] = ..., model_group: _Optional[str] = ..., window: _Optional[str] = ..., timezone: _Optional[str] = ...) -> None: ...
 
 class CheckAndReserveResponse(_message.Message):
-    __slots__ = ("allowed", "reservation_id", "reason", "limiting_level", "retry_after_ms", "reserved_tokens", "limits", "detail", "limiting_dimension", "limiting_period_seconds", "lease_expires_in_ms", "replayed", "max_output_tokens", "estimated_prompt_tokens", "estimator_multiplier", "granted_max_output_tokens", "shadow_denied", "shadow_reason", "shadow_limiting_level", "shadow_detail", "degraded", "limiting_model_group", "reserved_output_tokens", "chosen_model", "skipped_candidates")
+    __slots__ = ("allowed", "reservation_id", "reason", "limiting_level", "retry_after_ms", "reserved_tokens", "limits", "detail", "limiting_dimension", "limiting_period_seconds", "lease_expires_in_ms", "replayed", "max_output_tokens", "estimated_prompt_tokens", "estimator_multiplier", "granted_max_output_tokens", "shadow_denied", "shadow_reason", "shadow_limiting_level", "shadow_detail", "degraded", "limiting_model_group", "reserved_output_tokens", "chosen_model", "skipped_candidates", "waited_ms")
     ALLOWED_FIELD_NUMBER: _ClassVar[int]
     RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -208,6 +210,7 @@ class CheckAndReserveResponse(_message.Message):
     RESERVED_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CHOSEN_MODEL_FIELD_NUMBER: _ClassVar[int]
     SKIPPED_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    WAITED_MS_FIELD_NUMBER: _ClassVar[int]
     allowed: bool
     reservation_id: str
     reason: Reason
@@ -233,7 +236,8 @@ class CheckAndReserveResponse(_message.Message):
     reserved_output_tokens: int
     chosen_model: str
     skipped_candidates: _containers.RepeatedCompositeFieldContainer[SkippedCandidate]
-    def __init__(self, allowed: _Optional[bool] = ..., reservation_id: _Optional[str] = ..., reason: _Optional[_Union[Reason, str]] = ..., limiting_level: _Optional[_Union[Level, str]] = ..., retry_after_ms: _Optional[int] = ..., reserved_tokens: _Optional[int] = ..., limits: _Optional[_Iterable[_Union[LimitStatus, _Mapping]]] = ..., detail: _Optional[str] = ..., limiting_dimension: _Optional[_Union[Dimension, str]] = ..., limiting_period_seconds: _Optional[int] = ..., lease_expires_in_ms: _Optional[int] = ..., replayed: _Optional[bool] = ..., max_output_tokens: _Optional[int] = ..., estimated_prompt_tokens: _Optional[int] = ..., estimator_multiplier: _Optional[float] = ..., granted_max_output_tokens: _Optional[int] = ..., shadow_denied: _Optional[bool] = ..., shadow_reason: _Optional[_Union[Reason, str]] = ..., shadow_limiting_level: _Optional[_Union[Level, str]] = ..., shadow_detail: _Optional[str] = ..., degraded: _Optional[bool] = ..., limiting_model_group: _Optional[str] = ..., reserved_output_tokens: _Optional[int] = ..., chosen_model: _Optional[str] = ..., skipped_candidates: _Optional[_Iterable[_Union[SkippedCandidate, _Mapping]]] = ...) -> None: ...
+    waited_ms: int
+    def __init__(self, allowed: _Optional[bool] = ..., reservation_id: _Optional[str] = ..., reason: _Optional[_Union[Reason, str]] = ..., limiting_level: _Optional[_Union[Level, str]] = ..., retry_after_ms: _Optional[int] = ..., reserved_tokens: _Optional[int] = ..., limits: _Optional[_Iterable[_Union[LimitStatus, _Mapping]]] = ..., detail: _Optional[str] = ..., limiting_dimension: _Optional[_Union[Dimension, str]] = ..., limiting_period_seconds: _Optional[int] = ..., lease_expires_in_ms: _Optional[int] = ..., replayed: _Optional[bool] = ..., max_output_tokens: _Optional[int] = ..., estimated_prompt_tokens: _Optional[int] = ..., estimator_multiplier: _Optional[float] = ..., granted_max_output_tokens: _Optional[int] = ..., shadow_denied: _Optional[bool] = ..., shadow_reason: _Optional[_Union[Reason, str]] = ..., shadow_limiting_level: _Optional[_Union[Level, str]] = ..., shadow_detail: _Optional[str] = ..., degraded: _Optional[bool] = ..., limiting_model_group: _Optional[str] = ..., reserved_output_tokens: _Optional[int] = ..., chosen_model: _Optional[str] = ..., skipped_candidates: _Optional[_Iterable[_Union[SkippedCandidate, _Mapping]]] = ..., waited_ms: _Optional[int] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
     __slots__ = ("reservation_id", "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "completion_text", "cache_write_prompt_tokens", "cache_write_1h_prompt_tokens", "reasoning_tokens", "images")

@@ -15,7 +15,7 @@ use super::llm_request::{Api, LlmRequest, NotRead};
 use super::reading::{Reading, RequestHead};
 use super::usage::{AnswerReader, Usage};
 use crate::api::http::reservation_headers;
-use crate::app::{App, Caller};
+use crate::app::{App, Caller, Slot};
 use crate::config::OtherRequests;
 use crate::domain::plan::ReserveRequest;
 use crate::domain::{Prompt, PromptInput, ReservationId};
@@ -347,6 +347,13 @@ impl<S: Store> Session<S> {
         Ok(fallbacks)
     }
 
+    /// A slot of the admission gate for the reservation: a decision among
+    /// the replica's others (the stream itself holds none).
+    async fn slot(&self) -> Result<Slot, Box<Refusal>> {
+        let permit = self.app.gate().admit(None).await;
+        Ok(Slot::new(permit.map_err(|e| Box::new(Refusal::error(&e)))?))
+    }
+
     /// Reserves for `call` (its messages move into the count); the output
     /// limit granted, or the answer to give.
     async fn reserve(&mut self, call: &mut LlmRequest) -> Result<u64, Box<Refusal>> {
@@ -376,14 +383,11 @@ impl<S: Store> Session<S> {
             declared: Default::default(),
         };
         let named = !req.fallbacks.is_empty();
-        // A decision among the replica's others: it takes a slot of the
-        // admission gate while it is made (the stream itself holds none).
-        let slot = self.app.gate().admit(None).await;
-        let _slot = slot.map_err(|e| Box::new(Refusal::error(&e)))?;
-        let out = self
+        let (who, slot) = (self.authenticated.as_ref(), self.slot().await?);
+        let out = (self
             .app
-            .reserve(self.authenticated.as_ref(), req)
-            .await
+            .reserve(who, req, Duration::ZERO, Some(&slot))
+            .await)
             .map(|mut out| {
                 if named {
                     self.chosen_model = out.chosen_model.take();
