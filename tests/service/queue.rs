@@ -38,6 +38,20 @@ fn call(tenant: &str, user: &str, tier: &str, max_wait_ms: u64) -> pb::CheckAndR
     }
 }
 
+/// A service on `config` whose account's one slot tenant `a` holds: the
+/// service, a client, and the held reservation's id.
+async fn with_the_slot_held(config: &str) -> (Harness, BudgetServiceClient<Channel>, String) {
+    let h = Harness::start(Backend::Memory, config).await;
+    let mut c = h.client.clone();
+    let held = c
+        .check_and_reserve(call("a", "u", "open", 0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(held.allowed, "{held:?}");
+    (h, c, held.reservation_id)
+}
+
 async fn refund(c: &mut BudgetServiceClient<Channel>, id: String) {
     let r = c
         .refund(pb::RefundRequest { reservation_id: id })
@@ -49,14 +63,7 @@ async fn refund(c: &mut BudgetServiceClient<Channel>, id: String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_call_is_granted_when_a_refund_returns_the_room() {
-    let h = Harness::start(Backend::Memory, ONE_AT_A_TIME).await;
-    let mut c = h.client.clone();
-    let held = c
-        .check_and_reserve(call("a", "u", "open", 0))
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(held.allowed, "{held:?}");
+    let (h, mut c, held) = with_the_slot_held(ONE_AT_A_TIME).await;
     // Without waiting: today's denial, at the global level.
     let now = c
         .check_and_reserve(call("b", "u", "open", 0))
@@ -76,7 +83,7 @@ async fn a_waiting_call_is_granted_when_a_refund_returns_the_room() {
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!waiting.is_finished(), "it waits");
-    refund(&mut c, held.reservation_id).await;
+    refund(&mut c, held).await;
     let (out, took) = waiting.await.unwrap();
     assert!(
         out.allowed,
@@ -92,14 +99,7 @@ async fn a_waiting_call_is_granted_when_a_refund_returns_the_room() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_ends_at_its_deadline_with_the_denial() {
-    let h = Harness::start(Backend::Memory, ONE_AT_A_TIME).await;
-    let mut c = h.client.clone();
-    let held = c
-        .check_and_reserve(call("a", "u", "open", 0))
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(held.allowed);
+    let (h, mut c, _held) = with_the_slot_held(ONE_AT_A_TIME).await;
     let started = Instant::now();
     let out = c
         .check_and_reserve(call("b", "u", "open", 400))
@@ -150,14 +150,7 @@ async fn a_denial_at_the_callers_own_level_is_answered_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_that_goes_away_leaves_the_line() {
-    let h = Harness::start(Backend::Memory, ONE_AT_A_TIME).await;
-    let mut c = h.client.clone();
-    let held = c
-        .check_and_reserve(call("a", "u", "open", 0))
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(held.allowed);
+    let (h, mut c, held) = with_the_slot_held(ONE_AT_A_TIME).await;
     // First in line, then gone: its client gives up after 200 ms.
     let mut gone = h.client.clone();
     let first = tokio::spawn(async move {
@@ -173,7 +166,7 @@ async fn a_caller_that_goes_away_leaves_the_line() {
     });
     assert!(first.await.unwrap().is_err(), "the first caller gave up");
     tokio::time::sleep(Duration::from_millis(200)).await;
-    refund(&mut c, held.reservation_id).await;
+    refund(&mut c, held).await;
     // The second is granted on the refund: the first's ticket is not ahead
     // of it any more.
     let out = tokio::time::timeout(Duration::from_secs(10), next)
@@ -262,14 +255,7 @@ async fn waiting_calls_give_back_their_admission_slots() {
     let config = format!(
         "{ONE_AT_A_TIME}\n[server]\nlisten = \"127.0.0.1:0\"\nmax_in_flight = 2\nqueue_ms = 0\n"
     );
-    let h = Harness::start(Backend::Memory, &config).await;
-    let mut c = h.client.clone();
-    let held = c
-        .check_and_reserve(call("a", "u", "open", 0))
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(held.allowed);
+    let (h, mut c, held) = with_the_slot_held(&config).await;
     let mut waiters = Vec::new();
     for tenant in ["b", "c", "d"] {
         let mut w = h.client.clone();
@@ -284,7 +270,7 @@ async fn waiting_calls_give_back_their_admission_slots() {
     let now = now.expect("not shed while others wait").into_inner();
     assert!(!now.allowed);
     assert_eq!(now.limiting_level(), pb::Level::Global, "{now:?}");
-    refund(&mut c, held.reservation_id).await;
+    refund(&mut c, held).await;
     let mut granted = 0;
     for w in waiters {
         let out = w
@@ -304,14 +290,7 @@ async fn waiting_calls_give_back_their_admission_slots() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_that_finds_the_line_full_is_answered_at_once() {
     let config = format!("{ONE_AT_A_TIME}\n[queue]\nmax_queued = 1\n");
-    let h = Harness::start(Backend::Memory, &config).await;
-    let mut c = h.client.clone();
-    let held = c
-        .check_and_reserve(call("a", "u", "open", 0))
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(held.allowed);
+    let (h, mut c, held) = with_the_slot_held(&config).await;
     let mut first = h.client.clone();
     let waiting =
         tokio::spawn(async move { first.check_and_reserve(call("b", "u", "open", 5_000)).await });
@@ -334,7 +313,7 @@ async fn a_call_that_finds_the_line_full_is_answered_at_once() {
         "{:?}",
         started.elapsed()
     );
-    refund(&mut c, held.reservation_id).await;
+    refund(&mut c, held).await;
     let granted = waiting.await.unwrap().unwrap().into_inner();
     assert!(granted.allowed, "the one in line is served: {granted:?}");
     h.stop().await;
