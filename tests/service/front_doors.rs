@@ -11,16 +11,11 @@ use crate::support;
 
 use ctxbudget::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use ctxbudget::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use ctxbudget::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
-use ctxbudget::envoy::service::ext_proc::v3::processing_request::Request as Part;
 use ctxbudget::envoy::service::ext_proc::v3::processing_response::Response as Answer;
-use ctxbudget::envoy::service::ext_proc::v3::{HttpBody, HttpHeaders, ProcessingRequest};
 use ctxbudget::envoy::service::ratelimit::v3::RateLimitRequest;
 use ctxbudget::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use ctxbudget::gateway::ext_proc::reading::header_map;
 use ctxbudget::pb;
 use serde_json::Value;
-use std::time::Duration;
 use support::{Backend, Harness, reserve};
 use tonic::transport::Channel;
 use tonic::{Code, Request};
@@ -88,51 +83,22 @@ async fn http(port: u16, method: &str, path: &str, token: &str, body: &str) -> (
     (status, serde_json::from_str(&text).expect("a JSON body"))
 }
 
-/// One LLM request through the external processor for `tenant`: the
-/// immediate answer's status and JSON body.
+/// One LLM request through the external processor for `tenant`, with the
+/// bound token: the immediate answer's status and JSON body.
 async fn ext_proc(h: &Harness, tenant: &str) -> (u32, Value) {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<ProcessingRequest>(2);
-    let requests = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
-    let mut answers = ExternalProcessorClient::new(channel(h).await)
-        .process(with_token(requests, ACME_GATEWAY))
-        .await
-        .expect("the stream opens for an authenticated caller")
-        .into_inner();
-    let headers = header_map(&[
-        (":method", "POST"),
-        (":path", "/v1/chat/completions"),
-        ("content-type", "application/json"),
+    let headers = [
         ("x-tenant-id", tenant),
         ("x-user-id", "u"),
         ("x-tier", "free"),
-    ]);
-    let body = br#"{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}"#;
-    let parts = [
-        Part::RequestHeaders(HttpHeaders {
-            headers: Some(headers),
-            ..HttpHeaders::default()
-        }),
-        Part::RequestBody(HttpBody {
-            body: body.to_vec(),
-            end_of_stream: true,
-            ..HttpBody::default()
-        }),
     ];
-    let mut last = None;
-    for part in parts {
-        let msg = ProcessingRequest {
-            request: Some(part),
-            ..ProcessingRequest::default()
-        };
-        tx.send(msg).await.unwrap();
-        let answer = tokio::time::timeout(Duration::from_secs(30), answers.message())
-            .await
-            .expect("an answer within 30 s")
-            .expect("the stream stays up")
-            .expect("an answer");
-        last = answer.response;
-    }
-    match last.expect("a response part") {
+    let answer = support::ext_proc::one_request(
+        h.addr,
+        Some(ACME_GATEWAY),
+        &headers,
+        support::ext_proc::CHAT,
+    )
+    .await;
+    match answer {
         Answer::ImmediateResponse(r) => (
             r.status.expect("a status").code as u32,
             serde_json::from_slice(&r.body).expect("a JSON body"),

@@ -318,3 +318,46 @@ async fn a_call_that_finds_the_line_full_is_answered_at_once() {
     assert!(granted.allowed, "the one in line is served: {granted:?}");
     h.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_external_processor_waits_as_its_header_or_section_says() {
+    use ctxbudget::envoy::service::ext_proc::v3::processing_response::Response as Answer;
+    use support::ext_proc::{CHAT, one_request};
+    let config = format!("{ONE_AT_A_TIME}\n[ext_proc]\ndefault_tier = \"open\"\nmax_wait_ms = 0\n");
+    let (h, mut c, held) = with_the_slot_held(&config).await;
+    let addr = h.addr;
+    // The section says 0: a full account is answered 429 at once.
+    let at_once = one_request(addr, None, &[("x-tenant-id", "b")], CHAT).await;
+    match at_once {
+        Answer::ImmediateResponse(r) => assert_eq!(r.status.unwrap().code, 429),
+        other => panic!("expected a 429, got {other:#?}"),
+    }
+    // The header asks to wait: the body goes on once the refund returns
+    // the account's slot.
+    let waiting = tokio::spawn(async move {
+        let headers = [("x-tenant-id", "c"), ("x-ctxbudget-max-wait-ms", "10000")];
+        one_request(addr, None, &headers, CHAT).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "it waits");
+    refund(&mut c, held).await;
+    let answer = tokio::time::timeout(Duration::from_secs(8), waiting)
+        .await
+        .expect("granted on the refund")
+        .unwrap();
+    assert!(
+        matches!(answer, Answer::RequestBody(_)),
+        "the request goes on upstream: {answer:#?}"
+    );
+    // A header that is no number of milliseconds is refused, naming it.
+    let bad = [("x-tenant-id", "d"), ("x-ctxbudget-max-wait-ms", "soon")];
+    match one_request(addr, None, &bad, CHAT).await {
+        Answer::ImmediateResponse(r) => {
+            assert_eq!(r.status.unwrap().code, 400);
+            let body = String::from_utf8_lossy(&r.body);
+            assert!(body.contains("x-ctxbudget-max-wait-ms"), "{body}");
+        }
+        other => panic!("expected a 400, got {other:#?}"),
+    }
+    h.stop().await;
+}

@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
 pub(crate) mod cluster;
+pub(crate) mod ext_proc;
 pub(crate) mod process;
 pub(crate) mod receiver;
 

@@ -16,6 +16,7 @@
 //! metadata_namespace = "envoy.filters.http.ext_authz"  # read before the headers
 //! headers = true                   # x-ratelimit-* on answers and denials
 //! stream_usage = true              # ask OpenAI chat streams for their usage chunk
+//! max_wait_ms = 0                  # wait in line for the shared account (docs/queue.md)
 //! ```
 
 use crate::domain::LimitsError;
@@ -76,7 +77,20 @@ pub struct ExtProcSection {
     /// (`stream_options.include_usage`) when the caller did not, so the
     /// stream commits the provider's count.
     pub stream_usage: bool,
+    /// How long a call may wait in line when only the shared account
+    /// denies it (docs/queue.md); a request's `x-ctxbudget-max-wait-ms`
+    /// header sets its own. 0: answer at once. Left out when 0, so replicas
+    /// of the release before waiting still read the section.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub max_wait_ms: u64,
 }
+
+fn is_zero(ms: &u64) -> bool {
+    *ms == 0
+}
+
+/// The longest wait in line (`max_wait_ms`, or the request's header).
+pub const MAX_WAIT_MS: u64 = 60_000;
 
 /// The default LLM paths: OpenAI chat completions, OpenAI Responses,
 /// Anthropic messages.
@@ -97,6 +111,7 @@ impl Default for ExtProcSection {
             metadata_namespace: "envoy.filters.http.ext_authz".into(),
             headers: true,
             stream_usage: true,
+            max_wait_ms: 0,
         }
     }
 }
@@ -113,6 +128,12 @@ impl ExtProcSection {
         let bad = |name: &str, problem: String| {
             Err(LimitsError::new(format!("ext_proc.{name}"), problem))
         };
+        if self.max_wait_ms > MAX_WAIT_MS {
+            return bad(
+                "max_wait_ms",
+                format!("is {}; at most {MAX_WAIT_MS} (a minute)", self.max_wait_ms),
+            );
+        }
         let headers = [
             ("tenant_header", &self.tenant_header),
             ("user_header", &self.user_header),

@@ -2,12 +2,18 @@
 //! metadata Envoy forwards: the path's verdict (an LLM call or another
 //! request) and the caller — tenant, user, session, tier, priority.
 
+use crate::config::ext_proc::MAX_WAIT_MS;
 use crate::config::{ExtProcSection, OtherRequests};
 use crate::domain::{InvalidInput, Priority, SessionId, TenantId, UserId, is_tier_name};
 use crate::engine::MAX_CANDIDATES;
 use crate::envoy::config::core::v3::{HeaderMap, Metadata};
 use prost_types::value::Kind;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// The request header that sets how long a call may wait in line
+/// (milliseconds), over `[ext_proc] max_wait_ms`.
+pub const MAX_WAIT_HEADER: &str = "x-ctxbudget-max-wait-ms";
 
 /// `[ext_proc]`, validated, as requests are read by it.
 #[derive(Debug)]
@@ -181,6 +187,24 @@ impl Reading {
             ));
         }
         Ok(out)
+    }
+
+    /// How long the request may wait in line for the shared account: its
+    /// [`MAX_WAIT_HEADER`] header, else `[ext_proc] max_wait_ms`.
+    pub fn max_wait(&self, head: &RequestHead) -> Result<Duration, InvalidInput> {
+        let Some(value) = head.get(MAX_WAIT_HEADER) else {
+            return Ok(Duration::from_millis(self.section.max_wait_ms));
+        };
+        match value.trim().parse::<u64>() {
+            Ok(ms) if ms <= MAX_WAIT_MS => Ok(Duration::from_millis(ms)),
+            _ => Err(InvalidInput::new(
+                "max_wait_ms",
+                format!(
+                    "header {MAX_WAIT_HEADER} is {:?}: send milliseconds, 0 to {MAX_WAIT_MS}",
+                    value.chars().take(32).collect::<String>()
+                ),
+            )),
+        }
     }
 
     /// The caller of a request: each value from the metadata namespace when

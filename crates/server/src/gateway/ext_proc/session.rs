@@ -383,11 +383,10 @@ impl<S: Store> Session<S> {
             declared: Default::default(),
         };
         let named = !req.fallbacks.is_empty();
+        let wait = self.reading.max_wait(&self.head);
+        let wait = wait.map_err(|e| Box::new(Refusal::bad_request(e.to_string())))?;
         let (who, slot) = (self.authenticated.as_ref(), self.slot().await?);
-        let out = (self
-            .app
-            .reserve(who, req, Duration::ZERO, Some(&slot))
-            .await)
+        let out = (self.app.reserve(who, req, wait, Some(&slot)).await)
             .map(|mut out| {
                 if named {
                     self.chosen_model = out.chosen_model.take();
