@@ -16,6 +16,7 @@ use crate::domain::budget::level::FastMap;
 use crate::domain::plan::ReserveRequest;
 use crate::domain::queue::{FairQueue, Place};
 use crate::store::Store;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -25,12 +26,18 @@ use tokio::sync::Notify;
 #[derive(Default)]
 pub(super) struct Queues {
     lines: Mutex<FastMap<String, FairQueue<Arc<Notify>>>>,
+    /// Calls waiting over every line, kept beside them so that a Commit or
+    /// Refund with nobody waiting takes no lock.
+    waiting: AtomicUsize,
 }
 
 impl Queues {
     /// Wakes the first in every line: room may have come back (a Commit or
     /// Refund).
     pub(super) fn room(&self) {
+        if self.waiting() == 0 {
+            return;
+        }
         let lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
         for line in lines.values() {
             if let Some((_, notify)) = line.head() {
@@ -41,17 +48,21 @@ impl Queues {
 
     /// Calls waiting, over every line.
     pub(super) fn waiting(&self) -> usize {
-        let lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
-        lines.values().map(FairQueue::len).sum()
+        self.waiting.load(Ordering::Relaxed)
     }
 
     fn with<R>(&self, line: &str, f: impl FnOnce(&mut FairQueue<Arc<Notify>>) -> R) -> R {
         let mut lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
-        let queue = lines.entry(line.to_owned()).or_default();
+        if !lines.contains_key(line) {
+            lines.insert(line.to_owned(), FairQueue::default());
+        }
+        let queue = lines.get_mut(line).expect("inserted above");
         let out = f(queue);
         if queue.is_empty() {
             lines.remove(line);
         }
+        let total = lines.values().map(FairQueue::len).sum();
+        self.waiting.store(total, Ordering::Relaxed);
         out
     }
 }
@@ -143,7 +154,8 @@ impl<S: Store> Engine<S> {
         waiting: impl FnOnce(),
     ) -> Result<ReserveOutcome, EngineError> {
         if max_wait.is_zero() || !req.fallbacks.is_empty() {
-            return Box::pin(self.reserve(req)).await;
+            // Not boxed again: the caller boxes this whole future.
+            return self.reserve(req).await;
         }
         let started = Instant::now();
         let deadline = started + max_wait;
