@@ -136,14 +136,28 @@ impl<T> FairQueue<T> {
         self.tickets.values().next().map(|(p, _, w)| (p, w))
     }
 
+    /// The waiter of the ticket at `place`, to change it.
+    pub fn waiter_mut(&mut self, place: &Place) -> Option<&mut T> {
+        self.tickets.get_mut(&place.key()).map(|(_, _, w)| w)
+    }
+
     /// Takes the first ticket out to be granted: the class's virtual time
     /// moves to its start.
     pub fn pop_head(&mut self) -> Option<(Place, T)> {
-        let (_, (place, tenant, waiter)) = self.tickets.pop_first()?;
+        let place = *self.head()?.0;
+        self.serve(&place).map(|waiter| (place, waiter))
+    }
+
+    /// Takes the ticket at `place` out granted — the head when it was
+    /// checked, though a newcomer with an earlier finish may have joined
+    /// before it since: the class's virtual time moves to its start. Its
+    /// waiter, if it was still there.
+    pub fn serve(&mut self, place: &Place) -> Option<T> {
+        let (_, tenant, waiter) = self.tickets.remove(&place.key())?;
         let class = usize::from(place.class);
         self.virtual_time[class] = self.virtual_time[class].max(place.start);
         self.forget_idle(place.class, &tenant);
-        Some((place, waiter))
+        Some(waiter)
     }
 
     /// Takes the ticket at `place` out without a grant (its deadline passed,

@@ -349,14 +349,17 @@ async fn refresh_estimators<S: Store>(engine: Arc<Engine<S>>) {
 }
 
 /// Starts what an engine needs running beside it: the estimator refresh, the
-/// store probe while the breaker is open, and the cancellation queue. Every
+/// store probe while the breaker is open, the cancellation queue, and the
+/// lines of waiting calls. Every
 /// long-lived engine runs these (the server, the bench's in-process ones).
 pub fn engine_tasks<S: Store>(engine: &Arc<Engine<S>>) -> Vec<tokio::task::JoinHandle<()>> {
     let cancels = engine.clone();
+    let lines = engine.clone();
     vec![
         tokio::spawn(refresh_estimators(engine.clone())),
         tokio::spawn(probe_store(engine.clone())),
         tokio::spawn(async move { cancels.run_cancellations().await }),
+        tokio::spawn(async move { lines.run_lines().await }),
     ]
 }
 

@@ -45,6 +45,7 @@
 //! for a long run.
 
 mod keys;
+mod line;
 mod ops;
 mod reserve;
 mod share;

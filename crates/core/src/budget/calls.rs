@@ -465,6 +465,25 @@ pub const ALERT_INDEX_ARGV: Group = Group {
     fields: &["queue", "seen", "due"],
 };
 
+/// line.lua's KEYS: a shared level's line — its state (the fair clocks,
+/// the tenants' last finishes, the arrival count, its owners' liveness) and
+/// one sorted set of tickets per priority class.
+pub const LINE_KEYS: Group = Group {
+    name: "line_keys",
+    fields: &["state", "critical", "normal", "batch"],
+};
+
+/// line.lua's ARGV: every call gives them all (an operation ignores the
+/// ones it does not read).
+pub const LINE_ARGV: Group = Group {
+    name: "line_argv",
+    fields: &[
+        "op", // 1 join, 2 head, 3 leave granted, 4 leave withdrawn, 5 wake
+        "owner", "ticket", "class", "tenant", "weight", "cost", "wait_us", "most", "channel",
+        "line",
+    ],
+};
+
 /// reserve_first.lua's ARGV: then one [`RESERVE_FIRST_SIZES`] per
 /// candidate, then each candidate's ARGV as reserve.lua takes them.
 pub const RESERVE_FIRST_ARGV: Group = Group {
@@ -560,6 +579,8 @@ pub const GROUPS: &[Group] = &[
     ALERT_INDEX_ARGV,
     RESERVE_FIRST_ARGV,
     RESERVE_FIRST_SIZES,
+    LINE_KEYS,
+    LINE_ARGV,
     CONFIG_KEYS,
     CONFIG_SET_ARGV,
     CONFIG_SET_REPLY,

@@ -25,11 +25,12 @@
 //! |---|---|
 //! | decide | `reserve` (one model or candidates), `commit`, `refund`, `renew`, `charge` (Envoy's rate limit service) |
 //! | read | `status`, `estimators`, `limits`, `store`, `policy`, `breaker_state`, `is_provisional`, `cancellations_pending`, `check_tier` |
-//! | run | `new`, `set_limits`, `set_provisional`, `trip_breaker`; the server's background loops `probe_if_due`, `refresh_estimators`, `run_cancellations` |
+//! | run | `new`, `set_limits`, `set_provisional`, `trip_breaker`; the server's background loops `probe_if_due`, `refresh_estimators`, `run_cancellations`, `run_lines` |
 
 mod breaker;
 mod cancel;
 mod charge;
+mod lines;
 mod policy;
 mod prepare;
 mod reply;
@@ -128,7 +129,7 @@ pub struct Engine<S> {
     /// Models logged as having no price.
     unpriced: Unpriced,
     /// Calls waiting in line for a shared level (`reserve_within`).
-    queues: waiting::Queues,
+    queues: lines::Queues,
     /// The limits in force are the file's, standing in until the store's
     /// configuration is loaded (the store did not answer at start-up).
     provisional: std::sync::atomic::AtomicBool,
@@ -159,7 +160,7 @@ impl<S: Store> Engine<S> {
             counter,
             multipliers,
             unpriced: Unpriced::default(),
-            queues: waiting::Queues::default(),
+            queues: lines::Queues::default(),
             provisional: std::sync::atomic::AtomicBool::new(false),
         }
     }

@@ -1,115 +1,38 @@
 //! Waiting in line for a shared level: a CheckAndReserve with `max_wait`
 //! that only the global level (the upstream account, or a model group's
-//! limits there) denies joins that level's queue, in the fair order of
-//! [`FairQueue`], and is retried when it is first in line and room may have
-//! come — at the refill time its last denial computed, or when a Commit or
-//! Refund of this replica returns tokens. It is granted by the same atomic
-//! reserve as any call, so nothing goes over a limit; it gets its last
-//! denial when its time runs out. A caller that goes away drops its wait,
-//! and its ticket leaves the queue.
+//! limits there) denies joins that level's line, which the store keeps
+//! ([`crate::store::LineStore`]: every replica sharing the store waits in the
+//! same line, in the fair order of [`crate::domain::queue::FairQueue`]).
+//! The ticket first in line is retried at the refill time its last denial
+//! computed, or when it is woken: a Commit or Refund on any replica, or the
+//! ticket before it leaving. It is granted by the same atomic reserve as any
+//! call, so nothing goes over a limit; it gets its last denial when its time
+//! runs out. A caller that goes away drops its wait, and its ticket leaves
+//! the line (`lines`).
 //!
-//! The queue is this replica's: exact for the memory store (which is the
-//! replica's own), in this replica's order for a shared Redis.
+//! A call's first attempt is an ordinary reserve: a gateway that sets
+//! `max_wait` on every call pays one store call while the account has room.
 
 use super::{Engine, EngineError, ReserveOutcome};
-use crate::domain::budget::level::FastMap;
 use crate::domain::plan::ReserveRequest;
-use crate::domain::queue::{FairQueue, Place};
+use crate::domain::queue::class_of;
 use crate::store::Store;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use crate::store::line::{Joined, Joining, Leave, Ticket};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
-/// The queues of this replica's shared levels, by model group ("" for the
-/// global level's own limits).
-#[derive(Default)]
-pub(super) struct Queues {
-    lines: Mutex<FastMap<String, FairQueue<Arc<Notify>>>>,
-    /// Calls waiting over every line, kept beside them so that a Commit or
-    /// Refund with nobody waiting takes no lock.
-    waiting: AtomicUsize,
-}
-
-impl Queues {
-    /// Wakes the first in every line: room may have come back (a Commit or
-    /// Refund).
-    pub(super) fn room(&self) {
-        if self.waiting() == 0 {
-            return;
-        }
-        let lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
-        for line in lines.values() {
-            if let Some((_, notify)) = line.head() {
-                notify.notify_one();
-            }
-        }
-    }
-
-    /// Calls waiting, over every line.
-    pub(super) fn waiting(&self) -> usize {
-        self.waiting.load(Ordering::Relaxed)
-    }
-
-    fn with<R>(&self, line: &str, f: impl FnOnce(&mut FairQueue<Arc<Notify>>) -> R) -> R {
-        let mut lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
-        if !lines.contains_key(line) {
-            lines.insert(line.to_owned(), FairQueue::default());
-        }
-        let queue = lines.get_mut(line).expect("inserted above");
-        let out = f(queue);
-        if queue.is_empty() {
-            lines.remove(line);
-        }
-        let total = lines.values().map(FairQueue::len).sum();
-        self.waiting.store(total, Ordering::Relaxed);
-        out
-    }
-}
-
-/// A ticket in a line; dropped, it leaves the line and wakes the next.
-struct Ticket<'a> {
-    queues: &'a Queues,
-    line: String,
-    place: Option<Place>,
+/// A caller's ticket; dropped, it leaves its line (granted or withdrawn).
+struct Held<'a> {
+    queues: &'a super::lines::Queues,
+    ticket: Ticket,
     notify: Arc<Notify>,
+    how: Leave,
 }
 
-impl Ticket<'_> {
-    /// Whether it is first in its line.
-    fn is_head(&self) -> bool {
-        let Some(place) = self.place else {
-            return false;
-        };
-        self.queues.with(&self.line, |q| {
-            q.head().is_some_and(|(p, _)| p.seq == place.seq)
-        })
-    }
-
-    /// Leaves the line granted: the line's fair clock moves past it, and the
-    /// next in line is woken to try.
-    fn granted(mut self) {
-        if self.place.take().is_some() {
-            self.queues.with(&self.line, |q| {
-                q.pop_head();
-                if let Some((_, next)) = q.head() {
-                    next.notify_one();
-                }
-            });
-        }
-    }
-}
-
-impl Drop for Ticket<'_> {
+impl Drop for Held<'_> {
     fn drop(&mut self) {
-        if let Some(place) = self.place.take() {
-            self.queues.with(&self.line, |q| {
-                q.withdraw(&place);
-                if let Some((_, next)) = q.head() {
-                    next.notify_one();
-                }
-            });
-        }
+        self.queues.release(&self.ticket, self.how);
     }
 }
 
@@ -128,7 +51,7 @@ fn full(mut out: ReserveOutcome, max: usize) -> ReserveOutcome {
 /// Counts a wait whose caller went away (its future dropped) as cancelled.
 struct Gone<'a> {
     started: Instant,
-    queues: &'a Queues,
+    queues: &'a super::lines::Queues,
     armed: bool,
 }
 
@@ -141,10 +64,20 @@ impl Drop for Gone<'_> {
     }
 }
 
+/// How a wait ended, for `ctxbudget_queue_wait_seconds`.
+fn outcome_of(out: &Result<ReserveOutcome, EngineError>) -> &'static str {
+    match out {
+        Ok(o) if o.denial.is_none() => "granted",
+        Ok(o) if o.waitable => "expired",
+        Ok(_) => "denied",
+        Err(_) => "failed",
+    }
+}
+
 impl<S: Store> Engine<S> {
     /// [`Engine::reserve`], waiting in line up to `max_wait` when only a
     /// shared level denies the call (module docs); `waiting` runs when it
-    /// joins the line (its caller gives back what it holds while it works).
+    /// joins the line (its caller gives back what it holds while it waits).
     /// `max_wait` zero, a call with fallback models or a denial elsewhere:
     /// answered at once.
     pub async fn reserve_within(
@@ -164,32 +97,42 @@ impl<S: Store> Engine<S> {
             return Ok(first);
         };
         let line = denial.model_group.clone().unwrap_or_default();
-        let notify = Arc::new(Notify::new());
         // The tenant's weight: its tier's, or its override's.
         let tier = self.resolve_tier(&self.limits(), &req.tier, req.tenant.as_str());
-        let weight = f64::from(tier.map_or(1, |t| t.weight));
-        let cost = first.reserved_tokens.max(1) as f64;
         let max = self.settings.max_queued;
-        let place = self.queues.with(&line, |q| {
-            (q.len() < max).then(|| {
-                q.push(
-                    req.priority,
-                    req.tenant.as_str(),
-                    weight,
-                    cost,
-                    notify.clone(),
-                )
-            })
-        });
-        let Some(place) = place else {
-            crate::telemetry::queue_wait("full", 0.0);
-            return Ok(full(first, max));
+        let joining = Joining {
+            line: &line,
+            owner: &self.queues.owner,
+            class: class_of(req.priority),
+            tenant: req.tenant.as_str(),
+            weight: f64::from(tier.map_or(1, |t| t.weight)),
+            cost: first.reserved_tokens.max(1) as f64,
+            wait_us: u64::try_from(
+                deadline
+                    .saturating_duration_since(Instant::now())
+                    .as_micros(),
+            )
+            .unwrap_or(u64::MAX),
+            most: max,
         };
-        let ticket = Ticket {
+        let (ticket, is_first) = match self.store().join(&joining).await {
+            Ok(Joined::Waiting { ticket, first }) => (ticket, first),
+            Ok(Joined::Full { .. }) => {
+                crate::telemetry::queue_wait("full", 0.0);
+                return Ok(full(first, max));
+            }
+            Err(e) => {
+                // No line to wait in: the denial, as without one.
+                tracing::debug!(error = %e, "could not join the line; answering the denial");
+                crate::telemetry::queue_wait("failed", 0.0);
+                return Ok(first);
+            }
+        };
+        let held = Held {
             queues: &self.queues,
-            line,
-            place: Some(place),
-            notify,
+            notify: self.queues.hold(&ticket),
+            ticket,
+            how: Leave::Withdrawn,
         };
         crate::telemetry::queue_waiting(self.queues.waiting());
         waiting();
@@ -198,50 +141,60 @@ impl<S: Store> Engine<S> {
             queues: &self.queues,
             armed: true,
         };
-        let out = self.wait_in_line(req, first, ticket, deadline).await;
+        let out = self
+            .wait_in_line(req, first, held, is_first, deadline)
+            .await;
         gone.armed = false;
         crate::telemetry::queue_waiting(self.queues.waiting());
         let waited = started.elapsed();
-        let outcome = match &out {
-            Ok(o) if o.denial.is_none() => "granted",
-            Ok(o) if o.waitable => "expired",
-            Ok(_) => "denied",
-            Err(_) => "failed",
-        };
-        crate::telemetry::queue_wait(outcome, waited.as_secs_f64());
+        crate::telemetry::queue_wait(outcome_of(&out), waited.as_secs_f64());
         out.map(|mut o| {
             o.waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
             o
         })
     }
 
-    /// Waits with `ticket` until the call is granted, denied elsewhere, or
-    /// `deadline` passes (its last denial, `last`, then answers).
+    /// Waits with `held` until the call is granted, denied elsewhere, or
+    /// `deadline` passes (its last denial, `last`, then answers). `first`:
+    /// the ticket was first in line when it joined.
     async fn wait_in_line(
         &self,
         req: ReserveRequest,
         mut last: ReserveOutcome,
-        ticket: Ticket<'_>,
+        mut held: Held<'_>,
+        mut first: bool,
         deadline: Instant,
     ) -> Result<ReserveOutcome, EngineError> {
         loop {
             let retry_ms = last.denial.as_ref().map_or(0, |d| d.retry_after_ms);
-            let retry_in = Duration::from_millis(retry_ms.max(1));
-            let wake = match ticket.is_head() {
-                true => (Instant::now() + retry_in).min(deadline),
+            let wake = match first {
+                true => (Instant::now() + Duration::from_millis(retry_ms.max(1))).min(deadline),
                 false => deadline,
             };
-            let _ = tokio::time::timeout_at(wake.into(), ticket.notify.notified()).await;
+            let _ = tokio::time::timeout_at(wake.into(), held.notify.notified()).await;
             if Instant::now() >= deadline {
                 return Ok(last);
             }
-            if !ticket.is_head() {
+            // A newcomer may have joined ahead, or the ticket been dropped.
+            let standing = match self
+                .store()
+                .standing(&held.ticket, &self.queues.owner)
+                .await
+            {
+                Ok(s) => s,
+                Err(_) => return Ok(last),
+            };
+            if !standing.waiting {
+                return Ok(last);
+            }
+            first = standing.first;
+            if !first {
                 continue;
             }
             let out = Box::pin(self.reserve(req.clone())).await?;
             match (&out.denial, out.waitable) {
                 (None, _) => {
-                    ticket.granted();
+                    held.how = Leave::Granted;
                     return Ok(out);
                 }
                 (Some(_), true) => last = out,

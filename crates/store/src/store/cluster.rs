@@ -26,6 +26,7 @@ mod split;
 mod sync;
 mod take;
 
+use super::line::{Joined, Joining, Leave, LineStore, LineView, Standing, Ticket};
 use super::redis::RedisStore;
 use super::{
     AlertBacklog, AlertDone, AlertStore, ChargePlan, ChargeReply, LedgerStore, QueuedAlert,
@@ -245,5 +246,26 @@ impl<C: Clock + Clone> AlertStore for ClusterStore<C> {
 
     async fn recent_alerts(&self, n: usize) -> Result<Vec<String>, StoreError> {
         self.inner.tenants.recent_alerts(n).await
+    }
+}
+
+/// The lines live in slots of their own (`{q:<G>}`), one script call each;
+/// there is no subscription on a cluster (owners find their turn by their
+/// own timers and the once-a-second heartbeat).
+impl<C: Clock + Clone> LineStore for ClusterStore<C> {
+    async fn join(&self, j: &Joining<'_>) -> Result<Joined, StoreError> {
+        self.inner.tenants.join(j).await
+    }
+
+    async fn standing(&self, t: &Ticket, owner: &str) -> Result<Standing, StoreError> {
+        self.inner.tenants.standing(t, owner).await
+    }
+
+    async fn leave(&self, t: &Ticket, owner: &str, how: Leave) -> Result<LineView, StoreError> {
+        self.inner.tenants.leave(t, owner, how).await
+    }
+
+    async fn wake(&self, line: &str, owner: &str) -> Result<LineView, StoreError> {
+        self.inner.tenants.wake(line, owner).await
     }
 }

@@ -28,6 +28,11 @@
 //! ctxb:{a}, ctxb:{a}:seen      zset, hash  on a cluster, the index, and when each queue
 //!                                     was last seen (`lua/alert_index.lua`)
 //! ctxb:a:recent                list   the last alerts sent or dropped (JSON), newest first
+//! ctxb:{q:<G>}:v               hash   a shared level's line of waiting calls: its fair
+//!                                     clocks, tenants' last finishes, owners' liveness
+//!                                     (`<G>` a model group, empty for the account's own)
+//! ctxb:{q:<G>}:0, :1, :2       zset   its tickets of the critical, normal and batch classes
+//! ctxb:q:wake                  channel its wake-ups and counts (`lua/line.lua`)
 //! ```
 //! Ledger hours and days are counted from the Unix epoch (`h:491904` is
 //! 2026-02-14T00:00Z); each row is `domain::budget::ledger::Row`.
@@ -134,6 +139,24 @@ impl Keys {
     /// global concurrency slots (cluster layout only).
     pub fn global_messages(&self) -> String {
         format!("{}{{g}}:x", self.prefix)
+    }
+
+    /// The keys of a shared level's line (`lua/line.lua`): its state, then
+    /// its tickets of each priority class, all under one hash tag. `line`
+    /// is a model group, or "" for the account's own limits.
+    pub fn line(&self, line: &str) -> [String; 4] {
+        let base = format!("{}{{q:{line}}}", self.prefix);
+        [
+            format!("{base}:v"),
+            format!("{base}:0"),
+            format!("{base}:1"),
+            format!("{base}:2"),
+        ]
+    }
+
+    /// The channel the lines' wake-ups and counts go out on.
+    pub fn line_channel(&self) -> String {
+        format!("{}q:wake", self.prefix)
     }
 
     /// The prefix every key starts with.

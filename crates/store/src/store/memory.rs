@@ -13,6 +13,7 @@
 
 mod alerts;
 mod ledger;
+mod line;
 mod samples;
 mod sharded;
 mod snapshot;
@@ -43,6 +44,8 @@ pub struct MemoryStore<C: Clock = SystemClock> {
     clock: C,
     keys: Keys,
     retention: Retention,
+    /// The lines of calls waiting for a shared level (`line`).
+    lines: line::Lines,
 }
 
 /// Every key, as Redis would hold it, with its expiry (µs of the store's clock).
@@ -83,6 +86,7 @@ impl<C: Clock> MemoryStore<C> {
             clock,
             keys,
             retention,
+            lines: line::Lines::default(),
         }
     }
 

@@ -9,6 +9,7 @@ pub mod alerts;
 pub mod cluster;
 pub mod config_repo;
 pub mod keys;
+pub mod line;
 pub mod memory;
 pub mod redis;
 pub mod scripts;
@@ -25,6 +26,7 @@ pub use crate::domain::budget::{
 };
 pub use crate::domain::layout::EXACT_LEASES;
 pub use alerts::{AlertBacklog, AlertDone, QueuedAlert};
+pub use line::LineStore;
 
 /// Which reservation to settle, and the levels it touched (every level of the
 /// reservation, limited or not, so a lease is released wherever it is held).
@@ -300,8 +302,9 @@ pub trait AlertStore: Send + Sync + 'static {
 
 /// Budget state with atomic reserve and settle operations; the estimator's
 /// samples, the ledger and the alerts it writes with them are read through
-/// traits of their own.
-pub trait Store: SampleStore + LedgerStore + AlertStore {
+/// traits of their own, and the lines of calls waiting for a shared level
+/// are [`LineStore`]'s.
+pub trait Store: SampleStore + LedgerStore + AlertStore + LineStore {
     /// The store's time (µs since the epoch) as near as the service can
     /// tell before a call: where a plan's calendar windows' boundaries fall.
     /// Redis scripts read Redis `TIME` and correct for a boundary crossed

@@ -16,6 +16,8 @@
 //! - `wire`: the scripts' argument encoding and reply decoding.
 //! - `alerts`: threshold alerts' arguments to the budget scripts, and the
 //!   sender's calls on the queues.
+//! - `line`: the lines of waiting calls (`lua/line.lua`) and their
+//!   subscription.
 //!
 //! Size: the `Store` implementation is one impl block, each operation a line
 //! handing over to its submodule.
@@ -28,6 +30,7 @@ mod endpoint;
 mod errors;
 mod lease;
 mod ledger;
+mod line;
 mod pool;
 mod reads;
 mod reserve;
@@ -111,6 +114,9 @@ pub struct RedisStore {
     alert_claim: Script,
     alert_done: Script,
     alert_index: Script,
+    line: Script,
+    /// For the lines' subscription (one Redis only: none on a cluster).
+    client: Option<redis::Client>,
     url: String,
     /// Redis answered the version check and loaded the scripts.
     verified: Arc<AtomicBool>,
@@ -131,8 +137,15 @@ impl RedisStore {
         if settings.is_cluster() {
             let client = open_cluster_client(&settings.cluster_nodes, &settings.tls)?;
             let connections = Connections::cluster(&client, settings.timeout);
-            return Self::with_connections(connections, settings, keys.clustered(), retention, url)
-                .await;
+            return Self::with_connections(
+                connections,
+                settings,
+                keys.clustered(),
+                retention,
+                url,
+                None,
+            )
+            .await;
         }
         if settings.pool == PoolKind::Deadpool && !settings.tls.is_empty() {
             // deadpool-redis rebuilds its clients from the URL and would drop
@@ -145,7 +158,7 @@ impl RedisStore {
         }
         let client = open_client(&settings.url, &settings.tls)?;
         let connections = Connections::open(&client, settings, &url)?;
-        Self::with_connections(connections, settings, keys, retention, url).await
+        Self::with_connections(connections, settings, keys, retention, url, Some(client)).await
     }
 
     /// The store on `connections`, checked as [`RedisStore::connect`] says.
@@ -155,6 +168,7 @@ impl RedisStore {
         keys: Keys,
         retention: Retention,
         url: String,
+        client: Option<redis::Client>,
     ) -> Result<Self, StoreError> {
         let store = RedisStore {
             connections: Arc::new(connections),
@@ -171,6 +185,8 @@ impl RedisStore {
             alert_claim: Script::new(scripts::ALERT_CLAIM),
             alert_done: Script::new(scripts::ALERT_DONE),
             alert_index: Script::new(scripts::ALERT_INDEX),
+            line: Script::new(scripts::LINE),
+            client,
             url,
             verified: Arc::new(AtomicBool::new(false)),
         };
@@ -219,6 +235,7 @@ impl RedisStore {
         self.alert_claim = clocked(scripts::ALERT_CLAIM);
         self.alert_done = clocked(scripts::ALERT_DONE);
         self.alert_index = clocked(scripts::ALERT_INDEX);
+        self.line = clocked(scripts::LINE);
         self
     }
 }
@@ -286,6 +303,8 @@ impl Store for RedisStore {
             alert_claim: self.alert_claim.clone(),
             alert_done: self.alert_done.clone(),
             alert_index: self.alert_index.clone(),
+            line: self.line.clone(),
+            client: self.client.clone(),
             url: self.url.clone(),
             verified: self.verified.clone(),
         }

@@ -24,6 +24,8 @@ pub const ALERT_CLAIM: &str = include_str!(concat!(env!("OUT_DIR"), "/alert_clai
 pub const ALERT_DONE: &str = include_str!(concat!(env!("OUT_DIR"), "/alert_done.lua"));
 /// On a Redis Cluster, the index of alert queues as the tenant's scripts saw them.
 pub const ALERT_INDEX: &str = include_str!(concat!(env!("OUT_DIR"), "/alert_index.lua"));
+/// A shared level's line of waiting calls.
+pub const LINE: &str = include_str!(concat!(env!("OUT_DIR"), "/line.lua"));
 
 /// Changes one configuration document (versioned, audited, announced).
 pub const CONFIG_SET: &str = include_str!(concat!(env!("OUT_DIR"), "/config_set.lua"));
@@ -37,7 +39,7 @@ mod tests {
     use crate::domain::layout::SERVER_CLOCK;
 
     /// Every budget script as built, by name.
-    const BUDGET_SCRIPTS: [(&str, &str); 10] = [
+    const BUDGET_SCRIPTS: [(&str, &str); 11] = [
         ("reserve", RESERVE),
         ("reserve_first", RESERVE_FIRST),
         ("settle", SETTLE),
@@ -48,6 +50,7 @@ mod tests {
         ("alert_claim", ALERT_CLAIM),
         ("alert_done", ALERT_DONE),
         ("alert_index", ALERT_INDEX),
+        ("line", LINE),
     ];
 
     /// Every name in capitals a budget script uses is a local it declares (the

@@ -1,0 +1,153 @@
+//! The lines of waiting calls, differentially: random joins, standings,
+//! leaves (granted and withdrawn), wake-ups, clock moves and owners that
+//! stop calling, run on the memory store's lines (`FairQueue`) and on
+//! `lua/line.lua` over a real Redis with one clock; every answer must be the
+//! same — the same tickets (arrival, owner, deadline, start tag, tenant), the
+//! same first ticket, the same counts — and an emptied line must leave no
+//! key in Redis.
+
+use super::keys::CLOCK_KEY;
+use crate::support::RedisServer;
+use ctxbudget::domain::{Clock, ManualClock};
+use ctxbudget::store::Retention;
+use ctxbudget::store::keys::{DEFAULT_PREFIX, Keys};
+use ctxbudget::store::line::{Joined, Joining, Leave, LineStore, LineView, Ticket};
+use ctxbudget::store::memory::MemoryStore;
+use ctxbudget::store::redis::{RedisSettings, RedisStore};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::time::Duration;
+
+/// A ticket id's fields, its start tag as a number (the two stores write
+/// it in different decimal forms).
+fn fields(id: &str) -> (String, String, String, f64, String) {
+    let p: Vec<&str> = id.splitn(5, '|').collect();
+    let start: f64 = p[3].parse().expect("a start tag");
+    (p[0].into(), p[1].into(), p[2].into(), start, p[4].into())
+}
+
+fn same_view(m: &LineView, r: &LineView, what: &str) {
+    assert_eq!(m.waiting, r.waiting, "{what}: waiting");
+    assert_eq!(
+        m.first.as_deref().map(fields),
+        r.first.as_deref().map(fields),
+        "{what}: first"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_line_script_keeps_the_memory_stores_fair_order() {
+    let server = RedisServer::start();
+    let keys = Keys::new(DEFAULT_PREFIX).unwrap();
+    let clock = ManualClock::new(1_800_000_000_000_000);
+    let retention = Retention {
+        record_ms: 1_000,
+        idempotency_ms: 1_000,
+        samples: 100,
+        ledger: None,
+        alert_queue: 0,
+    };
+    let memory = MemoryStore::with_clock(keys.clone(), retention, clock.clone());
+    let settings = RedisSettings {
+        url: server.url(),
+        pool: Default::default(),
+        connections: 1,
+        timeout: Duration::from_secs(30),
+        tls: Default::default(),
+        cluster_nodes: Vec::new(),
+    };
+    let redis = RedisStore::connect(&settings, keys.clone(), retention)
+        .await
+        .unwrap()
+        .with_clock_key(CLOCK_KEY);
+    let mut conn = server.conn();
+    let owners = ["aaaa", "bbbb", "cccc"];
+    let tenants = ["acme", "globex", "in|itech"];
+    for seed in 0..12u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        // Both held tickets, as each store named them.
+        let mut held: Vec<(Ticket, Ticket)> = Vec::new();
+        for step in 0..150 {
+            let now = clock.now_us();
+            let _: () = redis::cmd("SET")
+                .arg(CLOCK_KEY)
+                .arg(now)
+                .query(&mut conn)
+                .unwrap();
+            let what = format!("seed {seed} step {step}");
+            let owner = owners[rng.random_range(0..owners.len())];
+            let line = ["", "gpt-4o"][rng.random_range(0..2)];
+            match rng.random_range(0..10) {
+                0..=3 => {
+                    let j = Joining {
+                        line,
+                        owner,
+                        class: rng.random_range(0..3),
+                        tenant: tenants[rng.random_range(0..tenants.len())],
+                        weight: f64::from(rng.random_range(1..4u32)),
+                        cost: f64::from(rng.random_range(1..3000u32)),
+                        wait_us: rng.random_range(1..8) * 1_000_000,
+                        most: 12,
+                    };
+                    let (m, r) = (
+                        memory.join(&j).await.unwrap(),
+                        redis.join(&j).await.unwrap(),
+                    );
+                    match (m, r) {
+                        (
+                            Joined::Waiting {
+                                ticket: mt,
+                                first: mf,
+                            },
+                            Joined::Waiting {
+                                ticket: rt,
+                                first: rf,
+                            },
+                        ) => {
+                            assert_eq!(fields(&mt.id), fields(&rt.id), "{what}: joined");
+                            assert_eq!(mf, rf, "{what}: first on joining");
+                            held.push((mt, rt));
+                        }
+                        (m, r) => assert_eq!(m, r, "{what}: join"),
+                    }
+                }
+                4 | 5 if !held.is_empty() => {
+                    let (mt, rt) = &held[rng.random_range(0..held.len())];
+                    let (m, r) = (
+                        memory.standing(mt, owner).await.unwrap(),
+                        redis.standing(rt, owner).await.unwrap(),
+                    );
+                    assert_eq!(m, r, "{what}: standing");
+                }
+                6 | 7 if !held.is_empty() => {
+                    let (mt, rt) = held.swap_remove(rng.random_range(0..held.len()));
+                    let how = [Leave::Granted, Leave::Withdrawn][rng.random_range(0..2)];
+                    let (m, r) = (
+                        memory.leave(&mt, owner, how).await.unwrap(),
+                        redis.leave(&rt, owner, how).await.unwrap(),
+                    );
+                    same_view(&m, &r, &format!("{what}: leave {how:?}"));
+                }
+                8 => {
+                    let (m, r) = (
+                        memory.wake(line, owner).await.unwrap(),
+                        redis.wake(line, owner).await.unwrap(),
+                    );
+                    same_view(&m, &r, &format!("{what}: wake"));
+                }
+                // Time passes: deadlines, and owners that stopped calling.
+                _ => clock.advance_us(rng.random_range(0..3_000_000)),
+            }
+        }
+        // Every line drained: no key left in Redis.
+        for (mt, rt) in held.drain(..) {
+            memory.leave(&mt, "aaaa", Leave::Withdrawn).await.unwrap();
+            redis.leave(&rt, "aaaa", Leave::Withdrawn).await.unwrap();
+        }
+        let left: Vec<String> = redis::cmd("KEYS")
+            .arg("ctxb:{q:*")
+            .query(&mut conn)
+            .unwrap();
+        assert!(left.is_empty(), "seed {seed}: keys left {left:?}");
+    }
+}
