@@ -39,6 +39,10 @@ retry_jitter_ms = 0
 [models.gpt-4o]
 match = ["gpt-4o*"]
 
+[models.slow]
+match = ["slow*"]
+global = { concurrency = 1 }
+
 [prices.gpt-4o]
 input = 2.50
 output = 10.00
@@ -179,6 +183,20 @@ def test_log_in_with_a_caller_token_is_refused_then_an_admin_token_works(world, 
     wait(browser, lambda d: "rpm_exceeded" in text_of(d, "#denials") and "user" in text_of(d, "#denials"))
     assert "breaker" in text_of(browser, "#id-breaker .label")
     assert "redis" in text_of(browser, "#who").lower()
+    # A call waiting in line for the shared account shows, then how it ended.
+    slow = {"tenantId": "busy", "userId": "w", "tier": "t", "model": "slow-1", "promptTokens": 10, "maxOutputTokens": 10}
+    with httpx.Client(base_url=a.http_url, timeout=30) as client:
+        held = client.post("/v1/check-and-reserve", headers=CALLER, json=slow).json()
+        assert held["allowed"], held
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            waiter = pool.submit(lambda: httpx.post(a.http_url + "/v1/check-and-reserve", headers=CALLER,
+                                                    json={**slow, "maxWaitMs": 20000}, timeout=30).json())
+            wait(browser, lambda d: text_of(d, "#id-waiting .value") == "1")
+            client.post("/v1/refund", headers=CALLER, json={"reservationId": held["reservationId"]})
+            granted = waiter.result()
+        assert granted["allowed"] and int(granted["waitedMs"]) > 0, granted
+        client.post("/v1/refund", headers=CALLER, json={"reservationId": granted["reservationId"]})
+    wait(browser, lambda d: text_of(d, "#id-waiting .value") == "0" and "granted" in text_of(d, "#waits"))
     shot(browser, "overview")
 
 

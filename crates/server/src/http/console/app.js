@@ -171,8 +171,10 @@ async function overview(view) {
   view.append(el("h1", {}, "Overview"));
   const cards = el("div", { class: "cards" });
   const denials = el("div", { class: "scroll" });
+  const waits = el("div", { class: "scroll" });
   const health = el("p", { class: "note" });
   view.append(cards, el("h2", {}, "Denials by reason and level (since this replica started)"), denials,
+    el("h2", {}, "Waiting in line for the shared account (since this replica started)"), waits,
     el("h2", {}, "Store"), health);
   let last = null;
   const refresh = async () => {
@@ -185,6 +187,7 @@ async function overview(view) {
       denied: sum(metrics, "ctxbudget_decisions_total", (l) => l.result === "denied"),
       tokens: sum(metrics, "ctxbudget_reserved_tokens_total"),
       degraded: sum(metrics, "ctxbudget_degraded_decisions_total"),
+      waiting: sum(metrics, "ctxbudget_queue_waiting"),
     };
     const rate = (k) => (last && now > last.at ? Math.max(0, (sample[k] - last[k]) / (now - last.at)) : 0);
     cards.replaceChildren(
@@ -194,6 +197,7 @@ async function overview(view) {
       card("decisions, all", fmt(sample.decisions), "id-total"),
       card("degraded decisions", fmt(sample.degraded), "id-degraded"),
       card("store breaker", service.breaker, "id-breaker"),
+      card("calls waiting in line", fmt(sample.waiting), "id-waiting"),
     );
     last = sample;
     const rows = metrics.filter((m) => m.name === "ctxbudget_decisions_total" && m.labels.result === "denied" && m.value > 0);
@@ -209,11 +213,30 @@ async function overview(view) {
     }
     if (byKey.size === 0) table.append(el("tr", {}, el("td", { colspan: 3, class: "note" }, "no denials")));
     denials.replaceChildren(table);
+    waits.replaceChildren(waitTable(metrics));
     health.textContent = service.store + "; breaker " + service.breaker + "; configuration version " +
       service.config_version + (service.live_configuration ? " (live, in Redis)" : " (from the file)");
   };
   await refresh();
   return refresh;
+}
+
+// How waits in line ended (ctxbudget_queue_wait_seconds by outcome): how
+// many, and their mean wait.
+function waitTable(metrics) {
+  const table = el("table", { id: "waits" }, el("tr", {}, el("th", {}, "outcome"), el("th", { class: "num" }, "calls"),
+    el("th", { class: "num" }, "mean wait (ms)")));
+  let any = false;
+  for (const outcome of ["granted", "expired", "denied", "cancelled", "full", "failed"]) {
+    const count = sum(metrics, "ctxbudget_queue_wait_seconds_count", (l) => l.outcome === outcome);
+    if (count === 0) continue;
+    any = true;
+    const mean = sum(metrics, "ctxbudget_queue_wait_seconds_sum", (l) => l.outcome === outcome) / count;
+    table.append(el("tr", { "data-outcome": outcome }, el("td", {}, outcome), el("td", { class: "num" }, fmt(count)),
+      el("td", { class: "num" }, fmt(Math.round(mean * 1000)))));
+  }
+  if (!any) table.append(el("tr", {}, el("td", { colspan: 3, class: "note" }, "no call has waited")));
+  return table;
 }
 
 function card(label, value, id) {
