@@ -113,10 +113,8 @@ impl Queues {
     /// Wakes the first ticket of `view` if it is this replica's, and notes
     /// how many wait in `line`.
     fn saw(&self, line: &str, view: &LineView) {
-        if let Some(first) = &view.first {
-            if owner_of(first) == self.owner {
-                self.wake(first);
-            }
+        if let Some(first) = view.first.as_deref().filter(|f| owner_of(f) == self.owner) {
+            self.wake(first);
         }
         self.heard(line, view.waiting);
     }

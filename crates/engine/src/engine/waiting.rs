@@ -36,6 +36,14 @@ impl Drop for Held<'_> {
     }
 }
 
+/// Why a call cannot wait in line.
+enum Cannot {
+    /// The line holds `[queue] max_queued` calls.
+    Full,
+    /// The store could not be asked.
+    Failed,
+}
+
 /// `out`, the denial of a call that found its line full: answered at once,
 /// saying so.
 fn full(mut out: ReserveOutcome, max: usize) -> ReserveOutcome {
@@ -97,36 +105,10 @@ impl<S: Store> Engine<S> {
             return Ok(first);
         };
         let line = denial.model_group.clone().unwrap_or_default();
-        // The tenant's weight: its tier's, or its override's.
-        let tier = self.resolve_tier(&self.limits(), &req.tier, req.tenant.as_str());
-        let max = self.settings.max_queued;
-        let joining = Joining {
-            line: &line,
-            owner: &self.queues.owner,
-            class: class_of(req.priority),
-            tenant: req.tenant.as_str(),
-            weight: f64::from(tier.map_or(1, |t| t.weight)),
-            cost: first.reserved_tokens.max(1) as f64,
-            wait_us: u64::try_from(
-                deadline
-                    .saturating_duration_since(Instant::now())
-                    .as_micros(),
-            )
-            .unwrap_or(u64::MAX),
-            most: max,
-        };
-        let (ticket, is_first) = match self.store().join(&joining).await {
-            Ok(Joined::Waiting { ticket, first }) => (ticket, first),
-            Ok(Joined::Full { .. }) => {
-                crate::telemetry::queue_wait("full", 0.0);
-                return Ok(full(first, max));
-            }
-            Err(e) => {
-                // No line to wait in: the denial, as without one.
-                tracing::debug!(error = %e, "could not join the line; answering the denial");
-                crate::telemetry::queue_wait("failed", 0.0);
-                return Ok(first);
-            }
+        let (ticket, is_first) = match self.join_line(&req, &line, &first, deadline).await {
+            Ok(joined) => joined,
+            Err(Cannot::Full) => return Ok(full(first, self.settings.max_queued)),
+            Err(Cannot::Failed) => return Ok(first),
         };
         let held = Held {
             queues: &self.queues,
@@ -152,6 +134,48 @@ impl<S: Store> Engine<S> {
             o.waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
             o
         })
+    }
+
+    /// Joins `line` for `req`, whose denial is `first`; its ticket and
+    /// whether it is first in line, or why it cannot wait (`first` then
+    /// answers).
+    async fn join_line(
+        &self,
+        req: &ReserveRequest,
+        line: &str,
+        first: &ReserveOutcome,
+        deadline: Instant,
+    ) -> Result<(Ticket, bool), Cannot> {
+        // The tenant's weight: its tier's, or its override's.
+        let tier = self.resolve_tier(&self.limits(), &req.tier, req.tenant.as_str());
+        let joining = Joining {
+            line,
+            owner: &self.queues.owner,
+            class: class_of(req.priority),
+            tenant: req.tenant.as_str(),
+            weight: f64::from(tier.map_or(1, |t| t.weight)),
+            cost: first.reserved_tokens.max(1) as f64,
+            wait_us: u64::try_from(
+                deadline
+                    .saturating_duration_since(Instant::now())
+                    .as_micros(),
+            )
+            .unwrap_or(u64::MAX),
+            most: self.settings.max_queued,
+        };
+        match self.store().join(&joining).await {
+            Ok(Joined::Waiting { ticket, first }) => Ok((ticket, first)),
+            Ok(Joined::Full { .. }) => {
+                crate::telemetry::queue_wait("full", 0.0);
+                Err(Cannot::Full)
+            }
+            Err(e) => {
+                // No line to wait in: the denial, as without one.
+                tracing::debug!(error = %e, "could not join the line; answering the denial");
+                crate::telemetry::queue_wait("failed", 0.0);
+                Err(Cannot::Failed)
+            }
+        }
     }
 
     /// Waits with `held` until the call is granted, denied elsewhere, or
