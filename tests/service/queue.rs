@@ -179,19 +179,19 @@ async fn a_caller_that_goes_away_leaves_the_line() {
     h.stop().await;
 }
 
-/// Callers of each (tenant, callers) looping for 4 s, each taking the
-/// account's one slot when granted and giving it back at once: the grants
-/// per tenant.
-async fn grants_per_tenant(
-    h: &Harness,
-    tenants: &[(&'static str, usize)],
+/// Callers of each (tenant, client, callers) looping for 4 s, each taking
+/// the account's one slot when granted (tier `open`, waiting up to 2 s) and
+/// giving it back at once: the grants per tenant. Shared with
+/// `queue_replicas`, whose callers reach two replicas.
+pub(crate) async fn grants_per_tenant(
+    callers: &[(&'static str, &BudgetServiceClient<Channel>, usize)],
 ) -> BTreeMap<&'static str, u32> {
-    let mut callers = Vec::new();
-    for &(tenant, n) in tenants {
+    let mut tasks = Vec::new();
+    for &(tenant, client, n) in callers {
         for i in 0..n {
-            let mut c = h.client.clone();
+            let mut c = client.clone();
             let user = format!("u{i}");
-            callers.push(tokio::spawn(async move {
+            tasks.push(tokio::spawn(async move {
                 let mut granted = 0u32;
                 let until = Instant::now() + Duration::from_secs(4);
                 while Instant::now() < until {
@@ -210,8 +210,8 @@ async fn grants_per_tenant(
         }
     }
     let mut per_tenant = BTreeMap::new();
-    for c in callers {
-        let (tenant, granted) = c.await.unwrap();
+    for t in tasks {
+        let (tenant, granted) = t.await.unwrap();
         *per_tenant.entry(tenant).or_default() += granted;
     }
     per_tenant
@@ -234,7 +234,12 @@ fn shares(per_tenant: &BTreeMap<&str, u32>, expected: &[(&str, f64)]) {
 async fn tenants_waiting_for_the_account_share_it_equally() {
     let h = Harness::start(Backend::Memory, ONE_AT_A_TIME).await;
     // One tenant floods with 6 callers; it gets a third, as the others.
-    let per_tenant = grants_per_tenant(&h, &[("flood", 6), ("x", 2), ("y", 2)]).await;
+    let per_tenant = grants_per_tenant(&[
+        ("flood", &h.client, 6),
+        ("x", &h.client, 2),
+        ("y", &h.client, 2),
+    ])
+    .await;
     let third = 1.0 / 3.0;
     shares(&per_tenant, &[("flood", third), ("x", third), ("y", third)]);
     h.stop().await;
@@ -244,7 +249,7 @@ async fn tenants_waiting_for_the_account_share_it_equally() {
 async fn a_tenant_of_weight_two_gets_twice_the_share() {
     let weighted = format!("{ONE_AT_A_TIME}\n[overrides.big]\nweight = 2\n");
     let h = Harness::start(Backend::Memory, &weighted).await;
-    let per_tenant = grants_per_tenant(&h, &[("big", 3), ("small", 3)]).await;
+    let per_tenant = grants_per_tenant(&[("big", &h.client, 3), ("small", &h.client, 3)]).await;
     shares(&per_tenant, &[("big", 2.0 / 3.0), ("small", 1.0 / 3.0)]);
     h.stop().await;
 }

@@ -8,7 +8,6 @@ use crate::support;
 
 use ctxbudget::pb;
 use pb::budget_service_client::BudgetServiceClient;
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use support::{Backend, Harness, RedisServer};
 use tonic::transport::Channel;
@@ -116,45 +115,11 @@ async fn a_refund_on_one_replica_wakes_the_call_waiting_on_the_other() {
     a.stop().await;
 }
 
-/// Callers of each (tenant, replica's client, callers) looping for 4 s,
-/// each taking the account's one slot when granted and giving it back at
-/// once: the grants per tenant.
-async fn grants_per_tenant(
-    callers: &[(&'static str, &BudgetServiceClient<Channel>, usize)],
-) -> BTreeMap<&'static str, u32> {
-    let mut tasks = Vec::new();
-    for &(tenant, client, n) in callers {
-        for i in 0..n {
-            let mut c = client.clone();
-            let user = format!("u{i}");
-            tasks.push(tokio::spawn(async move {
-                let mut granted = 0u32;
-                let until = Instant::now() + Duration::from_secs(4);
-                while Instant::now() < until {
-                    let out = c.check_and_reserve(call(tenant, &user, 2_000)).await;
-                    let out = out.unwrap().into_inner();
-                    if out.allowed {
-                        granted += 1;
-                        refund(&mut c, out.reservation_id).await;
-                    }
-                }
-                (tenant, granted)
-            }));
-        }
-    }
-    let mut per_tenant = BTreeMap::new();
-    for t in tasks {
-        let (tenant, granted) = t.await.unwrap();
-        *per_tenant.entry(tenant).or_default() += granted;
-    }
-    per_tenant
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenants_share_the_account_whichever_replica_they_reach() {
     let (a, b) = two_replicas(ONE_AT_A_TIME).await;
     // The flood reaches both replicas; x only one, y only the other.
-    let per_tenant = grants_per_tenant(&[
+    let per_tenant = crate::queue::grants_per_tenant(&[
         ("flood", &a.client, 3),
         ("flood", &b.client, 3),
         ("x", &a.client, 2),
