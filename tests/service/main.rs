@@ -74,6 +74,7 @@ mod overload;
 mod prices_cli;
 mod queue;
 mod queue_replicas;
+mod queue_scale;
 mod quickstart;
 mod server;
 mod sessions;

@@ -68,13 +68,15 @@ async fn refund(c: &mut BudgetServiceClient<Channel>, id: String) {
     assert_eq!(r.outcome(), pb::Outcome::Applied);
 }
 
-/// The tickets in the account's line, over its classes.
-fn tickets_waiting(redis: &RedisServer) -> usize {
+/// The tickets in the account's line: its tenants' first tickets in each
+/// class, and their others.
+pub(crate) fn tickets_waiting(redis: &RedisServer) -> usize {
     let mut conn = redis.conn();
-    (0..3)
-        .map(|c| {
+    ["0", "1", "2", "p"]
+        .iter()
+        .map(|set| {
             redis::cmd("ZCARD")
-                .arg(format!("ctxb:{{q:}}:{c}"))
+                .arg(format!("ctxb:{{q:}}:{set}"))
                 .query::<usize>(&mut conn)
                 .unwrap()
         })

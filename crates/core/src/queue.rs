@@ -4,43 +4,36 @@
 //! takes (its tokens, or the level's dimension), first in, first out within
 //! a tenant.
 //!
-//! The fairness is start-time fair queueing (Goyal, Vin and Cheng, 1996): a
-//! ticket of tenant `t` with weight `w` and cost `c` starts at the later of
-//! the class's virtual time and `t`'s last finish, and finishes `c / w`
-//! later; tickets are served by finish, and serving one moves the virtual
-//! time to its start. With every tenant backlogged, a tenant of weight `w`
-//! is granted `w / Σw` of what the level grants; a tenant that floods only
-//! pushes its own finishes out, so another tenant's next ticket is at most
-//! one ticket of each other tenant behind. The account's capacity may
-//! change at any time (refills, settlements): start-time fair queueing needs
-//! no rate to be known.
+//! The fairness is start-time fair queueing (Goyal, Vin and Cheng, 1996)
+//! over one queue per tenant: only a tenant's first ticket is stamped, when
+//! it comes to the front of its tenant's queue. It starts at the later of the
+//! class's virtual time and the finish of its tenant's last *granted*
+//! ticket, and finishes `cost / weight` later; the tenants' first tickets
+//! are served by start (ties to the earlier arrival), and serving one moves
+//! the virtual time to its start. So a tenant is charged for what it was
+//! granted and for nothing else: a first ticket that leaves ungranted (its
+//! deadline passed, its caller left) hands its start to the tenant's next,
+//! however many it queued. With every tenant backlogged, a tenant of weight
+//! `w` is granted `w / Σw` of what the level grants; a tenant that floods
+//! only lengthens its own queue, so another tenant's next ticket is at most
+//! one ticket of each other tenant behind. The account's capacity may change
+//! at any time (refills, settlements): start-time fair queueing needs no
+//! rate to be known.
 //!
 //! This is the one definition: the memory store's queue runs it, and a
 //! store that keeps tickets elsewhere ports this arithmetic.
 
 use crate::budget::level::FastMap;
 use crate::priority::Priority;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-/// Where a ticket stands in its queue: its class, then its finish tag, then
-/// its arrival (ties on the finish go to the earlier ticket).
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// A ticket in its queue: its class and its arrival number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Place {
     /// 0 for critical, 1 for normal, 2 for batch.
     pub class: u8,
-    /// Its start tag: the virtual time it was stamped at.
-    pub start: f64,
-    /// Its finish tag: `start + cost / weight`.
-    pub finish: f64,
     /// Its arrival number in the queue.
     pub seq: u64,
-}
-
-impl Place {
-    /// The total order of the queue.
-    fn key(&self) -> (u8, OrderedF64, u64) {
-        (self.class, OrderedF64(self.finish), self.seq)
-    }
 }
 
 /// An `f64` ordered by `total_cmp` (tags are finite and non-negative).
@@ -70,23 +63,48 @@ pub fn class_of(priority: Priority) -> u8 {
     }
 }
 
+/// A first ticket's start and finish tags.
+type Stamp = (f64, f64);
+
+/// A waiting ticket.
+struct Waiting<T> {
+    tenant: String,
+    /// `cost / weight`: how far its grant moves its tenant's finish.
+    length: f64,
+    waiter: T,
+}
+
+/// One tenant's queue in a class.
+#[derive(Default)]
+struct Flow {
+    /// Its tickets' arrival numbers, first in first out.
+    queued: BTreeSet<u64>,
+    /// The first ticket's start and finish tags.
+    stamp: Stamp,
+    /// The finish of its last granted ticket.
+    last_finish: f64,
+}
+
 /// The waiting calls of one shared level, in fair order, each holding a `T`
 /// (what wakes its caller).
 pub struct FairQueue<T> {
-    tickets: BTreeMap<(u8, OrderedF64, u64), (Place, String, T)>,
+    tickets: FastMap<Place, Waiting<T>>,
+    /// Per class and tenant: its queue.
+    flows: FastMap<(u8, String), Flow>,
+    /// The tenants' first tickets, by class, start and arrival.
+    fronts: BTreeMap<(u8, OrderedF64, u64), Place>,
     /// Per class: its virtual time.
     virtual_time: [f64; 3],
-    /// Per class and tenant: the finish tag of its last ticket.
-    last_finish: FastMap<(u8, String), f64>,
     next_seq: u64,
 }
 
 impl<T> Default for FairQueue<T> {
     fn default() -> Self {
         FairQueue {
-            tickets: BTreeMap::new(),
+            tickets: FastMap::default(),
+            flows: FastMap::default(),
+            fronts: BTreeMap::new(),
             virtual_time: [0.0; 3],
-            last_finish: FastMap::default(),
             next_seq: 0,
         }
     }
@@ -104,7 +122,7 @@ impl<T> FairQueue<T> {
     }
 
     /// Queues a ticket of `tenant` (weight `weight` > 0) in `priority`'s
-    /// class for a grant of `cost` (> 0), holding `waiter`; its place.
+    /// class for a grant of `cost` (≥ 0), holding `waiter`; its place.
     pub fn push(
         &mut self,
         priority: Priority,
@@ -113,90 +131,133 @@ impl<T> FairQueue<T> {
         cost: f64,
         waiter: T,
     ) -> Place {
-        let class = class_of(priority);
-        let now = self.virtual_time[usize::from(class)];
-        let key = (class, tenant.to_owned());
-        let start = self.last_finish.get(&key).map_or(now, |&f| f.max(now));
-        let finish = start + cost.max(0.0) / weight.max(f64::MIN_POSITIVE);
-        self.last_finish.insert(key, finish);
         let place = Place {
-            class,
-            start,
-            finish,
+            class: class_of(priority),
             seq: self.next_seq,
         };
         self.next_seq += 1;
-        self.tickets
-            .insert(place.key(), (place, tenant.to_owned(), waiter));
+        let length = cost.max(0.0) / weight.max(f64::MIN_POSITIVE);
+        let waiting = Waiting {
+            tenant: tenant.to_owned(),
+            length,
+            waiter,
+        };
+        self.tickets.insert(place, waiting);
+        let key = (place.class, tenant.to_owned());
+        let v = self.virtual_time[usize::from(place.class)];
+        let flow = self.flows.entry(key).or_insert_with(|| Flow {
+            last_finish: v,
+            ..Flow::default()
+        });
+        flow.queued.insert(place.seq);
+        if flow.queued.len() == 1 {
+            self.stamp_first(place.class, tenant);
+        }
         place
     }
 
     /// The ticket first in line: its place and waiter.
     pub fn head(&self) -> Option<(&Place, &T)> {
-        self.tickets.values().next().map(|(p, _, w)| (p, w))
+        let place = self.fronts.values().next()?;
+        Some((place, &self.tickets[place].waiter))
+    }
+
+    /// The start and finish tags of the ticket at `place`, when it is its
+    /// tenant's first (only those are stamped).
+    pub fn tags(&self, place: &Place) -> Option<(f64, f64)> {
+        let tenant = &self.tickets.get(place)?.tenant;
+        let flow = self.flows.get(&(place.class, tenant.clone()))?;
+        (flow.queued.first() == Some(&place.seq)).then_some(flow.stamp)
     }
 
     /// The waiter of the ticket at `place`, to change it.
     pub fn waiter_mut(&mut self, place: &Place) -> Option<&mut T> {
-        self.tickets.get_mut(&place.key()).map(|(_, _, w)| w)
+        self.tickets.get_mut(place).map(|w| &mut w.waiter)
     }
 
-    /// Takes the first ticket out to be granted: the class's virtual time
-    /// moves to its start.
+    /// Takes the first ticket out to be granted (see [`FairQueue::serve`]).
     pub fn pop_head(&mut self) -> Option<(Place, T)> {
         let place = *self.head()?.0;
         self.serve(&place).map(|waiter| (place, waiter))
     }
 
     /// Takes the ticket at `place` out granted — the head when it was
-    /// checked, though a newcomer with an earlier finish may have joined
-    /// before it since: the class's virtual time moves to its start. Its
-    /// waiter, if it was still there.
+    /// checked, though a newcomer with an earlier start may have joined
+    /// before it since: the class's virtual time moves to its start, and its
+    /// tenant's next ticket starts after its finish. Its waiter, if it was
+    /// still there.
     pub fn serve(&mut self, place: &Place) -> Option<T> {
-        let (_, tenant, waiter) = self.tickets.remove(&place.key())?;
-        let class = usize::from(place.class);
-        self.virtual_time[class] = self.virtual_time[class].max(place.start);
-        self.forget_idle(place.class, &tenant);
-        Some(waiter)
+        let (waiting, stamp) = self.take(place)?;
+        if let Some((start, finish)) = stamp {
+            let v = &mut self.virtual_time[usize::from(place.class)];
+            *v = v.max(start);
+            if let Some(flow) = self.flows.get_mut(&(place.class, waiting.tenant.clone())) {
+                flow.last_finish = finish;
+            }
+        }
+        self.after_leaving(place.class, &waiting.tenant, stamp.is_some());
+        Some(waiting.waiter)
     }
 
     /// Takes the ticket at `place` out without a grant (its deadline passed,
-    /// its caller left): when it was its tenant's last, the tenant's finish
-    /// goes back to its start, so a ticket that was never served costs the
-    /// tenant nothing. Its waiter, if it was still there.
+    /// its caller left): it costs its tenant nothing. Its waiter, if it was
+    /// still there.
     pub fn withdraw(&mut self, place: &Place) -> Option<T> {
-        let (_, tenant, waiter) = self.tickets.remove(&place.key())?;
-        let key = (place.class, tenant);
-        if self.last_finish.get(&key) == Some(&place.finish) {
-            self.last_finish.insert(key.clone(), place.start);
-        }
-        self.forget_idle(place.class, &key.1);
-        Some(waiter)
+        let (waiting, stamp) = self.take(place)?;
+        self.after_leaving(place.class, &waiting.tenant, stamp.is_some());
+        Some(waiting.waiter)
     }
 
-    /// Forgets `tenant`'s last finish in `class` once the virtual time has
-    /// caught up with it: the tenant would start at the virtual time anyway,
-    /// and the map stays as small as the backlogged tenants. A class left
-    /// with no ticket is idle: its virtual time moves to the last finish of
-    /// any of its tenants (start-time fair queueing's idle rule), and it
-    /// forgets them all.
-    fn forget_idle(&mut self, class: u8, tenant: &str) {
-        let v = &mut self.virtual_time[usize::from(class)];
-        let first = (class, OrderedF64(f64::NEG_INFINITY), 0);
-        let next = (class + 1, OrderedF64(f64::NEG_INFINITY), 0);
-        if self.tickets.range(first..next).next().is_none() {
-            self.last_finish.retain(|(c, _), f| {
-                if *c == class {
-                    *v = v.max(*f);
-                }
-                *c != class
-            });
-            return;
+    /// Takes `place` out of the queue: the ticket, and its stamp when it was
+    /// its tenant's first.
+    fn take(&mut self, place: &Place) -> Option<(Waiting<T>, Option<Stamp>)> {
+        let waiting = self.tickets.remove(place)?;
+        let flow = self.flows.get_mut(&(place.class, waiting.tenant.clone()))?;
+        let was_first = flow.queued.first() == Some(&place.seq);
+        flow.queued.remove(&place.seq);
+        let stamp = was_first.then_some(flow.stamp);
+        if let Some((start, _)) = stamp {
+            self.fronts
+                .remove(&(place.class, OrderedF64(start), place.seq));
         }
+        Some((waiting, stamp))
+    }
+
+    /// After a ticket of `tenant` left `class` (its first, `was_first`):
+    /// stamps the tenant's next ticket, now first, or forgets a tenant with
+    /// no ticket once the virtual time has caught up with its last finish
+    /// (it would start there anyway). A class whose tickets all left keeps
+    /// its clocks: callers whose waits ran out together and ask again are
+    /// still the same backlogged tenants, each at most one grant ahead of
+    /// the virtual time, so the shares hold from one busy spell to the next
+    /// (the store drops an emptied line's clocks a while after its last
+    /// deadline).
+    fn after_leaving(&mut self, class: u8, tenant: &str, was_first: bool) {
         let key = (class, tenant.to_owned());
-        if self.last_finish.get(&key).is_some_and(|&f| f <= *v) {
-            self.last_finish.remove(&key);
+        let v = self.virtual_time[usize::from(class)];
+        match self.flows.get(&key) {
+            Some(flow) if !flow.queued.is_empty() && was_first => self.stamp_first(class, tenant),
+            Some(flow) if !flow.queued.is_empty() => {}
+            Some(flow) if flow.last_finish <= v => drop(self.flows.remove(&key)),
+            _ => {}
         }
+    }
+
+    /// Stamps `tenant`'s first ticket in `class`: it starts at the later of
+    /// the virtual time and the tenant's last finish.
+    fn stamp_first(&mut self, class: u8, tenant: &str) {
+        let v = self.virtual_time[usize::from(class)];
+        let Some(flow) = self.flows.get_mut(&(class, tenant.to_owned())) else {
+            return;
+        };
+        let Some(&seq) = flow.queued.first() else {
+            return;
+        };
+        let place = Place { class, seq };
+        let start = flow.last_finish.max(v);
+        let finish = start + self.tickets[&place].length;
+        flow.stamp = (start, finish);
+        self.fronts.insert((class, OrderedF64(start), seq), place);
     }
 }
 
@@ -274,22 +335,100 @@ mod tests {
         let mut q = FairQueue::default();
         q.push(Priority::Normal, "a", 1.0, 100.0, "a1");
         let gone = q.push(Priority::Normal, "b", 1.0, 100.0, "b1");
+        assert_eq!(q.tags(&gone), Some((0.0, 100.0)));
         assert_eq!(q.withdraw(&gone), Some("b1"));
         assert_eq!(q.withdraw(&gone), None, "once");
         // b comes back: it starts where it would have, not after its
         // withdrawn ticket.
         let back = q.push(Priority::Normal, "b", 1.0, 100.0, "b2");
-        assert_eq!((back.start, back.finish), (0.0, 100.0));
+        assert_eq!(q.tags(&back), Some((0.0, 100.0)));
         assert_eq!(q.len(), 2);
-        // Served, the tenants leave nothing behind.
+        // Both served from virtual time 0, a and b are ahead of it by their
+        // grants: a newcomer starts at the virtual time, b after its grant.
         while q.pop_head().is_some() {}
-        assert!(
-            q.is_empty() && q.last_finish.is_empty(),
-            "{:?}",
-            q.last_finish
-        );
-        // And the next ticket starts after what was served.
+        assert!(q.is_empty() && q.fronts.is_empty());
+        assert_eq!(q.flows.len(), 2);
         let next = q.push(Priority::Normal, "c", 1.0, 1.0, "c1");
-        assert_eq!(next.start, 100.0);
+        assert_eq!(q.tags(&next), Some((0.0, 1.0)));
+        let b = q.push(Priority::Normal, "b", 1.0, 1.0, "b3");
+        assert_eq!(q.tags(&b), Some((100.0, 101.0)));
+    }
+
+    #[test]
+    fn tickets_that_leave_ungranted_do_not_push_their_tenant_back() {
+        // Three backlogged tenants of weights 1, 1 and 2, 16 tickets each;
+        // after every grant, the three oldest tickets of each tenant leave
+        // without one (their deadlines passed) and their callers queue
+        // again. Each tenant is charged for its grants only, so the shares
+        // stay 1 : 1 : 2.
+        let weights = [("a", 1.0), ("b", 1.0), ("c", 2.0)];
+        let mut q = FairQueue::default();
+        let mut queued: FastMap<&str, std::collections::VecDeque<Place>> = FastMap::default();
+        for (t, w) in weights {
+            for _ in 0..16 {
+                let p = q.push(Priority::Normal, t, w, 1000.0, t);
+                queued.entry(t).or_default().push_back(p);
+            }
+        }
+        let mut granted: FastMap<&str, usize> = FastMap::default();
+        for _ in 0..400 {
+            let (served, tenant) = q.pop_head().unwrap();
+            *granted.entry(tenant).or_insert(0) += 1;
+            let mine = queued.get_mut(tenant).unwrap();
+            mine.retain(|p| *p != served);
+            let w = weights.iter().find(|(t, _)| *t == tenant).unwrap().1;
+            mine.push_back(q.push(Priority::Normal, tenant, w, 1000.0, tenant));
+            for (t, w) in weights {
+                let mine = queued.get_mut(t).unwrap();
+                for _ in 0..3 {
+                    let old = mine.pop_front().unwrap();
+                    assert!(q.withdraw(&old).is_some());
+                    mine.push_back(q.push(Priority::Normal, t, w, 1000.0, t));
+                }
+            }
+        }
+        for (t, share) in [("a", 100), ("b", 100), ("c", 200)] {
+            let got = granted[t] as i64;
+            assert!((got - share).abs() <= 2, "{t}: {got} of 400, {granted:?}");
+        }
+        assert_eq!(q.len(), 48);
+    }
+
+    #[test]
+    fn waits_that_run_out_together_keep_the_shares() {
+        // 16 callers of each tenant; after every five grants (each granted
+        // caller asking again at once) the waits of all the others run out
+        // together, and each asks again as soon as its own ran out. Each
+        // busy spell starts where the last left off, so the tenant of weight
+        // 2 gets no head start per spell.
+        let weights = [("a", 1.0), ("b", 1.0), ("c", 2.0)];
+        let weight = |t: &str| weights.iter().find(|(n, _)| *n == t).unwrap().1;
+        let mut q = FairQueue::default();
+        let mut queued = Vec::new();
+        for _ in 0..16 {
+            for (t, w) in weights {
+                queued.push((q.push(Priority::Normal, t, w, 1000.0, t), t));
+            }
+        }
+        let mut granted: FastMap<&str, usize> = FastMap::default();
+        for _ in 0..40 {
+            for _ in 0..5 {
+                let (served, tenant) = q.pop_head().unwrap();
+                *granted.entry(tenant).or_insert(0) += 1;
+                queued.retain(|(p, _)| *p != served);
+                queued.push((
+                    q.push(Priority::Normal, tenant, weight(tenant), 1000.0, tenant),
+                    tenant,
+                ));
+            }
+            for (p, t) in std::mem::take(&mut queued) {
+                assert!(q.withdraw(&p).is_some());
+                queued.push((q.push(Priority::Normal, t, weight(t), 1000.0, t), t));
+            }
+        }
+        for (t, share) in [("a", 50), ("b", 50), ("c", 100)] {
+            let got = granted[t] as i64;
+            assert!((got - share).abs() <= 2, "{t}: {got} of 200, {granted:?}");
+        }
     }
 }

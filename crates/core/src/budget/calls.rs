@@ -470,7 +470,7 @@ pub const ALERT_INDEX_ARGV: Group = Group {
 /// one sorted set of tickets per priority class.
 pub const LINE_KEYS: Group = Group {
     name: "line_keys",
-    fields: &["state", "critical", "normal", "batch"],
+    fields: &["state", "critical", "normal", "batch", "pending"],
 };
 
 /// line.lua's ARGV: every call gives them all (an operation ignores the

@@ -153,8 +153,8 @@ impl<S: Store> Engine<S> {
             owner: &self.queues.owner,
             class: class_of(req.priority),
             tenant: req.tenant.as_str(),
-            weight: f64::from(tier.map_or(1, |t| t.weight)),
-            cost: first.reserved_tokens.max(1) as f64,
+            weight: tier.map_or(1, |t| t.weight).max(1),
+            cost: first.reserved_tokens.max(1),
             wait_us: u64::try_from(
                 deadline
                     .saturating_duration_since(Instant::now())

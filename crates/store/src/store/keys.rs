@@ -141,16 +141,18 @@ impl Keys {
         format!("{}{{g}}:x", self.prefix)
     }
 
-    /// The keys of a shared level's line (`lua/line.lua`): its state, then
-    /// its tickets of each priority class, all under one hash tag. `line`
-    /// is a model group, or "" for the account's own limits.
-    pub fn line(&self, line: &str) -> [String; 4] {
+    /// The keys of a shared level's line (`lua/line.lua`): its state, its
+    /// tenants' first tickets of each priority class, and their other
+    /// tickets, all under one hash tag. `line` is a model group, or "" for
+    /// the account's own limits.
+    pub fn line(&self, line: &str) -> [String; 5] {
         let base = format!("{}{{q:{line}}}", self.prefix);
         [
             format!("{base}:v"),
             format!("{base}:0"),
             format!("{base}:1"),
             format!("{base}:2"),
+            format!("{base}:p"),
         ]
     }
 

@@ -21,9 +21,9 @@ pub struct Joining<'a> {
     /// Its tenant.
     pub tenant: &'a str,
     /// Its tenant's weight (> 0).
-    pub weight: f64,
+    pub weight: u32,
     /// What its grant takes (tokens, or the level's dimension).
-    pub cost: f64,
+    pub cost: u64,
     /// How long it may wait (µs): its ticket's deadline is this from now.
     pub wait_us: u64,
     /// The most calls the line holds (`[queue] max_queued`).
@@ -37,7 +37,7 @@ pub struct Ticket {
     pub line: String,
     /// Its priority class.
     pub class: u8,
-    /// Its id in the line: `<arrival>|<owner>|<deadline>|<start>|<tenant>`.
+    /// Its id in the line: `<arrival>|<owner>|<deadline>|<cost>|<weight>|<tenant>`.
     pub id: String,
 }
 
@@ -176,8 +176,10 @@ mod tests {
     #[test]
     fn messages_read_as_line_lua_writes_them() {
         assert_eq!(
-            LineMessage::parse("w|000000000001|ab12|5|0|acme|x"),
-            Some(LineMessage::Wake("000000000001|ab12|5|0|acme|x".into()))
+            LineMessage::parse("w|000000000001|ab12|5|1000|1|acme|x"),
+            Some(LineMessage::Wake(
+                "000000000001|ab12|5|1000|1|acme|x".into()
+            ))
         );
         assert_eq!(
             LineMessage::parse("n|3|gpt-4o"),
@@ -187,6 +189,6 @@ mod tests {
             })
         );
         assert_eq!(LineMessage::parse("n|x|g"), None);
-        assert_eq!(owner_of("000000000001|ab12|5|0|acme"), "ab12");
+        assert_eq!(owner_of("000000000001|ab12|5|1000|1|acme"), "ab12");
     }
 }

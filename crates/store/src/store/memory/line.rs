@@ -13,18 +13,22 @@ use std::sync::{Mutex, MutexGuard};
 
 /// How long an owner counts as alive after its last call (line.lua's ALIVE_US).
 const ALIVE_US: i64 = 5_000_000;
+/// How long a line's clocks outlive its latest deadline (line.lua's KEEP_US).
+const KEEP_US: i64 = 1_000_000;
 
 /// Every line, by name.
 #[derive(Default)]
 pub(super) struct Lines(Mutex<FastMap<String, Line>>);
 
-/// One line: its queue, each ticket's place and deadline, and its owners.
+/// One line: its queue, each ticket's place and deadline, its owners, and
+/// its latest deadline (0: none yet).
 #[derive(Default)]
 struct Line {
     queue: FairQueue<String>,
     places: FastMap<String, (Place, i64)>,
     alive: FastMap<String, i64>,
     arrivals: u64,
+    latest: i64,
 }
 
 impl Line {
@@ -46,6 +50,17 @@ impl Line {
         }
     }
 
+    /// Past its latest deadline by KEEP_US: what line.lua's keys expiring
+    /// then drop, tickets and clocks.
+    fn expired(&self, now: i64) -> bool {
+        self.latest > 0 && now >= self.latest + KEEP_US
+    }
+
+    /// Nothing worth keeping: no ticket, and no clock still in use.
+    fn done(&self, now: i64) -> bool {
+        self.queue.is_empty() && (self.latest == 0 || self.expired(now))
+    }
+
     fn view(&mut self, now: i64) -> LineView {
         LineView {
             first: self.first(now),
@@ -65,14 +80,16 @@ fn priority_of(class: u8) -> Priority {
 
 impl Lines {
     /// Runs `f` on `line` (made when missing) at `now`, `owner` marked alive
-    /// and stale tickets dropped; an empty line is forgotten after.
+    /// and stale tickets dropped; lines past their keeping are forgotten
+    /// first, and this one after when nothing in it is worth keeping.
     fn with<R>(&self, line: &str, owner: &str, now: i64, f: impl FnOnce(&mut Line) -> R) -> R {
         let mut lines: MutexGuard<'_, _> = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        lines.retain(|_, l| !l.expired(now));
         let l = lines.entry(line.to_owned()).or_default();
         l.alive.insert(owner.to_owned(), now + ALIVE_US);
         l.first(now);
         let out = f(l);
-        if l.queue.is_empty() {
+        if l.done(now) {
             lines.remove(line);
         }
         out
@@ -89,21 +106,18 @@ impl<C: Clock + Clone> LineStore for MemoryStore<C> {
             }
             l.arrivals += 1;
             let deadline = now + i64::try_from(j.wait_us).unwrap_or(i64::MAX / 2);
-            // The id names the place's start, known once pushed.
+            l.latest = l.latest.max(deadline);
+            let id = format!(
+                "{:012}|{}|{}|{}|{}|{}",
+                l.arrivals, j.owner, deadline, j.cost, j.weight, j.tenant
+            );
             let place = l.queue.push(
                 priority_of(j.class),
                 j.tenant,
-                j.weight,
-                j.cost,
-                String::new(),
+                f64::from(j.weight),
+                j.cost as f64,
+                id.clone(),
             );
-            let id = format!(
-                "{:012}|{}|{}|{}|{}",
-                l.arrivals, j.owner, deadline, place.start, j.tenant
-            );
-            if let Some(waiter) = l.queue.waiter_mut(&place) {
-                waiter.clone_from(&id);
-            }
             l.places.insert(id.clone(), (place, deadline));
             let first = l.first(now).as_deref() == Some(id.as_str());
             let ticket = Ticket {

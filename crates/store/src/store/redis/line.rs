@@ -25,21 +25,22 @@ struct Op<'a> {
 impl RedisStore {
     async fn line_call(&self, op: Op<'_>) -> Result<Vec<Value>, StoreError> {
         use super::spec::{line_argv as a, line_keys as k};
-        let [state, critical, normal, batch] = self.keys.line(op.line);
+        let [state, critical, normal, batch, pending] = self.keys.line(op.line);
         let mut inv = self.line.prepare_invoke();
         let mut args = Args::new(&mut inv);
         args.key(k::STATE, state)
             .key(k::CRITICAL, critical)
             .key(k::NORMAL, normal)
-            .key(k::BATCH, batch);
+            .key(k::BATCH, batch)
+            .key(k::PENDING, pending);
         let j = op.joining;
         args.at(a::OP, op.code)
             .at(a::OWNER, op.owner)
             .at(a::TICKET, op.ticket)
             .at(a::CLASS, op.class)
             .at(a::TENANT, j.map_or("", |j| j.tenant))
-            .at(a::WEIGHT, j.map_or(1.0, |j| j.weight))
-            .at(a::COST, j.map_or(0.0, |j| j.cost))
+            .at(a::WEIGHT, j.map_or(1, |j| j.weight))
+            .at(a::COST, j.map_or(0, |j| j.cost))
             .at(a::WAIT_US, j.map_or(0, |j| j.wait_us))
             .at(a::MOST, j.map_or(0, |j| j.most))
             .at(a::CHANNEL, self.keys.line_channel())
