@@ -88,7 +88,7 @@ impl Queues {
         let notify = Arc::new(Notify::new());
         let mut tickets = lock(&self.tickets);
         tickets.insert(ticket.id.clone(), (ticket.clone(), notify.clone()));
-        self.waiting.store(tickets.len(), Ordering::Relaxed);
+        self.count(tickets.len());
         notify
     }
 
@@ -97,10 +97,17 @@ impl Queues {
         {
             let mut tickets = lock(&self.tickets);
             tickets.remove(&ticket.id);
-            self.waiting.store(tickets.len(), Ordering::Relaxed);
+            self.count(tickets.len());
         }
         lock(&self.leaving).push((ticket.clone(), how));
         self.kick.notify_one();
+    }
+
+    /// `n` calls wait here now: kept, and published, under the tickets'
+    /// lock, so the gauge ends on the last count.
+    fn count(&self, n: usize) {
+        self.waiting.store(n, Ordering::Relaxed);
+        crate::telemetry::queue_waiting(n);
     }
 
     /// Wakes the caller of `ticket` if it is this replica's.

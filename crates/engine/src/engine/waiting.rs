@@ -57,17 +57,15 @@ fn full(mut out: ReserveOutcome, max: usize) -> ReserveOutcome {
 }
 
 /// Counts a wait whose caller went away (its future dropped) as cancelled.
-struct Gone<'a> {
+struct Gone {
     started: Instant,
-    queues: &'a super::lines::Queues,
     armed: bool,
 }
 
-impl Drop for Gone<'_> {
+impl Drop for Gone {
     fn drop(&mut self) {
         if self.armed {
             crate::telemetry::queue_wait("cancelled", self.started.elapsed().as_secs_f64());
-            crate::telemetry::queue_waiting(self.queues.waiting());
         }
     }
 }
@@ -116,18 +114,15 @@ impl<S: Store> Engine<S> {
             ticket,
             how: Leave::Withdrawn,
         };
-        crate::telemetry::queue_waiting(self.queues.waiting());
         waiting();
         let mut gone = Gone {
             started,
-            queues: &self.queues,
             armed: true,
         };
         let out = self
             .wait_in_line(req, first, held, is_first, deadline)
             .await;
         gone.armed = false;
-        crate::telemetry::queue_waiting(self.queues.waiting());
         let waited = started.elapsed();
         crate::telemetry::queue_wait(outcome_of(&out), waited.as_secs_f64());
         out.map(|mut o| {
