@@ -11,11 +11,11 @@ calls = int(sys.argv[3]) if len(sys.argv) > 3 else 5000
 waiting = int(sys.argv[4]) if len(sys.argv) > 4 else 48
 r = redis.Redis(port=port)
 sha = r.script_load(open(path).read())
-keys = ["ctxb:{q:}:v", "ctxb:{q:}:0", "ctxb:{q:}:1", "ctxb:{q:}:2"]
+keys = ["ctxb:{q:}:v", "ctxb:{q:}:0", "ctxb:{q:}:1", "ctxb:{q:}:2", "ctxb:{q:}:p"]
 
 
 def op(code, ticket="", tenant="", weight=1, cost=0, wait_us=0, most=0):
-    return r.evalsha(sha, 4, *keys, code, "r1", ticket, 1, tenant, weight, cost, wait_us, most,
+    return r.evalsha(sha, len(keys), *keys, code, "r1", ticket, 1, tenant, weight, cost, wait_us, most,
                      "ctxb:q:wake", "")
 
 
@@ -37,7 +37,7 @@ print(f"line of {waiting} tickets, {calls} calls a phase; Redis µs per line.lua
 print(f"  join      {usec(lambda i: tickets.append(join(i)), calls):6.2f}")
 # Back to WAITING tickets, oldest first served.
 head = lambda: op(5)[0].decode()
-while len(r.zrange(keys[2], 0, -1)) > waiting:
+while r.zcard(keys[2]) + r.zcard(keys[4]) > waiting:
     op(3, ticket=head())
 print(f"  standing  {usec(lambda i: op(2, ticket=head()), calls):6.2f}   (a wake (5) then a standing (2) per call)")
 print(f"  wake      {usec(lambda i: op(5), calls):6.2f}")

@@ -16,6 +16,9 @@
 //!
 //! In the default suite: 200 callers that disconnect leave nothing held and
 //! an empty line.
+//!
+//! Size: every trial drives the same callers, tallies and report; apart,
+//! each file would need them all.
 
 use crate::support;
 

@@ -22,6 +22,10 @@
 //!
 //! This is the one definition: the memory store's queue runs it, and a
 //! store that keeps tickets elsewhere ports this arithmetic.
+//!
+//! Size: the unit tests that serve hundreds of grants with tickets running
+//! out around them read the queue's internals (its tenants' clocks), so
+//! they live beside it.
 
 use crate::budget::level::FastMap;
 use crate::priority::Priority;

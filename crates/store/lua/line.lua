@@ -132,9 +132,14 @@ local function head()
       local h = redis.call('ZRANGE', zs[c + 1], 0, 0)[1]
       if not h then break end
       local o, d = parse(h)
-      local alive = tonumber(redis.call('HGET', state, 'a:' .. o))
-      if d > now and not (alive and alive < now) then return h end
-      take(c, h, false)
+      if not d then
+        -- Not a ticket of this layout (an earlier release's): gone.
+        redis.call('ZREM', zs[c + 1], h)
+      else
+        local alive = tonumber(redis.call('HGET', state, 'a:' .. o))
+        if d > now and not (alive and alive < now) then return h end
+        take(c, h, false)
+      end
     end
   end
   return nil
