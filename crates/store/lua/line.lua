@@ -193,7 +193,8 @@ if op == 2 then
   local _, _, _, _, tenant = parse(t)
   local here = (redis.call('ZSCORE', zs[c + 1], t)
     or redis.call('ZSCORE', pending, prefix(c, tenant) .. t)) and 1 or 0
-  tidy(waiting())
+  -- No first ticket: no ticket at all (every tenant's first is stamped).
+  if not first then tidy(0) end
   return {first == t and 1 or 0, here}
 end
 
