@@ -73,6 +73,7 @@ mod operations;
 mod overload;
 mod prices_cli;
 mod queue;
+mod queue_gone;
 mod queue_replicas;
 mod queue_scale;
 mod quickstart;

@@ -2,7 +2,7 @@
 //! line per shared level (`lua/line.lua`). A Commit or Refund on one replica
 //! wakes the call first in line on the other; tenants share the account
 //! fairly whichever replica their callers reach; a replica that dies
-//! leaves no ticket behind (callers that leave: `queue_scale`).
+//! leaves no ticket behind (callers that leave: `queue_scale`, `queue_gone`).
 
 use crate::support;
 

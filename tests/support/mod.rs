@@ -14,6 +14,7 @@ use tonic::transport::Channel;
 
 pub(crate) mod cluster;
 pub(crate) mod ext_proc;
+pub(crate) mod hold;
 pub(crate) mod process;
 pub(crate) mod receiver;
 

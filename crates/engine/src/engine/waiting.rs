@@ -8,7 +8,8 @@
 //! ticket before it leaving. It is granted by the same atomic reserve as any
 //! call, so nothing goes over a limit; it gets its last denial when its time
 //! runs out. A caller that goes away drops its wait, and its ticket leaves
-//! the line (`lines`).
+//! the line (`lines`); a grant being made as it went is refunded by the
+//! store layer's cancel on drop (`engine/cancel.rs`), as for any call.
 //!
 //! A call's first attempt is an ordinary reserve: a gateway that sets
 //! `max_wait` on every call pays one store call while the account has room.
