@@ -36,6 +36,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// ctxbudget: request, token and concurrency budgets for LLM gateways.
 #[derive(Debug, Parser)]
@@ -203,7 +204,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    telemetry::init_logging(args.log_format);
     let overrides = Flags {
         listen: args.listen,
         http_listen: args.http_listen,
@@ -211,7 +211,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         redis_cluster_nodes: args.redis_cluster_nodes,
         key_prefix: args.key_prefix,
     };
-    let settings = config::load(args.config.as_deref(), overrides)?;
+    // The configuration says where traces go: its own warnings are logged
+    // before the subscriber that exports them is installed.
+    let log_format = args.log_format;
+    let settings =
+        tracing::subscriber::with_default(telemetry::log_subscriber(log_format, None), || {
+            config::load(args.config.as_deref(), overrides)
+        })?;
+    let traces = telemetry::traces::start(&settings.traces)?;
+    telemetry::init_logging_with(log_format, traces.as_ref().map(|t| t.layer()));
+    if let Some(endpoint) = &settings.traces.endpoint {
+        tracing::info!(endpoint, protocol = ?settings.traces.protocol, "exporting traces");
+    }
     // The gRPC listener first: once /metrics answers, every listener is
     // bound, and a port already taken has ended the process.
     let listener = tokio::net::TcpListener::bind(settings.listen)
@@ -228,7 +239,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             tracing::info!("metrics at http://{addr}/metrics");
         }
     }
-    server::run(settings, listener, shutdown_signal()).await?;
+    let served = server::run(settings, listener, shutdown_signal()).await;
+    if let Some(traces) = traces {
+        traces.shutdown(Duration::from_secs(5)).await;
+    }
+    served?;
     Ok(())
 }
 

@@ -46,6 +46,7 @@ class Service:
         http: bool = False,
         cluster_nodes: list[str] | None = None,
         port: int | None = None,
+        extra_args: list[str] | None = None,
     ):
         self.dir = tempfile.mkdtemp(prefix="ctxbudget-py-")
         path = self.config_path = os.path.join(self.dir, "config.toml")
@@ -65,6 +66,7 @@ class Service:
             http_port = free_port()
             self.http_url = f"http://127.0.0.1:{http_port}"
             args += ["--http-listen", f"127.0.0.1:{http_port}"]
+        args += extra_args or []
         self.log = open(os.path.join(self.dir, "service.log"), "w")
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("CTXBUDGET_")}
         full_env.update(env or {})

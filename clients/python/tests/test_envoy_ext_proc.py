@@ -8,7 +8,9 @@ text delivered; 429 and 413 come in OpenAI's and Anthropic's shapes with
 their headers; 5 parallel slow calls against a concurrency of 2; an upstream
 500 is refunded; a client gone mid-stream frees its slot; a caller's smaller
 output limit reaches the upstream; ctxbudget stopped answers Envoy's empty
-500, and Envoy recovers on its own once it is back."""
+500, and Envoy recovers on its own once it is back. With traces on, a call
+that came with a ``traceparent`` is reserved and settled in spans of the
+caller's trace, the settlement linked to the reservation."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ import pytest
 from conftest import Service, free_port
 from ctxbudget import BudgetClient, pb
 from envoy_proxy import Envoy, TlsUpstream, docs_bootstrap, substitute, wait_for
+from otlp_receiver import GrpcReceiver
+from test_traces import child_of, traceparent
 
 TOKEN = "envoy-test-token-0123456789"
 
@@ -53,6 +57,7 @@ class Stack:
 
     def __init__(self) -> None:
         self.port = free_port()
+        self.receiver = GrpcReceiver()
         self.service = self.start_service()
         self.upstream = TlsUpstream()
         admin, listen = free_port(), free_port()
@@ -63,7 +68,8 @@ class Stack:
         self.envoy = Envoy(bootstrap, admin, listen)
 
     def start_service(self) -> Service:
-        return Service(CONFIG, port=self.port)
+        telemetry = f'\n[telemetry]\notlp_endpoint = "{self.receiver.endpoint}"\n'
+        return Service(CONFIG + telemetry, port=self.port)
 
     def budget(self) -> BudgetClient:
         return BudgetClient(self.service.target, token=TOKEN)
@@ -82,6 +88,7 @@ class Stack:
         self.envoy.stop()
         self.upstream.stop()
         self.service.stop()
+        self.receiver.stop()
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +118,18 @@ def test_a_buffered_call_commits_the_reported_usage(stack):
     assert wait_for(lambda: before - stack.user_tokens_left("buffered") == answer.usage.total_tokens), (
         before - stack.user_tokens_left("buffered"), answer.usage)
     assert stack.in_flight("buffered") == 0
+
+
+def test_a_call_is_reserved_and_settled_in_the_callers_trace(stack):
+    header, trace_id, parent = traceparent()
+    answer = sdk(stack, "traced").chat.completions.create(
+        model="gpt-4o", messages=MESSAGES, max_tokens=30, extra_headers={"traceparent": header})
+    assert answer.usage is not None
+    reserved = stack.receiver.wait_for(child_of(trace_id, parent, "ExtProc/CheckAndReserve"))
+    assert reserved.attributes["ctxbudget.tenant"] == "acme"
+    assert reserved.attributes["ctxbudget.decision"] == "allowed"
+    committed = stack.receiver.wait_for(child_of(trace_id, parent, "ExtProc/Commit"))
+    assert (reserved.trace_id, reserved.span_id) in committed.links
 
 
 def test_streams_commit_their_usage_asked_for_or_not(stack):

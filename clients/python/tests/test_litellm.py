@@ -26,6 +26,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 litellm = pytest.importorskip("litellm", reason="scripts/test.sh installs litellm[proxy]")
 
 from conftest import REPO, Redis, Service, Uvicorn, free_port  # noqa: E402
+from otlp_receiver import GrpcReceiver  # noqa: E402
+from test_traces import traceparent  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Exact limits need the shared store's answer: the default "local" policy
@@ -188,15 +190,17 @@ def start_proxies(tmp, upstream, redis, callbacks: str, target: str, general_ext
 def setup(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("litellm")
     redis = Redis()
-    service = Service(CONFIG, redis_url=redis.url)
+    receiver = GrpcReceiver()
+    service = Service(CONFIG + f'\n[telemetry]\notlp_endpoint = "{receiver.endpoint}"\n', redis_url=redis.url)
     upstream = Uvicorn("mock_upstream:app", str(REPO / "examples" / "python"))
     proxies = start_proxies(tmp, upstream, redis, "  callbacks: ctxbudget.litellm.handler", service.target)
-    yield service, upstream, proxies, redis, tmp
+    yield service, upstream, proxies, redis, tmp, receiver
     for p in proxies:
         p.stop()
     upstream.stop()
     service.stop()
     redis.stop()
+    receiver.stop()
 
 
 async def burst(proxies, key: str, n: int, **extra) -> list[httpx.Response]:
@@ -271,6 +275,18 @@ def tenant_tokens_left(service, tenant: str, tier: str) -> int:
     with BudgetClient(service.target) as c:
         s = c.get_status(tenant, tier)
         return next(l.remaining for l in s.limits if l.level == pb.LEVEL_TENANT and l.dimension == pb.DIMENSION_TOKENS)
+
+
+def test_the_hooks_reservation_joins_the_callers_trace(setup):
+    service, upstream, proxies, *_, receiver = setup
+    header, trace_id, parent = traceparent()
+    r = httpx.post(proxies[0].url + "/v1/chat/completions", timeout=60,
+                   json={"model": "gpt-4o", "messages": [{"role": "user", "content": "Hello, traced."}], "max_tokens": 20},
+                   headers={"Authorization": "Bearer sk-traced", "traceparent": header})
+    assert r.status_code == 200, r.text
+    span = receiver.wait_for(lambda s: s.trace_id == trace_id and s.name == "CheckAndReserve")
+    assert span.parent_span_id == parent
+    assert span.attributes["ctxbudget.decision"] == "allowed"
 
 
 def test_a_stream_commits_its_final_usage_and_a_failure_refunds(setup):
@@ -429,7 +445,7 @@ def test_a_blocked_tenant_gets_a_403_with_the_operators_reason(setup):
     and no Retry-After (waiting cannot help)."""
     from conftest import binary
 
-    service, upstream, proxies, redis, _ = setup
+    service, upstream, proxies, redis, *_ = setup
     subprocess.run([binary(), "overrides", "block", "blocked", "--reason", "unpaid invoice 42", "--redis-url", redis.url],
                    check=True, capture_output=True)
 
@@ -482,7 +498,7 @@ def test_litellms_own_limiter_for_comparison(setup, capsys):
     Redis with general_settings.coordination_redis) and no ctxbudget:
     measured and printed for the docs, not asserted (it is LiteLLM's
     behaviour)."""
-    service, upstream, _, redis, tmp = setup
+    service, upstream, _, redis, tmp, _ = setup
     coordination = "  coordination_redis: {{host: 127.0.0.1, port: {redis_port}}}"
     native = start_proxies(tmp, upstream, redis, "", service.target, coordination)
     try:

@@ -20,6 +20,7 @@ pub use startup::RedisStart;
 use startup::{load_when_reachable, redis_start};
 mod health;
 mod message_limit;
+mod traced;
 use crate::store::cluster::ClusterStore;
 use crate::store::config_repo::ConfigStore;
 use crate::store::keys::Keys;

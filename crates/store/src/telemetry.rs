@@ -13,15 +13,17 @@
 //! - this file: every metric name, and the functions that record them.
 //! - [`exporter`]: the Prometheus exporter, descriptions and series at zero.
 //! - [`logging`]: the tracing subscriber.
+//! - [`traces`]: spans exported over OTLP, and the caller's trace context.
 //!
 //! Size: every metric's name and recording function in one file, so a
 //! dashboard's author finds them all in one place.
 
 mod exporter;
 mod logging;
+pub mod traces;
 
 pub use exporter::{KnownSeries, describe, install_metrics, register, render};
-pub use logging::{LogFormat, init_logging};
+pub use logging::{LogFormat, init_logging, init_logging_with, log_subscriber};
 
 use crate::domain::Denial;
 use metrics::{counter, gauge, histogram};
@@ -130,6 +132,24 @@ pub fn queue_waiting(n: usize) {
 /// cancelled, failed).
 pub fn queue_wait(outcome: &'static str, seconds: f64) {
     histogram!(QUEUE_WAIT_SECONDS, "outcome" => outcome).record(seconds);
+}
+
+/// Spans exported over OTLP.
+pub const TRACE_SPANS_EXPORTED: &str = "ctxbudget_trace_spans_exported_total";
+/// Spans dropped before export, by `reason` ([`TRACE_DROP_REASONS`]).
+pub const TRACE_SPANS_DROPPED: &str = "ctxbudget_trace_spans_dropped_total";
+/// Why a span was dropped: its queue was full, or its batch's export
+/// failed or timed out.
+pub const TRACE_DROP_REASONS: [&str; 2] = ["queue_full", "export_failed"];
+
+/// Counts `n` spans exported.
+pub fn trace_spans_exported(n: usize) {
+    counter!(TRACE_SPANS_EXPORTED).increment(n as u64);
+}
+
+/// Counts `n` spans dropped for `reason`.
+pub fn trace_spans_dropped(reason: &'static str, n: usize) {
+    counter!(TRACE_SPANS_DROPPED, "reason" => reason).increment(n as u64);
 }
 
 /// Counts a call shed, by `reason` (full|deadline).

@@ -13,6 +13,11 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 import grpc
 import grpc.aio
 
+try:  # The trace context is passed when the application uses OpenTelemetry.
+    from opentelemetry import propagate as _propagate
+except ImportError:  # pragma: no cover - opentelemetry-api is optional
+    _propagate = None  # type: ignore[assignment]
+
 from .errors import BudgetDenied
 from .http import http_status_and_headers
 from .v1 import budget_pb2 as pb
@@ -115,6 +120,21 @@ class AsyncStub(Protocol):
 
 def metadata(token: str | None) -> tuple[tuple[str, str], ...] | None:
     return (("authorization", f"Bearer {token}"),) if token else None
+
+
+def traced(base: tuple[tuple[str, str], ...] | None) -> tuple[tuple[str, str], ...] | None:
+    """``base`` plus the caller's current OpenTelemetry trace context (W3C
+    ``traceparent`` / ``tracestate``, through the globally configured
+    propagator), so that ctxbudget's span of the call joins the caller's
+    trace. Unchanged when ``opentelemetry-api`` is not installed or no span
+    is active."""
+    if _propagate is None:
+        return base
+    carrier: dict[str, str] = {}
+    _propagate.inject(carrier)
+    if "traceparent" not in carrier:
+        return base
+    return (base or ()) + tuple(carrier.items())
 
 
 def check_timeout(timeout: float | None, what: str = "timeout") -> float | None:

@@ -27,6 +27,7 @@ from ._common import (
     metadata,
     request_of,
     status_request,
+    traced,
     waiting_timeout,
 )
 from .errors import BudgetError, BudgetUnavailable, error_of
@@ -119,7 +120,7 @@ class BudgetClient:
     def _call(self, method: grpc.UnaryUnaryMultiCallable[Req, Resp], request: Req, timeout: float | None) -> Resp:
         deadline = self.timeout if check_timeout(timeout) is None else timeout
         try:
-            return method(request, timeout=deadline, metadata=self._metadata)
+            return method(request, timeout=deadline, metadata=traced(self._metadata))
         except grpc.RpcError as e:
             raise error_of(e) from e
 

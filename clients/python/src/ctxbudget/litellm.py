@@ -105,10 +105,11 @@ Settings (environment):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 from fastapi import HTTPException
@@ -273,10 +274,11 @@ class CtxBudgetHook(CustomLogger):
         field = _output_field(call, data)
         asked = (data.get("max_completion_tokens") or data.get("max_tokens")) if call in _CHAT_CALLS else data.get(field)
         try:
-            r = await self.client.reserve(
-                tenant=tenant, user=user, session=session, tier=tier, model=str(data.get("model") or ""),
-                max_output_tokens=int(asked or 0), **_prompt(call, data),
-            )
+            with _callers_trace(data):
+                r = await self.client.reserve(
+                    tenant=tenant, user=user, session=session, tier=tier, model=str(data.get("model") or ""),
+                    max_output_tokens=int(asked or 0), **_prompt(call, data),
+                )
         except BudgetDenied as d:
             raise HTTPException(status_code=d.http_status, detail=d.response.detail or d.reason, headers=d.headers) from d
         except BudgetError as e:
@@ -483,3 +485,31 @@ def _usage(kwargs: dict[str, Any], response_obj: Any) -> Usage | None:
 
 #: The instance ``callbacks: ctxbudget.litellm.handler`` names.
 handler = CtxBudgetHook()
+
+
+@contextlib.contextmanager
+def _callers_trace(data: Mapping[str, Any]) -> Iterator[None]:
+    """The trace the proxy's caller sent (its ``traceparent`` header, which
+    LiteLLM keeps in ``proxy_server_request``), current while the hook
+    reserves, so that ctxbudget's decision joins it. A span already current
+    (LiteLLM's own OpenTelemetry integration) is kept; nothing happens
+    without ``opentelemetry-api``."""
+    try:
+        from opentelemetry import context, propagate, trace
+    except ImportError:  # pragma: no cover - opentelemetry-api is optional
+        yield
+        return
+    request = data.get("proxy_server_request")
+    headers = request.get("headers") if isinstance(request, Mapping) else None
+    if trace.get_current_span().get_span_context().is_valid or not isinstance(headers, Mapping):
+        yield
+        return
+    carrier = {str(k).lower(): str(v) for k, v in headers.items() if str(k).lower() in ("traceparent", "tracestate")}
+    if "traceparent" not in carrier:
+        yield
+        return
+    token = context.attach(propagate.extract(carrier))
+    try:
+        yield
+    finally:
+        context.detach(token)

@@ -12,6 +12,7 @@ KEYS = {
     "sk-tpm": dict(team_id="tpm", user_id="u", metadata={"tier": "tpm"}),
     "sk-stream": dict(team_id="stream", user_id="u", metadata={"tier": "stream"}),
     "sk-cut": dict(team_id="cut", user_id="u", metadata={"tier": "stream"}),
+    "sk-traced": dict(team_id="traced", user_id="u", metadata={"tier": "stream"}),
     "sk-blocked": dict(team_id="blocked", user_id="u", metadata={"tier": "stream"}),
     "sk-gone": dict(team_id="gone", user_id="u", metadata={"tier": "gone"}),
     "sk-fmt": dict(team_id="fmt", user_id="u", metadata={"tier": "fmt"}),

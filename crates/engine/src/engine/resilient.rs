@@ -165,7 +165,9 @@ impl<S: Store> Resilient<S> {
             Err(StoreError::Protocol(_)) => Some("protocol"),
             Err(StoreError::Settings(_)) => Some("settings"),
         };
-        telemetry::store_call(op, started.elapsed().as_secs_f64(), kind);
+        let elapsed = started.elapsed();
+        telemetry::store_call(op, elapsed.as_secs_f64(), kind);
+        telemetry::traces::store_time(elapsed);
         telemetry::breaker(self.breaker.state());
         result
     }

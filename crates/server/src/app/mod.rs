@@ -13,12 +13,14 @@
 //!   them.
 //! - `service`: [`App`], the operations for a caller.
 //! - `timed`: an operation's span, duration and code, recorded.
+//! - `trace`: the caller's trace context, and a decision on the span.
 
 pub mod admission;
 pub mod caller;
 mod error;
 mod service;
 mod timed;
+pub mod trace;
 
 pub use admission::{Gate, Permit, Slot};
 pub use caller::{Auth, Caller, KeptTokens, check_tenant};

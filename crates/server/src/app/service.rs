@@ -62,12 +62,15 @@ impl<S: Store> App<S> {
         slot: Option<&Slot>,
     ) -> Result<ReserveOutcome, AppError> {
         check_tenant(caller, req.tenant.as_str())?;
+        super::trace::asked(req.tenant.as_str(), &req.tier);
         let waiting = || {
             if let Some(slot) = slot {
                 slot.release();
             }
         };
-        Ok(Box::pin(self.engine.reserve_within(req, max_wait, waiting)).await?)
+        let out = Box::pin(self.engine.reserve_within(req, max_wait, waiting)).await?;
+        super::trace::decided(&out);
+        Ok(out)
     }
 
     /// Commit: settles `req.id` with the real usage.
@@ -77,6 +80,7 @@ impl<S: Store> App<S> {
         req: CommitRequest,
     ) -> Result<CommitOutcome, AppError> {
         check_tenant(caller, req.id.tenant.as_str())?;
+        super::trace::settling(&req.id, true);
         Ok(Box::pin(self.engine.commit(req)).await?)
     }
 
@@ -87,6 +91,7 @@ impl<S: Store> App<S> {
         id: &ReservationId,
     ) -> Result<RefundOutcome, AppError> {
         check_tenant(caller, id.tenant.as_str())?;
+        super::trace::settling(id, true);
         Ok(Box::pin(self.engine.refund(id)).await?)
     }
 
@@ -98,6 +103,7 @@ impl<S: Store> App<S> {
         lease_ttl_ms: Option<u64>,
     ) -> Result<RenewOutcome, AppError> {
         check_tenant(caller, id.tenant.as_str())?;
+        super::trace::settling(id, false);
         Ok(Box::pin(self.engine.renew(id, lease_ttl_ms)).await?)
     }
 

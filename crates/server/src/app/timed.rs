@@ -1,6 +1,8 @@
 //! One operation, as every front door reports it: in a span that names it
 //! (and the reservation it is about), its duration and outcome recorded as
-//! `ctxbudget_rpc_seconds{rpc, code}`, and an error logged at debug.
+//! `ctxbudget_rpc_seconds{rpc, code}`, and an error logged at debug. With
+//! traces on, the span is exported as a child of the caller's trace, with
+//! the time the operation waited on the store.
 
 use super::error::AppError;
 use std::time::Instant;
@@ -10,7 +12,15 @@ use std::time::Instant;
 /// one). A malformed id is cut short: logs stay bounded whatever a client
 /// sends.
 pub fn span(rpc: &'static str, reservation: Option<&str>) -> tracing::Span {
-    let span = tracing::info_span!("rpc", rpc, reservation = tracing::field::Empty);
+    let span = tracing::info_span!(
+        "rpc",
+        rpc,
+        reservation = tracing::field::Empty,
+        "otel.name" = tracing::field::Empty,
+        "otel.kind" = tracing::field::Empty,
+    );
+    // Traces on: named after the RPC, a child of the caller's trace.
+    crate::telemetry::traces::adopt(&span, rpc);
     if let Some(id) = reservation {
         let shown = match id.char_indices().nth(MAX_LOGGED_ID) {
             Some((end, _)) => &id[..end],
@@ -33,7 +43,9 @@ pub async fn timed<T>(
 ) -> Result<T, AppError> {
     use tracing::Instrument;
     let started = Instant::now();
-    let result = body.instrument(span.clone()).await;
+    let result = crate::telemetry::traces::timing_store(body)
+        .instrument(span.clone())
+        .await;
     // No await below: the guard cannot cross one.
     let _entered = span.enter();
     let code = result
@@ -42,6 +54,7 @@ pub async fn timed<T>(
     crate::telemetry::rpc(rpc, code, started.elapsed().as_secs_f64());
     if let Err(e) = &result {
         tracing::debug!(code, message = e.message(), "rpc failed");
+        crate::telemetry::traces::failed(code);
     }
     result
 }

@@ -35,6 +35,7 @@ pub mod resilience;
 pub mod sections;
 mod server;
 pub mod settings;
+pub mod telemetry;
 
 pub use alerts::{AlertSettings, AlertsSection};
 pub use auth::{AuthSection, MIN_TOKEN_LEN, Role, TokenSection, validate_tokens};
@@ -55,6 +56,7 @@ pub use sections::{
     FileConfig, HttpSection, QueueSection, ReservationsSection, ServerSection, StoreSection,
 };
 pub use settings::{AdmissionSettings, Settings, TlsFiles};
+pub use telemetry::TelemetrySection;
 
 use crate::domain::{Limits, LimitsError};
 use std::collections::BTreeMap;
@@ -176,6 +178,7 @@ impl FileConfig {
         self.ext_proc = other.ext_proc.or(self.ext_proc);
         self.alerts = other.alerts.or(self.alerts);
         self.queue = other.queue.or(self.queue);
+        self.telemetry = other.telemetry.or(self.telemetry);
         self
     }
 

@@ -54,6 +54,8 @@ pub struct FileConfig {
     pub alerts: Option<super::AlertsSection>,
     /// Calls waiting in line for the shared account (`max_wait_ms`).
     pub queue: Option<QueueSection>,
+    /// Where traces go.
+    pub telemetry: Option<super::TelemetrySection>,
 }
 
 /// `[queue]`: the lines calls wait in for a shared level.

@@ -61,6 +61,8 @@ pub struct Settings {
     pub require_price: bool,
     /// `[queue] max_queued`: calls one shared level's line holds.
     pub max_queued: usize,
+    /// `[telemetry]`: where traces go (off without an endpoint).
+    pub traces: crate::telemetry::traces::TraceSettings,
     /// `[alerts]`.
     pub alerts: super::AlertSettings,
     /// The configuration file read, if any (SIGHUP re-reads it).
@@ -230,6 +232,11 @@ impl FileConfig {
             priorities,
             require_price,
             max_queued: queue_settings(self.queue)?,
+            traces: self
+                .telemetry
+                .clone()
+                .unwrap_or_default()
+                .traces(|name| std::env::var(name).ok())?,
             alerts,
             max_message_bytes: server.max_message_bytes,
             admission: admission(&server)?,

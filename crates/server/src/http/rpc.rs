@@ -5,12 +5,13 @@
 //! same [`crate::api::BudgetApi`] methods gRPC's service calls: an
 //! unauthenticated caller cannot make the server buffer a body. A
 //! CheckAndReserve that is denied answers its JSON with the denial's status
-//! and headers (docs/http.md).
+//! and headers (docs/http.md). A request's W3C `traceparent` makes its
+//! operation's span a child of the caller's trace.
 
 use super::HttpState;
 use super::reply::{error, json, parse, read_body};
 use crate::api::http::HttpAnswer;
-use crate::app::{AppError, Caller, Slot};
+use crate::app::{AppError, Caller, Slot, trace};
 use crate::pb;
 use crate::store::Store;
 use axum::Router;
@@ -67,7 +68,7 @@ where
         let message: Req = parse(&read_body(raw, headers, state.max_body).await?, what)?;
         call(caller, message).await
     };
-    match run.await {
+    match trace::within(trace::parent_of(headers), run).await {
         Ok(response) => json(StatusCode::OK, &response),
         Err(e) => error(e),
     }
@@ -88,7 +89,7 @@ async fn check_and_reserve<S: Store>(
             .check_and_reserve(caller.as_ref(), Some(&slot), message, HttpAnswer::of)
             .await
     };
-    let (reserved, http) = match run.await {
+    let (reserved, http) = match trace::within(trace::parent_of(&headers), run).await {
         Ok(answered) => answered,
         Err(e) => return error(e),
     };

@@ -3,6 +3,7 @@
 use super::ServeError;
 use super::admission::Admission;
 use super::message_limit::MessageLimit;
+use super::traced::Traced;
 use crate::api::{BudgetApi, interceptor};
 use crate::app::App;
 use crate::config::{Settings, TlsFiles};
@@ -68,6 +69,10 @@ pub(super) fn routes<S: Store>(
     let ext_proc = InterceptedService::new(ext_proc, interceptor(app.auth().clone()));
     let budget = MessageLimit::new(budget, settings.max_message_bytes);
     let envoy = MessageLimit::new(envoy, settings.max_message_bytes);
+    // The caller's trace context around all of it (the external processor
+    // reads the one of each HTTP request it is sent).
+    let budget = Traced::new(budget);
+    let envoy = Traced::new(envoy);
     let ext_proc = MessageLimit::new(ext_proc, settings.max_message_bytes);
     let mut builder =
         Server::builder().max_concurrent_streams(Some(settings.admission.max_concurrent_streams));

@@ -201,6 +201,11 @@ pub fn describe() {
         Unit::Seconds,
         "Time calls waited in line, by outcome"
     );
+    describe_counter!(TRACE_SPANS_EXPORTED, "Spans exported over OTLP");
+    describe_counter!(
+        TRACE_SPANS_DROPPED,
+        "Spans dropped before export, by reason (queue_full, export_failed)"
+    );
     describe_gauge!(
         GLOBAL_LEASES_ACTIVE,
         "Leases held across all replicas, as of this replica's last reservation"
@@ -217,6 +222,10 @@ fn register_admission(max_in_flight: usize) {
     queue_waiting(0);
     for outcome in WAIT_OUTCOMES {
         let _ = histogram!(QUEUE_WAIT_SECONDS, "outcome" => outcome);
+    }
+    counter!(TRACE_SPANS_EXPORTED).increment(0);
+    for reason in TRACE_DROP_REASONS {
+        counter!(TRACE_SPANS_DROPPED, "reason" => reason).increment(0);
     }
 }
 

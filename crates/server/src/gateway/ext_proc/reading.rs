@@ -94,6 +94,12 @@ impl RequestHead {
         RequestHead { path, headers }
     }
 
+    /// The caller's trace context, from the request's W3C headers (when
+    /// traces are on).
+    pub fn trace_parent(&self) -> Option<crate::telemetry::traces::Parent> {
+        crate::telemetry::traces::parent_from(|name| self.get(name).map(str::to_owned))
+    }
+
     /// The value of header `name` (lower case), if sent.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.headers

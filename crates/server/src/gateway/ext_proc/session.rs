@@ -15,7 +15,7 @@ use super::llm_request::{Api, LlmRequest, NotRead};
 use super::reading::{Reading, RequestHead};
 use super::usage::{AnswerReader, Usage};
 use crate::api::http::reservation_headers;
-use crate::app::{App, Caller, Slot};
+use crate::app::{App, Caller, Slot, trace};
 use crate::config::OtherRequests;
 use crate::domain::plan::ReserveRequest;
 use crate::domain::{Prompt, PromptInput, ReservationId};
@@ -386,7 +386,9 @@ impl<S: Store> Session<S> {
         let wait = self.reading.max_wait(&self.head);
         let wait = wait.map_err(|e| Box::new(Refusal::bad_request(e.to_string())))?;
         let (who, slot) = (self.authenticated.as_ref(), self.slot().await?);
-        let out = (self.app.reserve(who, req, wait, Some(&slot)).await)
+        let reserve = self.app.reserve(who, req, wait, Some(&slot));
+        let parent = self.head.trace_parent();
+        let out = (trace::traced("ExtProc/CheckAndReserve", None, parent, reserve).await)
             .map(|mut out| {
                 if named {
                     self.chosen_model = out.chosen_model.take();
@@ -521,10 +523,17 @@ impl<S: Store> Session<S> {
                     declared: Default::default(),
                 };
                 let who = self.authenticated.as_ref();
-                self.app.commit(who, req).await.map(|_| how)
+                let commit = self.app.commit(who, req);
+                let (id, parent) = (trace::shown(&held.id), self.head.trace_parent());
+                let committed =
+                    trace::traced("ExtProc/Commit", id.as_deref(), parent, commit).await;
+                committed.map(|_| how)
             }
             None => {
-                (self.app.refund(self.authenticated.as_ref(), &held.id).await).map(|_| "refunded")
+                let refund = self.app.refund(self.authenticated.as_ref(), &held.id);
+                let (id, parent) = (trace::shown(&held.id), self.head.trace_parent());
+                let refunded = trace::traced("ExtProc/Refund", id.as_deref(), parent, refund).await;
+                refunded.map(|_| "refunded")
             }
         };
         match result {

@@ -1,0 +1,111 @@
+//! The caller's trace, as every front door reads it: W3C `traceparent` and
+//! `tracestate` from the headers its request came with (gRPC metadata are
+//! HTTP/2 headers too), made the parent of the operation's span
+//! (`timed::span`) while the request is worked on; and what a decision puts
+//! on that span. Nothing here runs when traces are off.
+
+use crate::domain::ReservationId;
+use crate::engine::ReserveOutcome;
+use crate::telemetry::traces::{self, Parent};
+
+pub use traces::within;
+use tracing::Instrument as _;
+
+/// The trace context `headers` carry, when traces are on.
+pub fn parent_of(headers: &axum::http::HeaderMap) -> Option<Parent> {
+    traces::parent_from(|name| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    })
+}
+
+/// Runs `work`, an operation a front door does without an RPC of its own
+/// (the external processor's reservation and settlement), in a span named
+/// `name` that is a child of `parent`. Traces off: just `work`.
+pub async fn traced<F: Future>(
+    name: &'static str,
+    reservation: Option<&str>,
+    parent: Option<Parent>,
+    work: F,
+) -> F::Output {
+    if !traces::on() {
+        return work.await;
+    }
+    within(parent, async move {
+        let span = super::span(name, reservation);
+        traces::timing_store(work).instrument(span).await
+    })
+    .await
+}
+
+/// `id` as its span names it, when traces are on (no string is made
+/// otherwise).
+pub fn shown(id: &ReservationId) -> Option<String> {
+    traces::on().then(|| id.to_string())
+}
+
+/// Who asked, on the current operation's span.
+pub fn asked(tenant: &str, tier: &str) {
+    if traces::on() {
+        traces::attribute("ctxbudget.tenant", tenant.to_string());
+        traces::attribute("ctxbudget.tier", tier.to_string());
+    }
+}
+
+/// A CheckAndReserve's decision, on the current operation's span.
+pub fn decided(out: &ReserveOutcome) {
+    if !traces::on() {
+        return;
+    }
+    let group = match &out.denial {
+        Some(d) => d.model_group.clone(),
+        None => out
+            .reservation_id
+            .as_deref()
+            .and_then(|id| ReservationId::parse(id).ok())
+            .map(|id| id.group)
+            .filter(|g| !g.is_empty()),
+    };
+    if let Some(group) = group {
+        traces::attribute("ctxbudget.model_group", group);
+    }
+    let decision = match out.denial {
+        None => "allowed",
+        Some(_) => "denied",
+    };
+    traces::attribute("ctxbudget.decision", decision);
+    if let Some(d) = &out.denial {
+        traces::attribute("ctxbudget.reason", d.reason.as_str());
+        if let Some(level) = d.level {
+            traces::attribute("ctxbudget.level", level.as_str());
+        }
+        traces::attribute("ctxbudget.retry_after_ms", count(d.retry_after_ms));
+    }
+    traces::attribute("ctxbudget.reserved_tokens", count(out.reserved_tokens));
+    traces::attribute("ctxbudget.degraded", out.degraded);
+    traces::attribute("ctxbudget.waited_ms", count(out.waited_ms));
+    if let Some(id) = &out.reservation_id {
+        traces::attribute("ctxbudget.reservation", id.clone());
+        if out.denial.is_none() {
+            traces::remember(id);
+        }
+    }
+}
+
+/// A Commit, Refund or RenewLease of `id`: its tenant and tier on the
+/// current operation's span, which links to the reservation's span when
+/// this replica made it; `settled` (a Commit or Refund): the reservation is
+/// done with.
+pub fn settling(id: &ReservationId, settled: bool) {
+    if traces::on() {
+        asked(id.tenant.as_str(), &id.tier);
+        traces::link_to(&id.to_string(), settled);
+    }
+}
+
+/// A count as OTel's integer attribute (signed 64-bit).
+fn count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
