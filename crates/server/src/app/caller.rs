@@ -198,6 +198,7 @@ mod tests {
         TokenSection {
             name: name.into(),
             token: secret.into(),
+            token_file: None,
             tenants: tenants.map(|t| t.iter().map(|s| s.to_string()).collect()),
             role: Role::Caller,
         }

@@ -22,8 +22,13 @@ pub struct AuthSection {
 pub struct TokenSection {
     /// A name for logs and errors (the token itself never appears).
     pub name: String,
-    /// The secret.
+    /// The secret (or `token_file`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub token: String,
+    /// A file that holds the secret (a mounted Kubernetes Secret), read at
+    /// start and on every SIGHUP; surrounding whitespace is dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<std::path::PathBuf>,
     /// Tenants this token may act for; absent: all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenants: Option<BTreeSet<String>>,
@@ -55,6 +60,7 @@ impl std::fmt::Debug for TokenSection {
         f.debug_struct("TokenSection")
             .field("name", &self.name)
             .field("token", &"<redacted>")
+            .field("token_file", &self.token_file)
             .field("tenants", &self.tenants)
             .field("role", &self.role)
             .finish()
@@ -78,6 +84,37 @@ fn admin_for_all(i: usize, t: &TokenSection) -> Result<(), LimitsError> {
 
 /// Shortest token accepted: anything shorter can be guessed.
 pub const MIN_TOKEN_LEN: usize = 16;
+
+/// `tokens` with each `token_file` read into its token: the secrets the
+/// service checks. A file that cannot be read, or a token given both ways,
+/// names the token's entry.
+pub fn read_token_files(mut tokens: Vec<TokenSection>) -> Result<Vec<TokenSection>, LimitsError> {
+    for (i, t) in tokens.iter_mut().enumerate() {
+        let Some(path) = t.token_file.take() else {
+            continue;
+        };
+        let field = format!("auth.tokens[{i}].token_file");
+        if !t.token.is_empty() {
+            return Err(LimitsError::new(
+                field,
+                format!(
+                    "token {:?} sets both token and token_file: keep one",
+                    t.name
+                ),
+            ));
+        }
+        t.token = std::fs::read_to_string(&path)
+            .map_err(|e| {
+                LimitsError::new(
+                    field,
+                    format!("token {:?}: cannot read {}: {e}", t.name, path.display()),
+                )
+            })?
+            .trim()
+            .to_string();
+    }
+    Ok(tokens)
+}
 
 /// Checks configured tokens: names and secrets unique, secrets long enough,
 /// printable and without spaces (they travel in an HTTP/2 header), tenant
@@ -136,4 +173,39 @@ pub fn validate_tokens(tokens: &[TokenSection]) -> Result<(), LimitsError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(token: &str, file: Option<std::path::PathBuf>) -> TokenSection {
+        TokenSection {
+            name: "gateway".into(),
+            token: token.into(),
+            token_file: file,
+            tenants: None,
+            role: Role::Caller,
+        }
+    }
+
+    #[test]
+    fn a_token_file_is_read_trimmed_and_one_way_only() {
+        let dir = std::env::temp_dir().join(format!("ctxb-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("gateway");
+        std::fs::write(&path, "0123456789abcdef0123\n").unwrap();
+        let read = read_token_files(vec![entry("", Some(path.clone()))]).unwrap();
+        assert_eq!(read[0].token, "0123456789abcdef0123");
+        assert!(read[0].token_file.is_none());
+        let both = read_token_files(vec![entry("0123456789abcdef0123", Some(path.clone()))]);
+        assert!(
+            both.unwrap_err()
+                .to_string()
+                .contains("auth.tokens[0].token_file")
+        );
+        let missing = read_token_files(vec![entry("", Some(dir.join("absent")))]).unwrap_err();
+        assert!(missing.to_string().contains("cannot read"), "{missing}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

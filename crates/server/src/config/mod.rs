@@ -38,7 +38,7 @@ pub mod settings;
 pub mod telemetry;
 
 pub use alerts::{AlertSettings, AlertsSection};
-pub use auth::{AuthSection, MIN_TOKEN_LEN, Role, TokenSection, validate_tokens};
+pub use auth::{AuthSection, MIN_TOKEN_LEN, Role, TokenSection, read_token_files, validate_tokens};
 pub use envoy::EnvoySection;
 pub use estimation::EstimatorSection;
 pub use ext_proc::{ExtProcSection, OtherRequests};

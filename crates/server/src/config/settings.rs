@@ -7,7 +7,7 @@ pub use super::server::{AdmissionSettings, TlsFiles};
 use super::server::{admission, tls_files};
 use super::{
     ConfigDoc, ConfigError, EnvoySection, FileConfig, Flags, ReservationsSection, StoreSection,
-    TokenSection, validate_tokens,
+    TokenSection, read_token_files, validate_tokens,
 };
 use crate::domain::budget::ledger::LedgerRetention;
 use crate::domain::plan::LeasePolicy;
@@ -190,7 +190,7 @@ impl FileConfig {
             .or(defaults.resilience)
             .expect("built-in [resilience]");
         let breaker = resilience.breaker()?;
-        let tokens = self.auth.unwrap_or_default().tokens;
+        let tokens = read_token_files(self.auth.unwrap_or_default().tokens)?;
         validate_tokens(&tokens)?;
         let tls = tls_files(&server)?;
         let http_listen = overrides

@@ -72,7 +72,9 @@ pub(super) async fn export_loop(
                 batch.push(span);
             }
         }
-        export(&exporter, std::mem::take(&mut batch), timeout).await;
+        // A full-sized buffer for the next batch: it never grows by copies.
+        let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+        export(&exporter, full, timeout).await;
         if stopping {
             let _ = exporter.shutdown();
             return;

@@ -28,7 +28,8 @@ fn links() -> std::sync::MutexGuard<'static, Option<Generations>> {
 
 /// Remembers the current operation's span as reservation `id`'s.
 pub fn remember(id: &str) {
-    let Some(span) = current_link() else {
+    // A span not sampled is not exported: nothing to link to.
+    let Some(span) = current_link().filter(SpanContext::is_sampled) else {
         return;
     };
     let mut links = links();
