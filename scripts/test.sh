@@ -117,3 +117,19 @@ step "Python environment"
 step "ruff and mypy"
 CTXBUDGET_BIN="$PWD/target/debug/ctxbudget" "$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests
 step "Python tests"
+# The TypeScript client (clients/typescript): its tools from the npm
+# registry as its lockfile pins them, its generated types checked against
+# docs/openapi.json, `tsc --strict`, then `node --test` against the binary
+# just built, over the memory store and Redis.
+if ! command -v npm >/dev/null 2>&1; then
+  echo "test.sh: npm not found; install Node.js 20 or newer (Debian: apt-get install -y nodejs npm)" >&2
+  exit 1
+fi
+(
+  cd clients/typescript
+  npm ci --silent --no-audit --no-fund
+  npm run --silent check-generated
+  npm run --silent check
+  CTXBUDGET_BIN="$OLDPWD/target/debug/ctxbudget" npm test --silent
+)
+step "TypeScript client"

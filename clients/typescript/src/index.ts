@@ -1,0 +1,16 @@
+/**
+ * ctxbudget for JavaScript runtimes: {@link BudgetClient} over the HTTP/JSON
+ * API, the messages' types (generated from docs/openapi.json), and the
+ * errors it throws.
+ */
+export { BudgetClient, type BudgetClientOptions, type CallOptions } from "./client.js";
+export {
+  BudgetDenied,
+  BudgetError,
+  BudgetInvalidArgument,
+  BudgetNotFound,
+  BudgetPermissionDenied,
+  BudgetUnavailable,
+} from "./errors.js";
+export type { Grant, Usage } from "./reservation.js";
+export type * from "./types.js";
