@@ -119,17 +119,22 @@ CTXBUDGET_BIN="$PWD/target/debug/ctxbudget" "$venv/bin/python" -m pytest -q -p n
 step "Python tests"
 # The TypeScript client (clients/typescript): its tools from the npm
 # registry as its lockfile pins them, its generated types checked against
-# docs/openapi.json, `tsc --strict`, then `node --test` against the binary
-# just built, over the memory store and Redis.
+# docs/openapi.json, `tsc --strict` (with the AI SDK middleware checked
+# against `ai` 7 and 6), then `node --test` against the binary just built:
+# the client over the memory store and Redis, the middleware with the AI
+# SDK's mock models, the example app against the mock upstream.
 if ! command -v npm >/dev/null 2>&1; then
   echo "test.sh: npm not found; install Node.js 20 or newer (Debian: apt-get install -y nodejs npm)" >&2
   exit 1
 fi
 (
+  repo=$PWD
   cd clients/typescript
   npm ci --silent --no-audit --no-fund
   npm run --silent check-generated
   npm run --silent check
-  CTXBUDGET_BIN="$OLDPWD/target/debug/ctxbudget" npm test --silent
+  # The example app (examples/typescript) links the package and runs in the tests.
+  (cd "$repo/examples/typescript" && npm ci --silent --no-audit --no-fund)
+  CTXBUDGET_BIN="$repo/target/debug/ctxbudget" PYTHON="$repo/$venv/bin/python" npm test --silent
 )
 step "TypeScript client"

@@ -14,3 +14,4 @@ export {
 } from "./errors.js";
 export type { Grant, Usage } from "./reservation.js";
 export type * from "./types.js";
+export { budgetMiddleware, type BudgetMiddleware, type BudgetMiddlewareOptions, type ModelCallOptions, type PerCall } from "./middleware.js";
