@@ -10,7 +10,7 @@ import * as ai7 from "ai";
 import * as test7 from "ai/test";
 import * as ai6 from "ai6";
 import * as test6 from "ai6/test";
-import { BudgetClient, BudgetDenied, budgetMiddleware } from "../dist/index.js";
+import { BudgetClient, BudgetDenied, BudgetUnavailable, budgetMiddleware } from "../dist/index.js";
 import { TOKEN, startService } from "./service.mjs";
 
 const CONFIG = `
@@ -109,6 +109,29 @@ describe("budgetMiddleware", () => {
         assert.deepEqual(await status(user), { spent: 13, held: 0 });
       });
 
+      test("a stream that ends without usage commits the prompt and the text delivered", async () => {
+        const user = `${name}-no-usage`;
+        const none = { inputTokens: { total: undefined }, outputTokens: { total: undefined } };
+        const model = new Mock({
+          modelId: "gpt-4o-mini",
+          doStream: async () => ({
+            stream: streamOf([
+              { type: "stream-start", warnings: [] },
+              { type: "text-start", id: "t" },
+              { type: "text-delta", id: "t", delta: "An answer from a provider that reports no usage at all" },
+              { type: "text-end", id: "t" },
+              { type: "finish", finishReason: finish, usage: none },
+            ]),
+          }),
+        });
+        const r = sdk.streamText({ model: wrapped(model, user), prompt: "Answer without usage.", maxRetries: 0 });
+        assert.match(await r.text, /no usage/);
+        for (let i = 0; i < 50 && (await status(user)).held; i++) await sleep(20);
+        const s = await status(user);
+        assert.equal(s.held, 0);
+        assert.ok(s.spent > 10 && s.spent < 50, `the prompt and the words delivered, not the grant of 50: ${s.spent}`);
+      });
+
       test("a stream aborted mid-way commits the prompt and the text delivered", async () => {
         const user = `${name}-aborted`;
         const controller = new AbortController();
@@ -136,6 +159,27 @@ describe("budgetMiddleware", () => {
         const s = await status(user);
         assert.equal(s.held, 0, "its slot is free");
         assert.ok(s.spent > 6 && s.spent < 50, `the prompt and seven words, not the grant: ${s.spent}`);
+      });
+
+      test("ctxbudget unreachable: denied by default, or called unbudgeted with onUnavailable: allow", async () => {
+        const down = new BudgetClient({ baseUrl: "http://127.0.0.1:9", timeoutMs: 500 });
+        let called = 0;
+        const model = new Mock({
+          modelId: "gpt-4o-mini",
+          doGenerate: async (options) => {
+            called++;
+            assert.equal(options.maxOutputTokens, 30, "the caller's own cap, untouched");
+            return { content: [{ type: "text", text: "ok" }], finishReason: finish, usage: usage(3, 1), warnings: [] };
+          },
+        });
+        const wrap = (onUnavailable) =>
+          sdk.wrapLanguageModel({ model, middleware: budgetMiddleware({ client: down, tenant: "acme", user: "u", tier: "app", onUnavailable }) });
+        await assert.rejects(sdk.generateText({ model: wrap(undefined), prompt: "hi", maxOutputTokens: 30, maxRetries: 0 }), BudgetUnavailable);
+        assert.equal(called, 0, "the provider is not called");
+        const r = await sdk.generateText({ model: wrap("allow"), prompt: "hi", maxOutputTokens: 30, maxRetries: 0 });
+        assert.equal(r.text, "ok");
+        assert.equal(called, 1);
+        assert.throws(() => budgetMiddleware({ client: down, tenant: "a", user: "u", tier: "t", onUnavailable: "maybe" }), /onUnavailable/);
       });
 
       test("a provider error refunds", async () => {
