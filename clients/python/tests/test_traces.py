@@ -156,6 +156,8 @@ def test_the_rate_limit_service_joins_envoys_trace(traced):
     assert answer, "an answer"
     span = receiver.wait_for(child_of(trace_id, parent, "ShouldRateLimit"))
     assert span.kind == 2
+    assert span.attributes["ctxbudget.tenant"] == "acme" and span.attributes["ctxbudget.tier"] == "free"
+    assert span.attributes["ctxbudget.decision"] == "allowed"
 
 
 def test_the_python_client_passes_the_applications_current_span(traced):

@@ -94,6 +94,30 @@ pub fn decided(out: &ReserveOutcome) {
     }
 }
 
+/// An Envoy descriptor's charge for `tenant` on `tier`, on the current
+/// operation's span (the last descriptor's, when a request carries several).
+pub fn charged(tenant: &str, tier: &str, denial: Option<&crate::domain::Denial>) {
+    if !traces::on() {
+        return;
+    }
+    asked(tenant, tier);
+    traces::attribute(
+        "ctxbudget.decision",
+        if denial.is_some() {
+            "denied"
+        } else {
+            "allowed"
+        },
+    );
+    if let Some(d) = denial {
+        traces::attribute("ctxbudget.reason", d.reason.as_str());
+        if let Some(level) = d.level {
+            traces::attribute("ctxbudget.level", level.as_str());
+        }
+        traces::attribute("ctxbudget.retry_after_ms", count(d.retry_after_ms));
+    }
+}
+
 /// A Commit, Refund or RenewLease of `id`: its tenant and tier on the
 /// current operation's span, which links to the reservation's span when
 /// this replica made it; `settled` (a Commit or Refund): the reservation is

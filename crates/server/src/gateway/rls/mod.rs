@@ -188,6 +188,7 @@ impl<S: Store> EnvoyApi<S> {
             };
             let usage = d.path.charges_usage(p.hits);
             let out = self.app.charge(caller, charge_of(d, p.hits)).await?;
+            crate::app::trace::charged(d.tenant.as_str(), d.tier, out.denial.as_ref());
             let outcome = match (&out.denial, usage) {
                 (Some(_), _) => "over_limit",
                 (None, true) => "charged",
