@@ -12,15 +12,20 @@ use std::time::Instant;
 /// one). A malformed id is cut short: logs stay bounded whatever a client
 /// sends.
 pub fn span(rpc: &'static str, reservation: Option<&str>) -> tracing::Span {
-    let span = tracing::info_span!(
-        "rpc",
-        rpc,
-        reservation = tracing::field::Empty,
-        "otel.name" = tracing::field::Empty,
-        "otel.kind" = tracing::field::Empty,
-    );
-    // Traces on: named after the RPC, a child of the caller's trace.
-    crate::telemetry::traces::adopt(&span, rpc);
+    // Traces on: named after the RPC (fields given at creation: recording
+    // them later costs the log layer a formatting each), a child of the
+    // caller's trace.
+    let span = match crate::telemetry::traces::on() {
+        true => tracing::info_span!(
+            "rpc",
+            rpc,
+            reservation = tracing::field::Empty,
+            "otel.name" = rpc,
+            "otel.kind" = "server",
+        ),
+        false => tracing::info_span!("rpc", rpc, reservation = tracing::field::Empty),
+    };
+    crate::telemetry::traces::adopt(&span);
     if let Some(id) = reservation {
         let shown = match id.char_indices().nth(MAX_LOGGED_ID) {
             Some((end, _)) => &id[..end],

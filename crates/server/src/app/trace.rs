@@ -48,17 +48,17 @@ pub fn shown(id: &ReservationId) -> Option<String> {
 
 /// Who asked, on the current operation's span.
 pub fn asked(tenant: &str, tier: &str) {
-    if traces::on() {
-        traces::attribute("ctxbudget.tenant", tenant.to_string());
-        traces::attribute("ctxbudget.tier", tier.to_string());
+    if let Some(span) = traces::current() {
+        traces::set(&span, "ctxbudget.tenant", tenant.to_string());
+        traces::set(&span, "ctxbudget.tier", tier.to_string());
     }
 }
 
 /// A CheckAndReserve's decision, on the current operation's span.
 pub fn decided(out: &ReserveOutcome) {
-    if !traces::on() {
+    let Some(span) = traces::current() else {
         return;
-    }
+    };
     let group = match &out.denial {
         Some(d) => d.model_group.clone(),
         None => out
@@ -69,52 +69,47 @@ pub fn decided(out: &ReserveOutcome) {
             .filter(|g| !g.is_empty()),
     };
     if let Some(group) = group {
-        traces::attribute("ctxbudget.model_group", group);
+        traces::set(&span, "ctxbudget.model_group", group);
     }
-    let decision = match out.denial {
-        None => "allowed",
-        Some(_) => "denied",
-    };
-    traces::attribute("ctxbudget.decision", decision);
-    if let Some(d) = &out.denial {
-        traces::attribute("ctxbudget.reason", d.reason.as_str());
-        if let Some(level) = d.level {
-            traces::attribute("ctxbudget.level", level.as_str());
-        }
-        traces::attribute("ctxbudget.retry_after_ms", count(d.retry_after_ms));
-    }
-    traces::attribute("ctxbudget.reserved_tokens", count(out.reserved_tokens));
-    traces::attribute("ctxbudget.degraded", out.degraded);
-    traces::attribute("ctxbudget.waited_ms", count(out.waited_ms));
+    denial(&span, out.denial.as_ref());
+    traces::set(
+        &span,
+        "ctxbudget.reserved_tokens",
+        count(out.reserved_tokens),
+    );
+    traces::set(&span, "ctxbudget.degraded", out.degraded);
+    traces::set(&span, "ctxbudget.waited_ms", count(out.waited_ms));
     if let Some(id) = &out.reservation_id {
-        traces::attribute("ctxbudget.reservation", id.clone());
+        traces::set(&span, "ctxbudget.reservation", id.clone());
         if out.denial.is_none() {
             traces::remember(id);
         }
     }
 }
 
+/// The decision on `span`: allowed, or denied with its reason, level and
+/// retry.
+fn denial(span: &tracing::Span, denial: Option<&crate::domain::Denial>) {
+    let decision = match denial {
+        None => "allowed",
+        Some(_) => "denied",
+    };
+    traces::set(span, "ctxbudget.decision", decision);
+    if let Some(d) = denial {
+        traces::set(span, "ctxbudget.reason", d.reason.as_str());
+        if let Some(level) = d.level {
+            traces::set(span, "ctxbudget.level", level.as_str());
+        }
+        traces::set(span, "ctxbudget.retry_after_ms", count(d.retry_after_ms));
+    }
+}
+
 /// An Envoy descriptor's charge for `tenant` on `tier`, on the current
 /// operation's span (the last descriptor's, when a request carries several).
-pub fn charged(tenant: &str, tier: &str, denial: Option<&crate::domain::Denial>) {
-    if !traces::on() {
-        return;
-    }
-    asked(tenant, tier);
-    traces::attribute(
-        "ctxbudget.decision",
-        if denial.is_some() {
-            "denied"
-        } else {
-            "allowed"
-        },
-    );
-    if let Some(d) = denial {
-        traces::attribute("ctxbudget.reason", d.reason.as_str());
-        if let Some(level) = d.level {
-            traces::attribute("ctxbudget.level", level.as_str());
-        }
-        traces::attribute("ctxbudget.retry_after_ms", count(d.retry_after_ms));
+pub fn charged(tenant: &str, tier: &str, denied: Option<&crate::domain::Denial>) {
+    if let Some(span) = traces::current() {
+        asked(tenant, tier);
+        denial(&span, denied);
     }
 }
 

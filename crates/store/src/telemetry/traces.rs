@@ -244,23 +244,31 @@ pub async fn within<F: Future>(parent: Option<Parent>, work: F) -> F::Output {
     }
 }
 
-/// Makes `span` a child of the caller's context, if it sent one; and
-/// names it `name` in the trace.
-pub fn adopt(span: &tracing::Span, name: &'static str) {
+/// Makes `span` a child of the caller's context, if it sent one.
+pub fn adopt(span: &tracing::Span) {
     if !on() {
         return;
     }
-    span.record("otel.name", name);
-    span.record("otel.kind", "server");
     if let Ok(Some(Parent(cx))) = PARENT.try_with(Clone::clone) {
         let _ = span.set_parent(cx);
     }
 }
 
+/// The current operation's span, to set attributes on (one lookup for
+/// several): `None` when traces are off.
+pub fn current() -> Option<tracing::Span> {
+    on().then(tracing::Span::current)
+}
+
+/// Sets attribute `key` of `span`.
+pub fn set(span: &tracing::Span, key: &'static str, value: impl Into<Value>) {
+    span.set_attribute(key, value);
+}
+
 /// Sets attribute `key` of the current operation's span.
 pub fn attribute(key: &'static str, value: impl Into<Value>) {
-    if on() {
-        tracing::Span::current().set_attribute(key, value);
+    if let Some(span) = current() {
+        set(&span, key, value);
     }
 }
 
