@@ -6,6 +6,7 @@
 
 use crate::support;
 
+use crate::queue_scale::until_metric;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ctxbudget::pb;
@@ -42,24 +43,6 @@ fn call(tenant: &str, max_wait_ms: u64) -> pb::CheckAndReserveRequest {
     pb::CheckAndReserveRequest {
         max_wait_ms,
         ..support::reserve(tenant, "u", "open", 50, 50)
-    }
-}
-
-/// Polls `name{labels}` on `service` until `check` holds (10 s at most).
-async fn until_metric(
-    service: &Service,
-    name: &str,
-    labels: &[(&str, &str)],
-    check: impl Fn(f64) -> bool,
-) {
-    let until = Instant::now() + Duration::from_secs(10);
-    loop {
-        let value = service.metric(name, labels);
-        if value.is_some_and(&check) {
-            return;
-        }
-        assert!(Instant::now() < until, "{name}{labels:?} is {value:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

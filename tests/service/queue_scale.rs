@@ -334,8 +334,9 @@ tenant = { concurrency = 1000 }
 user = { concurrency = 1000 }
 "#;
 
-/// Polls `name` on `service` until `check` holds (10 s at most).
-async fn until_metric(
+/// Polls `name` on `service` until `check` holds (10 s at most). Shared
+/// with `queue_gone`.
+pub(crate) async fn until_metric(
     service: &support::process::Service,
     name: &str,
     labels: &[(&str, &str)],
